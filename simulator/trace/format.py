@@ -1,0 +1,355 @@
+"""The ``.hst`` trace file: a header with JSON metadata, coded chunks, an index and a footer.
+
+    header  b"HSPTRACE" u32 format_version, u32 meta_len, meta JSON
+    chunk   b"CHNK" request layer first_step steps width ordered accesses payload_len crc32, payload
+    index   b"INDX" u32 n, n entries (request layer first_step steps width ordered accesses offset)
+    footer  u64 index_offset, u32 index_crc32, b"HSPEND!!"
+
+A stream is one or more chunks of consecutive steps (a deployment hook writes them as they
+come). Streams are decoded one at a time, so memory is bounded by one stream. A file without a
+footer (a writer that crashed) is refused as truncated unless read with ``recover=True``, which
+keeps every complete chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+import warnings
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import TraceError
+from .codec import check_stream, decode_stream, encode_stream
+from .fileio import temp_beside
+from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
+
+MAGIC = b"HSPTRACE"
+END_MAGIC = b"HSPEND!!"
+_HEAD = struct.Struct("<8sII")
+_CHUNK = struct.Struct("<4sIIIIIB3xQQI")
+_ENTRY = struct.Struct("<IIIIIB3xQQ")
+_FOOT = struct.Struct("<QI8s")
+_U32 = struct.Struct("<I")
+SUFFIX = ".hst"
+
+
+@dataclass(frozen=True)
+class ChunkInfo:
+    request: int
+    layer: int
+    first_step: int
+    steps: int
+    width: int
+    ordered: bool
+    accesses: int
+    offset: int
+
+    def entry(self) -> bytes:
+        return _ENTRY.pack(self.request, self.layer, self.first_step, self.steps, self.width,
+                           self.ordered, self.accesses, self.offset)
+
+
+class TraceWriter:
+    """Write a trace, whole streams at a time or one step at a time (for deployment hooks).
+
+    >>> with TraceWriter("t.hst", k=2048, source={"kind": "recorded", "model": "m"}) as w:
+    ...     w.write(request=0, layer=0, step=0, ctx_len=9000, indices=topk)   # doctest: +SKIP
+
+    ``atomic=True`` (the default) writes a temp file and renames it to ``path`` on close, so a
+    failed run leaves nothing. A hook in a live server should pass ``atomic=False``: every
+    complete chunk is then flushed to ``path`` as it is written, and if the process dies the file
+    still reads with ``recover=True``.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, k: int, source: dict[str, Any],
+                 extra: dict[str, Any] | None = None, keep_order: bool = False,
+                 atomic: bool = True, chunk_steps: int = 1024) -> None:
+        if k < 1:
+            raise TraceError(f"k must be positive, got {k}", path=path)
+        self.path = Path(path)
+        self.meta = TraceMeta(k=int(k), source=dict(source), extra=dict(extra or {}))
+        self.keep_order = keep_order
+        self.chunk_steps = int(chunk_steps)
+        self._atomic = atomic
+        if atomic:
+            self._fh, self._tmp = temp_beside(self.path)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = None
+            self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        meta = json.dumps(self.meta.to_json(), sort_keys=True).encode()
+        self._fh.write(_HEAD.pack(MAGIC, FORMAT_VERSION, len(meta)) + meta)
+        self._chunks: list[ChunkInfo] = []
+        self._next_step: dict[StreamKey, int] = {}
+        self._last_ctx: dict[StreamKey, int] = {}
+        self._pending: dict[StreamKey, tuple[int, list[tuple[int, np.ndarray]]]] = {}
+        self._closed = False
+
+    # -- whole streams -------------------------------------------------------------------
+    def write_stream(self, stream: Stream) -> None:
+        """Check and write a whole stream (or its continuation) in chunks of chunk_steps."""
+        self._flush_key(stream.key)
+        for s in range(0, max(stream.steps, 1), self.chunk_steps):
+            e = min(stream.steps, s + self.chunk_steps)
+            self._write_chunk(stream.key, stream.ctx_len[s:e], stream.indices[s:e])
+
+    # -- one step at a time ------------------------------------------------------------------
+    def write(self, request: int, layer: int, step: int, ctx_len: int, indices) -> None:
+        """Buffer one step of (request, layer); a full buffer becomes a chunk on disk.
+
+        A stream's first step may have any number; after that steps must follow one by one."""
+        key = StreamKey(int(request), int(layer))
+        first, rows = self._pending.get(key, (self._next_step.get(key, step), []))
+        if step != first + len(rows):
+            raise TraceError(f"step {step} written out of order, expected step {first + len(rows)}",
+                             path=self.path, request=key.request, layer=key.layer)
+        row = np.asarray(indices).reshape(-1)
+        if row.size > self.meta.k:
+            raise TraceError(f"{row.size} entries in one step, more than k = {self.meta.k}",
+                             path=self.path, request=key.request, layer=key.layer, step=step)
+        rows.append((int(ctx_len), row))
+        self._pending[key] = (first, rows)
+        if len(rows) >= self.chunk_steps:
+            self._flush_key(key)
+
+    def flush(self) -> None:
+        """Write every buffered step to disk as chunks."""
+        for key in list(self._pending):
+            self._flush_key(key)
+
+    def _flush_key(self, key: StreamKey) -> None:
+        first, pending = self._pending.pop(key, (0, []))
+        if not pending:
+            return
+        width = max(1, max(row.size for _, row in pending))
+        rows = np.full((len(pending), width), -1, dtype=np.int64)
+        for t, (_, row) in enumerate(pending):
+            rows[t, : row.size] = row
+        ctx = np.array([c for c, _ in pending], dtype=np.int64)
+        self._write_chunk(key, ctx, rows, first_step=first)
+
+    def _write_chunk(self, key: StreamKey, ctx_len: np.ndarray, indices: np.ndarray,
+                     first_step: int | None = None) -> None:
+        if self._closed:
+            raise TraceError("write after close", path=self.path)
+        indices = np.asarray(indices)
+        ctx_len = np.asarray(ctx_len)
+        if indices.ndim != 2 or not np.issubdtype(indices.dtype, np.integer):
+            raise TraceError(f"indices must be a 2-D integer array, got {indices.dtype} {indices.shape}",
+                             path=self.path, request=key.request, layer=key.layer)
+        last_ctx = self._last_ctx.get(key, 0)
+        start = self._next_step.get(key, 0) if first_step is None else first_step
+        try:
+            check_stream(indices.astype(np.int64, copy=False), ctx_len.astype(np.int64, copy=False), self.meta.k)
+        except TraceError as exc:
+            step = None if exc.step is None else exc.step + start
+            raise TraceError(exc.problem, path=self.path, request=key.request, layer=key.layer, step=step) from None
+        if len(ctx_len) and ctx_len[0] < last_ctx:
+            raise TraceError(f"ctx_len goes down, to {int(ctx_len[0])} from {last_ctx}",
+                             path=self.path, request=key.request, layer=key.layer, step=start)
+        payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order)
+        info = ChunkInfo(key.request, key.layer, start, int(indices.shape[0]), int(indices.shape[1]),
+                         ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell())
+        self._fh.write(_CHUNK.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps,
+                                   info.width, info.ordered, info.accesses, len(payload),
+                                   zlib.crc32(payload)))
+        self._fh.write(payload)
+        if not self._atomic:
+            self._fh.flush()
+        self._chunks.append(info)
+        self._next_step[key] = start + info.steps
+        self._last_ctx[key] = int(ctx_len[-1]) if len(ctx_len) else last_ctx
+
+    def close(self) -> None:
+        """Write buffered steps, the index and the footer; rename into place when atomic."""
+        if self._closed:
+            return
+        self.flush()
+        index_offset = self._fh.tell()
+        index = b"INDX" + _U32.pack(len(self._chunks)) + b"".join(c.entry() for c in self._chunks)
+        self._fh.write(index)
+        self._fh.write(_FOOT.pack(index_offset, zlib.crc32(index), END_MAGIC))
+        self._fh.close()
+        self._closed = True
+        if self._tmp:
+            os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Drop the file (atomic) or leave what was flushed (non-atomic): used on errors."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fh.close()
+        if self._tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class TraceReader:
+    """Read a ``.hst`` file: metadata and index up front, streams decoded one at a time."""
+
+    def __init__(self, path: str | os.PathLike, *, recover: bool = False) -> None:
+        self.path = Path(path)
+        try:
+            self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            raise TraceError(f"cannot open trace ({exc.strerror})", path=path) from None
+        self.file_bytes = os.fstat(self._fh.fileno()).st_size
+        self.meta, self._data_start = self._read_header()
+        self.recovered = False
+        chunks = self._read_index(recover)
+        self._streams: dict[StreamKey, list[ChunkInfo]] = {}
+        for c in chunks:
+            self._streams.setdefault(StreamKey(c.request, c.layer), []).append(c)
+        for key, cs in self._streams.items():
+            cs.sort(key=lambda c: c.first_step)
+            for a, b in zip(cs, cs[1:], strict=False):
+                if b.first_step != a.first_step + a.steps:
+                    raise TraceError(f"steps {a.first_step + a.steps}..{b.first_step - 1} are missing",
+                                     path=path, request=key.request, layer=key.layer)
+
+    def _fail(self, problem: str) -> TraceError:
+        return TraceError(problem, path=self.path)
+
+    def _read_header(self) -> tuple[TraceMeta, int]:
+        head = self._fh.read(_HEAD.size)
+        if len(head) < _HEAD.size or head[:8] != MAGIC:
+            raise self._fail("not a hisparse trace file (bad magic); traces are .hst files or .npy arrays")
+        _, version, meta_len = _HEAD.unpack(head)
+        if version != FORMAT_VERSION:
+            raise self._fail(f"unknown format version {version} (this hisparse-sim reads version {FORMAT_VERSION})")
+        raw = self._fh.read(meta_len)
+        if len(raw) < meta_len:
+            raise self._fail("truncated file: metadata is cut short")
+        try:
+            meta = json.loads(raw)
+        except ValueError:
+            raise self._fail("corrupt metadata (not JSON)") from None
+        for name in ("k", "source"):
+            if name not in meta:
+                raise self._fail(f"missing metadata '{name}'")
+        if not isinstance(meta["k"], int) or meta["k"] < 1:
+            raise self._fail(f"metadata 'k' must be a positive integer, got {meta['k']!r}")
+        return TraceMeta(k=meta["k"], source=meta["source"], format_version=version,
+                         extra=meta.get("extra", {})), _HEAD.size + meta_len
+
+    def _read_index(self, recover: bool) -> list[ChunkInfo]:
+        if self.file_bytes >= self._data_start + _FOOT.size:
+            self._fh.seek(self.file_bytes - _FOOT.size)
+            offset, crc, magic = _FOOT.unpack(self._fh.read(_FOOT.size))
+            if magic == END_MAGIC:
+                if not self._data_start <= offset <= self.file_bytes - _FOOT.size:
+                    raise self._fail("corrupt footer (index offset out of range)")
+                self._fh.seek(offset)
+                index = self._fh.read(self.file_bytes - _FOOT.size - offset)
+                n = _U32.unpack(index[4:8])[0] if len(index) >= 8 else -1
+                if zlib.crc32(index) != crc or index[:4] != b"INDX" or len(index) != 8 + n * _ENTRY.size:
+                    raise self._fail("corrupt index (checksum mismatch)")
+                return [ChunkInfo(*e[:5], bool(e[5]), *e[6:])
+                        for e in _ENTRY.iter_unpack(index[8:])]
+        if not recover:
+            raise self._fail("truncated file: no index at the end (was the writer closed?); "
+                             "pass --recover to read the complete chunks it has")
+        return self._scan_chunks()
+
+    def _scan_chunks(self) -> list[ChunkInfo]:
+        """Walk chunk headers from the start; keep every complete chunk with a good checksum."""
+        chunks, pos = [], self._data_start
+        while pos + _CHUNK.size <= self.file_bytes:
+            self._fh.seek(pos)
+            fields = _CHUNK.unpack(self._fh.read(_CHUNK.size))
+            if fields[0] != b"CHNK":
+                break
+            _, req, layer, first, steps, width, ordered, acc, plen, crc = fields
+            if pos + _CHUNK.size + plen > self.file_bytes or zlib.crc32(self._fh.read(plen)) != crc:
+                break
+            chunks.append(ChunkInfo(req, layer, first, steps, width, bool(ordered), acc, pos))
+            pos += _CHUNK.size + plen
+        self.recovered = True
+        warnings.warn(f"{self.path}: no index (unclosed writer); recovered {len(chunks)} complete chunks",
+                      stacklevel=3)
+        return chunks
+
+    # -- the trace interface shared with NpyTrace -------------------------------------------
+    @property
+    def keys(self) -> list[StreamKey]:
+        return list(self._streams)
+
+    @property
+    def accesses(self) -> int:
+        return sum(c.accesses for cs in self._streams.values() for c in cs)
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def __iter__(self) -> Iterator[Stream]:
+        for key in self._streams:
+            yield self.read(key)
+
+    def read(self, key: StreamKey | tuple[int, int]) -> Stream:
+        """Decode and check one stream."""
+        key = StreamKey(*key)
+        if key not in self._streams:
+            raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
+        chunks = self._streams[key]
+        width = max(c.width for c in chunks)
+        parts_i, parts_c = [], []
+        for c in chunks:
+            self._fh.seek(c.offset)
+            fields = _CHUNK.unpack(self._fh.read(_CHUNK.size))
+            plen, crc = fields[-2], fields[-1]
+            payload = self._fh.read(plen)
+            fail = dict(path=self.path, request=key.request, layer=key.layer)
+            if fields[0] != b"CHNK" or len(payload) != plen:
+                raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
+            if zlib.crc32(payload) != crc:
+                raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
+            try:
+                rows, ctx = decode_stream(payload, c.steps, c.width, c.ordered)
+            except TraceError as exc:
+                step = None if exc.step is None else exc.step + c.first_step
+                raise TraceError(exc.problem, step=step, **fail) from None
+            if c.width < width:
+                rows = np.pad(rows, ((0, 0), (0, width - c.width)), constant_values=-1)
+            parts_i.append(rows)
+            parts_c.append(ctx)
+        indices = np.concatenate(parts_i) if len(parts_i) > 1 else parts_i[0]
+        ctx_len = np.concatenate(parts_c) if len(parts_c) > 1 else parts_c[0]
+        try:
+            check_stream(indices, ctx_len, self.meta.k)
+        except TraceError as exc:
+            raise exc.at(path=self.path, request=key.request, layer=key.layer) from None
+        return Stream(key.request, key.layer, ctx_len, indices)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> TraceReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_trace(path: str | os.PathLike, meta: TraceMeta, streams, *, keep_order: bool = False) -> None:
+    """Write streams (any iterable) to ``path`` atomically."""
+    with TraceWriter(path, k=meta.k, source=meta.source, extra=meta.extra, keep_order=keep_order) as w:
+        for s in streams:
+            w.write_stream(s)

@@ -1,0 +1,185 @@
+"""Synthetic top-k traces with the structure real ones have (BRIEF section 4).
+
+Each step selects k positions out of a context that grows one token per step:
+- ``sinks`` first positions and the last ``local_window`` positions (the newest included) always;
+- a share ``retention`` of the rest of the previous step's set is kept (preferring, by
+  ``layer_corr``, the entries the layer above selects at this step) (``burst_retention`` on
+  burst steps, which come with probability ``burst_prob``: a change of topic);
+- the remainder is new: with probability ``layer_corr`` an entry of the layer above at the same
+  step, otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
+  tokens chosen by Zipf(``zipf_alpha``) popularity.
+While the context holds at most k tokens, every position is selected (DSA's behaviour).
+Steps are stored sorted. The same knobs and seed give the same streams, bit for bit.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import HisparseError
+from .stream import Stream
+
+
+@dataclass(frozen=True)
+class GeneratorKnobs:
+    sinks: int = 4
+    local_window: int = 64
+    retention: float = 0.92
+    burst_prob: float = 0.03
+    burst_retention: float = 0.5
+    run_mean: float = 16.0
+    passage_len: int = 256
+    zipf_alpha: float = 1.1
+    layer_corr: float = 0.5
+
+    def check(self) -> None:
+        """Raise HisparseError naming the first knob out of range."""
+        for name in ("retention", "burst_prob", "burst_retention", "layer_corr"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise HisparseError(f"knob {name} = {v} must lie in [0, 1]")
+        for name in ("sinks", "local_window"):
+            if getattr(self, name) < 0:
+                raise HisparseError(f"knob {name} = {getattr(self, name)} must be >= 0")
+        if self.local_window < 1:
+            raise HisparseError("knob local_window must be >= 1 (the newest token is always selected)")
+        if self.run_mean < 1 or self.passage_len < 1 or self.zipf_alpha < 0:
+            raise HisparseError("knobs run_mean and passage_len must be >= 1 and zipf_alpha >= 0")
+
+
+PRESETS: dict[str, GeneratorKnobs] = {
+    # DSA-like: ~90% adjacent-step overlap, some bursts, moderate layer correlation.
+    "dsa-like": GeneratorKnobs(),
+    # Very stable selections: adjacent-step overlap >= 0.9 by a margin.
+    "high-locality": GeneratorKnobs(local_window=128, retention=0.98, burst_prob=0.005,
+                                    burst_retention=0.8, run_mean=32.0, layer_corr=0.7),
+    # Frequent topic changes: low-overlap steps come often.
+    "bursty": GeneratorKnobs(retention=0.85, burst_prob=0.12, burst_retention=0.15,
+                             run_mean=8.0, layer_corr=0.3),
+}
+
+
+def load_knobs(spec: str) -> GeneratorKnobs:
+    """A preset name, or a TOML file of knobs (missing knobs take the dsa-like defaults)."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    path = Path(spec)
+    if not path.exists():
+        raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(PRESETS)}; or give a knobs .toml file)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    data = data.get("knobs", data)
+    known = {f.name: f.type for f in fields(GeneratorKnobs)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise HisparseError(f"{path}: unknown knob(s) {', '.join(unknown)} (known: {', '.join(known)})")
+    defaults = GeneratorKnobs()
+    try:
+        knobs = replace(defaults, **{k: type(getattr(defaults, k))(v) for k, v in data.items()})
+    except (TypeError, ValueError) as exc:
+        raise HisparseError(f"{path}: bad knob value ({exc})") from None
+    knobs.check()
+    return knobs
+
+
+def knobs_to_toml(knobs: GeneratorKnobs, comment: str = "") -> str:
+    """TOML text for a knobs file (readable by load_knobs)."""
+    lines = [f"# {c}" for c in comment.splitlines()] + ["[knobs]"]
+    for name, value in asdict(knobs).items():
+        lines.append(f"{name} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+class _Popularity:
+    """Zipf popularity over passages of the context, fixed per request."""
+
+    def __init__(self, knobs: GeneratorKnobs, max_ctx: int, rng: np.random.Generator) -> None:
+        n = max_ctx // knobs.passage_len + 1
+        weights = 1.0 / np.arange(1, n + 1) ** knobs.zipf_alpha
+        self.weights = weights[rng.permutation(n)]
+        self.passage_len = knobs.passage_len
+
+    def draw_runs(self, rng: np.random.Generator, lo: int, hi: int, count: int, run_mean: float) -> np.ndarray:
+        """Positions of about ``count`` entries in contiguous runs inside [lo, hi)."""
+        n_passages = max(1, -(-hi // self.passage_len))
+        w = self.weights[:n_passages]
+        n_runs = max(1, int(np.ceil(count / run_mean)) + 2)
+        passage = rng.choice(n_passages, size=n_runs, p=w / w.sum())
+        starts = passage * self.passage_len + rng.integers(0, self.passage_len, size=n_runs)
+        lengths = rng.geometric(1.0 / run_mean, size=n_runs)
+        pos = np.repeat(starts - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())
+        return pos[(pos >= lo) & (pos < hi)]
+
+
+def _fill(rng, chosen: np.ndarray, candidates: np.ndarray, need: int) -> np.ndarray:
+    """The first ``need`` distinct candidates not already chosen, in draw order."""
+    if need <= 0 or candidates.size == 0:
+        return candidates[:0]
+    fresh = candidates[~np.isin(candidates, chosen)]
+    _, first = np.unique(fresh, return_index=True)
+    return fresh[np.sort(first)][:need]
+
+
+def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: np.ndarray,
+          above: np.ndarray | None) -> np.ndarray:
+    if ctx <= k:
+        return np.arange(ctx, dtype=np.int64)
+    lo, hi = min(knobs.sinks, ctx), max(ctx - knobs.local_window, min(knobs.sinks, ctx))
+    must = np.r_[np.arange(lo), np.arange(hi, ctx)]
+    free = prev[(prev >= lo) & (prev < hi)]
+    retain = knobs.burst_retention if rng.random() < knobs.burst_prob else knobs.retention
+    n_keep = min(int(round(retain * free.size)), k - must.size)
+    # Keep a random share of the previous set; with layer correlation, prefer the entries the
+    # layer above selects now (adjacent layers agree without losing temporal overlap).
+    score = rng.random(free.size)
+    if above is not None:
+        score += knobs.layer_corr * np.isin(free, above)
+    kept = free[np.argpartition(-score, n_keep - 1)[:n_keep]] if 0 < n_keep < free.size else free[:n_keep]
+    chosen = np.r_[must, kept]
+    need = k - chosen.size
+    if above is not None and knobs.layer_corr > 0:
+        pool = above[(above >= lo) & (above < hi)]
+        take = rng.permutation(pool)[: rng.binomial(need, knobs.layer_corr)]
+        chosen = np.r_[chosen, _fill(rng, chosen, take, need)]
+    while chosen.size < k:
+        need = k - chosen.size
+        draws = pop.draw_runs(rng, lo, hi, need * 2, knobs.run_mean)
+        extra = _fill(rng, chosen, draws, need)
+        if extra.size == 0:  # runs keep landing on chosen entries: top up uniformly
+            spare = np.setdiff1d(np.arange(lo, hi), chosen)
+            extra = rng.choice(spare, size=min(need, spare.size), replace=False)
+        chosen = np.r_[chosen, extra]
+    return np.sort(chosen)
+
+
+def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k: int, ctx0: int,
+             seed: int) -> Iterator[Stream]:
+    """Yield streams request by request, layer by layer (layer l follows layer l-1)."""
+    knobs.check()
+    for name, v in (("steps", steps), ("layers", layers), ("requests", requests), ("topk", k), ("ctx0", ctx0)):
+        if v < 1:
+            raise HisparseError(f"--{name} must be >= 1, got {v}")
+    ctx_len = ctx0 + np.arange(steps, dtype=np.int64)
+    for request in range(requests):
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(request,)))
+        pop = _Popularity(knobs, int(ctx_len[-1]) + 1, rng)
+        above_rows: list[np.ndarray] | None = None
+        for layer in range(layers):
+            rows: list[np.ndarray] = []
+            prev = np.zeros(0, dtype=np.int64)
+            for t in range(steps):
+                above = above_rows[t] if above_rows is not None else None
+                prev = _step(rng, knobs, pop, k, int(ctx_len[t]), prev, above)
+                rows.append(prev)
+            indices = np.full((steps, min(k, int(ctx_len[-1]))), -1, dtype=np.int32)
+            for t, row in enumerate(rows):
+                indices[t, : row.size] = row
+            above_rows = rows
+            yield Stream(request, layer, ctx_len.copy(), indices)

@@ -1,0 +1,71 @@
+"""In-memory trace model: one stream is the top-k history of one (request, layer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+FORMAT_VERSION = 1
+PAD = -1
+
+
+class StreamKey(NamedTuple):
+    request: int
+    layer: int
+
+
+@dataclass
+class Stream:
+    """Decode steps of one (request, layer).
+
+    ``indices`` is int32 [steps, width]: row t holds the positions selected at step t, in their
+    stored order, padded with -1 at the end. ``ctx_len`` is int64 [steps]: tokens in context at
+    step t, the newest (position ctx_len - 1) included.
+    """
+
+    request: int
+    layer: int
+    ctx_len: np.ndarray
+    indices: np.ndarray
+
+    @property
+    def key(self) -> StreamKey:
+        return StreamKey(self.request, self.layer)
+
+    @property
+    def steps(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Selected entries per step (the non-padding prefix of each row)."""
+        return (self.indices >= 0).sum(axis=1)
+
+    @property
+    def accesses(self) -> int:
+        return int(np.count_nonzero(self.indices >= 0))
+
+    def step(self, t: int) -> np.ndarray:
+        """The selected positions of step t (no padding)."""
+        row = self.indices[t]
+        return row[row >= 0]
+
+
+@dataclass
+class TraceMeta:
+    """What a trace file says about itself.
+
+    ``source`` says where the trace came from: for recorded traces ``{"kind": "recorded",
+    "model": ..., "text": ...}``; for synthetic ones ``{"kind": "synthetic", "generator": ...,
+    "knobs": {...}, "seed": ...}``.
+    """
+
+    k: int
+    source: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format_version": self.format_version, "k": self.k, "source": self.source, "extra": self.extra}
