@@ -61,6 +61,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--out", required=True, metavar="PATH", help="output path (written atomically)")
     exp.set_defaults(run=run_export)
 
+    from . import trace_record  # record and fit: real-model traces (issue 4)
+
+    trace_record.add_parsers(sub)
+
 
 def run_gen(args: argparse.Namespace) -> int:
     from dataclasses import asdict
