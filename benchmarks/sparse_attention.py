@@ -1,0 +1,259 @@
+"""Time the sparse MLA decode kernel against a PyTorch bf16 eager reference on one GPU.
+
+Usage (on the H200):  python benchmarks/sparse_attention.py --out benchmarks/results/sparse_attention-h200.csv
+
+For every B in {1, 8, 32, 64, 128}, H in {64, 128} and KV layout (bf16 1152 B rows, fp8 656 B
+rows), with k = 2048, it times, in the same process:
+- the kernel: a CUDA graph of calls over rotating input sets (so L2 holds no previous call's rows),
+  CUDA events, median per call over many replays;
+- the reference a user would otherwise write: gather, bmm, masked softmax, bmm in PyTorch eager
+  (fp8 rows dequantised to bf16 first), CUDA events around the same rotating calls, median;
+- the roofline: max(min bytes / measured HBM copy bandwidth, FLOPs / measured bf16 GEMM rate),
+  both ceilings measured at the start of the run.
+Writes a CSV with columns B,H,K,kv_dtype,us,ref_us,roofline_us and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cupy_kernels.mla_reference import (  # noqa: E402
+    D_LATENT,
+    D_QK,
+    FP8_ROW_BYTES,
+    attention_flops,
+    attention_min_bytes,
+)
+from cupy_kernels.sparse_attention import sparse_mla_decode, workspace_elems  # noqa: E402
+
+K = 2048
+REGION = 4096  # hot-buffer slots per request: top-k picks 2048 of them
+
+
+def measure_copy_bandwidth(cp: Any, nbytes: int = 2 << 30, reps: int = 20) -> float:
+    """Device-to-device copy, bytes read + written per second (median)."""
+    src = cp.random.randint(0, 255, nbytes, dtype=cp.uint8)
+    dst = cp.empty_like(src)
+    times = _time_events(cp, lambda: cp.copyto(dst, src), reps, warmup=3)
+    return 2 * nbytes / statistics.median(times)
+
+
+def measure_gemm_rate(torch: Any, n: int = 8192, reps: int = 20) -> float:
+    """bf16 n^3 matrix product on random data through PyTorch, FLOP/s (median)."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    times = _time_torch(torch, lambda: torch.matmul(a, b), reps, warmup=3)
+    return 2 * n**3 / statistics.median(times)
+
+
+def _time_events(cp: Any, fn: Any, reps: int, warmup: int) -> list[float]:
+    """Seconds per call of fn, one event pair per call."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+    return out
+
+
+def _time_torch(torch: Any, fn: Any, reps: int, warmup: int) -> list[float]:
+    """Seconds per call of fn with torch CUDA events (torch's current stream)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        e0 = torch.cuda.Event(enable_timing=True)
+        e1 = torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        out.append(e0.elapsed_time(e1) * 1e-3)
+    return out
+
+
+def make_sets(cp: Any, batch: int, heads: int, kv_dtype: str, n_sets: int) -> tuple[Any, list]:
+    """One KV pool and n_sets (q, slots, out, lse, workspace) sets touching disjoint pool regions."""
+    n_rows = n_sets * batch * REGION
+    if kv_dtype == "bf16":
+        pool = _bf16_bits(cp, cp.random.standard_normal((n_rows, D_QK), dtype=cp.float32))
+    else:
+        pool = cp.empty((n_rows, FP8_ROW_BYTES), cp.uint8)
+        mag = cp.random.randint(0, 0x7F, (n_rows, D_LATENT), dtype=cp.uint8)  # no NaN code
+        pool[:, :D_LATENT] = mag | (cp.random.randint(0, 2, mag.shape, dtype=cp.uint8) << 7)
+        scales = cp.random.uniform(0.001, 0.01, (n_rows, 4)).astype(cp.float32)
+        pool[:, D_LATENT : D_LATENT + 16] = scales.view(cp.uint8)
+        rope = _bf16_bits(cp, cp.random.standard_normal((n_rows, 64), dtype=cp.float32))
+        pool[:, D_LATENT + 16 :] = rope.view(cp.uint8)
+    sets = []
+    for s in range(n_sets):
+        q = _bf16_bits(cp, cp.random.standard_normal((batch, heads, D_QK), dtype=cp.float32))
+        pick = cp.argsort(cp.random.random((batch, REGION)), axis=1)[:, :K]
+        base = (s * batch + cp.arange(batch)[:, None]) * REGION
+        slots = cp.ascontiguousarray((base + pick).astype(cp.int32))
+        out = cp.empty((batch, heads, D_LATENT), cp.uint16)
+        lse = cp.empty((batch, heads), cp.float32)
+        ws = cp.empty(workspace_elems(batch, heads, K), cp.float32)
+        sets.append((q, slots, out, lse, ws))
+    return pool, sets
+
+
+def _bf16_bits(cp: Any, x: Any) -> Any:
+    """float32 -> bf16 bit patterns (round to nearest even), as uint16."""
+    u = x.view(cp.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+
+
+def time_kernel(cp: Any, pool: Any, sets: list, kv_dtype: str, scale: float, reps: int, graph: bool) -> float:
+    """Median us per call: a CUDA graph of one call per input set (or plain launches), replayed."""
+
+    def run_all() -> None:
+        for q, slots, out, lse, ws in sets:
+            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws)
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        run_all()
+        run_all()
+        stream.synchronize()
+        fn = run_all
+        try:
+            if not graph:
+                raise RuntimeError("disabled by --no-graph")
+            stream.begin_capture()
+            run_all()
+            g = stream.end_capture()
+            fn = lambda: g.launch(stream)  # noqa: E731
+        except Exception as exc:  # graph capture unavailable: plain launches
+            try:
+                stream.end_capture()
+            except Exception:
+                pass
+            print(f"  (no CUDA graph: {exc}; timing plain launches)")
+        times = _time_events_on(cp, stream, fn, reps, warmup=3)
+    return statistics.median(times) / len(sets) * 1e6
+
+
+def _time_events_on(cp: Any, stream: Any, fn: Any, reps: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        e0.record(stream)
+        fn()
+        e1.record(stream)
+        e1.synchronize()
+        out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+    return out
+
+
+def torch_reference(torch: Any, q: Any, rows_of: Any, slots: Any, scale: float) -> tuple[Any, Any]:
+    """What a user writes: gather, bmm, masked softmax (fp32), bmm; bf16 tensors."""
+    rows = rows_of(slots.clamp(min=0).long())  # [B, k, 576] bf16
+    s = torch.bmm(q, rows.transpose(1, 2)).float() * scale
+    s = s.masked_fill((slots < 0).unsqueeze(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1).to(torch.bfloat16)
+    return torch.bmm(p, rows[:, :, :D_LATENT]), lse
+
+
+def torch_row_gather(torch: Any, pool_t: Any, kv_dtype: str) -> Any:
+    """Row gather for the reference: bf16 rows directly, fp8 rows dequantised to bf16."""
+    if kv_dtype == "bf16":
+        return lambda idx: pool_t[idx]
+
+    def gather_fp8(idx: Any) -> Any:
+        raw = pool_t[idx]  # [B, k, 656] uint8
+        lat = raw[..., :D_LATENT].view(torch.float8_e4m3fn).float()
+        sc = raw[..., D_LATENT : D_LATENT + 16].contiguous().view(torch.float32)
+        lat = (lat.unflatten(-1, (4, 128)) * sc.unsqueeze(-1)).flatten(-2)
+        rope = raw[..., D_LATENT + 16 :].contiguous().view(torch.bfloat16)
+        return torch.cat([lat.to(torch.bfloat16), rope], dim=-1)
+
+    return gather_fp8
+
+
+def time_reference(torch: Any, cp: Any, pool: Any, sets: list, kv_dtype: str, scale: float, reps: int) -> tuple[float, float]:
+    """(median us per call, rel. difference kernel vs reference on set 0)."""
+    pool_t = torch.from_dlpack(pool.view(cp.int16)).view(torch.bfloat16) if kv_dtype == "bf16" else torch.from_dlpack(pool)
+    gather = torch_row_gather(torch, pool_t, kv_dtype)
+    tsets = [(torch.from_dlpack(q.view(cp.int16)).view(torch.bfloat16), torch.from_dlpack(slots)) for q, slots, *_ in sets]
+    cp.cuda.Device().synchronize()
+
+    def run_all() -> None:
+        for q_t, s_t in tsets:
+            torch_reference(torch, q_t, gather, s_t, scale)
+
+    times = _time_torch(torch, run_all, reps, warmup=2)
+    ref_out, _ = torch_reference(torch, tsets[0][0], gather, tsets[0][1], scale)
+    got = torch.from_dlpack(sets[0][2].view(cp.int16)).view(torch.bfloat16).float()
+    rel = float((got - ref_out.float()).norm() / ref_out.float().norm())
+    return statistics.median(times) / len(sets) * 1e6, rel
+
+
+def main(argv: list[str] | None = None) -> int:
+    import cupy as cp
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/sparse_attention-h200.csv"))
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
+    ap.add_argument("--heads", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--kv-dtypes", nargs="+", default=["bf16", "fp8"])
+    ap.add_argument("--sets", type=int, default=4, help="rotating input sets per timed call group")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--ref-reps", type=int, default=10)
+    ap.add_argument("--no-graph", action="store_true", help="time plain launches, not a CUDA graph")
+    args = ap.parse_args(argv)
+
+    bw = measure_copy_bandwidth(cp)
+    rate = measure_gemm_rate(torch)
+    print(f"{torch.cuda.get_device_name()}: HBM copy {bw / 1e9:.0f} GB/s, bf16 GEMM {rate / 1e12:.0f} TFLOP/s")
+    scale = D_QK**-0.5
+    rows = []
+    for kv_dtype in args.kv_dtypes:
+        for batch in args.batches:
+            for heads in args.heads:
+                pool, sets = make_sets(cp, batch, heads, kv_dtype, args.sets)
+                cp.cuda.Device().synchronize()  # inputs are made on the null stream
+                us = time_kernel(cp, pool, sets, kv_dtype, scale, args.reps, not args.no_graph)
+                ref_us, rel = time_reference(torch, cp, pool, sets, kv_dtype, scale, args.ref_reps)
+                roof = 1e6 * max(attention_min_bytes(batch, heads, K, kv_dtype) / bw, attention_flops(batch, heads, K) / rate)
+                rows.append((batch, heads, K, kv_dtype, us, ref_us, roof))
+                print(f"B={batch:4d} H={heads:3d} {kv_dtype:4s} kernel {us:8.1f} us  torch {ref_us:8.1f} us  "
+                      f"roofline {roof:7.1f} us  {100 * roof / us:5.1f}% roof  x{ref_us / us:5.1f}  "
+                      f"|kernel-torch|/|torch| {rel:.1e}", flush=True)
+                del pool, sets
+                cp.get_default_memory_pool().free_all_blocks()
+                torch.cuda.empty_cache()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["B", "H", "K", "kv_dtype", "us", "ref_us", "roofline_us"])
+        for b, h, k, d, us, ref_us, roof in rows:
+            w.writerow([b, h, k, d, f"{us:.1f}", f"{ref_us:.1f}", f"{roof:.1f}"])
+    print(f"\nwrote {args.out}\n")
+    print("| B | H | kv | kernel us | torch us | roofline us | % roofline | speed-up |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b, h, _, d, us, ref_us, roof in rows:
+        print(f"| {b} | {h} | {d} | {us:.1f} | {ref_us:.1f} | {roof:.1f} | {100 * roof / us:.0f}% | {ref_us / us:.1f}x |")
+    return 0 if all(math.isfinite(r[4]) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,457 @@
+// Absorbed-MLA sparse decode attention (DeepSeek Sparse Attention) for Hopper (sm_90a).
+//
+// One CTA = 64 query heads of one request x one split of its top-k token list.
+// Two warpgroups (256 threads).  Per tile of 64 gathered KV rows:
+//   S = Q K^T      : warpgroup w computes tokens [32w, 32w+32) with wgmma m64n32k16 (K = 576)
+//   softmax        : online, row max exchanged between the warpgroups through shared memory
+//   O += P V       : warpgroup w owns output columns [256w, 256w+256), wgmma m64n256k16
+// K and V are the same gathered rows (V = first 512 values), stored once in shared memory in the
+// 128-byte-swizzled layout that serves as K-major B for S and as MN-major B for P V.
+// bf16 rows are gathered with cp.async straight into that layout (two stages); FP8 rows (656 B)
+// are gathered raw into a staging buffer and dequantised to bf16 by all threads.
+// Outputs: bf16 out and natural-log lse, or fp32 partials per split merged by mla_combine.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#define D_QK 576
+#define D_V 512
+#define HEADS_PER_CTA 64
+#define TILE 64
+#define NCHUNK 9                              // 64-value (128-byte) chunks per 576-value row
+#define CHUNK_BYTES (TILE * 128)              // one chunk of a 64-row tile
+#define TILE_BYTES (NCHUNK * CHUNK_BYTES)     // 73728: 64 bf16 rows of 576
+#define Q_BYTES (NCHUNK * HEADS_PER_CTA * 128)
+#define P_BYTES (HEADS_PER_CTA * 128)         // 64 heads x 64 tokens bf16
+#define XCH_BYTES (2 * 2 * HEADS_PER_CTA * 4) // row max / row sum exchange
+#define SLOT_BYTES (2 * TILE * 4)             // validated slots of the next two tiles
+#define FP8_ROW 656
+#define STAGE_BYTES (TILE * FP8_ROW)          // 41984
+#define NTHREADS 256
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+
+// ---------------------------------------------------------------------------------------------
+// PTX helpers
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global -> shared; src_bytes = 0 writes zeros (masked rows).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Generic-proxy shared-memory writes must be fenced before the tensor cores (async proxy) read them.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Shared-memory matrix descriptor, 128-byte swizzle.  K-major: lbo unused (16), sbo = 1024
+// (8 rows of 128 B).  MN-major: lbo = stride between 64-wide MN blocks, sbo = 8 K-rows (1024).
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+// Byte offset of 16-byte unit u (0..7) of row r in a 128-byte-swizzled chunk.
+__device__ __forceinline__ uint32_t swz(int r, int u) { return r * 128 + ((u ^ (r & 7)) << 4); }
+
+// D[64 x 32] (+)= A[64 x 16] * B[16 x 32], A and B from shared memory (descriptors).
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
+                                                 int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1, 0, %19;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+}
+
+// D[64 x 256] (+)= A[64 x 16] * B[16 x 256], A and B from shared memory (descriptors).
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
+                                                 int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, p, 1, 1, 0, %131;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loaders
+// ---------------------------------------------------------------------------------------------
+// Slot of token `tok`, or -1 when masked (beyond this split, negative, or >= n_rows).
+__device__ __forceinline__ int fetch_slot(const int* slots_b, int tok, int tok_end, long long n_rows) {
+    int slot = tok < tok_end ? __ldg(slots_b + tok) : -1;
+    return (slot >= 0 && slot < n_rows) ? slot : -1;
+}
+
+// Q rows of this CTA's 64 heads -> swizzled smem (18 x 16 B per thread).
+__device__ __forceinline__ void load_q(uint32_t q_s, const uint16_t* q_rows, int tid) {
+#pragma unroll
+    for (int i = 0; i < (HEADS_PER_CTA * 72) / NTHREADS; ++i) {
+        int idx = tid + i * NTHREADS;
+        int h = idx / 72, ci = idx - h * 72;
+        cp_async16(q_s + (ci >> 3) * (HEADS_PER_CTA * 128) + swz(h, ci & 7), q_rows + h * D_QK + ci * 8, 16);
+    }
+}
+
+// 64 bf16 rows (1152 B) gathered by slot -> swizzled smem tile; invalid rows become zeros.
+__device__ __forceinline__ void load_tile_bf16(uint32_t kv_s, const uint16_t* kv, const int* slot_tile, int tid) {
+#pragma unroll 6
+    for (int i = 0; i < (TILE * 72) / NTHREADS; ++i) {
+        int idx = tid + i * NTHREADS;
+        int t = idx / 72, ci = idx - t * 72;
+        int slot = slot_tile[t];
+        bool ok = slot >= 0;
+        const uint16_t* src = kv + (ok ? (long long)slot * D_QK + ci * 8 : 0);
+        cp_async16(kv_s + (ci >> 3) * CHUNK_BYTES + swz(t, ci & 7), src, ok ? 16 : 0);
+    }
+}
+
+// 64 raw FP8 rows (656 B) gathered by slot -> staging smem (row-contiguous).
+__device__ __forceinline__ void load_tile_fp8(uint32_t st_s, const uint8_t* kv, const int* slot_tile, int tid) {
+    constexpr int UNITS = FP8_ROW / 16;  // 41
+#pragma unroll 4
+    for (int i = 0; i < (TILE * UNITS + NTHREADS - 1) / NTHREADS; ++i) {
+        int idx = tid + i * NTHREADS;
+        if (idx < TILE * UNITS) {
+            int t = idx / UNITS, u = idx - t * UNITS;
+            int slot = slot_tile[t];
+            bool ok = slot >= 0;
+            const uint8_t* src = kv + (ok ? (long long)slot * FP8_ROW + u * 16 : 0);
+            cp_async16(st_s + t * FP8_ROW + u * 16, src, ok ? 16 : 0);
+        }
+    }
+}
+
+// Staged FP8 rows -> bf16 swizzled tile: value = e4m3 * fp32 scale of its 128-value block.
+__device__ __forceinline__ void dequant_tile(uint8_t* kv_tile, const uint8_t* stage, int tid) {
+#pragma unroll 6
+    for (int i = 0; i < (TILE * 72) / NTHREADS; ++i) {
+        int idx = tid + i * NTHREADS;
+        int t = idx / 72, ci = idx - t * 72;
+        int c = ci >> 3, u = ci & 7;
+        const uint8_t* row = stage + t * FP8_ROW;
+        uint4 v;
+        if (c < 8) {
+            uint2 raw = *reinterpret_cast<const uint2*>(row + c * 64 + u * 8);
+            float sc = *reinterpret_cast<const float*>(row + 512 + (c >> 1) * 4);
+            uint32_t w[2] = {raw.x, raw.y};
+            uint32_t o[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
+                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+                float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
+                __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+                o[k] = *reinterpret_cast<uint32_t*>(&b2);
+            }
+            v = make_uint4(o[0], o[1], o[2], o[3]);
+        } else {
+            v = *reinterpret_cast<const uint4*>(row + 528 + u * 16);
+        }
+        *reinterpret_cast<uint4*>(kv_tile + c * CHUNK_BYTES + swz(t, u)) = v;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main kernel
+// ---------------------------------------------------------------------------------------------
+// grid = (H / 64, n_splits, B): the head groups of one request run side by side and share the
+// gathered rows through L2.
+template <bool FP8>
+__device__ __forceinline__ void mla_decode_body(
+    const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
+    long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
+    float* __restrict__ part_lse) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* q_sm = smem;
+    uint8_t* kv_sm[2];
+    kv_sm[0] = smem + Q_BYTES;
+    kv_sm[1] = FP8 ? kv_sm[0] : kv_sm[0] + TILE_BYTES;
+    uint8_t* p_sm = smem + Q_BYTES + (FP8 ? 1 : 2) * TILE_BYTES;
+    float* xch = reinterpret_cast<float*>(p_sm + P_BYTES);  // [2 kinds][2 wg][64 rows]
+    int* slot_sm = reinterpret_cast<int*>(p_sm + P_BYTES + XCH_BYTES);  // [2 tiles][64]
+    uint8_t* stage = p_sm + P_BYTES + XCH_BYTES + SLOT_BYTES;          // FP8 only
+
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+    const int n_splits = gridDim.y;
+    const int tok_begin = split * tiles_per_split * TILE;
+    const int tok_end = min(K, tok_begin + tiles_per_split * TILE);
+    const int n_tiles = (tok_end - tok_begin + TILE - 1) / TILE;
+    const int* slots_b = slots + (long long)b * K;
+    const uint16_t* q_rows = q + ((long long)b * H + hg * HEADS_PER_CTA) * D_QK;
+
+    const uint32_t q_s = smem_u32(q_sm), p_s = smem_u32(p_sm);
+    const uint32_t kv_s0 = smem_u32(kv_sm[0]), kv_s1 = smem_u32(kv_sm[1]);
+
+    // rows owned by this thread in the wgmma accumulator layout
+    const int r0 = warp * 16 + (lane >> 2);  // and r0 + 8
+    const int cq = (lane & 3) * 2;
+
+    float o_acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
+    float s_acc[16];
+    float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+
+    // slot indices are staged in shared memory two tiles ahead, so no gather waits on them
+    if (tid < TILE) {
+        slot_sm[tid] = fetch_slot(slots_b, tok_begin + tid, tok_end, n_rows);
+        slot_sm[TILE + tid] = fetch_slot(slots_b, tok_begin + TILE + tid, tok_end, n_rows);
+    }
+    __syncthreads();
+    load_q(q_s, q_rows, tid);
+    if (FP8) {
+        load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, slot_sm, tid);
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        dequant_tile(kv_sm[0], stage, tid);
+        fence_proxy_async();
+    } else {
+        load_tile_bf16(kv_s0, (const uint16_t*)kv_raw, slot_sm, tid);
+        cp_async_commit();
+    }
+
+    for (int it = 0; it < n_tiles; ++it) {
+        const int tok0 = tok_begin + it * TILE;
+        const int buf = FP8 ? 0 : (it & 1);
+        const uint32_t kv_cur = buf ? kv_s1 : kv_s0, kv_nxt = buf ? kv_s0 : kv_s1;
+        if (!FP8) {
+            cp_async_wait_all();
+            fence_proxy_async();
+        }
+        __syncthreads();  // tile `it` visible to all; previous tile's MMAs finished in both warpgroups
+        int* sl_cur = slot_sm + (it & 1) * TILE;
+        const int* sl_nxt = slot_sm + ((it + 1) & 1) * TILE;
+        const int pre = tid < TILE ? fetch_slot(slots_b, tok0 + 2 * TILE + tid, tok_end, n_rows) : -1;
+
+        // ---- S = Q K^T for this warpgroup's 32 tokens (36 k-steps of 16) ----
+        const uint64_t dq = make_desc(q_s, 16, 1024);
+        const uint64_t dk = make_desc(kv_cur + wg * 32 * 128, 16, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 36; ++s) {
+            const uint32_t off = (s >> 2) * (HEADS_PER_CTA * 128) + (s & 3) * 32;
+            const uint32_t offk = (s >> 2) * CHUNK_BYTES + (s & 3) * 32;
+            wgmma_m64n32k16<0>(s_acc, dq + (off >> 4), dk + (offk >> 4), s > 0);
+        }
+        wgmma_commit();
+
+        // ---- prefetch the next tile while the tensor cores work ----
+        if (it + 1 < n_tiles) {
+            if (FP8)
+                load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, sl_nxt, tid);
+            else
+                load_tile_bf16(kv_nxt, (const uint16_t*)kv_raw, sl_nxt, tid);
+            cp_async_commit();
+        }
+        // validity of this thread's 8 score columns
+        uint32_t valid = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                valid |= (sl_cur[wg * 32 + j * 8 + cq + c] >= 0 ? 1u : 0u) << (j * 2 + c);
+            }
+        wgmma_wait0();
+
+        // ---- online softmax (log2 domain) ----
+        float m_loc[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    float v = ((valid >> (j * 2 + c)) & 1) ? s_acc[j * 4 + i * 2 + c] * scale_log2 : -INFINITY;
+                    s_acc[j * 4 + i * 2 + c] = v;
+                    m_loc[i] = fmaxf(m_loc[i], v);
+                }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            m_loc[i] = fmaxf(m_loc[i], __shfl_xor_sync(0xffffffff, m_loc[i], 1));
+            m_loc[i] = fmaxf(m_loc[i], __shfl_xor_sync(0xffffffff, m_loc[i], 2));
+        }
+        if ((lane & 3) == 0) {
+            xch[wg * 64 + r0] = m_loc[0];
+            xch[wg * 64 + r0 + 8] = m_loc[1];
+        }
+        __syncthreads();
+        if (tid < TILE) sl_cur[tid] = pre;  // tile it+2 takes tile it's place (all reads of it done)
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float m_other = xch[(wg ^ 1) * 64 + r0 + i * 8];
+            float m_new = fmaxf(m_run[i], fmaxf(m_loc[i], m_other));
+            m_use[i] = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: keep p = 0, no NaN
+            alpha[i] = exp2f(m_run[i] - m_use[i]);
+            m_run[i] = m_new;
+            l_part[i] *= alpha[i];
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float p0 = exp2f(s_acc[j * 4 + i * 2] - m_use[i]);
+                float p1 = exp2f(s_acc[j * 4 + i * 2 + 1] - m_use[i]);
+                __nv_bfloat162 pb = __floats2bfloat162_rn(p0, p1);
+                float2 pr = __bfloat1622float2(pb);  // sum what the MMA will see
+                l_part[i] += pr.x + pr.y;
+                const int r = r0 + i * 8, col = wg * 32 + j * 8 + cq;
+                *reinterpret_cast<__nv_bfloat162*>(p_sm + swz(r, col >> 3) + (col & 7) * 2) = pb;
+            }
+        fence_proxy_async();
+        __syncthreads();  // P complete
+
+        // ---- O = alpha * O + P V for this warpgroup's 256 columns ----
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            o_acc[j * 4 + 0] *= alpha[0];
+            o_acc[j * 4 + 1] *= alpha[0];
+            o_acc[j * 4 + 2] *= alpha[1];
+            o_acc[j * 4 + 3] *= alpha[1];
+        }
+        const uint64_t dp = make_desc(p_s, 16, 1024);
+        const uint64_t dv = make_desc(kv_cur + wg * 4 * CHUNK_BYTES, CHUNK_BYTES, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            wgmma_m64n256k16<1>(o_acc, dp + ((s * 32) >> 4), dv + ((s * 16 * 128) >> 4), 1);
+        wgmma_commit();
+        wgmma_wait0();
+
+        if (FP8 && it + 1 < n_tiles) {
+            cp_async_wait_all();
+            __syncthreads();  // raw rows visible; both warpgroups done reading the bf16 tile
+            dequant_tile(kv_sm[0], stage, tid);
+            fence_proxy_async();
+        }
+    }
+
+    // ---- epilogue: merge the two warpgroups' row sums, normalise, write ----
+    float* xl = xch + 128;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        l_part[i] += __shfl_xor_sync(0xffffffff, l_part[i], 1);
+        l_part[i] += __shfl_xor_sync(0xffffffff, l_part[i], 2);
+    }
+    if ((lane & 3) == 0) {
+        xl[wg * 64 + r0] = l_part[0];
+        xl[wg * 64 + r0 + 8] = l_part[1];
+    }
+    __syncthreads();
+    float inv[2], lse_row[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        float l = l_part[i] + xl[(wg ^ 1) * 64 + r0 + i * 8];
+        inv[i] = l > 0.f ? 1.f / l : 0.f;
+        lse_row[i] = l > 0.f ? (m_run[i] + log2f(l)) * LN2 : -INFINITY;
+    }
+    const int head0 = hg * HEADS_PER_CTA;
+    if (n_splits == 1) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const long long row = (long long)b * H + head0 + r0 + i * 8;
+            uint16_t* orow = out + row * D_V + wg * 256 + cq;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = v;
+            }
+            if (wg == 0 && (lane & 3) == 0) lse[row] = lse_row[i];
+        }
+    } else {
+        const long long B = gridDim.z;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const long long row = ((long long)split * B + b) * H + head0 + r0 + i * 8;
+            float* orow = part_o + row * D_V + wg * 256 + cq;
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+                *reinterpret_cast<float2*>(orow + j * 8) =
+                    make_float2(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+            if (wg == 0 && (lane & 3) == 0) part_lse[row] = lse_row[i];
+        }
+    }
+}
+
+#define MLA_ARGS                                                                                   \
+    const uint16_t *__restrict__ q, const void *__restrict__ kv, const int *__restrict__ slots,      \
+        long long n_rows, int H, int K, float scale_log2, int tiles_per_split, uint16_t *__restrict__ out, \
+        float *__restrict__ lse, float *__restrict__ part_o, float *__restrict__ part_lse
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_bf16(MLA_ARGS) {
+    mla_decode_body<false>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARGS) {
+    mla_decode_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// Merge split partials: lse = logsumexp_s(lse_s), out = sum_s exp(lse_s - lse) * o_s.
+// grid = B * H, block = 128 (4 columns per thread).
+extern "C" __global__ void __launch_bounds__(128) mla_combine(
+    const float* __restrict__ part_o, const float* __restrict__ part_lse, int n_splits, long long rows,
+    uint16_t* __restrict__ out, float* __restrict__ lse) {
+    const long long row = blockIdx.x;
+    float mx = -INFINITY;
+    for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, part_lse[s * rows + row]);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+    if (mx != -INFINITY) {
+        for (int s = 0; s < n_splits; ++s) {
+            float w = __expf(part_lse[s * rows + row] - mx);
+            float4 o = *reinterpret_cast<const float4*>(part_o + (s * rows + row) * D_V + threadIdx.x * 4);
+            acc.x += w * o.x; acc.y += w * o.y; acc.z += w * o.z; acc.w += w * o.w;
+            wsum += w;
+        }
+    }
+    float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    __nv_bfloat162 a = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    __nv_bfloat162 c = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    uint2 packed = make_uint2(*reinterpret_cast<uint32_t*>(&a), *reinterpret_cast<uint32_t*>(&c));
+    *reinterpret_cast<uint2*>(out + row * D_V + threadIdx.x * 4) = packed;
+    if (threadIdx.x == 0) lse[row] = wsum > 0.f ? mx + logf(wsum) : -INFINITY;
+}

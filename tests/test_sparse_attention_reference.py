@@ -1,0 +1,174 @@
+"""CPU checks of the sparse MLA reference, the FP8 row format and input validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cupy_kernels.mla_reference import (
+    D_LATENT,
+    D_QK,
+    E4M3_MAX,
+    FP8_ROW_BYTES,
+    bf16_to_float,
+    e4m3_decode,
+    e4m3_encode,
+    e4m3_table,
+    float_to_bf16,
+    mla_decode_reference,
+    pack_fp8_rows,
+    unpack_fp8_rows,
+)
+from cupy_kernels.sparse_attention import plan_splits, validate_inputs
+
+
+def _naive(q, rows, slots, scale):
+    """One head, one token at a time: the definition, no vectorisation."""
+    b_n, h_n, _ = q.shape
+    out = np.zeros((b_n, h_n, D_LATENT))
+    lse = np.full((b_n, h_n), -np.inf)
+    for b in range(b_n):
+        toks = [int(s) for s in slots[b] if 0 <= s < rows.shape[0]]
+        for h in range(h_n):
+            if not toks:
+                continue
+            scores = [scale * float(np.dot(q[b, h], rows[t])) for t in toks]
+            m = max(scores)
+            w = [np.exp(s - m) for s in scores]
+            z = sum(w)
+            lse[b, h] = m + np.log(z)
+            for wi, t in zip(w, toks, strict=True):
+                out[b, h] += wi / z * rows[t, :D_LATENT]
+    return out, lse
+
+
+def test_reference_matches_naive_loop():
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((2, 3, D_QK))
+    rows = rng.standard_normal((40, D_QK))
+    slots = rng.integers(-1, 40, size=(2, 17)).astype(np.int32)
+    slots[1, :] = -1
+    slots[1, 5] = 7  # one live token
+    out, lse = mla_decode_reference(q, rows, slots, 0.07)
+    n_out, n_lse = _naive(q, rows, slots, 0.07)
+    np.testing.assert_allclose(out, n_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lse, n_lse, rtol=1e-12)
+    np.testing.assert_allclose(out[1], np.broadcast_to(rows[7, :D_LATENT], (3, D_LATENT)))
+
+
+def test_masked_entries_equal_removed_tokens():
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((1, 4, D_QK))
+    rows = rng.standard_normal((30, D_QK))
+    live = np.array([[3, 9, 27, 0, 11]], dtype=np.int32)
+    masked = np.array([[3, -1, 9, 27, 30, 0, -5, 11]], dtype=np.int32)  # -1, -5, 30 (= N) masked
+    a = mla_decode_reference(q, rows, live, 0.05)
+    b = mla_decode_reference(q, rows, masked, 0.05)
+    np.testing.assert_allclose(a[0], b[0], rtol=1e-13)
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-13)
+
+
+def test_all_masked_row_is_zero_and_minus_inf():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((2, 2, D_QK))
+    rows = rng.standard_normal((8, D_QK))
+    slots = np.array([[-1, -1, -1], [1, 2, -1]], dtype=np.int32)
+    out, lse = mla_decode_reference(q, rows, slots, 0.1)
+    assert np.all(out[0] == 0) and np.all(np.isneginf(lse[0]))
+    assert np.all(np.isfinite(out[1])) and np.all(np.isfinite(lse[1]))
+
+
+def test_e4m3_known_values():
+    known = {0x00: 0.0, 0x38: 1.0, 0x40: 2.0, 0x30: 0.5, 0x3C: 1.5, 0x7E: 448.0, 0x08: 2.0**-6,
+             0x01: 2.0**-9, 0x07: 7 * 2.0**-9, 0xB8: -1.0, 0xFE: -448.0, 0x80: -0.0}
+    for code, val in known.items():
+        assert e4m3_decode(np.uint8(code)) == val, hex(code)
+    assert np.isnan(e4m3_decode(np.uint8(0x7F))) and np.isnan(e4m3_decode(np.uint8(0xFF)))
+    assert np.isnan(e4m3_table()).sum() == 2
+
+
+def test_e4m3_round_trip_and_rounding():
+    codes = np.array([c for c in range(256) if (c & 0x7F) != 0x7F], dtype=np.uint8)
+    np.testing.assert_array_equal(e4m3_encode(e4m3_decode(codes)), codes)
+    assert e4m3_encode(np.array(1.0625))[()] == 0x38  # tie between 1.0 and 1.125: even code
+    assert e4m3_encode(np.array(1.1875))[()] == 0x3A  # tie between 1.125 and 1.25: even code
+    assert e4m3_encode(np.array(1.07))[()] == 0x39
+    assert e4m3_encode(np.array(1e6))[()] == 0x7E and e4m3_encode(np.array(-1e6))[()] == 0xFE
+    assert e4m3_encode(np.array(np.nan))[()] == 0x7F
+
+
+def test_fp8_row_layout_and_dequantisation():
+    rng = np.random.default_rng(4)
+    rows = rng.standard_normal((5, D_QK)) * rng.uniform(0.01, 10, size=(5, 1))
+    rows[2, 128:256] = 0.0  # an all-zero block gets scale 1, values 0
+    packed = pack_fp8_rows(rows)
+    assert packed.shape == (5, FP8_ROW_BYTES) and packed.dtype == np.uint8
+    scales = packed[:, 512:528].copy().view("<f4")
+    amax = np.abs(rows[:, :512].reshape(5, 4, 128)).max(axis=2)
+    np.testing.assert_allclose(scales, np.where(amax > 0, amax / E4M3_MAX, 1.0), rtol=1e-6)
+    rope = bf16_to_float(packed[:, 528:].copy().view("<u2"))
+    np.testing.assert_array_equal(rope, bf16_to_float(float_to_bf16(rows[:, 512:])))
+    deq = unpack_fp8_rows(packed)
+    # e4m3 keeps 3 mantissa bits: error <= 2^-4 relative, or half the subnormal step
+    blk_scale = np.repeat(scales.astype(np.float64), 128, axis=1)
+    err = np.abs(deq[:, :512] - rows[:, :512])
+    assert np.all(err <= np.maximum(np.abs(rows[:, :512]) * 2.0**-4, blk_scale * 2.0**-10) * 1.0001)
+    assert np.all(deq[2, 128:256] == 0)
+    # the largest element of each block is represented exactly as 448 * scale
+    idx = np.abs(rows[0, :128]).argmax()
+    assert abs(deq[0, idx]) == pytest.approx(amax[0, 0], rel=1e-6)
+
+
+def test_bf16_conversion():
+    x = np.array([1.0, -2.5, 1.0 + 2.0**-8, 1.0 + 3 * 2.0**-8, 3.0e38, np.nan], dtype=np.float32)
+    bits = float_to_bf16(x)
+    assert bits[0] == 0x3F80 and bits[1] == 0xC020
+    assert bits[2] == 0x3F80 and bits[3] == 0x3F82  # ties to even
+    assert np.isnan(bf16_to_float(bits)[5])
+
+
+def _inputs(b=2, h=64, k=128, n=256, fmt="bf16"):
+    q = np.zeros((b, h, D_QK), np.uint16)
+    kv = np.zeros((n, D_QK), np.uint16) if fmt == "bf16" else np.zeros((n, FP8_ROW_BYTES), np.uint8)
+    return q, kv, np.zeros((b, k), np.int32)
+
+
+def test_validate_accepts_good_inputs():
+    assert validate_inputs(*_inputs(), "bf16") == (2, 64, 128, 256)
+    assert validate_inputs(*_inputs(h=128, fmt="fp8"), "fp8") == (2, 128, 128, 256)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda q, kv, s: (np.ascontiguousarray(q[:, :, :512]), kv, s), r"q must be \[B, H, 576\]"),
+        (lambda q, kv, s: (q.astype(np.float32), kv, s), "q must have dtype uint16"),
+        (lambda q, kv, s: (np.ascontiguousarray(q[:, :48]), kv, s), "multiple of 64"),
+        (lambda q, kv, s: (q[0], kv, s), "q must have 3 dimensions"),
+        (lambda q, kv, s: (q, np.ascontiguousarray(kv[:, :512]), s), r"kv for kv_dtype='bf16' must be \[N, 576\]"),
+        (lambda q, kv, s: (q, kv, s.astype(np.int64)), "slots must have dtype int32"),
+        (lambda q, kv, s: (q, kv, s[:1]), r"slots must be \[B=2"),
+        (lambda q, kv, s: (q[:, :, ::-1], kv, s), "C-contiguous"),
+    ],
+)
+def test_validate_rejects_bad_inputs(change, match):
+    with pytest.raises(ValueError, match=match):
+        validate_inputs(*change(*_inputs()), "bf16")
+
+
+def test_validate_rejects_bad_format():
+    q, kv, s = _inputs()
+    with pytest.raises(ValueError, match="kv_dtype must be one of"):
+        validate_inputs(q, kv, s, "fp16")
+    with pytest.raises(ValueError, match=r"\[N, 656\] uint8"):
+        validate_inputs(q, kv.view(np.uint8), s, "fp8")
+
+
+def test_plan_splits_fills_gpu_and_covers_k():
+    for b in (1, 8, 32, 64, 128):
+        for h in (64, 128):
+            splits, per = plan_splits(b, h, 2048, 132)
+            assert splits * per >= 32 and (splits - 1) * per < 32  # every split non-empty
+            assert b * (h // 64) * splits <= max(132, b * (h // 64))
+    assert plan_splits(64, 128, 2048, 132) == (1, 32)
+    assert plan_splits(1, 64, 2048, 132) == (32, 1)
