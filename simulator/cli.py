@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hisparse-sim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_trace_commands(sub)
+    from .commands import replay
+
+    replay.add_parsers(sub)
     return parser
 
 

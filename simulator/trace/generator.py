@@ -131,7 +131,9 @@ def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: 
           above: np.ndarray | None) -> np.ndarray:
     if ctx <= k:
         return np.arange(ctx, dtype=np.int64)
-    lo, hi = min(knobs.sinks, ctx), max(ctx - knobs.local_window, min(knobs.sinks, ctx))
+    sinks = min(knobs.sinks, k - 1)  # small k: the newest token still fits
+    local = min(knobs.local_window, k - sinks)
+    lo, hi = sinks, ctx - local
     must = np.r_[np.arange(lo), np.arange(hi, ctx)]
     free = prev[(prev >= lo) & (prev < hi)]
     retain = knobs.burst_retention if rng.random() < knobs.burst_prob else knobs.retention

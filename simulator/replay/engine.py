@@ -1,0 +1,319 @@
+"""The replay engine: exact per-step miss counts of a stream for one policy and buffer size.
+
+Step structure (shared by every policy; BRIEF section 1):
+- While ``ctx_len <= buffer`` nothing misses (HiSparse's fast path: the buffer holds the whole
+  context). Leaving it, the buffer holds positions [0, buffer), oldest first by position.
+- The newest token (``ctx_len - 1``) sits in a reserved slot: never a miss, never in the buffer
+  (``reserve_newest=False`` treats it as an ordinary access).
+- Initial buffer: ``prefix`` (colocated: the first positions of the prompt) or ``empty``
+  (disaggregated decode). Free slots are taken first, in slot order.
+- ``batched`` (HiSparse): a step's entries are looked up at once; hits are protected; miss i
+  takes the policy's i-th victim in stored order; hits are then reported to the policy.
+  ``sequential``: the step's entries one at a time, in stored order (classic cache simulation).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from .policies import POLICY_IDS, arc, clock, fifo, lfu, lru, opt, random_, s3fifo, sieve
+
+INF = 2**61
+_NSW, _NPW, _NG = 5, 3, 16
+
+
+@njit(cache=True)
+def _init(pid, sw, pw, g, B, cmax):  # pragma: no cover - compiled
+    if pid == 0:
+        lru.init(sw, pw, g, B, cmax)
+    elif pid == 1:
+        fifo.init(sw, pw, g, B, cmax)
+    elif pid == 2:
+        clock.init(sw, pw, g, B, cmax)
+    elif pid == 3:
+        lfu.init(sw, pw, g, B, cmax)
+    elif pid == 4:
+        arc.init(sw, pw, g, B, cmax)
+    elif pid == 5:
+        s3fifo.init(sw, pw, g, B, cmax)
+    elif pid == 6:
+        sieve.init(sw, pw, g, B, cmax)
+    elif pid == 7:
+        random_.init(sw, pw, g, B, cmax)
+    else:
+        opt.init(sw, pw, g, B, cmax)
+
+
+@njit(cache=True)
+def _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
+    if pid == 0:
+        return lru.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    if pid == 1:
+        return fifo.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    if pid == 2:
+        return clock.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    if pid == 3:
+        return lfu.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    if pid == 4:
+        return arc.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    if pid == 5:
+        return s3fifo.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    if pid == 6:
+        return sieve.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    if pid == 7:
+        return random_.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    return opt.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+
+
+@njit(cache=True)
+def _insert(pid, sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - compiled
+    if pid == 0:
+        lru.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 1:
+        fifo.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 2:
+        clock.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 3:
+        lfu.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 4:
+        arc.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 5:
+        s3fifo.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 6:
+        sieve.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 7:
+        random_.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    else:
+        opt.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+
+
+@njit(cache=True)
+def _hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover
+    if pid == 0:
+        lru.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 1:
+        fifo.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 2:
+        clock.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 3:
+        lfu.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 4:
+        arc.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 5:
+        s3fifo.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 6:
+        sieve.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 7:
+        random_.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    else:
+        opt.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+
+
+@njit(cache=True)
+def next_uses(indices, cmax):  # pragma: no cover - compiled
+    """Next access number (vtime) of the same position for every entry; INF if none."""
+    steps, width = indices.shape
+    out = np.full((steps, width), INF, dtype=np.int64)
+    last = np.full(cmax, INF, dtype=np.int64)
+    vt = 0
+    for t in range(steps):
+        for j in range(width):
+            if indices[t, j] >= 0:
+                vt += 1
+    for t in range(steps - 1, -1, -1):
+        n = 0
+        for j in range(width):
+            if indices[t, j] >= 0:
+                n += 1
+        for j in range(n - 1, -1, -1):
+            vt -= 1
+            p = indices[t, j]
+            out[t, j] = last[p]
+            last[p] = vt
+    return out
+
+
+@njit(cache=True)
+def _first_uses(indices, t0, cmax):  # pragma: no cover - compiled
+    """First access number at or after step t0 of every position (INF if none)."""
+    steps, width = indices.shape
+    first = np.full(cmax, INF, dtype=np.int64)
+    vt = 0
+    for t in range(steps):
+        for j in range(width):
+            if indices[t, j] >= 0:
+                vt += 1
+    for t in range(steps - 1, t0 - 1, -1):
+        n = 0
+        for j in range(width):
+            if indices[t, j] >= 0:
+                n += 1
+        for j in range(n - 1, -1, -1):
+            vt -= 1
+            first[indices[t, j]] = vt
+    return first
+
+
+@njit(cache=True, nogil=True)
+def _replay(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, want_nu, misses_out, record,
+            slots_out):  # pragma: no cover
+    steps, width = indices.shape
+    cmax = 1
+    for t in range(steps):
+        cmax = max(cmax, ctx_len[t])
+    L = 8 * (B + 4)
+    sw = np.zeros((_NSW, L), dtype=np.int64)
+    pw = np.zeros((_NPW, cmax + 4), dtype=np.int64)
+    g = np.zeros(_NG, dtype=np.int64)
+    slot_pos = np.full(B, -1, dtype=np.int64)
+    pos_slot = np.full(cmax, -1, dtype=np.int64)
+    mark = np.zeros(B, dtype=np.int64)
+    hit_slots = np.empty(width, dtype=np.int64)
+    hit_nu = np.empty(width, dtype=np.int64)
+    one_slot = np.empty(1, dtype=np.int64)
+    one_nu = np.empty(1, dtype=np.int64)
+    np.random.seed(seed)
+    stamp = 0
+    free_next = 0
+    fast = False  # the previous step took the fast path
+    started = False
+    for t in range(steps):
+        ctx = ctx_len[t]
+        if ctx <= B:
+            misses_out[t] = 0
+            fast = True
+            if record:  # the buffer holds the whole context, position p in slot p
+                for j in range(width):
+                    p = indices[t, j]
+                    slots_out[t, j] = -1 if p < 0 else (B if reserve and p == ctx - 1 else p)
+            continue
+        if not started or fast:
+            # Fresh state: empty, or the first positions (prefix initial buffer / leaving the
+            # fast path, when the buffer held the whole context).
+            sw[:] = 0
+            pw[:] = 0
+            g[:] = 0
+            slot_pos[:] = -1
+            pos_slot[:] = -1
+            _init(pid, sw, pw, g, B, cmax)
+            free_next = 0
+            if prefix or fast:
+                n_pre = B  # ctx > B here, so the prompt fills every slot
+                first = _first_uses(indices, t, cmax) if want_nu else np.zeros(0, dtype=np.int64)
+                stamp += 1
+                for p in range(n_pre):
+                    slot_pos[p] = p
+                    pos_slot[p] = p
+                    _insert(pid, sw, pw, g, B, cmax, p, p, first[p] if want_nu else INF, stamp)
+                free_next = n_pre
+            started = True
+            fast = False
+        newest = ctx - 1
+        n_miss = 0
+        if batched:
+            stamp += 1
+            nh = 0
+            for j in range(width):
+                p = indices[t, j]
+                if p < 0:
+                    break
+                if reserve and p == newest:
+                    continue
+                s = pos_slot[p]
+                if s >= 0:
+                    mark[s] = stamp
+                    hit_slots[nh] = s
+                    hit_nu[nh] = nu_all[t, j] if want_nu else INF
+                    nh += 1
+            for j in range(width):
+                p = indices[t, j]
+                if p < 0:
+                    break
+                if (reserve and p == newest) or pos_slot[p] >= 0:
+                    continue
+                if free_next < B:
+                    v = free_next
+                    free_next += 1
+                else:
+                    v = _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
+                    pos_slot[slot_pos[v]] = -1
+                slot_pos[v] = p
+                pos_slot[p] = v
+                mark[v] = stamp
+                _insert(pid, sw, pw, g, B, cmax, v, p, nu_all[t, j] if want_nu else INF, stamp)
+                n_miss += 1
+            if nh:
+                _hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+        else:
+            for j in range(width):
+                p = indices[t, j]
+                if p < 0:
+                    break
+                if reserve and p == newest:
+                    continue
+                stamp += 1
+                nu = nu_all[t, j] if want_nu else INF
+                s = pos_slot[p]
+                if s >= 0:
+                    mark[s] = stamp
+                    one_slot[0] = s
+                    one_nu[0] = nu
+                    _hits(pid, sw, pw, g, B, cmax, mark, stamp, one_slot, one_nu, 1)
+                    continue
+                if free_next < B:
+                    v = free_next
+                    free_next += 1
+                else:
+                    v = _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
+                    pos_slot[slot_pos[v]] = -1
+                slot_pos[v] = p
+                pos_slot[p] = v
+                mark[v] = stamp
+                _insert(pid, sw, pw, g, B, cmax, v, p, nu, stamp)
+                n_miss += 1
+        misses_out[t] = n_miss
+        if record:  # where attention reads each entry: its slot, B for the reserved newest slot
+            for j in range(width):
+                p = indices[t, j]
+                slots_out[t, j] = -1 if p < 0 else (B if reserve and p == newest else pos_slot[p])
+    # Recency (LRU) or queue (FIFO) order of the slots, oldest first.
+    order = np.empty(0, dtype=np.int64)
+    if pid <= 1 and started:
+        order = np.empty(B, dtype=np.int64)
+        n = 0
+        x = sw[1][B]
+        while x != B and n < B:
+            order[n] = x
+            n += 1
+            x = sw[1][x]
+        order = order[:n]
+    return slot_pos, order
+
+
+class PolicyRun(NamedTuple):
+    """One stateful replay: misses per step, and the state a GPU kernel is checked against."""
+
+    misses: np.ndarray  # int64 [steps]
+    slot_pos: np.ndarray  # int64 [B]: position held by each slot at the end (-1: free)
+    order: np.ndarray  # int64: LRU/FIFO order of occupied slots, oldest first (lru, fifo only)
+    slots: np.ndarray | None  # int32 [steps, width]: slot of every entry after its step (B: reserved
+    #                           newest slot, -1: padding); only with record=True
+
+
+def replay_policy(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
+                  prefix: bool, batched: bool, seed: int, record: bool = False) -> PolicyRun:
+    """Replay one stateful policy over one stream."""
+    pid = POLICY_IDS[policy]
+    want_nu = policy == "opt"
+    idx = np.ascontiguousarray(indices, dtype=np.int32)
+    ctx = np.ascontiguousarray(ctx_len, dtype=np.int64)
+    cmax = int(ctx.max()) if ctx.size else 1
+    nu = next_uses(idx, cmax) if want_nu else np.zeros((1, 1), dtype=np.int64)
+    misses = np.zeros(idx.shape[0], dtype=np.int64)
+    slots = np.full(idx.shape if record else (1, 1), -1, dtype=np.int32)
+    slot_pos, order = _replay(pid, idx, ctx, int(buffer), reserve, prefix, batched, int(seed), nu, want_nu,
+                              misses, record, slots)
+    return PolicyRun(misses, slot_pos, order, slots if record else None)

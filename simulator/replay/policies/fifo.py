@@ -1,0 +1,38 @@
+"""FIFO: evict the slot loaded longest ago; hits change nothing (hit slots are still protected).
+
+Words: 0 prev, 1 next (list head B: oldest first); g[0] victim cursor, g[1] its stamp.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from . import _dlist
+
+NAME = "fifo"
+
+
+@njit(cache=True)
+def init(sw, pw, g, B, cmax):  # pragma: no cover - compiled
+    _dlist.init(sw[0], sw[1], B)
+    g[1] = -1
+
+
+@njit(cache=True)
+def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
+    start = g[0] if g[1] == stamp else -1
+    v = _dlist.oldest_unmarked(sw[1], B, start, mark, stamp)
+    g[0] = sw[1][v]
+    g[1] = stamp
+    _dlist.unlink(sw[0], sw[1], v)
+    return v
+
+
+@njit(cache=True)
+def insert(sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - compiled
+    _dlist.push_tail(sw[0], sw[1], B, slot)
+
+
+@njit(cache=True)
+def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover - compiled
+    pass

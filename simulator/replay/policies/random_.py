@@ -1,0 +1,31 @@
+"""RANDOM: evict a uniformly random unprotected slot (seeded: same seed, same misses)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NAME = "random"
+
+
+@njit(cache=True)
+def init(sw, pw, g, B, cmax):  # pragma: no cover - compiled
+    pass
+
+
+@njit(cache=True)
+def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
+    while True:
+        s = np.random.randint(0, B)
+        if mark[s] != stamp:
+            return s
+
+
+@njit(cache=True)
+def insert(sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - compiled
+    pass
+
+
+@njit(cache=True)
+def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover - compiled
+    pass

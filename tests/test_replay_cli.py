@@ -1,0 +1,86 @@
+"""``hisparse replay`` and ``hisparse mrc`` from the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+
+TRACE = "traces/synthetic-dsa-like.hst"
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("t") / "small.hst"
+    assert main(["trace", "gen", "--steps", "120", "--layers", "2", "--requests", "2", "--topk", "128",
+                 "--ctx0", "2000", "--quiet", "--out", str(path)]) == 0
+    return str(path)
+
+
+def test_replay_json_records(small_trace, capsys):
+    assert main(["replay", small_trace, "--policy", "lru,opt", "--buffer", "128,256", "--json", "--quiet"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 4
+    for row in rows:
+        assert set(row) == {"policy", "buffer", "semantics", "streams", "steps", "accesses", "misses", "miss_ratio"}
+        assert row["streams"] == 4 and row["steps"] == 480 and row["semantics"] == "batched"
+        assert row["miss_ratio"] == pytest.approx(row["misses"] / row["accesses"])
+    by = {(r["policy"], r["buffer"]): r["misses"] for r in rows}
+    assert by["opt", 256] <= by["lru", 256] <= by["lru", 128]
+
+
+def test_replay_per_step_parquet_and_plot(small_trace, tmp_path, capsys):
+    out, png = tmp_path / "steps.parquet", tmp_path / "misses.png"
+    assert main(["replay", small_trace, "--policy", "lru,fifo", "--buffer", "256", "--out", str(out),
+                 "--plot", str(png), "--quiet"]) == 0
+    df = pd.read_parquet(out)
+    assert list(df.columns) == ["request", "layer", "step", "ctx_len", "policy", "buffer", "misses"]
+    assert len(df) == 2 * 4 * 120
+    summary = capsys.readouterr().out
+    assert str(df[df.policy == "lru"].misses.sum()) in summary
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_replay_bad_options(small_trace, capsys):
+    assert main(["replay", small_trace, "--policy", "nope"]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+    assert main(["replay", small_trace, "--buffer", "64"]) == 2
+    assert "smaller than k = 128" in capsys.readouterr().err
+    assert main(["replay", small_trace, "--out", "x.txt"]) == 2
+    assert ".parquet or .csv" in capsys.readouterr().err
+
+
+def test_replay_npy_input(tmp_path, capsys):
+    import numpy as np
+
+    from simulator.trace import open_trace
+
+    s = open_trace(TRACE).read((0, 0))
+    path = tmp_path / "one.npy"
+    np.save(path, s.indices)
+    assert main(["replay", str(path), "--ctx0", str(int(s.ctx_len[0])), "--json", "--quiet"]) == 0
+    from_npy = json.loads(capsys.readouterr().out)[0]["misses"]
+    from simulator.replay import ReplayConfig, replay_stream
+
+    assert from_npy == replay_stream(s, ReplayConfig()).sum()
+
+
+def test_mrc_cli_json_csv_plot(small_trace, tmp_path, capsys):
+    csv, png = tmp_path / "mrc.csv", tmp_path / "mrc.png"
+    assert main(["mrc", small_trace, "--policy", "lru,opt", "--max-buffer", "384", "--step", "64", "--json",
+                 "--out", str(csv), "--plot", str(png)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["methods"] == {"lru": "per-size", "opt": "per-size"}
+    curve = pd.read_csv(csv)
+    assert sorted(curve.buffer.unique()) == [128, 192, 256, 320, 384]
+    lru = curve[curve.policy == "lru"].set_index("buffer").misses
+    opt = curve[curve.policy == "opt"].set_index("buffer").misses
+    assert (opt <= lru).all()
+    assert png.stat().st_size > 1000
+    assert main(["mrc", small_trace, "--semantics", "sequential", "--initial", "empty", "--max-buffer", "300",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["methods"] == {"lru": "one-pass"} and len(out["curve"]) == 300 - 128 + 1
