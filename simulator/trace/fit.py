@@ -1,0 +1,179 @@
+"""Fit the synthetic generator's knobs to a (real) trace.
+
+Direct estimates first: ``sinks`` and ``local_window`` from the mean number of selected
+positions in the sink and local regions, ``run_mean`` from the contiguous runs among each
+step's arrivals, the burst knobs from the low tail of the per-step retention. Then knobs are
+calibrated by simulation (moment matching; each a bisection, two rounds): ``local_window`` to
+the local share (entries that just left the window linger by retention), ``retention`` to the mean adjacent-step overlap, ``zipf_alpha`` (passage popularity,
+hence reuse) to the LRU miss ratio at a buffer of 2k, ``layer_corr`` to the adjacent-layer
+overlap. Calibration runs use ``layers`` layers of the real trace's shape and a fixed seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import HisparseError
+from .generator import GeneratorKnobs, generate
+from .sources import TraceSource
+from .stats import LOCAL_TOKENS, SINK_TOKENS, layer_overlap, region_shares, step_overlap
+from .stream import Stream
+
+MISS_BUFFER_FACTOR = 2.0  # the calibrated miss ratio is LRU's at a buffer of 2k
+
+
+@dataclass
+class FitResult:
+    knobs: GeneratorKnobs
+    target: dict[str, float]
+    fitted: dict[str, float]
+    shape: dict[str, int]
+    comment: str = ""
+    evaluations: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def structure(streams: list[Stream], k: int, buffers: tuple[int, ...] = ()) -> dict[str, float]:
+    """The figures the fit matches: overlap mean/p10, sink and local shares, adjacent-layer
+    overlap, and LRU and OPT miss ratios at ``buffers`` (HiSparse's replay defaults)."""
+    ov = np.concatenate([step_overlap(s, k) for s in streams])
+    acc = sum(s.accesses for s in streams)
+    sinks = sum(region_shares(s)[0] for s in streams)
+    local = sum(region_shares(s)[1] for s in streams)
+    lov = [layer_overlap(a, b, k) for a, b in zip(streams, streams[1:], strict=False)
+           if a.request == b.request]
+    out = {"overlap_mean": float(ov.mean()), "overlap_p10": float(np.percentile(ov, 10)),
+           "sink_share": sinks / acc, "local_share": local / acc,
+           "layer_overlap_mean": float(np.concatenate(lov).mean()) if lov else float("nan")}
+    if buffers:
+        from ..replay import ReplayConfig, replay_stream
+
+        for policy in ("lru", "opt"):
+            for b in buffers:
+                misses = sum(int(replay_stream(s, ReplayConfig(policy=policy, buffer=int(b)), k).sum())
+                             for s in streams)
+                out[f"{policy}_{b}"] = misses / acc
+    return out
+
+
+def _direct(streams: list[Stream], k: int) -> GeneratorKnobs:
+    """Knobs read off the trace without simulation."""
+    steps = sum(s.steps for s in streams)
+    sink_n = sum(region_shares(s)[0] for s in streams) / steps
+    local_n = sum(region_shares(s)[1] for s in streams) / steps
+    sinks = int(round(min(sink_n, SINK_TOKENS)))
+    local = max(1, int(round(min(local_n, LOCAL_TOKENS))))
+    runs = arrivals = 0
+    kept: list[np.ndarray] = []
+    for s in streams:
+        for t in range(1, s.steps):
+            prev, cur = s.step(t - 1), s.step(t)
+            lo, hi = sinks, int(s.ctx_len[t]) - local
+            free_prev = prev[(prev >= lo) & (prev < hi)]
+            new = np.setdiff1d(cur[(cur >= lo) & (cur < hi)], prev)
+            if new.size:
+                arrivals += new.size
+                runs += 1 + int(np.count_nonzero(np.diff(new) != 1))
+            if free_prev.size:
+                kept.append(np.array([np.isin(free_prev, cur).mean()]))
+    r = np.concatenate(kept) if kept else np.array([0.9])
+    cut = 0.6 * float(np.median(r))
+    burst = r < cut
+    return GeneratorKnobs(
+        sinks=sinks, local_window=local,
+        retention=float(np.clip(r[~burst].mean() if (~burst).any() else r.mean(), 0.0, 1.0)),
+        burst_prob=float(burst.mean()),
+        burst_retention=float(np.clip(r[burst].mean(), 0.0, 1.0)) if burst.any() else 0.5,
+        run_mean=max(1.0, arrivals / runs) if runs else 16.0)
+
+
+def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float, increasing: bool,
+            iters: int) -> float:
+    """x in [lo, hi] with f(x) ~ target for a monotone f (a few evaluations)."""
+    best, best_err = (lo + hi) / 2, float("inf")
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        v = f(mid)
+        err = abs(v - target)
+        if err < best_err:
+            best, best_err = mid, err
+        if (v < target) == increasing:
+            lo = mid
+        else:
+            hi = mid
+    return best
+
+
+def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 4, rounds: int = 2,
+              iters: int = 6, on_eval: Callable[[], None] | None = None) -> FitResult:
+    """Fit knobs to ``trace`` (its first request's streams); see the module docstring."""
+    k = trace.meta.k
+    streams = [s for s in trace if s.steps > 1]
+    if not streams:
+        raise HisparseError(f"{trace.path}: no stream with two or more steps to fit")
+    first = streams[0].request
+    streams = [s for s in streams if s.request == first]
+    steps = min(s.steps for s in streams)
+    ctx0 = int(streams[0].ctx_len[0])
+    if ctx0 <= k:
+        raise HisparseError(f"{trace.path}: context {ctx0} <= k = {k} at step 0: nothing to fit")
+    layers = max(2, min(layers, len(streams)))
+    buffer = int(MISS_BUFFER_FACTOR * k)
+    target = structure(streams, k, (buffer,))
+    knobs = _direct(streams, k)
+    count = [0]
+
+    def measure(kn: GeneratorKnobs, with_miss: bool = False) -> dict[str, float]:
+        count[0] += 1
+        if on_eval:
+            on_eval()
+        syn = list(generate(kn, steps=steps, layers=layers, requests=1, k=k, ctx0=ctx0, seed=seed))
+        return structure(syn, k, (buffer,) if with_miss else ())
+
+    def tune(kn: GeneratorKnobs, knob: str, figure: str, lo: float, hi: float, increasing: bool) -> GeneratorKnobs:
+        miss = figure.startswith("lru_")
+        cast = type(getattr(kn, knob))  # int knobs are rounded
+        value = _bisect(lambda x: measure(replace(kn, **{knob: cast(round(x) if cast is int else x)}), miss)[figure],
+                        target[figure], lo, hi, increasing, iters)
+        return replace(kn, **{knob: cast(round(value) if cast is int else value)})
+
+    for _ in range(rounds):
+        knobs = tune(knobs, "local_window", "local_share", 1, LOCAL_TOKENS, True)
+        knobs = tune(knobs, "retention", "overlap_mean", 0.0, 1.0, True)
+        knobs = tune(knobs, "zipf_alpha", f"lru_{buffer}", 0.0, 3.0, False)
+        if np.isfinite(target["layer_overlap_mean"]):
+            knobs = tune(knobs, "layer_corr", "layer_overlap_mean", 0.0, 1.0, True)
+    knobs.check()
+    fitted = measure(knobs, True)
+    shape = {"k": k, "steps": steps, "ctx0": ctx0, "layers": layers}
+    src = trace.meta.source or {}
+    comment = (f"knobs fitted by `hisparse trace fit` to {trace.path.name} "
+               f"(model {src.get('model', '?')}, k {k}, ctx0 {ctx0}, steps {steps}; seed {seed})\n"
+               + "real vs fitted: " + ", ".join(f"{name} {target[name]:.4f}/{fitted[name]:.4f}"
+                                                for name in target))
+    return FitResult(knobs, target, fitted, shape, comment, count[0])
+
+
+COMPARE_FACTORS = (1.5, 2.0, 4.0)  # buffers in multiples of k for the real-vs-synthetic table
+
+
+def compare(trace: TraceSource, knobs: GeneratorKnobs, *, factors: tuple[float, ...] = COMPARE_FACTORS,
+            seed: int = 1, layers: int = 8) -> dict[str, tuple[float, float]]:
+    """Real against synthetic (``knobs``, the real trace's shape, ``layers`` layers, ``seed``):
+    {figure: (real, synthetic)} for overlap, sink and local shares, LRU and OPT miss ratios
+    at buffers ``factor * k`` (HiSparse replay defaults: batched, prompt-prefix start)."""
+    k = trace.meta.k
+    streams = [s for s in trace if s.steps > 1]
+    first = streams[0].request
+    streams = [s for s in streams if s.request == first]
+    steps = min(s.steps for s in streams)
+    buffers = tuple(int(round(f * k)) for f in factors)
+    real = structure(streams, k, buffers)
+    syn = list(generate(knobs, steps=steps, layers=min(layers, len(streams)), requests=1, k=k,
+                        ctx0=int(streams[0].ctx_len[0]), seed=seed))
+    fake = structure(syn, k, buffers)
+    return {name: (real[name], fake[name]) for name in real}
