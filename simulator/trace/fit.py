@@ -5,7 +5,8 @@ positions in the sink and local regions, ``run_mean`` from the contiguous runs a
 step's arrivals, the burst knobs from the low tail of the per-step retention. Then knobs are
 calibrated by simulation (moment matching; each a bisection, two rounds): ``local_window`` to
 the local share (entries that just left the window linger by retention), ``retention`` to the mean adjacent-step overlap, ``zipf_alpha`` (passage popularity,
-hence reuse) to the LRU miss ratio at a buffer of 2k, ``layer_corr`` to the adjacent-layer
+hence reuse) to the LRU miss ratio at a buffer of 2k, ``passage_len`` (token- or
+passage-level reuse) to the OPT miss ratio there, ``layer_corr`` to the adjacent-layer
 overlap. Calibration runs use ``layers`` layers of the real trace's shape and a fixed seed.
 """
 
@@ -123,7 +124,7 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 4, rounds: int
         raise HisparseError(f"{trace.path}: context {ctx0} <= k = {k} at step 0: nothing to fit")
     layers = max(2, min(layers, len(streams)))
     buffer = int(MISS_BUFFER_FACTOR * k)
-    target = structure(streams, k, (buffer,))
+    target = structure(streams, k, (buffer,))  # lru_ and opt_ at 2k
     knobs = _direct(streams, k)
     count = [0]
 
@@ -134,17 +135,24 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 4, rounds: int
         syn = list(generate(kn, steps=steps, layers=layers, requests=1, k=k, ctx0=ctx0, seed=seed))
         return structure(syn, k, (buffer,) if with_miss else ())
 
-    def tune(kn: GeneratorKnobs, knob: str, figure: str, lo: float, hi: float, increasing: bool) -> GeneratorKnobs:
-        miss = figure.startswith("lru_")
-        cast = type(getattr(kn, knob))  # int knobs are rounded
-        value = _bisect(lambda x: measure(replace(kn, **{knob: cast(round(x) if cast is int else x)}), miss)[figure],
-                        target[figure], lo, hi, increasing, iters)
-        return replace(kn, **{knob: cast(round(value) if cast is int else value)})
+    def tune(kn: GeneratorKnobs, knob: str, figure: str, lo: float, hi: float, increasing: bool,
+             log2: bool = False) -> GeneratorKnobs:
+        cast = type(getattr(kn, knob))  # int knobs are rounded; log2: search the exponent
+
+        def value(x: float):
+            x = 2.0 ** x if log2 else x
+            return cast(round(x)) if cast is int else x
+
+        miss = figure.startswith(("lru_", "opt_"))
+        best = _bisect(lambda x: measure(replace(kn, **{knob: value(x)}), miss)[figure],
+                       target[figure], lo, hi, increasing, iters)
+        return replace(kn, **{knob: value(best)})
 
     for _ in range(rounds):
         knobs = tune(knobs, "local_window", "local_share", 1, LOCAL_TOKENS, True)
         knobs = tune(knobs, "retention", "overlap_mean", 0.0, 1.0, True)
         knobs = tune(knobs, "zipf_alpha", f"lru_{buffer}", 0.0, 3.0, False)
+        knobs = tune(knobs, "passage_len", f"opt_{buffer}", 0.0, 10.0, True, log2=True)
         if np.isfinite(target["layer_overlap_mean"]):
             knobs = tune(knobs, "layer_corr", "layer_overlap_mean", 0.0, 1.0, True)
     knobs.check()
