@@ -1,0 +1,485 @@
+"""HiSparse swap-in: hot-buffer bookkeeping (batched LRU) and zero-copy row loads (CuPy RawKernel).
+
+The data path HiSparse adds to a decode step: for one layer and a batch of requests, find which
+selected positions are missing from each request's hot buffer, choose victims by the replay
+engine's ``lru`` policy (batched: hits protected, miss i takes the i-th least recently used
+non-hit slot; the newest token lives in a reserved slot, index B), update the tables, copy the
+missing rows from pinned mapped host memory, and return the slot of every entry.
+
+The engine (``simulator.replay.engine.replay_policy("lru", ..., batched=True)``) is the
+specification; ``reference_swap_in`` wraps it for a batch, and the GPU tests compare the kernel
+against it bit for bit. The kernel source is ``swap_in.cu`` beside this file, built with nvcc to a
+cubin (cached, like ``sparse_attention``) and launched cooperatively (one grid barrier between
+bookkeeping and copy).
+
+CuPy is imported lazily: geometry, validation, error decoding and the reference work without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .sparse_attention import _find_nvcc
+
+THREADS = 512
+WARPS = THREADS // 32
+DEFAULT_UNROLL = 4
+INITIAL_MODES = ("prefix", "empty")
+SMEM_LIMIT = 227 * 1024
+_INT32_MAX = 2**31 - 1
+_SOURCE = Path(__file__).with_name("swap_in.cu")
+_NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90")
+_HOST_ALLOC_PORTABLE, _HOST_ALLOC_MAPPED = 1, 2
+_MEMCPY_H2D = 1
+ERR_CTX, ERR_POS, ERR_PAD, ERR_DUP = 1, 2, 3, 4
+
+
+class SwapInError(ValueError):
+    """Bad step inputs found by the kernel; the requests named kept their state unchanged."""
+
+
+class SwapInGeometry(NamedTuple):
+    """Sizes of one HotBuffer: the host pool is [layers, requests, max_ctx, row_bytes]."""
+
+    layers: int
+    requests: int
+    max_ctx: int  # positions per (layer, request) in the host pool; ctx_len may not exceed it
+    buffer: int  # device_buffer_size B: LRU slots per (layer, request), plus one reserved slot
+    top_k: int  # most entries a step may hold
+    row_bytes: int
+
+    @property
+    def host_bytes(self) -> int:
+        return self.layers * self.requests * self.max_ctx * self.row_bytes
+
+    @property
+    def layer_host_bytes(self) -> int:
+        return self.requests * self.max_ctx * self.row_bytes
+
+    @property
+    def device_row_bytes(self) -> int:
+        """Bytes of hot-buffer rows (B + 1 slots per request) over all layers."""
+        return self.layers * self.requests * (self.buffer + 1) * self.row_bytes
+
+    @property
+    def copy_capacity(self) -> int:
+        """Most copies one launch can queue: per request a fresh prefix (B) + misses (k) + newest."""
+        return self.requests * (self.buffer + self.top_k + 1)
+
+    @property
+    def smem_bytes(self) -> int:
+        return smem_bytes(self.buffer, self.top_k)
+
+
+class SwapInResult(NamedTuple):
+    """slots: int32 [R, k] where attention reads each entry (B: reserved newest slot, -1: padding;
+    row indices into ``device_rows(layer)`` with ``global_rows=True``); misses: int32 [R]."""
+
+    slots: Any
+    misses: Any
+
+
+class HotBufferState(NamedTuple):
+    """One layer's bookkeeping, copied to the host (what the tests compare with the engine)."""
+
+    slot_pos: np.ndarray  # int32 [R, B]: position held by each slot, -1 free
+    orders: list[np.ndarray]  # per request: occupied slots, least recently used first
+    n_used: np.ndarray  # int32 [R]
+    started: np.ndarray  # int32 [R]
+    fast: np.ndarray  # int32 [R]: the previous step took the short-sequence fast path
+    filled: np.ndarray  # int32 [R]: slots [0, filled) hold rows [0, filled)
+
+
+class ReferenceRun(NamedTuple):
+    """The engine's answer for a batch of steps: what the kernel must reproduce bit for bit."""
+
+    slots: np.ndarray  # int32 [steps, R, k]
+    misses: np.ndarray  # int64 [steps, R]
+    slot_pos: np.ndarray  # int64 [R, B]: final slot -> position (-1 free)
+    orders: list[np.ndarray]  # final LRU order per request, oldest first
+
+
+def smem_bytes(buffer: int, top_k: int) -> int:
+    """Dynamic shared memory of the kernel (mirrors ``carve`` in swap_in.cu)."""
+    ballots = (max(buffer, top_k) + 31) // 32 + WARPS
+    return 4 * (4 * top_k + 2 * buffer + ballots) + buffer
+
+
+def make_geometry(*, layers: int, requests: int, max_ctx: int, device_buffer_size: int, top_k: int,
+                  row_bytes: int) -> SwapInGeometry:
+    """Validated sizes; every limit the kernel's 32-bit indexing and shared memory impose."""
+    vals = {"layers": layers, "requests": requests, "max_ctx": max_ctx,
+            "device_buffer_size": device_buffer_size, "top_k": top_k, "row_bytes": row_bytes}
+    for name, v in vals.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if device_buffer_size < top_k:
+        raise ValueError(f"device_buffer_size ({device_buffer_size}) must be >= top_k ({top_k}): "
+                         "every entry of a step must fit in the buffer at once")
+    if row_bytes % 16:
+        raise ValueError(f"row_bytes must be a multiple of 16 (16-byte loads), got {row_bytes}")
+    g = SwapInGeometry(int(layers), int(requests), int(max_ctx), int(device_buffer_size), int(top_k),
+                       int(row_bytes))
+    if g.requests * g.max_ctx > _INT32_MAX or g.requests * (g.buffer + 1) > _INT32_MAX:
+        raise ValueError("requests x max_ctx and requests x (device_buffer_size + 1) must fit in int32")
+    if g.copy_capacity * (g.row_bytes // 16) > _INT32_MAX:
+        raise ValueError("requests x (2 x device_buffer_size + 1) x row_bytes / 16 must fit in int32")
+    if g.smem_bytes > SMEM_LIMIT:
+        raise ValueError(f"device_buffer_size {g.buffer} with top_k {g.top_k} needs {g.smem_bytes} B of "
+                         f"shared memory per block (limit {SMEM_LIMIT})")
+    return g
+
+
+# --------------------------------------------------------------------------------------------
+# Step validation (host) and kernel error decoding
+# --------------------------------------------------------------------------------------------
+def validate_step(geom: SwapInGeometry, indices: Any, ctx_len: Any) -> None:
+    """Shapes and dtypes of any array; values too for numpy arrays (cupy values: in the kernel).
+
+    indices: [R, w] int (w <= top_k), distinct positions, -1 (any negative) padding at the end
+    of a row only.
+    ctx_len: [R] int; 0 marks a request idle this step (its row must be all padding).
+    """
+    on_host = isinstance(indices, np.ndarray) and isinstance(ctx_len, np.ndarray)
+    _check_array(indices, "indices", 2, np.int32, on_host)
+    _check_array(ctx_len, "ctx_len", 1, np.int64, on_host)
+    rq, width = int(indices.shape[0]), int(indices.shape[1])
+    if rq != geom.requests or not 1 <= width <= geom.top_k:
+        raise ValueError(f"indices must be [requests={geom.requests}, w] with 1 <= w <= top_k={geom.top_k}, "
+                         f"got {tuple(indices.shape)}")
+    if tuple(ctx_len.shape) != (geom.requests,):
+        raise ValueError(f"ctx_len must be [requests={geom.requests}], got {tuple(ctx_len.shape)}")
+    if on_host:
+        messages = host_errors(geom, np.asarray(indices, np.int64), np.asarray(ctx_len, np.int64))
+        if messages:
+            raise SwapInError("; ".join(messages))
+
+
+def _check_array(a: Any, name: str, ndim: int, dtype: Any, on_host: bool) -> None:
+    if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+        raise ValueError(f"{name} must be an array, got {type(a).__name__}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(a.shape)}")
+    if on_host:
+        if not np.issubdtype(np.dtype(a.dtype), np.integer):
+            raise ValueError(f"{name} must hold integers, got {np.dtype(a.dtype).name}")
+    elif np.dtype(a.dtype) != np.dtype(dtype) or not a.flags.c_contiguous:
+        raise ValueError(f"{name} on the GPU must be a C-contiguous {np.dtype(dtype).name} array")
+
+
+def host_errors(geom: SwapInGeometry, indices: np.ndarray, ctx_len: np.ndarray) -> list[str]:
+    """One message per bad request (the same checks the kernel makes, in the same order)."""
+    out = []
+    for r in range(indices.shape[0]):
+        row, ctx = indices[r], int(ctx_len[r])
+        pad = np.flatnonzero(row < 0)
+        first_pad = int(pad[0]) if pad.size else row.size
+        bad = np.flatnonzero(row >= ctx)
+        if not 0 <= ctx <= geom.max_ctx:
+            out.append(_message(r, ERR_CTX, -1, ctx, geom.max_ctx, 0))
+        elif bad.size:
+            out.append(_message(r, ERR_POS, int(bad[0]), ctx, geom.max_ctx, int(row[bad[0]])))
+        elif (row[first_pad:] >= 0).any():
+            out.append(_message(r, ERR_PAD, first_pad, ctx, geom.max_ctx, 0))
+        else:
+            live = np.sort(row[:first_pad])
+            rep = live[1:][live[1:] == live[:-1]]
+            if rep.size:
+                out.append(_message(r, ERR_DUP, int(rep[0]), ctx, geom.max_ctx, 0))
+    return out
+
+
+def _message(r: int, code: int, j: int, ctx: int, max_ctx: int, pos: int) -> str:
+    if code == ERR_CTX:
+        return f"request {r}: ctx_len {ctx} outside [0, max_ctx={max_ctx}]"
+    if code == ERR_POS:
+        return f"request {r}: entry {j} holds position {pos}, outside [0, ctx_len={ctx})"
+    if code == ERR_PAD:
+        return f"request {r}: a real entry follows the padding that starts at entry {j} (pad at the end)"
+    if code == ERR_DUP:
+        return f"request {r}: position {j} appears more than once (a step's positions must be distinct)"
+    return f"request {r}: unknown error code {code}"
+
+
+def decode_errors(geom: SwapInGeometry, errors: np.ndarray, indices: np.ndarray, ctx_len: np.ndarray) -> list[str]:
+    """Messages for the kernel's per-request (code, entry) error words."""
+    out = []
+    for r in np.flatnonzero(errors[:, 0]):
+        code, j = int(errors[r, 0]), int(errors[r, 1])
+        pos = int(indices[r, j]) if code == ERR_POS else 0
+        out.append(_message(int(r), code, j, int(ctx_len[r]), geom.max_ctx, pos))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The specification, through the replay engine
+# --------------------------------------------------------------------------------------------
+def reference_swap_in(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *,
+                      initial: str = "prefix") -> ReferenceRun:
+    """Replay each request's steps through the engine's batched ``lru`` (newest reserved).
+
+    indices: [steps, R, k]; ctx_len: [steps, R]. A step with ctx_len 0 is idle for that request
+    (the kernel leaves its state alone), so it is left out of that request's stream.
+    """
+    from simulator.replay.engine import replay_policy
+
+    if initial not in INITIAL_MODES:
+        raise ValueError(f"initial must be one of {INITIAL_MODES}, got {initial!r}")
+    indices = np.asarray(indices)
+    ctx_len = np.asarray(ctx_len)
+    steps, n_req, width = indices.shape
+    slots = np.full((steps, n_req, width), -1, np.int32)
+    misses = np.zeros((steps, n_req), np.int64)
+    slot_pos = np.full((n_req, buffer), -1, np.int64)
+    orders = []
+    for r in range(n_req):
+        active = ctx_len[:, r] > 0
+        run = replay_policy("lru", indices[active, r], ctx_len[active, r], buffer, reserve=True,
+                            prefix=initial == "prefix", batched=True, seed=0, record=True)
+        slots[active, r] = run.slots
+        misses[active, r] = run.misses
+        slot_pos[r] = run.slot_pos
+        orders.append(run.order)
+    return ReferenceRun(slots, misses, slot_pos, orders)
+
+
+# --------------------------------------------------------------------------------------------
+# Build and load
+# --------------------------------------------------------------------------------------------
+def compiled_cubin(unroll: int = DEFAULT_UNROLL) -> Path:
+    """Build (once, cached by source hash and flags) and return the kernel's cubin."""
+    flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}")
+    src = _SOURCE.read_bytes()
+    key = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
+    cache_dir = Path(os.environ.get("HISPARSE_KERNEL_CACHE", Path.home() / ".cache" / "hisparse-sim"))
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cubin = cache_dir / f"swap_in-{key}.cubin"
+    if not cubin.exists():
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".cubin")
+        os.close(fd)
+        cmd = [_find_nvcc(), *flags, "-o", tmp, str(_SOURCE)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode != 0:
+            os.unlink(tmp)
+            raise RuntimeError(f"nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
+        os.replace(tmp, cubin)
+    return cubin
+
+
+@cache
+def _kernel(device_id: int, unroll: int) -> tuple[Any, int, int]:
+    """(kernel, SM count, opt-in shared memory limit) on a device; needs sm_90."""
+    import cupy as cp
+
+    dev = cp.cuda.Device(device_id)
+    if int(dev.compute_capability) < 90:
+        raise RuntimeError(f"the swap-in kernel is built for sm_90; device has sm_{dev.compute_capability}")
+    mod = cp.RawModule(path=str(compiled_cubin(unroll)), enable_cooperative_groups=True)
+    kern = mod.get_function("swap_in_lru")
+    optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
+    kern.max_dynamic_shared_size_bytes = optin - kern.shared_size_bytes
+    return kern, dev.attributes["MultiProcessorCount"], optin
+
+
+def _grid_size(kern: Any, n_sms: int, smem: int) -> int:
+    """Blocks that can all be resident at once (a cooperative launch requires it)."""
+    import cupy as cp
+
+    try:
+        per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kern.kernel.ptr, THREADS, smem)
+    except AttributeError:  # older CuPy: count from the kernel's registers and shared memory
+        dev = cp.cuda.Device().attributes
+        regs = max(1, kern.num_regs) * THREADS
+        per_sm = min(dev["MaxThreadsPerMultiProcessor"] // THREADS, dev["MaxRegistersPerMultiprocessor"] // regs,
+                     dev["MaxSharedMemoryPerMultiprocessor"] // (smem + kern.shared_size_bytes + 1024))
+    if per_sm < 1:
+        raise RuntimeError(f"swap-in kernel cannot be resident with {smem} B of shared memory")
+    return per_sm * n_sms
+
+
+# --------------------------------------------------------------------------------------------
+# Host pool and hot buffer
+# --------------------------------------------------------------------------------------------
+class PinnedPool:
+    """Page-locked host memory mapped into the GPU's address space (cudaHostAlloc, mapped).
+
+    ``array`` is a numpy uint8 view; ``device_ptr`` is what kernels read through (zero-copy).
+    One pool can back several HotBuffers in turn (benchmarks reuse a 16 GB pool).
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        import cupy as cp
+
+        if nbytes < 1:
+            raise ValueError(f"pool size must be positive, got {nbytes}")
+        self.nbytes = int(nbytes)
+        self._mem = cp.cuda.PinnedMemory(self.nbytes, _HOST_ALLOC_PORTABLE | _HOST_ALLOC_MAPPED)
+        self.array = np.frombuffer(cp.cuda.PinnedMemoryPointer(self._mem, 0), np.uint8, self.nbytes)
+        # Unified addressing (every 64-bit CUDA platform): the host pointer is the device pointer.
+        self.device_ptr = int(self._mem.ptr)
+
+
+class HotBuffer:
+    """Device hot buffers, host pool and per-(layer, request) LRU state for one batch.
+
+    Device rows: [layers, requests, B + 1, row_bytes] (slot B: the newest token). Host rows:
+    [layers, requests, max_ctx, row_bytes] in a PinnedPool. ``initial``: "prefix" (colocated:
+    the buffer starts with positions [0, B)) or "empty" (disaggregated decode). ``load_newest``:
+    the kernel also copies the newest token's row into slot B each step (no miss counted).
+    """
+
+    def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
+                 top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
+                 pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL) -> None:
+        import cupy as cp
+
+        self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
+                                          device_buffer_size=device_buffer_size, top_k=top_k,
+                                          row_bytes=row_bytes)
+        if initial not in INITIAL_MODES:
+            raise ValueError(f"initial must be one of {INITIAL_MODES}, got {initial!r}")
+        self.initial, self.load_newest = initial, bool(load_newest)
+        self.pool = pool if pool is not None else PinnedPool(g.host_bytes)
+        if self.pool.nbytes < g.host_bytes:
+            raise ValueError(f"pool of {self.pool.nbytes} B is smaller than the {g.host_bytes} B needed")
+        L, R, C, B = g.layers, g.requests, g.max_ctx, g.buffer
+        self._host = self.pool.array[: g.host_bytes].reshape(L, R, C, g.row_bytes)
+        self._dev = cp.empty((L, R * (B + 1), g.row_bytes), cp.uint8)
+        self._slot_pos = cp.empty((L, R, B), cp.int32)
+        self._order = cp.zeros((L, R, B), cp.int32)
+        self._pos_slot = cp.empty((L, R, C), cp.int32)
+        self._meta = cp.empty((L, R, 4), cp.int32)
+        self._errors = cp.zeros((R, 2), cp.int32)
+        self._copy_list = cp.zeros((g.copy_capacity, 2), cp.int32)
+        self._counters = cp.zeros(2, cp.int32)
+        self._parity = 0
+        self.unroll = int(unroll)
+        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll)
+        self.max_grid = _grid_size(self._kern, n_sms, g.smem_bytes)
+        self.reset()
+
+    # ---- views -----------------------------------------------------------------------------
+    def host_rows(self, layer: int) -> np.ndarray:
+        """[R, max_ctx, row_bytes] uint8 numpy view of the pinned pool: write KV rows here."""
+        return self._host[self._layer(layer)]
+
+    def device_rows(self, layer: int) -> Any:
+        """[R * (B + 1), row_bytes] uint8 cupy view: row r * (B + 1) + slot (attention's kv)."""
+        return self._dev[self._layer(layer)]
+
+    def state(self, layer: int) -> HotBufferState:
+        """Copy one layer's bookkeeping to the host."""
+        lyr = self._layer(layer)
+        meta = self._meta[lyr].get()
+        order = self._order[lyr].get()
+        orders = [order[r, : meta[r, 0]].copy() for r in range(self.geometry.requests)]
+        return HotBufferState(self._slot_pos[lyr].get(), orders, meta[:, 0], meta[:, 1], meta[:, 2], meta[:, 3])
+
+    # ---- state changes ----------------------------------------------------------------------
+    def reset(self, layers: Any = None) -> None:
+        """Fresh requests: nothing loaded; the first long step starts from ``initial``."""
+        sel = self._layers(layers)
+        self._slot_pos[sel] = -1
+        self._pos_slot[sel] = -1
+        self._meta[sel] = 0
+
+    def prefill(self, layers: Any = None) -> None:
+        """Colocated prefill: slots [0, B) hold positions [0, B), copied in bulk (cudaMemcpy2D)."""
+        import cupy as cp
+
+        g = self.geometry
+        if g.max_ctx < g.buffer:
+            raise ValueError(f"prefill needs max_ctx >= device_buffer_size ({g.max_ctx} < {g.buffer})")
+        B = g.buffer
+        for lyr in range(g.layers) if layers is None else [self._layer(layers)]:
+            ramp = cp.arange(B, dtype=cp.int32)
+            self._slot_pos[lyr] = ramp
+            self._order[lyr] = ramp
+            self._pos_slot[lyr] = -1
+            self._pos_slot[lyr, :, :B] = ramp
+            self._meta[lyr] = cp.asarray([B, 1, 0, B], cp.int32)
+            cp.cuda.runtime.memcpy2DAsync(
+                self._dev[lyr].data.ptr, (B + 1) * g.row_bytes, self.pool.device_ptr + lyr * g.layer_host_bytes,
+                g.max_ctx * g.row_bytes, B * g.row_bytes, g.requests, _MEMCPY_H2D,
+                cp.cuda.get_current_stream().ptr)
+
+    def grid(self, width: int) -> int:
+        """Blocks per launch: one per request at least, and enough to copy k misses per request
+        with UNROLL chunks per thread, up to what can be resident at once (a cooperative launch).
+        Small batches get small grids: a cheaper launch and grid barrier."""
+        g = self.geometry
+        want = -(-g.requests * width * (g.row_bytes // 16) // (THREADS * self.unroll))
+        return max(1, min(self.max_grid, max(g.requests, want)))
+
+    def swap_in(self, layer: int, indices: Any, ctx_len: Any, *, global_rows: bool = False,
+                check: bool = True, slots_out: Any = None, misses_out: Any = None,
+                copy: bool = True) -> SwapInResult:
+        """One decode step of one layer for every request (one cooperative launch).
+
+        indices [R, w] (int32 on the GPU, or any int numpy array), ctx_len [R] (int64 on the GPU).
+        check=True synchronises and raises SwapInError naming each bad request (those keep their
+        state; the others are processed). check=False leaves that to ``raise_errors()``.
+        copy=False does the bookkeeping only and loads no rows (for timing breakdowns); the
+        buffer then disagrees with its tables until ``prefill()`` or ``reset()``.
+        """
+        import cupy as cp
+
+        g = self.geometry
+        lyr = self._layer(layer)
+        validate_step(g, indices, ctx_len)
+        idx = cp.ascontiguousarray(cp.asarray(indices, dtype=cp.int32))
+        ctx = cp.ascontiguousarray(cp.asarray(ctx_len, dtype=cp.int64))
+        width = int(idx.shape[1])
+        slots = _output(slots_out, (g.requests, width), cp.int32, "slots_out")
+        misses = _output(misses_out, (g.requests,), cp.int32, "misses_out")
+        host_ptr = self.pool.device_ptr + lyr * g.layer_host_bytes
+        args = (idx, ctx, self._slot_pos[lyr], self._order[lyr], self._pos_slot[lyr], self._meta[lyr],
+                slots, misses, self._errors, self._copy_list, self._counters, np.uint64(host_ptr),
+                self._dev[lyr], np.int32(g.requests), np.int32(width), np.int32(g.buffer),
+                np.int64(g.max_ctx), np.int32(g.row_bytes), np.int32(self.initial == "prefix"),
+                np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(self._parity),
+                np.int32(bool(copy)))
+        self._kern((self.grid(width),), (THREADS,), args, shared_mem=smem_bytes(g.buffer, width))
+        self._parity ^= 1
+        if check:
+            self.raise_errors(idx, ctx)
+        return SwapInResult(slots, misses)
+
+    def raise_errors(self, indices: Any, ctx_len: Any) -> None:
+        """Raise SwapInError if the last launch (on these inputs) found bad requests."""
+        errors = self._errors.get()
+        if errors[:, 0].any():
+            msgs = decode_errors(self.geometry, errors, _to_host(indices), _to_host(ctx_len))
+            raise SwapInError("; ".join(msgs))
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _layer(self, layer: int) -> int:
+        if not isinstance(layer, (int, np.integer)) or not 0 <= layer < self.geometry.layers:
+            raise ValueError(f"layer must be in [0, {self.geometry.layers}), got {layer!r}")
+        return int(layer)
+
+    def _layers(self, layers: Any) -> slice | int:
+        return slice(None) if layers is None else self._layer(layers)
+
+
+def _to_host(a: Any) -> np.ndarray:
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _output(a: Any, shape: tuple[int, ...], dtype: Any, name: str) -> Any:
+    """Allocate an output, or check a caller-provided one (e.g. a slice of a [steps, ...] array)."""
+    import cupy as cp
+
+    if a is None:
+        return cp.empty(shape, dtype)
+    if not isinstance(a, cp.ndarray) or a.shape != shape or a.dtype != dtype or not a.flags.c_contiguous:
+        raise ValueError(f"{name} must be a C-contiguous cupy array of shape {shape} and dtype {np.dtype(dtype).name}")
+    return a
