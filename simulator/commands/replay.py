@@ -95,27 +95,39 @@ def _write_table(df, path: str) -> None:
         raise HisparseError(f"--out {path}: use a .parquet or .csv file name")
 
 
+def _print_records(records: list[dict], cols: list[str]) -> None:
+    """A plain aligned table (no pandas: keeps the command's start-up light)."""
+    cells = [[f"{r[c]:.4f}" if isinstance(r[c], float) else str(r[c]) for c in cols] for r in records]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.rjust(w) for c, w in zip(cols, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
+
+
 def run_replay(args: argparse.Namespace) -> int:
     from ..progress import progress
-    from ..replay import replay_trace
+    from ..replay.api import per_step_frame, replay_totals
 
     trace = open_input(args)
     configs = [c.check(trace.meta.k) for c in _configs(args, args.policy)]
     streams = progress(trace, total=len(trace), desc="streams", quiet=args.quiet, unit="stream")
     want_steps = bool(args.out or args.plot)
-    summary, per_step = replay_trace(streams, configs, k=trace.meta.k, workers=args.workers, per_step=want_steps)
-    if args.out:
-        _write_table(per_step, args.out)
-    if args.plot:
-        from ..replay.plots import plot_rolling_misses
+    records, kept = replay_totals(streams, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps)
+    if want_steps:
+        per_step = per_step_frame(kept)
+        if args.out:
+            _write_table(per_step, args.out)
+        if args.plot:
+            from ..replay.plots import plot_rolling_misses
 
-        plot_rolling_misses(per_step, args.plot, window=args.window, title=f"{os.path.basename(args.trace)}, "
-                            f"{args.semantics} semantics")
+            plot_rolling_misses(per_step, args.plot, window=args.window,
+                                title=f"{os.path.basename(args.trace)}, {args.semantics} semantics")
     cols = ["policy", "buffer", "semantics", "streams", "steps", "accesses", "misses", "miss_ratio"]
+    rows = [{c: r[c] for c in cols} for r in records]
     if args.json:
-        print_json(summary[cols].to_dict(orient="records"))
+        print_json(rows)
     else:
-        print(summary[cols].to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        _print_records(rows, cols)
     return 0
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from ..errors import HisparseError
 from ..trace.stream import Stream
@@ -70,40 +70,69 @@ def expand_configs(policies: Sequence[str], buffers: Sequence[int], **common) ->
     return [ReplayConfig(policy=p, buffer=int(b), **common) for p in policies for b in buffers]
 
 
-def replay_trace(streams: Iterable[Stream], configs: Sequence[ReplayConfig], *, k: int,
-                 workers: int = 2, per_step: bool = False,
-                 on_stream: Callable[[], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+class StreamMisses(NamedTuple):
+    """Per-step misses of one stream under one config."""
+
+    request: int
+    layer: int
+    ctx_len: np.ndarray
+    config: ReplayConfig
+    misses: np.ndarray
+
+
+def replay_totals(streams: Iterable[Stream], configs: Sequence[ReplayConfig], *, k: int, workers: int = 2,
+                  keep_steps: bool = False) -> tuple[list[dict], list[StreamMisses]]:
     """Replay every stream under every config, ``workers`` threads at a time (the compiled
-    replay releases the GIL). Returns (summary, per-step misses or None)."""
+    replay releases the GIL). Returns one summary record per config, and the per-stream misses
+    when ``keep_steps``. Needs no pandas (the CLI's fast path)."""
     for cfg in configs:
         cfg.check(k)
     totals = {cfg: [0, 0, 0, 0] for cfg in configs}  # streams, steps, accesses, misses
-    rows: list[pd.DataFrame] = []
+    kept: list[StreamMisses] = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        pending: list = []
         for stream in streams:
-            futures = [(cfg, pool.submit(replay_stream, stream, cfg, k)) for cfg in configs]
             accesses = int(stream.accesses)
-            for cfg, fut in futures:
-                misses = fut.result()
-                t = totals[cfg]
-                t[0] += 1
-                t[1] += stream.steps
-                t[2] += accesses
-                t[3] += int(misses.sum())
-                if per_step:
-                    rows.append(pd.DataFrame({
-                        "request": stream.request, "layer": stream.layer,
-                        "step": np.arange(stream.steps), "ctx_len": stream.ctx_len,
-                        "policy": cfg.policy, "buffer": cfg.buffer, "misses": misses}))
-            if on_stream:
-                on_stream()
-    summary = pd.DataFrame([
-        {"policy": c.policy, "buffer": c.buffer, "semantics": c.semantics, "initial": c.initial,
-         "reserve_newest": c.reserve_newest, "streams": s, "steps": n, "accesses": a, "misses": m,
-         "miss_ratio": m / a if a else 0.0}
-        for c, (s, n, a, m) in totals.items()])
-    detail = pd.concat(rows, ignore_index=True) if per_step and rows else None
-    return summary, detail
+            pending.append((stream, accesses, [(cfg, pool.submit(replay_stream, stream, cfg, k)) for cfg in configs]))
+            if len(pending) >= 2:  # one stream replaying while the next is read: bounded memory
+                _collect(pending.pop(0), totals, kept, keep_steps)
+        for item in pending:
+            _collect(item, totals, kept, keep_steps)
+    records = [{"policy": c.policy, "buffer": c.buffer, "semantics": c.semantics, "initial": c.initial,
+                "reserve_newest": c.reserve_newest, "streams": s, "steps": n, "accesses": a, "misses": m,
+                "miss_ratio": m / a if a else 0.0} for c, (s, n, a, m) in totals.items()]
+    return records, kept
+
+
+def _collect(item, totals, kept, keep_steps) -> None:
+    stream, accesses, futures = item
+    for cfg, fut in futures:
+        misses = fut.result()
+        t = totals[cfg]
+        t[0] += 1
+        t[1] += stream.steps
+        t[2] += accesses
+        t[3] += int(misses.sum())
+        if keep_steps:
+            kept.append(StreamMisses(stream.request, stream.layer, stream.ctx_len, cfg, misses))
+
+
+def per_step_frame(kept: Sequence[StreamMisses]):
+    """Per-step misses as a DataFrame: request, layer, step, ctx_len, policy, buffer, misses."""
+    import pandas as pd
+
+    return pd.concat([pd.DataFrame({"request": m.request, "layer": m.layer, "step": np.arange(len(m.misses)),
+                                    "ctx_len": m.ctx_len, "policy": m.config.policy, "buffer": m.config.buffer,
+                                    "misses": m.misses}) for m in kept], ignore_index=True)
+
+
+def replay_trace(streams: Iterable[Stream], configs: Sequence[ReplayConfig], *, k: int, workers: int = 2,
+                 per_step: bool = False):
+    """``replay_totals`` as DataFrames: (summary, per-step misses or None)."""
+    import pandas as pd
+
+    records, kept = replay_totals(streams, configs, k=k, workers=workers, keep_steps=per_step)
+    return pd.DataFrame(records), (per_step_frame(kept) if per_step and kept else None)
 
 
 def with_policy(cfg: ReplayConfig, policy: str) -> ReplayConfig:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import literally, njit
 
 from .policies import POLICY_IDS, arc, clock, fifo, lfu, lru, opt, random_, s3fifo, sieve
 
@@ -27,6 +27,7 @@ _NSW, _NPW, _NG = 5, 3, 16
 
 @njit(cache=True)
 def _init(pid, sw, pw, g, B, cmax):  # pragma: no cover - compiled
+    literally(pid)  # one compiled copy per policy: the branches below fold away
     if pid == 0:
         lru.init(sw, pw, g, B, cmax)
     elif pid == 1:
@@ -49,6 +50,7 @@ def _init(pid, sw, pw, g, B, cmax):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
+    literally(pid)  # one compiled copy per policy: the branches below fold away
     if pid == 0:
         return lru.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
     if pid == 1:
@@ -70,6 +72,7 @@ def _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no 
 
 @njit(cache=True)
 def _insert(pid, sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - compiled
+    literally(pid)  # one compiled copy per policy: the branches below fold away
     if pid == 0:
         lru.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
     elif pid == 1:
@@ -92,6 +95,7 @@ def _insert(pid, sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover 
 
 @njit(cache=True)
 def _hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover
+    literally(pid)  # one compiled copy per policy: the branches below fold away
     if pid == 0:
         lru.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
     elif pid == 1:
@@ -160,6 +164,7 @@ def _first_uses(indices, t0, cmax):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def _replay(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, want_nu, misses_out, record,
             slots_out):  # pragma: no cover
+    literally(pid)
     steps, width = indices.shape
     cmax = 1
     for t in range(steps):
@@ -293,6 +298,60 @@ def _replay(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, wa
     return slot_pos, order
 
 
+# One compiled entry point per policy: calling _replay with a constant id makes the id a
+# literal, so each policy gets its own copy of the step loop with its hooks called directly
+# (a run-time id costs a dispatch on every call and every hook).
+@njit(cache=True, nogil=True)
+def _replay_lru(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(0, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_fifo(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(1, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_clock(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(2, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_lfu(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(3, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_arc(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(4, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_s3fifo(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(5, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_sieve(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(6, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_random(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(7, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+@njit(cache=True, nogil=True)
+def _replay_opt(a, b, c, d, e, f, g, h, i, j, k, m):  # pragma: no cover - compiled
+    return _replay(8, a, b, c, d, e, f, g, h, i, j, k, m)
+
+
+_ENTRY = {"lru": _replay_lru, "fifo": _replay_fifo, "clock": _replay_clock, "lfu": _replay_lfu,
+          "arc": _replay_arc, "s3fifo": _replay_s3fifo, "sieve": _replay_sieve, "random": _replay_random,
+          "opt": _replay_opt}
+assert set(_ENTRY) == set(POLICY_IDS)
+
+
 class PolicyRun(NamedTuple):
     """One stateful replay: misses per step, and the state a GPU kernel is checked against."""
 
@@ -306,7 +365,6 @@ class PolicyRun(NamedTuple):
 def replay_policy(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
                   prefix: bool, batched: bool, seed: int, record: bool = False) -> PolicyRun:
     """Replay one stateful policy over one stream."""
-    pid = POLICY_IDS[policy]
     want_nu = policy == "opt"
     idx = np.ascontiguousarray(indices, dtype=np.int32)
     ctx = np.ascontiguousarray(ctx_len, dtype=np.int64)
@@ -314,6 +372,6 @@ def replay_policy(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer:
     nu = next_uses(idx, cmax) if want_nu else np.zeros((1, 1), dtype=np.int64)
     misses = np.zeros(idx.shape[0], dtype=np.int64)
     slots = np.full(idx.shape if record else (1, 1), -1, dtype=np.int32)
-    slot_pos, order = _replay(pid, idx, ctx, int(buffer), reserve, prefix, batched, int(seed), nu, want_nu,
-                              misses, record, slots)
+    slot_pos, order = _ENTRY[policy](idx, ctx, int(buffer), reserve, prefix, batched, int(seed), nu, want_nu,
+                                     misses, record, slots)
     return PolicyRun(misses, slot_pos, order, slots if record else None)

@@ -109,7 +109,7 @@ def lru_stack_misses(streams: Iterable[Stream], sizes: np.ndarray, reserve: bool
 
 
 def miss_ratio_curve(open_streams, cfg: ReplayConfig, sizes: Sequence[int], *, k: int, min_ctx: int,
-                     workers: int = 2, on_stream=None) -> tuple[pd.DataFrame, str]:
+                     workers: int = 2) -> tuple[pd.DataFrame, str]:
     """Misses at each size for one policy; returns (curve, method) with method "one-pass" or
     "per-size". ``open_streams`` is a callable returning a fresh iterator over the streams."""
     sizes = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.int64)
@@ -122,7 +122,7 @@ def miss_ratio_curve(open_streams, cfg: ReplayConfig, sizes: Sequence[int], *, k
         from dataclasses import replace
 
         configs = [replace(cfg, buffer=int(b)) for b in sizes]
-        summary, _ = replay_trace(open_streams(), configs, k=k, workers=workers, on_stream=on_stream)
+        summary, _ = replay_trace(open_streams(), configs, k=k, workers=workers)
         curve = summary[["policy", "buffer", "accesses", "misses"]].copy()
         method = "per-size"
     curve["semantics"] = cfg.semantics

@@ -250,7 +250,7 @@ def _decode(buf, steps, width, ordered, out, ctx_out):  # pragma: no cover - com
         else:
             for j in range(n):
                 out[t, j] = cur[j]
-        for j in range(n, width):
+        for j in range(n, out.shape[1]):
             out[t, j] = -1
         for j in range(n):
             prev[j] = cur[j]
@@ -280,14 +280,18 @@ def encode_stream(indices: np.ndarray, ctx_len: np.ndarray, *, keep_order: bool)
 _DECODE_PROBLEMS = {1: "coded data ends early", 2: "coded data is inconsistent", 3: "coded data has trailing bytes"}
 
 
-def decode_stream(payload: bytes, steps: int, width: int, ordered: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Inverse of encode_stream: (indices int32 [steps, width], ctx_len int64 [steps])."""
+def decode_stream(payload: bytes, steps: int, width: int, ordered: bool,
+                  out: np.ndarray | None = None, ctx_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of encode_stream: (indices int32 [steps, width], ctx_len int64 [steps]).
+
+    ``out``/``ctx_out`` may be slices of a larger array (rows of a multi-chunk stream), decoded
+    in place so that a long stream is never copied."""
     try:
         raw = np.frombuffer(zlib.decompress(payload), dtype=np.uint8)
     except zlib.error as exc:
         raise TraceError(f"corrupt stream data ({exc})") from None
-    out = np.empty((steps, width), dtype=np.int32)
-    ctx = np.empty(steps, dtype=np.int64)
+    out = np.empty((steps, width), dtype=np.int32) if out is None else out
+    ctx = np.empty(steps, dtype=np.int64) if ctx_out is None else ctx_out
     code, step = _decode(raw, steps, width, ordered, out, ctx)
     if code:
         raise TraceError(f"corrupt stream data: {_DECODE_PROBLEMS[code]}", step=int(step) if code != 3 else None)

@@ -310,28 +310,26 @@ class TraceReader:
             raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
         chunks = self._streams[key]
         width = max(c.width for c in chunks)
-        parts_i, parts_c = [], []
+        indices = np.empty((sum(c.steps for c in chunks), width), dtype=np.int32)
+        ctx_len = np.empty(indices.shape[0], dtype=np.int64)
+        fail = dict(path=self.path, request=key.request, layer=key.layer)
+        row = 0
         for c in chunks:
             self._fh.seek(c.offset)
             fields = _CHUNK.unpack(self._fh.read(_CHUNK.size))
             plen, crc = fields[-2], fields[-1]
             payload = self._fh.read(plen)
-            fail = dict(path=self.path, request=key.request, layer=key.layer)
             if fields[0] != b"CHNK" or len(payload) != plen:
                 raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
             if zlib.crc32(payload) != crc:
                 raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
             try:
-                rows, ctx = decode_stream(payload, c.steps, c.width, c.ordered)
+                decode_stream(payload, c.steps, c.width, c.ordered, indices[row:row + c.steps],
+                              ctx_len[row:row + c.steps])
             except TraceError as exc:
                 step = None if exc.step is None else exc.step + c.first_step
                 raise TraceError(exc.problem, step=step, **fail) from None
-            if c.width < width:
-                rows = np.pad(rows, ((0, 0), (0, width - c.width)), constant_values=-1)
-            parts_i.append(rows)
-            parts_c.append(ctx)
-        indices = np.concatenate(parts_i) if len(parts_i) > 1 else parts_i[0]
-        ctx_len = np.concatenate(parts_c) if len(parts_c) > 1 else parts_c[0]
+            row += c.steps
         try:
             check_stream(indices, ctx_len, self.meta.k)
         except TraceError as exc:
