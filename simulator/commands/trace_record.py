@@ -52,15 +52,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("trace", metavar="TRACE", help="a .hst trace (or .npy array)")
     fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the calibration runs (default 0)")
-    fit.add_argument("--layers", type=int, default=4, metavar="N",
-                     help="layers per calibration run (default 4; more is slower and steadier)")
+    fit.add_argument("--layers", type=int, default=2, metavar="N",
+                     help="layers per calibration run (default 2)")
+    fit.add_argument("--requests", type=int, default=2, metavar="N",
+                     help="requests per calibration run (default 2; more is slower and steadier)")
     fit.add_argument("--rounds", type=int, default=2, metavar="N", help="calibration rounds (default 2)")
     fit.add_argument("--iters", type=int, default=6, metavar="N",
                      help="bisection steps per knob and round (default 6)")
     fit.add_argument("--recover", action="store_true", help="read a trace whose writer never closed it")
     fit.add_argument("--compare", action="store_true",
                      help="also print real against fitted-synthetic figures (overlap, sink and local "
-                          "shares, LRU and OPT miss ratios at buffers 1.5k, 2k and 4k)")
+                          "shares, LRU and OPT miss ratios at buffers 1.5k, 2k and 4k; synthetic: "
+                          "4 requests x 2 layers, seed + 1)")
     fit.add_argument("--quiet", action="store_true", help="print nothing")
     fit.set_defaults(run=run_fit)
 
@@ -88,7 +91,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from ..trace.generator import knobs_to_toml
 
     trace = open_trace(args.trace, recover=args.recover)
-    fit = fit_knobs(trace, seed=args.seed, layers=args.layers, rounds=args.rounds, iters=args.iters)
+    fit = fit_knobs(trace, seed=args.seed, layers=args.layers, requests=args.requests,
+                    rounds=args.rounds, iters=args.iters)
     text = knobs_to_toml(fit.knobs, comment=fit.comment)
     with atomic_output(args.out) as fh:
         fh.write(text.encode())
@@ -97,7 +101,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.compare:
         from ..trace.fit import compare
 
-        rows = compare(trace, fit.knobs, seed=args.seed + 1, layers=max(args.layers, 8))
+        rows = compare(trace, fit.knobs, seed=args.seed + 1)
         print(f"{'figure':<20} {'real':>8} {'synthetic':>10} {'rel.err':>8}")
         for name, (real, syn) in rows.items():
             err = abs(syn - real) / real if real else float("nan")
