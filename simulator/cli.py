@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands import replay
 
     replay.add_parsers(sub)
+    from .commands import plan
+
+    plan.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,2 @@
+"""Serving model: presets, per-GPU memory, the decode/prefill cost model, miss profiles from
+trace replay, the SimPy deployment model and the capacity planner."""

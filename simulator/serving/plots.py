@@ -1,0 +1,34 @@
+"""Throughput against concurrency, one line per system (and HiSparse knob set)."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+
+
+def plot_throughput(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..trace.fileio import atomic_output
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"],
+                                                dropna=False, sort=False):
+        label = system if system == "baseline" else f"hisparse, buffer {int(buf)}, host x{ratio:g}"
+        ax1.plot(grp["concurrency"], grp["throughput_tok_s"], marker="o", ms=3, label=label)
+        ax2.plot(grp["concurrency"], grp["tpot_p99_ms"], marker="o", ms=3, label=label)
+    for ax, ylabel in ((ax1, "output throughput (tok/s)"), (ax2, "TPOT p99 (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    calibrated = bool(df["calibrated"].iloc[0]) if "calibrated" in df else False
+    fig.suptitle("Baseline against HiSparse" + ("" if calibrated else " (uncalibrated cost model)"))
+    with atomic_output(path) as fh:
+        fig.savefig(fh, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
