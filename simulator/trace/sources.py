@@ -55,7 +55,7 @@ class NpyTrace:
         if array.ndim != 2 or array.shape[1] < 1:
             raise TraceError(f"shape {array.shape}: a trace array must be 2-D [steps, k]", path=path)
         self.file_bytes = os.path.getsize(self.path)
-        indices = _pad_at_end(array.astype(np.int32))
+        indices = _pad_at_end(array.astype(np.int32, copy=False))
         if ctx0 is None:
             first = indices[0] if len(indices) else np.zeros(0, np.int32)
             ctx0 = int(first.max()) + 1 if (first >= 0).any() else 1
