@@ -11,18 +11,14 @@ bf16 tensors are uint16 arrays of bf16 bit patterns (CuPy has no bfloat16 dtype)
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import shutil
-import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._build import build_cubin
 from .mla_reference import BF16_ROW_BYTES, D_LATENT, D_QK, FP8_ROW_BYTES
 
 KV_DTYPES = ("bf16", "fp8")
@@ -108,35 +104,9 @@ def plan_splits(batch: int, heads: int, k: int, n_sms: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------
 # Build and load
 # --------------------------------------------------------------------------------------------
-def _find_nvcc() -> str:
-    """nvcc from PATH, $CUDA_PATH or /usr/local/cuda."""
-    for cand in (
-        shutil.which("nvcc"),
-        os.path.join(os.environ.get("CUDA_PATH", ""), "bin", "nvcc"),
-        "/usr/local/cuda/bin/nvcc",
-    ):
-        if cand and os.path.isfile(cand):
-            return cand
-    raise RuntimeError("nvcc not found (needed to build the sm_90a wgmma kernel); set CUDA_PATH")
-
-
 def compiled_cubin() -> Path:
     """Build (once, cached by source hash) and return the cubin of the kernel source."""
-    src = _SOURCE.read_bytes()
-    key = hashlib.sha256(src + " ".join(_NVCC_FLAGS).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("HISPARSE_KERNEL_CACHE", Path.home() / ".cache" / "hisparse-sim"))
-    cache.mkdir(parents=True, exist_ok=True)
-    cubin = cache / f"sparse_attention-{key}.cubin"
-    if not cubin.exists():
-        fd, tmp = tempfile.mkstemp(dir=cache, suffix=".cubin")
-        os.close(fd)
-        cmd = [_find_nvcc(), *_NVCC_FLAGS, "-o", tmp, str(_SOURCE)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            os.unlink(tmp)
-            raise RuntimeError(f"nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
-        os.replace(tmp, cubin)
-    return cubin
+    return build_cubin(_SOURCE, _NVCC_FLAGS, "sparse_attention")
 
 
 @cache

@@ -17,17 +17,13 @@ CuPy is imported lazily: geometry, validation, error decoding and the reference 
 
 from __future__ import annotations
 
-import hashlib
-import os
-import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from .sparse_attention import _find_nvcc
+from ._build import build_cubin
 
 THREADS = 512
 WARPS = THREADS // 32
@@ -256,22 +252,7 @@ def reference_swap_in(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *,
 # --------------------------------------------------------------------------------------------
 def compiled_cubin(unroll: int = DEFAULT_UNROLL) -> Path:
     """Build (once, cached by source hash and flags) and return the kernel's cubin."""
-    flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}")
-    src = _SOURCE.read_bytes()
-    key = hashlib.sha256(src + " ".join(flags).encode()).hexdigest()[:16]
-    cache_dir = Path(os.environ.get("HISPARSE_KERNEL_CACHE", Path.home() / ".cache" / "hisparse-sim"))
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    cubin = cache_dir / f"swap_in-{key}.cubin"
-    if not cubin.exists():
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".cubin")
-        os.close(fd)
-        cmd = [_find_nvcc(), *flags, "-o", tmp, str(_SOURCE)]
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            os.unlink(tmp)
-            raise RuntimeError(f"nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
-        os.replace(tmp, cubin)
-    return cubin
+    return build_cubin(_SOURCE, (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}"), "swap_in")
 
 
 @cache

@@ -39,3 +39,16 @@ def oldest_unmarked(nxt, head, start, mark, stamp):  # pragma: no cover - compil
     while x != head and mark[x] == stamp:
         x = nxt[x]
     return x
+
+
+@njit(cache=True)
+def take_oldest_unmarked(prev, nxt, head, g, mark, stamp):  # pragma: no cover - compiled
+    """Unlink and return the oldest node not marked with ``stamp``. g[0] and g[1] keep a cursor
+    for the step (g[1] = its stamp): nodes before it are protected ones already passed, so a
+    step's victims cost one walk, not one walk each."""
+    start = g[0] if g[1] == stamp else -1
+    v = oldest_unmarked(nxt, head, start, mark, stamp)
+    g[0] = nxt[v]
+    g[1] = stamp
+    unlink(prev, nxt, v)
+    return v

@@ -99,3 +99,12 @@ def pop_live(keys, vals, g, gi, cur, mark, stamp, stash_k, stash_v):  # pragma: 
         g[gi] = n + 1
         _sift_up(keys, vals, n)
     return found
+
+
+@njit(cache=True)
+def pop_victim(sw, g, mark, stamp):  # pragma: no cover - compiled
+    """The unprotected slot with the smallest key (heap in word rows 1-2, stash in 3-4, current
+    keys in row 0, size in g[0]); the slot's key becomes EMPTY."""
+    v = pop_live(sw[1], sw[2], g, 0, sw[0], mark, stamp, sw[3], sw[4])
+    sw[0][v] = EMPTY
+    return v

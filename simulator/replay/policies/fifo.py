@@ -20,12 +20,7 @@ def init(sw, pw, g, B, cmax):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
-    start = g[0] if g[1] == stamp else -1
-    v = _dlist.oldest_unmarked(sw[1], B, start, mark, stamp)
-    g[0] = sw[1][v]
-    g[1] = stamp
-    _dlist.unlink(sw[0], sw[1], v)
-    return v
+    return _dlist.take_oldest_unmarked(sw[0], sw[1], B, g, mark, stamp)
 
 
 @njit(cache=True)

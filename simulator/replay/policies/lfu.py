@@ -24,9 +24,7 @@ def init(sw, pw, g, B, cmax):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
-    v = _heap.pop_live(sw[1], sw[2], g, 0, sw[0], mark, stamp, sw[3], sw[4])
-    sw[0][v] = _heap.EMPTY
-    return v
+    return _heap.pop_victim(sw, g, mark, stamp)
 
 
 @njit(cache=True)
