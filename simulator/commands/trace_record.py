@@ -44,11 +44,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     fit = sub.add_parser(
         "fit", help="fit the synthetic generator's knobs to a trace",
-        description="Estimate the knobs of `hisparse trace gen` from a (real) trace: sinks and "
-                    "local window from the sink and local shares, run length from the arrivals, "
-                    "then retention, bursts, popularity and layer correlation calibrated by "
-                    "simulation so that the synthetic trace matches the real one's adjacent-step "
-                    "overlap, tail, LRU miss ratio and adjacent-layer overlap. Seeded.")
+        description="Estimate the knobs of `hisparse trace gen` from a (real) trace: sinks, run "
+                    "length and bursts read off the trace, then local window, retention, passage "
+                    "popularity (zipf_alpha, passage_len) and layer correlation calibrated by "
+                    "simulation so that synthetic traces match the real one's local share, "
+                    "adjacent-step overlap, LRU and OPT miss ratios at a 2k buffer, and "
+                    "adjacent-layer overlap. Seeded: the same trace and seed give the same knobs.")
     fit.add_argument("trace", metavar="TRACE", help="a .hst trace (or .npy array)")
     fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the calibration runs (default 0)")
