@@ -218,3 +218,17 @@ def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
     assert generated.source == "generated dsa-like"
     for a, b in zip(bundled.shares, generated.shares, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_open_loop_rates(tmp_path, capsys):
+    out = tmp_path / "open"
+    assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "1,8", "--quiet", "--json",
+                 "--out", str(out)]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["system"], r["rate_per_s"], r["concurrency"]) for r in rows] == [
+        ("baseline", 1.0, 0), ("baseline", 8.0, 0), ("hisparse", 1.0, 0), ("hisparse", 8.0, 0)]
+    base = [r for r in rows if r["system"] == "baseline"]
+    assert base[1]["throughput_tok_s"] > base[0]["throughput_tok_s"]  # more load, more tokens
+    assert (out / "throughput.png").exists()
+    assert main(["plan", "--rate", "0", "--quiet"]) == 2
+    assert "positive arrival rates" in capsys.readouterr().err

@@ -37,6 +37,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, help="trace whose replay gives the misses (default: bundled DSA-like)")
     p.add_argument("--concurrency", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
+    p.add_argument("--rate", type=_float_list, default=[],
+                   help="open loop: comma-separated arrival rates in requests/s (whole deployment), swept "
+                        "instead of --concurrency; an open-loop workload file without --rate uses its rate_per_s")
     p.add_argument("--slo-tpot-ms", type=float, default=100.0, help="TPOT p99 target for the recommendation (default 100)")
     p.add_argument("--sweep-buffer", type=_int_list, default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144")
     p.add_argument("--sweep-host-ratio", type=_float_list, default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8")
@@ -47,7 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_plan_cmd)
 
 
-COLUMNS = ["concurrency", "throughput_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "running", "max_running",
+COLUMNS = ["concurrency", "rate_per_s", "throughput_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "running", "max_running",
            "hbm_used_gb", "host_used_gb", "miss_share"]
 
 
@@ -57,13 +60,14 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
     inp = PlanInputs(model=args.model, gpu=args.gpu, deployment=args.deployment, workload=args.workload,
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
-                     concurrency=tuple(args.concurrency), slo_tpot_ms=args.slo_tpot_ms,
+                     concurrency=tuple(args.concurrency), rates=tuple(args.rate), slo_tpot_ms=args.slo_tpot_ms,
                      buffers=tuple(args.sweep_buffer), host_ratios=tuple(args.sweep_host_ratio), seed=args.seed)
-    n_points = len(inp.concurrency) * (1 + max(1, len(inp.buffers)) * max(1, len(inp.host_ratios)))
+    n_points = (len(inp.rates) or len(inp.concurrency)) * (1 + max(1, len(inp.buffers)) * max(1, len(inp.host_ratios)))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
     rows = run_plan(inp, on_point=lambda: next(bar, None))
     rec = recommend(rows, args.slo_tpot_ms)
-    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency)}, "rows": rows, "recommendation": rec}
+    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)}, "rows": rows,
+              "recommendation": rec}
     if args.out:
         _write_outputs(args.out, rows, report)
     if args.json:
@@ -91,8 +95,10 @@ def _print_report(rows: list[dict], rec: dict) -> None:
         return
     knobs = "" if choice["system"] == "baseline" else (
         f" with device_buffer_size {choice['device_buffer_size']}, host_to_device_ratio {choice['host_to_device_ratio']:g}")
-    print(f"recommendation (TPOT p99 <= {rec['slo_tpot_ms']:g} ms): {choice['system']}{knobs} at concurrency "
-          f"{choice['concurrency']}: {choice['throughput_tok_s']:.0f} tok/s, TPOT p99 {choice['tpot_p99_ms']:.1f} ms")
+    load = (f"concurrency {choice['concurrency']}" if choice["concurrency"] else
+            f"{choice['rate_per_s']:g} requests/s")
+    print(f"recommendation (TPOT p99 <= {rec['slo_tpot_ms']:g} ms): {choice['system']}{knobs} at {load}: "
+          f"{choice['throughput_tok_s']:.0f} tok/s, TPOT p99 {choice['tpot_p99_ms']:.1f} ms")
     if rec["hisparse_over_baseline"]:
         print(f"best HiSparse / best baseline throughput under the target: {rec['hisparse_over_baseline']:.2f}x")
 

@@ -44,7 +44,8 @@ class Request:
 @dataclass
 class RunResult:
     system: str
-    concurrency: int
+    concurrency: int  # closed loop; 0 for open-loop runs
+    rate_per_s: float  # open loop arrival rate, whole deployment; 0 for closed loop
     throughput_tok_s: float
     tpot_p50_ms: float
     tpot_p99_ms: float
@@ -71,9 +72,10 @@ class RankSim:
         self.hs = hisparse if system == "hisparse" else None
         self.profiles = profiles
         self.cost = CostModel(model, gpu, dep, params)
-        self.concurrency = concurrency
+        self.concurrency = concurrency if workload.arrival == "closed" else 0
         self.clients = max(1, math.ceil(concurrency / dep.dp))
-        self.active_ranks = min(concurrency, dep.dp)
+        # open loop: requests spread over every rank at rate_per_s / dp each
+        self.active_ranks = min(concurrency, dep.dp) if workload.arrival == "closed" else dep.dp
         self.rng = np.random.default_rng(seed)
         ctx = workload.input_tokens + workload.output_tokens
         self.plan: MemoryPlan = plan_memory(model, gpu, dep, self.hs, ctx, workload.input_tokens)
@@ -251,6 +253,7 @@ class RankSim:
         gb = 1e9
         return RunResult(
             system=self.system, concurrency=self.concurrency,
+            rate_per_s=self.w.rate_per_s if self.w.arrival == "open" else 0.0,
             throughput_tok_s=out_tokens / makespan * scale if makespan > 0 else 0.0,
             tpot_p50_ms=float(np.percentile(tpot, 50) * 1e3) if tpot.size else math.nan,
             tpot_p99_ms=float(np.percentile(tpot, 99) * 1e3) if tpot.size else math.nan,

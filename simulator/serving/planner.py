@@ -23,6 +23,7 @@ class PlanInputs:
     calibration: str = "uncalibrated"
     trace: str | None = None  # default: the bundled DSA-like trace
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    rates: tuple[float, ...] = ()  # open loop: sweep arrival rates (requests/s) instead of concurrency
     slo_tpot_ms: float = 100.0
     buffers: tuple[int, ...] = ()  # sweep device_buffer_size (empty: the config's)
     host_ratios: tuple[float, ...] = ()  # sweep host_to_device_ratio (empty: the config's)
@@ -40,7 +41,16 @@ def run_plan(inp: PlanInputs, on_point: Callable[[], None] | None = None) -> lis
     """One row per (system, knobs, concurrency)."""
     if not inp.concurrency or min(inp.concurrency) < 1:
         raise HisparseError("--concurrency needs positive integers")
+    if inp.rates and min(inp.rates) <= 0:
+        raise HisparseError("--rate needs positive arrival rates")
     cfg = load_inputs(inp)
+    # one load point per concurrency (closed loop) or per arrival rate (open loop)
+    if inp.rates:
+        points = [(0, dataclasses.replace(cfg["workload"], arrival="open", rate_per_s=r)) for r in inp.rates]
+    elif cfg["workload"].arrival == "open":
+        points = [(0, cfg["workload"])]
+    else:
+        points = [(c, cfg["workload"]) for c in inp.concurrency]
     hs0 = cfg["hisparse"]
     if hs0.top_k != cfg["model"].top_k:
         raise HisparseError(f"HiSparse top_k {hs0.top_k} differs from the model's top_k {cfg['model'].top_k}")
@@ -51,18 +61,17 @@ def run_plan(inp: PlanInputs, on_point: Callable[[], None] | None = None) -> lis
         if hs.device_buffer_size < hs.top_k:
             raise HisparseError(f"device_buffer_size {hs.device_buffer_size} < top_k {hs.top_k}")
     initial = "prefix" if cfg["dep"].mode == "colocated" else "empty"
-    common = dict(model=cfg["model"], gpu=cfg["gpu"], dep=cfg["dep"], workload=cfg["workload"],
-                  params=cfg["params"], seed=inp.seed)
+    common = dict(model=cfg["model"], gpu=cfg["gpu"], dep=cfg["dep"], params=cfg["params"], seed=inp.seed)
     rows: list[dict] = []
-    for c in inp.concurrency:
-        rows.append(_row(simulate("baseline", c, hisparse=None, profiles=None, **common), None, cfg))
+    for c, w in points:
+        rows.append(_row(simulate("baseline", c, hisparse=None, profiles=None, workload=w, **common), None, cfg))
         if on_point:
             on_point()
     for hs in knob_sets:
         profiles = miss_profiles(inp.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
                                  initial=initial)
-        for c in inp.concurrency:
-            rows.append(_row(simulate("hisparse", c, hisparse=hs, profiles=profiles, **common), hs, cfg))
+        for c, w in points:
+            rows.append(_row(simulate("hisparse", c, hisparse=hs, profiles=profiles, workload=w, **common), hs, cfg))
             if on_point:
                 on_point()
     return rows

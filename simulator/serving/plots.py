@@ -1,4 +1,4 @@
-"""Throughput against concurrency, one line per system (and HiSparse knob set)."""
+"""Throughput and TPOT against load (concurrency or arrival rate), one line per system and knob set."""
 
 from __future__ import annotations
 
@@ -15,15 +15,17 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike) -> None:
 
     from ..trace.fileio import atomic_output
 
+    open_loop = bool((df["concurrency"] == 0).all())
+    x = "rate_per_s" if open_loop else "concurrency"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"],
                                                 dropna=False, sort=False):
         label = system if system == "baseline" else f"hisparse, buffer {int(buf)}, host x{ratio:g}"
-        ax1.plot(grp["concurrency"], grp["throughput_tok_s"], marker="o", ms=3, label=label)
-        ax2.plot(grp["concurrency"], grp["tpot_p99_ms"], marker="o", ms=3, label=label)
+        ax1.plot(grp[x], grp["throughput_tok_s"], marker="o", ms=3, label=label)
+        ax2.plot(grp[x], grp["tpot_p99_ms"], marker="o", ms=3, label=label)
     for ax, ylabel in ((ax1, "output throughput (tok/s)"), (ax2, "TPOT p99 (ms)")):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent requests")
+        ax.set_xlabel("arrival rate (requests/s)" if open_loop else "concurrent requests")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     ax1.legend(fontsize=8)
