@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands import plan
 
     plan.add_parsers(sub)
+    from .commands import sweep
+
+    sweep.add_parsers(sub)
     return parser
 
 

@@ -6,28 +6,14 @@ import os
 
 import pandas as pd
 
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+from ..plotting import finish, pyplot
 
 
-def _save(fig, path: str | os.PathLike) -> None:
-    from ..trace.fileio import atomic_output
-
-    with atomic_output(path) as fh:
-        fig.savefig(fh, format="png", dpi=120, bbox_inches="tight")
-
-
-def plot_rolling_misses(per_step: pd.DataFrame, path: str | os.PathLike, *, window: int = 100,
-                        title: str = "") -> None:
+def plot_rolling_misses(per_step: pd.DataFrame, path: str | os.PathLike | None = None, *, window: int = 100,
+                        title: str = ""):
     """Misses per step (mean over streams), rolling mean over ``window`` steps: one line per
     policy x buffer (the figure the HiSparse authors used)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for (policy, buffer), grp in per_step.groupby(["policy", "buffer"], sort=False):
         series = grp.groupby("step")["misses"].mean().rolling(window, min_periods=1).mean()
@@ -37,13 +23,12 @@ def plot_rolling_misses(per_step: pd.DataFrame, path: str | os.PathLike, *, wind
     ax.set_title(title or "Hot-buffer misses per step")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, path)
-    plt.close(fig)
+    return finish(fig, path)
 
 
-def plot_miss_ratio_curves(curves: pd.DataFrame, path: str | os.PathLike, *, title: str = "") -> None:
+def plot_miss_ratio_curves(curves: pd.DataFrame, path: str | os.PathLike | None = None, *, title: str = ""):
     """Miss ratio against buffer size, one line per policy."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for policy, grp in curves.groupby("policy", sort=False):
         grp = grp.sort_values("buffer")
@@ -54,5 +39,4 @@ def plot_miss_ratio_curves(curves: pd.DataFrame, path: str | os.PathLike, *, tit
     ax.set_title(title or "Miss ratio against buffer size")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, path)
-    plt.close(fig)
+    return finish(fig, path)

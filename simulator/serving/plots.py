@@ -6,14 +6,12 @@ import os
 
 import pandas as pd
 
+from ..plotting import finish, pyplot
 
-def plot_throughput(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..trace.fileio import atomic_output
+def plot_throughput(df: pd.DataFrame, path: str | os.PathLike | None = None):
+    """Write the figure to ``path``; with no path, return it (notebooks)."""
+    plt = pyplot()
 
     open_loop = bool((df["concurrency"] == 0).all())
     x = "rate_per_s" if open_loop else "concurrency"
@@ -31,6 +29,4 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike) -> None:
     ax1.legend(fontsize=8)
     calibrated = bool(df["calibrated"].iloc[0]) if "calibrated" in df else False
     fig.suptitle("Baseline against HiSparse" + ("" if calibrated else " (uncalibrated cost model)"))
-    with atomic_output(path) as fh:
-        fig.savefig(fh, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    return finish(fig, path)

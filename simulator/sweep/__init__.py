@@ -1,0 +1,1 @@
+"""Parameter sweeps: grid files expanded into points, run on Ray or in-process, resumable."""

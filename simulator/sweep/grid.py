@@ -1,0 +1,89 @@
+"""Sweep grids: a TOML file whose lists expand into points (the cartesian product).
+
+    kind = "replay"                      # or "plan"
+    [fixed]                              # options every point shares
+    trace = "traces/synthetic-dsa-like.hst"
+    [grid]                               # any option may be a list; points = the product
+    policy = ["lru", "opt"]
+    buffer = [2048, 4096]
+
+``replay`` points take the options of ``hisparse replay`` (trace, policy, buffer, semantics,
+initial, reserve_newest, seed); ``plan`` points those of ``hisparse plan`` with one concurrency
+(or rate) each (model, gpu, deployment, workload, hisparse, calibration, trace, concurrency, rate,
+device_buffer_size, host_to_device_ratio, slo_tpot_ms, seed). A value in [fixed] may also be a
+list: it then counts as a grid axis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import HisparseError
+
+OPTIONS = {
+    "replay": {"trace": str, "policy": str, "buffer": int, "semantics": str, "initial": str,
+               "reserve_newest": bool, "seed": int},
+    "plan": {"model": str, "gpu": str, "deployment": str, "workload": str, "hisparse": str, "calibration": str,
+             "trace": str, "concurrency": int, "rate": float, "device_buffer_size": int,
+             "host_to_device_ratio": float, "slo_tpot_ms": float, "seed": int},
+}
+REQUIRED = {"replay": ("trace",), "plan": ()}
+
+
+@dataclass(frozen=True)
+class Grid:
+    kind: str
+    points: tuple[dict[str, Any], ...]
+    axes: tuple[str, ...]
+
+
+def point_id(point: dict[str, Any]) -> str:
+    """A stable name for a point: the hash of its options."""
+    return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_grid(path: str | Path) -> Grid:
+    """Read and check a grid file; errors name the file and the key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise HisparseError(f"{path}: no such grid file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    kind = data.get("kind")
+    if kind not in OPTIONS:
+        raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")
+    extra = sorted(set(data) - {"kind", "fixed", "grid"})
+    if extra:
+        raise HisparseError(f"{path}: unknown section(s) {', '.join(extra)} (kind, [fixed], [grid])")
+    merged: dict[str, list] = {}
+    for section in ("fixed", "grid"):
+        for key, value in data.get(section, {}).items():
+            if key not in OPTIONS[kind]:
+                raise HisparseError(f"{path}: [{section}] {key}: not a {kind} option "
+                                    f"(options: {', '.join(OPTIONS[kind])})")
+            values = value if isinstance(value, list) else [value]
+            if not values:
+                raise HisparseError(f"{path}: [{section}] {key}: empty list")
+            typ = OPTIONS[kind][key]
+            for v in values:
+                ok = isinstance(v, typ) or (typ is float and isinstance(v, int) and not isinstance(v, bool))
+                if not ok or (typ is int and isinstance(v, bool)):
+                    raise HisparseError(f"{path}: [{section}] {key} = {v!r}: expected {typ.__name__}")
+            merged[key] = [typ(v) for v in values]
+    for key in REQUIRED[kind]:
+        if key not in merged:
+            raise HisparseError(f"{path}: missing option {key!r}")
+    if kind == "plan" and "concurrency" in merged and "rate" in merged:
+        raise HisparseError(f"{path}: give concurrency or rate, not both")
+    keys = sorted(merged)
+    points = tuple(dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(merged[k] for k in keys)))
+    axes = tuple(k for k in keys if len(merged[k]) > 1)
+    return Grid(kind, points, axes)

@@ -1,0 +1,102 @@
+"""``hisparse sweep``: grids, a local Ray instance with 2 workers, failures, resume."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+from simulator.errors import HisparseError
+from simulator.replay import ReplayConfig, replay_stream
+from simulator.sweep.grid import load_grid
+from simulator.trace import open_trace
+
+TRACE = "traces/synthetic-high-locality.hst"
+GRID = f"""kind = "replay"
+[fixed]
+trace = "{TRACE}"
+[grid]
+policy = ["lru", "fifo"]
+buffer = [1024, 2048, 4096]
+"""
+
+
+def _grid(tmp_path, text=GRID, name="grid.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _table(out) -> pd.DataFrame:
+    df = pd.read_parquet(out / "results.parquet")
+    return df.drop(columns=["seconds"]).sort_values("point").reset_index(drop=True)
+
+
+def test_ray_sweep_resume_and_failures(tmp_path, capsys):
+    grid = _grid(tmp_path)
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main(["sweep", grid, "--out", str(full), "--workers", "2", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "6 of 6 points" in printed and "(2 failed)" in printed
+    table = _table(full)
+    assert len(table) == 6
+    bad = table[table.buffer == 1024]
+    assert (bad.error.str.contains("smaller than k = 2048")).all()  # failing points recorded
+    good = table[table.buffer > 1024]
+    assert (good.error == "").all()
+    trace = open_trace(TRACE)
+    for _, row in good.iterrows():
+        cfg = ReplayConfig(policy=row.policy, buffer=int(row.buffer))
+        assert row.misses == sum(int(replay_stream(s, cfg).sum()) for s in trace)
+    # an interrupted sweep (3 points), then --resume: the same table as the uninterrupted run
+    assert main(["sweep", grid, "--out", str(part), "--workers", "2", "--quiet", "--max-points", "3"]) == 0
+    assert len(pd.read_parquet(part / "results.parquet")) == 3
+    assert main(["sweep", grid, "--out", str(part), "--quiet"]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert main(["sweep", grid, "--out", str(part), "--workers", "2", "--quiet", "--resume"]) == 0
+    pd.testing.assert_frame_equal(_table(part), table)
+
+
+def test_plan_sweep_in_process(tmp_path):
+    grid = _grid(tmp_path, """kind = "plan"
+[fixed]
+workload = "32k-in-8k-out"
+[grid]
+concurrency = [1, 256]
+device_buffer_size = [4096, 8192]
+""")
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 0
+    df = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    assert len(df) == 4 and (df.error == "").all()
+    at256 = df[df.concurrency == 256].set_index("device_buffer_size")
+    assert at256.hisparse_over_baseline[4096] >= 3  # the published config
+    assert at256.hisparse_max_running[8192] < at256.hisparse_max_running[4096]  # bigger buffers, fewer requests
+    assert set(df.columns) >= {"point", "concurrency", "device_buffer_size", "baseline_throughput_tok_s",
+                               "hisparse_throughput_tok_s", "hisparse_tpot_p99_ms"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('kind = "replay"\n[grid]\npolicy = ["lru"]\n', "missing option 'trace'"),
+    ('kind = "replays"\n', 'kind must be "replay" or "plan"'),
+    ('kind = "replay"\n[fixed]\ntrace = "t"\nbufer = 3\n', "bufer: not a replay option"),
+    ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = ["big"]\n', "buffer = 'big': expected int"),
+    ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = []\n', "buffer: empty list"),
+    ('kind = "plan"\n[grid]\nconcurrency = [1]\nrate = [2.0]\n', "concurrency or rate, not both"),
+    ("kind = = 1", "not valid TOML"),
+])
+def test_bad_grid_files(tmp_path, text, message):
+    path = _grid(tmp_path, text)
+    with pytest.raises(HisparseError, match=message) as err:
+        load_grid(path)
+    assert path in str(err.value)
+
+
+def test_grid_expansion():
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        grid = load_grid(_grid(Path(d)))
+    assert grid.kind == "replay" and grid.axes == ("buffer", "policy") and len(grid.points) == 6
+    assert {(p["policy"], p["buffer"]) for p in grid.points} == {(a, b) for a in ("lru", "fifo")
+                                                                 for b in (1024, 2048, 4096)}
