@@ -30,7 +30,7 @@ def test_fit_recovers_structure(trace_path) -> None:
     assert 1.0 <= kn.run_mean <= TRUE.run_mean  # observed runs: cut by entries already chosen
     for name in ("overlap_mean", "sink_share", "local_share", "lru_128"):
         assert fit.fitted[name] == pytest.approx(fit.target[name], rel=0.15), name
-    assert fit.evaluations == 5 * 4 + 1
+    assert fit.evaluations > 30  # bisections and the popularity grid
     # deterministic: the same seed gives the same knobs
     assert fit_knobs(trace, seed=1, layers=2, rounds=1, iters=4).knobs == kn
 

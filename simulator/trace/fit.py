@@ -1,13 +1,13 @@
 """Fit the synthetic generator's knobs to a (real) trace.
 
-Direct estimates first: ``sinks`` and ``local_window`` from the mean number of selected
-positions in the sink and local regions, ``run_mean`` from the contiguous runs among each
-step's arrivals, the burst knobs from the low tail of the per-step retention. Then knobs are
-calibrated by simulation (moment matching; each a bisection, two rounds): ``local_window`` to
-the local share (entries that just left the window linger by retention), ``retention`` to the mean adjacent-step overlap, ``zipf_alpha`` (passage popularity,
-hence reuse) to the LRU miss ratio at a buffer of 2k, ``passage_len`` (token- or
-passage-level reuse) to the OPT miss ratio there, ``layer_corr`` to the adjacent-layer
-overlap. Calibration runs use ``layers`` layers of the real trace's shape and a fixed seed.
+Read off the trace: ``sinks`` (mean selected positions in the sink region), ``run_mean``
+(contiguous runs among each step's arrivals) and the burst knobs (the low tail of per-step
+retention). Calibrated by simulation (moment matching, two rounds, a fixed seed, ``requests``
+x ``layers`` streams of the real trace's shape): ``local_window`` to the local share (entries
+that just left the window linger by retention), ``retention`` to the mean adjacent-step
+overlap, ``zipf_alpha`` and ``passage_len`` together (a grid, then a finer one: they shape
+reuse, hence the miss-ratio curve, jointly) to LRU's miss ratios at buffers of 1.5k, 2k and
+4k and OPT's at 2k, and ``layer_corr`` to the adjacent-layer overlap.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from .sources import TraceSource
 from .stats import LOCAL_TOKENS, SINK_TOKENS, layer_overlap, region_shares, step_overlap
 from .stream import Stream
 
-MISS_BUFFER_FACTOR = 2.0  # the calibrated miss ratio is LRU's at a buffer of 2k
+MISS_BUFFER_FACTOR = 2.0  # OPT is matched at a buffer of 2k
+COMPARE_FACTORS = (1.5, 2.0, 4.0)  # buffers in multiples of k: LRU matched at all three
 
 
 @dataclass
@@ -128,7 +129,9 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
         raise HisparseError(f"{trace.path}: context {ctx0} <= k = {k} at step 0: nothing to fit")
     layers = max(2, min(layers, len(streams)))
     buffer = int(MISS_BUFFER_FACTOR * k)
-    target = structure(streams, k, (buffer,))  # lru_ and opt_ at 2k
+    buffers = tuple(int(round(f * k)) for f in COMPARE_FACTORS)
+    target = structure(streams, k, buffers)
+    miss_names = [f"lru_{b}" for b in buffers] + [f"opt_{buffer}"]
     knobs = _direct(streams, k)
     count = [0]
 
@@ -137,7 +140,23 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
         if on_eval:
             on_eval()
         syn = list(generate(kn, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed))
-        return structure(syn, k, (buffer,) if with_miss else ())
+        return structure(syn, k, buffers if with_miss else ())
+
+    def miss_error(fig: dict[str, float]) -> float:
+        """Squared log-ratio distance of the miss-ratio curve (LRU at 1.5k, 2k, 4k; OPT at 2k)."""
+        return float(sum(np.log((fig[n] + 1e-4) / (target[n] + 1e-4)) ** 2 for n in miss_names))
+
+    def grid(kn: GeneratorKnobs, alphas, lengths) -> GeneratorKnobs:
+        """Popularity (zipf_alpha x passage_len) whose miss-ratio curve is nearest the real one:
+        the two knobs shape the curve together, so they are searched jointly."""
+        best = None
+        for a in alphas:
+            for n in lengths:
+                cand = replace(kn, zipf_alpha=float(max(0.0, a)), passage_len=int(max(1, n)))
+                err = miss_error(measure(cand, True))
+                if best is None or err < best[0]:
+                    best = (err, cand)
+        return best[1]
 
     def tune(kn: GeneratorKnobs, knob: str, figure: str, lo: float, hi: float, increasing: bool,
              log2: bool = False) -> GeneratorKnobs:
@@ -152,13 +171,17 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
                        target[figure], lo, hi, increasing, iters)
         return replace(kn, **{knob: value(best)})
 
-    for _ in range(rounds):
+    for r in range(rounds):
         knobs = tune(knobs, "local_window", "local_share", 1, LOCAL_TOKENS, True)
         knobs = tune(knobs, "retention", "overlap_mean", 0.0, 1.0, True)
-        knobs = tune(knobs, "zipf_alpha", f"lru_{buffer}", 0.0, 6.0, False)
-        knobs = tune(knobs, "passage_len", f"opt_{buffer}", 0.0, 10.0, True, log2=True)
+        if r == 0:
+            knobs = grid(knobs, (1.0, 1.5, 2.0, 2.5, 3.0, 3.5), (32, 64, 128, 256, 512))
+        else:  # refine around the best
+            a, n = knobs.zipf_alpha, knobs.passage_len
+            knobs = grid(knobs, (a - 0.25, a, a + 0.25), (round(n / 1.4), n, round(n * 1.4)))
         if np.isfinite(target["layer_overlap_mean"]):
             knobs = tune(knobs, "layer_corr", "layer_overlap_mean", 0.0, 1.0, True)
+    knobs = tune(knobs, "retention", "overlap_mean", 0.0, 1.0, True)
     knobs.check()
     fitted = measure(knobs, True)
     shape = {"k": k, "steps": steps, "ctx0": ctx0, "layers": layers, "requests": requests}
@@ -169,8 +192,6 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
                                                 for name in target))
     return FitResult(knobs, target, fitted, shape, comment, count[0])
 
-
-COMPARE_FACTORS = (1.5, 2.0, 4.0)  # buffers in multiples of k for the real-vs-synthetic table
 
 
 def compare(trace: TraceSource, knobs: GeneratorKnobs, *, factors: tuple[float, ...] = COMPARE_FACTORS,
