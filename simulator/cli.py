@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .commands import sweep
 
     sweep.add_parsers(sub)
+    from .commands import calibrate
+
+    calibrate.add_parsers(sub)
     return parser
 
 

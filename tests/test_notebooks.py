@@ -11,7 +11,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["policy_comparison.ipynb", "capacity_planning.ipynb"])
+@pytest.mark.parametrize("name", ["policy_comparison.ipynb", "capacity_planning.ipynb", "calibration_report.ipynb"])
 def test_notebook_runs(name, tmp_path, monkeypatch):
     monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
     nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)

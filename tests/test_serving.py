@@ -24,6 +24,17 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
 
 
+def test_auto_calibration_uses_the_committed_h200_fit():
+    from simulator.serving.planner import PlanInputs, load_inputs
+
+    cfg = load_inputs(PlanInputs())
+    assert cfg["calibration"].endswith("calibration/h200.json") and cfg["params"].calibrated
+    fitted = json.loads(open(cfg["calibration"]).read())
+    assert cfg["params"].swap_in_launch_us == fitted["params"]["swap_in_launch_us"]
+    assert cfg["gpu"].link_bw == fitted["gpu"]["link_bw"]
+    assert not load_inputs(PlanInputs(gpu="h100"))["params"].calibrated  # no H100 fit: the defaults
+
+
 def _defaults():
     dep = P.load("deployments", "8xh200-colocated-dp8")
     return dict(model=P.load("models", "glm-5.1-fp8"), gpu=P.load("gpus", dep.gpu), dep=dep,
@@ -199,9 +210,11 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
 
 
 def test_plan_cli_text_and_errors(capsys):
-    assert main(["plan", "--concurrency", "2", "--quiet"]) == 0
+    assert main(["plan", "--concurrency", "2", "--quiet", "--calibration", "uncalibrated"]) == 0
     text = capsys.readouterr().out
     assert "== baseline" in text and "recommendation" in text and "UNCALIBRATED" in text
+    assert main(["plan", "--concurrency", "2", "--quiet"]) == 0  # auto: the committed H200 calibration
+    assert "calibrated (" in capsys.readouterr().out
     assert main(["plan", "--model", "nope", "--quiet"]) == 2
     assert "unknown model preset 'nope'" in capsys.readouterr().err
     assert main(["plan", "--sweep-buffer", "1000", "--quiet"]) == 2

@@ -33,7 +33,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--deployment", default="8xh200-colocated-dp8", help="deployment preset or file")
     p.add_argument("--workload", default="32k-in-8k-out", help="workload preset or file")
     p.add_argument("--hisparse-config", dest="hisparse", default="blog-8xh200", help="HiSparse config preset or file")
-    p.add_argument("--calibration", default="uncalibrated", help="cost-model parameters: preset or file")
+    p.add_argument("--calibration", default="auto",
+                   help="cost-model parameters: a preset, a TOML file, or a calibration JSON from hisparse calibrate "
+                        "(default auto: calibration/<gpu>.json when the repository has one, else uncalibrated)")
     p.add_argument("--trace", default=None, help="trace whose replay gives the misses (default: bundled DSA-like)")
     p.add_argument("--concurrency", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
@@ -87,8 +89,11 @@ def _print_report(rows: list[dict], rec: dict) -> None:
         print(f"== {title}")
         print(grp[COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 1 else f"{v:.3f}"))
         print()
-    if not rows[0]["calibrated"]:
-        print("note: cost model UNCALIBRATED (defaults from the brief's figures); see simulator/presets/calibration/")
+    if rows[0]["calibrated"]:
+        print(f"cost model: swap-in and attention terms calibrated ({rows[0]['calibration']}); weight, MoE, "
+              "indexer, overhead and prefill terms stay at their uncalibrated defaults")
+    else:
+        print("cost model: UNCALIBRATED (defaults from the brief's figures); see simulator/presets/calibration/")
     choice = rec["choice"]
     if choice is None:
         print(f"recommendation: no configuration meets TPOT p99 <= {rec['slo_tpot_ms']:g} ms")

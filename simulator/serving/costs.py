@@ -56,18 +56,38 @@ class CostModel:
         idx_bytes = ctx_sum * m.indexer_row_bytes * m.layers
         idx_flops = 2 * ctx_sum * m.indexer_heads * m.indexer_head_dim * m.layers
         indexer = np.maximum(idx_bytes / self._hbm, idx_flops / (2 * self._flops))  # fp8 scoring
-        k = m.top_k
-        att_bytes = batch * k * m.kv_row_bytes * m.layers
-        att_flops = 2 * batch * m.attention_heads * k * (MLA_QK_DIM + MLA_V_DIM) * m.layers
-        attention = max(att_bytes / self.g.hbm_bw, att_flops / self.g.bf16_flops) / p.attention_efficiency
+        attention = self.attention(batch) * m.layers
         overhead = m.layers * p.per_layer_overhead_us * 1e-6
         return (max(weights, matmul) + indexer + attention + overhead) * (batch > 0)
 
-    def swap_in(self, missed_rows):
-        """One launch per layer for the whole batch, plus the missed rows over the host link."""
-        launch = self.m.layers * self.p.swap_in_launch_us * 1e-6
+    def attention_roofline(self, batch: int, heads: int | None = None, k: int | None = None,
+                           row_bytes: int | None = None) -> float:
+        """Roofline time of one layer's sparse MLA attention: rows over HBM or FLOPs over the GEMM rate."""
+        m = self.m
+        heads, k, row_bytes = heads or m.attention_heads, k or m.top_k, row_bytes or m.kv_row_bytes
+        att_bytes = batch * k * row_bytes
+        att_flops = 2 * batch * heads * k * (MLA_QK_DIM + MLA_V_DIM)
+        return max(att_bytes / self.g.hbm_bw, att_flops / self.g.bf16_flops)
+
+    def attention(self, batch: int) -> float:
+        """One layer's sparse attention for ``batch`` requests: a launch plus roofline / efficiency."""
+        if batch == 0:
+            return 0.0
+        eff = self.p.attention_efficiency
+        if self.m.kv_row_bytes < 1024 and self.p.attention_efficiency_fp8 > 0:
+            eff = self.p.attention_efficiency_fp8
+        return self.p.attention_launch_us * 1e-6 + self.attention_roofline(batch) / eff
+
+    def swap_in_layer(self, missed_rows, batch: int = 0):
+        """One layer's swap-in launch: a fixed cost, bookkeeping per request, and the missed rows
+        over the host link."""
         copy = np.asarray(missed_rows, dtype=float) * self.m.kv_row_bytes / self.g.swap_bw(self.m.kv_row_bytes)
-        return (launch + copy) * (1 - self.p.swap_in_overlap)
+        return (self.p.swap_in_launch_us + batch * self.p.swap_in_per_request_us) * 1e-6 + copy
+
+    def swap_in(self, missed_rows, batch: int = 0):
+        """One launch per layer for the whole batch, plus the missed rows over the host link."""
+        per_layer = self.swap_in_layer(np.asarray(missed_rows, dtype=float) / self.m.layers, batch)
+        return per_layer * self.m.layers * (1 - self.p.swap_in_overlap)
 
     def backup(self, batch: int) -> float:
         return batch * self.m.layers * self.m.kv_row_bytes / self.g.link_bw * (1 - self.p.backup_overlap)
@@ -77,7 +97,7 @@ class CostModel:
         compute = self.decode_compute(batch, node_tokens, ctx_sum)
         if missed_rows is None or batch == 0:
             return StepTime(compute, compute * 0.0, compute * 0.0)
-        return StepTime(compute, self.swap_in(missed_rows), self.backup(batch) + compute * 0.0)
+        return StepTime(compute, self.swap_in(missed_rows, batch), self.backup(batch) + compute * 0.0)
 
     def prefill_chunk(self, tokens: int, prior_ctx: int, hisparse: bool) -> float:
         """One chunk of a prompt: MoE matmuls (fp8: twice the bf16 rate), the indexer over the

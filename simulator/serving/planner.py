@@ -20,7 +20,7 @@ class PlanInputs:
     deployment: str = "8xh200-colocated-dp8"
     workload: str = "32k-in-8k-out"
     hisparse: str = "blog-8xh200"
-    calibration: str = "uncalibrated"
+    calibration: str = "auto"  # calibration/<gpu>.json when committed, else "uncalibrated"
     trace: str | None = None  # default: the bundled DSA-like trace
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     rates: tuple[float, ...] = ()  # open loop: sweep arrival rates (requests/s) instead of concurrency
@@ -32,9 +32,16 @@ class PlanInputs:
 
 def load_inputs(inp: PlanInputs):
     dep = P.load("deployments", inp.deployment)
-    return dict(model=P.load("models", inp.model), gpu=P.load("gpus", inp.gpu or dep.gpu), dep=dep,
-                workload=P.load("workloads", inp.workload), params=P.load("calibration", inp.calibration),
-                hisparse=P.load("hisparse", inp.hisparse))
+    gpu_name = inp.gpu or dep.gpu
+    calibration = inp.calibration
+    if calibration == "auto":  # the GPU's own calibration when one was committed, else the defaults
+        found = P.calibration_file(gpu_name)
+        calibration = str(found) if found else "uncalibrated"
+    gpu_overrides = P.calibration_gpu(calibration) if calibration.endswith(".json") else {}
+    gpu = P.load("gpus", gpu_name, **gpu_overrides)
+    return dict(model=P.load("models", inp.model), gpu=gpu, dep=dep,
+                workload=P.load("workloads", inp.workload), params=P.load("calibration", calibration),
+                hisparse=P.load("hisparse", inp.hisparse), calibration=calibration)
 
 
 def run_plan(inp: PlanInputs, on_point: Callable[[], None] | None = None) -> list[dict]:
@@ -83,6 +90,7 @@ def _row(r, hs, cfg) -> dict:
     row["device_buffer_size"] = hs.device_buffer_size if hs else None
     row["host_to_device_ratio"] = hs.host_to_device_ratio if hs else None
     row["calibrated"] = cfg["params"].calibrated
+    row["calibration"] = cfg["calibration"]
     return row
 
 

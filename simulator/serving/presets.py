@@ -102,12 +102,15 @@ class CostParams:
     swap_in_overlap: float
     backup_overlap: float
     prefill_efficiency: float
+    attention_launch_us: float = 0.0  # fixed cost of one attention launch (fitted by calibration)
+    swap_in_per_request_us: float = 0.0  # swap-in bookkeeping per request per launch (fitted)
+    attention_efficiency_fp8: float = 0.0  # for 656 B FP8 rows; 0: same as attention_efficiency
 
 
 T = TypeVar("T")
 KINDS = {"models": ModelSpec, "gpus": GpuSpec, "deployments": DeploymentSpec, "hisparse": HiSparseSpec,
          "workloads": WorkloadSpec, "calibration": CostParams}
-_SHARES = {"expert_share", "gather_efficiency", "gather_efficiency_large_rows", "mem_fraction",
+_SHARES = {"attention_efficiency_fp8", "expert_share", "gather_efficiency", "gather_efficiency_large_rows", "mem_fraction",
            "hbm_efficiency", "matmul_efficiency", "attention_efficiency", "swap_in_overlap",
            "backup_overlap", "prefill_efficiency", "length_jitter"}
 
@@ -130,8 +133,12 @@ def _resolve(kind: str, spec: str) -> Path:
 
 
 def load(kind: str, spec: str | dict[str, Any], **overrides: Any):
-    """Load and check one preset (a name, a path, or an already-parsed dict)."""
+    """Load and check one preset (a name, a path, or an already-parsed dict). A calibration may
+    also be the JSON that ``hisparse calibrate`` writes: its fitted ``params`` replace the
+    uncalibrated defaults."""
     cls = KINDS[kind]
+    if kind == "calibration" and isinstance(spec, str) and spec.endswith(".json"):
+        spec = calibration_params(spec)
     if isinstance(spec, dict):
         where, data = f"<{kind}>", dict(spec)
     else:
@@ -200,3 +207,40 @@ def _check(obj: Any, where: str) -> None:
             raise HisparseError(f"{where}: input_tokens, output_tokens and requests_per_client must be >= 1")
     if isinstance(obj, ModelSpec) and obj.experts_per_token > obj.experts:
         raise HisparseError(f"{where}: experts_per_token > experts")
+
+
+def calibration_params(path: str | Path) -> dict[str, Any]:
+    """The uncalibrated defaults with a calibration JSON's fitted parameters on top."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise HisparseError(f"{path}: no such calibration file") from None
+    except ValueError as exc:
+        raise HisparseError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data.get("params"), dict):
+        raise HisparseError(f"{path}: no 'params' object (write it with hisparse calibrate)")
+    base = tomllib.loads((PRESET_DIR / "calibration" / "uncalibrated.toml").read_text())
+    base.update(data["params"])
+    base["source"] = f"{path}: " + str(data.get("source", "hisparse calibrate"))
+    return base
+
+
+def calibration_gpu(path: str | Path) -> dict[str, Any]:
+    """GPU figures a calibration JSON measured (link and HBM bandwidth, gather efficiency)."""
+    import json
+
+    return dict(json.loads(Path(path).read_text()).get("gpu", {}))
+
+
+CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "calibration"
+
+
+def calibration_file(gpu: str) -> Path | None:
+    """calibration/<gpu>.json from ``hisparse calibrate``, if the repository holds one."""
+    for base in (Path.cwd() / "calibration", CALIBRATION_DIR):
+        path = base / f"{Path(gpu).stem}.json"
+        if path.exists():
+            return path
+    return None

@@ -1,0 +1,87 @@
+"""Calibration's CPU parts: the fits recover known parameters, a calibration JSON feeds the cost
+model, and the validation prediction is the serving model's own kernel terms."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.calibration.fitting import fit_attention, fit_swap_in, linear_fit, relative_errors
+from simulator.calibration.measure import draw_step
+from simulator.calibration.validate import predicted_step_s
+from simulator.errors import HisparseError
+from simulator.serving import presets as P
+from simulator.serving.costs import CostModel
+
+
+def test_linear_fit_recovers_a_line():
+    x = np.linspace(0, 10, 20)
+    a, b, r2 = linear_fit(x, 3 + 2 * x)
+    assert (a, b) == (pytest.approx(3), pytest.approx(2)) and r2 == pytest.approx(1)
+
+
+def test_fit_swap_in_recovers_launch_and_bandwidth():
+    rng = np.random.default_rng(0)
+    rows = []
+    for row, bw in ((656, 40e9), (1152, 50e9)):
+        for batch in (1, 8, 64):
+            for miss in (10, 300, 1500):
+                n = batch * miss
+                us = (12e-6 + batch * 2e-6 + n * row / bw) * 1e6 * (1 + rng.normal(0, 0.002))
+                rows.append(dict(row_bytes=row, batch=batch, rows=n, us=us))
+    fit = fit_swap_in(pd.DataFrame(rows), link_bw=55e9)
+    assert fit["swap_in_launch_us"] == pytest.approx(12, rel=0.2)
+    assert fit["swap_in_per_request_us"] == pytest.approx(2, rel=0.2)
+    assert fit["gather_efficiency"] == pytest.approx(40 / 55, rel=0.02)
+    assert fit["gather_efficiency_large_rows"] == pytest.approx(50 / 55, rel=0.02)
+
+
+def test_fit_attention_recovers_efficiency():
+    roof = np.array([5.0, 20, 46, 90, 180])
+    fit = fit_attention(pd.DataFrame({"roofline_us": roof, "us": 8 + roof / 0.4}))
+    assert fit["attention_launch_us"] == pytest.approx(8)
+    assert fit["attention_efficiency"] == pytest.approx(0.4)
+
+
+def test_calibration_json_feeds_the_cost_model(tmp_path):
+    path = tmp_path / "h200.json"
+    path.write_text(json.dumps({"params": {"calibrated": True, "swap_in_launch_us": 15.0,
+                                           "attention_efficiency": 0.5, "attention_launch_us": 6.0},
+                                "gpu": {"link_bw": 50e9, "gather_efficiency": 0.7}, "source": "test"}))
+    params = P.load("calibration", str(path))
+    assert params.calibrated and params.swap_in_launch_us == 15.0 and params.attention_launch_us == 6.0
+    assert params.prefill_efficiency == P.load("calibration", "uncalibrated").prefill_efficiency
+    gpu = P.load("gpus", "h200", **P.calibration_gpu(path))
+    assert gpu.link_bw == 50e9 and gpu.swap_bw(656) == pytest.approx(35e9)
+    path.write_text("{}")
+    with pytest.raises(HisparseError, match="no 'params' object"):
+        P.load("calibration", str(path))
+
+
+def test_validation_prediction_is_the_models_kernel_terms():
+    dep = P.load("deployments", "8xh200-colocated-dp8")
+    cost = CostModel(P.load("models", "glm-5.1-fp8"), P.load("gpus", "h200"), dep, P.load("calibration", "uncalibrated"))
+    misses = np.array([100.0, 0.0, 5000.0])
+    want = sum(cost.swap_in_layer(m, 16) + cost.attention(16) for m in misses)
+    assert predicted_step_s(cost, misses, 16) == pytest.approx(float(want))
+    # the serving model's decode step holds the same terms, times the model's layers
+    step = cost.decode_steps(16, 128, 16 * 40000.0, missed_rows=78 * 100.0)
+    assert float(step.swap_s) == pytest.approx(78 * float(cost.swap_in_layer(100.0, 16)))
+
+
+def test_draw_step_has_exactly_the_asked_misses():
+    rng = np.random.default_rng(0)
+    slot_pos = np.stack([rng.choice(30000, 4096, replace=False) for _ in range(3)])
+    step = draw_step(rng, slot_pos, 300, ctx=32768)
+    assert step.shape == (3, 2048)
+    for r in range(3):
+        row = step[r]
+        assert np.unique(row).size == 2048 and 32767 in row
+        assert (~np.isin(row[row != 32767], slot_pos[r])).sum() == 300
+
+
+def test_relative_errors():
+    assert relative_errors([1.1, 0.8], [1.0, 1.0]).tolist() == pytest.approx([0.1, 0.2])
