@@ -85,3 +85,26 @@ def test_draw_step_has_exactly_the_asked_misses():
 
 def test_relative_errors():
     assert relative_errors([1.1, 0.8], [1.0, 1.0]).tolist() == pytest.approx([0.1, 0.2])
+
+
+def test_committed_fit_and_validation_rebuild_on_the_cpu(tmp_path, capsys):
+    """--refit and --repredict recompute the committed H200 files from their raw data, no GPU."""
+    import shutil
+
+    from simulator.cli import main
+
+    for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "validation-h200.json"):
+        shutil.copy(f"calibration/{name}", tmp_path / name)
+    committed = json.loads(open("calibration/h200.json").read())
+    assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 0
+    refit = json.loads((tmp_path / "h200.json").read_text())
+    for key, value in committed["params"].items():
+        assert refit["params"][key] == pytest.approx(value), key
+    validation = json.loads(open("calibration/validation-h200.json").read())
+    assert main(["validate", "--repredict", "--out", str(tmp_path)]) == 0
+    again = json.loads((tmp_path / "validation-h200.json").read_text())
+    assert again["step_time_median_abs_err"] == pytest.approx(validation["step_time_median_abs_err"])
+    assert again["misses_exact"] and again["step_time_median_abs_err"] <= 0.10
+    assert again["step_time_p90_abs_err"] <= 0.20
+    assert (tmp_path / "validation-h200.png").stat().st_size > 1000
+    capsys.readouterr()

@@ -55,3 +55,22 @@ def fit_attention(df: pd.DataFrame) -> dict:
 
 def relative_errors(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(predicted, float) - np.asarray(measured, float)) / np.asarray(measured, float)
+
+
+def fitted_params(swap: pd.DataFrame, attention: pd.DataFrame, link_bw: float) -> tuple[dict, dict, dict]:
+    """(cost parameters, GPU figures, fit details) from the raw calibration tables."""
+    sw = fit_swap_in(swap, link_bw)
+    att = {dt: fit_attention(attention[attention.kv_dtype == dt]) for dt in sorted(set(attention.kv_dtype))}
+    large = sw["per_row"].get(1152) or next(iter(sw["per_row"].values()))
+    small = sw["per_row"].get(656)
+    params = {"calibrated": True, "swap_in_launch_us": large["launch_us"], "swap_in_per_request_us": large["per_request_us"]}
+    if small:
+        params |= {"swap_in_launch_fp8_us": small["launch_us"], "swap_in_per_request_fp8_us": small["per_request_us"]}
+    if "bf16" in att:
+        params |= {"attention_launch_us": att["bf16"]["attention_launch_us"],
+                   "attention_efficiency": att["bf16"]["attention_efficiency"]}
+    if "fp8" in att:
+        params |= {"attention_launch_fp8_us": att["fp8"]["attention_launch_us"],
+                   "attention_efficiency_fp8": att["fp8"]["attention_efficiency"]}
+    gpu = {"gather_efficiency": sw["gather_efficiency"], "gather_efficiency_large_rows": sw["gather_efficiency_large_rows"]}
+    return params, {k: v for k, v in gpu.items() if v is not None}, {"swap_in": sw, "attention": att}

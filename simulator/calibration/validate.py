@@ -64,11 +64,18 @@ def run_config(cp: Any, pool: Any, cost, *, requests: int, layers: int, steps: i
     for s in streams:
         engine[:, s.layer, s.request] = replay_policy("lru", s.indices, s.ctx_len, hot, reserve=True, prefix=True,
                                                       batched=True, seed=0).misses
-    model = dataclasses.replace(cost.m, layers=layers, attention_heads=heads, kv_row_bytes=row_bytes)
-    cfg_cost = type(cost)(model, cost.g, cost.d, cost.p)
-    predicted = [predicted_step_s(cfg_cost, engine[t].sum(axis=1), requests) for t in range(steps)]
     warm = 2  # the first steps include module loads and allocations
-    return {"requests": requests, "layers": layers, "steps": steps, "hot": hot, "heads": heads,
-            "row_bytes": row_bytes, "misses_exact": bool((kernel_misses == engine).all()),
-            "miss_share": float(engine.sum() / (steps * layers * requests * K)),
-            "measured_s": measured[warm:], "predicted_s": predicted[warm:]}
+    result = {"requests": requests, "layers": layers, "steps": steps, "hot": hot, "heads": heads,
+              "row_bytes": row_bytes, "misses_exact": bool((kernel_misses == engine).all()),
+              "miss_share": float(engine.sum() / (steps * layers * requests * K)),
+              "misses_per_layer": engine.sum(axis=2)[warm:].tolist(), "measured_s": measured[warm:]}
+    return repredict(cost, result)
+
+
+def repredict(cost, result: dict) -> dict:
+    """(Re)compute a configuration's predicted step times from its stored misses (no GPU)."""
+    model = dataclasses.replace(cost.m, layers=result["layers"], attention_heads=result["heads"],
+                                kv_row_bytes=result["row_bytes"])
+    cfg_cost = type(cost)(model, cost.g, cost.d, cost.p)
+    predicted = [predicted_step_s(cfg_cost, np.asarray(m, float), result["requests"]) for m in result["misses_per_layer"]]
+    return result | {"predicted_s": predicted}

@@ -19,6 +19,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--pool-gib", type=float, default=8.0, help="pinned host pool for the swap-in runs (GiB)")
     c.add_argument("--iters", type=int, default=10, help="timed launches per configuration")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--refit", action="store_true",
+                   help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
     c.set_defaults(run=run_calibrate)
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
@@ -32,6 +34,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--steps", type=int, default=60, help="decode steps per configuration (default 60)")
     v.add_argument("--pool-gib", type=float, default=8.0)
     v.add_argument("--seed", type=int, default=1)
+    v.add_argument("--repredict", action="store_true",
+                   help="no GPU: recompute the predictions in OUT/validation-<gpu>.json with the current fit")
     v.set_defaults(run=run_validate)
 
 
@@ -53,16 +57,53 @@ def _cost_model(gpu_name: str, calibration: str):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from ..trace.fileio import atomic_output
+
+    os.makedirs(args.out, exist_ok=True)
+    swap_csv = os.path.join(args.out, f"swap_in-{args.gpu}.csv")
+    att_csv = os.path.join(args.out, f"attention-{args.gpu}.csv")
+    out_json = os.path.join(args.out, f"{args.gpu}.json")
+    if args.refit:
+        from ..errors import HisparseError
+
+        for path in (swap_csv, att_csv, out_json):
+            if not os.path.exists(path):
+                raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
+        old = json.loads(open(out_json).read())
+        swap_df, att_df = pd.read_csv(swap_csv), pd.read_csv(att_csv)
+        link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
+    else:
+        swap_df, att_df, link, hbm, source = _measure(args)
+        with atomic_output(swap_csv) as fh:
+            fh.write(swap_df.to_csv(index=False).encode())
+        with atomic_output(att_csv) as fh:
+            fh.write(att_df.to_csv(index=False).encode())
+    from ..calibration.fitting import fitted_params
+
+    params, gpu, fits = fitted_params(swap_df, att_df, link)
+    report = {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu, "fit": fits,
+              "grid": {"swap_in": SWAP_GRID, "attention": ATT_GRID}}
+    with atomic_output(out_json) as fh:
+        fh.write(json.dumps(report, indent=2).encode())
+    print(json.dumps({"params": params, "gpu": report["gpu"],
+                      "r2": {"swap_in": {r: v["r2"] for r, v in fits["swap_in"]["per_row"].items()},
+                             "attention": {d: f["r2"] for d, f in fits["attention"].items()}}}, indent=2))
+    return 0
+
+
+def _measure(args: argparse.Namespace):
+    """Time the kernels and the link on this GPU: (swap-in table, attention table, link B/s,
+    HBM B/s, source line)."""
     import cupy as cp
     import numpy as np
     import pandas as pd
 
     from cupy_kernels.swap_in import PinnedPool
 
-    from ..calibration import fitting, measure
-    from ..trace.fileio import atomic_output
+    from ..calibration import measure
 
-    os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     pool = PinnedPool(int(args.pool_gib * (1 << 30)))
     link = measure.memcpy_gbps(cp, pool) * 1e9
@@ -86,43 +127,18 @@ def run_calibrate(args: argparse.Namespace) -> int:
                 roof = cost.attention_roofline(b, heads=h, k=2048, row_bytes=row) * 1e6
                 att.append(dict(batch=b, heads=h, kv_dtype=dt, us=us, roofline_us=roof))
                 print(f"attention B {b:3d} H {h:3d} {dt}: {us:8.1f} us (roofline {roof:.1f})", flush=True)
-    swap_df, att_df = pd.DataFrame(swap), pd.DataFrame(att)
-    sw = fitting.fit_swap_in(swap_df, link)
-    fits = {dt: fitting.fit_attention(att_df[att_df.kv_dtype == dt]) for dt in ("bf16", "fp8")}
-    params = {"calibrated": True, "swap_in_launch_us": sw["swap_in_launch_us"],
-              "swap_in_per_request_us": sw["swap_in_per_request_us"],
-              "attention_launch_us": fits["bf16"]["attention_launch_us"],
-              "attention_efficiency": fits["bf16"]["attention_efficiency"],
-              "attention_efficiency_fp8": fits["fp8"]["attention_efficiency"]}
-    report = {
-        "source": f"hisparse calibrate on {cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}: swap-in launch "
-                  "cost, gather efficiency, attention launch cost and efficiency fitted; weight/MoE/indexer terms "
-                  "and per-layer overheads stay at their uncalibrated defaults",
-        "params": params,
-        "gpu": {"link_bw": link, "hbm_bw": hbm, "gather_efficiency": sw["gather_efficiency"],
-                "gather_efficiency_large_rows": sw["gather_efficiency_large_rows"]},
-        "fit": {"swap_in": sw, "attention": fits},
-        "grid": {"swap_in": SWAP_GRID, "attention": ATT_GRID}}
-    with atomic_output(os.path.join(args.out, f"swap_in-{args.gpu}.csv")) as fh:
-        fh.write(swap_df.to_csv(index=False).encode())
-    with atomic_output(os.path.join(args.out, f"attention-{args.gpu}.csv")) as fh:
-        fh.write(att_df.to_csv(index=False).encode())
-    with atomic_output(os.path.join(args.out, f"{args.gpu}.json")) as fh:
-        fh.write(json.dumps(report, indent=2).encode())
-    print(json.dumps({"params": params, "gpu": report["gpu"],
-                      "r2": {"swap_in": {r: v["r2"] for r, v in sw["per_row"].items()},
-                             "attention": {d: f["r2"] for d, f in fits.items()}}}, indent=2))
-    return 0
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    source = (f"hisparse calibrate on {name}: swap-in and attention launch costs, per-request swap-in cost, "
+              "gather and attention efficiency fitted (per row layout); weight/MoE, indexer, per-layer "
+              "overhead and prefill terms stay at their uncalibrated defaults")
+    return pd.DataFrame(swap), pd.DataFrame(att), link, hbm, source
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    import cupy as cp
     import numpy as np
 
-    from cupy_kernels.swap_in import PinnedPool
-
     from ..calibration.fitting import relative_errors
-    from ..calibration.validate import run_config
+    from ..calibration.validate import repredict, run_config
     from ..trace.fileio import atomic_output
 
     calibration = os.path.join(args.out, f"{args.gpu}.json")
@@ -131,14 +147,22 @@ def run_validate(args: argparse.Namespace) -> int:
 
         raise HisparseError(f"{calibration}: run hisparse calibrate first")
     cost = _cost_model(args.gpu, calibration)
-    pool = PinnedPool(int(args.pool_gib * (1 << 30)))
-    configs = []
-    for i, cfg in enumerate(VALIDATE):
-        r = run_config(cp, pool, cost, steps=args.steps, seed=args.seed + i, **cfg)
+    if args.repredict:  # the stored misses and timings, the current fit
+        with open(os.path.join(args.out, f"validation-{args.gpu}.json")) as fh:
+            configs = [repredict(cost, c) for c in json.load(fh)["configs"]]
+    else:
+        import cupy as cp
+
+        from cupy_kernels.swap_in import PinnedPool
+
+        pool = PinnedPool(int(args.pool_gib * (1 << 30)))
+        configs = [run_config(cp, pool, cost, steps=args.steps, seed=args.seed + i, **cfg)
+                   for i, cfg in enumerate(VALIDATE)]
+    for r in configs:
         err = relative_errors(r["predicted_s"], r["measured_s"])
+        cfg = {k: r[k] for k in ("requests", "layers", "hot", "heads", "row_bytes")}
         print(f"{cfg}: misses exact {r['misses_exact']}, miss share {r['miss_share']:.3f}, median error "
               f"{np.median(err):.1%}, p90 {np.percentile(err, 90):.1%}", flush=True)
-        configs.append(r)
     err = np.concatenate([relative_errors(c["predicted_s"], c["measured_s"]) for c in configs])
     report = {"gpu": args.gpu, "calibration": calibration, "misses_exact": all(c["misses_exact"] for c in configs),
               "step_time_median_abs_err": float(np.median(err)), "step_time_p90_abs_err": float(np.percentile(err, 90)),

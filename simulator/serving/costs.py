@@ -73,16 +73,21 @@ class CostModel:
         """One layer's sparse attention for ``batch`` requests: a launch plus roofline / efficiency."""
         if batch == 0:
             return 0.0
-        eff = self.p.attention_efficiency
-        if self.m.kv_row_bytes < 1024 and self.p.attention_efficiency_fp8 > 0:
-            eff = self.p.attention_efficiency_fp8
-        return self.p.attention_launch_us * 1e-6 + self.attention_roofline(batch) / eff
+        eff = self._fp8(self.p.attention_efficiency_fp8, self.p.attention_efficiency)
+        launch = self._fp8(self.p.attention_launch_fp8_us, self.p.attention_launch_us)
+        return launch * 1e-6 + self.attention_roofline(batch) / eff
+
+    def _fp8(self, fp8_value: float, value: float) -> float:
+        """A calibrated FP8-row (656 B) figure where the model has such rows and one was fitted."""
+        return fp8_value if self.m.kv_row_bytes < 1024 and fp8_value > 0 else value
 
     def swap_in_layer(self, missed_rows, batch: int = 0):
         """One layer's swap-in launch: a fixed cost, bookkeeping per request, and the missed rows
         over the host link."""
         copy = np.asarray(missed_rows, dtype=float) * self.m.kv_row_bytes / self.g.swap_bw(self.m.kv_row_bytes)
-        return (self.p.swap_in_launch_us + batch * self.p.swap_in_per_request_us) * 1e-6 + copy
+        launch = self._fp8(self.p.swap_in_launch_fp8_us, self.p.swap_in_launch_us)
+        per_request = self._fp8(self.p.swap_in_per_request_fp8_us, self.p.swap_in_per_request_us)
+        return (launch + batch * per_request) * 1e-6 + copy
 
     def swap_in(self, missed_rows, batch: int = 0):
         """One launch per layer for the whole batch, plus the missed rows over the host link."""

@@ -105,6 +105,9 @@ class CostParams:
     attention_launch_us: float = 0.0  # fixed cost of one attention launch (fitted by calibration)
     swap_in_per_request_us: float = 0.0  # swap-in bookkeeping per request per launch (fitted)
     attention_efficiency_fp8: float = 0.0  # for 656 B FP8 rows; 0: same as attention_efficiency
+    attention_launch_fp8_us: float = 0.0  # FP8 rows' attention launch; 0: same as attention_launch_us
+    swap_in_launch_fp8_us: float = 0.0  # 656 B rows' swap-in launch; 0: same as swap_in_launch_us
+    swap_in_per_request_fp8_us: float = 0.0  # 656 B rows' per-request cost; 0: same as swap_in_per_request_us
 
 
 T = TypeVar("T")
