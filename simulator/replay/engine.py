@@ -116,6 +116,23 @@ def _hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragm
         opt.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
 
 
+@njit(cache=True, inline="always")
+def _load(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, free_next, p, nu):  # pragma: no cover
+    """Load missed position p: a free slot while any is left (in slot order), else the policy's
+    victim; the slot is protected for the rest of the step. Returns the next free slot."""
+    if free_next < B:
+        v = free_next
+        free_next += 1
+    else:
+        v = _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
+        pos_slot[slot_pos[v]] = -1
+    slot_pos[v] = p
+    pos_slot[p] = v
+    mark[v] = stamp
+    _insert(pid, sw, pw, g, B, cmax, v, p, nu, stamp)
+    return free_next
+
+
 @njit(cache=True)
 def next_uses(indices, cmax):  # pragma: no cover - compiled
     """Next access number (vtime) of the same position for every entry; INF if none."""
@@ -239,16 +256,8 @@ def _replay(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, wa
                     break
                 if (reserve and p == newest) or pos_slot[p] >= 0:
                     continue
-                if free_next < B:
-                    v = free_next
-                    free_next += 1
-                else:
-                    v = _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
-                    pos_slot[slot_pos[v]] = -1
-                slot_pos[v] = p
-                pos_slot[p] = v
-                mark[v] = stamp
-                _insert(pid, sw, pw, g, B, cmax, v, p, nu_all[t, j] if want_nu else INF, stamp)
+                free_next = _load(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, free_next, p,
+                                  nu_all[t, j] if want_nu else INF)
                 n_miss += 1
             if nh:
                 _hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
@@ -268,16 +277,7 @@ def _replay(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, wa
                     one_nu[0] = nu
                     _hits(pid, sw, pw, g, B, cmax, mark, stamp, one_slot, one_nu, 1)
                     continue
-                if free_next < B:
-                    v = free_next
-                    free_next += 1
-                else:
-                    v = _victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
-                    pos_slot[slot_pos[v]] = -1
-                slot_pos[v] = p
-                pos_slot[p] = v
-                mark[v] = stamp
-                _insert(pid, sw, pw, g, B, cmax, v, p, nu, stamp)
+                free_next = _load(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, free_next, p, nu)
                 n_miss += 1
         misses_out[t] = n_miss
         if record:  # where attention reads each entry: its slot, B for the reserved newest slot
