@@ -51,7 +51,7 @@ def _cost_model(gpu_name: str, calibration: str):
     from ..serving import presets as P
     from ..serving.costs import CostModel
 
-    gpu = P.load("gpus", gpu_name, **(P.calibration_gpu(calibration) if calibration.endswith(".json") else {}))
+    gpu = P.load_gpu(gpu_name, calibration)
     return CostModel(P.load("models", "glm-5.1-fp8"), gpu, P.load("deployments", "8xh200-colocated-dp8"),
                      P.load("calibration", calibration))
 

@@ -134,34 +134,12 @@ def _load(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, free_next, p
 
 
 @njit(cache=True)
-def next_uses(indices, cmax):  # pragma: no cover - compiled
-    """Next access number (vtime) of the same position for every entry; INF if none."""
+def _walk_back(indices, t0, cmax, out, fill):  # pragma: no cover - compiled
+    """Walk the accesses from the last back to step t0 (access numbers = vtime). With ``fill``,
+    out[t, j] = the next access number of the same position (INF if none). Returns each
+    position's first access number at or after step t0 (INF if none)."""
     steps, width = indices.shape
-    out = np.full((steps, width), INF, dtype=np.int64)
     last = np.full(cmax, INF, dtype=np.int64)
-    vt = 0
-    for t in range(steps):
-        for j in range(width):
-            if indices[t, j] >= 0:
-                vt += 1
-    for t in range(steps - 1, -1, -1):
-        n = 0
-        for j in range(width):
-            if indices[t, j] >= 0:
-                n += 1
-        for j in range(n - 1, -1, -1):
-            vt -= 1
-            p = indices[t, j]
-            out[t, j] = last[p]
-            last[p] = vt
-    return out
-
-
-@njit(cache=True)
-def _first_uses(indices, t0, cmax):  # pragma: no cover - compiled
-    """First access number at or after step t0 of every position (INF if none)."""
-    steps, width = indices.shape
-    first = np.full(cmax, INF, dtype=np.int64)
     vt = 0
     for t in range(steps):
         for j in range(width):
@@ -174,8 +152,25 @@ def _first_uses(indices, t0, cmax):  # pragma: no cover - compiled
                 n += 1
         for j in range(n - 1, -1, -1):
             vt -= 1
-            first[indices[t, j]] = vt
-    return first
+            p = indices[t, j]
+            if fill:
+                out[t, j] = last[p]
+            last[p] = vt
+    return last
+
+
+@njit(cache=True)
+def next_uses(indices, cmax):  # pragma: no cover - compiled
+    """Next access number (vtime) of the same position for every entry; INF if none."""
+    out = np.full(indices.shape, INF, dtype=np.int64)
+    _walk_back(indices, 0, cmax, out, True)
+    return out
+
+
+@njit(cache=True)
+def _first_uses(indices, t0, cmax):  # pragma: no cover - compiled
+    """First access number at or after step t0 of every position (INF if none)."""
+    return _walk_back(indices, t0, cmax, np.empty((1, 1), dtype=np.int64), False)
 
 
 @njit(cache=True, nogil=True)

@@ -37,8 +37,7 @@ def load_inputs(inp: PlanInputs):
     if calibration == "auto":  # the GPU's own calibration when one was committed, else the defaults
         found = P.calibration_file(gpu_name)
         calibration = str(found) if found else "uncalibrated"
-    gpu_overrides = P.calibration_gpu(calibration) if calibration.endswith(".json") else {}
-    gpu = P.load("gpus", gpu_name, **gpu_overrides)
+    gpu = P.load_gpu(gpu_name, calibration)
     return dict(model=P.load("models", inp.model), gpu=gpu, dep=dep,
                 workload=P.load("workloads", inp.workload), params=P.load("calibration", calibration),
                 hisparse=P.load("hisparse", inp.hisparse), calibration=calibration)

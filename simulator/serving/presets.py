@@ -237,6 +237,12 @@ def calibration_gpu(path: str | Path) -> dict[str, Any]:
     return dict(json.loads(Path(path).read_text()).get("gpu", {}))
 
 
+def load_gpu(name: str, calibration: str) -> GpuSpec:
+    """A GPU preset, with the figures a calibration JSON measured on top (a TOML calibration or
+    preset name measures none)."""
+    return load("gpus", name, **(calibration_gpu(calibration) if calibration.endswith(".json") else {}))
+
+
 CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "calibration"
 
 
