@@ -106,13 +106,14 @@ def _print_records(records: list[dict], cols: list[str]) -> None:
 
 def run_replay(args: argparse.Namespace) -> int:
     from ..progress import progress
-    from ..replay.api import per_step_frame, replay_totals
+    from ..replay.api import per_step_frame, replay_source
 
     trace = open_input(args)
     configs = [c.check(trace.meta.k) for c in _configs(args, args.policy)]
-    streams = progress(trace, total=len(trace), desc="streams", quiet=args.quiet, unit="stream")
     want_steps = bool(args.out or args.plot)
-    records, kept = replay_totals(streams, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps)
+    records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
+                                  wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
+                                                           unit="stream"))
     if want_steps:
         per_step = per_step_frame(kept)
         if args.out:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-
+from .. import native
 from ..errors import HisparseError
 from ..trace.stream import Stream
 from .policies import POLICIES, POLICY_IDS
+
+if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
+    import numpy as np
 
 SEMANTICS = ("batched", "sequential")
 INITIAL = ("prefix", "empty")
@@ -45,6 +48,7 @@ class ReplayConfig:
 
 def _stateless_misses(cfg: ReplayConfig, stream: Stream) -> np.ndarray:
     """``none`` loads every selected entry; ``static-prefix`` every entry at or past the buffer."""
+    import numpy as np
     idx = stream.indices
     counted = idx >= 0
     if cfg.reserve_newest:
@@ -59,6 +63,10 @@ def replay_stream(stream: Stream, cfg: ReplayConfig, k: int | None = None) -> np
     cfg.check(k if k is not None else stream.indices.shape[1])
     if cfg.policy not in POLICY_IDS:
         return _stateless_misses(cfg, stream)
+    if cfg.policy == "lru" and cfg.semantics == "batched" and native.available():
+        # The engine's batched LRU in O(changes) per step, checked against it in tests/test_native.py.
+        return native.lru_batched(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
+                                  prefix=cfg.initial == "prefix").misses
     from .engine import replay_policy
 
     return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer,
@@ -98,27 +106,73 @@ def replay_totals(streams: Iterable[Stream], configs: Sequence[ReplayConfig], *,
                 _collect(pending.pop(0), totals, kept, keep_steps)
         for item in pending:
             _collect(item, totals, kept, keep_steps)
-    records = [{"policy": c.policy, "buffer": c.buffer, "semantics": c.semantics, "initial": c.initial,
-                "reserve_newest": c.reserve_newest, "streams": s, "steps": n, "accesses": a, "misses": m,
-                "miss_ratio": m / a if a else 0.0} for c, (s, n, a, m) in totals.items()]
-    return records, kept
+    return _records(totals), kept
+
+
+def replay_source(source, configs: Sequence[ReplayConfig], *, k: int, workers: int = 2, keep_steps: bool = False,
+                  wrap=None) -> tuple[list[dict], list[StreamMisses]]:
+    """``replay_totals`` over every stream of a trace source (``open_trace``); ``wrap`` wraps the
+    iteration (a progress bar). Batched LRU on a ``.hst`` file replays the coded chunks directly
+    (``coded.py``: the same misses, without materialising the rows)."""
+    from . import coded
+
+    wrap = wrap or (lambda it: it)
+    if not coded.applies(source, configs):
+        return replay_totals(wrap(iter(source)), configs, k=k, workers=workers, keep_steps=keep_steps)
+    for cfg in configs:
+        cfg.check(k)
+    totals = {cfg: [0, 0, 0, 0] for cfg in configs}
+    kept: list[StreamMisses] = []
+
+    def finish(key, fut) -> None:
+        res = fut.result()
+        if res is None:  # a chunk is not clean: the ordinary reader raises the error
+            stream = source.read(key)
+            res = coded.CodedMisses(stream.ctx_len, int(stream.accesses), [replay_stream(stream, c, k) for c in configs])
+        for cfg, misses in zip(configs, res.misses, strict=True):
+            if keep_steps:  # numpy views of the int64 buffers
+                import numpy as np
+
+                misses, ctx_len = np.frombuffer(misses, dtype=np.int64), np.frombuffer(res.ctx_len, dtype=np.int64)
+            _add(totals, kept, keep_steps, key.request, key.layer, ctx_len if keep_steps else None, res.accesses, cfg,
+                 misses)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        pending: list = []
+        for key in wrap(iter(source.keys)):
+            pending.append((key, pool.submit(coded.replay_coded, source.chunks(key), configs, k)))
+            if len(pending) > 2 * max(1, workers):
+                finish(*pending.pop(0))
+        for item in pending:
+            finish(*item)
+    return _records(totals), kept
+
+
+def _records(totals: dict) -> list[dict]:
+    return [{"policy": c.policy, "buffer": c.buffer, "semantics": c.semantics, "initial": c.initial,
+             "reserve_newest": c.reserve_newest, "streams": s, "steps": n, "accesses": a, "misses": m,
+             "miss_ratio": m / a if a else 0.0} for c, (s, n, a, m) in totals.items()]
+
+
+def _add(totals, kept, keep_steps, request, layer, ctx_len, accesses, cfg, misses) -> None:
+    t = totals[cfg]
+    t[0] += 1
+    t[1] += len(misses)
+    t[2] += accesses
+    t[3] += int(sum(misses)) if isinstance(misses, array) else int(misses.sum())
+    if keep_steps:
+        kept.append(StreamMisses(request, layer, ctx_len, cfg, misses))
 
 
 def _collect(item, totals, kept, keep_steps) -> None:
     stream, accesses, futures = item
     for cfg, fut in futures:
-        misses = fut.result()
-        t = totals[cfg]
-        t[0] += 1
-        t[1] += stream.steps
-        t[2] += accesses
-        t[3] += int(misses.sum())
-        if keep_steps:
-            kept.append(StreamMisses(stream.request, stream.layer, stream.ctx_len, cfg, misses))
+        _add(totals, kept, keep_steps, stream.request, stream.layer, stream.ctx_len, accesses, cfg, fut.result())
 
 
 def per_step_frame(kept: Sequence[StreamMisses]):
     """Per-step misses as a DataFrame: request, layer, step, ctx_len, policy, buffer, misses."""
+    import numpy as np
     import pandas as pd
 
     return pd.concat([pd.DataFrame({"request": m.request, "layer": m.layer, "step": np.arange(len(m.misses)),

@@ -22,14 +22,15 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TraceError
 from .codec import check_stream, decode_stream, encode_stream
 from .fileio import temp_beside
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
+
+if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
+    import numpy as np
 
 MAGIC = b"HSPTRACE"
 END_MAGIC = b"HSPEND!!"
@@ -106,6 +107,7 @@ class TraceWriter:
         """Buffer one step of (request, layer); a full buffer becomes a chunk on disk.
 
         A stream's first step may have any number; after that steps must follow one by one."""
+        import numpy as np
         key = StreamKey(int(request), int(layer))
         first, rows = self._pending.get(key, (self._next_step.get(key, step), []))
         if step != first + len(rows):
@@ -126,6 +128,7 @@ class TraceWriter:
             self._flush_key(key)
 
     def _flush_key(self, key: StreamKey) -> None:
+        import numpy as np
         first, pending = self._pending.pop(key, (0, []))
         if not pending:
             return
@@ -138,6 +141,7 @@ class TraceWriter:
 
     def _write_chunk(self, key: StreamKey, ctx_len: np.ndarray, indices: np.ndarray,
                      first_step: int | None = None) -> None:
+        import numpy as np
         if self._closed:
             raise TraceError("write after close", path=self.path)
         indices = np.asarray(indices)
@@ -303,26 +307,37 @@ class TraceReader:
         for key in self._streams:
             yield self.read(key)
 
-    def read(self, key: StreamKey | tuple[int, int]) -> Stream:
-        """Decode and check one stream."""
+    def chunks(self, key: StreamKey | tuple[int, int]) -> list[tuple[ChunkInfo, bytes]]:
+        """A stream's chunks in step order, each with its checksummed, still compressed payload."""
         key = StreamKey(*key)
         if key not in self._streams:
             raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
-        chunks = self._streams[key]
-        width = max(c.width for c in chunks)
-        indices = np.empty((sum(c.steps for c in chunks), width), dtype=np.int32)
-        ctx_len = np.empty(indices.shape[0], dtype=np.int64)
-        fail = dict(path=self.path, request=key.request, layer=key.layer)
-        row = 0
-        for c in chunks:
+        out = []
+        for c in self._streams[key]:
             self._fh.seek(c.offset)
             fields = _CHUNK.unpack(self._fh.read(_CHUNK.size))
             plen, crc = fields[-2], fields[-1]
             payload = self._fh.read(plen)
             if fields[0] != b"CHNK" or len(payload) != plen:
-                raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
+                raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", path=self.path,
+                                 request=key.request, layer=key.layer)
             if zlib.crc32(payload) != crc:
-                raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
+                raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", path=self.path,
+                                 request=key.request, layer=key.layer)
+            out.append((c, payload))
+        return out
+
+    def read(self, key: StreamKey | tuple[int, int]) -> Stream:
+        """Decode and check one stream."""
+        import numpy as np
+        key = StreamKey(*key)
+        chunks = self.chunks(key)
+        width = max(c.width for c, _ in chunks)
+        indices = np.empty((sum(c.steps for c, _ in chunks), width), dtype=np.int32)
+        ctx_len = np.empty(indices.shape[0], dtype=np.int64)
+        fail = dict(path=self.path, request=key.request, layer=key.layer)
+        row = 0
+        for c, payload in chunks:
             try:
                 decode_stream(payload, c.steps, c.width, c.ordered, indices[row:row + c.steps],
                               ctx_len[row:row + c.steps])

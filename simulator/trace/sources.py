@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import TraceError
 from .codec import check_stream
 from .format import TraceReader
 from .stream import Stream, StreamKey, TraceMeta
+
+if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
+    import numpy as np
 
 
 class TraceSource(Protocol):
@@ -43,9 +44,10 @@ class NpyTrace:
     """
 
     def __init__(self, path: str | os.PathLike, *, ctx0: int | None = None) -> None:
+        import numpy as np
         self.path = Path(path)
         try:
-            array = np.load(self.path, allow_pickle=False)
+            array = np.load(self.path, allow_pickle=False, mmap_mode="r")  # pages come from the file cache
         except FileNotFoundError:
             raise TraceError("no such file", path=path) from None
         except (ValueError, OSError, EOFError) as exc:
@@ -91,9 +93,12 @@ class NpyTrace:
 
 def _pad_at_end(indices: np.ndarray) -> np.ndarray:
     """Move -1 padding to the end of each row, keeping the order of the real entries."""
-    pad = indices == -1
-    if not pad.any() or not (pad[:, :-1] & ~pad[:, 1:]).any():
+    import numpy as np
+    block = 4096  # rows at a time: no full-size temporaries for the common, well-padded array
+    if not any(((p := indices[a:a + block] == -1)[:, :-1] & ~p[:, 1:]).any()
+               for a in range(0, len(indices), block)):
         return indices
+    pad = indices == -1
     order = np.argsort(pad, axis=1, kind="stable")
     return np.take_along_axis(indices, order, axis=1)
 

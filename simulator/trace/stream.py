@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
+    import numpy as np
 
 FORMAT_VERSION = 1
 PAD = -1
@@ -45,6 +46,7 @@ class Stream:
 
     @property
     def accesses(self) -> int:
+        import numpy as np
         return int(np.count_nonzero(self.indices >= 0))
 
     def step(self, t: int) -> np.ndarray:

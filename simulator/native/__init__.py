@@ -1,0 +1,97 @@
+"""Optional compiled fast paths (``_native.c``), built by ``pip install`` when a C compiler is there.
+
+Each function reproduces a numba reference of the package bit for bit (tests/test_native.py):
+the stream decoder and checker of ``simulator.trace.codec_jit``, and the replay engine's
+batched LRU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
+O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows.
+Without the build, or with ``HISPARSE_NATIVE=0``, callers use the references.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
+    import numpy as np
+
+
+try:
+    from . import _native
+except ImportError:  # not built (no compiler at install time)
+    _native = None
+
+
+def available() -> bool:
+    """Whether the compiled module is built and not switched off (HISPARSE_NATIVE=0)."""
+    return _native is not None and os.environ.get("HISPARSE_NATIVE", "1") != "0"
+
+
+def decode(raw: np.ndarray | bytes, steps: int, width: int, ordered: bool, out: np.ndarray,
+           ctx_out: np.ndarray) -> tuple[int, int]:
+    """codec_jit.decode: fill out (int32 [steps, >= width], C-contiguous) and ctx_out (int64)."""
+    import numpy as np
+    if out.dtype != np.int32 or ctx_out.dtype != np.int64 or not out.flags.c_contiguous \
+            or not ctx_out.flags.c_contiguous or out.shape[0] != steps or ctx_out.shape != (steps,):
+        raise ValueError("decode: out must be C-contiguous int32 [steps, w], ctx_out int64 [steps]")
+    return _native.decode(raw, steps, width, ordered, out, out.shape[1], ctx_out)
+
+
+def check_rows(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> tuple[int, int, int, int]:
+    """codec_jit.check_rows on int32-valued indices: the first problem as (code, step, value, extra)."""
+    import numpy as np
+    idx = np.ascontiguousarray(indices, dtype=np.int32)
+    return _native.check_rows(idx, idx.shape[0], idx.shape[1], np.ascontiguousarray(ctx_len, dtype=np.int64), int(k))
+
+
+class LruRun(NamedTuple):
+    misses: np.ndarray  # int64 [steps]
+    slot_pos: np.ndarray  # int64 [B]: position held by each slot at the end (-1: free)
+    order: np.ndarray  # int64: recency order of occupied slots, oldest first
+    slots: np.ndarray | None  # int32 [steps, width] when recorded
+
+
+class BatchedLru:
+    """One (request, layer) buffer under HiSparse's batched LRU, fed a stream piece by piece."""
+
+    def __init__(self, buffer: int, *, reserve: bool, prefix: bool) -> None:
+        self.buffer = int(buffer)
+        self.state = _native.lru_new(self.buffer, reserve, prefix)
+
+    def rows(self, indices: np.ndarray, ctx_len: np.ndarray, *, record: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        """Replay rows [steps, width] (stored order, -1 pads): misses per step, and the slot of
+        every entry (buffer: the reserved newest slot) when ``record``."""
+        import numpy as np
+        idx = np.ascontiguousarray(indices, dtype=np.int32)
+        steps, width = idx.shape
+        misses = np.zeros(steps, dtype=np.int64)
+        slots = np.empty((steps, width) if record else (1, 1), dtype=np.int32)
+        _native.lru_rows(self.state, idx, steps, width, np.ascontiguousarray(ctx_len, dtype=np.int64), misses,
+                         record, slots)
+        return misses, (slots if record else None)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slot -> position, recency order of occupied slots, oldest first)."""
+        import numpy as np
+        slot_pos = np.empty(self.buffer, dtype=np.int64)
+        order = np.empty(self.buffer, dtype=np.int64)
+        n = _native.lru_result(self.state, slot_pos, order)
+        return slot_pos, order[:n].copy()
+
+
+def lru_batched(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool, prefix: bool,
+                record: bool = False) -> LruRun:
+    """The engine's batched LRU over one stream (engine.replay_policy('lru', batched=True))."""
+    lru = BatchedLru(buffer, reserve=reserve, prefix=prefix)
+    misses, slots = lru.rows(indices, ctx_len, record=record)
+    return LruRun(misses, *lru.result(), slots)
+
+
+def lru_replay_coded(lrus: list[BatchedLru], misses: list[np.ndarray], raw: bytes, steps: int, width: int,
+                     ordered: bool, k: int, prev_ctx: int, ctx_out: np.ndarray) -> tuple[int, int, int]:
+    """Decode one coded chunk and replay it through every buffer in ``lrus`` (misses[i] gets
+    buffer i's per-step misses). Returns (code, step, accesses): code 0, or nonzero when the chunk
+    is corrupt or breaks a rule of the trace model; the caller then reads it the ordinary way,
+    which raises the proper error."""
+    return _native.lru_replay_coded(tuple(lru.state for lru in lrus), tuple(misses), raw, steps, width, ordered,
+                                    int(k), int(prev_ctx), ctx_out)

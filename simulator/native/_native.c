@@ -1,0 +1,768 @@
+/* Compiled fast paths for the CLI's hot loop: decode and check a coded stream, and replay
+ * HiSparse's batched LRU over it.
+ *
+ * Nothing here defines semantics. Each function reproduces a numba function of the package
+ * (the reference), and tests/test_native.py checks them bit for bit:
+ *   decode      <- simulator/trace/codec_jit.py  decode
+ *   check_rows  <- simulator/trace/codec_jit.py  check_rows
+ *   lru_batched <- simulator/replay/engine.py    _replay (policy lru, batched)
+ * They exist because numba's import and first load cost ~0.5 s, longer than the whole replay of
+ * a 41 M-access stream, and because batched LRU can be computed in O(changes) per step (below)
+ * instead of the reference's walk of the recency list.
+ *
+ * Arrays come in through the buffer protocol (numpy arrays, C-contiguous); the Python wrapper in
+ * simulator/native/__init__.py checks dtypes and shapes. Loops run without the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Stream codec: LEB128 varints, each step coded against the previous one (see codec.py).     */
+
+static inline int get_varint(const uint8_t *buf, Py_ssize_t n, Py_ssize_t *pos, int64_t *value)
+{
+    uint64_t v = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos;
+    for (;;) {
+        if (p >= n || shift > 56)
+            return 0;
+        uint8_t b = buf[p++];
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *pos = p;
+            *value = (int64_t)v;
+            return 1;
+        }
+        shift += 7;
+    }
+}
+
+/* Decoder of one coded stream, one step at a time. After dec_step, cur[0..cnt) is the step's
+ * row sorted ascending, and the step's changes against the previous row of the same payload are
+ * rem[0..n_rem) (ranks in prev, ascending) and add[0..n_add) (positions, ascending). */
+typedef struct {
+    const uint8_t *buf;
+    Py_ssize_t n, pos;
+    int64_t width, prev_n, cnt, n_rem, n_add, ctx;
+    int64_t *prev, *cur, *rem, *add, *work;
+} decoder;
+
+static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
+{
+    d->buf = buf; d->n = n; d->pos = 0; d->width = width;
+    d->prev_n = d->cnt = d->n_rem = d->n_add = d->ctx = 0;
+    d->work = (int64_t *)malloc(sizeof(int64_t) * 4 * (size_t)(width > 0 ? width : 1));
+    if (!d->work) return 0;
+    d->prev = d->work; d->cur = d->work + width; d->rem = d->work + 2 * width; d->add = d->work + 3 * width;
+    return 1;
+}
+
+/* 0, or 1 (data ends early) or 2 (data inconsistent). */
+static int dec_step(decoder *d)
+{
+    int64_t z, g, *swap = d->prev;
+    d->prev = d->cur; d->cur = swap; d->prev_n = d->cnt;
+    if (!get_varint(d->buf, d->n, &d->pos, &z)) return 1;
+    d->ctx += (z >> 1) ^ -(z & 1);
+    if (!get_varint(d->buf, d->n, &d->pos, &d->n_rem) || !get_varint(d->buf, d->n, &d->pos, &d->n_add)) return 1;
+    int64_t prev_n = d->prev_n, n_rem = d->n_rem, n_add = d->n_add, *prev = d->prev, *cur = d->cur;
+    if (n_rem > prev_n || n_add > d->width) return 2;
+    int64_t last = -1;
+    for (int64_t r = 0; r < n_rem; r++) {
+        if (!get_varint(d->buf, d->n, &d->pos, &g)) return 1;
+        last += g + 1;
+        if (last >= prev_n) return 2;
+        d->rem[r] = last;
+    }
+    last = -1;
+    for (int64_t a = 0; a < n_add; a++) {
+        if (!get_varint(d->buf, d->n, &d->pos, &g)) return 1;
+        last += g + 1;
+        d->add[a] = last;
+    }
+    int64_t cnt = prev_n - n_rem + n_add;
+    if (cnt > d->width) return 2;
+    /* cur = merge(prev without the leavers, arrivals), ascending, no duplicates: runs of prev up
+     * to the next leaver or arrival are copied whole. */
+    int64_t i = 0, r = 0, m = 0;
+    for (int64_t a = 0; a <= n_add; a++) {
+        int64_t v = a < n_add ? d->add[a] : INT64_MAX;
+        for (;;) {
+            int64_t lim = r < n_rem ? d->rem[r] : prev_n, j = i;
+            while (j < lim && prev[j] < v) j++;
+            memcpy(cur + m, prev + i, sizeof(int64_t) * (size_t)(j - i));
+            m += j - i;
+            i = j;
+            if (i < lim || i == prev_n) break;
+            r++; /* i is a leaver: skip it */
+            i++;
+        }
+        if (a == n_add) break;
+        if (i < prev_n && prev[i] == v) return 2;
+        cur[m++] = v;
+    }
+    d->cnt = cnt;
+    return 0;
+}
+
+/* The stored order of an ordered step: row[j] = cur[rank_j]. 0, 1 or 2 as dec_step. */
+static int dec_ranks(decoder *d, int32_t *row)
+{
+    int64_t rk;
+    for (int64_t j = 0; j < d->cnt; j++) {
+        if (!get_varint(d->buf, d->n, &d->pos, &rk)) return 1;
+        if (rk >= d->cnt) return 2;
+        row[j] = (int32_t)d->cur[rk];
+    }
+    return 0;
+}
+
+/* Returns 0, or an error code (1 ends early, 2 inconsistent, 3 trailing bytes) with *err_step. */
+static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int ordered,
+                        int32_t *out, int64_t out_width, int64_t *ctx_out, int64_t *err_step)
+{
+    decoder d;
+    if (!dec_init(&d, buf, n, width))
+        return -1;
+    int code = 0;
+    int64_t t;
+    for (t = 0; t < steps; t++) {
+        int32_t *row = out + t * out_width;
+        code = dec_step(&d);
+        if (!code && ordered) code = dec_ranks(&d, row);
+        if (code) break;
+        ctx_out[t] = d.ctx;
+        if (!ordered)
+            for (int64_t j = 0; j < d.cnt; j++) row[j] = (int32_t)d.cur[j];
+        for (int64_t j = d.cnt; j < out_width; j++) row[j] = -1;
+    }
+    if (!code && d.pos != n) { code = 3; t = steps; }
+    free(d.work);
+    *err_step = code ? t : 0;
+    return code;
+}
+
+/* First problem of a stream as (code, step, value, extra); code 0 when none (codec.py lists codes). */
+static int check_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t k,
+                      int64_t res[4])
+{
+    int64_t cmax = 1;
+    for (int64_t t = 0; t < steps; t++)
+        if (ctx[t] > cmax) cmax = ctx[t];
+    int64_t *seen = (int64_t *)calloc((size_t)cmax, sizeof(int64_t));
+    if (!seen)
+        return -1;
+    res[0] = res[1] = res[2] = res[3] = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        int64_t c = ctx[t];
+        if (c < 1) { res[0] = 6; res[1] = t; res[2] = c; goto done; }
+        if (t > 0 && c < ctx[t - 1]) { res[0] = 5; res[1] = t; res[2] = c; res[3] = ctx[t - 1]; goto done; }
+        int64_t cnt = 0;
+        int padded = 0;
+        const int32_t *row = idx + t * width;
+        for (int64_t j = 0; j < width; j++) {
+            int64_t v = row[j];
+            if (v == -1) { padded = 1; continue; }
+            if (v < 0) { res[0] = 1; res[1] = t; res[2] = v; goto done; }
+            if (padded) { res[0] = 7; res[1] = t; res[2] = v; goto done; }
+            if (v >= c) { res[0] = 2; res[1] = t; res[2] = v; res[3] = c; goto done; }
+            if (seen[v] == t + 1) { res[0] = 3; res[1] = t; res[2] = v; goto done; }
+            seen[v] = t + 1;
+            cnt++;
+        }
+        if (cnt > k) { res[0] = 4; res[1] = t; res[2] = cnt; res[3] = k; goto done; }
+    }
+done:
+    free(seen);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batched LRU in O(changes) per step.
+ *
+ * The reference keeps the recency list and, each step, walks it to move the hits (old order)
+ * behind the misses. After a step the list is [stale][misses][hits]: its newest part, the
+ * "block", is exactly the step's selected set X (the newest token excluded when reserved). So
+ * at the next step, with A = newly selected entries and D = entries of X no longer selected:
+ *   - entries of X that stay selected ("kept") are hits, with no work at all;
+ *   - an entry of A is a hit iff it is resident, and then it is stale ("stale hit");
+ *   - victims are the oldest stale entries not hit, then D in block order (D sits between the
+ *     stale part and the kept entries);
+ *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
+ * Stale entries live in a FIFO queue (lazy deletion: a hit leaves a dead entry behind). Block
+ * order is kept as keys: new block entries get keys below every kept key, so ascending key is
+ * block order, and D is sorted by key before it joins the queue. A step costs O(|A| + |D| log |D|)
+ * once A and D are known: from the coded stream's own changes (lru_replay_coded), or from a
+ * pass over the row and X (lru_rows). */
+
+typedef struct {
+    uint64_t key;
+    int64_t slot;
+} kv_t;
+
+static void sort_kv(kv_t *a, int64_t n)
+{
+    while (n > 16) {
+        kv_t *mid = a + n / 2, *hi = a + n - 1, tmp;
+        if (mid->key < a->key) { tmp = *mid; *mid = *a; *a = tmp; }
+        if (hi->key < a->key) { tmp = *hi; *hi = *a; *a = tmp; }
+        if (hi->key < mid->key) { tmp = *hi; *hi = *mid; *mid = tmp; }
+        uint64_t pivot = mid->key;
+        int64_t i = 0, j = n - 1;
+        for (;;) {
+            while (a[i].key < pivot) i++;
+            while (a[j].key > pivot) j--;
+            if (i >= j) break;
+            tmp = a[i]; a[i] = a[j]; a[j] = tmp;
+            i++; j--;
+        }
+        int64_t left = j + 1; /* [0, left) <= pivot <= [left, n) */
+        if (left < n - left) { sort_kv(a, left); a += left; n -= left; }
+        else { sort_kv(a + left, n - left); n = left; }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        kv_t x = a[i];
+        int64_t j = i - 1;
+        while (j >= 0 && a[j].key > x.key) { a[j + 1] = a[j]; j--; }
+        a[j + 1] = x;
+    }
+}
+
+enum { FREE = 0, STALE = 1, BLOCK = 2 };
+enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
+
+typedef struct {
+    int32_t slot; /* slot holding the position, -1 */
+    int32_t xi;   /* index in xlist while in X, -1 */
+    int32_t row;  /* stamp of the last row listing it (lru_row) */
+    int32_t pad;
+} pos_entry;
+
+typedef struct {
+    int64_t B, cap, Q;
+    int reserve, prefix, fast, started;
+    pos_entry *pos;     /* [cap] per position */
+    int32_t *slot_pos;  /* [B] position held by a slot, -1 */
+    uint8_t *region;    /* [B] FREE, STALE or BLOCK */
+    int64_t *skey;      /* [B] queue index of a stale slot's live entry */
+    uint64_t *bkey;     /* [B] block key: ascending = block order */
+    int32_t *queue;     /* [Q] stale slots, oldest first, with dead entries */
+    int64_t qhead, qtail;
+    int64_t *xlist, nx; /* [B] X, the last step's selected set (any order) */
+    int64_t *A, *D, *miss; /* [B + 2] scratch */
+    int32_t *hit_s;     /* [B + 2] */
+    kv_t *kv;           /* [B + 2] */
+    int64_t free_next, last_ctx;
+    uint64_t next_key;  /* block keys count down */
+    int32_t stamp;
+} lru_state;
+
+static void lru_free(lru_state *s)
+{
+    if (!s) return;
+    free(s->pos); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->queue);
+    free(s->xlist); free(s->A); free(s->D); free(s->miss); free(s->hit_s); free(s->kv);
+    free(s);
+}
+
+static lru_state *lru_new(int64_t B, int reserve, int prefix)
+{
+    lru_state *s = (lru_state *)calloc(1, sizeof(lru_state));
+    if (!s) return NULL;
+    size_t n = (size_t)B + 2;
+    s->B = B; s->Q = 4 * B + 16; s->reserve = reserve; s->prefix = prefix;
+    s->slot_pos = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->region = (uint8_t *)calloc(n, 1);
+    s->skey = (int64_t *)calloc(n, sizeof(int64_t));
+    s->bkey = (uint64_t *)calloc(n, sizeof(uint64_t));
+    s->queue = (int32_t *)malloc(sizeof(int32_t) * (size_t)s->Q);
+    s->xlist = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->A = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->D = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->miss = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
+    if (!s->slot_pos || !s->region || !s->skey || !s->bkey || !s->queue || !s->xlist || !s->A || !s->D ||
+        !s->miss || !s->hit_s || !s->kv) {
+        lru_free(s);
+        return NULL;
+    }
+    for (int64_t x = 0; x < B; x++) s->slot_pos[x] = -1;
+    s->next_key = (uint64_t)1 << 62;
+    return s;
+}
+
+/* Room for positions [0, c). */
+static int lru_reserve(lru_state *s, int64_t c)
+{
+    if (c <= s->cap) return 1;
+    int64_t cap = c > 2 * s->cap ? c : 2 * s->cap;
+    pos_entry *p = (pos_entry *)realloc(s->pos, sizeof(pos_entry) * (size_t)cap);
+    if (!p) return 0;
+    for (int64_t i = s->cap; i < cap; i++) { p[i].slot = -1; p[i].xi = -1; p[i].row = 0; p[i].pad = 0; }
+    s->pos = p;
+    s->cap = cap;
+    return 1;
+}
+
+static void queue_make_room(lru_state *s, int64_t need)
+{
+    if (s->qtail + need <= s->Q) return;
+    int64_t m = 0;
+    for (int64_t i = s->qhead; i < s->qtail; i++) {
+        int32_t x = s->queue[i];
+        if (s->region[x] == STALE && s->skey[x] == i) { s->queue[m] = x; s->skey[x] = m; m++; }
+    }
+    s->qhead = 0;
+    s->qtail = m;
+}
+
+static inline void queue_push(lru_state *s, int32_t slot)
+{
+    s->region[slot] = STALE;
+    s->skey[slot] = s->qtail;
+    s->queue[s->qtail++] = slot;
+}
+
+static inline int32_t queue_pop(lru_state *s)
+{
+    for (;;) {
+        int32_t x = s->queue[s->qhead];
+        if (s->region[x] == STALE && s->skey[x] == s->qhead) { s->qhead++; return x; }
+        s->qhead++;
+    }
+}
+
+enum { BEGIN_FAST = 0, BEGIN_FRESH = 1, BEGIN_NEXT = 2 };
+
+/* The engine's step preamble: the fast path while ctx <= B; a fresh buffer (empty, or positions
+ * [0, B) oldest first) on the first step past it. */
+static int lru_begin(lru_state *s, int64_t c)
+{
+    if (c <= s->B) { s->fast = 1; return BEGIN_FAST; }
+    if (s->started && !s->fast) return BEGIN_NEXT;
+    for (int64_t x = 0; x < s->B; x++) {
+        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]].slot = -1;
+        s->slot_pos[x] = -1;
+        s->region[x] = FREE;
+    }
+    for (int64_t i = 0; i < s->nx; i++) s->pos[s->xlist[i]].xi = -1;
+    s->nx = 0;
+    s->qhead = s->qtail = 0;
+    s->free_next = 0;
+    if (s->prefix || s->fast) {
+        for (int64_t p = 0; p < s->B; p++) {
+            s->slot_pos[p] = (int32_t)p;
+            s->pos[p].slot = (int32_t)p;
+            queue_push(s, (int32_t)p);
+        }
+        s->free_next = s->B;
+    }
+    s->started = 1;
+    s->fast = 0;
+    return BEGIN_FRESH;
+}
+
+/* One step from its changes: A (stored order) and D; returns the misses. */
+static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
+{
+    int64_t nhs = 0, nm = 0;
+    for (int64_t i = 0; i < nA; i++) {
+        int64_t p = s->A[i];
+        int32_t x = s->pos[p].slot;
+        if (x >= 0) { s->region[x] = BLOCK; s->hit_s[nhs++] = x; } /* stale hit: out of the queue */
+        else s->miss[nm++] = p;
+    }
+    if (nD) { /* dropped entries join the queue's young end, in block order */
+        for (int64_t i = 0; i < nD; i++) {
+            int32_t x = s->pos[s->D[i]].slot;
+            s->kv[i].key = s->bkey[x];
+            s->kv[i].slot = x;
+        }
+        sort_kv(s->kv, nD);
+        queue_make_room(s, nD);
+        for (int64_t i = 0; i < nD; i++) queue_push(s, (int32_t)s->kv[i].slot);
+    }
+    for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
+        int64_t p = s->miss[i];
+        int32_t x;
+        if (s->free_next < s->B) x = (int32_t)s->free_next++;
+        else { x = queue_pop(s); s->pos[s->slot_pos[x]].slot = -1; }
+        s->slot_pos[x] = (int32_t)p;
+        s->pos[p].slot = x;
+        s->region[x] = BLOCK;
+        s->miss[i] = x;
+    }
+    if (nhs > 1) { /* block keys, counting down from the newest end: stale hits in stale order */
+        for (int64_t i = 0; i < nhs; i++) { s->kv[i].key = (uint64_t)s->skey[s->hit_s[i]]; s->kv[i].slot = s->hit_s[i]; }
+        sort_kv(s->kv, nhs);
+        for (int64_t i = nhs - 1; i >= 0; i--) s->bkey[s->kv[i].slot] = --s->next_key;
+    } else if (nhs == 1) {
+        s->bkey[s->hit_s[0]] = --s->next_key;
+    }
+    for (int64_t i = nm - 1; i >= 0; i--) s->bkey[s->miss[i]] = --s->next_key; /* then misses */
+    for (int64_t i = 0; i < nD; i++) { /* X <- X - D + A */
+        pos_entry *e = s->pos + s->D[i];
+        int64_t last = s->xlist[--s->nx];
+        s->xlist[e->xi] = last;
+        s->pos[last].xi = e->xi;
+        e->xi = -1;
+    }
+    for (int64_t i = 0; i < nA; i++) { s->pos[s->A[i]].xi = (int32_t)s->nx; s->xlist[s->nx++] = s->A[i]; }
+    return nm;
+}
+
+/* One step of a row in stored order (-1 pads): A and D from a pass over the row and X. */
+static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t c)
+{
+    int32_t cur = ++s->stamp;
+    int64_t n = 0, nA = 0, nD = 0;
+    for (int64_t j = 0; j < width; j++) {
+        int64_t p = row[j];
+        if (p < 0) break;
+        if (s->reserve && p == c - 1) continue;
+        if (p >= s->cap) return STEP_RANGE;
+        if (n++ >= s->B) return STEP_FULL;
+        s->pos[p].row = cur;
+        if (s->pos[p].xi < 0) s->A[nA++] = p;
+    }
+    for (int64_t i = 0; i < s->nx; i++)
+        if (s->pos[s->xlist[i]].row != cur) s->D[nD++] = s->xlist[i];
+    return lru_apply(s, nA, nD);
+}
+
+static inline int sorted_has(const int64_t *a, int64_t n, int64_t v)
+{
+    int64_t lo = 0, hi = n;
+    while (lo < hi) { int64_t mid = (lo + hi) / 2; if (a[mid] < v) lo = mid + 1; else hi = mid; }
+    return lo < n && a[lo] == v;
+}
+
+/* One step from the decoder's changes, when X is the previous row (newest excluded). */
+static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
+{
+    int64_t nA = 0, nD = 0, nw = c - 1, old = s->last_ctx - 1;
+    if (!s->reserve) {
+        memcpy(s->A, d->add, sizeof(int64_t) * (size_t)d->n_add);
+        nA = d->n_add;
+        for (int64_t r = 0; r < d->n_rem; r++) s->D[nD++] = d->prev[d->rem[r]];
+        if (d->cnt > s->B) return STEP_FULL;
+        return lru_apply(s, nA, nD);
+    }
+    /* X' = R' - {nw}, X = R - {old}: the old newest joins A if it stays selected past it. (The
+     * new newest cannot have been selected before unless nw == old: ctx never goes down.) */
+    int both_old = nw != old && sorted_has(d->prev, d->prev_n, old) && sorted_has(d->cur, d->cnt, old);
+    for (int64_t a = 0; a < d->n_add; a++) {
+        int64_t p = d->add[a];
+        if (both_old && old < p) { s->A[nA++] = old; both_old = 0; }
+        if (p != nw) s->A[nA++] = p;
+    }
+    if (both_old) s->A[nA++] = old;
+    for (int64_t r = 0; r < d->n_rem; r++) {
+        int64_t p = d->prev[d->rem[r]];
+        if (p != old) s->D[nD++] = p;
+    }
+    if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
+    return lru_apply(s, nA, nD);
+}
+
+/* Final slot -> position and recency order (oldest first); returns the order's length. */
+static int64_t lru_result(lru_state *s, int64_t *slot_pos, int64_t *order)
+{
+    for (int64_t x = 0; x < s->B; x++) slot_pos[x] = s->slot_pos[x];
+    if (!s->started) return 0;
+    int64_t n = 0, nb = 0;
+    for (int64_t i = s->qhead; i < s->qtail; i++) {
+        int32_t x = s->queue[i];
+        if (s->region[x] == STALE && s->skey[x] == i) order[n++] = x;
+    }
+    kv_t *kv = (kv_t *)malloc(sizeof(kv_t) * (size_t)(s->B + 1));
+    if (!kv) return -1;
+    for (int64_t x = 0; x < s->B; x++)
+        if (s->region[x] == BLOCK) { kv[nb].key = s->bkey[x]; kv[nb].slot = x; nb++; }
+    sort_kv(kv, nb);
+    for (int64_t i = 0; i < nb; i++) order[n++] = kv[i].slot;
+    free(kv);
+    return n;
+}
+
+/* Rows [steps, width] through one state. 0, or STEP_FULL / STEP_NOMEM with *bad_step. */
+static int lru_rows(lru_state *s, const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx,
+                    int64_t *misses, int record, int32_t *slots, int64_t *bad_step)
+{
+    for (int64_t t = 0; t < steps; t++) {
+        const int32_t *row = idx + t * width;
+        int64_t c = ctx[t], m = 0;
+        *bad_step = t;
+        if (!lru_reserve(s, c)) return STEP_NOMEM;
+        if (lru_begin(s, c) != BEGIN_FAST) {
+            m = lru_row(s, row, width, c);
+            if (m < 0) return (int)m;
+        }
+        misses[t] = m;
+        s->last_ctx = c;
+        if (record)
+            for (int64_t j = 0; j < width; j++) {
+                int64_t p = row[j];
+                slots[t * width + j] = p < 0 ? -1 : (s->reserve && p == c - 1 ? (int32_t)s->B
+                                                     : (c <= s->B ? (int32_t)p : s->pos[p].slot));
+            }
+    }
+    return 0;
+}
+
+/* A coded payload (one chunk of a stream) through several states at once: decode, check what
+ * the reader would check, replay. Returns 0, a decode error (1-3), 4 when a step breaks a rule
+ * of the trace model (the caller then reads the stream the ordinary way for the error), or
+ * STEP_FULL / STEP_NOMEM; *bad_step is the step. */
+static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_ssize_t n, int64_t steps,
+                            int64_t width, int ordered, int64_t k, int64_t prev_ctx, int64_t **misses,
+                            int64_t *ctx_out, int64_t *accesses, int64_t *bad_step)
+{
+    decoder d;
+    if (!dec_init(&d, buf, n, width)) return STEP_NOMEM;
+    int32_t *row = (int32_t *)malloc(sizeof(int32_t) * (size_t)(width > 0 ? width : 1));
+    int32_t *seen = (int32_t *)calloc((size_t)(width > 0 ? width : 1), sizeof(int32_t));
+    int code = 0;
+    int64_t t = 0, acc = 0;
+    if (!row || !seen) { code = STEP_NOMEM; goto done; }
+    for (t = 0; t < steps; t++) {
+        code = dec_step(&d);
+        if (code) goto done;
+        int64_t c = d.ctx, cnt = d.cnt;
+        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k ||
+            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = 4; goto done; }
+        if (ordered) { /* the ranks must be a permutation */
+            int64_t rk;
+            for (int64_t j = 0; j < cnt; j++) {
+                if (!get_varint(d.buf, d.n, &d.pos, &rk)) { code = 1; goto done; }
+                if (rk >= cnt) { code = 2; goto done; }
+                if (seen[rk] == (int32_t)(t + 1)) { code = 4; goto done; }
+                seen[rk] = (int32_t)(t + 1);
+                row[j] = (int32_t)d.cur[rk];
+            }
+        }
+        prev_ctx = c;
+        ctx_out[t] = c;
+        acc += cnt;
+        for (int64_t i = 0; i < ns; i++) {
+            lru_state *s = st[i];
+            int64_t m = 0;
+            if (!lru_reserve(s, c)) { code = STEP_NOMEM; goto done; }
+            int how = lru_begin(s, c);
+            if (how == BEGIN_NEXT && t > 0 && !ordered) m = lru_delta(s, &d, c);
+            else if (how != BEGIN_FAST) {
+                if (!ordered)
+                    for (int64_t j = 0; j < cnt; j++) row[j] = (int32_t)d.cur[j];
+                m = lru_row(s, row, cnt, c);
+            }
+            if (m < 0) { code = (int)m; goto done; }
+            misses[i][t] = m;
+            s->last_ctx = c;
+        }
+    }
+    if (d.pos != n) code = 3;
+done:
+    free(d.work); free(row); free(seen);
+    *accesses = acc;
+    *bad_step = t;
+    return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Python bindings                                                                            */
+
+static int need_len(Py_buffer *b, Py_ssize_t bytes, const char *name)
+{
+    if (b->len < bytes) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes, need %zd", name, b->len, bytes);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *py_decode(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, out, ctx;
+    long long steps, width, out_width;
+    int ordered;
+    if (!PyArg_ParseTuple(args, "y*LLpw*Lw*", &raw, &steps, &width, &ordered, &out, &out_width, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    if (need_len(&out, (Py_ssize_t)(steps * out_width * 4), "out") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) {
+        int64_t err_step = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = decode_steps((const uint8_t *)raw.buf, raw.len, steps, width, ordered, (int32_t *)out.buf,
+                            out_width, (int64_t *)ctx.buf, &err_step);
+        Py_END_ALLOW_THREADS
+        if (code < 0) PyErr_NoMemory();
+        else res = Py_BuildValue("(iL)", code, (long long)err_step);
+    }
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+static PyObject *py_check_rows(PyObject *self, PyObject *args)
+{
+    Py_buffer idx, ctx;
+    long long steps, width, k;
+    if (!PyArg_ParseTuple(args, "y*LLy*L", &idx, &steps, &width, &ctx, &k))
+        return NULL;
+    PyObject *res = NULL;
+    if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len")) {
+        int64_t r[4];
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = check_rows((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, k, r);
+        Py_END_ALLOW_THREADS
+        if (code < 0) PyErr_NoMemory();
+        else res = Py_BuildValue("(LLLL)", (long long)r[0], (long long)r[1], (long long)r[2], (long long)r[3]);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+static const char *CAPSULE = "hisparse.lru_state";
+
+static void capsule_free(PyObject *cap) { lru_free((lru_state *)PyCapsule_GetPointer(cap, CAPSULE)); }
+
+static PyObject *py_lru_new(PyObject *self, PyObject *args)
+{
+    long long B;
+    int reserve, prefix;
+    if (!PyArg_ParseTuple(args, "Lpp", &B, &reserve, &prefix)) return NULL;
+    if (B < 1 || B >= INT32_MAX) { PyErr_Format(PyExc_ValueError, "buffer %lld out of range", B); return NULL; }
+    lru_state *s = lru_new(B, reserve, prefix);
+    if (!s) return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(s, CAPSULE, capsule_free);
+    if (!cap) lru_free(s);
+    return cap;
+}
+
+static PyObject *step_error(int code, int64_t step, lru_state *s)
+{
+    if (code == STEP_NOMEM) return PyErr_NoMemory();
+    if (code == STEP_RANGE) {
+        PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)step);
+        return NULL;
+    }
+    PyErr_Format(PyExc_ValueError, "step %lld selects more entries than the buffer's %lld slots", (long long)step,
+                 (long long)s->B);
+    return NULL;
+}
+
+static PyObject *py_lru_rows(PyObject *self, PyObject *args)
+{
+    PyObject *cap;
+    Py_buffer idx, ctx, misses, slots;
+    long long steps, width;
+    int record;
+    if (!PyArg_ParseTuple(args, "Oy*LLy*w*pw*", &cap, &idx, &steps, &width, &ctx, &misses, &record, &slots))
+        return NULL;
+    PyObject *res = NULL;
+    lru_state *s = (lru_state *)PyCapsule_GetPointer(cap, CAPSULE);
+    if (s && need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len") &&
+        need_len(&misses, (Py_ssize_t)(steps * 8), "misses") &&
+        (!record || need_len(&slots, (Py_ssize_t)(steps * width * 4), "slots"))) {
+        int64_t bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_rows(s, (const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, (int64_t *)misses.buf,
+                        record, (int32_t *)slots.buf, &bad);
+        Py_END_ALLOW_THREADS
+        if (code) step_error(code, bad, s);
+        else res = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&misses);
+    PyBuffer_Release(&slots);
+    return res;
+}
+
+static PyObject *py_lru_result(PyObject *self, PyObject *args)
+{
+    PyObject *cap;
+    Py_buffer slot_pos, order;
+    if (!PyArg_ParseTuple(args, "Ow*w*", &cap, &slot_pos, &order)) return NULL;
+    PyObject *res = NULL;
+    lru_state *s = (lru_state *)PyCapsule_GetPointer(cap, CAPSULE);
+    if (s && need_len(&slot_pos, (Py_ssize_t)(s->B * 8), "slot_pos") && need_len(&order, (Py_ssize_t)(s->B * 8), "order")) {
+        int64_t n = lru_result(s, (int64_t *)slot_pos.buf, (int64_t *)order.buf);
+        res = n < 0 ? PyErr_NoMemory() : PyLong_FromLongLong(n);
+    }
+    PyBuffer_Release(&slot_pos);
+    PyBuffer_Release(&order);
+    return res;
+}
+
+#define MAX_STATES 64
+
+static PyObject *py_lru_replay_coded(PyObject *self, PyObject *args)
+{
+    PyObject *caps, *outs;
+    Py_buffer raw, ctx;
+    long long steps, width, k, prev_ctx;
+    int ordered;
+    if (!PyArg_ParseTuple(args, "O!O!y*LLpLLw*", &PyTuple_Type, &caps, &PyTuple_Type, &outs, &raw, &steps, &width,
+                          &ordered, &k, &prev_ctx, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t ns = PyTuple_GET_SIZE(caps);
+    lru_state *st[MAX_STATES];
+    int64_t *mis[MAX_STATES];
+    Py_buffer bufs[MAX_STATES];
+    Py_ssize_t got = 0;
+    if (ns > MAX_STATES || PyTuple_GET_SIZE(outs) != ns) {
+        PyErr_SetString(PyExc_ValueError, "lru_replay_coded: one misses array per state, at most 64");
+        goto out;
+    }
+    if (!need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) goto out;
+    for (; got < ns; got++) {
+        st[got] = (lru_state *)PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, got), CAPSULE);
+        if (!st[got]) goto out;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, got), &bufs[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
+        if (!need_len(&bufs[got], (Py_ssize_t)(steps * 8), "misses")) { got++; goto out; }
+        mis[got] = (int64_t *)bufs[got].buf;
+    }
+    {
+        int64_t acc = 0, bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_replay_coded(st, ns, (const uint8_t *)raw.buf, raw.len, steps, width, ordered, k, prev_ctx, mis,
+                                (int64_t *)ctx.buf, &acc, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else if (code == STEP_FULL || code == STEP_RANGE) step_error(code, bad, st[0]);
+        else res = Py_BuildValue("(iLL)", code, (long long)bad, (long long)acc);
+    }
+out:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
+    {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
+    {"lru_new", py_lru_new, METH_VARARGS, "lru_new(buffer, reserve, prefix) -> state"},
+    {"lru_rows", py_lru_rows, METH_VARARGS, "lru_rows(state, indices, steps, width, ctx_len, misses, record, slots)"},
+    {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
+    {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
+     "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Compiled fast paths (see _native.c).", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -1,0 +1,229 @@
+"""The compiled loops of the stream codec (numba): the reference implementations.
+
+``codec.py`` calls these, or the equivalent C functions of ``simulator.native`` when those are
+built (checked bit for bit against these in tests/test_native.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def check_rows(indices, ctx_len, k):  # pragma: no cover - compiled
+    """First problem in a stream as (code, step, value, extra), or code 0."""
+    steps, width = indices.shape
+    cmax = 1
+    for t in range(steps):
+        if ctx_len[t] > cmax:
+            cmax = ctx_len[t]
+    seen = np.zeros(cmax, dtype=np.int64)
+    for t in range(steps):
+        c = ctx_len[t]
+        if c < 1:
+            return 6, t, c, 0
+        if t > 0 and c < ctx_len[t - 1]:
+            return 5, t, c, ctx_len[t - 1]
+        n = 0
+        padded = False
+        for j in range(width):
+            v = indices[t, j]
+            if v == -1:
+                padded = True
+                continue
+            if v < 0:
+                return 1, t, v, 0
+            if padded:
+                return 7, t, v, 0
+            if v >= c:
+                return 2, t, v, c
+            if seen[v] == t + 1:
+                return 3, t, v, 0
+            seen[v] = t + 1
+            n += 1
+        if n > k:
+            return 4, t, n, k
+    return 0, 0, 0, 0
+
+
+@njit(cache=True)
+def _put(buf, pos, value, write):  # pragma: no cover - compiled
+    """Append a LEB128 varint; return the new position (only counts when not writing)."""
+    v = value
+    while True:
+        byte = v & 0x7F
+        v >>= 7
+        if v:
+            if write:
+                buf[pos] = byte | 0x80
+            pos += 1
+        else:
+            if write:
+                buf[pos] = byte
+            return pos + 1
+
+
+@njit(cache=True)
+def encode(sorted_rows, ranks, counts, ctx_len, ordered, buf, write):  # pragma: no cover
+    """Code a stream of sorted rows; return bytes used. Run once to size buf, once to fill it."""
+    steps = sorted_rows.shape[0]
+    pos = 0
+    prev_n = 0
+    prev = np.empty(sorted_rows.shape[1], dtype=np.int64)
+    prev_ctx = 0
+    for t in range(steps):
+        n = counts[t]
+        d = ctx_len[t] - prev_ctx
+        pos = _put(buf, pos, (d << 1) ^ (d >> 63), write)
+        prev_ctx = ctx_len[t]
+        # Merge-walk prev and cur (both ascending): count leavers and arrivals.
+        i = 0
+        j = 0
+        n_rem = 0
+        n_add = 0
+        while i < prev_n or j < n:
+            if j >= n or (i < prev_n and prev[i] < sorted_rows[t, j]):
+                n_rem += 1
+                i += 1
+            elif i >= prev_n or sorted_rows[t, j] < prev[i]:
+                n_add += 1
+                j += 1
+            else:
+                i += 1
+                j += 1
+        pos = _put(buf, pos, n_rem, write)
+        pos = _put(buf, pos, n_add, write)
+        # Leavers as gaps between their ranks in prev.
+        i = 0
+        j = 0
+        last = -1
+        while i < prev_n:
+            if j >= n or prev[i] < sorted_rows[t, j]:
+                pos = _put(buf, pos, i - last - 1, write)
+                last = i
+                i += 1
+            elif sorted_rows[t, j] < prev[i]:
+                j += 1
+            else:
+                i += 1
+                j += 1
+        # Arrivals as gaps between their positions.
+        i = 0
+        last = -1
+        for j in range(n):
+            v = sorted_rows[t, j]
+            while i < prev_n and prev[i] < v:
+                i += 1
+            if i < prev_n and prev[i] == v:
+                continue
+            pos = _put(buf, pos, v - last - 1, write)
+            last = v
+        if ordered:
+            for j in range(n):
+                pos = _put(buf, pos, ranks[t, j], write)
+        for j in range(n):
+            prev[j] = sorted_rows[t, j]
+        prev_n = n
+    return pos
+
+
+@njit(cache=True)
+def _get(buf, pos):  # pragma: no cover - compiled
+    """Read a LEB128 varint at pos: (value, new pos), pos -1 when the bytes run out."""
+    value = 0
+    shift = 0
+    n = buf.shape[0]
+    while True:
+        if pos >= n or shift > 56:
+            return 0, -1
+        byte = buf[pos]
+        pos += 1
+        value |= np.int64(byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+@njit(cache=True)
+def decode(buf, steps, width, ordered, out, ctx_out):  # pragma: no cover - compiled
+    """Fill out [steps, width] and ctx_out; return (0, 0) or (error code, step)."""
+    pos = 0
+    prev = np.empty(width, dtype=np.int64)
+    cur = np.empty(width, dtype=np.int64)
+    rem = np.empty(width, dtype=np.int64)
+    add = np.empty(width, dtype=np.int64)
+    prev_n = 0
+    prev_ctx = 0
+    for t in range(steps):
+        z, pos = _get(buf, pos)
+        if pos < 0:
+            return 1, t
+        prev_ctx += (z >> 1) ^ -(z & 1)
+        ctx_out[t] = prev_ctx
+        n_rem, pos = _get(buf, pos)
+        if pos < 0:
+            return 1, t
+        n_add, pos = _get(buf, pos)
+        if pos < 0:
+            return 1, t
+        if n_rem > prev_n or n_add > width:
+            return 2, t
+        last = -1
+        for r in range(n_rem):
+            g, pos = _get(buf, pos)
+            if pos < 0:
+                return 1, t
+            last += g + 1
+            if last >= prev_n:
+                return 2, t
+            rem[r] = last
+        last = -1
+        for a in range(n_add):
+            g, pos = _get(buf, pos)
+            if pos < 0:
+                return 1, t
+            last += g + 1
+            add[a] = last
+        n = prev_n - n_rem + n_add
+        if n > width:
+            return 2, t
+        # cur = merge(prev without the leavers, arrivals), ascending, no duplicates.
+        i = 0
+        r = 0
+        a = 0
+        m = 0
+        while i < prev_n or a < n_add:
+            if i < prev_n and r < n_rem and rem[r] == i:
+                r += 1
+                i += 1
+                continue
+            if a >= n_add or (i < prev_n and prev[i] < add[a]):
+                v = prev[i]
+                i += 1
+            elif i >= prev_n or add[a] < prev[i]:
+                v = add[a]
+                a += 1
+            else:
+                return 2, t
+            cur[m] = v
+            m += 1
+        if ordered:
+            for j in range(n):
+                rk, pos = _get(buf, pos)
+                if pos < 0:
+                    return 1, t
+                if rk >= n:
+                    return 2, t
+                out[t, j] = cur[rk]
+        else:
+            for j in range(n):
+                out[t, j] = cur[j]
+        for j in range(n, out.shape[1]):
+            out[t, j] = -1
+        for j in range(n):
+            prev[j] = cur[j]
+        prev_n = n
+    if pos != buf.shape[0]:
+        return 3, steps
+    return 0, 0

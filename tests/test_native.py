@@ -1,0 +1,224 @@
+"""The compiled fast paths (simulator/native) against their numba references, bit for bit.
+
+The replay engine defines batched LRU; the C version computes it from each step's changes and
+must agree on every step's misses, every entry's slot, the final slot contents and the final
+recency order. The C decoder and checker must agree with codec_jit on good and corrupt data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from simulator import native
+from simulator.replay.api import ReplayConfig, replay_source
+from simulator.replay.coded import replay_coded
+from simulator.replay.engine import replay_policy
+from simulator.trace import Stream, TraceMeta, TraceReader, write_trace
+from simulator.trace import codec_jit
+from simulator.trace.codec import encode_stream
+from tests.helpers import random_stream
+
+
+def test_native_module_is_built():
+    """CI installs with a C compiler: the fast paths must be there (HISPARSE_NATIVE=0 opts out)."""
+    if os.environ.get("HISPARSE_NATIVE") == "0":
+        assert not native.available()
+    else:
+        assert native.available(), "simulator/native/_native.c was not built by pip install"
+
+
+def wandering_stream(rng: np.random.Generator, *, steps: int, k: int, ctx0: int, overlap: float) -> Stream:
+    """Rows that keep ~overlap of the previous step, a context that grows by 0-2 tokens (so the
+    newest token repeats), the newest token often selected, -1 padding on short rows, random
+    stored order."""
+    ctx = ctx0 + np.cumsum(rng.integers(0, 3, size=steps)).astype(np.int64)
+    rows = np.full((steps, k), -1, dtype=np.int32)
+    cur = rng.choice(ctx0, size=min(k, ctx0), replace=False)
+    for t in range(steps):
+        c = int(ctx[t])
+        keep = cur[rng.random(len(cur)) < overlap]
+        n = int(rng.integers(max(1, k // 2), k + 1))
+        pool = np.setdiff1d(np.arange(c), keep)
+        new = rng.choice(pool, size=max(0, min(n - len(keep), len(pool))), replace=False)
+        cur = np.r_[keep[:n], new].astype(np.int64)
+        if rng.random() < 0.5 and c - 1 not in cur:
+            cur[-1] = c - 1
+        rng.shuffle(cur)
+        rows[t, :len(cur)] = cur
+    return Stream(0, 0, ctx, rows)
+
+
+def _engine(stream: Stream, B: int, reserve: bool, prefix: bool):
+    return replay_policy("lru", stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix, batched=True,
+                         seed=0, record=True)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batched_lru_rows_match_engine(seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        k = int(rng.integers(2, 40))
+        stream = wandering_stream(rng, steps=int(rng.integers(1, 90)), k=k, ctx0=int(rng.integers(k + 1, 4 * k)),
+                                  overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
+        B = int(rng.integers(k, 3 * k + 2))  # batched needs B >= k; small B reaches the fast path
+        for reserve, prefix in itertools.product([True, False], repeat=2):
+            ref = _engine(stream, B, reserve, prefix)
+            got = native.lru_batched(stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix, record=True)
+            assert np.array_equal(got.misses, ref.misses)
+            assert np.array_equal(got.slots, ref.slots)
+            assert np.array_equal(got.slot_pos, ref.slot_pos)
+            assert np.array_equal(got.order, ref.order)
+
+
+def test_batched_lru_fed_in_pieces_equals_one_pass():
+    rng = np.random.default_rng(7)
+    stream = random_stream(rng, steps=120, k=32, ctx0=40, overlap=0.9)
+    whole = native.lru_batched(stream.indices, stream.ctx_len, 48, reserve=True, prefix=False)
+    lru = native.BatchedLru(48, reserve=True, prefix=False)
+    parts = [lru.rows(stream.indices[a:b], stream.ctx_len[a:b])[0] for a, b in [(0, 5), (5, 6), (6, 77), (77, 120)]]
+    assert np.array_equal(np.concatenate(parts), whole.misses)
+    slot_pos, order = lru.result()
+    assert np.array_equal(slot_pos, whole.slot_pos) and np.array_equal(order, whole.order)
+
+
+def test_batched_lru_rejects_a_step_larger_than_the_buffer():
+    stream = Stream(0, 0, np.array([50], dtype=np.int64), np.arange(10, dtype=np.int32)[None, :])
+    with pytest.raises(ValueError, match="step 0 selects more entries than the buffer's 8 slots"):
+        native.lru_batched(stream.indices, stream.ctx_len, 8, reserve=True, prefix=True)
+
+
+@pytest.mark.parametrize("keep_order", [False, True])
+def test_coded_replay_matches_engine_for_several_buffers_at_once(tmp_path, keep_order):
+    rng = np.random.default_rng(11 + keep_order)
+    configs = [ReplayConfig(buffer=b, initial=i, reserve_newest=r)
+               for b in (24, 31, 64) for i in ("prefix", "empty") for r in (True, False)]
+    streams = [wandering_stream(rng, steps=int(rng.integers(1, 150)), k=24, ctx0=int(rng.integers(25, 60)),
+                                overlap=float(o)) for o in (0.5, 0.9, 0.97, 1.0)]
+    streams = [Stream(i, 0, s.ctx_len, s.indices) for i, s in enumerate(streams)]
+    path = tmp_path / "t.hst"
+    write_trace(path, TraceMeta(k=24, source={"kind": "test"}), streams, keep_order=keep_order)
+    reader = TraceReader(path)
+    for key in reader.keys:
+        stream = reader.read(key)
+        got = replay_coded(reader.chunks(key), configs, k=24)
+        assert got is not None
+        assert np.array_equal(np.asarray(got.ctx_len), stream.ctx_len)
+        assert got.accesses == stream.accesses
+        # The same through the states themselves, to compare the final buffer and recency order.
+        (info, payload), = reader.chunks(key)
+        lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
+        outs = [np.zeros(stream.steps, np.int64) for _ in configs]
+        code, _, _ = native.lru_replay_coded(lrus, outs, zlib.decompress(payload), info.steps, info.width,
+                                             info.ordered, 24, 0, np.zeros(stream.steps, np.int64))
+        assert code == 0
+        for cfg, misses, out, lru in zip(configs, got.misses, outs, lrus, strict=True):
+            ref = _engine(stream, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
+            assert np.array_equal(np.asarray(misses), ref.misses), (key, cfg)
+            assert np.array_equal(out, ref.misses)
+            slot_pos, order = lru.result()
+            assert np.array_equal(slot_pos, ref.slot_pos) and np.array_equal(order, ref.order), (key, cfg)
+
+
+def test_coded_replay_spans_chunks(tmp_path):
+    """Small chunks: each chunk's first step has no coded changes; the replay carries on."""
+    from simulator.trace import TraceWriter
+
+    rng = np.random.default_rng(3)
+    stream = wandering_stream(rng, steps=200, k=16, ctx0=20, overlap=0.9)
+    path = tmp_path / "c.hst"
+    with TraceWriter(path, k=16, source={"kind": "test"}, chunk_steps=7) as w:
+        w.write_stream(stream)
+    reader = TraceReader(path)
+    chunks = reader.chunks((0, 0))
+    assert len(chunks) == 29
+    cfg = ReplayConfig(buffer=20)
+    got = replay_coded(chunks, [cfg], k=16)
+    assert np.array_equal(np.asarray(got.misses[0]), _engine(stream, 20, True, True).misses)
+
+
+def test_coded_replay_gives_up_on_a_corrupt_chunk_and_the_reader_names_it(tmp_path):
+    rng = np.random.default_rng(5)
+    path = tmp_path / "bad.hst"
+    write_trace(path, TraceMeta(k=16, source={"kind": "test"}), [random_stream(rng, steps=30, k=16, ctx0=20)])
+    reader = TraceReader(path)
+    (info, payload), = reader.chunks((0, 0))
+    raw = bytearray(zlib.decompress(payload))
+    raw[len(raw) // 2] ^= 0x55  # corrupt, then re-compress (the checksum would catch it otherwise)
+    assert replay_coded([(info, zlib.compress(bytes(raw)))], [ReplayConfig(buffer=16)], k=16) is None
+
+
+def test_replay_source_native_and_reference_agree(tmp_path, monkeypatch):
+    rng = np.random.default_rng(9)
+    streams = [Stream(r, layer, s.ctx_len, s.indices) for r in range(2) for layer in range(2)
+               for s in [random_stream(rng, steps=60, k=32, ctx0=40, overlap=0.9)]]
+    path = tmp_path / "s.hst"
+    write_trace(path, TraceMeta(k=32, source={"kind": "test"}), streams)
+    configs = [ReplayConfig(buffer=b) for b in (32, 48)]
+    fast, fast_steps = replay_source(TraceReader(path), configs, k=32, keep_steps=True)
+    monkeypatch.setenv("HISPARSE_NATIVE", "0")
+    slow, slow_steps = replay_source(TraceReader(path), configs, k=32, keep_steps=True)
+    assert fast == slow
+    for a, b in zip(fast_steps, slow_steps, strict=True):
+        assert (a.request, a.layer, a.config) == (b.request, b.layer, b.config)
+        assert np.array_equal(a.misses, b.misses) and np.array_equal(a.ctx_len, b.ctx_len)
+
+
+def _decode_both(raw: np.ndarray, steps: int, width: int, ordered: bool, extra: int):
+    out = [np.full((steps, width + extra), 7, np.int32) for _ in range(2)]
+    ctx = [np.zeros(steps, np.int64) for _ in range(2)]
+    ref = tuple(codec_jit.decode(raw, steps, width, ordered, out[0], ctx[0]))
+    got = tuple(native.decode(raw.tobytes(), steps, width, ordered, out[1], ctx[1]))
+    return ref, got, out, ctx
+
+
+@pytest.mark.parametrize("keep_order", [False, True])
+def test_decoder_matches_reference_on_good_and_corrupt_data(keep_order):
+    rng = np.random.default_rng(21 + keep_order)
+    for _ in range(60):
+        k = int(rng.integers(1, 40))
+        stream = random_stream(rng, steps=int(rng.integers(1, 50)), k=k, ctx0=int(rng.integers(k + 1, 5 * k + 2)),
+                               overlap=float(rng.choice([0.3, 0.9, 1.0])), ragged=bool(rng.integers(2)))
+        payload, ordered = encode_stream(stream.indices, stream.ctx_len, keep_order=keep_order)
+        raw = np.frombuffer(zlib.decompress(payload), np.uint8)
+        extra = int(rng.integers(0, 3))
+        ref, got, out, ctx = _decode_both(raw, stream.steps, k, ordered, extra)
+        assert ref == got == (0, 0)
+        assert np.array_equal(out[0], out[1]) and np.array_equal(ctx[0], ctx[1])
+        for _ in range(6):  # truncated or with a flipped byte: the same error code and step
+            bad = raw.copy()
+            if rng.integers(2):
+                bad = bad[: int(rng.integers(0, len(bad)))]
+            else:
+                bad[int(rng.integers(len(bad)))] ^= int(rng.integers(1, 256))
+            ref, got, _, _ = _decode_both(bad, stream.steps, k, ordered, extra)
+            assert ref == got
+
+
+@pytest.mark.parametrize("case", ["ok", "negative", "range", "twice", "too_many", "ctx_down", "ctx_zero", "pad"])
+def test_checker_matches_reference(case):
+    rng = np.random.default_rng(0)
+    stream = random_stream(rng, steps=12, k=8, ctx0=20)
+    idx, ctx, k = stream.indices.copy(), stream.ctx_len.copy(), 8
+    if case == "negative":
+        idx[4, 2] = -3
+    elif case == "range":
+        idx[5, 1] = ctx[5]
+    elif case == "twice":
+        idx[6, 3] = idx[6, 0]
+    elif case == "too_many":
+        k = 7
+    elif case == "ctx_down":
+        ctx[7] = ctx[6] - 1
+    elif case == "ctx_zero":
+        ctx[0] = 0
+    elif case == "pad":
+        idx[3, 1] = -1
+    ref = tuple(int(v) for v in codec_jit.check_rows(idx, ctx, k))
+    got = native.check_rows(idx, ctx, k)
+    assert ref == got
+    assert (ref[0] == 0) == (case == "ok")
