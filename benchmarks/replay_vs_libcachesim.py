@@ -1,9 +1,10 @@
 """Replay speed against libCacheSim, same stream, same run.
 
 One stream of 20,000 steps x k = 2048 (41 M accesses, the dsa-like generator): whole-process
-wall time of `hisparse replay --policy lru --buffer 4096` (.hst and .npy input) against a
-process running libCacheSim's LRU `process_trace` on the same stream as oracleGeneral records.
-Then accesses/s per policy, in-process, both semantics.
+wall time of `hisparse replay --policy lru --buffer 4096` (.hst and .npy input; with the compiled
+fast path of simulator/native and, for comparison, with HISPARSE_NATIVE=0, the numba engine)
+against a process running libCacheSim's LRU `process_trace` on the same stream as
+oracleGeneral records. Then accesses/s per policy, in-process, both semantics.
 
     python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 3]
 """
@@ -24,11 +25,11 @@ print(lcs.LRU(cache_size=int(sys.argv[2])).process_trace(r)[0])
 """
 
 
-def wall(cmd: list[str], repeats: int) -> tuple[float, str]:
+def wall(cmd: list[str], repeats: int, env: dict | None = None) -> tuple[float, str]:
     best, out = float("inf"), ""
     for _ in range(repeats):
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
         best = min(best, time.perf_counter() - t0)
         out = proc.stdout.strip()
     return best, out
@@ -57,8 +58,14 @@ def main() -> int:
         np.save(npy, stream.indices)
     if not oracle.exists():
         write_oracle_general(stream, oracle)
+    from simulator import native
+
+    if not native.available():
+        print("the compiled fast path is not built (pip install -e . with a C compiler); timing the numba engine")
     hisparse = [sys.executable, "-m", "simulator.cli", "replay", "--policy", "lru", "--buffer", "4096", "--quiet"]
-    t_hst, _ = wall(hisparse + [str(hst)], args.repeats)
+    t_hst, out_fast = wall(hisparse + [str(hst)], args.repeats)
+    t_ref, out_ref = wall(hisparse + [str(hst)], args.repeats, env={**os.environ, "HISPARSE_NATIVE": "0"})
+    assert out_fast == out_ref, "fast path and numba engine disagree"
     t_npy, _ = wall(hisparse + [str(npy), "--ctx0", str(int(stream.ctx_len[0]))], args.repeats)
     t_seq, _ = wall(hisparse + ["--semantics", "sequential", "--initial", "empty", "--no-reserve-newest", str(npy),
                                 "--ctx0", str(int(stream.ctx_len[0]))], args.repeats)
@@ -68,6 +75,7 @@ def main() -> int:
     print("|---|---|---|")
     print(f"| libCacheSim LRU process_trace (oracleGeneral, sequential; miss ratio {float(ratio):.4f}) | {t_lcs:.2f} | 1.00 |")
     print(f"| hisparse replay, .hst, batched LRU | {t_hst:.2f} | {t_lcs / t_hst:.2f} |")
+    print(f"| hisparse replay, .hst, batched LRU, HISPARSE_NATIVE=0 (numba engine) | {t_ref:.2f} | {t_lcs / t_ref:.2f} |")
     print(f"| hisparse replay, .npy, batched LRU | {t_npy:.2f} | {t_lcs / t_npy:.2f} |")
     print(f"| hisparse replay, .npy, sequential LRU from empty (libCacheSim's semantics) | {t_seq:.2f} | {t_lcs / t_seq:.2f} |")
 
@@ -78,15 +86,20 @@ def main() -> int:
     print(f"\naccesses/s per policy, buffer 4096, {short.accesses:,} accesses, in-process after a warm-up:\n")
     print("| policy | batched M accesses/s | sequential M accesses/s |")
     print("|---|---|---|")
+
+    def rate(cfg: ReplayConfig) -> float:
+        replay_stream(Stream(0, 0, short.ctx_len[:50], short.indices[:50]), cfg)  # compile / warm up
+        t0 = time.perf_counter()
+        replay_stream(short, cfg)
+        return short.accesses / (time.perf_counter() - t0) / 1e6
+
     for policy in POLICIES:
-        rates = []
-        for semantics in ("batched", "sequential"):
-            cfg = ReplayConfig(policy=policy, buffer=4096, semantics=semantics)
-            replay_stream(Stream(0, 0, short.ctx_len[:50], short.indices[:50]), cfg)
-            t0 = time.perf_counter()
-            replay_stream(short, cfg)
-            rates.append(short.accesses / (time.perf_counter() - t0) / 1e6)
+        rates = [rate(ReplayConfig(policy=policy, buffer=4096, semantics=s)) for s in ("batched", "sequential")]
         print(f"| {policy} | {rates[0]:.1f} | {rates[1]:.1f} |")
+        if policy == "lru" and native.available():  # the row above used the compiled fast path
+            os.environ["HISPARSE_NATIVE"] = "0"
+            print(f"| lru, numba engine (HISPARSE_NATIVE=0) | {rate(ReplayConfig(buffer=4096)):.1f} | - |")
+            del os.environ["HISPARSE_NATIVE"]
     print(f"\nmachine: {os.cpu_count()} cores; {time.strftime('%Y-%m-%d')}")
     return 0
 

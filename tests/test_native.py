@@ -18,8 +18,7 @@ from simulator import native
 from simulator.replay.api import ReplayConfig, replay_source
 from simulator.replay.coded import replay_coded
 from simulator.replay.engine import replay_policy
-from simulator.trace import Stream, TraceMeta, TraceReader, write_trace
-from simulator.trace import codec_jit
+from simulator.trace import Stream, TraceMeta, TraceReader, codec_jit, write_trace
 from simulator.trace.codec import encode_stream
 from tests.helpers import random_stream
 

@@ -94,7 +94,13 @@ static int dec_step(decoder *d)
         int64_t v = a < n_add ? d->add[a] : INT64_MAX;
         for (;;) {
             int64_t lim = r < n_rem ? d->rem[r] : prev_n, j = i;
-            while (j < lim && prev[j] < v) j++;
+            if (j < lim && prev[lim - 1] < v) j = lim; /* the whole run precedes v */
+            else { /* first j in [i, lim) with prev[j] >= v: gallop, then bisect */
+                int64_t step = 1, hi;
+                while (j + step < lim && prev[j + step] < v) { j += step; step <<= 1; }
+                hi = j + step < lim ? j + step : lim;
+                while (j < hi) { int64_t mid = (j + hi) >> 1; if (prev[mid] < v) j = mid + 1; else hi = mid; }
+            }
             memcpy(cur + m, prev + i, sizeof(int64_t) * (size_t)(j - i));
             m += j - i;
             i = j;
@@ -237,16 +243,15 @@ enum { FREE = 0, STALE = 1, BLOCK = 2 };
 enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
 
 typedef struct {
-    int32_t slot; /* slot holding the position, -1 */
-    int32_t xi;   /* index in xlist while in X, -1 */
-    int32_t row;  /* stamp of the last row listing it (lru_row) */
-    int32_t pad;
+    int32_t row; /* stamp of the last row listing the position (lru_row) */
+    int32_t xi;  /* index in xlist while in X, -1 */
 } pos_entry;
 
 typedef struct {
     int64_t B, cap, Q;
     int reserve, prefix, fast, started;
     pos_entry *pos;     /* [cap] per position */
+    int32_t *pslot;     /* [cap] slot holding a position, -1 */
     int32_t *slot_pos;  /* [B] position held by a slot, -1 */
     uint8_t *region;    /* [B] FREE, STALE or BLOCK */
     int64_t *skey;      /* [B] queue index of a stale slot's live entry */
@@ -265,7 +270,7 @@ typedef struct {
 static void lru_free(lru_state *s)
 {
     if (!s) return;
-    free(s->pos); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->queue);
+    free(s->pos); free(s->pslot); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->queue);
     free(s->xlist); free(s->A); free(s->D); free(s->miss); free(s->hit_s); free(s->kv);
     free(s);
 }
@@ -304,8 +309,11 @@ static int lru_reserve(lru_state *s, int64_t c)
     int64_t cap = c > 2 * s->cap ? c : 2 * s->cap;
     pos_entry *p = (pos_entry *)realloc(s->pos, sizeof(pos_entry) * (size_t)cap);
     if (!p) return 0;
-    for (int64_t i = s->cap; i < cap; i++) { p[i].slot = -1; p[i].xi = -1; p[i].row = 0; p[i].pad = 0; }
     s->pos = p;
+    int32_t *q = (int32_t *)realloc(s->pslot, sizeof(int32_t) * (size_t)cap);
+    if (!q) return 0;
+    s->pslot = q;
+    for (int64_t i = s->cap; i < cap; i++) { p[i].row = 0; p[i].xi = -1; q[i] = -1; }
     s->cap = cap;
     return 1;
 }
@@ -347,7 +355,7 @@ static int lru_begin(lru_state *s, int64_t c)
     if (c <= s->B) { s->fast = 1; return BEGIN_FAST; }
     if (s->started && !s->fast) return BEGIN_NEXT;
     for (int64_t x = 0; x < s->B; x++) {
-        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]].slot = -1;
+        if (s->slot_pos[x] >= 0) s->pslot[s->slot_pos[x]] = -1;
         s->slot_pos[x] = -1;
         s->region[x] = FREE;
     }
@@ -358,7 +366,7 @@ static int lru_begin(lru_state *s, int64_t c)
     if (s->prefix || s->fast) {
         for (int64_t p = 0; p < s->B; p++) {
             s->slot_pos[p] = (int32_t)p;
-            s->pos[p].slot = (int32_t)p;
+            s->pslot[p] = (int32_t)p;
             queue_push(s, (int32_t)p);
         }
         s->free_next = s->B;
@@ -374,13 +382,13 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
     int64_t nhs = 0, nm = 0;
     for (int64_t i = 0; i < nA; i++) {
         int64_t p = s->A[i];
-        int32_t x = s->pos[p].slot;
+        int32_t x = s->pslot[p];
         if (x >= 0) { s->region[x] = BLOCK; s->hit_s[nhs++] = x; } /* stale hit: out of the queue */
         else s->miss[nm++] = p;
     }
     if (nD) { /* dropped entries join the queue's young end, in block order */
         for (int64_t i = 0; i < nD; i++) {
-            int32_t x = s->pos[s->D[i]].slot;
+            int32_t x = s->pslot[s->D[i]];
             s->kv[i].key = s->bkey[x];
             s->kv[i].slot = x;
         }
@@ -392,9 +400,9 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
         int64_t p = s->miss[i];
         int32_t x;
         if (s->free_next < s->B) x = (int32_t)s->free_next++;
-        else { x = queue_pop(s); s->pos[s->slot_pos[x]].slot = -1; }
+        else { x = queue_pop(s); s->pslot[s->slot_pos[x]] = -1; }
         s->slot_pos[x] = (int32_t)p;
-        s->pos[p].slot = x;
+        s->pslot[p] = x;
         s->region[x] = BLOCK;
         s->miss[i] = x;
     }
@@ -510,7 +518,7 @@ static int lru_rows(lru_state *s, const int32_t *idx, int64_t steps, int64_t wid
             for (int64_t j = 0; j < width; j++) {
                 int64_t p = row[j];
                 slots[t * width + j] = p < 0 ? -1 : (s->reserve && p == c - 1 ? (int32_t)s->B
-                                                     : (c <= s->B ? (int32_t)p : s->pos[p].slot));
+                                                     : (c <= s->B ? (int32_t)p : s->pslot[p]));
             }
     }
     return 0;
