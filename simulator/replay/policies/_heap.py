@@ -69,16 +69,25 @@ def push(keys, vals, g, gi, cur, n_slots, key, slot):  # pragma: no cover - comp
 
 
 @njit(cache=True)
-def pop_live(keys, vals, g, gi, cur, mark, stamp, stash_k, stash_v):  # pragma: no cover - compiled
-    """Pop the smallest live entry whose slot is not marked with ``stamp``; marked live entries
-    popped on the way are pushed back. Returns the slot."""
-    ns = 0
+def pop_victim(sw, g, mark, stamp):  # pragma: no cover - compiled
+    """The unprotected slot with the smallest live key (heap in word rows 1-2, current keys in
+    row 0, size in g[0]); the slot's key becomes EMPTY. Protected entries (marked with
+    ``stamp``) popped on the way are set aside in rows 3-4 until the next step's first call
+    (g[14] of them, g[15] their stamp), so a batched step passes over each protected entry once,
+    not once per victim; then the live ones go back."""
+    keys, vals, cur, stash_k, stash_v = sw[1], sw[2], sw[0], sw[3], sw[4]
+    if g[15] != stamp:
+        for i in range(g[14]):
+            if cur[stash_v[i]] == stash_k[i]:  # still live
+                push(keys, vals, g, 0, cur, cur.shape[0], stash_k[i], stash_v[i])
+        g[14] = 0
+        g[15] = stamp
     found = -1
-    while g[gi] > 0:
+    while g[0] > 0:
         k = keys[0]
         s = vals[0]
-        n = g[gi] - 1
-        g[gi] = n
+        n = g[0] - 1
+        g[0] = n
         if n > 0:
             keys[0] = keys[n]
             vals[0] = vals[n]
@@ -86,25 +95,11 @@ def pop_live(keys, vals, g, gi, cur, mark, stamp, stash_k, stash_v):  # pragma: 
         if cur[s] != k:
             continue  # stale
         if mark[s] == stamp:
-            stash_k[ns] = k
-            stash_v[ns] = s
-            ns += 1
+            stash_k[g[14]] = k
+            stash_v[g[14]] = s
+            g[14] += 1
             continue
         found = s
         break
-    for i in range(ns):
-        n = g[gi]
-        keys[n] = stash_k[i]
-        vals[n] = stash_v[i]
-        g[gi] = n + 1
-        _sift_up(keys, vals, n)
+    cur[found] = EMPTY
     return found
-
-
-@njit(cache=True)
-def pop_victim(sw, g, mark, stamp):  # pragma: no cover - compiled
-    """The unprotected slot with the smallest key (heap in word rows 1-2, stash in 3-4, current
-    keys in row 0, size in g[0]); the slot's key becomes EMPTY."""
-    v = pop_live(sw[1], sw[2], g, 0, sw[0], mark, stamp, sw[3], sw[4])
-    sw[0][v] = EMPTY
-    return v

@@ -6,7 +6,7 @@ Evicting from S: an entry hit more than once moves to M (keeping its slot); othe
 and its position joins G. Evicting from M: a counter above zero is decremented and the entry
 re-queued; at zero it leaves. Protected (hit this step) entries are passed over. Words: 0 prev,
 1 next (heads B: S, B+1: M), 2 queue (1 S, 2 M), 3 counter. Position words: 0 prev, 1 next
-(head cmax), 2 in G. g: 0 |S|, 1 |M|, 2 |G|.
+(head cmax), 2 in G. g: 0 |S|, 1 |M|, 2 |G|, 4-5 M's scan cursor and its stamp, 6-7 S's.
 """
 
 from __future__ import annotations
@@ -45,32 +45,58 @@ def _to_ghost(pw, g, B, cmax, p):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _scan(nxt, head, g, gi, mark, stamp):  # pragma: no cover - compiled
+    """Oldest unprotected node of a queue, from the step's cursor (g[gi] node, g[gi+1] stamp):
+    the nodes before the cursor are protected ones already passed this step."""
+    start = g[gi] if g[gi + 1] == stamp else -1
+    x = _dlist.oldest_unmarked(nxt, head, start, mark, stamp)
+    g[gi] = x
+    g[gi + 1] = stamp
+    return x
+
+
+@njit(cache=True)
+def _take(prev, nxt, g, gi, x):  # pragma: no cover - compiled
+    """Unlink the node the cursor stands on; the cursor moves to its successor."""
+    g[gi] = nxt[x]
+    _dlist.unlink(prev, nxt, x)
+
+
+@njit(cache=True)
+def _requeue_m(prev, nxt, g, B, x, stamp):  # pragma: no cover - compiled
+    """Append an unprotected node to M; a cursor that ran off M's end stands on it."""
+    _dlist.push_tail(prev, nxt, B + 1, x)
+    if g[5] == stamp and g[4] == B + 1:
+        g[4] = x
+
+
+@njit(cache=True)
 def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
     prev, nxt, q, cnt = sw[0], sw[1], sw[2], sw[3]
     while True:
-        s = _dlist.oldest_unmarked(nxt, B, -1, mark, stamp) if g[0] >= _small_cap(B) else B
+        s = _scan(nxt, B, g, 6, mark, stamp) if g[0] >= _small_cap(B) else B
         if s != B:
-            _dlist.unlink(prev, nxt, s)
+            _take(prev, nxt, g, 6, s)
             g[0] -= 1
             if cnt[s] > 1:
                 cnt[s] = 0
                 q[s] = 2
-                _dlist.push_tail(prev, nxt, B + 1, s)
+                _requeue_m(prev, nxt, g, B, s, stamp)
                 g[1] += 1
                 continue
             _to_ghost(pw, g, B, cmax, slot_pos[s])
             return s
-        m = _dlist.oldest_unmarked(nxt, B + 1, -1, mark, stamp)
+        m = _scan(nxt, B + 1, g, 4, mark, stamp)
         if m == B + 1:  # M has no unprotected entry: fall back to S whatever its size
-            s = _dlist.oldest_unmarked(nxt, B, -1, mark, stamp)
-            _dlist.unlink(prev, nxt, s)
+            s = _scan(nxt, B, g, 6, mark, stamp)
+            _take(prev, nxt, g, 6, s)
             g[0] -= 1
             _to_ghost(pw, g, B, cmax, slot_pos[s])
             return s
-        _dlist.unlink(prev, nxt, m)
+        _take(prev, nxt, g, 4, m)
         if cnt[m] > 0:
             cnt[m] -= 1
-            _dlist.push_tail(prev, nxt, B + 1, m)
+            _requeue_m(prev, nxt, g, B, m, stamp)
             continue
         g[1] -= 1
         return m
