@@ -14,12 +14,47 @@ Step structure (shared by every policy; BRIEF section 1):
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 from numba import literally, njit
 
 from .policies import POLICY_IDS, arc, clock, fifo, lfu, lru, opt, random_, s3fifo, sieve
+
+
+def _drop_stale_compiled_copies(here: Path = Path(__file__).parent) -> None:
+    """numba's on-disk cache checks only the file a function is defined in, so after an edit of
+    a policy or of a helper such as _heap.py the engine would keep running its old compiled copy.
+    When the engine or a policy module changed, drop their cached machine code."""
+    sources = [here / "engine.py", *sorted((here / "policies").glob("*.py"))]
+    digest = hashlib.sha1(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()
+    dirs = [here / "__pycache__", here / "policies" / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):  # numba mirrors the source tree under it
+        root = Path(os.environ["NUMBA_CACHE_DIR"])
+        dirs += [root / str(d.parent.resolve()).lstrip(os.sep) for d in dirs]
+    stamp = dirs[0] / "replay-sources.sha1"
+    try:
+        if stamp.read_text() == digest:
+            return
+    except OSError:
+        pass
+    for d in dirs:
+        pattern = "*.nb[ic]" if d.parent.name == "policies" else "engine.*.nb[ic]"
+        for f in d.glob(pattern):
+            f.unlink(missing_ok=True)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
+        tmp.write_text(digest)
+        tmp.replace(stamp)
+    except OSError:  # a read-only install: numba then compiles in memory
+        pass
+
+
+_drop_stale_compiled_copies()
 
 INF = 2**61
 _NSW, _NPW, _NG = 5, 3, 16
