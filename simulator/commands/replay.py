@@ -155,7 +155,8 @@ def run_mrc(args: argparse.Namespace) -> int:
         sizes = list(range(lo, hi + 1)) if one_pass_applies(cfg, min_ctx, hi) else list(range(lo, hi + 1, step))
         if sizes[-1] != hi:
             sizes.append(hi)
-        curve, method = miss_ratio_curve(lambda: iter(trace), cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers)
+        curve, method = miss_ratio_curve(lambda: iter(trace), cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
+                                         source=trace)
         methods[policy] = method
         curves.append(curve)
     table = pd.concat(curves, ignore_index=True)

@@ -34,9 +34,20 @@ def applies(source, configs: Sequence[ReplayConfig]) -> bool:
             and all(c.policy == "lru" and c.semantics == "batched" for c in configs))
 
 
+GROUP = 64  # buffers replayed per decoding pass (the C side's limit)
+
+
 def replay_coded(chunks: Sequence[tuple[ChunkInfo, bytes]], configs: Sequence[ReplayConfig], k: int) -> CodedMisses | None:
     """Per-step misses of one stream (its chunks from ``TraceReader.chunks``) for each config, or
-    None when a chunk is not clean (read the stream the ordinary way to get the error)."""
+    None when a chunk is not clean (read the stream the ordinary way to get the error). Up to
+    64 configs share one decoding pass."""
+    parts = [_replay_group(chunks, configs[i:i + GROUP], k) for i in range(0, len(configs), GROUP)]
+    if not parts or any(p is None for p in parts):
+        return None
+    return CodedMisses(parts[0].ctx_len, parts[0].accesses, [m for p in parts for m in p.misses])
+
+
+def _replay_group(chunks: Sequence[tuple[ChunkInfo, bytes]], configs: Sequence[ReplayConfig], k: int) -> CodedMisses | None:
     steps = sum(c.steps for c, _ in chunks)
     lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
     misses = [array("q", bytes(8 * steps)) for _ in configs]

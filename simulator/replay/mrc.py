@@ -26,7 +26,7 @@ import pandas as pd
 from numba import njit
 
 from ..trace.stream import Stream
-from .api import ReplayConfig, replay_trace
+from .api import ReplayConfig, replay_source, replay_trace
 
 
 @njit(cache=True, nogil=True)
@@ -109,9 +109,11 @@ def lru_stack_misses(streams: Iterable[Stream], sizes: np.ndarray, reserve: bool
 
 
 def miss_ratio_curve(open_streams, cfg: ReplayConfig, sizes: Sequence[int], *, k: int, min_ctx: int,
-                     workers: int = 2) -> tuple[pd.DataFrame, str]:
+                     workers: int = 2, source=None) -> tuple[pd.DataFrame, str]:
     """Misses at each size for one policy; returns (curve, method) with method "one-pass" or
-    "per-size". ``open_streams`` is a callable returning a fresh iterator over the streams."""
+    "per-size". ``open_streams`` is a callable returning a fresh iterator over the streams; with
+    the trace ``source`` as well, batched LRU on a ``.hst`` file replays every size in one
+    decoding pass of each stream (``coded.py``)."""
     sizes = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.int64)
     if one_pass_applies(cfg, min_ctx, int(sizes.max())):
         misses, accesses = lru_stack_misses(open_streams(), sizes, cfg.reserve_newest)
@@ -122,7 +124,11 @@ def miss_ratio_curve(open_streams, cfg: ReplayConfig, sizes: Sequence[int], *, k
         from dataclasses import replace
 
         configs = [replace(cfg, buffer=int(b)) for b in sizes]
-        summary, _ = replay_trace(open_streams(), configs, k=k, workers=workers)
+        if source is not None:
+            records, _ = replay_source(source, configs, k=k, workers=workers)
+            summary = pd.DataFrame(records)
+        else:
+            summary, _ = replay_trace(open_streams(), configs, k=k, workers=workers)
         curve = summary[["policy", "buffer", "accesses", "misses"]].copy()
         method = "per-size"
     curve["semantics"] = cfg.semantics
