@@ -237,3 +237,24 @@ def test_coded_replay_of_more_buffers_than_one_pass_takes(tmp_path):
     for cfg, misses in zip(configs, got.misses, strict=True):
         assert list(misses) == list(replay_coded(chunks, [cfg], k=16).misses[0])
         assert np.array_equal(np.asarray(misses), _engine(stored, cfg.buffer, True, True).misses)
+
+
+def test_replay_command_on_hst_imports_neither_numpy_nor_numba(tmp_path):
+    """The start-up the speed target depends on: batched LRU on a .hst file loads no numpy/numba."""
+    if not native.available():
+        pytest.skip("HISPARSE_NATIVE=0: the reference path loads numba by design")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rng = np.random.default_rng(8)
+    path = tmp_path / "s.hst"
+    write_trace(path, TraceMeta(k=16, source={"kind": "test"}), [random_stream(rng, steps=30, k=16, ctx0=40)])
+    probe = ("import sys\nfrom simulator.cli import main\n"
+             f"code = main(['replay', {str(path)!r}, '--policy', 'lru', '--buffer', '16,24', '--quiet', '--json'])\n"
+             "print('LOADED', sorted(m for m in ('numpy', 'numba', 'pandas') if m in sys.modules))\n"
+             "sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent).stdout
+    assert '"misses"' in out
+    assert "LOADED []" in out
