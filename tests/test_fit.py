@@ -11,7 +11,9 @@ from simulator.trace.fit import fit_knobs, structure
 from simulator.trace.generator import GeneratorKnobs, generate, load_knobs
 
 TRUE = GeneratorKnobs(sinks=6, local_window=24, retention=0.8, burst_prob=0.05, burst_retention=0.3,
-                      run_mean=6.0, passage_len=128, zipf_alpha=1.2, layer_corr=0.4)
+                      run_mean=6.0, passage_len=128, zipf_alpha=1.2, layer_corr=0.4,
+                      recall_prob=0.9, recall_gap=6.0, recall_spread=1.0,
+                      sink_probs=(1.0, 0.7, 0.0, 0.0, 0.3, 1.0))
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +28,12 @@ def test_fit_recovers_structure(trace_path) -> None:
     trace = open_trace(trace_path)
     fit = fit_knobs(trace, seed=1, layers=2, rounds=1, iters=4)
     kn = fit.knobs
-    assert kn.sinks == TRUE.sinks and abs(kn.local_window - TRUE.local_window) <= 4
+    assert kn.sinks == 16 and abs(kn.local_window - TRUE.local_window) <= 4
+    assert kn.sink_probs[:6] == pytest.approx(TRUE.sink_probs, abs=0.1)
     assert 1.0 <= kn.run_mean <= TRUE.run_mean  # observed runs: cut by entries already chosen
-    for name in ("overlap_mean", "sink_share", "local_share", "lru_128"):
+    assert TRUE.recall_gap / 1.5 <= kn.recall_gap <= TRUE.recall_gap * 1.5
+    for name in ("overlap_mean", "sink_share", "local_share", "lru_96", "lru_128", "lru_256",
+                 "opt_96", "opt_128", "opt_256"):
         assert fit.fitted[name] == pytest.approx(fit.target[name], rel=0.15), name
     assert fit.evaluations > 30  # bisections and the popularity grid
     # deterministic: the same seed gives the same knobs
@@ -46,6 +51,6 @@ def test_cli_fit_writes_loadable_knobs(trace_path, tmp_path, capsys) -> None:
     out = tmp_path / "knobs.toml"
     assert main(["trace", "fit", str(trace_path), "--out", str(out), "--layers", "2", "--rounds", "1", "--iters", "3", "--quiet"]) == 0
     knobs = load_knobs(str(out))
-    assert knobs.sinks == TRUE.sinks
+    assert knobs.sinks == 16 and len(knobs.sink_probs) == 16
     assert "real vs fitted" in out.read_text()
     assert main(["trace", "fit", str(tmp_path / "missing.hst"), "--out", str(out)]) == 2

@@ -11,7 +11,8 @@ from .common import add_trace_input, open_input, print_json, print_table
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("gen", help="write a synthetic trace",
                          description="Write a synthetic trace with the structure of real top-k traces "
-                                     "(sinks, local window, retention, passages, bursts, layer correlation). "
+                                     "(sinks, local window, retention, recall of dropped entries, passages, bursts, "
+                                     "layer correlation). "
                                      "The same arguments and seed give the same bytes.")
     src = gen.add_mutually_exclusive_group()
     src.add_argument("--preset", default="dsa-like", help="knob preset: dsa-like, high-locality or bursty (default dsa-like)")
@@ -67,16 +68,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def run_gen(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from ..progress import progress
     from ..trace import TraceWriter
-    from ..trace.generator import generate, load_knobs
+    from ..trace.generator import generate, knobs_dict, load_knobs
 
     spec = args.knobs or args.preset
     knobs = load_knobs(spec)
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": spec if not args.knobs else None,
-              "knobs": asdict(knobs), "seed": args.seed}
+              "knobs": knobs_dict(knobs), "seed": args.seed}
     streams = generate(knobs, steps=args.steps, layers=args.layers, requests=args.requests,
                        k=args.topk, ctx0=args.ctx0, seed=args.seed)
     with TraceWriter(args.out, k=args.topk, source=source) as writer:

@@ -44,12 +44,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     fit = sub.add_parser(
         "fit", help="fit the synthetic generator's knobs to a trace",
-        description="Estimate the knobs of `hisparse trace gen` from a (real) trace: sinks, run "
-                    "length and bursts read off the trace, then local window, retention, passage "
-                    "popularity (zipf_alpha, passage_len) and layer correlation calibrated by "
-                    "simulation so that synthetic traces match the real one's local share, "
-                    "adjacent-step overlap, LRU and OPT miss ratios at a 2k buffer, and "
-                    "adjacent-layer overlap. Seeded: the same trace and seed give the same knobs.")
+        description="Estimate the knobs of `hisparse trace gen` from a (real) trace: how often "
+                    "each of the first 16 positions is selected, run length, bursts and the share "
+                    "of re-selected entries read off the trace; then local window, retention, layer "
+                    "correlation and popularity by recency calibrated by simulation to the local "
+                    "share, adjacent-step overlap, adjacent-layer overlap and how far back "
+                    "first-time selections reach, and the recall knobs (gap, spread, share) to LRU "
+                    "and OPT miss ratios at buffers 1.5k, 2k and 4k. Seeded: the same trace and "
+                    "seed give the same knobs.")
     fit.add_argument("trace", metavar="TRACE", help="a .hst trace (or .npy array)")
     fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the calibration runs (default 0)")

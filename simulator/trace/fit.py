@@ -1,13 +1,17 @@
 """Fit the synthetic generator's knobs to a (real) trace.
 
-Read off the trace: ``sinks`` (mean selected positions in the sink region), ``run_mean``
-(contiguous runs among each step's arrivals) and the burst knobs (the low tail of per-step
-retention). Calibrated by simulation (moment matching, two rounds, a fixed seed, ``requests``
-x ``layers`` streams of the real trace's shape): ``local_window`` to the local share (entries
-that just left the window linger by retention), ``retention`` to the mean adjacent-step
-overlap, ``zipf_alpha`` and ``passage_len`` together (a grid, then a finer one: they shape
-reuse, hence the miss-ratio curve, jointly) to LRU's miss ratios at buffers of 1.5k, 2k and
-4k and OPT's at 2k, and ``layer_corr`` to the adjacent-layer overlap.
+Read off the trace: ``sinks`` and ``sink_probs`` (how often each of the first 16 positions is
+selected), ``run_mean`` (contiguous runs among each step's arrivals), the burst knobs (the low
+tail of per-step retention) and ``recall_prob`` (the share of arrivals selected before).
+Calibrated by simulation (bisection on one figure at a time, a fixed seed, ``requests`` x
+``layers`` streams of the real trace's shape; common random numbers): ``local_window`` to the
+local share, ``retention`` to the mean adjacent-step overlap, ``layer_corr`` to the
+adjacent-layer overlap and ``zipf_alpha`` (popularity by recency, ``pop_recent``) to how far
+back first-time selections reach, on quick draws (the first steps, no replays); then
+reuse against LRU's and OPT's miss ratios at buffers of 1.5k, 2k and 4k: for each candidate
+``recall_spread`` (the curve's slope) and ``recall_prob`` (first-time loads), ``recall_gap`` is
+bisected to the curve's level (mean log miss ratio) and the candidate nearest the whole curve
+(squared log ratios) is kept.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from .sources import TraceSource
 from .stats import LOCAL_TOKENS, SINK_TOKENS, layer_overlap, region_shares, step_overlap
 from .stream import Stream
 
-MISS_BUFFER_FACTOR = 2.0  # OPT is matched at a buffer of 2k
-COMPARE_FACTORS = (1.5, 2.0, 4.0)  # buffers in multiples of k: LRU matched at all three
+COMPARE_FACTORS = (1.5, 2.0, 4.0)  # buffers in multiples of k: LRU and OPT matched at all three
+QUICK_STEPS = 192  # steps of the quick draws that calibrate shares and overlaps
 
 
 @dataclass
@@ -62,12 +66,63 @@ def structure(streams: list[Stream], k: int, buffers: tuple[int, ...] = ()) -> d
     return out
 
 
+def reuse_gaps(streams: list[Stream], sink: int = SINK_TOKENS, local: int = LOCAL_TOKENS) -> tuple[np.ndarray, int]:
+    """Arrivals between the sink and local regions (positions selected now, not at the previous
+    step): the gaps in steps since each was last selected in its stream, and how many were
+    never selected before."""
+    gaps: list[np.ndarray] = []
+    first = 0
+    for s in streams:
+        last = np.full(int(s.ctx_len.max()) + 1, -1, dtype=np.int64)
+        for t in range(s.steps):
+            row = s.step(t)
+            row = row[row >= 0]
+            if t:
+                free = row[(row >= sink) & (row < int(s.ctx_len[t]) - local)]
+                seen = last[free[last[free] != t - 1]]
+                first += int(np.count_nonzero(seen < 0))
+                gaps.append(t - seen[seen >= 0])
+            last[row] = t
+    return (np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)), first
+
+
+def first_depth(streams: list[Stream], sink: int = SINK_TOKENS, local: int = LOCAL_TOKENS) -> float:
+    """Mean distance from the newest token, in units of context, of the positions selected for
+    the first time (between the sink and local regions, after step 0)."""
+    depth: list[np.ndarray] = []
+    for s in streams:
+        seen = np.zeros(int(s.ctx_len.max()) + 1, dtype=bool)
+        for t in range(s.steps):
+            row = s.step(t)
+            row = row[row >= 0]
+            if t:
+                ctx = int(s.ctx_len[t])
+                free = row[(row >= sink) & (row < ctx - local)]
+                new = free[~seen[free]]
+                depth.append((ctx - new) / ctx)
+            seen[row] = True
+    d = np.concatenate(depth) if depth else np.zeros(0)
+    return float(d.mean()) if d.size else 0.5
+
+
+def _gap_figures(streams: list[Stream]) -> dict[str, float]:
+    gaps, first = reuse_gaps(streams)
+    n = gaps.size + first
+    return {"gap_median": float(np.median(gaps)) if gaps.size else 1.0,
+            "gap_logstd": float(np.log(gaps).std()) if gaps.size else 0.0,
+            "first_share": first / n if n else 0.0}
+
+
 def _direct(streams: list[Stream], k: int) -> GeneratorKnobs:
     """Knobs read off the trace without simulation."""
     steps = sum(s.steps for s in streams)
-    sink_n = sum(region_shares(s)[0] for s in streams) / steps
     local_n = sum(region_shares(s)[1] for s in streams) / steps
-    sinks = int(round(min(sink_n, SINK_TOKENS)))
+    # sinks: the first SINK_TOKENS positions, each selected as often as in the trace
+    freq = np.zeros(SINK_TOKENS)
+    for s in streams:
+        freq += np.bincount(s.indices[(s.indices >= 0) & (s.indices < SINK_TOKENS)], minlength=SINK_TOKENS)
+    freq = np.clip(freq / steps, 0.0, 1.0)
+    sinks = SINK_TOKENS
     local = max(1, int(round(min(local_n, LOCAL_TOKENS))))
     runs = arrivals = 0
     kept: list[np.ndarray] = []
@@ -85,12 +140,16 @@ def _direct(streams: list[Stream], k: int) -> GeneratorKnobs:
     r = np.concatenate(kept) if kept else np.array([0.9])
     cut = 0.6 * float(np.median(r))
     burst = r < cut
+    gap = _gap_figures(streams)
     return GeneratorKnobs(
         sinks=sinks, local_window=local,
         retention=float(np.clip(r[~burst].mean() if (~burst).any() else r.mean(), 0.0, 1.0)),
         burst_prob=float(burst.mean()),
         burst_retention=float(np.clip(r[burst].mean(), 0.0, 1.0)) if burst.any() else 0.5,
-        run_mean=max(1.0, arrivals / runs) if runs else 16.0)
+        run_mean=max(1.0, arrivals / runs) if runs else 16.0,
+        sink_probs=tuple(round(float(f), 4) for f in freq), pop_recent=True,
+        recall_prob=float(np.clip(1.0 - gap["first_share"], 0.0, 0.99)),
+        recall_gap=max(1.0, gap["gap_median"]), recall_spread=gap["gap_logstd"])
 
 
 def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float, increasing: bool,
@@ -114,9 +173,8 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
               iters: int = 6, on_eval: Callable[[], None] | None = None) -> FitResult:
     """Fit knobs to ``trace`` (its first request's streams); see the module docstring.
 
-    Each calibration run draws ``requests`` requests: a request's passage popularity is one
-    random draw, and whether its popular passages sit in the initially loaded prefix moves
-    the miss ratios a lot, so one request is too noisy to calibrate against."""
+    Each calibration run draws ``requests`` x ``layers`` streams with the same seed (common
+    random numbers: a knob's effect is not hidden by a new draw)."""
     k = trace.meta.k
     streams = [s for s in trace if s.steps > 1]
     if not streams:
@@ -128,62 +186,79 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
     if ctx0 <= k:
         raise HisparseError(f"{trace.path}: context {ctx0} <= k = {k} at step 0: nothing to fit")
     layers = max(2, min(layers, len(streams)))
-    buffer = int(MISS_BUFFER_FACTOR * k)
     buffers = tuple(int(round(f * k)) for f in COMPARE_FACTORS)
     target = structure(streams, k, buffers)
-    miss_names = [f"lru_{b}" for b in buffers] + [f"opt_{buffer}"]
+    target["first_depth"] = first_depth(streams)
+    miss_names = [f"{p}_{b}" for p in ("lru", "opt") for b in buffers]
+    target["miss_level"] = _miss_level(target, miss_names)
     knobs = _direct(streams, k)
     count = [0]
+    cache: dict[tuple[GeneratorKnobs, bool], dict[str, float]] = {}
+    quick_steps = min(steps, QUICK_STEPS)
 
-    def measure(kn: GeneratorKnobs, with_miss: bool = False) -> dict[str, float]:
-        count[0] += 1
-        if on_eval:
-            on_eval()
-        syn = list(generate(kn, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed))
-        return structure(syn, k, buffers if with_miss else ())
+    def measure(kn: GeneratorKnobs, full: bool = True) -> dict[str, float]:
+        """Figures of a synthetic draw; not ``full``: the first steps only, no replays
+        (enough for the shares and overlaps, several times faster)."""
+        if (kn, full) not in cache:
+            count[0] += 1
+            if on_eval:
+                on_eval()
+            syn = list(generate(kn, steps=steps if full else quick_steps, layers=layers,
+                                requests=requests, k=k, ctx0=ctx0, seed=seed))
+            fig = structure(syn, k, buffers if full else ())
+            fig["first_depth"] = first_depth(syn)
+            if full:
+                fig["miss_level"] = _miss_level(fig, miss_names)
+            cache[kn, full] = fig
+        return cache[kn, full]
 
     def miss_error(fig: dict[str, float]) -> float:
-        """Squared log-ratio distance of the miss-ratio curve (LRU at 1.5k, 2k, 4k; OPT at 2k)."""
+        """Squared log-ratio distance of the miss-ratio curves (LRU and OPT at 1.5k, 2k, 4k)."""
         return float(sum(np.log((fig[n] + 1e-4) / (target[n] + 1e-4)) ** 2 for n in miss_names))
 
-    def grid(kn: GeneratorKnobs, alphas, lengths) -> GeneratorKnobs:
-        """Popularity (zipf_alpha x passage_len) whose miss-ratio curve is nearest the real one:
-        the two knobs shape the curve together, so they are searched jointly."""
-        best = None
-        for a in alphas:
-            for n in lengths:
-                cand = replace(kn, zipf_alpha=float(max(0.0, a)), passage_len=int(max(1, n)))
-                err = miss_error(measure(cand, True))
-                if best is None or err < best[0]:
-                    best = (err, cand)
-        return best[1]
+    def pick(cands: list[GeneratorKnobs]) -> GeneratorKnobs:
+        return min(cands, key=lambda c: miss_error(measure(c)))
 
     def tune(kn: GeneratorKnobs, knob: str, figure: str, lo: float, hi: float, increasing: bool,
              log2: bool = False) -> GeneratorKnobs:
         cast = type(getattr(kn, knob))  # int knobs are rounded; log2: search the exponent
+        full = figure.startswith(("lru_", "opt_", "miss_"))
 
         def value(x: float):
             x = 2.0 ** x if log2 else x
             return cast(round(x)) if cast is int else x
 
-        miss = figure.startswith(("lru_", "opt_"))
-        best = _bisect(lambda x: measure(replace(kn, **{knob: value(x)}), miss)[figure],
+        best = _bisect(lambda x: measure(replace(kn, **{knob: value(x)}), full)[figure],
                        target[figure], lo, hi, increasing, iters)
         return replace(kn, **{knob: value(best)})
 
-    for r in range(rounds):
-        knobs = tune(knobs, "local_window", "local_share", 1, LOCAL_TOKENS, True)
-        knobs = tune(knobs, "retention", "overlap_mean", 0.0, 1.0, True)
-        if r == 0:
-            knobs = grid(knobs, (1.0, 1.5, 2.0, 2.5, 3.0, 3.5), (32, 64, 128, 256, 512))
-        else:  # refine around the best
-            a, n = knobs.zipf_alpha, knobs.passage_len
-            knobs = grid(knobs, (a - 0.25, a, a + 0.25), (round(n / 1.4), n, round(n * 1.4)))
+    def structure_knobs(kn: GeneratorKnobs) -> GeneratorKnobs:
+        kn = tune(kn, "local_window", "local_share", 1, LOCAL_TOKENS, True)
+        kn = tune(kn, "retention", "overlap_mean", 0.0, 1.0, True)
         if np.isfinite(target["layer_overlap_mean"]):
-            knobs = tune(knobs, "layer_corr", "layer_overlap_mean", 0.0, 1.0, True)
-    knobs = tune(knobs, "retention", "overlap_mean", 0.0, 1.0, True)
+            kn = tune(kn, "layer_corr", "layer_overlap_mean", 0.0, 1.0, True)
+        # popularity by recency: how far back first-time selections reach
+        return tune(kn, "zipf_alpha", "first_depth", 0.0, 3.0, False)
+
+    def reuse(kn: GeneratorKnobs, **change) -> GeneratorKnobs:
+        """``change`` applied, then recall_gap set to the miss-ratio level."""
+        return tune(replace(kn, **change), "recall_gap", "miss_level", 0.0, 7.0, True, log2=True)
+
+    # Shares and overlaps first (quick draws), then reuse against the miss-ratio curves: for
+    # each candidate spread of the recall gaps (the curve's slope over buffer sizes) and share
+    # of recalls among new entries (first-time loads: OPT's floor), recall_gap is set to the
+    # curve's level; the candidate nearest the whole curve wins.
+    for r in range(rounds):
+        knobs = structure_knobs(knobs)
+        s = knobs.recall_spread
+        spreads = (0.6, 1.0, 1.4, 1.8, 2.2, 2.6) if r == 0 else (max(0.0, s - 0.2), s, s + 0.2)
+        knobs = pick([reuse(knobs, recall_spread=float(v)) for v in spreads])
+        if r == rounds - 1:
+            fresh = 1.0 - knobs.recall_prob
+            knobs = pick([knobs] + [reuse(knobs, recall_prob=float(np.clip(1.0 - fresh * f, 0.0, 1.0)))
+                                    for f in (0.6, 1.6)])
     knobs.check()
-    fitted = measure(knobs, True)
+    fitted = measure(knobs)
     shape = {"k": k, "steps": steps, "ctx0": ctx0, "layers": layers, "requests": requests}
     src = trace.meta.source or {}
     comment = (f"knobs fitted by `hisparse trace fit` to {trace.path.name} "
@@ -192,6 +267,10 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
                                                 for name in target))
     return FitResult(knobs, target, fitted, shape, comment, count[0])
 
+
+def _miss_level(fig: dict[str, float], names: list[str]) -> float:
+    """Mean log miss ratio: one number that moves with the whole curve."""
+    return float(np.mean([np.log(fig[n] + 1e-4) for n in names]))
 
 
 def compare(trace: TraceSource, knobs: GeneratorKnobs, *, factors: tuple[float, ...] = COMPARE_FACTORS,

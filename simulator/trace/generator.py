@@ -6,8 +6,17 @@ Each step selects k positions out of a context that grows one token per step:
   ``layer_corr``, the entries the layer above selects at this step) (``burst_retention`` on
   burst steps, which come with probability ``burst_prob``: a change of topic);
 - the remainder is new: with probability ``layer_corr`` an entry of the layer above at the same
-  step, otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
-  tokens chosen by Zipf(``zipf_alpha``) popularity.
+  step; with probability ``recall_prob`` an entry selected before and dropped since (recalled:
+  its gap, steps since it was last selected, is log-normal with median ``recall_gap`` and log
+  spread ``recall_spread``, at least 2; the entry last selected nearest that gap, at or before
+  it); otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
+  tokens chosen by Zipf(``zipf_alpha``) popularity (ranked at random per request, or with
+  ``pop_recent`` by recency: real models' first-time selections lean to recent text).
+- ``sink_probs`` (if given, one per sink position): sink position i is selected with
+  probability ``sink_probs[i]`` at each step, independently (real models select the first token
+  in most steps, not all, and its neighbours rarely).
+New knobs default to the old behaviour (sink_probs empty, recall_prob 0): the
+presets draw the same random numbers as before, so their traces are byte-identical.
 While the context holds at most k tokens, every position is selected (DSA's behaviour).
 Steps are stored sorted. The same knobs and seed give the same streams, bit for bit.
 """
@@ -18,6 +27,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +46,15 @@ class GeneratorKnobs:
     passage_len: int = 256
     zipf_alpha: float = 1.1
     layer_corr: float = 0.5
+    recall_prob: float = 0.0
+    recall_gap: float = 8.0
+    recall_spread: float = 1.0
+    sink_probs: tuple[float, ...] = ()
+    pop_recent: bool = False
 
     def check(self) -> None:
         """Raise HisparseError naming the first knob out of range."""
-        for name in ("retention", "burst_prob", "burst_retention", "layer_corr"):
+        for name in ("retention", "burst_prob", "burst_retention", "layer_corr", "recall_prob"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise HisparseError(f"knob {name} = {v} must lie in [0, 1]")
@@ -50,6 +65,11 @@ class GeneratorKnobs:
             raise HisparseError("knob local_window must be >= 1 (the newest token is always selected)")
         if self.run_mean < 1 or self.passage_len < 1 or self.zipf_alpha < 0:
             raise HisparseError("knobs run_mean and passage_len must be >= 1 and zipf_alpha >= 0")
+        if self.sink_probs and (len(self.sink_probs) != self.sinks
+                                or not all(0.0 <= p <= 1.0 for p in self.sink_probs)):
+            raise HisparseError(f"knob sink_probs needs {self.sinks} (sinks) values in [0, 1]")
+        if self.recall_gap < 1 or self.recall_spread < 0:
+            raise HisparseError("knobs recall_gap must be >= 1 and recall_spread >= 0")
 
 
 PRESETS: dict[str, GeneratorKnobs] = {
@@ -83,34 +103,61 @@ def load_knobs(spec: str) -> GeneratorKnobs:
         raise HisparseError(f"{path}: unknown knob(s) {', '.join(unknown)} (known: {', '.join(known)})")
     defaults = GeneratorKnobs()
     try:
-        knobs = replace(defaults, **{k: type(getattr(defaults, k))(v) for k, v in data.items()})
+        knobs = replace(defaults, **{k: _cast(getattr(defaults, k), v) for k, v in data.items()})
     except (TypeError, ValueError) as exc:
         raise HisparseError(f"{path}: bad knob value ({exc})") from None
     knobs.check()
     return knobs
 
 
+# Knobs added after the first traces were written: left out of a trace's metadata and of a
+# knobs file while all are at their default (off) values, so older outputs stay byte-identical.
+LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent")
+
+
+def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
+    """The knobs as a dict; the later knobs only when one of them is not at its default."""
+    out = asdict(knobs)
+    default = GeneratorKnobs()
+    if all(out[name] == getattr(default, name) for name in LATER_KNOBS):
+        for name in LATER_KNOBS:
+            del out[name]
+    return out
+
+
+def _cast(default, value):
+    """A knob value from TOML as the type of its default (lists of floats for tuples)."""
+    if isinstance(default, tuple):
+        return tuple(float(x) for x in value)
+    return type(default)(value)
+
+
 def knobs_to_toml(knobs: GeneratorKnobs, comment: str = "") -> str:
     """TOML text for a knobs file (readable by load_knobs)."""
     lines = [f"# {c}" for c in comment.splitlines()] + ["[knobs]"]
-    for name, value in asdict(knobs).items():
-        lines.append(f"{name} = {value!r}")
+    for name, value in knobs_dict(knobs).items():
+        if isinstance(value, bool):
+            lines.append(f"{name} = {str(value).lower()}")
+        else:
+            lines.append(f"{name} = {list(value)!r}" if isinstance(value, tuple) else f"{name} = {value!r}")
     return "\n".join(lines) + "\n"
 
 
 class _Popularity:
-    """Zipf popularity over passages of the context, fixed per request."""
+    """Zipf popularity over passages of the context: ranks a random permutation fixed per
+    request, or (``pop_recent``) by recency, the passage of the newest tokens first."""
 
     def __init__(self, knobs: GeneratorKnobs, max_ctx: int, rng: np.random.Generator) -> None:
         n = max_ctx // knobs.passage_len + 1
         weights = 1.0 / np.arange(1, n + 1) ** knobs.zipf_alpha
-        self.weights = weights[rng.permutation(n)]
+        self.recent = knobs.pop_recent
+        self.weights = weights if self.recent else weights[rng.permutation(n)]
         self.passage_len = knobs.passage_len
 
     def draw_runs(self, rng: np.random.Generator, lo: int, hi: int, count: int, run_mean: float) -> np.ndarray:
         """Positions of about ``count`` entries in contiguous runs inside [lo, hi)."""
         n_passages = max(1, -(-hi // self.passage_len))
-        w = self.weights[:n_passages]
+        w = self.weights[:n_passages][::-1] if self.recent else self.weights[:n_passages]
         n_runs = max(1, int(np.ceil(count / run_mean)) + 2)
         passage = rng.choice(n_passages, size=n_runs, p=w / w.sum())
         starts = passage * self.passage_len + rng.integers(0, self.passage_len, size=n_runs)
@@ -123,19 +170,51 @@ def _fill(rng, chosen: np.ndarray, candidates: np.ndarray, need: int) -> np.ndar
     """The first ``need`` distinct candidates not already chosen, in draw order."""
     if need <= 0 or candidates.size == 0:
         return candidates[:0]
-    fresh = candidates[~np.isin(candidates, chosen)]
+    taken = np.zeros(int(max(candidates.max(), chosen.max(initial=-1))) + 1, dtype=bool)
+    taken[chosen] = True  # the same as ~np.isin(candidates, chosen), without sorting
+    fresh = candidates[~taken[candidates]]
     _, first = np.unique(fresh, return_index=True)
     return fresh[np.sort(first)][:need]
 
 
+class _History:
+    """When each position was last selected (-1: never) and the current step, per stream."""
+
+    def __init__(self, max_ctx: int, steps: int) -> None:
+        # small integers: numpy's stable argsort is then a radix sort (linear time)
+        self.last = np.full(max_ctx, -1, dtype=np.int16 if steps < 2**15 - 1 else np.int64)
+        self.t = 0
+
+
+def _recall(rng, knobs: GeneratorKnobs, hist: _History, lo: int, hi: int, count: int) -> np.ndarray:
+    """About ``count`` positions in [lo, hi) selected before and not at the previous step, each
+    last selected nearest (at or before) a log-normal gap before now."""
+    last = hist.last[lo:hi]
+    order = np.argsort(last, kind="stable")
+    seen = last[order]
+    gaps = np.maximum(2.0, np.rint(knobs.recall_gap * np.exp(knobs.recall_spread * rng.standard_normal(count))))
+    u = rng.random(count)
+    j = np.searchsorted(seen, np.maximum(hist.t - gaps, -1).astype(seen.dtype), side="right") - 1
+    ok = j >= 0
+    ok[ok] = seen[j[ok]] >= 0
+    j, u = j[ok], u[ok]
+    start = np.searchsorted(seen, seen[j], side="left")  # entries last selected at that same step
+    pick = start + (u * (j - start + 1)).astype(np.int64)
+    return lo + order[pick]
+
+
 def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: np.ndarray,
-          above: np.ndarray | None) -> np.ndarray:
+          above: np.ndarray | None, hist: _History | None = None) -> np.ndarray:
     if ctx <= k:
         return np.arange(ctx, dtype=np.int64)
     sinks = min(knobs.sinks, k - 1)  # small k: the newest token still fits
     local = min(knobs.local_window, k - sinks)
     lo, hi = sinks, ctx - local
-    must = np.r_[np.arange(lo), np.arange(hi, ctx)]
+    if knobs.sink_probs:
+        sink_pos = np.flatnonzero(rng.random(sinks) < np.asarray(knobs.sink_probs[:sinks]))
+    else:
+        sink_pos = np.arange(lo)
+    must = np.r_[sink_pos, np.arange(hi, ctx)]
     free = prev[(prev >= lo) & (prev < hi)]
     retain = knobs.burst_retention if rng.random() < knobs.burst_prob else knobs.retention
     n_keep = min(int(round(retain * free.size)), k - must.size)
@@ -151,6 +230,12 @@ def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: 
         pool = above[(above >= lo) & (above < hi)]
         take = rng.permutation(pool)[: rng.binomial(need, knobs.layer_corr)]
         chosen = np.r_[chosen, _fill(rng, chosen, take, need)]
+    if knobs.recall_prob > 0 and hist is not None and hist.t >= 2:
+        need = k - chosen.size
+        n_recall = rng.binomial(need, knobs.recall_prob)
+        if n_recall:
+            back = _recall(rng, knobs, hist, lo, hi, 2 * n_recall)
+            chosen = np.r_[chosen, _fill(rng, chosen, back, n_recall)]
     while chosen.size < k:
         need = k - chosen.size
         draws = pop.draw_runs(rng, lo, hi, need * 2, knobs.run_mean)
@@ -177,9 +262,14 @@ def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k
         for layer in range(layers):
             rows: list[np.ndarray] = []
             prev = np.zeros(0, dtype=np.int64)
+            hist = _History(int(ctx_len[-1]) + 1, steps) if knobs.recall_prob > 0 else None
             for t in range(steps):
                 above = above_rows[t] if above_rows is not None else None
-                prev = _step(rng, knobs, pop, k, int(ctx_len[t]), prev, above)
+                if hist is not None:
+                    hist.t = t
+                prev = _step(rng, knobs, pop, k, int(ctx_len[t]), prev, above, hist)
+                if hist is not None:
+                    hist.last[prev] = t
                 rows.append(prev)
             indices = np.full((steps, min(k, int(ctx_len[-1]))), -1, dtype=np.int32)
             for t, row in enumerate(rows):
