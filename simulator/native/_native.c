@@ -116,13 +116,18 @@ static int dec_step(decoder *d)
     return 0;
 }
 
-/* The stored order of an ordered step: row[j] = cur[rank_j]. 0, 1 or 2 as dec_step. */
-static int dec_ranks(decoder *d, int32_t *row)
+/* The stored order of an ordered step: row[j] = cur[rank_j]. 0, 1 or 2 as dec_step; with
+ * ``seen`` (width stamps, ``stamp`` new for the step) also 4 when a rank repeats. */
+static int dec_ranks(decoder *d, int32_t *row, int32_t *seen, int32_t stamp)
 {
     int64_t rk;
     for (int64_t j = 0; j < d->cnt; j++) {
         if (!get_varint(d->buf, d->n, &d->pos, &rk)) return 1;
         if (rk >= d->cnt) return 2;
+        if (seen) {
+            if (seen[rk] == stamp) return 4;
+            seen[rk] = stamp;
+        }
         row[j] = (int32_t)d->cur[rk];
     }
     return 0;
@@ -140,7 +145,7 @@ static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t
     for (t = 0; t < steps; t++) {
         int32_t *row = out + t * out_width;
         code = dec_step(&d);
-        if (!code && ordered) code = dec_ranks(&d, row);
+        if (!code && ordered) code = dec_ranks(&d, row, NULL, 0);
         if (code) break;
         ctx_out[t] = d.ctx;
         if (!ordered)
@@ -545,16 +550,8 @@ static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_s
         int64_t c = d.ctx, cnt = d.cnt;
         if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k ||
             (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = 4; goto done; }
-        if (ordered) { /* the ranks must be a permutation */
-            int64_t rk;
-            for (int64_t j = 0; j < cnt; j++) {
-                if (!get_varint(d.buf, d.n, &d.pos, &rk)) { code = 1; goto done; }
-                if (rk >= cnt) { code = 2; goto done; }
-                if (seen[rk] == (int32_t)(t + 1)) { code = 4; goto done; }
-                seen[rk] = (int32_t)(t + 1);
-                row[j] = (int32_t)d.cur[rk];
-            }
-        }
+        if (ordered && (code = dec_ranks(&d, row, seen, (int32_t)(t + 1)))) goto done; /* a permutation */
+        int row_ready = ordered; /* an unsorted step's row is filled once, when a state needs it */
         prev_ctx = c;
         ctx_out[t] = c;
         acc += cnt;
@@ -565,8 +562,10 @@ static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_s
             int how = lru_begin(s, c);
             if (how == BEGIN_NEXT && t > 0 && !ordered) m = lru_delta(s, &d, c);
             else if (how != BEGIN_FAST) {
-                if (!ordered)
+                if (!row_ready) {
                     for (int64_t j = 0; j < cnt; j++) row[j] = (int32_t)d.cur[j];
+                    row_ready = 1;
+                }
                 m = lru_row(s, row, cnt, c);
             }
             if (m < 0) { code = (int)m; goto done; }

@@ -129,13 +129,14 @@ def replay_source(source, configs: Sequence[ReplayConfig], *, k: int, workers: i
         if res is None:  # a chunk is not clean: the ordinary reader raises the error
             stream = source.read(key)
             res = coded.CodedMisses(stream.ctx_len, int(stream.accesses), [replay_stream(stream, c, k) for c in configs])
-        for cfg, misses in zip(configs, res.misses, strict=True):
-            if keep_steps:  # numpy views of the int64 buffers
-                import numpy as np
+        per_config, ctx_len = res.misses, res.ctx_len
+        if keep_steps:  # numpy views of the int64 buffers, for the per-step frame
+            import numpy as np
 
-                misses, ctx_len = np.frombuffer(misses, dtype=np.int64), np.frombuffer(res.ctx_len, dtype=np.int64)
-            _add(totals, kept, keep_steps, key.request, key.layer, ctx_len if keep_steps else None, res.accesses, cfg,
-                 misses)
+            per_config = [np.frombuffer(m, dtype=np.int64) for m in per_config]
+            ctx_len = np.frombuffer(ctx_len, dtype=np.int64)
+        for cfg, misses in zip(configs, per_config, strict=True):
+            _add(totals, kept, keep_steps, key.request, key.layer, ctx_len, res.accesses, cfg, misses)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         pending: list = []

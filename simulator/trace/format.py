@@ -312,6 +312,7 @@ class TraceReader:
         key = StreamKey(*key)
         if key not in self._streams:
             raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
+        fail = dict(path=self.path, request=key.request, layer=key.layer)
         out = []
         for c in self._streams[key]:
             self._fh.seek(c.offset)
@@ -319,11 +320,9 @@ class TraceReader:
             plen, crc = fields[-2], fields[-1]
             payload = self._fh.read(plen)
             if fields[0] != b"CHNK" or len(payload) != plen:
-                raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", path=self.path,
-                                 request=key.request, layer=key.layer)
+                raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
             if zlib.crc32(payload) != crc:
-                raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", path=self.path,
-                                 request=key.request, layer=key.layer)
+                raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
             out.append((c, payload))
         return out
 
