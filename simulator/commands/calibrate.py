@@ -6,6 +6,8 @@ import argparse
 import json
 import os
 
+from .common import Output, any_int, declare_io, positive_float, positive_int
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("calibrate", help="time the real kernels on this GPU and fit the cost model (GPU)",
@@ -16,12 +18,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "then uses OUT/<gpu>.json for that GPU by default.")
     c.add_argument("--gpu", default="h200", help="GPU preset the fit refines (default h200)")
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
-    c.add_argument("--pool-gib", type=float, default=8.0, help="pinned host pool for the swap-in runs (GiB)")
-    c.add_argument("--iters", type=int, default=10, help="timed launches per configuration")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--pool-gib", type=positive_float, default=8.0,
+                   help="pinned host pool for the swap-in runs, in GiB (default 8)")
+    c.add_argument("--iters", type=positive_int, default=10, help="timed launches per configuration (default 10)")
+    c.add_argument("--seed", type=any_int, default=0, help="seed of the random miss sets and rows (default 0)")
     c.add_argument("--refit", action="store_true",
                    help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
     c.set_defaults(run=run_calibrate)
+    declare_io(c, outputs=[Output("out", kind="dir")])
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
                        description="Replay generated DSA-like trace streams through the real kernels in a per-layer "
@@ -29,14 +33,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "and buffer sizes the fit did not use; check the kernel's misses against the "
                                    "replay engine and the measured step times against the fitted cost model. "
                                    "Writes OUT/validation-<gpu>.json and a predicted-against-measured plot.")
-    v.add_argument("--gpu", default="h200")
-    v.add_argument("--out", default="calibration", metavar="DIR")
-    v.add_argument("--steps", type=int, default=60, help="decode steps per configuration (default 60)")
-    v.add_argument("--pool-gib", type=float, default=8.0)
-    v.add_argument("--seed", type=int, default=1)
+    v.add_argument("--gpu", default="h200", help="GPU preset whose fit (OUT/<gpu>.json) is checked (default h200)")
+    v.add_argument("--out", default="calibration", metavar="DIR",
+                   help="folder with the calibration, and where the validation goes (default calibration)")
+    v.add_argument("--steps", type=positive_int, default=60, help="decode steps per configuration (default 60)")
+    v.add_argument("--pool-gib", type=positive_float, default=8.0,
+                   help="pinned host pool for the rows, in GiB (default 8)")
+    v.add_argument("--seed", type=any_int, default=1,
+                   help="seed of the generated trace streams (default 1; configuration i uses seed + i)")
     v.add_argument("--repredict", action="store_true",
                    help="no GPU: recompute the predictions in OUT/validation-<gpu>.json with the current fit")
     v.set_defaults(run=run_validate)
+    declare_io(v, outputs=[Output("out", kind="dir")])
 
 
 SWAP_GRID = dict(batch=(1, 8, 32, 64), miss=(8, 128, 512, 1536), row_bytes=(656, 1152), hot=(4096,))
@@ -45,6 +53,45 @@ ATT_GRID = dict(batch=(1, 8, 32, 64, 128), heads=(64, 128), kv_dtype=("bf16", "f
 VALIDATE = (dict(requests=16, layers=4, hot=6144, heads=64, row_bytes=1152),
             dict(requests=48, layers=4, hot=4096, heads=128, row_bytes=656),
             dict(requests=4, layers=6, hot=5120, heads=64, row_bytes=656))
+
+
+def _require_cupy(command: str, offline: str) -> None:
+    """Refuse to start without CuPy and a GPU, saying what to install (before any work)."""
+    from ..errors import HisparseError
+
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # ImportError, or CuPy present but no driver / device
+        raise HisparseError(f"{command} times the real kernels and needs CuPy and an NVIDIA GPU "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no GPU'}); "
+                            f"install CuPy with pip install -e '.[gpu]' (cupy-cuda13x), or run {offline} "
+                            "without a GPU") from None
+    if count < 1:
+        raise HisparseError(f"{command} needs an NVIDIA GPU: CuPy sees none")
+
+
+def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
+    """A JSON object from a previous run, with ``keys``: errors name the file and the key."""
+    from ..errors import HisparseError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise HisparseError(f"{path}: missing; {hint}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise HisparseError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise HisparseError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    for dotted in keys:
+        node = data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise HisparseError(f"{path}: missing key {dotted!r}; {hint}")
+            node = node[part]
+    return data
 
 
 def _cost_model(gpu_name: str, calibration: str):
@@ -57,9 +104,11 @@ def _cost_model(gpu_name: str, calibration: str):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    if not args.refit:
+        _require_cupy("hisparse calibrate", "hisparse calibrate --refit")
     import pandas as pd
 
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
     os.makedirs(args.out, exist_ok=True)
     swap_csv = os.path.join(args.out, f"swap_in-{args.gpu}.csv")
@@ -68,11 +117,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if args.refit:
         from ..errors import HisparseError
 
+        hint = "--refit needs a previous hisparse calibrate run"
         for path in (swap_csv, att_csv, out_json):
             if not os.path.exists(path):
-                raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
-        old = json.loads(open(out_json).read())
-        swap_df, att_df = pd.read_csv(swap_csv), pd.read_csv(att_csv)
+                raise HisparseError(f"{path}: missing; {hint}")
+        old = _read_json(out_json, ("gpu.link_bw", "gpu.hbm_bw", "source"), hint)
+        try:
+            swap_df, att_df = pd.read_csv(swap_csv), pd.read_csv(att_csv)
+        except (ValueError, OSError) as exc:
+            raise HisparseError(f"{swap_csv} or {att_csv}: not a readable CSV ({exc})") from None
         link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
     else:
         swap_df, att_df, link, hbm, source = _measure(args)
@@ -139,17 +192,24 @@ def run_validate(args: argparse.Namespace) -> int:
 
     from ..calibration.fitting import relative_errors
     from ..calibration.validate import repredict, run_config
-    from ..trace.fileio import atomic_output
+    from ..errors import HisparseError
+    from ..fileio import atomic_output
 
     calibration = os.path.join(args.out, f"{args.gpu}.json")
-    if not os.path.exists(calibration):
-        from ..errors import HisparseError
-
-        raise HisparseError(f"{calibration}: run hisparse calibrate first")
+    if not args.repredict:
+        _require_cupy("hisparse validate", "hisparse validate --repredict")
+    _read_json(calibration, ("params",), "run hisparse calibrate first")
     cost = _cost_model(args.gpu, calibration)
     if args.repredict:  # the stored misses and timings, the current fit
-        with open(os.path.join(args.out, f"validation-{args.gpu}.json")) as fh:
-            configs = [repredict(cost, c) for c in json.load(fh)["configs"]]
+        stored = _read_json(os.path.join(args.out, f"validation-{args.gpu}.json"), ("configs",),
+                            "--repredict needs a previous hisparse validate run")
+        configs = []
+        for i, c in enumerate(stored["configs"]):
+            try:
+                configs.append(repredict(cost, c))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise HisparseError(f"{args.out}/validation-{args.gpu}.json: configs[{i}]: malformed "
+                                    f"({type(exc).__name__}: {exc})") from None
     else:
         import cupy as cp
 

@@ -6,15 +6,16 @@ import argparse
 import json
 import os
 
-from .common import print_json
-from .replay import _int_list
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+from .common import (
+    Output,
+    any_int,
+    buffer_size,
+    comma_list,
+    declare_io,
+    positive_float,
+    positive_int,
+    print_json,
+)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -37,19 +38,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="cost-model parameters: a preset, a TOML file, or a calibration JSON from hisparse calibrate "
                         "(default auto: calibration/<gpu>.json when the repository has one, else uncalibrated)")
     p.add_argument("--trace", default=None, help="trace whose replay gives the misses (default: bundled DSA-like)")
-    p.add_argument("--concurrency", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+    p.add_argument("--concurrency", type=comma_list(positive_int), default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
-    p.add_argument("--rate", type=_float_list, default=[],
+    p.add_argument("--rate", type=comma_list(positive_float), default=[],
                    help="open loop: comma-separated arrival rates in requests/s (whole deployment), swept "
                         "instead of --concurrency; an open-loop workload file without --rate uses its rate_per_s")
-    p.add_argument("--slo-tpot-ms", type=float, default=100.0, help="TPOT p99 target for the recommendation (default 100)")
-    p.add_argument("--sweep-buffer", type=_int_list, default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144")
-    p.add_argument("--sweep-host-ratio", type=_float_list, default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8")
-    p.add_argument("--seed", type=int, default=0, help="seed for request lengths and arrivals (default 0)")
+    p.add_argument("--slo-tpot-ms", type=positive_float, default=100.0, help="TPOT p99 target for the recommendation (default 100)")
+    p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144")
+    p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8")
+    p.add_argument("--seed", type=any_int, default=0, help="seed for request lengths and arrivals (default 0)")
     p.add_argument("--json", action="store_true", help="print rows and recommendation as JSON")
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
+    declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace"],
+               outputs=[Output("out", kind="dir")])
 
 
 COLUMNS = ["concurrency", "rate_per_s", "throughput_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "running", "max_running",
@@ -111,7 +114,7 @@ def _print_report(rows: list[dict], rec: dict) -> None:
 def _write_outputs(out: str, rows: list[dict], report: dict) -> None:
     import pandas as pd
 
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
     os.makedirs(out, exist_ok=True)
     df = pd.DataFrame(rows)

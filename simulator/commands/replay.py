@@ -5,23 +5,20 @@ from __future__ import annotations
 import argparse
 import os
 
-from .common import add_trace_input, open_input, print_json
+from .common import (
+    Output,
+    add_trace_input,
+    any_int,
+    buffer_size,
+    check_policies,
+    comma_list,
+    declare_io,
+    open_input,
+    positive_int,
+    print_json,
+)
 
 POLICY_HELP = "lru, fifo, clock, lfu, arc, s3fifo, sieve, random, opt, none, static-prefix"
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
-def _str_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
 
 
 def _add_step_rules(p: argparse.ArgumentParser) -> None:
@@ -33,8 +30,8 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
                         "empty (disaggregated decode)")
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
                    help="treat the newest token as an ordinary access (default: it sits in a reserved slot)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the random policy (default 0)")
-    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+    p.add_argument("--seed", type=any_int, default=0, help="seed for the random policy (default 0)")
+    p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="threads replaying streams in parallel (default: 2 or the core count)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -44,15 +41,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         description="Replay a trace through per-(request, layer) hot buffers and count "
                                     "the misses at every step, for each policy and buffer size.")
     add_trace_input(rp)
-    rp.add_argument("--policy", type=_str_list, default=["lru"], help=f"comma-separated: {POLICY_HELP}")
-    rp.add_argument("--buffer", type=_int_list, default=[4096], help="comma-separated buffer sizes in slots (default 4096)")
+    rp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
+                    help=f"comma-separated: {POLICY_HELP} (default lru)")
+    rp.add_argument("--buffer", type=comma_list(buffer_size), default=[4096],
+                    help="comma-separated buffer sizes in slots per request and layer (default 4096)")
     _add_step_rules(rp)
     rp.add_argument("--json", action="store_true", help="print the summary as a JSON list of records")
     rp.add_argument("--out", metavar="PATH", help="write per-step misses (request, layer, step, ctx_len, "
                                                  "policy, buffer, misses) to .parquet or .csv")
     rp.add_argument("--plot", metavar="PNG", help="plot misses per step, rolling mean, per policy x buffer")
-    rp.add_argument("--window", type=int, default=100, help="rolling window of --plot, in steps (default 100)")
+    rp.add_argument("--window", type=positive_int, default=100, help="rolling window of --plot, in steps (default 100)")
     rp.set_defaults(run=run_replay)
+    declare_io(rp, inputs=["trace"], outputs=[Output("out", suffixes=(".parquet", ".csv")),
+                                              Output("plot", suffixes=(".png",))])
 
     mp = sub.add_parser("mrc", help="miss-ratio curve: misses for every buffer size",
                         description="Misses against buffer size. Sequential LRU from an empty buffer "
@@ -61,16 +62,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                     "prefix-initialised buffers are replayed size by size on a grid "
                                     "(--step); the output says which method ran.")
     add_trace_input(mp)
-    mp.add_argument("--policy", type=_str_list, default=["lru"], help="comma-separated, e.g. lru,opt (default lru)")
-    mp.add_argument("--min-buffer", type=int, default=None, help="smallest size (default k)")
-    mp.add_argument("--max-buffer", type=int, default=None, help="largest size (default 4k)")
-    mp.add_argument("--step", type=int, default=None,
+    mp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
+                    help=f"comma-separated: {POLICY_HELP} (default lru)")
+    mp.add_argument("--min-buffer", type=buffer_size, default=None, help="smallest size (default k)")
+    mp.add_argument("--max-buffer", type=buffer_size, default=None, help="largest size (default 4k)")
+    mp.add_argument("--step", type=positive_int, default=None,
                     help="grid step for per-size replays (default k/8); the one-pass method gives every size")
     _add_step_rules(mp)
     mp.add_argument("--json", action="store_true", help="print JSON records")
     mp.add_argument("--out", metavar="CSV", help="write the curve (policy, buffer, semantics, accesses, misses, miss_ratio)")
     mp.add_argument("--plot", metavar="PNG", help="plot miss ratio against buffer size")
     mp.set_defaults(run=run_mrc)
+    declare_io(mp, inputs=["trace"], outputs=[Output("out", suffixes=(".parquet", ".csv")),
+                                              Output("plot", suffixes=(".png",))])
 
 
 def _configs(args, policies):
@@ -82,17 +86,14 @@ def _configs(args, policies):
 
 
 def _write_table(df, path: str) -> None:
-    from ..errors import HisparseError
-    from ..trace.fileio import atomic_output
+    """``path`` ends in .parquet or .csv (checked with the other outputs before the replay)."""
+    from ..fileio import atomic_output
 
-    if path.endswith(".parquet"):
-        with atomic_output(path) as fh:
+    with atomic_output(path) as fh:
+        if path.lower().endswith(".parquet"):
             df.to_parquet(fh, index=False)
-    elif path.endswith(".csv"):
-        with atomic_output(path) as fh:
+        else:
             fh.write(df.to_csv(index=False).encode())
-    else:
-        raise HisparseError(f"--out {path}: use a .parquet or .csv file name")
 
 
 def _print_records(records: list[dict], cols: list[str]) -> None:
@@ -107,9 +108,11 @@ def _print_records(records: list[dict], cols: list[str]) -> None:
 def run_replay(args: argparse.Namespace) -> int:
     from ..progress import progress
     from ..replay.api import per_step_frame, replay_source
+    from ..replay.policies import POLICIES
 
-    trace = open_input(args)
-    configs = [c.check(trace.meta.k) for c in _configs(args, args.policy)]
+    policies = check_policies(args.policy, POLICIES)
+    trace = open_input(args, need_accesses=True)
+    configs = [c.check(trace.meta.k) for c in _configs(args, policies)]
     want_steps = bool(args.out or args.plot)
     records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
                                   wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
@@ -137,8 +140,12 @@ def run_mrc(args: argparse.Namespace) -> int:
 
     from ..errors import HisparseError
     from ..replay import ReplayConfig, miss_ratio_curve
+    from ..replay.policies import POLICIES
 
-    trace = open_input(args)
+    policies = check_policies(args.policy, POLICIES)
+    if args.min_buffer and args.max_buffer and args.max_buffer < args.min_buffer:
+        raise HisparseError(f"--max-buffer {args.max_buffer} is below --min-buffer {args.min_buffer}")
+    trace = open_input(args, need_accesses=True)
     k = trace.meta.k
     lo = args.min_buffer or k
     hi = args.max_buffer or 4 * k
@@ -147,7 +154,7 @@ def run_mrc(args: argparse.Namespace) -> int:
         raise HisparseError(f"--max-buffer {hi} is below the smallest size {lo}")
     min_ctx = min((int(s.ctx_len.min()) for s in trace if s.steps), default=0)
     curves, methods = [], {}
-    for policy in args.policy:
+    for policy in policies:
         cfg = ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
                            reserve_newest=args.reserve_newest, seed=args.seed).check(k)
         from ..replay.mrc import one_pass_applies

@@ -5,7 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 
-from .common import add_trace_input, open_input, print_json, print_table
+from .common import (
+    Output,
+    add_trace_input,
+    any_int,
+    declare_io,
+    nonneg_int,
+    open_input,
+    positive_int,
+    print_json,
+    print_table,
+)
+
+# .hst outputs end in .hst: every command reads any other name ending in .npy as a numpy array.
+HST_OUT = Output("out", suffixes=(".hst",))
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -17,23 +30,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     src = gen.add_mutually_exclusive_group()
     src.add_argument("--preset", default="dsa-like", help="knob preset: dsa-like, high-locality or bursty (default dsa-like)")
     src.add_argument("--knobs", metavar="FILE", help="a knobs .toml file (from `trace fit` or edited by hand)")
-    gen.add_argument("--steps", type=int, default=512, help="decode steps per stream (default 512)")
-    gen.add_argument("--layers", type=int, default=4, help="layers per request (default 4)")
-    gen.add_argument("--requests", type=int, default=2, help="requests (default 2)")
-    gen.add_argument("--topk", type=int, default=2048, help="k, entries selected per step (default 2048)")
-    gen.add_argument("--ctx0", type=int, default=32768, help="context length at step 0 (default 32768)")
-    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--steps", type=positive_int, default=512, help="decode steps per stream (default 512)")
+    gen.add_argument("--layers", type=positive_int, default=4, help="layers per request (default 4)")
+    gen.add_argument("--requests", type=positive_int, default=2, help="requests (default 2)")
+    gen.add_argument("--topk", type=positive_int, default=2048, help="k, entries selected per step (default 2048)")
+    gen.add_argument("--ctx0", type=positive_int, default=32768, help="context length at step 0 (default 32768)")
+    gen.add_argument("--seed", type=any_int, default=0, help="random seed (default 0)")
     gen.add_argument("--out", required=True, metavar="PATH", help="output .hst path (written atomically)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(run=run_gen)
+    declare_io(gen, inputs=["knobs"], outputs=[HST_OUT])
 
     info = sub.add_parser("info", help="summarise a trace (structure measures, compactness)",
                           description="Streams, steps, k, context range, adjacent-step overlap "
                                       "(|S_t & S_t-1| / k: mean and 10th percentile), sink and local "
                                       "shares, adjacent-layer overlap, bytes per access and source.")
     add_trace_input(info)
-    info.add_argument("--sink", type=int, default=16, metavar="N", help="sink region: first N positions (default 16)")
-    info.add_argument("--local", type=int, default=128, metavar="N",
+    info.add_argument("--sink", type=nonneg_int, default=16, metavar="N", help="sink region: first N positions (default 16)")
+    info.add_argument("--local", type=nonneg_int, default=128, metavar="N",
                       help="local region: last N positions of context (default 128)")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=run_info)
@@ -51,16 +65,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("--keep-order", action="store_true",
                       help="keep each step's stored order (larger files); default stores steps sorted")
     conv.set_defaults(run=run_convert)
+    declare_io(conv, inputs=["trace"], outputs=[HST_OUT])
 
     exp = sub.add_parser("export", help="export one stream for other tools (libCacheSim)",
                          description="Export one stream as libCacheSim oracleGeneral records "
                                      "(24 bytes each, next-access times filled in).")
     add_trace_input(exp)
     exp.add_argument("--format", required=True, choices=["oracle-general"], help="output format")
-    exp.add_argument("--request", type=int, default=None, help="request of the stream (default: the first)")
-    exp.add_argument("--layer", type=int, default=None, help="layer of the stream (default: the first)")
+    exp.add_argument("--request", type=nonneg_int, default=None, help="request of the stream (default: the first)")
+    exp.add_argument("--layer", type=nonneg_int, default=None, help="layer of the stream (default: the first)")
     exp.add_argument("--out", required=True, metavar="PATH", help="output path (written atomically)")
     exp.set_defaults(run=run_export)
+    declare_io(exp, inputs=["trace"], outputs=[Output("out")])
 
     from . import trace_record  # record and fit: real-model traces (issue 4)
 
@@ -72,6 +88,11 @@ def run_gen(args: argparse.Namespace) -> int:
     from ..trace import TraceWriter
     from ..trace.generator import generate, knobs_dict, load_knobs
 
+    if args.topk > args.ctx0:
+        from ..errors import HisparseError
+
+        raise HisparseError(f"--topk {args.topk} is larger than the context (--ctx0 {args.ctx0}): "
+                            "a step selects at most ctx_len positions")
     spec = args.knobs or args.preset
     knobs = load_knobs(spec)
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": spec if not args.knobs else None,
@@ -119,13 +140,10 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..errors import HisparseError
     from ..trace.oracle import write_oracle_general
 
-    trace = open_input(args)
+    trace = open_input(args, need_accesses=True)
     keys = trace.keys
-    if not keys:
-        raise HisparseError(f"{args.trace}: the trace holds no streams")
     request = keys[0].request if args.request is None else args.request
     layer = keys[0].layer if args.layer is None else args.layer
     n = write_oracle_general(trace.read((request, layer)), args.out)

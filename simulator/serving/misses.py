@@ -114,7 +114,7 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         raise HisparseError(f"{label}: the trace holds no streams")
     shares = tuple(np.mean([a[: min(map(len, v))] for a in v], axis=0) for _, v in sorted(by_request.items()))
     if use_cache:
-        from ..trace.fileio import atomic_output
+        from ..fileio import atomic_output
 
         with atomic_output(cached) as fh:
             np.savez(fh, **{f"r{i}": a for i, a in enumerate(shares)})

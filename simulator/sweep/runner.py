@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import HisparseError
-from ..trace.fileio import atomic_output
+from ..fileio import atomic_output
 from .grid import Grid, point_id
 from .points import run_point
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TraceError
+from ..fileio import temp_beside
 from .codec import check_stream, decode_stream, encode_stream
-from .fileio import temp_beside
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
