@@ -120,11 +120,13 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     trace = open_input(args)
-    n = steps = 0
+    n = steps = accesses = 0
     for s in trace:
         n += 1
         steps += s.steps
-    print(f"{args.trace}: valid ({n} streams, {steps} steps, k = {trace.meta.k})")
+        accesses += s.accesses
+    note = "" if accesses else "; no accesses: every step is empty or -1 padding, nothing to replay"
+    print(f"{args.trace}: valid ({n} streams, {steps} steps, {accesses} accesses, k = {trace.meta.k}{note})")
     return 0
 
 
