@@ -73,12 +73,27 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings for the user (a recovered trace) as one ``hisparse: warning:`` line each."""
+    import warnings
+
+    def one_line(message, category, filename, lineno, line=None):
+        return f"hisparse: warning: {message}\n"
+
+    previous, warnings.formatwarning = warnings.formatwarning, one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user errors print one line and exit 2, with no traceback."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), _one_line_warnings():
             check_io(args)  # outputs writable and no input overwritten, before any work
             return int(args.run(args) or 0)
     except HisparseError as exc:

@@ -336,6 +336,8 @@ class TraceReader:
         _, req, layer, first, steps, width, ordered, acc, plen, crc = fields[:10]
         if ordered > 1 or steps < 1 or width < 1:
             return None, 0, 0, "corrupt chunk header (impossible field values)"
+        if plen > self.file_bytes - pos - size:
+            return None, 0, 0, "truncated or corrupt chunk (its payload runs past the end of the file)"
         return ChunkInfo(req, layer, first, steps, width, bool(ordered), acc, pos), plen, crc, ""
 
     # -- the trace interface shared with NpyTrace -------------------------------------------
