@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 
-from .common import Output, any_int, declare_io, positive_float, positive_int
+from .common import Output, declare_io, positive_float, positive_int, seed_int
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--pool-gib", type=positive_float, default=8.0,
                    help="pinned host pool for the swap-in runs, in GiB (default 8)")
     c.add_argument("--iters", type=positive_int, default=10, help="timed launches per configuration (default 10)")
-    c.add_argument("--seed", type=any_int, default=0, help="seed of the random miss sets and rows (default 0)")
+    c.add_argument("--seed", type=seed_int, default=0, help="seed of the random miss sets and rows (default 0)")
     c.add_argument("--refit", action="store_true",
                    help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
     c.set_defaults(run=run_calibrate)
@@ -39,7 +39,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--steps", type=positive_int, default=60, help="decode steps per configuration (default 60)")
     v.add_argument("--pool-gib", type=positive_float, default=8.0,
                    help="pinned host pool for the rows, in GiB (default 8)")
-    v.add_argument("--seed", type=any_int, default=1,
+    v.add_argument("--seed", type=seed_int, default=1,
                    help="seed of the generated trace streams (default 1; configuration i uses seed + i)")
     v.add_argument("--repredict", action="store_true",
                    help="no GPU: recompute the predictions in OUT/validation-<gpu>.json with the current fit")

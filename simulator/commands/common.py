@@ -27,6 +27,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _get_values(self, action, arg_strings):
+        # argparse drops a "--" value (``--steps=--``) and would hand the command an empty list
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            raise argparse.ArgumentError(action, "expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
+
 
 # -- argparse types with ranges ----------------------------------------------------------------
 def _parse_int(text: str) -> int:
@@ -71,7 +77,8 @@ def _range(lo, hi, noun: str) -> str:
 positive_int = int_in(1, what="a positive integer (>= 1)")
 nonneg_int = int_in(0, what="a non-negative integer (>= 0)")
 buffer_size = int_in(1, MAX_BUFFER, what=f"a buffer size from 1 to {MAX_BUFFER} slots")
-any_int = int_in()
+# Seeds go to numpy's generators (non-negative) and to compiled code as int64.
+seed_int = int_in(0, 2**63 - 1, what="a seed from 0 to 2**63 - 1")
 
 
 def positive_float(text: str) -> float:
@@ -114,6 +121,7 @@ def comma_list(item: Callable[[str], Any] = str, *, unique: bool = True) -> Call
         return values
 
     parse.__name__ = "list"
+    parse.item = item  # type: ignore[attr-defined] - what each element is parsed by (tests read it)
     return parse
 
 

@@ -8,13 +8,13 @@ import os
 
 from .common import (
     Output,
-    any_int,
     buffer_size,
     comma_list,
     declare_io,
     positive_float,
     positive_int,
     print_json,
+    seed_int,
 )
 
 
@@ -46,7 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo-tpot-ms", type=positive_float, default=100.0, help="TPOT p99 target for the recommendation (default 100)")
     p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144")
     p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8")
-    p.add_argument("--seed", type=any_int, default=0, help="seed for request lengths and arrivals (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for request lengths and arrivals (default 0)")
     p.add_argument("--json", action="store_true", help="print rows and recommendation as JSON")
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -8,7 +8,6 @@ import os
 from .common import (
     Output,
     add_trace_input,
-    any_int,
     buffer_size,
     check_policies,
     comma_list,
@@ -16,6 +15,7 @@ from .common import (
     open_input,
     positive_int,
     print_json,
+    seed_int,
 )
 
 POLICY_HELP = "lru, fifo, clock, lfu, arc, s3fifo, sieve, random, opt, none, static-prefix"
@@ -30,7 +30,7 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
                         "empty (disaggregated decode)")
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
                    help="treat the newest token as an ordinary access (default: it sits in a reserved slot)")
-    p.add_argument("--seed", type=any_int, default=0, help="seed for the random policy (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for the random policy (default 0)")
     p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="threads replaying streams in parallel (default: 2 or the core count)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -85,6 +85,16 @@ def _configs(args, policies):
             for p in policies for b in getattr(args, "buffer", [0])]
 
 
+def _checked(cfg, k: int, option: str):
+    """The config checked against the trace's k; the error names the option that set it."""
+    from ..errors import HisparseError
+
+    try:
+        return cfg.check(k)
+    except HisparseError as exc:
+        raise HisparseError(f"{option} {cfg.buffer} (--policy {cfg.policy}): {exc}") from None
+
+
 def _write_table(df, path: str) -> None:
     """``path`` ends in .parquet or .csv (checked with the other outputs before the replay)."""
     from ..fileio import atomic_output
@@ -112,7 +122,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
     policies = check_policies(args.policy, POLICIES)
     trace = open_input(args, need_accesses=True)
-    configs = [c.check(trace.meta.k) for c in _configs(args, policies)]
+    configs = [_checked(c, trace.meta.k, "--buffer") for c in _configs(args, policies)]
     want_steps = bool(args.out or args.plot)
     records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
                                   wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
@@ -155,8 +165,8 @@ def run_mrc(args: argparse.Namespace) -> int:
     min_ctx = min((int(s.ctx_len.min()) for s in trace if s.steps), default=0)
     curves, methods = [], {}
     for policy in policies:
-        cfg = ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
-                           reserve_newest=args.reserve_newest, seed=args.seed).check(k)
+        cfg = _checked(ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
+                                    reserve_newest=args.reserve_newest, seed=args.seed), k, "--min-buffer")
         from ..replay.mrc import one_pass_applies
 
         sizes = list(range(lo, hi + 1)) if one_pass_applies(cfg, min_ctx, hi) else list(range(lo, hi + 1, step))

@@ -6,11 +6,11 @@ import argparse
 import os
 import sys
 
-from .common import Output, any_int, buffer_size, declare_io, positive_float, positive_int
+from .common import Output, buffer_size, declare_io, positive_float, positive_int, seed_int
 
 # The value each grid option takes (types are checked on loading; these are the ranges), the same
 # argparse types `hisparse replay` and `hisparse plan` use, so a bad value fails before any point runs.
-RANGES = {"buffer": buffer_size, "seed": any_int, "concurrency": positive_int, "rate": positive_float,
+RANGES = {"buffer": buffer_size, "seed": seed_int, "concurrency": positive_int, "rate": positive_float,
           "device_buffer_size": buffer_size, "host_to_device_ratio": positive_float, "slo_tpot_ms": positive_float}
 CHOICES = {"semantics": ("batched", "sequential"), "initial": ("prefix", "empty")}
 

@@ -8,13 +8,13 @@ import json
 from .common import (
     Output,
     add_trace_input,
-    any_int,
     declare_io,
     nonneg_int,
     open_input,
     positive_int,
     print_json,
     print_table,
+    seed_int,
 )
 
 # .hst outputs end in .hst: every command reads any other name ending in .npy as a numpy array.
@@ -35,7 +35,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--requests", type=positive_int, default=2, help="requests (default 2)")
     gen.add_argument("--topk", type=positive_int, default=2048, help="k, entries selected per step (default 2048)")
     gen.add_argument("--ctx0", type=positive_int, default=32768, help="context length at step 0 (default 32768)")
-    gen.add_argument("--seed", type=any_int, default=0, help="random seed (default 0)")
+    gen.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     gen.add_argument("--out", required=True, metavar="PATH", help="output .hst path (written atomically)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(run=run_gen)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import Output, any_int, comma_list, declare_io, positive_int
+from .common import Output, comma_list, declare_io, positive_int, seed_int
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "seed give the same knobs.")
     fit.add_argument("trace", metavar="TRACE", help="a .hst trace (or .npy array)")
     fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
-    fit.add_argument("--seed", type=any_int, default=0, help="seed of the calibration runs (default 0)")
+    fit.add_argument("--seed", type=seed_int, default=0, help="seed of the calibration runs (default 0)")
     fit.add_argument("--layers", type=positive_int, default=2, metavar="N",
                      help="layers per calibration run (default 2)")
     fit.add_argument("--requests", type=positive_int, default=2, metavar="N",
