@@ -1,0 +1,152 @@
+"""The classes of bad command-line input, several members each: refused in one line that names
+the option, exit 2, before any work (nothing is read, replayed or written)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from simulator.trace import TraceMeta, write_trace
+from tests.fuzzing import assert_clean_error, run_cli
+from tests.helpers import random_stream
+
+
+@pytest.fixture()
+def trace(tmp_path):
+    path = tmp_path / "t.hst"
+    write_trace(path, TraceMeta(k=16, source={"kind": "test"}),
+                [random_stream(np.random.default_rng(0), steps=20, k=16, ctx0=40)])
+    return str(path)
+
+
+@pytest.fixture()
+def no_work(monkeypatch):
+    """Fail the test if a command opens a trace or replays (the check must come first)."""
+    import simulator.replay.api as api
+    import simulator.trace as trace_pkg
+
+    def forbidden(*a, **k):
+        raise AssertionError("work started before the arguments were checked")
+
+    monkeypatch.setattr(trace_pkg, "open_trace", forbidden)
+    monkeypatch.setattr(api, "replay_source", forbidden)
+
+
+@pytest.mark.parametrize("command", ["replay", "mrc"])
+@pytest.mark.parametrize("value, says", [
+    ("", "comma-separated list"), (",", "comma-separated list"), ("lru,,fifo", "empty item"),
+    ("lru,lru", "lru is given twice"), ("fifo,lru,fifo", "fifo is given twice"), (" lru , lru", "twice"),
+    ("LRU", "unknown policy 'LRU'"), ("lru,bogus", "unknown policy 'bogus'"), ("lru;fifo", "unknown policy"),
+])
+def test_policy_lists(trace, no_work, capsys, command, value, says):
+    code, _, err = run_cli([command, trace, f"--policy={value}", "--quiet"], capsys)
+    assert_clean_error(code, err, "--policy", says)
+
+
+@pytest.mark.parametrize("argv, option, says", [
+    (["replay", "T", "--window", "0"], "--window", "positive integer"),
+    (["replay", "T", "--window", "-100"], "--window", "positive integer"),
+    (["replay", "T", "--workers", "0"], "--workers", "positive integer"),
+    (["replay", "T", "--workers", "two"], "--workers", "expected an integer"),
+    (["replay", "T", "--buffer", "0"], "--buffer", "buffer size from 1"),
+    (["replay", "T", "--buffer", "4096,-1"], "--buffer", "buffer size from 1"),
+    (["replay", "T", "--buffer", str(2**31)], "--buffer", "2147483646"),
+    (["replay", "T", "--buffer", "2048,2048"], "--buffer", "given twice"),
+    (["replay", "T", "--buffer", "1e3"], "--buffer", "expected an integer"),
+    (["replay", "T", "--seed", "-1"], "--seed", "seed from 0"),
+    (["replay", "T", "--seed", str(2**64)], "--seed", "seed from 0"),
+    (["replay", "T", "--ctx0", "0"], "--ctx0", "positive integer"),
+    (["mrc", "T", "--step", "0"], "--step", "positive integer"),
+    (["mrc", "T", "--step", "-8"], "--step", "positive integer"),
+    (["mrc", "T", "--min-buffer", "0"], "--min-buffer", "buffer size"),
+    (["mrc", "T", "--max-buffer", "-3"], "--max-buffer", "buffer size"),
+    (["mrc", "T", "--min-buffer", "64", "--max-buffer", "32"], "--max-buffer", "below --min-buffer"),
+    (["trace", "info", "T", "--sink", "-1"], "--sink", "non-negative"),
+    (["trace", "info", "T", "--local", "-128"], "--local", "non-negative"),
+    (["trace", "export", "T", "--format", "oracle-general", "--out", "o.bin", "--request", "-1"], "--request",
+     "non-negative"),
+    (["trace", "gen", "--out", "g.hst", "--steps", "0"], "--steps", "positive integer"),
+    (["trace", "gen", "--out", "g.hst", "--layers", "-2"], "--layers", "positive integer"),
+    (["trace", "gen", "--out", "g.hst", "--topk", "0"], "--topk", "positive integer"),
+    (["trace", "gen", "--out", "g.hst", "--topk", "4096", "--ctx0", "1000"], "--topk", "larger than the context"),
+    (["trace", "fit", "T", "--out", "k.toml", "--rounds", "0"], "--rounds", "positive integer"),
+    (["trace", "record", "--model", "m", "--text", "t", "--prompt-tokens", "0", "--steps", "1", "--topk", "4",
+      "--out", "r.hst"], "--prompt-tokens", "positive integer"),
+    (["trace", "record", "--model", "m", "--text", "t", "--prompt-tokens", "8", "--steps", "1", "--topk", "4,4",
+      "--out", "r.hst"], "--topk", "given twice"),
+    (["sweep", "g.toml", "--workers", "0"], "--workers", "positive integer"),
+    (["calibrate", "--iters", "0"], "--iters", "positive integer"),
+    (["calibrate", "--pool-gib", "0"], "--pool-gib", "positive number"),
+    (["calibrate", "--pool-gib", "nan"], "--pool-gib", "finite"),
+    (["validate", "--steps", "-1"], "--steps", "positive integer"),
+    (["plan", "--sweep-host-ratio", "0"], "--sweep-host-ratio", "positive number"),
+    (["plan", "--sweep-host-ratio", "2,-4"], "--sweep-host-ratio", "positive number"),
+    (["plan", "--concurrency", "0,8"], "--concurrency", "positive integer"),
+    (["plan", "--rate", "inf"], "--rate", "finite"),
+    (["plan", "--slo-tpot-ms", "0"], "--slo-tpot-ms", "positive number"),
+    (["plan", "--slo-tpot-ms", "-50"], "--slo-tpot-ms", "positive number"),
+])
+def test_values_out_of_their_domain(trace, no_work, tmp_path, monkeypatch, capsys, argv, option, says):
+    monkeypatch.chdir(tmp_path)
+    argv = [trace if a == "T" else a for a in argv]
+    code, _, err = run_cli(argv, capsys)
+    assert_clean_error(code, err, option, says)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.hst"]  # nothing written
+
+
+def test_out_of_memory_is_one_line(trace, monkeypatch, capsys):
+    import simulator.replay.api as api
+
+    def too_big(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(api, "replay_source", too_big)
+    code, _, err = run_cli(["replay", trace, "--quiet"], capsys)
+    assert_clean_error(code, err, "out of memory", "hisparse replay")
+
+
+@pytest.mark.parametrize("command, offline", [("calibrate", "--refit"), ("validate", "--repredict")])
+def test_gpu_commands_without_cupy_say_what_to_install(tmp_path, monkeypatch, capsys, command, offline):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    out = tmp_path / "cal"
+    code, _, err = run_cli([command, "--out", str(out)], capsys)
+    assert_clean_error(code, err, "CuPy", "pip install", offline)
+    assert not out.exists()  # before any work
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{", "not a readable JSON file"),
+    ("[]", "expected a JSON object"),
+    ("{}", "missing key 'gpu.link_bw'"),
+    ('{"gpu": {"link_bw": 1}}', "missing key 'gpu.hbm_bw'"),
+    (b"\xff\xfe\x00junk", "not a readable JSON file"),
+    (None, "missing"),
+])
+def test_malformed_calibration_json_for_refit(tmp_path, capsys, content, says):
+    for name in ("swap_in-h200.csv", "attention-h200.csv"):
+        shutil.copy(f"calibration/{name}", tmp_path / name)
+    target = tmp_path / "h200.json"
+    if content is not None:
+        target.write_bytes(content if isinstance(content, bytes) else content.encode())
+    before = None if content is None else target.read_bytes()
+    code, _, err = run_cli(["calibrate", "--refit", "--out", str(tmp_path)], capsys)
+    assert_clean_error(code, err, "h200.json", says)
+    assert (target.read_bytes() if target.exists() else None) == before
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{", "not a readable JSON file"),
+    ('{"configs": [{"layers": 4}]}', "configs[0]: malformed"),
+    ('{"other": 1}', "missing key 'configs'"),
+])
+def test_malformed_validation_json_for_repredict(tmp_path, capsys, content, says):
+    shutil.copy("calibration/h200.json", tmp_path / "h200.json")
+    (tmp_path / "validation-h200.json").write_text(content)
+    code, _, err = run_cli(["validate", "--repredict", "--out", str(tmp_path)], capsys)
+    assert_clean_error(code, err, "validation-h200.json", says)
+    assert (tmp_path / "validation-h200.json").read_text() == content
+    assert json.loads((tmp_path / "h200.json").read_text())  # the calibration is untouched
