@@ -150,3 +150,31 @@ def test_malformed_validation_json_for_repredict(tmp_path, capsys, content, says
     assert_clean_error(code, err, "validation-h200.json", says)
     assert (tmp_path / "validation-h200.json").read_text() == content
     assert json.loads((tmp_path / "h200.json").read_text())  # the calibration is untouched
+
+
+def test_every_option_has_a_help_text_that_gives_its_default():
+    """`--help` explains every option and says its default (plan's preset options are the serving
+    model's: its rewrite lists the preset names there)."""
+    import argparse
+
+    from simulator.cli import build_parser
+
+    def walk(parser, prefix=()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, (*prefix, name))
+            elif not isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                yield " ".join(prefix), action
+
+    missing = []
+    for command, action in walk(build_parser()):
+        name = action.option_strings[0] if action.option_strings else action.dest
+        if action.help == argparse.SUPPRESS or command == "plan":
+            continue
+        if not action.help:
+            missing.append(f"{command} {name}: no help")
+        elif action.option_strings and action.default not in (None, False, True, [], argparse.SUPPRESS) \
+                and "default" not in action.help:
+            missing.append(f"{command} {name}: help does not give the default {action.default!r}")
+    assert missing == []
