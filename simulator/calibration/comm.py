@@ -74,7 +74,7 @@ def read_comm_csv(path: str | os.PathLike) -> pd.DataFrame:
     bad = ~df["collective"].isin(COLLECTIVES)
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise HisparseError(f"{p}: column 'collective', data row {i + 1}: {df['collective'].iloc[i]!r} "
+        raise HisparseError(f"{p}: column 'collective', data row {i + 1}: '{df['collective'].iloc[i]}' "
                             f"is not one of {', '.join(COLLECTIVES)}")
     for col, lowest, integer in (("n_gpus", 2, True), ("bytes", 1, True), ("time_us", 0.0, False)):
         values = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
@@ -84,7 +84,7 @@ def read_comm_csv(path: str | os.PathLike) -> pd.DataFrame:
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             need = f"an integer >= {lowest}" if integer else "a positive number"
-            raise HisparseError(f"{p}: column '{col}', data row {i + 1}: {df[col].iloc[i]!r} is not {need}")
+            raise HisparseError(f"{p}: column '{col}', data row {i + 1}: '{df[col].iloc[i]}' is not {need}")
         df[col] = values.astype(int) if integer else values
     return df
 
@@ -115,6 +115,9 @@ def fit_comm(df: pd.DataFrame, path: str = "CSV") -> pd.DataFrame:
         if not math.isfinite(bw):
             raise HisparseError(f"{path}: {coll} on {n} GPUs: column 'time_us' does not grow with 'bytes'; "
                                 "no bandwidth to fit")
+        if lat < 0:  # the line does not describe these points; a negative time is no model term
+            raise HisparseError(f"{path}: {coll} on {n} GPUs: the fit of column 'time_us' gives a negative "
+                                f"latency ({lat:.2f} us); the timings are not latency + bytes / bandwidth")
         rows.append(dict(collective=coll, n_gpus=int(n), latency_us=lat, busbw=bw, r2=r2, points=len(g),
                          max_rel_err=err))
     return pd.DataFrame(rows)
