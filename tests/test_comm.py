@@ -42,7 +42,17 @@ def _env() -> dict[str, str]:
     return env | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-def _check_harness_csv(path: Path, hidden: int, tokens: tuple[int, ...]) -> None:
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        return 0
+
+
+def _check_harness_csv(path: Path, hidden: int, tokens: tuple[int, ...], timing: str = "wall",
+                       backend: str = "gloo") -> None:
     df = read_comm_csv(path)  # the fit's own reader accepts it
     assert len(df) == 5 * len(tokens)  # 4 collectives, all_to_all twice (dispatch fp8, combine bf16)
     assert set(df.collective) == set(COLLECTIVES) and set(df.n_gpus) == {2}
@@ -52,9 +62,9 @@ def _check_harness_csv(path: Path, hidden: int, tokens: tuple[int, ...]) -> None
         assert r.time_us_p10 <= r.time_us <= r.time_us_p90 and r.time_us > 0
         assert r.algbw_gbps == pytest.approx(r.bytes / r.time_us * 1e-3)
         assert r.busbw_gbps == pytest.approx(r.algbw_gbps * busbw_factor(r.collective, 2))
-    assert set(df.timing) == {"wall"} and set(df.backend) == {"gloo"}
+    assert set(df.timing) == {timing} and set(df.backend) == {backend}
     meta = read_metadata(path)
-    assert meta["device"] == "cpu" and "benchmarks/comm.py" in meta["command"]
+    assert (meta["device"] == "cpu") == (backend == "gloo") and "benchmarks/comm.py" in meta["command"]
     assert meta["env"] == " ".join(f"{k}={v}" for k, v in MULTICAST_OFF.items())  # as each rank saw it
 
 
@@ -72,6 +82,17 @@ def test_harness_under_torchrun(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     _check_harness_csv(tmp_path / "t.csv", 16, (1, 3))
     assert read_metadata(tmp_path / "t.csv")["command"].startswith("torchrun --nproc-per-node 2")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason="needs 2 GPUs (the gloo tests above are its CPU counterpart)")
+def test_harness_on_two_gpus_through_nccl(tmp_path):
+    """The same run through NCCL on 2 GPUs, timed as CUDA-graph replays."""
+    args = ["--nproc", "2", "--gpus", "2", "--hidden", "6144", "--tokens", "1,64", "--repeats", "5", "--ops", "4"]
+    run = subprocess.run([sys.executable, "benchmarks/comm.py", *args, "--out", str(tmp_path)], cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    _check_harness_csv(tmp_path / "comm.csv", 6144, (1, 64), timing="graph", backend="nccl")
 
 
 def test_harness_refuses_multicast_on(tmp_path):

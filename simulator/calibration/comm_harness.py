@@ -7,8 +7,9 @@ all_to_all at the MoE dispatch (fp8) and combine (bf16) sizes of top-8 routing: 
 hidden x bytes per rank, spread evenly over the ranks (uniform routing, as DeepEP's
 benchmarks assume). On GPUs each timed repeat is one CUDA-graph replay of ``--ops``
 back-to-back collectives between CUDA events (a serving engine replays its decode step as a
-graph, so launch overhead is not the collective's); ``--timing eager`` times launches instead.
-The time of a repeat is the slowest rank's; the CSV holds the median, p10 and p90 over repeats.
+graph, so launch overhead is not the collective's), started with the GPUs aligned (see
+``time_op``); ``--timing eager`` queues the launches instead. A repeat takes the slowest rank's
+time; the CSV holds the median, p10 and p90 over repeats.
 
 NVLink multicast (NVLS) stays off: a program that uses it can put a shared host's GPUs out of
 service. The variables are set before the process group starts and checked in every rank.
@@ -213,14 +214,25 @@ def _barrier(cpu_group, cuda: bool) -> None:
     dist.barrier(group=cpu_group)
 
 
-def time_op(op: Callable[[], None], cfg: HarnessConfig, cpu_group, cuda: bool, timing: str) -> list[float]:
-    """Seconds per collective for each repeat, on this rank."""
+# Spin-kernel length that holds a GPU stream while the host queues one repeat (~0.5 ms at 2 GHz),
+# plus per eagerly launched collective.
+HOLD_CYCLES, HOLD_CYCLES_PER_LAUNCH = 1_000_000, 40_000
+
+
+def time_op(op: Callable[[], None], cfg: HarnessConfig, cpu_group, cuda: bool,
+            align: Callable[[], None] | None = None) -> tuple[list[float], str]:
+    """Seconds per collective for each repeat on this rank, and the timing used.
+
+    GPU: after a host barrier, a spin kernel holds the stream while the host queues ``align``
+    (a 1-element all_reduce: it ends at nearly the same moment on every GPU), the start event,
+    the ``ops`` collectives and the end event; so the timed region starts with the GPUs aligned
+    and holds no host launch gaps, as in a replayed decode step."""
     import torch
 
     for _ in range(cfg.warmup):
         op()
     _barrier(cpu_group, cuda)
-    out = []
+    out: list[float] = []
     if not cuda:
         for _ in range(cfg.repeats):
             _barrier(cpu_group, cuda)
@@ -228,44 +240,45 @@ def time_op(op: Callable[[], None], cfg: HarnessConfig, cpu_group, cuda: bool, t
             for _ in range(cfg.ops):
                 op()
             out.append((time.perf_counter() - t0) / cfg.ops)
-        return out
-    graph = None
-    if timing == "graph":
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(cfg.ops):
-                op()
-        graph.replay()
+        return out, "wall"
+    graph = _capture(op, cfg.ops, cpu_group) if cfg.timing == "graph" else None
     run = graph.replay if graph is not None else (lambda: [op() for _ in range(cfg.ops)])
+    run()
+    hold = getattr(torch.cuda, "_sleep", None)  # PyTorch's spin kernel (private, long-standing)
+    cycles = HOLD_CYCLES + (0 if graph is not None else cfg.ops * HOLD_CYCLES_PER_LAUNCH)
     for _ in range(cfg.repeats):
         _barrier(cpu_group, cuda)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if hold is not None:
+            hold(cycles)
+        if align is not None:
+            align()
         start.record()
         run()
         end.record()
         end.synchronize()
         out.append(start.elapsed_time(end) * 1e-3 / cfg.ops)
-    return out
+    return out, "graph" if graph is not None else "eager"
 
 
-def graph_capture_works(group, device) -> bool:
-    """Whether NCCL collectives capture into a CUDA graph here (else the run times eagerly)."""
+def _capture(op: Callable[[], None], ops: int, cpu_group):
+    """``ops`` collectives captured in one CUDA graph, or None (then every rank times eagerly:
+    the ranks agree, so all of them issue the same collectives)."""
     import torch
     import torch.distributed as dist
 
-    x = torch.zeros(1024, dtype=torch.bfloat16, device=device)
-    dist.all_reduce(x, group=group)
-    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
     try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            dist.all_reduce(x, group=group)
-        g.replay()
-        torch.cuda.synchronize()
-        return True
+        with torch.cuda.graph(graph):
+            for _ in range(ops):
+                op()
+        ok = 1
     except Exception as exc:  # capture support differs between PyTorch/NCCL builds
-        print(f"rank {dist.get_rank()}: CUDA-graph capture of NCCL failed ({exc}); timing eagerly", flush=True)
-        return False
+        print(f"rank {dist.get_rank()}: CUDA-graph capture failed ({exc}); timing eagerly", flush=True)
+        ok = 0
+    flag = torch.tensor([ok], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=cpu_group)
+    return graph if int(flag) == 1 else None
 
 
 def _slowest_rank(times: list[float], cpu_group, n: int) -> list[float]:
@@ -300,7 +313,7 @@ def run_rank(rank: int, world: int, cfg: HarnessConfig, local_rank: int, init_me
     try:
         rows = _run_counts(rank, world, cfg, device, cuda)
         if rank == 0:
-            write_csv(cfg, rows, _metadata(cfg, cuda, timing=rows[0]["timing"] if rows else cfg.timing))
+            write_csv(cfg, rows, _metadata(cfg, cuda, timing=",".join(sorted({r["timing"] for r in rows}))))
     finally:
         dist.destroy_process_group()
 
@@ -317,14 +330,9 @@ def _run_counts(rank: int, world: int, cfg: HarnessConfig, device, cuda: bool) -
         cpu_group = dist.new_group(ranks, backend="gloo") if cuda else group
         if rank < n:
             check_collectives(group, n, device)
-            if not cuda:
-                timing = "wall"
-            elif cfg.timing == "graph":
-                timing = "graph" if graph_capture_works(group, device) else "eager"
-            else:
-                timing = cfg.timing
+            align = _make_op(Message("all_reduce", "align", 1, 1, 2, False), n, group, device) if cuda else None
             for i, msg in enumerate(msgs):
-                times = time_op(_make_op(msg, n, group, device), cfg, cpu_group, cuda, timing)
+                times, timing = time_op(_make_op(msg, n, group, device), cfg, cpu_group, cuda, align)
                 rows.append(_row(msg, n, _slowest_rank(times, cpu_group, n), cfg, timing))
                 if rank == 0 and ((i + 1) % 10 == 0 or i + 1 == len(msgs)):
                     print(f"{n} ranks: {i + 1}/{len(msgs)} messages timed ({timing})", flush=True)
