@@ -57,7 +57,7 @@ def _check_harness_csv(path: Path, hidden: int, tokens: tuple[int, ...], timing:
     assert len(df) == 5 * len(tokens)  # 4 collectives, all_to_all twice (dispatch fp8, combine bf16)
     assert set(df.collective) == set(COLLECTIVES) and set(df.n_gpus) == {2}
     for r in df.itertuples():
-        msg = Message(r.collective, r.purpose, hidden, r.tokens_per_rank, r.elem_bytes, r.purpose.startswith("moe"))
+        msg = Message(r.collective, r.purpose, hidden, r.tokens_per_rank, r.row_bytes, r.copies)
         assert r.bytes == msg.nccl_bytes(2)
         assert r.time_us_p10 <= r.time_us <= r.time_us_p90 and r.time_us > 0
         assert r.algbw_gbps == pytest.approx(r.bytes / r.time_us * 1e-3)
@@ -123,9 +123,11 @@ def test_message_sizes_follow_nccl_tests():
     assert by["all_reduce", "tp_all_reduce"].nccl_bytes(n) == t * h * 2
     assert by["all_gather", "dp_gather"].nccl_bytes(n) == n * t * h * 2  # the gathered output
     assert by["reduce_scatter", "dp_scatter"].nccl_bytes(n) == n * t * h * 2  # the input
-    assert by["all_to_all", "moe_dispatch"].nccl_bytes(n) == t * 8 * h * 1  # one rank's send buffer, fp8
-    assert by["all_to_all", "moe_combine"].nccl_bytes(n) == t * 8 * h * 2
-    assert Message("all_to_all", "moe_combine", 10, 1, 2, True).elements(3) == 78  # a multiple of the ranks
+    assert by["all_to_all", "moe_dispatch"].nccl_bytes(n) == t * 8 * 7392  # one rank's send buffer:
+    assert by["all_to_all", "moe_combine"].nccl_bytes(n) == t * 8 * h * 2  # fp8 + scales / bf16 rows
+    assert by["all_to_all", "moe_dispatch"].row_bytes == 7168 + 56 * 4
+    assert messages([6144], [1], ["all_to_all"])[0].row_bytes == 6336
+    assert Message("all_to_all", "moe_combine", 10, 1, 20, 8).elements(3) == 159  # bytes, a multiple of the ranks
     assert busbw_factor("all_reduce", 8) == pytest.approx(1.75) and busbw_factor("all_to_all", 4) == 0.75
 
 

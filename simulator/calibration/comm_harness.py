@@ -3,9 +3,8 @@
 One process per GPU (torchrun, or spawned here with torch.multiprocessing). For each GPU count
 n (2, 4, 8 by default) ranks 0..n-1 form a group and time all_reduce (TP), all_gather and
 reduce_scatter (DP-attention gather and scatter) at hidden x tokens-per-rank x bf16, and
-all_to_all at the MoE dispatch (fp8) and combine (bf16) sizes of top-8 routing: tokens x 8 x
-hidden x bytes per rank, spread evenly over the ranks (uniform routing, as DeepEP's
-benchmarks assume). On GPUs each timed repeat is one CUDA-graph replay of ``--ops``
+all_to_all at the MoE dispatch (fp8 rows with their scales) and combine (bf16) sizes of top-8
+routing: tokens x 8 rows per rank, spread evenly over the ranks (uniform routing). On GPUs each timed repeat is one CUDA-graph replay of ``--ops``
 back-to-back collectives between CUDA events (a serving engine replays its decode step as a
 graph, so launch overhead is not the collective's), started with the GPUs aligned (see
 ``time_op``); ``--timing eager`` queues the launches instead. A repeat takes the slowest rank's
@@ -34,19 +33,32 @@ from .comm import COLLECTIVES, busbw_factor
 # NVLink multicast off in NCCL, PyTorch symmetric memory and NVSHMEM (the machines' rule).
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
-# hidden_size from the models' config.json: GLM-5.1 6144, DeepSeek-V3.2 7168.
+# hidden_size: GLM-5.1 6144 (zai-org/GLM-5 config.json, same architecture), DeepSeek-V3.2 7168
+# (deepseek-ai DeepSeek-V3.2-Exp inference/config_671B_v3.2.json, "dim").
 DEFAULT_HIDDEN = (6144, 7168)
 DEFAULT_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_GPUS = (2, 4, 8)
-TOP_K = 8  # routed experts per token (both models)
+TOP_K = 8  # routed experts per token (both models' num_experts_per_tok)
 
-# What each timed message stands for in a decode step: (collective, purpose, bytes per element,
-# whether the per-rank payload is tokens x top_k x hidden). DeepEP dispatches FP8 and combines BF16.
-PURPOSES = (("all_reduce", "tp_all_reduce", 2, False),
-            ("all_gather", "dp_gather", 2, False),
-            ("reduce_scatter", "dp_scatter", 2, False),
-            ("all_to_all", "moe_dispatch", 1, True),
-            ("all_to_all", "moe_combine", 2, True))
+
+def bf16_row(hidden: int) -> int:
+    return 2 * hidden
+
+
+def fp8_dispatch_row(hidden: int) -> int:
+    """DeepEP's FP8 dispatch row: e4m3 values plus an fp32 scale per 128 channels
+    (deepseek-ai/DeepEP: FP8 dispatch, BF16 combine)."""
+    return hidden + 4 * -(-hidden // 128)
+
+
+# What each timed message stands for in a decode step: (collective, purpose, bytes of one token's
+# row, rows a token sends). MoE rows count top-8 copies: an upper bound, as DeepEP sends a token
+# once per destination rank (at most min(8, n) of them); the fit spans both ends.
+PURPOSES = (("all_reduce", "tp_all_reduce", bf16_row, 1),
+            ("all_gather", "dp_gather", bf16_row, 1),
+            ("reduce_scatter", "dp_scatter", bf16_row, 1),
+            ("all_to_all", "moe_dispatch", fp8_dispatch_row, TOP_K),
+            ("all_to_all", "moe_combine", bf16_row, TOP_K))
 
 
 def disable_multicast(environ: MutableMapping[str, str] | None = None) -> None:
@@ -76,23 +88,28 @@ class Message:
     purpose: str
     hidden: int
     tokens_per_rank: int
-    elem_bytes: int
-    moe: bool
+    row_bytes: int
+    copies: int
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Reductions run on bf16; all_to_all moves bytes (uint8), whatever the row holds."""
+        return 1 if self.collective == "all_to_all" else 2
 
     def elements(self, n: int) -> int:
         """Elements of one rank's own chunk (all_to_all: its whole send buffer, a multiple of n)."""
-        e = self.tokens_per_rank * self.hidden * (TOP_K if self.moe else 1)
+        e = self.tokens_per_rank * self.copies * self.row_bytes // self.dtype_bytes
         return (e // n) * n if self.collective == "all_to_all" else e
 
     def nccl_bytes(self, n: int) -> int:
         """nccl-tests' size: all_gather's output and reduce_scatter's input are n chunks."""
         chunks = n if self.collective in ("all_gather", "reduce_scatter") else 1
-        return chunks * self.elements(n) * self.elem_bytes
+        return chunks * self.elements(n) * self.dtype_bytes
 
 
 def messages(hidden: Sequence[int], tokens: Sequence[int], collectives: Sequence[str]) -> list[Message]:
-    return [Message(coll, purpose, h, t, eb, moe)
-            for coll, purpose, eb, moe in PURPOSES if coll in collectives
+    return [Message(coll, purpose, h, t, row(h), copies)
+            for coll, purpose, row, copies in PURPOSES if coll in collectives
             for h in hidden for t in tokens]
 
 
@@ -165,7 +182,7 @@ def _make_op(msg: Message, n: int, group, device) -> Callable[[], None]:
     import torch
     import torch.distributed as dist
 
-    dtype = torch.bfloat16 if msg.elem_bytes == 2 else torch.uint8
+    dtype = torch.bfloat16 if msg.dtype_bytes == 2 else torch.uint8
     e = msg.elements(n)
     if msg.collective == "all_reduce":
         x = torch.zeros(e, dtype=dtype, device=device)
@@ -330,7 +347,7 @@ def _run_counts(rank: int, world: int, cfg: HarnessConfig, device, cuda: bool) -
         cpu_group = dist.new_group(ranks, backend="gloo") if cuda else group
         if rank < n:
             check_collectives(group, n, device)
-            align = _make_op(Message("all_reduce", "align", 1, 1, 2, False), n, group, device) if cuda else None
+            align = _make_op(Message("all_reduce", "align", 1, 1, 2, 1), n, group, device) if cuda else None
             for i, msg in enumerate(msgs):
                 times, timing = time_op(_make_op(msg, n, group, device), cfg, cpu_group, cuda, align)
                 rows.append(_row(msg, n, _slowest_rank(times, cpu_group, n), cfg, timing))
@@ -345,7 +362,7 @@ def _row(msg: Message, n: int, times: list[float], cfg: HarnessConfig, timing: s
     size = msg.nccl_bytes(n)
     algbw = size / med
     return dict(collective=msg.collective, purpose=msg.purpose, n_gpus=n, hidden=msg.hidden,
-                tokens_per_rank=msg.tokens_per_rank, elem_bytes=msg.elem_bytes, bytes=size,
+                tokens_per_rank=msg.tokens_per_rank, row_bytes=msg.row_bytes, copies=msg.copies, bytes=size,
                 time_us=med * 1e6, time_us_p10=_percentile(times, 0.1) * 1e6,
                 time_us_p90=_percentile(times, 0.9) * 1e6, algbw_gbps=algbw / 1e9,
                 busbw_gbps=algbw * busbw_factor(msg.collective, n) / 1e9,
