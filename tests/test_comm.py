@@ -52,16 +52,16 @@ def _gpus() -> int:
 
 
 def _check_harness_csv(path: Path, hidden: int, tokens: tuple[int, ...], timing: str = "wall",
-                       backend: str = "gloo") -> None:
+                       backend: str = "gloo", counts: tuple[int, ...] = (2,)) -> None:
     df = read_comm_csv(path)  # the fit's own reader accepts it
-    assert len(df) == 5 * len(tokens)  # 4 collectives, all_to_all twice (dispatch fp8, combine bf16)
-    assert set(df.collective) == set(COLLECTIVES) and set(df.n_gpus) == {2}
+    assert len(df) == 5 * len(tokens) * len(counts)  # all_to_all twice (dispatch fp8, combine bf16)
+    assert set(df.collective) == set(COLLECTIVES) and set(df.n_gpus) == set(counts)
     for r in df.itertuples():
         msg = Message(r.collective, r.purpose, hidden, r.tokens_per_rank, r.row_bytes, r.copies)
-        assert r.bytes == msg.nccl_bytes(2)
+        assert r.bytes == msg.nccl_bytes(r.n_gpus)
         assert r.time_us_p10 <= r.time_us <= r.time_us_p90 and r.time_us > 0
         assert r.algbw_gbps == pytest.approx(r.bytes / r.time_us * 1e-3)
-        assert r.busbw_gbps == pytest.approx(r.algbw_gbps * busbw_factor(r.collective, 2))
+        assert r.busbw_gbps == pytest.approx(r.algbw_gbps * busbw_factor(r.collective, r.n_gpus))
     assert set(df.timing) == {timing} and set(df.backend) == {backend}
     meta = read_metadata(path)
     assert (meta["device"] == "cpu") == (backend == "gloo") and "benchmarks/comm.py" in meta["command"]
@@ -75,13 +75,15 @@ def test_harness_spawns_a_gloo_group_and_writes_the_csv(tmp_path):
     _check_harness_csv(tmp_path / "comm.csv", 16, (1, 3))
 
 
-def test_harness_under_torchrun(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "benchmarks/comm.py", *TINY, "--out", str(tmp_path), "--csv-name", "t.csv"],
+def test_harness_under_torchrun_with_a_subgroup(tmp_path):
+    """3 ranks, GPU counts 2 and 3: rank 2 sits out the 2-rank group; 3 ranks split all_to_all unevenly."""
+    args = [*TINY[:4], "--gpus", "2,3", *TINY[6:]]
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3",
+                          "benchmarks/comm.py", *args, "--out", str(tmp_path), "--csv-name", "t.csv"],
                          cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-2000:]
-    _check_harness_csv(tmp_path / "t.csv", 16, (1, 3))
-    assert read_metadata(tmp_path / "t.csv")["command"].startswith("torchrun --nproc-per-node 2")
+    _check_harness_csv(tmp_path / "t.csv", 16, (1, 3), counts=(2, 3))
+    assert read_metadata(tmp_path / "t.csv")["command"].startswith("torchrun --nproc-per-node 3")
 
 
 @pytest.mark.gpu

@@ -4,10 +4,11 @@ One process per GPU (torchrun, or spawned here with torch.multiprocessing). For 
 n (2, 4, 8 by default) ranks 0..n-1 form a group and time all_reduce (TP), all_gather and
 reduce_scatter (DP-attention gather and scatter) at hidden x tokens-per-rank x bf16, and
 all_to_all at the MoE dispatch (fp8 rows with their scales) and combine (bf16) sizes of top-8
-routing: tokens x 8 rows per rank, spread evenly over the ranks (uniform routing). On GPUs each timed repeat is one CUDA-graph replay of ``--ops``
-back-to-back collectives between CUDA events (a serving engine replays its decode step as a
-graph, so launch overhead is not the collective's), started with the GPUs aligned (see
-``time_op``); ``--timing eager`` queues the launches instead. A repeat takes the slowest rank's
+routing: tokens x 8 rows per rank, spread evenly over the ranks (uniform routing). On GPUs each
+timed repeat is one CUDA-graph replay of ``--ops`` back-to-back collectives between CUDA events
+(a serving engine replays its decode step as a graph, so launch overhead is not the
+collective's), started with the GPUs aligned (see ``time_op``); ``--timing eager`` queues the
+launches instead. A repeat takes the slowest rank's
 time; the CSV holds the median, p10 and p90 over repeats.
 
 NVLink multicast (NVLS) stays off: a program that uses it can put a shared host's GPUs out of
@@ -25,7 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from ..errors import HisparseError
 from .comm import COLLECTIVES, busbw_factor
@@ -53,7 +54,8 @@ def fp8_dispatch_row(hidden: int) -> int:
 
 # What each timed message stands for in a decode step: (collective, purpose, bytes of one token's
 # row, rows a token sends). MoE rows count top-8 copies: an upper bound, as DeepEP sends a token
-# once per destination rank (at most min(8, n) of them); the fit spans both ends.
+# once per destination rank (at most min(8, n) of them); the serving model evaluates the fitted
+# line at its own byte counts, which the 1..256-token range covers.
 PURPOSES = (("all_reduce", "tp_all_reduce", bf16_row, 1),
             ("all_gather", "dp_gather", bf16_row, 1),
             ("reduce_scatter", "dp_scatter", bf16_row, 1),
@@ -128,7 +130,7 @@ class HarnessConfig:
     repeats: int = 50
     ops: int = 20
     timing: str = "graph"
-    command: str = field(default="")
+    command: str = ""
 
     @property
     def device_kind(self) -> str:
@@ -233,7 +235,7 @@ def _barrier(cpu_group, cuda: bool) -> None:
 
 # Spin-kernel length that holds a GPU stream while the host queues one repeat (~0.5 ms at 2 GHz),
 # plus per eagerly launched collective.
-HOLD_CYCLES, HOLD_CYCLES_PER_LAUNCH = 1_000_000, 40_000
+HOLD_CYCLES, HOLD_CYCLES_PER_LAUNCH = 1_000_000, 80_000
 
 
 def time_op(op: Callable[[], None], cfg: HarnessConfig, cpu_group, cuda: bool,
@@ -285,8 +287,8 @@ def _capture(op: Callable[[], None], ops: int, cpu_group):
     import torch.distributed as dist
 
     graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
+    try:  # thread_local: ProcessGroupNCCL's watchdog thread keeps querying its events meanwhile
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             for _ in range(ops):
                 op()
         ok = 1
@@ -375,11 +377,18 @@ def _metadata(cfg: HarnessConfig, cuda: bool, timing: str) -> dict[str, str]:
     meta = {"command": cfg.command,
             "device": f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}" if cuda else "cpu",
             "torch": torch.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else "",
+            "nccl": _nccl_version() if cuda else "",
             "backend": cfg.backend, "timing": timing,
             "env": " ".join(f"{k}={os.environ.get(k, '<unset>')}" for k in MULTICAST_OFF),
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     return {k: v for k, v in meta.items() if v}
+
+
+def _nccl_version() -> str:
+    import torch
+
+    v = torch.cuda.nccl.version()
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
 
 def write_csv(cfg: HarnessConfig, rows: list[dict], meta: dict[str, str]) -> None:
