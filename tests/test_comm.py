@@ -188,6 +188,7 @@ def test_comm_refit_writes_the_comm_section(tmp_path, capsys):
     csv = synthetic_csv(tmp_path / "comm-h200.csv")
     assert main(["calibrate", "--comm-refit", str(csv), "--out", str(out)]) == 0
     assert "all_to_all" in capsys.readouterr().out
+    assert (out / "comm-h200.png").stat().st_size > 10_000  # measured against fit, one panel per collective
     report = json.loads((out / "h200.json").read_text())
     assert {k: v for k, v in report.items() if k != "comm"} == before  # the kernel terms stay
     comm = report["comm"]

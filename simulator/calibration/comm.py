@@ -120,6 +120,7 @@ def fit_comm(df: pd.DataFrame, path: str = "CSV") -> pd.DataFrame:
                                 f"latency ({lat:.2f} us); the timings are not latency + bytes / bandwidth")
         rows.append(dict(collective=coll, n_gpus=int(n), latency_us=lat, busbw=bw, r2=r2, points=len(g),
                          max_rel_err=err))
+    rows.sort(key=lambda r: (COLLECTIVES.index(r["collective"]), r["n_gpus"]))
     return pd.DataFrame(rows)
 
 
@@ -163,13 +164,18 @@ def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any]) ->
         fh.write(json.dumps(report, indent=2).encode())
 
 
-def calibrate_comm(csv_path: str, json_path: str, command: str) -> pd.DataFrame:
-    """Fit a harness CSV and write the ``comm`` section: the fits table (nothing written on a bad
-    CSV). ``command`` is the measuring command when the CSV does not record one."""
+def calibrate_comm(csv_path: str, json_path: str, command: str, plot_path: str | None = None) -> pd.DataFrame:
+    """Fit a harness CSV and write the ``comm`` section (and a measured-against-fit plot): the
+    fits table; nothing is written on a bad CSV. ``command`` is the measuring command when the
+    CSV does not record one."""
     df = read_comm_csv(csv_path)
     fits = fit_comm(df, csv_path)
     meta = read_metadata(csv_path)
     write_comm_section(json_path, comm_section(fits, source_line(meta, csv_path), meta.get("command") or command))
+    if plot_path:
+        from .report import plot_comm
+
+        plot_comm(df, fits, plot_path)
     return fits
 
 

@@ -26,7 +26,8 @@ def run_comm(args: argparse.Namespace) -> int:
         csv_path = run(HarnessConfig(out=args.out, csv_name=f"comm-{args.gpu}.csv", command=command))
     else:
         csv_path = args.comm_refit
-    fits = calibrate_comm(csv_path, out_json, command)
+    plot = os.path.join(args.out, f"comm-{args.gpu}.png")
+    fits = calibrate_comm(csv_path, out_json, command, plot)
     print(format_fits(fits))
-    print(f"wrote the 'comm' section of {out_json} (raw timings {csv_path})")
+    print(f"wrote the 'comm' section of {out_json} and {plot} (raw timings {csv_path})")
     return 0
