@@ -37,9 +37,11 @@ TINY = ["--backend", "gloo", "--device", "cpu", "--gpus", "2", "--hidden", "16",
         "--repeats", "3", "--ops", "2", "--warmup", "1"]
 
 
-def _env() -> dict[str, str]:
+def _env(multicast_off: bool = False) -> dict[str, str]:
+    """The test's environment without the NVLS variables (the harness must set them itself), or
+    with them (GPU runs keep them set from the start)."""
     env = {k: v for k, v in os.environ.items() if k not in MULTICAST_OFF}
-    return env | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return env | {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"} | (MULTICAST_OFF if multicast_off else {})
 
 
 def _gpus() -> int:
@@ -92,7 +94,7 @@ def test_harness_on_two_gpus_through_nccl(tmp_path):
     """The same run through NCCL on 2 GPUs, timed as CUDA-graph replays."""
     args = ["--nproc", "2", "--gpus", "2", "--hidden", "6144", "--tokens", "1,64", "--repeats", "5", "--ops", "4"]
     run = subprocess.run([sys.executable, "benchmarks/comm.py", *args, "--out", str(tmp_path)], cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=300)
+                         env=_env(multicast_off=True), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     _check_harness_csv(tmp_path / "comm.csv", 6144, (1, 64), timing="graph", backend="nccl")
 
