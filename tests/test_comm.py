@@ -238,6 +238,15 @@ def test_bad_csv_is_one_line_naming_file_and_column(tmp_path, capsys, text, prob
     assert (out / "h200.json").read_bytes() == before  # nothing half-written
 
 
+def test_refit_of_a_csv_without_header_lines_names_its_own_command(tmp_path):
+    out = _calibration(tmp_path)
+    csv = synthetic_csv(tmp_path / "c.csv")
+    csv.write_text("".join(line for line in csv.read_text().splitlines(True) if not line.startswith("#")))
+    assert main(["calibrate", "--comm-refit", str(csv), "--out", str(out)]) == 0
+    comm = json.loads((out / "h200.json").read_text())["comm"]
+    assert comm["command"] == f"hisparse calibrate --comm-refit {csv} --gpu h200 --out {out}"
+
+
 def test_missing_csv_and_conflicting_options(tmp_path, capsys):
     out = _calibration(tmp_path)
     assert main(["calibrate", "--comm-refit", str(tmp_path / "none.csv"), "--out", str(out)]) == 2

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from ..errors import HisparseError
 
@@ -19,7 +18,8 @@ def run_comm(args: argparse.Namespace) -> int:
         raise HisparseError("--refit refits the kernel terms; --comm/--comm-refit the communication terms: give one")
     os.makedirs(args.out, exist_ok=True)
     out_json = os.path.join(args.out, f"{args.gpu}.json")
-    command = "hisparse " + " ".join(sys.argv[1:]) if sys.argv[1:] else "hisparse calibrate --comm"
+    what = "--comm" if args.comm else f"--comm-refit {args.comm_refit}"
+    command = f"hisparse calibrate {what} --gpu {args.gpu} --out {args.out}"
     if args.comm:
         from .comm_harness import HarnessConfig, run
 
