@@ -24,9 +24,24 @@ def trace(tmp_path):
 
 
 @pytest.fixture()
+def no_work_after_open(monkeypatch):
+    """Fail the test if a command replays (it may read the trace to check its options)."""
+    import simulator.replay.mrc as mrc
+
+    def forbidden(*a, **k):
+        raise AssertionError("a replay started before the arguments were checked")
+
+    monkeypatch.setattr(mrc, "miss_ratio_curve", forbidden)
+    import simulator.replay as replay_pkg
+
+    monkeypatch.setattr(replay_pkg, "miss_ratio_curve", forbidden)
+
+
+@pytest.fixture()
 def no_work(monkeypatch):
     """Fail the test if a command opens a trace or replays (the check must come first)."""
     import simulator.replay.api as api
+    import simulator.replay.mrc  # noqa: F401 - bound to the real replay_source before the patch
     import simulator.trace as trace_pkg
 
     def forbidden(*a, **k):
@@ -178,3 +193,25 @@ def test_every_option_has_a_help_text_that_gives_its_default():
                 and "default" not in action.help:
             missing.append(f"{command} {name}: help does not give the default {action.default!r}")
     assert missing == []
+
+
+@pytest.mark.parametrize("buffer", [str(2**21), str(2**31 - 2), f"16,{2**30}"])
+def test_a_buffer_past_the_largest_context_is_refused_before_the_engine_allocates_it(trace, capsys, buffer):
+    code, _, err = run_cli(["replay", trace, "--buffer", buffer, "--quiet"], capsys)
+    assert_clean_error(code, err, "--buffer", "largest context (59)")
+
+
+def test_mrc_stops_at_the_largest_context_and_bounds_per_size_replays(trace, capsys):
+    code, out, err = run_cli(["mrc", trace, "--max-buffer", str(2**31 - 2), "--quiet", "--json"], capsys)
+    assert code == 0 and "the curve stops at 59" in err
+    curve = json.loads(out)["curve"]
+    assert max(r["buffer"] for r in curve) == 59
+
+
+
+def test_mrc_refuses_more_per_size_replays_than_it_allows(tmp_path, no_work_after_open, capsys):
+    path = tmp_path / "long.npy"
+    np.save(path, np.arange(16, dtype=np.int32)[None, :].repeat(3, axis=0))
+    code, _, err = run_cli(["mrc", str(path), "--ctx0", "30000", "--policy", "lru,opt", "--step", "1",
+                            "--max-buffer", "29999", "--quiet"], capsys)
+    assert_clean_error(code, err, "--step 1", "29984 sizes", "at most 10000")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from .common import (
     Output,
@@ -18,6 +19,8 @@ from .common import (
     seed_int,
 )
 
+# Per-size replays of one curve: each is a whole replay of the trace.
+MAX_GRID_SIZES = 10_000
 POLICY_HELP = "lru, fifo, clock, lfu, arc, s3fifo, sieve, random, opt, none, static-prefix"
 
 
@@ -95,6 +98,26 @@ def _checked(cfg, k: int, option: str):
         raise HisparseError(f"{option} {cfg.buffer} (--policy {cfg.policy}): {exc}") from None
 
 
+# The engine allocates a few words per slot (simulator/replay/engine.py: 5 x 8 words of int64 per
+# slot, then per-slot arrays): up to 2**20 slots that is a few hundred MB; above it a buffer is
+# first checked against the trace's largest context, past which every size misses the same.
+LARGE_BUFFER = 2**20
+
+
+def _check_large_buffers(trace, buffers) -> None:
+    from ..errors import HisparseError
+
+    big = [b for b in buffers if b > LARGE_BUFFER]
+    if not big:
+        return
+    largest = max(int(s.ctx_len.max()) for s in trace if s.steps)
+    for b in big:
+        if b > largest:
+            raise HisparseError(f"--buffer {b}: larger than the trace's largest context ({largest}); a buffer "
+                                f"of {largest} slots already holds every position (and misses the same), "
+                                "while the engine's memory grows with the slots")
+
+
 def _write_table(df, path: str) -> None:
     """``path`` ends in .parquet or .csv (checked with the other outputs before the replay)."""
     from ..fileio import atomic_output
@@ -123,6 +146,7 @@ def run_replay(args: argparse.Namespace) -> int:
     policies = check_policies(args.policy, POLICIES)
     trace = open_input(args, need_accesses=True)
     configs = [_checked(c, trace.meta.k, "--buffer") for c in _configs(args, policies)]
+    _check_large_buffers(trace, args.buffer)
     want_steps = bool(args.out or args.plot)
     records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
                                   wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
@@ -162,16 +186,28 @@ def run_mrc(args: argparse.Namespace) -> int:
     step = args.step or max(1, k // 8)
     if hi < lo:
         raise HisparseError(f"--max-buffer {hi} is below the smallest size {lo}")
-    min_ctx = min((int(s.ctx_len.min()) for s in trace if s.steps), default=0)
-    curves, methods = [], {}
+    spans = [(int(s.ctx_len.min()), int(s.ctx_len.max())) for s in trace if s.steps]
+    min_ctx, max_ctx = min(a for a, _ in spans), max(b for _, b in spans)
+    if hi > max(lo, max_ctx):  # a buffer that holds the whole context misses the same at any size
+        print(f"hisparse: note: sizes above the largest context ({max_ctx}) miss as {max_ctx} does: "
+              f"the curve stops at {max(lo, max_ctx)}, not --max-buffer {hi}", file=sys.stderr)
+        hi = max(lo, max_ctx)
+    from ..replay.mrc import one_pass_applies
+
+    plans = []  # (policy, config, sizes), all checked before the first replay
     for policy in policies:
         cfg = _checked(ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
                                     reserve_newest=args.reserve_newest, seed=args.seed), k, "--min-buffer")
-        from ..replay.mrc import one_pass_applies
-
-        sizes = list(range(lo, hi + 1)) if one_pass_applies(cfg, min_ctx, hi) else list(range(lo, hi + 1, step))
+        one_pass = one_pass_applies(cfg, min_ctx, hi)
+        sizes = list(range(lo, hi + 1, 1 if one_pass else step))
         if sizes[-1] != hi:
             sizes.append(hi)
+        if not one_pass and len(sizes) > MAX_GRID_SIZES:
+            raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {policy}, each one "
+                                f"replay (at most {MAX_GRID_SIZES}); give a larger --step or a narrower range")
+        plans.append((policy, cfg, sizes))
+    curves, methods = [], {}
+    for policy, cfg, sizes in plans:
         curve, method = miss_ratio_curve(lambda: iter(trace), cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
                                          source=trace)
         methods[policy] = method
