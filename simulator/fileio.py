@@ -70,6 +70,10 @@ def check_output(path: str | os.PathLike, *, option: str = "--out", kind: str = 
             raise OutputError(f"{name}: is an input of this command; writing it would replace the input")
     if kind == "file" and target.is_dir():
         raise OutputError(f"{name}: is a folder; give a file name")
+    if kind == "file" and _special(target):  # /dev/stdout, a pipe: written in place
+        if not os.access(target, os.W_OK):
+            raise OutputError(f"{name}: cannot write (permission denied)")
+        return
     if kind == "dir" and target.exists() and not target.is_dir():
         raise OutputError(f"{name}: is a file; give a folder")
     folder = target if kind == "dir" else target.parent
@@ -141,9 +145,23 @@ def replace_into(tmp: str, path: str | os.PathLike) -> None:
         raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
 
+def _special(path: Path) -> bool:
+    """An existing output that is not a regular file or a folder: a device (/dev/stdout) or a pipe."""
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
-    """Yield a binary file; on clean exit it becomes exactly ``path``, on error nothing is left."""
+    """Yield a binary file; on clean exit it becomes exactly ``path``, on error nothing is left.
+
+    A device or pipe (``/dev/stdout``) is written in place: renaming onto it would replace it."""
+    if _special(Path(path)):
+        try:
+            with open(path, "wb") as handle:
+                yield handle
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        return
     handle, tmp = temp_beside(path)
     try:
         try:

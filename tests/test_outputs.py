@@ -121,3 +121,16 @@ def test_output_equal_to_an_input_is_refused(tmp_path, inputs, capsys, monkeypat
 def test_output_suffix_checked_before_work(tmp_path, inputs, capsys, template, bad):
     out = str(tmp_path / bad)
     _refused(_argv(template, inputs, out), _option(template), out, tmp_path, capsys)
+
+
+def test_write_failures_and_devices(inputs, capsys):
+    """A device is written in place, never replaced by a rename; a write that fails (disk full)
+    is one line naming the file."""
+    import os
+    import stat
+
+    argv = ["trace", "export", inputs["trace"], "--format", "oracle-general", "--out"]
+    code, _, err = run_cli([*argv, "/dev/full"], capsys)
+    assert_clean_error(code, err, "/dev/full", "No space left on device")
+    assert run_cli([*argv, "/dev/null"], capsys)[0] == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and stat.S_ISCHR(os.stat("/dev/full").st_mode)
