@@ -88,6 +88,7 @@ def test_policy_lists(trace, no_work, capsys, command, value, says):
     (["trace", "gen", "--out", "g.hst", "--layers", "-2"], "--layers", "positive integer"),
     (["trace", "gen", "--out", "g.hst", "--topk", "0"], "--topk", "positive integer"),
     (["trace", "gen", "--out", "g.hst", "--topk", "4096", "--ctx0", "1000"], "--topk", "larger than the context"),
+    (["trace", "gen", "--out", "g.hst", "--knobs", "missing.toml"], "--knobs", "no such file"),
     (["trace", "fit", "T", "--out", "k.toml", "--rounds", "0"], "--rounds", "positive integer"),
     (["trace", "record", "--model", "m", "--text", "t", "--prompt-tokens", "0", "--steps", "1", "--topk", "4",
       "--out", "r.hst"], "--prompt-tokens", "positive integer"),

@@ -86,6 +86,13 @@ def test_bad_grid_values_fail_before_any_point(tmp_path, capsys, entry, message)
     assert not (tmp_path / "o").exists()  # nothing ran
 
 
+def test_a_missing_trace_fails_before_any_point(tmp_path, capsys):
+    grid = _grid(tmp_path, 'kind = "replay"\n[grid]\ntrace = ["traces/synthetic-dsa-like.hst", "nope.hst"]\n')
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 2
+    assert "trace = 'nope.hst': no such file" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("entry, message", [
     ("concurrency = [0]", "concurrency = 0: expected a positive integer"),
     ("rate = [-1.0]", "rate = -1.0: expected a positive number"),

@@ -66,6 +66,9 @@ def check_values(grid, path: str) -> None:
                 raise HisparseError(f"{path}: {key} = {value!r}: expected one of {', '.join(CHOICES[key])}")
             elif key == "policy" and grid.kind == "replay":
                 check_policies([value], POLICIES, option=f"{path}: policy")
+            elif key == "trace" and not os.path.isfile(value):
+                raise HisparseError(f"{path}: trace = {value!r}: no such file (paths are relative to the "
+                                    "folder the sweep runs in)")
 
 
 def _print_failures(table, limit: int = 20) -> None:

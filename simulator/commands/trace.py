@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
 from .common import (
     Output,
@@ -93,6 +95,10 @@ def run_gen(args: argparse.Namespace) -> int:
 
         raise HisparseError(f"--topk {args.topk} is larger than the context (--ctx0 {args.ctx0}): "
                             "a step selects at most ctx_len positions")
+    if args.knobs and not os.path.isfile(args.knobs):
+        from ..errors import HisparseError
+
+        raise HisparseError(f"--knobs {args.knobs}: no such file")
     spec = args.knobs or args.preset
     knobs = load_knobs(spec)
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": spec if not args.knobs else None,
@@ -109,6 +115,9 @@ def run_info(args: argparse.Namespace) -> int:
     from ..trace.stats import trace_info
 
     info = trace_info(open_input(args), sink=args.sink, local=args.local)
+    if not info.get("accesses"):
+        print(f"hisparse: note: {args.trace} holds no accesses (every step is empty or -1 padding): "
+              "nothing to replay", file=sys.stderr)
     if args.json:
         print_json(info)
     else:
