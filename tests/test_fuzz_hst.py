@@ -166,3 +166,17 @@ def test_version_1_chunk_headers_are_checked_against_the_index(tmp_path, capsys)
         assert_clean_error(code, err, str(path))
 
     prop()
+
+
+def test_convert_rewrites_a_version_1_file_as_version_2_with_the_same_streams(tmp_path, capsys):
+    """The documented upgrade (traces/README.md): hisparse trace convert OLD --keep-order --out NEW."""
+    src, new = "traces/gemma3-argparse-k256.hst", tmp_path / "v2.hst"
+    code, _, err = run_cli(["trace", "convert", src, "--keep-order", "--out", str(new)], capsys)
+    assert code == 0, err
+    old, fresh = TraceReader(src), TraceReader(new)
+    assert (old.version, fresh.version) == (1, 2)
+    assert old.meta.source == fresh.meta.source and old.meta.extra == fresh.meta.extra
+    assert old.keys == fresh.keys
+    for key in old.keys:
+        a, b = old.read(key), fresh.read(key)
+        assert np.array_equal(a.ctx_len, b.ctx_len) and np.array_equal(a.indices, b.indices)
