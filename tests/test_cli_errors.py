@@ -26,14 +26,12 @@ def trace(tmp_path):
 @pytest.fixture()
 def no_work_after_open(monkeypatch):
     """Fail the test if a command replays (it may read the trace to check its options)."""
-    import simulator.replay.mrc as mrc
+    import simulator.replay as replay_pkg
 
     def forbidden(*a, **k):
         raise AssertionError("a replay started before the arguments were checked")
 
-    monkeypatch.setattr(mrc, "miss_ratio_curve", forbidden)
-    import simulator.replay as replay_pkg
-
+    # the command imports it from the package (a lazy attribute): patch there, the real one kept
     monkeypatch.setattr(replay_pkg, "miss_ratio_curve", forbidden)
 
 
