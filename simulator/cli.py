@@ -91,7 +91,10 @@ def _one_line_warnings() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user errors print one line and exit 2, with no traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad option (one line, status 2)
+        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
     try:
         with _sigterm_as_interrupt(), _one_line_warnings():
             check_io(args)  # outputs writable and no input overwritten, before any work
