@@ -103,8 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hisparse: error: {exc}", file=sys.stderr)
         return 2
     except MemoryError:
-        print(f"hisparse: error: out of memory running `hisparse {args.command}` (a smaller "
-              "--buffer, fewer --workers or a smaller trace needs less)", file=sys.stderr)
+        command = " ".join(filter(None, (args.command, getattr(args, "trace_command", None))))
+        print(f"hisparse: error: out of memory in `hisparse {command}`: its inputs need more memory than "
+              "this machine has (smaller buffers, fewer workers or a smaller trace or grid need less)",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         print("hisparse: interrupted", file=sys.stderr)
