@@ -98,6 +98,42 @@ def _checked(cfg, k: int, option: str):
         raise HisparseError(f"{option} {cfg.buffer} (--policy {cfg.policy}): {exc}") from None
 
 
+# Memory a replay needs per worker thread, from the engine's allocations (simulator/replay/engine.py
+# _replay: per position pw 3 x int64 and pos_slot int64, plus OPT's next-use int64; per slot sw 5 x 8
+# int64 words, slot_pos and mark int64). An upper bound for every policy; the C LRU needs less.
+BYTES_PER_POSITION = 5 * 8
+BYTES_PER_SLOT = (5 * 8 + 2) * 8
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), in bytes; None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _check_memory(trace, buffer: int, workers: int) -> None:
+    """Refuse, before any work, a replay whose context or buffer needs more memory than the
+    machine has (a position near 2**31 in a .npy array makes a 2**31-token context)."""
+    from ..errors import HisparseError
+
+    max_ctx = getattr(trace, "max_ctx", None)
+    available = _available_memory()
+    if max_ctx is None or available is None:
+        return
+    threads = max(1, min(workers, len(trace)))
+    need = threads * (BYTES_PER_POSITION * max_ctx + BYTES_PER_SLOT * min(buffer, max_ctx + 1))
+    if need > available:
+        raise HisparseError(f"{trace.path}: contexts up to {max_ctx} tokens with buffers up to {buffer} slots need "
+                            f"about {need / 2**30:.1f} GiB for {threads} worker(s); {available / 2**30:.1f} GiB "
+                            "are available (fewer --workers, or check the trace's positions and --ctx0)")
+
+
 # The engine allocates a few words per slot (simulator/replay/engine.py: 5 x 8 words of int64 per
 # slot, then per-slot arrays): up to 2**20 slots that is a few hundred MB; above it a buffer is
 # first checked against the trace's largest context, past which every size misses the same.
@@ -147,6 +183,7 @@ def run_replay(args: argparse.Namespace) -> int:
     trace = open_input(args, need_accesses=True)
     configs = [_checked(c, trace.meta.k, "--buffer") for c in _configs(args, policies)]
     _check_large_buffers(trace, args.buffer)
+    _check_memory(trace, max(args.buffer), args.workers)
     want_steps = bool(args.out or args.plot)
     records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
                                   wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
@@ -186,6 +223,7 @@ def run_mrc(args: argparse.Namespace) -> int:
     step = args.step or max(1, k // 8)
     if hi < lo:
         raise HisparseError(f"--max-buffer {hi} is below the smallest size {lo}")
+    _check_memory(trace, hi, args.workers)
     spans = [(int(s.ctx_len.min()), int(s.ctx_len.max())) for s in trace if s.steps]
     min_ctx, max_ctx = min(a for a, _ in spans), max(b for _, b in spans)
     if hi > max(lo, max_ctx):  # a buffer that holds the whole context misses the same at any size

@@ -1,15 +1,17 @@
 """The ``.hst`` trace file: a header with JSON metadata, coded chunks, an index and a footer.
 
     header  b"HSPTRACE" u32 format_version, u32 meta_len, meta JSON, u32 header_crc32
-    chunk   b"CHNK" request layer first_step steps width ordered accesses payload_len payload_crc32
-            chunk_header_crc32, payload
-    index   b"INDX" u32 n, n entries (request layer first_step steps width ordered accesses offset)
+    chunk   b"CHNK" request layer first_step steps width ordered accesses ctx_last payload_len
+            payload_crc32 chunk_header_crc32, payload
+    index   b"INDX" u32 n, n entries (request layer first_step steps width ordered accesses offset
+            ctx_last)
     footer  u64 index_offset, u32 index_crc32, b"HSPEND!!"
 
 Every byte is covered by a checksum: the header's (version, meta_len and metadata), each chunk
 header's own (so a damaged header is caught before its fields are trusted: ``--recover`` stops
 there instead of inventing a request), each payload's, and the index's. A chunk header must also
-agree with its index entry. Version 1 files (no header checksums) are still read: their chunk
+agree with its index entry. ``ctx_last`` (a chunk's largest ctx_len) lets a reader size a replay
+from the index alone. Version 1 files (no header checksums, no ctx_last) are still read: their chunk
 headers are checked against the index; ``hisparse trace convert OLD --keep-order --out NEW``
 rewrites one as version 2 with the same streams.
 
@@ -44,9 +46,11 @@ MAGIC = b"HSPTRACE"
 END_MAGIC = b"HSPEND!!"
 _HEAD = struct.Struct("<8sII")
 _CHUNK_V1 = struct.Struct("<4sIIIIIB3xQQI")
-_CHUNK = struct.Struct("<4sIIIIIB3xQQII")  # version 2: + crc32 of the 48 bytes before it
+_CHUNK_HEAD = struct.Struct("<4sIIIIIB3xQQQI")  # version 2: + ctx_last (the chunk's largest ctx_len)
+_CHUNK = struct.Struct("<4sIIIIIB3xQQQII")  # version 2 as stored: + crc32 of the 56 bytes before it
 READ_VERSIONS = (1, 2)
-_ENTRY = struct.Struct("<IIIIIB3xQQ")
+_ENTRY_V1 = struct.Struct("<IIIIIB3xQQ")
+_ENTRY = struct.Struct("<IIIIIB3xQQQ")  # version 2: + ctx_last
 _FOOT = struct.Struct("<QI8s")
 _U32 = struct.Struct("<I")
 SUFFIX = ".hst"
@@ -62,16 +66,17 @@ class ChunkInfo:
     ordered: bool
     accesses: int
     offset: int
+    ctx_last: int = 0  # the chunk's last (largest) ctx_len; 0 in version-1 files (not stored)
 
     def entry(self) -> bytes:
         return _ENTRY.pack(self.request, self.layer, self.first_step, self.steps, self.width,
-                           self.ordered, self.accesses, self.offset)
+                           self.ordered, self.accesses, self.offset, self.ctx_last)
 
 
 def _chunk_header(info: ChunkInfo, payload_len: int, payload_crc: int) -> bytes:
     """A version-2 chunk header: its fields, then the crc32 of those fields."""
-    head = _CHUNK_V1.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps, info.width,
-                          info.ordered, info.accesses, payload_len, payload_crc)
+    head = _CHUNK_HEAD.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps, info.width,
+                            info.ordered, info.accesses, info.ctx_last, payload_len, payload_crc)
     return head + _U32.pack(zlib.crc32(head))
 
 
@@ -179,7 +184,8 @@ class TraceWriter:
                              path=self.path, request=key.request, layer=key.layer, step=start)
         payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order)
         info = ChunkInfo(key.request, key.layer, start, int(indices.shape[0]), int(indices.shape[1]),
-                         ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell())
+                         ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell(),
+                         int(ctx_len[-1]) if len(ctx_len) else last_ctx)
         self._fh.write(_chunk_header(info, len(payload), zlib.crc32(payload)))
         self._fh.write(payload)
         if not self._atomic:
@@ -258,6 +264,7 @@ class TraceReader:
                              f"{', '.join(map(str, READ_VERSIONS))})")
         self.version = version
         self._chunk_struct = _CHUNK if version >= 2 else _CHUNK_V1
+        self._entry_struct = _ENTRY if version >= 2 else _ENTRY_V1
         raw = self._fh.read(meta_len)
         if len(raw) < meta_len:
             raise self._fail("truncated file: metadata is cut short")
@@ -291,10 +298,11 @@ class TraceReader:
                 self._fh.seek(offset)
                 index = self._fh.read(self.file_bytes - _FOOT.size - offset)
                 n = _U32.unpack(index[4:8])[0] if len(index) >= 8 else -1
-                if zlib.crc32(index) != crc or index[:4] != b"INDX" or len(index) != 8 + n * _ENTRY.size:
+                size = self._entry_struct.size
+                if zlib.crc32(index) != crc or index[:4] != b"INDX" or len(index) != 8 + n * size:
                     raise self._fail("corrupt index (checksum mismatch)")
                 return [ChunkInfo(*e[:5], bool(e[5]), *e[6:])
-                        for e in _ENTRY.iter_unpack(index[8:])]
+                        for e in self._entry_struct.iter_unpack(index[8:])]
         if not recover:
             raise self._fail("truncated file: no index at the end (was the writer closed?); "
                              "pass --recover to read the complete chunks it has")
@@ -333,12 +341,15 @@ class TraceReader:
             return None, 0, 0, "corrupt chunk header (bad magic)"
         if self.version >= 2 and zlib.crc32(raw[:-_U32.size]) != fields[-1]:
             return None, 0, 0, "corrupt chunk header (checksum mismatch)"
-        _, req, layer, first, steps, width, ordered, acc, plen, crc = fields[:10]
+        if self.version >= 2:
+            _, req, layer, first, steps, width, ordered, acc, ctx_last, plen, crc, _ = fields
+        else:
+            (_, req, layer, first, steps, width, ordered, acc, plen, crc), ctx_last = fields, 0
         if ordered > 1 or steps < 1 or width < 1:
             return None, 0, 0, "corrupt chunk header (impossible field values)"
         if plen > self.file_bytes - pos - size:
             return None, 0, 0, "truncated or corrupt chunk (its payload runs past the end of the file)"
-        return ChunkInfo(req, layer, first, steps, width, bool(ordered), acc, pos), plen, crc, ""
+        return ChunkInfo(req, layer, first, steps, width, bool(ordered), acc, pos, ctx_last), plen, crc, ""
 
     # -- the trace interface shared with NpyTrace -------------------------------------------
     @property
@@ -348,6 +359,13 @@ class TraceReader:
     @property
     def accesses(self) -> int:
         return sum(c.accesses for cs in self._streams.values() for c in cs)
+
+    @property
+    def max_ctx(self) -> int | None:
+        """The largest ctx_len of any stream, from the index (None for version 1: not stored)."""
+        if self.version < 2:
+            return None
+        return max((c.ctx_last for cs in self._streams.values() for c in cs), default=0)
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -395,6 +413,9 @@ class TraceReader:
             except TraceError as exc:
                 step = None if exc.step is None else exc.step + c.first_step
                 raise TraceError(exc.problem, step=step, **fail) from None
+            if self.version >= 2 and c.steps and int(ctx_len[row + c.steps - 1]) != c.ctx_last:
+                raise TraceError(f"chunk at step {c.first_step}: its header says ctx_len reaches {c.ctx_last}, "
+                                 f"its payload {int(ctx_len[row + c.steps - 1])}", **fail)
             row += c.steps
         try:
             check_stream(indices, ctx_len, self.meta.k)

@@ -82,6 +82,11 @@ class NpyTrace:
     def accesses(self) -> int:
         return self._stream.accesses
 
+    @property
+    def max_ctx(self) -> int:
+        """The largest ctx_len (the last step's)."""
+        return int(self._stream.ctx_len[-1])
+
     def __len__(self) -> int:
         return 1
 
