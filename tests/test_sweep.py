@@ -132,12 +132,21 @@ device_buffer_size = [4096, 8192]
     ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = []\n', "buffer: empty list"),
     ('kind = "plan"\n[grid]\nconcurrency = [1]\nrate = [2.0]\n', "concurrency or rate, not both"),
     ("kind = = 1", "not valid TOML"),
+    ('kind = "replay"\nfixed = 3\n', "fixed must be a table"),
+    ('kind = "replay"\ngrid = [1, 2]\n', "grid must be a table"),
+    ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = [[16, 32]]\n', "expected int"),
+    ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid.buffer]\na = 1\n', "expected int"),
 ])
 def test_bad_grid_files(tmp_path, text, message):
     path = _grid(tmp_path, text)
     with pytest.raises(HisparseError, match=message) as err:
         load_grid(path)
     assert path in str(err.value)
+
+
+def test_grid_that_is_a_folder(tmp_path):
+    with pytest.raises(HisparseError, match="cannot read the grid file"):
+        load_grid(tmp_path)
 
 
 def test_grid_expansion():
