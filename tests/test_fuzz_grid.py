@@ -30,6 +30,8 @@ def _toml(value) -> str:
         return json.dumps(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -56,5 +58,31 @@ def test_random_grid_values(tmp_path, kind, key):
             assert isinstance(v, typ) and not (typ is int and isinstance(v, bool))
             if key in sweep_cmd.RANGES:
                 sweep_cmd.RANGES[key](str(v))  # in range: does not raise
+
+    prop()
+
+
+KEYS = st.sampled_from(["kind", "fixed", "grid", "trace", "policy", "buffer", "concurrency", "x"])
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                      st.dictionaries(KEYS, inner, max_size=3)), max_leaves=6)
+
+
+def test_random_grid_documents(tmp_path):
+    """Any TOML document: a grid, or one line naming the file (never a traceback)."""
+    path = tmp_path / "grid.toml"
+
+    @fuzz_settings(ci_examples=150)
+    @given(st.dictionaries(KEYS, VALUES, max_size=4), st.sampled_from(["replay", "plan", None]))
+    def prop(doc, kind):
+        if kind is not None:
+            doc = {"kind": kind, **doc}
+        path.write_text("\n".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in doc.items()) + "\n")
+        try:
+            grid = load_grid(path)
+            sweep_cmd.check_values(grid, str(path))
+        except HisparseError as exc:
+            assert str(path) in str(exc) and "\n" not in str(exc)
+            return
+        assert grid.kind in OPTIONS and all(set(p) <= set(OPTIONS[grid.kind]) for p in grid.points)
 
     prop()

@@ -60,7 +60,7 @@ def load_grid(path: str | Path) -> Grid:
     except OSError as exc:
         raise HisparseError(f"{path}: cannot read the grid file ({exc.strerror or exc})") from None
     kind = data.get("kind")
-    if kind not in OPTIONS:
+    if not isinstance(kind, str) or kind not in OPTIONS:
         raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")
     extra = sorted(set(data) - {"kind", "fixed", "grid"})
     if extra:
