@@ -48,9 +48,10 @@ def _plan(p: dict[str, Any]) -> dict[str, Any]:
     rows = run_plan(inp)
     out: dict[str, Any] = {}
     for row in rows:
-        for key in ("throughput_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "running", "max_running",
-                    "hbm_used_gb", "host_used_gb", "miss_share"):
+        for key in ("steady_tok_s_deployment", "makespan_tok_s_deployment", "tpot_p50_ms", "tpot_p99_ms",
+                    "ttft_p50_s", "running_deployment", "max_running_deployment", "kv_used_gb_per_gpu",
+                    "host_used_gb_per_gpu", "miss_share"):
             out[f"{row['system']}_{key}"] = row[key]
-    out["hisparse_over_baseline"] = out["hisparse_throughput_tok_s"] / out["baseline_throughput_tok_s"]
+    out["hisparse_over_baseline"] = out["hisparse_steady_tok_s_deployment"] / out["baseline_steady_tok_s_deployment"]
     out["calibrated"] = rows[0]["calibrated"]
     return out
