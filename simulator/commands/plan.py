@@ -270,16 +270,16 @@ def _run_validate(args: argparse.Namespace) -> int:
         if s.uncertainty:
             print(f"   uncertainty: {s.uncertainty}")
         df = pd.DataFrame([r for r in rows if r["set"] == s.name])
-        df["error"] = df["error"].map(lambda e: f"{e:+.0%}")
+        df["error"] = df["error"].map(lambda e: "n/a" if e != e else f"{e:+.0%}")
         print(df[["label", "metric", "measured", "predicted", "error", "at_concurrency"]].to_string(
             index=False, float_format=lambda v: f"{v:.1f}"))
         print(f"   median |error| {info['median_abs_error']:.0%}, max |error| {info['max_abs_error']:.0%} "
-              f"over {info['points']} points")
+              f"over {info['predicted']} of {info['points']} points")
         for r in rows:
             if r["set"] == s.name and r["note"]:
                 print(f"   {r['label']}: {r['note']}")
         print()
     a = report["all"]
     print(f"all sets: median |error| {a['median_abs_error']:.0%}, max |error| {a['max_abs_error']:.0%} over "
-          f"{a['points']} points (no model term is fitted to these runs)")
+          f"{a['predicted']} of {a['points']} points (no model term is fitted to these runs)")
     return 0

@@ -167,25 +167,34 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
             hs = sc.hisparse
             profiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
                                      initial=initial)
-        best: tuple[float, int] | None = None
+        best: tuple[float, int] = (math.nan, 0)
+        failure = ""
         for c in p.concurrency:
             key = (p.system, c, p.input_tokens, p.output_tokens, p.requests_per_client)
             if key not in cache:
-                cache[key] = simulate(sc, p.system, concurrency=c, seed=seed,
-                                      profiles=profiles if p.system == System.HISPARSE else None)
+                try:
+                    cache[key] = simulate(sc, p.system, concurrency=c, seed=seed,
+                                          profiles=profiles if p.system == System.HISPARSE else None)
+                except HisparseError as exc:  # the model says this run cannot happen: report it, go on
+                    cache[key] = str(exc).split(": ")[-1]
+            if isinstance(cache[key], str):
+                failure = cache[key]
+                continue
             value = p.metric.of(cache[key])
-            if best is None or value > best[0]:
+            if math.isnan(best[0]) or value > best[0]:
                 best = (value, c)
         if on_point:
             on_point()
         predicted, at = best
+        note = p.note if not failure else f"{p.note}; MODEL CANNOT RUN IT: {failure}".lstrip("; ")
         rows.append({"set": ps.name, "label": p.label, "system": p.system.value, "metric": p.metric.value,
                      "measured": p.measured, "predicted": predicted, "error": predicted / p.measured - 1.0,
-                     "at_concurrency": at, "note": p.note})
+                     "at_concurrency": at, "note": note})
     return rows
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [abs(r["error"]) for r in rows if not math.isnan(r["error"])]
-    return {"points": len(rows), "median_abs_error": statistics.median(errs) if errs else math.nan,
+    return {"points": len(rows), "predicted": len(errs),
+            "median_abs_error": statistics.median(errs) if errs else math.nan,
             "max_abs_error": max(errs) if errs else math.nan}
