@@ -136,6 +136,7 @@ class RankSim:
         self.itl_weight: list[np.ndarray] = []  # requests that saw each gap
         self._gap_carry = 0.0  # prefill time since the last decode step, added to the next gap
         self.last_arrival = 0.0
+        self.queue_at_last_arrival = 0
         self._rid = 0
         self.prefill_rate = prefill_tok_s(scenario) / d.ranks if self.pd else 0.0
         self.prefill_side = simpy.Resource(self.env, capacity=1) if self.pd else None
@@ -166,6 +167,8 @@ class RankSim:
             r.generated = 1
         self.last_arrival = self.env.now
         self.waiting.append(r)
+        queued = len(self.waiting) + (len(self.prefill_side.queue) if self.prefill_side is not None else 0)
+        self.queue_at_last_arrival = queued
         if not self.wake.triggered:
             self.wake.succeed()
 
@@ -364,7 +367,7 @@ class RankSim:
             ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99),
             running_deployment=self.busy_running_time / makespan * self.scale if makespan > 0 else 0.0,
             max_running_deployment=int(min(plan.max_running, self._memory_limit()) * self.d.ranks),
-            served_req_s_deployment=served, overloaded=self._overloaded(served),
+            served_req_s_deployment=served, overloaded=self._overloaded(),
             hbm_static_gb_per_gpu=plan.static_bytes / gb,
             kv_used_gb_per_gpu=plan.device_bytes(self.peak_device) / gb,
             host_used_gb_per_gpu=plan.host_bytes(self.peak_host) / gb,
@@ -374,11 +377,11 @@ class RankSim:
             miss_share=self.miss_rows / self.looked_up if self.looked_up else 0.0,
             requests=len(done), sim_time_s=makespan)
 
-    def _overloaded(self, served: float) -> bool:
+    def _overloaded(self) -> bool:
         """Offered load beyond what the deployment serves: arrivals faster than completions (open
         loop), or more clients than requests it runs at once (closed loop: the rest wait to start)."""
-        if self.open_loop:
-            return bool(served < 0.95 * self.rate)
+        if self.open_loop:  # a stable queue stays short; an overloaded one grows with every arrival
+            return self.queue_at_last_arrival > max(2, 0.1 * len(self.finished))
         return bool(self.concurrency > min(self.plan.max_running, self._memory_limit()) * self.d.ranks)
 
     def _memory_limit(self) -> int:
