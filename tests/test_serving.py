@@ -117,18 +117,18 @@ def test_cost_model_shapes():
     sc = _scenario()
     c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params)
     assert c.experts_touched(0) == 0 and 0.99 < c.experts_touched(512) <= 1
-    steps = [float(c.decode_steps(b, 8 * b, b * 40000).total_s[0]) for b in (1, 4, 16, 32)]
+    steps = [float(c.decode_steps(b, 8 * b, b * 40000).total_s) for b in (1, 4, 16, 32)]
     assert steps == sorted(steps)
     base = c.decode_steps(8, 64, 8 * 40000)
     with_swap = c.decode_steps(8, 64, 8 * 40000, missed_rows=10_000.0)
-    assert float(with_swap.total_s[0]) > float(base.total_s[0])
+    assert float(with_swap.total_s) > float(base.total_s)
     launch = sc.model.layers * sc.params.swap_in_launch_us * 1e-6
     row = sc.model.kv_row_bytes
-    assert float(with_swap.swap_s[0]) == pytest.approx(launch + 10_000 * row / sc.gpu.swap_bw(row))
+    assert float(with_swap.swap_s) == pytest.approx(launch + 10_000 * row / sc.gpu.swap_bw(row))
     # DP attention: one all-gather and one reduce-scatter of the instance's tokens per layer
     ic, msg = sc.gpu.interconnect, 64 * sc.model.hidden_size * 2
     want = sc.model.layers * (ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg))
-    assert float(base.comm_s[0]) == pytest.approx(want)
+    assert float(base.comm_s) == pytest.approx(want)
 
 
 def test_tp_attention_all_reduces_twice_per_layer():

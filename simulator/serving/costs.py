@@ -173,7 +173,7 @@ class CostModel:
 
     def decode_steps(self, batch: int, instance_tokens: float, ctx_sum, missed_rows=None) -> StepTime:
         """Time of decode steps (arrays in, arrays out); ``missed_rows`` None: baseline, no host tier."""
-        compute = np.atleast_1d(np.asarray(self.decode_compute(batch, instance_tokens, ctx_sum), dtype=float))
+        compute = np.asarray(self.decode_compute(batch, instance_tokens, ctx_sum), dtype=float)
         zeros = np.zeros_like(compute)
         comm = np.full_like(compute, self.comm(batch, instance_tokens))
         if missed_rows is None or batch == 0:

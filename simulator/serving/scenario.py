@@ -57,7 +57,13 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
                   trace: str | None = None) -> Scenario:
     """Load every input and combine them. ``gpu`` None: the deployment's GPU."""
     dep = P.load("deployments", deployment)
-    gpu_spec = P.load("gpus", gpu or dep.gpu)
+    if gpu:
+        gpu_spec = P.load("gpus", gpu)
+    else:
+        try:
+            gpu_spec = P.load("gpus", dep.gpu)
+        except HisparseError as exc:
+            raise HisparseError(f"{dep.where}: gpu = {dep.gpu!r}: {exc}") from None
     cal = _calibration_for(gpu_spec, calibration)
     notes = []
     for key, value in cal.gpu.items():
