@@ -125,10 +125,15 @@ def test_cost_model_shapes():
     launch = sc.model.layers * sc.params.swap_in_launch_us * 1e-6
     row = sc.model.kv_row_bytes
     assert float(with_swap.swap_s) == pytest.approx(launch + 10_000 * row / sc.gpu.swap_bw(row))
-    # DP attention: one all-gather and one reduce-scatter of the instance's tokens per layer
-    ic, msg = sc.gpu.interconnect, 64 * sc.model.hidden_size * 2
+    # DP attention: one all-gather and one reduce-scatter per layer of every rank's batch, padded to
+    # the CUDA-graph size (8 requests per rank: 8 rows each)
+    ic, msg = sc.gpu.interconnect, 8 * 8 * sc.model.hidden_size * 2
     want = sc.model.layers * (ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg))
     assert float(base.comm_s) == pytest.approx(want)
+    padded = c.decode_steps(9, 9 * 8, 9 * 40000)  # 9 per rank: the graph for 12
+    msg = 8 * 12 * sc.model.hidden_size * 2
+    assert float(padded.comm_s) == pytest.approx(
+        sc.model.layers * (ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg)))
 
 
 def test_tp_attention_all_reduces_twice_per_layer():

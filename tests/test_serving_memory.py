@@ -178,7 +178,11 @@ def test_every_shipped_gpu_figure_carries_a_source():
 
 def test_a_calibrations_comm_group_overrides_the_preset_and_unknown_groups_are_carried(tmp_path):
     cal = json.loads((P.PRESET_DIR / "calibration" / "h200.json").read_text())
-    cal["comm"] = {"all_gather": {"latency_us": {"8": 7.0}, "busbw": {"8": 3.0e11}, "source": "measured"}}
+    # the shape simulator/calibration/comm.py writes
+    cal["comm"] = {"source": "hisparse calibrate --comm", "command": "x",
+                   "all_gather": {"latency_us": {"2": 5.0, "8": 7.0}, "busbw": {"2": 1e11, "8": 3.0e11},
+                                  "r2": {"2": 0.99, "8": 0.99}, "points": {"2": 90, "8": 90},
+                                  "max_rel_err": {"2": 0.1, "8": 0.1}}}
     cal["indexer"] = {"anything": [1, 2, 3]}
     cal["params"]["gemm_future_term_us"] = 3.0
     path = tmp_path / "cal.json"
@@ -190,3 +194,8 @@ def test_a_calibrations_comm_group_overrides_the_preset_and_unknown_groups_are_c
     assert any("collectives all_gather measured" in n for n in sc.notes)
     assert any("gemm_future_term_us" in n for n in sc.notes)
     assert P.load_calibration(str(path)).terms["indexer"] == {"anything": [1, 2, 3]}
+    assert ic.collectives[Collective.ALL_GATHER].source == "hisparse calibrate --comm"
+    cal["comm"]["all_gather"]["bogus"] = 1
+    path.write_text(json.dumps(cal))
+    with pytest.raises(HisparseError, match=r"cal.json: comm.all_gather: unknown key\(s\) bogus"):
+        load_scenario(calibration=str(path))

@@ -86,12 +86,15 @@ class Interconnect:
     def with_overrides(self, comm: Mapping[str, Any], where: str) -> Interconnect:
         """The same fabric with a calibration's measured figures in place of the preset's."""
         merged = dict(self.collectives)
+        measured = []
         for name, raw in comm.items():
-            if name in ("name", "source"):
+            if name in COMM_META:
                 continue
-            c = _collective(name, where)
-            merged[c] = parse_figures(raw, f"{where}: comm.{name}")
-        source = f"{self.source}; measured figures from {where} for {', '.join(sorted(k for k in comm if k not in ('name', 'source')))}"
+            c = _collective(name, f"{where}: comm")
+            merged[c] = parse_figures(raw, f"{where}: comm.{name}", default_source=comm.get("source") or where,
+                                      extra=FIT_KEYS)
+            measured.append(name)
+        source = f"{self.source}; measured figures from {where} for {', '.join(sorted(measured))}"
         return Interconnect(self.name, source, merged)
 
 
@@ -124,13 +127,23 @@ def _positive_table(value: Any, where: str, key: str) -> float | dict[int, float
     return positive(value, key)
 
 
-def parse_figures(raw: Any, where: str) -> CollectiveFigures:
-    """One collective's inline table: ``{ latency_us, busbw, source }``."""
+# keys of a calibration's "comm" object that are not collectives, and per-collective fit statistics
+# (simulator/calibration/comm.py writes them beside the figures)
+COMM_META = ("name", "source", "command")
+FIT_KEYS = ("r2", "points", "max_rel_err")
+
+
+def parse_figures(raw: Any, where: str, *, default_source: str | None = None,
+                  extra: tuple[str, ...] = ()) -> CollectiveFigures:
+    """One collective's table: ``{ latency_us, busbw, source }`` (a calibration's measured figures
+    take the ``comm`` object's source and may carry its fit statistics, ``extra``)."""
     if not isinstance(raw, Mapping):
         raise HisparseError(f"{where}: expected a table {{ latency_us = ..., busbw = ..., source = \"...\" }}")
-    unknown = sorted(set(raw) - {"latency_us", "busbw", "source"})
+    unknown = sorted(set(raw) - {"latency_us", "busbw", "source", *extra})
     if unknown:
         raise HisparseError(f"{where}: unknown key(s) {', '.join(unknown)} (known: latency_us, busbw, source)")
+    if default_source and "source" not in raw:
+        raw = {**raw, "source": default_source}
     missing = [k for k in ("latency_us", "busbw", "source") if k not in raw]
     if missing:
         raise HisparseError(f"{where}: missing key(s) {', '.join(missing)} (every figure carries its source)")

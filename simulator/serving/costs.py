@@ -33,6 +33,21 @@ ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations
 DISPATCH_BYTES = 1  # EP dispatch sends FP8 activations (DeepEP's low-latency dispatch), combine sends bf16
 
 
+def cuda_graph_batch(batch: int, max_bs: int = 512) -> int:
+    """The captured CUDA-graph batch a decode batch is padded to (SGLang server_args
+    ``_generate_cuda_graph_batch_sizes``: 1, 2, 4, 8, 12, then steps of 8 to 256, 16 to 496, 32 to
+    ``cuda_graph_max_bs``, 512 for tp >= 4 on 90-160 GiB GPUs); beyond the largest, no padding."""
+    if batch <= 0:
+        return 0
+    for size in _GRAPH_SIZES:
+        if size >= batch:
+            return size if size <= max_bs else batch
+    return batch
+
+
+_GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range(512, 4097, 32))
+
+
 @dataclass(frozen=True)
 class StepTime:
     """Seconds per decode step (arrays over consecutive steps)."""
@@ -115,10 +130,15 @@ class CostModel:
         """A calibrated FP8-row (656 B) figure where the model has such rows and one was fitted."""
         return fp8_value if self.m.kv_row_bytes < 1024 and fp8_value > 0 else value
 
-    def comm_layer(self, batch: float, instance_tokens: float) -> float:
-        """One layer's collectives on the instance's GPUs (seconds)."""
+    def comm_layer(self, batch: float, instance_tokens: float, padded: int | None = None) -> float:
+        """One layer's collectives on the instance's GPUs (seconds). Under DP attention every rank
+        gathers ``padded`` rows (its batch padded to the CUDA-graph size, the same on every rank:
+        SGLang's MAX_LEN mode, ``layers/dp_attention.py``), so the message is dp x padded rows; under
+        TP attention the all-reduces run on the padded batch of the one scheduler."""
         ic, d, hidden = self.g.interconnect, self.d, self.m.hidden_size
         msg = instance_tokens * hidden * ACT_BYTES
+        if padded is not None:  # every scheduler of the instance contributes its padded batch
+            msg = d.ranks_per_instance * padded * hidden * ACT_BYTES
         t = 0.0
         if d.attention == Attention.TP:
             t += ic.time_s(Collective.ALL_REDUCE, d.tp, msg)  # after o_proj (row-parallel)
@@ -153,7 +173,10 @@ class CostModel:
         return (fixed + m.layers * self.indexer(ctx_sum)) * (batch > 0)
 
     def comm(self, batch: int, instance_tokens: float) -> float:
-        return self.m.layers * self.comm_layer(batch, instance_tokens) if batch > 0 else 0.0
+        """A decode step's collectives (CUDA-graph replay: the batch padded to a captured size)."""
+        if batch <= 0:
+            return 0.0
+        return self.m.layers * self.comm_layer(batch, instance_tokens, cuda_graph_batch(batch))
 
     def swap_in_layer(self, missed_rows, batch: int = 0):
         """One layer's swap-in launch: a fixed cost, bookkeeping per request, and the missed rows

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import HisparseError
 from . import presets as P
+from .comm import COMM_META
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
 
 
@@ -70,7 +71,7 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
         old = getattr(gpu_spec, key)
         notes.append(f"{key} {_fmt(value)} measured in {cal.label} (GPU file {gpu_spec.where}: {_fmt(old)})")
     if cal.comm:
-        notes.append(f"collectives {', '.join(sorted(k for k in cal.comm if k not in ('name', 'source')))} measured in "
+        notes.append(f"collectives {', '.join(sorted(k for k in cal.comm if k not in COMM_META))} measured in "
                      f"{cal.label} replace {gpu_spec.where}'s")
     if cal.unknown_params:
         notes.append(f"{cal.label}: parameters not used by this model, carried: {', '.join(sorted(cal.unknown_params))}")
