@@ -335,3 +335,12 @@ def test_open_loop_rates(tmp_path, capsys):
     assert (out / "throughput.png").exists()
     assert main(["plan", "--rate", "0", "--quiet"]) == 2
     assert "positive arrival rates" in capsys.readouterr().err
+
+
+def test_the_packaged_calibration_is_the_committed_run():
+    """The planner reads the packaged copy; hisparse calibrate writes calibration/h200.json: one file."""
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "calibration" / "h200.json"
+    packaged = P.PRESET_DIR / "calibration" / "h200.json"
+    assert json.loads(packaged.read_text()) == json.loads(committed.read_text())
