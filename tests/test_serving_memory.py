@@ -199,3 +199,16 @@ def test_a_calibrations_comm_group_overrides_the_preset_and_unknown_groups_are_c
     path.write_text(json.dumps(cal))
     with pytest.raises(HisparseError, match=r"cal.json: comm.all_gather: unknown key\(s\) bogus"):
         load_scenario(calibration=str(path))
+
+
+def test_expert_parallel_moe_dispatches_and_combines_all_to_all():
+    sc = _blog()
+    ep = dataclasses.replace(sc.deployment, moe="ep")
+    from simulator.serving.costs import CostModel
+
+    c = CostModel(sc.model, sc.gpu, ep, sc.params)
+    ic, h = sc.gpu.interconnect, sc.model.hidden_size
+    copies = 64 / 8 * 8  # 64 tokens over 8 ranks, each to at most min(top-8, 8 ranks) ranks
+    want = ic.time_s("all_to_all", 8, copies * (h + 4 * h // 128)) + ic.time_s("all_to_all", 8, copies * h * 2)
+    assert c.comm_layer(8, 64) == pytest.approx(want)
+    assert weights_per_gpu(sc.model, ep) == weights_per_gpu(sc.model, sc.deployment)  # E/tp whole experts: same bytes

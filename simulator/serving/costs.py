@@ -30,7 +30,11 @@ from .comm import Collective
 from .specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
-DISPATCH_BYTES = 1  # EP dispatch sends FP8 activations (DeepEP's low-latency dispatch), combine sends bf16
+
+
+def dispatch_row_bytes(hidden: int) -> int:
+    """EP dispatch row: FP8 values + an fp32 scale per 128 channels (DeepEP: FP8 dispatch, BF16 combine)."""
+    return hidden + 4 * -(-hidden // 128)
 
 
 def cuda_graph_batch(batch: int, max_bs: int = 512) -> int:
@@ -145,9 +149,10 @@ class CostModel:
         elif d.attn_tp > 1:
             t += ic.time_s(Collective.ALL_REDUCE, d.attn_tp, batch * hidden * ACT_BYTES)
         if d.moe == MoeLayout.EP:
-            per_rank = instance_tokens / d.tp * self.m.experts_per_token * hidden
-            t += ic.time_s(Collective.ALL_TO_ALL, d.tp, per_rank * DISPATCH_BYTES)
-            t += ic.time_s(Collective.ALL_TO_ALL, d.tp, per_rank * ACT_BYTES)
+            # one rank's send buffer: its tokens, once per destination rank holding one of its experts
+            copies = instance_tokens / d.tp * min(self.m.experts_per_token, d.tp)
+            t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * dispatch_row_bytes(hidden))
+            t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * hidden * ACT_BYTES)
         elif d.attention == Attention.DP and d.dp > 1:
             t += ic.time_s(Collective.ALL_GATHER, d.tp, msg)  # every rank's tokens into the MLP
             t += ic.time_s(Collective.REDUCE_SCATTER, d.tp, msg)  # MLP partial sums back to their ranks
