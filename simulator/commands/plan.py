@@ -39,8 +39,8 @@ def _presets(kind: str) -> str:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    from ..serving.misses import DEFAULT_TRACE
-    from ..serving.published import published_names
+    from ..serving.defaults import DEFAULT_TRACE
+    from ..serving.presets import published_names
 
     p = sub.add_parser(
         "plan", help="capacity planning: throughput and latency, baseline against HiSparse",

@@ -25,26 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import HisparseError
-
-
-@dataclass(frozen=True)
-class DefaultTrace:
-    """The trace ``hisparse plan`` replays when none is given: a generator preset with fixed
-    arguments, and the bundled file (repository-relative) that holds exactly that output."""
-
-    generator_preset: str
-    file: str
-    steps: int
-    layers: int
-    requests: int
-    k: int
-    ctx0: int
-    seed: int
-
-
-# The one place the default trace is named.
-DEFAULT_TRACE = DefaultTrace(generator_preset="dsa-like", file="traces/synthetic-dsa-like.hst",
-                             steps=512, layers=4, requests=2, k=2048, ctx0=32768, seed=0)
+from .defaults import DEFAULT_TRACE
 
 
 @dataclass(frozen=True)

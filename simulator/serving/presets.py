@@ -32,6 +32,14 @@ UNCALIBRATED = "uncalibrated"
 _CALIBRATION_READ = ("params", "gpu", "comm", "source")
 
 
+PUBLISHED_DIR = PRESET_DIR / "published"
+
+
+def published_names() -> list[str]:
+    """The shipped published-run sets (simulator/presets/published/*.toml)."""
+    return sorted(p.stem for p in PUBLISHED_DIR.glob("*.toml"))
+
+
 def preset_names(kind: str) -> list[str]:
     exts = ("*.toml", "*.json") if kind == "calibration" else ("*.toml",)
     return sorted({p.stem for ext in exts for p in (PRESET_DIR / kind).glob(ext)})

@@ -41,7 +41,8 @@ from .model import RunResult, System, simulate
 from .scenario import Scenario, load_scenario
 from .specs import Mode
 
-PUBLISHED_DIR = P.PRESET_DIR / "published"
+PUBLISHED_DIR = P.PUBLISHED_DIR
+published_names = P.published_names
 
 
 class Metric(StrEnum):
@@ -80,10 +81,6 @@ class PublishedSet:
 _SCENARIO_KEYS = ("model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace")
 _POINT_KEYS = {"label", "system", "metric", "concurrency", "input_tokens", "output_tokens", "requests_per_client",
                "measured", "note"}
-
-
-def published_names() -> list[str]:
-    return sorted(p.stem for p in PUBLISHED_DIR.glob("*.toml"))
 
 
 def load_published(spec: str) -> PublishedSet:
