@@ -212,3 +212,12 @@ def test_expert_parallel_moe_dispatches_and_combines_all_to_all():
     want = ic.time_s("all_to_all", 8, copies * (h + 4 * h // 128)) + ic.time_s("all_to_all", 8, copies * h * 2)
     assert c.comm_layer(8, 64) == pytest.approx(want)
     assert weights_per_gpu(sc.model, ep) == weights_per_gpu(sc.model, sc.deployment)  # E/tp whole experts: same bytes
+
+
+def test_a_bad_figure_in_a_calibration_names_both_files(tmp_path):
+    cal = json.loads((P.PRESET_DIR / "calibration" / "h200.json").read_text())
+    cal["gpu"]["link_bw"] = -1
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal))
+    with pytest.raises(HisparseError, match=r"h200.toml \(figures from .*cal.json\): link_bw = -1.0 must be > 0"):
+        load_scenario(calibration=str(path))

@@ -99,3 +99,11 @@ def test_bad_published_files(tmp_path, text, message):
     assert str(path) in str(err.value)
     with pytest.raises(HisparseError, match="unknown published set 'nope'"):
         load_published("nope")
+
+
+def test_validate_takes_another_trace_and_calibration(capsys):
+    assert main(["plan", "--validate", "issue-30985-baseline", "--quiet", "--json", "--calibration", "none"]) == 0
+    uncal = json.loads(capsys.readouterr().out)["rows"]
+    assert main(["plan", "--validate", "issue-30985-baseline", "--quiet", "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["predicted"] for r in uncal] != [r["predicted"] for r in cal]

@@ -82,7 +82,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep-host-ratio", type=_float_list, default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
     p.add_argument("--seed", type=int, default=0, help="seed for request lengths and arrivals (default 0)")
     p.add_argument("--validate", metavar="SET", default=None,
-                   help="check the model against a published set (a shipped name, all, or a TOML file) instead of planning")
+                   help="check the model against a published set (a shipped name, all, or a TOML file) instead of "
+                        "planning; --trace and --calibration, when given, replace the sets' own")
     p.add_argument("--json", action="store_true", help="print rows and recommendation (or the validation) as JSON")
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json) into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -239,13 +240,16 @@ def _run_validate(args: argparse.Namespace) -> int:
     from ..serving.published import load_published, published_names, summary, validate
 
     names = published_names() if args.validate == "all" else [args.validate]
+    # --trace and --calibration apply to every set (e.g. re-run the validation on another trace)
+    overrides = {k: v for k, v in (("trace", args.trace), ("calibration", args.calibration))
+                 if v is not None and v != "auto"}
     sets = [load_published(n) for n in names]
     total = sum(len(s.points) for s in sets)
     bar = iter(progress(range(total), total=total, desc="published points", quiet=args.quiet, unit="pt"))
     rows: list[dict] = []
     per_set = {}
     for s in sets:
-        set_rows = validate(s, on_point=lambda: next(bar, None), seed=args.seed)
+        set_rows = validate(s, on_point=lambda: next(bar, None), seed=args.seed, overrides=overrides)
         rows += set_rows
         per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
     report = {"sets": per_set, "all": summary(rows), "rows": rows}

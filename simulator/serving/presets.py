@@ -192,7 +192,7 @@ def apply_calibration(gpu: GpuSpec, cal: Calibration) -> GpuSpec:
     if not cal.gpu and not cal.comm:
         return gpu
     ic: Interconnect = gpu.interconnect.with_overrides(cal.comm, cal.label) if cal.comm else gpu.interconnect
-    return dataclasses.replace(gpu, **cal.gpu, interconnect=ic)
+    return dataclasses.replace(gpu, **cal.gpu, interconnect=ic, where=f"{gpu.where} (figures from {cal.label})")
 
 
 def calibration_file(gpu: str) -> Path | None:

@@ -148,9 +148,11 @@ def _point(raw: Any, where: str) -> PublishedPoint:
                           ints["requests_per_client"], float(measured), str(raw.get("note", "")))
 
 
-def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed: int = 0) -> list[dict[str, Any]]:
-    """One row per published point: measured, predicted, the relative error and where the peak was."""
-    sc0 = load_scenario(**{k: v for k, v in ps.scenario.items()})
+def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed: int = 0,
+             overrides: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per published point: measured, predicted, the relative error and where the peak was.
+    ``overrides`` replace scenario inputs of the set (e.g. another trace or calibration)."""
+    sc0 = load_scenario(**(dict(ps.scenario) | dict(overrides or {})))
     initial = "prefix" if sc0.deployment.mode == Mode.COLOCATED else "empty"
     profiles = None
     cache: dict[tuple, RunResult] = {}
