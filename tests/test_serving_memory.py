@@ -57,7 +57,8 @@ def test_baseline_pool_is_sglangs_profile():
     assert plan.max_running == 480 // 8 == 60
     # SGLang's own cap when none is given: min(clamp(tokens / context_len x 512, 2048, 4096), tokens // 2)
     free = dataclasses.replace(sc.deployment, max_running_requests=0)
-    assert plan_memory(sc.model, sc.gpu, free, None).max_running == min(4096, plan.pool_tokens // 2)
+    want = min(max(int(plan.pool_tokens / 202_752 * 512), 2048), 4096)  # context_len: max_position_embeddings
+    assert want == 2048 and plan_memory(sc.model, sc.gpu, free, None).max_running == min(want, plan.pool_tokens // 2)
 
 
 def test_hisparse_pools_size_the_indexer_for_the_logical_pool():
@@ -83,7 +84,7 @@ def test_deployment_overrides_replace_derived_values():
     dep = dataclasses.replace(sc.deployment, max_total_tokens=100_000, max_running_requests=8)
     plan = plan_memory(sc.model, sc.gpu, dep, None)
     assert plan.pool_tokens == 100_000 // 64 * 64 and plan.pool_tokens_derived > 200_000
-    assert plan.max_running == 1 and plan.max_running_derived == 4096
+    assert plan.max_running == 1 and plan.max_running_derived == 2048
 
 
 def test_tp_attention_replicates_the_kv_on_every_gpu():

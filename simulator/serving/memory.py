@@ -110,7 +110,7 @@ def _page_floor(tokens: float, page: int) -> int:
 
 
 def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: HiSparseSpec | None, *,
-                context_len: int | None = None, where: str = "") -> MemoryPlan:
+                where: str = "") -> MemoryPlan:
     """The pools of one attention rank, with ``where`` (the files) named in errors."""
     weights = weights_per_gpu(model, dep)
     budget = gpu.hbm_bytes * dep.mem_fraction_static - weights
@@ -133,8 +133,8 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
                 f"{where}: HiSparse host pools need {node_need / 1e9:.0f} GB of pinned memory per node "
                 f"({host_tokens} slots x {model.layers * model.kv_row_bytes} B per GPU, host_to_device_ratio "
                 f"{ratio:g}) but the node has {dep.host_bytes / 1e9:.0f} GB less 10 GiB that SGLang keeps free")
-    if context_len:
-        estimated = min(max(int(tokens / context_len * 512), 2048), 4096)
+    if model.context_length:  # SGLang's context_len: the model's max_position_embeddings by default
+        estimated = min(max(int(tokens / model.context_length * 512), 2048), 4096)
     else:
         estimated = 4096
     derived_running = min(estimated, tokens // 2)

@@ -114,7 +114,7 @@ class RankSim:
         self.active_per_instance = max(1, min(d.ranks_per_instance, math.ceil(busy / d.instances)))
         self.scale = ranks if self.open_loop else concurrency / self.clients
         self.rng = np.random.default_rng(seed)
-        self.plan: MemoryPlan = plan_memory(m, scenario.gpu, d, self.hs, context_len=None, where=scenario.files)
+        self.plan: MemoryPlan = plan_memory(m, scenario.gpu, d, self.hs, where=scenario.files)
         check_fits(self.plan, _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter),
                    d.mode, scenario.files)
         self.pd = d.mode == Mode.PD_DECODE

@@ -174,6 +174,7 @@ class ModelSpec(Spec):
     top_k: int = num(ge=1)
     kv_row_bytes: int = num(ge=1)
     indexer_row_bytes: int = num(ge=0)
+    context_length: int = num(ge=0, default=0, help="max_position_embeddings; 0: unknown")
     weight_bytes_per_param: float = num(gt=0, default=FP8_BLOCK_SCALE)
     embedding_bytes_per_param: float = num(gt=0, default=2.0)  # embed and lm_head stay bf16 in FP8 checkpoints
     where: str = field(default="<model>", compare=False)
