@@ -110,6 +110,13 @@ def _trace_source(trace: str | None):
     return (lambda: iter(src)), src.meta.k, str(path), _file_digest(path)
 
 
+def _first_context(streams) -> int:
+    """Context tokens at the first step of the trace's first stream (reads that stream only)."""
+    for s in streams():
+        return int(s.ctx_len[0]) if s.steps else 0
+    return 0
+
+
 def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "lru", initial: str = "prefix",
                   use_cache: bool = True) -> MissProfiles:
     """Replay ``trace`` (default: ``DEFAULT_TRACE``) and return per-request miss shares."""
@@ -128,17 +135,14 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         return MissProfiles(tuple(data[n] for n in names), label, (), k_trace, scaled, ctx)
     cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial)
     by_request: dict[int, list[np.ndarray]] = {}
-    ctx0: list[int] = []
     for s in streams():
         by_request.setdefault(s.request, []).append(replay_stream(s, cfg, k_trace) / k_trace)
-        if s.steps:
-            ctx0.append(int(s.ctx_len[0]))
     if not by_request:
         raise HisparseError(f"{label}: the trace holds no streams")
     shares = tuple(np.mean([a[: min(map(len, v))] for a in v], axis=0) for _, v in sorted(by_request.items()))
     if any(len(a) == 0 for a in shares):
         raise HisparseError(f"{label}: a trace request has no decode steps")
-    ctx = int(np.mean(ctx0)) if ctx0 else 0
+    ctx = _first_context(streams)
     if use_cache:
         from ..trace.fileio import atomic_output
 
