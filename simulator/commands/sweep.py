@@ -11,7 +11,8 @@ from .common import Output, buffer_size, declare_io, positive_float, positive_in
 # The value each grid option takes (types are checked on loading; these are the ranges), the same
 # argparse types `hisparse replay` and `hisparse plan` use, so a bad value fails before any point runs.
 RANGES = {"buffer": buffer_size, "seed": seed_int, "concurrency": positive_int, "rate": positive_float,
-          "device_buffer_size": buffer_size, "host_to_device_ratio": positive_float, "slo_tpot_ms": positive_float}
+          "device_buffer_size": buffer_size, "host_to_device_ratio": positive_float, "slo_tpot_ms": positive_float,
+          "slo_ttft_s": positive_float}
 CHOICES = {"semantics": ("batched", "sequential"), "initial": ("prefix", "empty")}
 
 
