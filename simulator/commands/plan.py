@@ -87,15 +87,7 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "miss_share": "miss", "comm_share": "comm", "overloaded": "over"}
 
 
-def _check_out(out: str | None) -> None:
-    from ..errors import HisparseError
-
-    if out and os.path.exists(out) and not os.path.isdir(out):
-        raise HisparseError(f"--out {out}: exists and is not a directory")
-
-
 def run_plan_cmd(args: argparse.Namespace) -> int:
-    _check_out(args.out)
     if args.validate:
         return _run_validate(args)
     from ..progress import progress
