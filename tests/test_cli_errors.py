@@ -231,9 +231,12 @@ def test_a_replay_larger_than_memory_is_refused_before_it_starts(tmp_path, monke
     assert run_cli(["replay", str(path), "--buffer", "3", "--quiet"], capsys)[0] == 0
 
 
-def test_version_2_index_knows_the_largest_context(trace):
+def test_version_2_index_knows_the_largest_context(trace, tmp_path):
     from simulator.trace import open_trace
+    from tests.hst_v1 import to_version_1
 
     t = open_trace(trace)
     assert t.max_ctx == max(int(s.ctx_len.max()) for s in t) == 59
-    assert open_trace("traces/gemma3-argparse-k256.hst").max_ctx is None  # version 1: not stored
+    to_version_1(trace, tmp_path / "v1.hst")
+    old = open_trace(tmp_path / "v1.hst")
+    assert old.max_ctx is None and old.read((0, 0)).steps == t.read((0, 0)).steps  # version 1: not stored

@@ -13,6 +13,7 @@ from simulator.trace import TraceWriter, open_trace
 from simulator.trace.format import _CHUNK, _FOOT, TraceReader
 from tests.fuzzing import assert_clean_error, fuzz_settings, run_cli
 from tests.helpers import random_stream
+from tests.hst_v1 import to_version_1
 
 K = 16
 pytestmark = pytest.mark.filterwarnings("ignore:.*no index")
@@ -142,16 +143,18 @@ def test_corrupt_bytes_never_change_a_replay(clean, tmp_path_factory, capsys):
     prop()
 
 
-def test_version_1_chunk_headers_are_checked_against_the_index(tmp_path, capsys):
-    """Committed traces are version 1 (no chunk-header checksum): a damaged field of a chunk
+def test_version_1_chunk_headers_are_checked_against_the_index(clean, tmp_path, capsys):
+    """Version 1 files (the bundled traces; no chunk-header checksum): a damaged field of a chunk
     header still disagrees with the index and is refused."""
     from simulator.trace.format import _CHUNK_V1
 
-    src = "traces/gemma3-argparse-k256.hst"
+    src = tmp_path / "src.hst"
+    src.write_bytes(clean[0])
+    to_version_1(src, src)
     with TraceReader(src) as r:
         assert r.version == 1
         offsets = [c.offset for key in r.keys for c, _ in r.chunks(key)]
-    data = open(src, "rb").read()
+    data = src.read_bytes()
     path = tmp_path / "v1.hst"
     fields = [(4, 24), (28, _CHUNK_V1.size)]  # every byte but the 3 pad bytes after `ordered`
 
@@ -168,10 +171,12 @@ def test_version_1_chunk_headers_are_checked_against_the_index(tmp_path, capsys)
     prop()
 
 
-def test_convert_rewrites_a_version_1_file_as_version_2_with_the_same_streams(tmp_path, capsys):
+def test_convert_rewrites_a_version_1_file_as_version_2_with_the_same_streams(clean, tmp_path, capsys):
     """The documented upgrade (traces/README.md): hisparse trace convert OLD --keep-order --out NEW."""
-    src, new = "traces/gemma3-argparse-k256.hst", tmp_path / "v2.hst"
-    code, _, err = run_cli(["trace", "convert", src, "--keep-order", "--out", str(new)], capsys)
+    src, new = tmp_path / "v1.hst", tmp_path / "v2.hst"
+    (tmp_path / "orig.hst").write_bytes(clean[0])
+    to_version_1(tmp_path / "orig.hst", src)
+    code, _, err = run_cli(["trace", "convert", str(src), "--keep-order", "--out", str(new)], capsys)
     assert code == 0, err
     old, fresh = TraceReader(src), TraceReader(new)
     assert (old.version, fresh.version) == (1, 2)
