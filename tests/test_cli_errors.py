@@ -240,3 +240,16 @@ def test_version_2_index_knows_the_largest_context(trace, tmp_path):
     to_version_1(trace, tmp_path / "v1.hst")
     old = open_trace(tmp_path / "v1.hst")
     assert old.max_ctx is None and old.read((0, 0)).steps == t.read((0, 0)).steps  # version 1: not stored
+
+
+def test_plan_and_sweep_refuse_a_trace_with_nothing_to_replay(tmp_path, capsys):
+    pad = tmp_path / "pad.npy"
+    np.save(pad, np.full((4, 8), -1, np.int32))
+    code, _, err = run_cli(["plan", "--trace", str(pad), "--concurrency", "1", "--quiet"], capsys)
+    assert_clean_error(code, err, str(pad), "no accesses")
+    for kind in ("replay", "plan"):
+        grid = tmp_path / f"{kind}.toml"
+        grid.write_text(f'kind = "{kind}"\n[fixed]\ntrace = "{pad}"\n')
+        code, _, err = run_cli(["sweep", str(grid), "--no-ray", "--quiet", "--out", str(tmp_path / kind)], capsys)
+        assert_clean_error(code, err, str(grid), "no accesses")
+        assert not (tmp_path / kind).exists()

@@ -204,14 +204,22 @@ def add_trace_input(parser: argparse.ArgumentParser) -> None:
 
 def open_input(args: argparse.Namespace, *, need_accesses: bool = False):
     """The trace of ``args.trace``; ``need_accesses`` refuses one with nothing to replay."""
-    from ..errors import TraceError
     from ..trace import open_trace
 
     trace = open_trace(args.trace, ctx0=args.ctx0, recover=args.recover)
-    if need_accesses and trace.accesses == 0:
-        what = "no streams" if len(trace) == 0 else "no accesses (every step is empty or -1 padding)"
-        raise TraceError(f"the trace holds {what}: nothing to replay", path=args.trace)
+    if need_accesses:
+        require_accesses(trace, args.trace)
     return trace
+
+
+def require_accesses(trace, path) -> None:
+    """Refuse a trace with nothing to replay (no streams, or only empty / -1 padded steps): its
+    miss ratio would print as 0 and mean nothing."""
+    from ..errors import TraceError
+
+    if trace.accesses == 0:
+        what = "no streams" if len(trace) == 0 else "no accesses (every step is empty or -1 padding)"
+        raise TraceError(f"the trace holds {what}: nothing to replay", path=path)
 
 
 def print_json(obj: Any) -> None:

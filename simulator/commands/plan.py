@@ -90,6 +90,11 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
 def run_plan_cmd(args: argparse.Namespace) -> int:
     if args.validate:
         return _run_validate(args)
+    if args.trace and os.path.isfile(args.trace):  # a missing one: the scenario's own error
+        from ..trace import open_trace
+        from .common import require_accesses
+
+        require_accesses(open_trace(args.trace), args.trace)
     from ..progress import progress
     from ..serving.planner import PlanInputs, recommend, run_plan_full
 

@@ -56,6 +56,7 @@ def check_values(grid, path: str) -> None:
     from ..replay.policies import POLICIES
     from .common import check_policies
 
+    checked: set[str] = set()
     for point in grid.points:
         for key, value in point.items():
             if key in RANGES:
@@ -67,9 +68,26 @@ def check_values(grid, path: str) -> None:
                 raise HisparseError(f"{path}: {key} = {value!r}: expected one of {', '.join(CHOICES[key])}")
             elif key == "policy" and grid.kind == "replay":
                 check_policies([value], POLICIES, option=f"{path}: policy")
-            elif key == "trace" and not os.path.isfile(value):
-                raise HisparseError(f"{path}: trace = {value!r}: no such file (paths are relative to the "
-                                    "folder the sweep runs in)")
+            elif key == "trace":
+                _check_trace(value, path, checked)
+
+
+def _check_trace(value: str, path: str, checked: set[str]) -> None:
+    """A grid's trace exists, reads, and holds accesses (once per distinct file)."""
+    from ..errors import HisparseError
+    from ..trace import open_trace
+    from .common import require_accesses
+
+    if value in checked:
+        return
+    if not os.path.isfile(value):
+        raise HisparseError(f"{path}: trace = {value!r}: no such file (paths are relative to the "
+                            "folder the sweep runs in)")
+    try:
+        require_accesses(open_trace(value), value)
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: trace = {value!r}: {exc}") from None
+    checked.add(value)
 
 
 def _print_failures(table, limit: int = 20) -> None:
