@@ -12,10 +12,17 @@ Each step selects k positions out of a context that grows one token per step:
   it); otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
   tokens chosen by Zipf(``zipf_alpha``) popularity (ranked at random per request, or with
   ``pop_recent`` by recency: real models' first-time selections lean to recent text).
+- ``above_fresh``: draw the entries taken from the layer above among those not chosen yet
+  (without it, a draw that lands on a kept entry is lost, so fewer than ``layer_corr`` of the
+  new entries come from above: the old behaviour, kept for the committed traces);
 - ``sink_probs`` (if given, one per sink position): sink position i is selected with
   probability ``sink_probs[i]`` at each step, independently (real models select the first token
   in most steps, not all, and its neighbours rarely).
-New knobs default to the old behaviour (sink_probs empty, recall_prob 0): the
+- ``profile`` (optional): knobs that vary with layer depth, as breakpoints ``(depth, value)`` per
+  knob, depth = layer / (layers - 1) in [0, 1], linear between breakpoints and constant beyond
+  them (two breakpoints at nearly one depth make a step). Real DSA layers differ: layer 0 keeps
+  almost nothing from one step to the next while middle layers keep 35-50% (BRIEF section 4).
+New knobs default to the old behaviour (sink_probs empty, recall_prob 0, no profile): the
 presets draw the same random numbers as before, so their traces are byte-identical.
 While the context holds at most k tokens, every position is selected (DSA's behaviour).
 Steps are stored sorted. The same knobs and seed give the same streams, bit for bit.
@@ -51,9 +58,45 @@ class GeneratorKnobs:
     recall_spread: float = 1.0
     sink_probs: tuple[float, ...] = ()
     pop_recent: bool = False
+    above_fresh: bool = False
+    profile: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
+
+    def at_layer(self, layer: int, layers: int) -> GeneratorKnobs:
+        """The knobs of one layer: the profile's values at its depth, the others unchanged."""
+        if not self.profile:
+            return self
+        depth = layer / (layers - 1) if layers > 1 else 0.0
+        change: dict[str, Any] = {"profile": ()}
+        for name, points in self.profile:
+            xs, ys = zip(*points, strict=True)
+            value = float(np.interp(depth, xs, ys))
+            change[name] = int(round(value)) if isinstance(getattr(self, name), int) else value
+        return replace(self, **change)
 
     def check(self) -> None:
-        """Raise HisparseError naming the first knob out of range."""
+        """Raise HisparseError naming the first knob out of range (a profile's breakpoints
+        too: the ranges are intervals, so values between breakpoints are in range as well)."""
+        self._check_profile()
+        base = replace(self, profile=())
+        for name, points in self.profile:
+            cast = type(getattr(self, name))
+            for _, value in points:
+                try:
+                    replace(base, **{name: cast(round(value)) if cast is int else value})._check_own()
+                except HisparseError as exc:
+                    raise HisparseError(f"profile {name}: {exc}") from None
+        base._check_own()
+
+    def _check_profile(self) -> None:
+        known = {f.name for f in fields(GeneratorKnobs)} - {"profile", "sink_probs", "pop_recent"}
+        for name, points in self.profile:
+            if name not in known:
+                raise HisparseError(f"profile knob {name!r} is not a numeric knob (known: {', '.join(sorted(known))})")
+            depths = [d for d, _ in points]
+            if not points or any(not 0.0 <= d <= 1.0 for d in depths) or depths != sorted(depths):
+                raise HisparseError(f"profile {name}: breakpoints need depths in [0, 1], ascending; got {depths}")
+
+    def _check_own(self) -> None:
         for name in ("retention", "burst_prob", "burst_retention", "layer_corr", "recall_prob"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -73,9 +116,10 @@ class GeneratorKnobs:
 
 
 PRESETS: dict[str, GeneratorKnobs] = {
-    # DSA-like: ~95% adjacent-step overlap (DSA claims >= 95%, BRIEF section 4), some bursts,
-    # moderate layer correlation.
-    "dsa-like": GeneratorKnobs(),
+    # ~95% adjacent-step overlap, some bursts, moderate layer correlation. Formerly "dsa-like":
+    # no DSA measurement supports it (real DeepSeek-V3.2 keeps 35-50% in its middle layers,
+    # BRIEF section 4); kept for the committed traces and tests that use it.
+    "high-overlap": GeneratorKnobs(),
     # Very stable selections: adjacent-step overlap >= 0.9 by a margin.
     "high-locality": GeneratorKnobs(local_window=128, retention=0.98, burst_prob=0.005,
                                     burst_retention=0.8, run_mean=32.0, layer_corr=0.7),
@@ -85,18 +129,49 @@ PRESETS: dict[str, GeneratorKnobs] = {
 }
 
 
+# Old names still found in committed traces' provenance (and used by older callers).
+PRESET_ALIASES = {"dsa-like": "high-overlap"}
+PRESETS.update({alias: PRESETS[name] for alias, name in PRESET_ALIASES.items()})
+# Presets fitted to published DSA statistics: knobs files next to their targets (traces/presets/).
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "traces" / "presets"
+FITTED_PRESETS = ("glm51-longbench", "dsv32")
+
+
+def preset_names() -> list[str]:
+    """Every preset `--preset` takes (aliases left out)."""
+    return list(FITTED_PRESETS) + [n for n in PRESETS if n not in PRESET_ALIASES]
+
+
 def load_knobs(spec: str) -> GeneratorKnobs:
-    """A preset name, or a TOML file of knobs (missing knobs take the dsa-like defaults)."""
+    """A preset name, or a TOML file of knobs (missing knobs take the high-overlap defaults)."""
     if spec in PRESETS:
         return PRESETS[spec]
+    if spec in FITTED_PRESETS:
+        path = PRESETS_DIR / f"{spec}.toml"
+        if not path.exists():
+            raise HisparseError(f"preset {spec!r}: its knobs file {path} is missing")
+        return load_knobs(str(path))
     path = Path(spec)
     if not path.exists():
-        raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(PRESETS)}; or give a knobs .toml file)")
+        raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(preset_names())}; "
+                            "or give a knobs .toml file)")
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    data = data.get("knobs", data)
+    return knobs_from_dict(data.get("knobs", data), path)
+
+
+def knobs_from_dict(data: dict[str, Any], path: Path | str) -> GeneratorKnobs:
+    """Knobs from a parsed ``[knobs]`` table (``path`` names it in errors); missing knobs take
+    the defaults."""
+    data = dict(data)
+    if isinstance(data.get("profile"), dict):
+        try:
+            data["profile"] = tuple((name, tuple((float(d), float(v)) for d, v in points))
+                                    for name, points in data["profile"].items())
+        except (TypeError, ValueError) as exc:
+            raise HisparseError(f"{path}: profile: each knob needs [[depth, value], ...] ({exc})") from None
     known = {f.name: f.type for f in fields(GeneratorKnobs)}
     unknown = sorted(set(data) - set(known))
     if unknown:
@@ -106,13 +181,16 @@ def load_knobs(spec: str) -> GeneratorKnobs:
         knobs = replace(defaults, **{k: _cast(getattr(defaults, k), v) for k, v in data.items()})
     except (TypeError, ValueError) as exc:
         raise HisparseError(f"{path}: bad knob value ({exc})") from None
-    knobs.check()
+    try:
+        knobs.check()
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: {exc}") from None
     return knobs
 
 
 # Knobs added after the first traces were written: left out of a trace's metadata and of a
 # knobs file while all are at their default (off) values, so older outputs stay byte-identical.
-LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent")
+LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent", "above_fresh", "profile")
 
 
 def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
@@ -127,6 +205,8 @@ def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
 
 def _cast(default, value):
     """A knob value from TOML as the type of its default (lists of floats for tuples)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):  # a profile, already parsed
+        return value
     if isinstance(default, tuple):
         return tuple(float(x) for x in value)
     return type(default)(value)
@@ -136,10 +216,17 @@ def knobs_to_toml(knobs: GeneratorKnobs, comment: str = "") -> str:
     """TOML text for a knobs file (readable by load_knobs)."""
     lines = [f"# {c}" for c in comment.splitlines()] + ["[knobs]"]
     for name, value in knobs_dict(knobs).items():
+        if name == "profile":
+            continue
         if isinstance(value, bool):
             lines.append(f"{name} = {str(value).lower()}")
         else:
             lines.append(f"{name} = {list(value)!r}" if isinstance(value, tuple) else f"{name} = {value!r}")
+    if knobs.profile:
+        lines += ["", "# knobs by layer depth (layer / (layers - 1)): [depth, value] breakpoints, linear between",
+                  "[knobs.profile]"]
+        for name, points in knobs.profile:
+            lines.append(f"{name} = [" + ", ".join(f"[{d!r}, {round(v, 6)!r}]" for d, v in points) + "]")
     return "\n".join(lines) + "\n"
 
 
@@ -228,6 +315,8 @@ def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: 
     need = k - chosen.size
     if above is not None and knobs.layer_corr > 0:
         pool = above[(above >= lo) & (above < hi)]
+        if knobs.above_fresh:  # draw among the entries not yet chosen: layer_corr of the new ones
+            pool = pool[~np.isin(pool, chosen)]
         take = rng.permutation(pool)[: rng.binomial(need, knobs.layer_corr)]
         chosen = np.r_[chosen, _fill(rng, chosen, take, need)]
     if knobs.recall_prob > 0 and hist is not None and hist.t >= 2:
@@ -251,23 +340,29 @@ def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k
              seed: int) -> Iterator[Stream]:
     """Yield streams request by request, layer by layer (layer l follows layer l-1)."""
     knobs.check()
+    layer_knobs = [knobs.at_layer(layer, layers) for layer in range(layers)]
     for name, v in (("steps", steps), ("layers", layers), ("requests", requests), ("topk", k), ("ctx0", ctx0)):
         if v < 1:
             raise HisparseError(f"--{name} must be >= 1, got {v}")
     ctx_len = ctx0 + np.arange(steps, dtype=np.int64)
     for request in range(requests):
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(request,)))
-        pop = _Popularity(knobs, int(ctx_len[-1]) + 1, rng)
+        pops: dict[tuple, _Popularity] = {}
         above_rows: list[np.ndarray] | None = None
         for layer in range(layers):
+            kn = layer_knobs[layer]
+            key = (kn.passage_len, kn.zipf_alpha, kn.pop_recent)
+            if key not in pops:  # one popularity per request (per distinct popularity knobs)
+                pops[key] = _Popularity(kn, int(ctx_len[-1]) + 1, rng)
+            pop = pops[key]
             rows: list[np.ndarray] = []
             prev = np.zeros(0, dtype=np.int64)
-            hist = _History(int(ctx_len[-1]) + 1, steps) if knobs.recall_prob > 0 else None
+            hist = _History(int(ctx_len[-1]) + 1, steps) if kn.recall_prob > 0 else None
             for t in range(steps):
                 above = above_rows[t] if above_rows is not None else None
                 if hist is not None:
                     hist.t = t
-                prev = _step(rng, knobs, pop, k, int(ctx_len[t]), prev, above, hist)
+                prev = _step(rng, kn, pop, k, int(ctx_len[t]), prev, above, hist)
                 if hist is not None:
                     hist.last[prev] = t
                 rows.append(prev)
