@@ -239,7 +239,8 @@ done:
  *   - victims are the oldest stale entries not hit, then D in block order (D sits between the
  *     stale part and the kept entries);
  *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
- * Stale entries live in a FIFO queue (lazy deletion: a hit leaves a dead entry behind). Block
+ * Stale entries live in a FIFO queue (a doubly linked list over the slots: a stale hit leaves it
+ * in O(1), and skey, a push counter, orders them). Block
  * order is kept as keys: new block entries get keys below every kept key, so ascending key is
  * block order, and D is sorted by key before it joins the queue. A step costs O(|A| + |D| log |D|)
  * once A and D are known: from the coded stream's own changes (lru_replay_coded), or from a
@@ -318,10 +319,10 @@ typedef struct {
     int32_t *prow;      /* [cap] stamp of the last row listing the position (lru_row) */
     int32_t *slot_pos;  /* [B] position held by a slot, -1 */
     uint8_t *region;    /* [B] FREE, STALE or BLOCK */
-    int64_t *skey;      /* [B] queue index of a stale slot's live entry */
+    int64_t *skey;      /* [B] push count of a stale slot: ascending = queue order */
     uint64_t *bkey;     /* [B] block key: ascending = block order */
-    int32_t *queue;     /* [Q] stale slots, oldest first, with dead entries */
-    int64_t qhead, qtail;
+    int32_t *qprev, *qnext; /* [B + 1] the stale queue, oldest first; B is the list's head and tail */
+    int64_t qseq;
     int64_t *xlist, nx; /* [B] X, the last step's selected set (any order) */
     int64_t *A, *D, *miss; /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
@@ -334,7 +335,7 @@ typedef struct {
 static void lru_free(lru_state *s)
 {
     if (!s) return;
-    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->queue);
+    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->qprev); free(s->qnext);
     free(s->xlist); free(s->A); free(s->D); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp);
     free(s);
 }
@@ -344,12 +345,13 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     lru_state *s = (lru_state *)calloc(1, sizeof(lru_state));
     if (!s) return NULL;
     size_t n = (size_t)B + 2;
-    s->B = B; s->Q = 4 * B + 16; s->reserve = reserve; s->prefix = prefix;
+    s->B = B; s->reserve = reserve; s->prefix = prefix;
     s->slot_pos = (int32_t *)malloc(sizeof(int32_t) * n);
     s->region = (uint8_t *)calloc(n, 1);
     s->skey = (int64_t *)calloc(n, sizeof(int64_t));
     s->bkey = (uint64_t *)calloc(n, sizeof(uint64_t));
-    s->queue = (int32_t *)malloc(sizeof(int32_t) * (size_t)s->Q);
+    s->qprev = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->qnext = (int32_t *)malloc(sizeof(int32_t) * n);
     s->xlist = (int64_t *)malloc(sizeof(int64_t) * n);
     s->A = (int64_t *)malloc(sizeof(int64_t) * n);
     s->D = (int64_t *)malloc(sizeof(int64_t) * n);
@@ -357,12 +359,13 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
     s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
     s->kv_tmp = (kv_t *)malloc(sizeof(kv_t) * n);
-    if (!s->kv_tmp || !s->slot_pos || !s->region || !s->skey || !s->bkey || !s->queue || !s->xlist || !s->A || !s->D ||
+    if (!s->kv_tmp || !s->slot_pos || !s->region || !s->skey || !s->bkey || !s->qprev || !s->qnext || !s->xlist || !s->A || !s->D ||
         !s->miss || !s->hit_s || !s->kv) {
         lru_free(s);
         return NULL;
     }
     for (int64_t x = 0; x < B; x++) s->slot_pos[x] = -1;
+    s->qprev[B] = s->qnext[B] = (int32_t)B;
     s->next_key = (uint64_t)1 << 62;
     return s;
 }
@@ -383,32 +386,29 @@ static int lru_reserve(lru_state *s, int64_t c)
     return 1;
 }
 
-static void queue_make_room(lru_state *s, int64_t need)
-{
-    if (s->qtail + need <= s->Q) return;
-    int64_t m = 0;
-    for (int64_t i = s->qhead; i < s->qtail; i++) {
-        int32_t x = s->queue[i];
-        if (s->region[x] == STALE && s->skey[x] == i) { s->queue[m] = x; s->skey[x] = m; m++; }
-    }
-    s->qhead = 0;
-    s->qtail = m;
-}
-
 static inline void queue_push(lru_state *s, int32_t slot)
 {
+    int32_t end = (int32_t)s->B, last = s->qprev[end];
     s->region[slot] = STALE;
-    s->skey[slot] = s->qtail;
-    s->queue[s->qtail++] = slot;
+    s->skey[slot] = s->qseq++;
+    s->qprev[slot] = last;
+    s->qnext[slot] = end;
+    s->qnext[last] = slot;
+    s->qprev[end] = slot;
 }
 
-static inline int32_t queue_pop(lru_state *s)
+static inline void queue_unlink(lru_state *s, int32_t slot)
 {
-    for (;;) {
-        int32_t x = s->queue[s->qhead];
-        if (s->region[x] == STALE && s->skey[x] == s->qhead) { s->qhead++; return x; }
-        s->qhead++;
-    }
+    int32_t a = s->qprev[slot], b = s->qnext[slot];
+    s->qnext[a] = b;
+    s->qprev[b] = a;
+}
+
+static inline int32_t queue_pop(lru_state *s) /* the oldest stale slot (the queue is not empty) */
+{
+    int32_t x = s->qnext[s->B];
+    queue_unlink(s, x);
+    return x;
 }
 
 enum { BEGIN_FAST = 0, BEGIN_FRESH = 1, BEGIN_NEXT = 2 };
@@ -426,7 +426,7 @@ static int lru_begin(lru_state *s, int64_t c)
     }
     for (int64_t i = 0; i < s->nx; i++) s->pos[s->xlist[i]].xi = -1;
     s->nx = 0;
-    s->qhead = s->qtail = 0;
+    s->qprev[s->B] = s->qnext[s->B] = (int32_t)s->B;
     s->free_next = 0;
     if (s->prefix || s->fast) {
         for (int64_t p = 0; p < s->B; p++) {
@@ -448,7 +448,7 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
     for (int64_t i = 0; i < nA; i++) {
         int64_t p = s->A[i];
         int32_t x = s->pos[p].slot;
-        if (x >= 0) { s->region[x] = BLOCK; s->hit_s[nhs++] = x; } /* stale hit: out of the queue */
+        if (x >= 0) { s->region[x] = BLOCK; queue_unlink(s, x); s->hit_s[nhs++] = x; } /* stale hit */
         else s->miss[nm++] = p;
     }
     if (nD) { /* dropped entries join the queue's young end, in block order */
@@ -458,7 +458,6 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
             s->kv[i].slot = x;
         }
         sort_kv_radix(s->kv, s->kv_tmp, nD);
-        queue_make_room(s, nD);
         for (int64_t i = 0; i < nD; i++) queue_push(s, (int32_t)s->kv[i].slot);
     }
     for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
@@ -550,10 +549,7 @@ static int64_t lru_result(lru_state *s, int64_t *slot_pos, int64_t *order)
     for (int64_t x = 0; x < s->B; x++) slot_pos[x] = s->slot_pos[x];
     if (!s->started) return 0;
     int64_t n = 0, nb = 0;
-    for (int64_t i = s->qhead; i < s->qtail; i++) {
-        int32_t x = s->queue[i];
-        if (s->region[x] == STALE && s->skey[x] == i) order[n++] = x;
-    }
+    for (int32_t x = s->qnext[s->B]; x != (int32_t)s->B; x = s->qnext[x]) order[n++] = x;
     kv_t *kv = (kv_t *)malloc(sizeof(kv_t) * (size_t)(s->B + 1));
     if (!kv) return -1;
     for (int64_t x = 0; x < s->B; x++)

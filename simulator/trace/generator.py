@@ -9,7 +9,8 @@ Each step selects k positions out of a context that grows one token per step:
   step; with probability ``recall_prob`` an entry selected before and dropped since (recalled:
   its gap, steps since it was last selected, is log-normal with median ``recall_gap`` and log
   spread ``recall_spread``, at least 2; the entry last selected nearest that gap, at or before
-  it); otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
+  it; ``recall_draws`` candidates per recall are drawn with replacement, so 2 re-select ~86%
+  of a step's worth of candidates and 8 nearly all); otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
   tokens chosen by Zipf(``zipf_alpha``) popularity (ranked at random per request, or with
   ``pop_recent`` by recency: real models' first-time selections lean to recent text).
 - ``above_fresh``: draw the entries taken from the layer above among those not chosen yet
@@ -59,6 +60,7 @@ class GeneratorKnobs:
     sink_probs: tuple[float, ...] = ()
     pop_recent: bool = False
     above_fresh: bool = False
+    recall_draws: float = 2.0
     profile: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
 
     def at_layer(self, layer: int, layers: int) -> GeneratorKnobs:
@@ -111,8 +113,8 @@ class GeneratorKnobs:
         if self.sink_probs and (len(self.sink_probs) != self.sinks
                                 or not all(0.0 <= p <= 1.0 for p in self.sink_probs)):
             raise HisparseError(f"knob sink_probs needs {self.sinks} (sinks) values in [0, 1]")
-        if self.recall_gap < 1 or self.recall_spread < 0:
-            raise HisparseError("knobs recall_gap must be >= 1 and recall_spread >= 0")
+        if self.recall_gap < 1 or self.recall_spread < 0 or self.recall_draws < 1:
+            raise HisparseError("knobs recall_gap and recall_draws must be >= 1 and recall_spread >= 0")
 
 
 PRESETS: dict[str, GeneratorKnobs] = {
@@ -190,7 +192,7 @@ def knobs_from_dict(data: dict[str, Any], path: Path | str) -> GeneratorKnobs:
 
 # Knobs added after the first traces were written: left out of a trace's metadata and of a
 # knobs file while all are at their default (off) values, so older outputs stay byte-identical.
-LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent", "above_fresh", "profile")
+LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent", "above_fresh", "recall_draws", "profile")
 
 
 def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
@@ -323,7 +325,7 @@ def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: 
         need = k - chosen.size
         n_recall = rng.binomial(need, knobs.recall_prob)
         if n_recall:
-            back = _recall(rng, knobs, hist, lo, hi, 2 * n_recall)
+            back = _recall(rng, knobs, hist, lo, hi, max(1, int(round(knobs.recall_draws * n_recall))))
             chosen = np.r_[chosen, _fill(rng, chosen, back, n_recall)]
     while chosen.size < k:
         need = k - chosen.size
