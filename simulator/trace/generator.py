@@ -267,29 +267,62 @@ def _fill(rng, chosen: np.ndarray, candidates: np.ndarray, need: int) -> np.ndar
 
 
 class _History:
-    """When each position was last selected (-1: never) and the current step, per stream."""
+    """When each position was last selected (-1: never), the current step, and the rows of the
+    steps so far (sorted), per stream."""
 
     def __init__(self, max_ctx: int, steps: int) -> None:
-        # small integers: numpy's stable argsort is then a radix sort (linear time)
         self.last = np.full(max_ctx, -1, dtype=np.int16 if steps < 2**15 - 1 else np.int64)
         self.t = 0
+        self.rows: list[np.ndarray] = []
+        self.count = np.zeros(steps + 1, dtype=np.int64)  # positions whose last selection is step v
+
+    def select(self, row: np.ndarray) -> None:
+        """Record step t's row (sorted)."""
+        old = self.last[row]
+        vals, n = np.unique(old[old >= 0], return_counts=True)
+        self.count[vals] -= n
+        self.count[self.t] += row.size
+        self.last[row] = self.t
+        self.rows.append(row)
 
 
-def _recall(rng, knobs: GeneratorKnobs, hist: _History, lo: int, hi: int, count: int) -> np.ndarray:
+def _recall(rng, knobs: GeneratorKnobs, hist: _History, lo: int, hi: int, ctx: int, count: int) -> np.ndarray:
     """About ``count`` positions in [lo, hi) selected before and not at the previous step, each
-    last selected nearest (at or before) a log-normal gap before now."""
-    last = hist.last[lo:hi]
-    order = np.argsort(last, kind="stable")
-    seen = last[order]
+    last selected nearest (at or before) a log-normal gap before now: for a wanted step v, the
+    latest step g <= v that is still some position's last selection, and a uniform pick among
+    the positions last selected at g (ascending; the same picks as indexing a stable sort of
+    the positions by last selection, without sorting the context every step)."""
     gaps = np.maximum(2.0, np.rint(knobs.recall_gap * np.exp(knobs.recall_spread * rng.standard_normal(count))))
     u = rng.random(count)
-    j = np.searchsorted(seen, np.maximum(hist.t - gaps, -1).astype(seen.dtype), side="right") - 1
-    ok = j >= 0
-    ok[ok] = seen[j[ok]] >= 0
-    j, u = j[ok], u[ok]
-    start = np.searchsorted(seen, seen[j], side="left")  # entries last selected at that same step
-    pick = start + (u * (j - start + 1)).astype(np.int64)
-    return lo + order[pick]
+    want = np.maximum(hist.t - gaps, -1).astype(np.int64)
+    # positions per last step within [lo, hi): the stream's counts less the few outside
+    outside = np.r_[hist.last[:lo], hist.last[hi:ctx]].astype(np.int64)
+    vals, n = np.unique(outside[outside >= 0], return_counts=True)
+    counts = {}
+    g = np.full(count, -1, dtype=np.int64)
+    for v in np.unique(want):
+        step = int(v)
+        while step >= 0:  # the latest step at or before v that is still someone's last
+            if step not in counts:
+                i = np.searchsorted(vals, step)
+                counts[step] = int(hist.count[step]) - (int(n[i]) if i < vals.size and vals[i] == step else 0)
+            if counts[step] > 0:
+                break
+            step -= 1
+        g[want == v] = step
+    ok = g >= 0
+    g, u = g[ok], u[ok]
+    keys = np.array(sorted(counts), dtype=np.int64)
+    counts_g = np.array([counts[int(x)] for x in keys], dtype=np.int64)[np.searchsorted(keys, g)]
+    pick = (u * counts_g).astype(np.int64)
+    out = np.empty(g.size, dtype=np.int64)
+    for step in np.unique(g):
+        row = hist.rows[step]
+        row = row[(row >= lo) & (row < hi)]
+        group = row[hist.last[row] == step]  # ascending: rows are sorted
+        sel = g == step
+        out[sel] = group[pick[sel]]
+    return out
 
 
 def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: np.ndarray,
@@ -325,7 +358,7 @@ def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: 
         need = k - chosen.size
         n_recall = rng.binomial(need, knobs.recall_prob)
         if n_recall:
-            back = _recall(rng, knobs, hist, lo, hi, max(1, int(round(knobs.recall_draws * n_recall))))
+            back = _recall(rng, knobs, hist, lo, hi, ctx, max(1, int(round(knobs.recall_draws * n_recall))))
             chosen = np.r_[chosen, _fill(rng, chosen, back, n_recall)]
     while chosen.size < k:
         need = k - chosen.size
@@ -366,7 +399,7 @@ def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k
                     hist.t = t
                 prev = _step(rng, kn, pop, k, int(ctx_len[t]), prev, above, hist)
                 if hist is not None:
-                    hist.last[prev] = t
+                    hist.select(prev)
                 rows.append(prev)
             indices = np.full((steps, min(k, int(ctx_len[-1]))), -1, dtype=np.int32)
             for t, row in enumerate(rows):
