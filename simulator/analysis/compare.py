@@ -75,6 +75,7 @@ def plot_compare(result: dict[str, Any], targets: Sequence[Targets], path: str |
     b.set_title(f"miss ratio against buffer (steps >= {result['warmup']})")
     b.legend(fontsize=8)
     fig.suptitle(os.path.basename(result["trace"]))
+    fig.tight_layout()
     return finish(fig, path)
 
 
