@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,10 +35,15 @@ print(lcs.LRU(cache_size=int(sys.argv[2])).process_trace(r)[0])
 GLM_LAYER = 30  # of 78: glm51-longbench's middle band
 
 
-def run(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
+def run(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system) and stdout of a process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-    return time.perf_counter() - t0, proc.stdout.strip()
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout.strip()
 
 
 def misses_of(replay_output: str) -> int:
@@ -88,24 +94,29 @@ def main() -> int:
     for name in args.streams.split(","):
         hst, oracle, stream = make_stream(name, args.steps, data)
         streams[name] = stream
-        _, ref = run(hisparse + [str(hst)], env={**os.environ, "HISPARSE_NATIVE": "0"})
-        t_ours, t_lcs = [], []
+        *_, ref = run(hisparse + [str(hst)], env={**os.environ, "HISPARSE_NATIVE": "0"})
+        t_ours, t_lcs, c_ours, c_lcs = [], [], [], []
         for _ in range(args.repeats):
-            t, out = run(hisparse + [str(hst)])
+            t, c, out = run(hisparse + [str(hst)])
             assert misses_of(out) == misses_of(ref), f"{name}: fast path and numba engine disagree"
             t_ours.append(t)
-            t, lcs_ratio = run([sys.executable, "-c", LCS, str(oracle), "4096"])
+            c_ours.append(c)
+            t, c, lcs_ratio = run([sys.executable, "-c", LCS, str(oracle), "4096"])
             t_lcs.append(t)
-        m_ours, m_lcs = statistics.median(t_ours), statistics.median(t_lcs)
-        rows.append((name, stream, misses_of(ref), float(lcs_ratio), m_ours, m_lcs, t_ours, t_lcs))
+            c_lcs.append(c)
+        med = statistics.median
+        rows.append((name, stream, misses_of(ref), float(lcs_ratio), med(t_ours), med(t_lcs), med(c_ours), med(c_lcs),
+                     t_ours, t_lcs))
 
-    print(f"buffer 4096, k 2048; medians of {args.repeats} interleaved whole-process runs\n")
-    print("| stream | accesses | hisparse batched LRU misses (= numba engine) | hisparse s | libCacheSim LRU s "
-          "(sequential; miss ratio) | libCacheSim / hisparse |")
-    print("|---|---|---|---|---|---|")
-    for name, stream, misses, lcs_ratio, m_ours, m_lcs, *_ in rows:
-        print(f"| {name} | {stream.accesses:,} | {misses:,} ({misses / stream.accesses:.4f}) | {m_ours:.2f} | "
-              f"{m_lcs:.2f} ({lcs_ratio:.4f}) | **{m_lcs / m_ours:.1f}x** |")
+    print(f"buffer 4096, k 2048; medians of {args.repeats} interleaved whole-process runs (wall; CPU = user + "
+          "system)\n")
+    print("| stream | accesses | hisparse batched LRU misses (= numba engine) | libCacheSim LRU miss ratio "
+          "(sequential) | hisparse wall / CPU s | libCacheSim wall / CPU s | libCacheSim / hisparse, wall | CPU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, stream, misses, lcs_ratio, w_ours, w_lcs, c_ours, c_lcs, *_ in rows:
+        print(f"| {name} | {stream.accesses:,} | {misses:,} ({misses / stream.accesses:.4f}) | {lcs_ratio:.4f} | "
+              f"{w_ours:.2f} / {c_ours:.2f} | {w_lcs:.2f} / {c_lcs:.2f} | **{w_lcs / w_ours:.1f}x** | "
+              f"{c_lcs / c_ours:.1f}x |")
     for name, *_, t_ours, t_lcs in rows:
         print(f"\n{name}: hisparse runs {', '.join(f'{t:.2f}' for t in t_ours)} s; "
               f"libCacheSim runs {', '.join(f'{t:.2f}' for t in t_lcs)} s")
