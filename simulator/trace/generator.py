@@ -141,7 +141,7 @@ FITTED_PRESETS = ("glm51-longbench", "dsv32")
 
 def preset_names() -> list[str]:
     """Every preset `--preset` takes (aliases left out)."""
-    return list(FITTED_PRESETS) + [n for n in PRESETS if n not in PRESET_ALIASES]
+    return list(FITTED_PRESETS) + [n for n in PRESETS if n not in PRESET_ALIASES and n not in FITTED_PRESETS]
 
 
 def load_knobs(spec: str) -> GeneratorKnobs:
@@ -149,10 +149,7 @@ def load_knobs(spec: str) -> GeneratorKnobs:
     if spec in PRESETS:
         return PRESETS[spec]
     if spec in FITTED_PRESETS:
-        path = PRESETS_DIR / f"{spec}.toml"
-        if not path.exists():
-            raise HisparseError(f"preset {spec!r}: its knobs file {path} is missing")
-        return load_knobs(str(path))
+        raise HisparseError(f"preset {spec!r}: its knobs file {PRESETS_DIR / (spec + '.toml')} is missing")
     path = Path(spec)
     if not path.exists():
         raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(preset_names())}; "
@@ -188,6 +185,14 @@ def knobs_from_dict(data: dict[str, Any], path: Path | str) -> GeneratorKnobs:
     except HisparseError as exc:
         raise HisparseError(f"{path}: {exc}") from None
     return knobs
+
+
+def _register_fitted_presets() -> None:
+    """The fitted presets join PRESETS from their knobs files (read once, at import)."""
+    for name in FITTED_PRESETS:
+        path = PRESETS_DIR / f"{name}.toml"
+        if path.exists():
+            PRESETS[name] = load_knobs(str(path))
 
 
 # Knobs added after the first traces were written: left out of a trace's metadata and of a
@@ -406,3 +411,6 @@ def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k
                 indices[t, : row.size] = row
             above_rows = rows
             yield Stream(request, layer, ctx_len.copy(), indices)
+
+
+_register_fitted_presets()
