@@ -155,9 +155,13 @@ def run_compare(args: argparse.Namespace) -> int:
         return 0
     print(f"{result['trace']}: {result['requests']} request(s) x {result['layers']} layers x {result['steps']} steps, "
           f"k {result['topk']}; steady state from step {result['warmup']}")
+    shapes = {t.path.stem: t.shape for t in targets}
     for name, rows in result["targets"].items():
         met = sum(r["met"] for r in rows)
-        print(f"\ntargets {name} ({met}/{len(rows)} met):")
+        sh = shapes[name]
+        other = f"; measured on {sh.model}'s {sh.layers} layers, bands are layer indices" \
+            if sh.layers != result["layers"] else ""
+        print(f"\ntargets {name} ({met}/{len(rows)} met{other}):")
         print_target_rows(rows)
     if args.per_layer:
         per = result["per_layer"]
