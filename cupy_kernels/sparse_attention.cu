@@ -133,10 +133,11 @@ __device__ __forceinline__ void load_q(uint32_t q_s, const uint16_t* q_rows, int
 }
 
 // 64 bf16 rows (1152 B) gathered by slot -> swizzled smem tile; invalid rows become zeros.
+template <int NT = NTHREADS>
 __device__ __forceinline__ void load_tile_bf16(uint32_t kv_s, const uint16_t* kv, const int* slot_tile, int tid) {
 #pragma unroll 6
-    for (int i = 0; i < (TILE * 72) / NTHREADS; ++i) {
-        int idx = tid + i * NTHREADS;
+    for (int i = 0; i < (TILE * 72) / NT; ++i) {
+        int idx = tid + i * NT;
         int t = idx / 72, ci = idx - t * 72;
         int slot = slot_tile[t];
         bool ok = slot >= 0;
@@ -146,11 +147,12 @@ __device__ __forceinline__ void load_tile_bf16(uint32_t kv_s, const uint16_t* kv
 }
 
 // 64 raw FP8 rows (656 B) gathered by slot -> staging smem (row-contiguous).
+template <int NT = NTHREADS>
 __device__ __forceinline__ void load_tile_fp8(uint32_t st_s, const uint8_t* kv, const int* slot_tile, int tid) {
     constexpr int UNITS = FP8_ROW / 16;  // 41
 #pragma unroll 4
-    for (int i = 0; i < (TILE * UNITS + NTHREADS - 1) / NTHREADS; ++i) {
-        int idx = tid + i * NTHREADS;
+    for (int i = 0; i < (TILE * UNITS + NT - 1) / NT; ++i) {
+        int idx = tid + i * NT;
         if (idx < TILE * UNITS) {
             int t = idx / UNITS, u = idx - t * UNITS;
             int slot = slot_tile[t];
@@ -162,10 +164,11 @@ __device__ __forceinline__ void load_tile_fp8(uint32_t st_s, const uint8_t* kv, 
 }
 
 // Staged FP8 rows -> bf16 swizzled tile: value = e4m3 * fp32 scale of its 128-value block.
+template <int NT = NTHREADS>
 __device__ __forceinline__ void dequant_tile(uint8_t* kv_tile, const uint8_t* stage, int tid) {
 #pragma unroll 6
-    for (int i = 0; i < (TILE * 72) / NTHREADS; ++i) {
-        int idx = tid + i * NTHREADS;
+    for (int i = 0; i < (TILE * 72) / NT; ++i) {
+        int idx = tid + i * NT;
         int t = idx / 72, ci = idx - t * 72;
         int c = ci >> 3, u = ci & 7;
         const uint8_t* row = stage + t * FP8_ROW;
@@ -428,6 +431,291 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_bf16(MLA_AR
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARGS) {
     mla_decode_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Narrow kernel: any H (8 or 16 heads per GPU under TP attention, MTP tokens folded into heads)
+// ---------------------------------------------------------------------------------------------
+// One CTA = one warpgroup (128 threads) = up to 16 query heads of one request x one split.
+// The two products are transposed so that no tensor-core work goes to padding heads:
+//   S^T = K Q^T    : wgmma m64n16k16, M = the tile's 64 tokens (A = the K tile, K-major),
+//                    N = 16 heads (B = Q, K-major)
+//   O^T += V^T P^T : 8 x wgmma m64n16k16, M = 64 latent values (A = the same tile read MN-major),
+//                    K = 64 tokens, N = 16 heads (B = P^T stored [head][token], K-major)
+// Softmax runs per head over the tile's tokens, which sit in the 4 warps' accumulator rows: the
+// tile's max is exchanged once per tile through shared memory; row sums are reduced at the end.
+// Heads past H in the last head group are zero rows of Q and are never written.
+// bf16 rows: cp.async straight into the swizzled tile, two tiles in flight.  FP8 rows: raw rows
+// cp.async'd two tiles ahead into two staging buffers, dequantised into one bf16 tile.
+#define NH 16
+#define NT_NARROW 128
+#define QN_CHUNK (NH * 128)
+#define QN_BYTES (NCHUNK * QN_CHUNK)  // 18432
+#define PN_BYTES (NH * 128)           // P^T: 16 heads x 64 tokens bf16
+#define XN_BYTES (2 * 4 * NH * 4)     // per warp and head: tile max, final row sum
+#define RING_BYTES (4 * TILE * 4)     // validated slots of tiles t .. t+3
+
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// D[64 x 16] (+)= A[64 x 16] * B[16 x 16]; A from shared memory, K-major (TRANS_A 0) or
+// MN-major (TRANS_A 1); B K-major.
+template <int TRANS_A>
+__device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A));
+}
+
+// Q rows of this CTA's heads -> swizzled smem [9 chunks][16 rows][128 B]; rows >= n_heads are 0.
+__device__ __forceinline__ void load_q_narrow(uint32_t q_s, const uint16_t* q_rows, int n_heads, int tid) {
+#pragma unroll
+    for (int i = 0; i < (NH * 72) / NT_NARROW; ++i) {
+        int idx = tid + i * NT_NARROW;
+        int h = idx / 72, ci = idx - h * 72;
+        bool ok = h < n_heads;
+        cp_async16(q_s + (ci >> 3) * QN_CHUNK + swz(h, ci & 7), q_rows + (ok ? h * D_QK + ci * 8 : 0), ok ? 16 : 0);
+    }
+}
+
+// grid = (ceil(H / 16), n_splits, B)
+template <bool FP8>
+__device__ __forceinline__ void mla_narrow_body(
+    const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
+    long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
+    float* __restrict__ part_lse) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* kv_sm0 = smem + QN_BYTES;
+    uint8_t* p_sm = smem + QN_BYTES + (FP8 ? 1 : 2) * TILE_BYTES;
+    float* xm = reinterpret_cast<float*>(p_sm + PN_BYTES);  // [4 warps][16 heads] tile max
+    float* xl = xm + 4 * NH;                                // [4 warps][16 heads] row sum
+    int* ring = reinterpret_cast<int*>(p_sm + PN_BYTES + XN_BYTES);  // [4][64]
+    uint8_t* stage = p_sm + PN_BYTES + XN_BYTES + RING_BYTES;       // FP8: [2][64][656]
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+    const int n_splits = gridDim.y;
+    const int head0 = hg * NH, n_heads = min(NH, H - head0);
+    const int tok_begin = split * tiles_per_split * TILE;
+    const int tok_end = min(K, tok_begin + tiles_per_split * TILE);
+    const int n_tiles = (tok_end - tok_begin + TILE - 1) / TILE;
+    const int* slots_b = slots + (long long)b * K;
+    const uint16_t* q_rows = q + ((long long)b * H + head0) * D_QK;
+    const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
+    const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
+
+    const uint32_t q_s = smem_u32(smem), p_s = smem_u32(p_sm), st_s = smem_u32(stage);
+    const uint32_t kv_s0 = smem_u32(kv_sm0), kv_s1 = kv_s0 + (FP8 ? 0 : TILE_BYTES);
+
+    const int tr0 = warp * 16 + (lane >> 2);  // accumulator rows tr0, tr0 + 8 (tokens of S^T)
+    const int hq = (lane & 3) * 2;            // accumulator columns: heads 8j + hq + c
+
+    float o_acc[8][8];
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o_acc[mb][e] = 0.f;
+    float s_acc[8];
+    float m_run[4], l_part[4];  // [j * 2 + c]: head 8j + hq + c
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        m_run[e] = -INFINITY;
+        l_part[e] = 0.f;
+    }
+
+    if (tid < TILE) {
+#pragma unroll
+        for (int t = 0; t < 3; ++t) ring[t * TILE + tid] = fetch_slot(slots_b, tok_begin + t * TILE + tid, tok_end, n_rows);
+    }
+    __syncthreads();
+    load_q_narrow(q_s, q_rows, n_heads, tid);
+    if (FP8) {
+        load_tile_fp8<NT_NARROW>(st_s, kv8, ring, tid);
+        cp_async_commit();
+        if (n_tiles > 1) load_tile_fp8<NT_NARROW>(st_s + STAGE_BYTES, kv8, ring + TILE, tid);
+        cp_async_commit();
+        cp_async_wait1();
+        __syncthreads();
+        dequant_tile<NT_NARROW>(kv_sm0, stage, tid);
+        fence_proxy_async();
+    } else {
+        load_tile_bf16<NT_NARROW>(kv_s0, kv16, ring, tid);
+        cp_async_commit();
+    }
+
+    for (int it = 0; it < n_tiles; ++it) {
+        const uint32_t kv_cur = (FP8 || !(it & 1)) ? kv_s0 : kv_s1;
+        if (!FP8) {
+            cp_async_wait_all();
+            fence_proxy_async();
+        }
+        __syncthreads();  // tile `it` visible; every warp done with tile it-1 (its buffers are free)
+        const int* sl_cur = ring + (it & 3) * TILE;
+        const int pre = tid < TILE ? fetch_slot(slots_b, tok_begin + (it + 3) * TILE + tid, tok_end, n_rows) : -1;
+        if (FP8) {  // raw rows of tile it+2 into the staging buffer tile `it` came from
+            if (it + 2 < n_tiles) load_tile_fp8<NT_NARROW>(st_s + (it & 1) * STAGE_BYTES, kv8, ring + ((it + 2) & 3) * TILE, tid);
+            cp_async_commit();
+        }
+
+        // ---- S^T = K Q^T: 64 tokens x 16 heads, 36 k-steps ----
+        const uint64_t dk = make_desc(kv_cur, 16, 1024);
+        const uint64_t dq = make_desc(q_s, 16, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 36; ++s) {
+            const uint32_t offk = (s >> 2) * CHUNK_BYTES + (s & 3) * 32;
+            const uint32_t offq = (s >> 2) * QN_CHUNK + (s & 3) * 32;
+            wgmma_m64n16k16<0>(s_acc, dk + (offk >> 4), dq + (offq >> 4), s > 0);
+        }
+        wgmma_commit();
+        if (!FP8 && it + 1 < n_tiles) {
+            load_tile_bf16<NT_NARROW>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
+            cp_async_commit();
+        }
+        const bool v0 = sl_cur[tr0] >= 0, v1 = sl_cur[tr0 + 8] >= 0;
+        wgmma_wait0();
+
+        // ---- online softmax per head over the tile's tokens (log2 domain) ----
+        float m_loc[4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float a0 = v0 ? s_acc[j * 4 + c] * scale_log2 : -INFINITY;
+                const float a1 = v1 ? s_acc[j * 4 + 2 + c] * scale_log2 : -INFINITY;
+                s_acc[j * 4 + c] = a0;
+                s_acc[j * 4 + 2 + c] = a1;
+                m_loc[j * 2 + c] = fmaxf(a0, a1);
+            }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            m_loc[e] = fmaxf(m_loc[e], __shfl_xor_sync(0xffffffff, m_loc[e], 4));
+            m_loc[e] = fmaxf(m_loc[e], __shfl_xor_sync(0xffffffff, m_loc[e], 8));
+            m_loc[e] = fmaxf(m_loc[e], __shfl_xor_sync(0xffffffff, m_loc[e], 16));
+        }
+        if (lane < 4) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) xm[warp * NH + 8 * j + hq + c] = m_loc[j * 2 + c];
+        }
+        __syncthreads();
+        if (tid < TILE) ring[((it + 3) & 3) * TILE + tid] = pre;  // tile it-1's entry, no longer read
+        float alpha[4], m_use[4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int e = j * 2 + c, h = 8 * j + hq + c;
+                const float mt = fmaxf(fmaxf(xm[h], xm[NH + h]), fmaxf(xm[2 * NH + h], xm[3 * NH + h]));
+                const float m_new = fmaxf(m_run[e], mt);
+                m_use[e] = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: p = 0, no NaN
+                alpha[e] = exp2f(m_run[e] - m_use[e]);
+                m_run[e] = m_new;
+                l_part[e] *= alpha[e];
+            }
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int e = j * 2 + c, h = 8 * j + hq + c, t = tr0 + 8 * i;
+                    const __nv_bfloat16 pb = __float2bfloat16_rn(exp2f(s_acc[j * 4 + i * 2 + c] - m_use[e]));
+                    l_part[e] += __bfloat162float(pb);  // sum what the MMA will see
+                    *reinterpret_cast<__nv_bfloat16*>(p_sm + swz(h, t >> 3) + (t & 7) * 2) = pb;
+                }
+        fence_proxy_async();
+        __syncthreads();  // P^T complete
+
+        // ---- O^T = alpha O^T + V^T P^T: 8 blocks of 64 latent values ----
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) o_acc[mb][j * 4 + i * 2 + c] *= alpha[j * 2 + c];
+        const uint64_t dp = make_desc(p_s, 16, 1024);
+        const uint64_t dv = make_desc(kv_cur, CHUNK_BYTES, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int mb = 0; mb < 8; ++mb)
+                wgmma_m64n16k16<1>(o_acc[mb], dv + ((mb * CHUNK_BYTES + s * 16 * 128) >> 4), dp + ((s * 32) >> 4), 1);
+        wgmma_commit();
+        wgmma_wait0();
+
+        if (FP8 && it + 1 < n_tiles) {
+            cp_async_wait1();  // raw rows of tile it+1 (this thread's copies)
+            __syncthreads();   // everyone's copies visible; every warp done reading the bf16 tile
+            dequant_tile<NT_NARROW>(kv_sm0, stage + ((it + 1) & 1) * STAGE_BYTES, tid);
+            fence_proxy_async();
+        }
+    }
+
+    // ---- epilogue: row sums over lanes and warps, normalise, write ----
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        l_part[e] += __shfl_xor_sync(0xffffffff, l_part[e], 4);
+        l_part[e] += __shfl_xor_sync(0xffffffff, l_part[e], 8);
+        l_part[e] += __shfl_xor_sync(0xffffffff, l_part[e], 16);
+    }
+    if (lane < 4) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) xl[warp * NH + 8 * j + hq + c] = l_part[j * 2 + c];
+    }
+    __syncthreads();
+    const long long B = gridDim.z;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int e = j * 2 + c, h = 8 * j + hq + c;
+            if (h >= n_heads) continue;
+            const float l = xl[h] + xl[NH + h] + xl[2 * NH + h] + xl[3 * NH + h];
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const float lse_h = l > 0.f ? (m_run[e] + log2f(l)) * LN2 : -INFINITY;
+            if (n_splits == 1) {
+                const long long row = (long long)b * H + head0 + h;
+                uint16_t* orow = out + row * D_V;
+#pragma unroll
+                for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const __nv_bfloat16 v = __float2bfloat16_rn(o_acc[mb][j * 4 + i * 2 + c] * inv);
+                        *reinterpret_cast<__nv_bfloat16*>(orow + mb * 64 + tr0 + 8 * i) = v;
+                    }
+                if (tid < 4) lse[row] = lse_h;
+            } else {
+                const long long row = ((long long)split * B + b) * H + head0 + h;
+                float* orow = part_o + row * D_V;
+#pragma unroll
+                for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) orow[mb * 64 + tr0 + 8 * i] = o_acc[mb][j * 4 + i * 2 + c] * inv;
+                if (tid < 4) part_lse[row] = lse_h;
+            }
+        }
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow_bf16(MLA_ARGS) {
+    mla_narrow_body<false>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow_fp8(MLA_ARGS) {
+    mla_narrow_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 // Merge split partials: lse = logsumexp_s(lse_s), out = sum_s exp(lse_s - lse) * o_s.
