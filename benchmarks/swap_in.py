@@ -53,7 +53,36 @@ extern "C" __global__ void spin(long long ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
+extern "C" __global__ void empty(int* sink) {
+    extern __shared__ int sm[];
+    if (threadIdx.x == 0 && sink[0] == 12345) sm[0] = sink[1];
+}
 """
+
+
+def launch_floor(cp: Any, spin: Any, iters: int = 21) -> dict[str, float]:
+    """Median us of an empty kernel timed like a swap-in launch (events after a spin kernel):
+    the floor under any fixed cost, for 1 and 264 blocks of 512 threads with 69 KB of dynamic
+    shared memory (the swap-in's at B 4096, k 2048)."""
+    mod = cp.RawModule(code=_SPIN)
+    empty = mod.get_function("empty")
+    empty.max_dynamic_shared_size_bytes = 70_000
+    sink = cp.zeros(2, cp.int32)
+    out = {}
+    for blocks in (1, 264):
+        times = []
+        for i in range(iters + 2):
+            cp.cuda.Device().synchronize()
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            spin((1,), (1,), (np.int64(300_000),))
+            e0.record()
+            empty((blocks,), (512,), (sink,), shared_mem=69_000)
+            e1.record()
+            e1.synchronize()
+            if i >= 2:
+                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        out[f"empty_{blocks}"] = statistics.median(times)
+    return out
 
 
 def n_misses(rate: float) -> int:
@@ -156,6 +185,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     memcpy_start = measure_memcpy(cp, pool)
     print(f"pinned cudaMemcpy H2D (start): {memcpy_start:.1f} GB/s", flush=True)
     spin = cp.RawKernel(_SPIN, "spin")
+    floor = launch_floor(cp, spin)
+    print("launch floor (empty kernel, events after a spin): "
+          + ", ".join(f"{k} {v:.1f} us" for k, v in floor.items()), flush=True)
     rows = []
     for bs in args.batches:
         for hot in args.hots:

@@ -7,7 +7,8 @@
 //   O += P V       : warpgroup w owns output columns [256w, 256w+256), wgmma m64n256k16
 // K and V are the same gathered rows (V = first 512 values), stored once in shared memory in the
 // 128-byte-swizzled layout that serves as K-major B for S and as MN-major B for P V.
-// bf16 rows are gathered with cp.async straight into that layout (two stages); FP8 rows (656 B)
+// bf16 rows are gathered with cp.async straight into that layout (two buffers, refilled with tile
+// t+2 as soon as tile t is consumed); FP8 rows (656 B)
 // are gathered raw into a staging buffer and dequantised to bf16 by all threads.
 // Outputs: bf16 out and natural-log lse, or fp32 partials per split merged by mla_combine.
 
@@ -46,6 +47,7 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Generic-proxy shared-memory writes must be fenced before the tensor cores (async proxy) read them.
 __device__ __forceinline__ void fence_proxy_async() {
@@ -252,17 +254,19 @@ __device__ __forceinline__ void mla_decode_body(
         __syncthreads();
         dequant_tile(kv_sm[0], stage, tid);
         fence_proxy_async();
-    } else {
+    } else {  // two tiles in flight from the start
         load_tile_bf16(kv_s0, (const uint16_t*)kv_raw, slot_sm, tid);
+        cp_async_commit();
+        if (n_tiles > 1) load_tile_bf16(kv_s1, (const uint16_t*)kv_raw, slot_sm + TILE, tid);
         cp_async_commit();
     }
 
     for (int it = 0; it < n_tiles; ++it) {
         const int tok0 = tok_begin + it * TILE;
         const int buf = FP8 ? 0 : (it & 1);
-        const uint32_t kv_cur = buf ? kv_s1 : kv_s0, kv_nxt = buf ? kv_s0 : kv_s1;
+        const uint32_t kv_cur = buf ? kv_s1 : kv_s0;
         if (!FP8) {
-            cp_async_wait_all();
+            cp_async_wait1();  // tile `it`; tile it+1 may still be in flight
             fence_proxy_async();
         }
         __syncthreads();  // tile `it` visible to all; previous tile's MMAs finished in both warpgroups
@@ -282,12 +286,9 @@ __device__ __forceinline__ void mla_decode_body(
         }
         wgmma_commit();
 
-        // ---- prefetch the next tile while the tensor cores work ----
-        if (it + 1 < n_tiles) {
-            if (FP8)
-                load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, sl_nxt, tid);
-            else
-                load_tile_bf16(kv_nxt, (const uint16_t*)kv_raw, sl_nxt, tid);
+        // ---- FP8: prefetch the next tile's raw rows while the tensor cores work ----
+        if (FP8 && it + 1 < n_tiles) {
+            load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, sl_nxt, tid);
             cp_async_commit();
         }
         // validity of this thread's 8 score columns
@@ -365,6 +366,13 @@ __device__ __forceinline__ void mla_decode_body(
         wgmma_commit();
         wgmma_wait0();
 
+        if (!FP8) {  // tile `it` consumed: its buffer takes tile it+2 (slots staged in sl_cur above)
+            if (it + 2 < n_tiles) {
+                __syncthreads();  // both warpgroups' MMAs done reading the buffer
+                load_tile_bf16(kv_cur, (const uint16_t*)kv_raw, sl_cur, tid);
+            }
+            cp_async_commit();
+        }
         if (FP8 && it + 1 < n_tiles) {
             cp_async_wait_all();
             __syncthreads();  // raw rows visible; both warpgroups done reading the bf16 tile
@@ -445,8 +453,9 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARG
 // Softmax runs per head over the tile's tokens, which sit in the 4 warps' accumulator rows: the
 // tile's max is exchanged once per tile through shared memory; row sums are reduced at the end.
 // Heads past H in the last head group are zero rows of Q and are never written.
-// bf16 rows: cp.async straight into the swizzled tile, two tiles in flight.  FP8 rows: raw rows
-// cp.async'd two tiles ahead into two staging buffers, dequantised into one bf16 tile.
+// bf16 rows: cp.async straight into two swizzled tile buffers; a buffer is refilled (tile t+2) as
+// soon as tile t is consumed, before tile t+1 is awaited.  FP8 rows: raw rows cp.async'd two
+// tiles ahead into two staging buffers, dequantised into one bf16 tile.
 #define NH 16
 #define NT_NARROW 128
 #define QN_CHUNK (NH * 128)
@@ -454,8 +463,6 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARG
 #define PN_BYTES (NH * 128)           // P^T: 16 heads x 64 tokens bf16
 #define XN_BYTES (2 * 4 * NH * 4)     // per warp and head: tile max, final row sum
 #define RING_BYTES (4 * TILE * 4)     // validated slots of tiles t .. t+3
-
-__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // D[64 x 16] (+)= A[64 x 16] * B[16 x 16]; A from shared memory, K-major (TRANS_A 0) or
 // MN-major (TRANS_A 1); B K-major.
@@ -483,6 +490,65 @@ __device__ __forceinline__ void load_q_narrow(uint32_t q_s, const uint16_t* q_ro
     }
 }
 
+// FP8 rows for the narrow kernel, staged in registers: thread t holds the 16-byte units
+// (t & 1) + 2m (m = 0..20) of row t / 2 of a 64-row tile.  Masked rows read as zeros.
+#define RAW_UNITS 21
+__device__ __forceinline__ void load_raw_regs(uint4 (&v)[RAW_UNITS], const uint8_t* kv, const int* slot_tile, int tid) {
+    const int row = tid >> 1, half = tid & 1;
+    const int slot = slot_tile[row];
+    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + half;
+#pragma unroll
+    for (int m = 0; m < RAW_UNITS; ++m) {
+        const bool ok = slot >= 0 && half + 2 * m < FP8_ROW / 16;
+        v[m] = ok ? __ldg(src + 2 * m) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// 16 e4m3 values * scale -> 16 bf16 (two 16-byte units), as dequant_tile computes them.
+__device__ __forceinline__ void e4m3x16_to_bf16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
+        __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+        float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
+        __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+        o[k] = *reinterpret_cast<uint32_t*>(&b2);
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]);
+    hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// Registers of load_raw_regs -> bf16 swizzled tile.  The row's scales (unit 32) sit in the even
+// thread of the pair; the odd one gets them by a shuffle.
+__device__ __forceinline__ void dequant_regs(uint8_t* kv_tile, const uint4 (&v)[RAW_UNITS], int tid) {
+    const int row = tid >> 1, half = tid & 1;
+    float sc[4];
+    {
+        const uint32_t s0 = __shfl_xor_sync(0xffffffff, v[16].x, 1), s1 = __shfl_xor_sync(0xffffffff, v[16].y, 1);
+        const uint32_t s2 = __shfl_xor_sync(0xffffffff, v[16].z, 1), s3 = __shfl_xor_sync(0xffffffff, v[16].w, 1);
+        sc[0] = __uint_as_float(half ? s0 : v[16].x);
+        sc[1] = __uint_as_float(half ? s1 : v[16].y);
+        sc[2] = __uint_as_float(half ? s2 : v[16].z);
+        sc[3] = __uint_as_float(half ? s3 : v[16].w);
+    }
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {  // units 2m + half < 32: latent values 16u .. 16u + 15
+        const int u = 2 * m + half;
+        uint4 lo, hi;
+        e4m3x16_to_bf16(v[m], sc[m >> 2], lo, hi);
+        uint8_t* chunk = kv_tile + (m >> 1) * CHUNK_BYTES;
+        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2)) = lo;
+        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2 + 1)) = hi;
+    }
+#pragma unroll
+    for (int m = 16; m < RAW_UNITS; ++m) {  // units 33 .. 40: the bf16 rope values
+        const int u = 2 * m + half;
+        if (u >= 33 && u <= 40) *reinterpret_cast<uint4*>(kv_tile + 8 * CHUNK_BYTES + swz(row, u - 33)) = v[m];
+    }
+}
+
 // grid = (ceil(H / 16), n_splits, B)
 template <bool FP8>
 __device__ __forceinline__ void mla_narrow_body(
@@ -497,7 +563,6 @@ __device__ __forceinline__ void mla_narrow_body(
     float* xm = reinterpret_cast<float*>(p_sm + PN_BYTES);  // [4 warps][16 heads] tile max
     float* xl = xm + 4 * NH;                                // [4 warps][16 heads] row sum
     int* ring = reinterpret_cast<int*>(p_sm + PN_BYTES + XN_BYTES);  // [4][64]
-    uint8_t* stage = p_sm + PN_BYTES + XN_BYTES + RING_BYTES;       // FP8: [2][64][656]
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
@@ -511,7 +576,7 @@ __device__ __forceinline__ void mla_narrow_body(
     const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
     const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
 
-    const uint32_t q_s = smem_u32(smem), p_s = smem_u32(p_sm), st_s = smem_u32(stage);
+    const uint32_t q_s = smem_u32(smem), p_s = smem_u32(p_sm);
     const uint32_t kv_s0 = smem_u32(kv_sm0), kv_s1 = kv_s0 + (FP8 ? 0 : TILE_BYTES);
 
     const int tr0 = warp * 16 + (lane >> 2);  // accumulator rows tr0, tr0 + 8 (tokens of S^T)
@@ -536,33 +601,30 @@ __device__ __forceinline__ void mla_narrow_body(
     }
     __syncthreads();
     load_q_narrow(q_s, q_rows, n_heads, tid);
+    uint4 raw[FP8 ? RAW_UNITS : 1];  // FP8: the next tile's rows, in flight during this tile's MMAs
     if (FP8) {
-        load_tile_fp8<NT_NARROW>(st_s, kv8, ring, tid);
+        load_raw_regs(reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), kv8, ring, tid);
         cp_async_commit();
-        if (n_tiles > 1) load_tile_fp8<NT_NARROW>(st_s + STAGE_BYTES, kv8, ring + TILE, tid);
-        cp_async_commit();
-        cp_async_wait1();
-        __syncthreads();
-        dequant_tile<NT_NARROW>(kv_sm0, stage, tid);
+        cp_async_wait_all();
+        dequant_regs(kv_sm0, reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), tid);
         fence_proxy_async();
-    } else {
+        if (n_tiles > 1) load_raw_regs(reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), kv8, ring + TILE, tid);
+    } else {  // two tiles in flight from the start
         load_tile_bf16<NT_NARROW>(kv_s0, kv16, ring, tid);
+        cp_async_commit();
+        if (n_tiles > 1) load_tile_bf16<NT_NARROW>(kv_s1, kv16, ring + TILE, tid);
         cp_async_commit();
     }
 
     for (int it = 0; it < n_tiles; ++it) {
         const uint32_t kv_cur = (FP8 || !(it & 1)) ? kv_s0 : kv_s1;
         if (!FP8) {
-            cp_async_wait_all();
+            cp_async_wait1();  // tile `it` (this thread's copies); tile it+1 may still be in flight
             fence_proxy_async();
         }
         __syncthreads();  // tile `it` visible; every warp done with tile it-1 (its buffers are free)
         const int* sl_cur = ring + (it & 3) * TILE;
         const int pre = tid < TILE ? fetch_slot(slots_b, tok_begin + (it + 3) * TILE + tid, tok_end, n_rows) : -1;
-        if (FP8) {  // raw rows of tile it+2 into the staging buffer tile `it` came from
-            if (it + 2 < n_tiles) load_tile_fp8<NT_NARROW>(st_s + (it & 1) * STAGE_BYTES, kv8, ring + ((it + 2) & 3) * TILE, tid);
-            cp_async_commit();
-        }
 
         // ---- S^T = K Q^T: 64 tokens x 16 heads, 36 k-steps ----
         const uint64_t dk = make_desc(kv_cur, 16, 1024);
@@ -575,10 +637,6 @@ __device__ __forceinline__ void mla_narrow_body(
             wgmma_m64n16k16<0>(s_acc, dk + (offk >> 4), dq + (offq >> 4), s > 0);
         }
         wgmma_commit();
-        if (!FP8 && it + 1 < n_tiles) {
-            load_tile_bf16<NT_NARROW>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
-            cp_async_commit();
-        }
         const bool v0 = sl_cur[tr0] >= 0, v1 = sl_cur[tr0 + 8] >= 0;
         wgmma_wait0();
 
@@ -655,11 +713,18 @@ __device__ __forceinline__ void mla_narrow_body(
         wgmma_commit();
         wgmma_wait0();
 
+        if (!FP8) {  // tile `it` consumed: its buffer takes tile it+2 now, before tile it+1 is awaited
+            if (it + 2 < n_tiles) {
+                __syncthreads();  // every warp's MMAs done reading the buffer
+                load_tile_bf16<NT_NARROW>(kv_cur, kv16, ring + ((it + 2) & 3) * TILE, tid);
+            }
+            cp_async_commit();
+        }
         if (FP8 && it + 1 < n_tiles) {
-            cp_async_wait1();  // raw rows of tile it+1 (this thread's copies)
-            __syncthreads();   // everyone's copies visible; every warp done reading the bf16 tile
-            dequant_tile<NT_NARROW>(kv_sm0, stage + ((it + 1) & 1) * STAGE_BYTES, tid);
+            __syncthreads();  // every warp done reading the bf16 tile
+            dequant_regs(kv_sm0, reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), tid);  // tile it+1
             fence_proxy_async();
+            if (it + 2 < n_tiles) load_raw_regs(reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), kv8, ring + ((it + 2) & 3) * TILE, tid);
         }
     }
 
@@ -714,7 +779,7 @@ extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow_bf1
     mla_narrow_body<false>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
-extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow_fp8(MLA_ARGS) {
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 2) mla_decode_narrow_fp8(MLA_ARGS) {
     mla_narrow_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 

@@ -44,12 +44,14 @@ SMEM_BYTES = {
     "fp8": _SMEM_FIXED + _SMEM_TILE + TILE * FP8_ROW_BYTES,
 }
 # narrow: Q (16 heads), P^T, max/sum exchange, slot ring, align; bf16 two tiles, fp8 one tile
-# plus two raw staging buffers (mirrors mla_narrow_body in sparse_attention.cu)
+# (its raw rows are staged in registers), small enough for two CTAs per SM (mirrors
+# mla_narrow_body in sparse_attention.cu)
 _SMEM_NARROW_FIXED = 9 * NARROW_HEADS_PER_CTA * 128 + NARROW_HEADS_PER_CTA * 128 + 512 + 1024 + 1024
 SMEM_BYTES_NARROW = {
     "bf16": _SMEM_NARROW_FIXED + 2 * _SMEM_TILE,
-    "fp8": _SMEM_NARROW_FIXED + _SMEM_TILE + 2 * TILE * FP8_ROW_BYTES,
+    "fp8": _SMEM_NARROW_FIXED + _SMEM_TILE,
 }
+NARROW_CTAS_PER_SM = {"bf16": 1, "fp8": 2}
 
 
 class MLADims(NamedTuple):
@@ -110,15 +112,16 @@ def heads_per_cta(heads: int) -> int:
     return HEADS_PER_CTA if heads % HEADS_PER_CTA == 0 else NARROW_HEADS_PER_CTA
 
 
-def plan_splits(batch: int, heads: int, k: int, n_sms: int) -> tuple[int, int]:
-    """(n_splits, tiles_per_split): split each request's k tokens so the grid fills the GPU.
+def plan_splits(batch: int, heads: int, k: int, n_sms: int, ctas_per_sm: int = 1) -> tuple[int, int]:
+    """(n_splits, tiles_per_split): split each request's k tokens so the grid fills the GPU
+    (n_sms x ctas_per_sm resident CTAs).
 
     Never leaves a split empty; one split when the (request, head group) pairs already fill it.
-    Both kernels run one CTA per SM.
     """
     tiles = math.ceil(k / TILE)
     pairs = batch * math.ceil(heads / heads_per_cta(heads))
-    want = max(1, min(tiles, n_sms // pairs if pairs < n_sms else 1))
+    slots = n_sms * ctas_per_sm
+    want = max(1, min(tiles, slots // pairs if pairs < slots else 1))
     per = math.ceil(tiles / want)
     return math.ceil(tiles / per), per
 
@@ -191,14 +194,15 @@ def sparse_mla_decode(
     out = _output(out, out_shape + (D_LATENT,), cp.uint16, "out").reshape(dims.batch, dims.heads, D_LATENT)
     lse = _output(lse, out_shape, cp.float32, "lse").reshape(dims.batch, dims.heads)
     kerns = _kernels(q.device.id)
-    splits, per = plan_splits(dims.batch, dims.heads, dims.k, kerns["n_sms"])
+    hpc = heads_per_cta(dims.heads)
+    per_sm = 1 if hpc == HEADS_PER_CTA else NARROW_CTAS_PER_SM[kv_dtype]
+    splits, per = plan_splits(dims.batch, dims.heads, dims.k, kerns["n_sms"], per_sm)
     if n_splits is not None:
         tiles = math.ceil(dims.k / TILE)
         per = math.ceil(tiles / max(1, min(int(n_splits), tiles)))
         splits = math.ceil(tiles / per)
     rows = dims.batch * dims.heads
     part_o, part_lse = _partials(workspace, splits, rows) if splits > 1 else (out, lse)
-    hpc = heads_per_cta(dims.heads)
     grid = (math.ceil(dims.heads / hpc), splits, dims.batch)
     args = (q3, kv, slots2, np.int64(dims.n_rows), np.int32(dims.heads), np.int32(dims.k),
             np.float32(scale * math.log2(math.e)), np.int32(per), out, lse, part_o, part_lse)

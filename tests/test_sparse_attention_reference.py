@@ -187,6 +187,7 @@ def test_plan_splits_narrow_heads():
     assert plan_splits(128, 8, 2048, 132) == (1, 32)  # 128 CTAs already fill the GPU
     assert plan_splits(64, 16, 2048, 132) == (2, 16)
     assert plan_splits(64, 24, 2048, 132) == (1, 32)  # two head groups per request
+    assert plan_splits(128, 16, 2048, 132, ctas_per_sm=2) == (2, 16)  # narrow fp8: 2 CTAs per SM
     for b in (1, 8, 32, 64, 128):
         for h in (8, 16, 24):
             splits, per = plan_splits(b, h, 2048, 132)
