@@ -8,8 +8,9 @@
 // K and V are the same gathered rows (V = first 512 values), stored once in shared memory in the
 // 128-byte-swizzled layout that serves as K-major B for S and as MN-major B for P V.
 // bf16 rows are gathered with cp.async straight into that layout (two buffers, refilled with tile
-// t+2 as soon as tile t is consumed); FP8 rows (656 B)
-// are gathered raw into a staging buffer and dequantised to bf16 by all threads.
+// t+2 as soon as tile t is consumed).  FP8 rows (656 B) are loaded into registers (11 x 16 B per
+// thread) a tile ahead and dequantised into the other bf16 buffer while the P V MMAs of the
+// current tile run (before: staged raw in shared memory and dequantised between tiles, unhidden).
 // Outputs: bf16 out and natural-log lse, or fp32 partials per split merged by mla_combine.
 
 #include <cuda_bf16.h>
@@ -29,7 +30,6 @@
 #define XCH_BYTES (2 * 2 * HEADS_PER_CTA * 4) // row max / row sum exchange
 #define SLOT_BYTES (2 * TILE * 4)             // validated slots of the next two tiles
 #define FP8_ROW 656
-#define STAGE_BYTES (TILE * FP8_ROW)          // 41984
 #define NTHREADS 256
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -148,51 +148,68 @@ __device__ __forceinline__ void load_tile_bf16(uint32_t kv_s, const uint16_t* kv
     }
 }
 
-// 64 raw FP8 rows (656 B) gathered by slot -> staging smem (row-contiguous).
-template <int NT = NTHREADS>
-__device__ __forceinline__ void load_tile_fp8(uint32_t st_s, const uint8_t* kv, const int* slot_tile, int tid) {
-    constexpr int UNITS = FP8_ROW / 16;  // 41
-#pragma unroll 4
-    for (int i = 0; i < (TILE * UNITS + NT - 1) / NT; ++i) {
-        int idx = tid + i * NT;
-        if (idx < TILE * UNITS) {
-            int t = idx / UNITS, u = idx - t * UNITS;
-            int slot = slot_tile[t];
-            bool ok = slot >= 0;
-            const uint8_t* src = kv + (ok ? (long long)slot * FP8_ROW + u * 16 : 0);
-            cp_async16(st_s + t * FP8_ROW + u * 16, src, ok ? 16 : 0);
-        }
+// FP8 rows staged in registers: TPR threads per row of a 64-row tile (2 in the 128-thread narrow
+// kernel, 4 in the 256-thread wide one); thread t holds the 16-byte units q + TPR * m of row
+// t / TPR (q = t % TPR).  Masked rows read as zeros.
+template <int TPR>
+struct RawRegs {
+    static constexpr int N = (FP8_ROW / 16 + TPR - 1) / TPR;  // 21 or 11 units per thread
+    uint4 v[N];
+};
+
+template <int TPR>
+__device__ __forceinline__ void load_raw_regs(RawRegs<TPR>& r, const uint8_t* kv, const int* slot_tile, int tid) {
+    const int row = tid / TPR, q = tid % TPR;
+    const int slot = slot_tile[row];
+    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + q;
+#pragma unroll
+    for (int m = 0; m < RawRegs<TPR>::N; ++m) {
+        const bool ok = slot >= 0 && q + TPR * m < FP8_ROW / 16;
+        r.v[m] = ok ? __ldg(src + TPR * m) : make_uint4(0, 0, 0, 0);
     }
 }
 
-// Staged FP8 rows -> bf16 swizzled tile: value = e4m3 * fp32 scale of its 128-value block.
-template <int NT = NTHREADS>
-__device__ __forceinline__ void dequant_tile(uint8_t* kv_tile, const uint8_t* stage, int tid) {
-#pragma unroll 6
-    for (int i = 0; i < (TILE * 72) / NT; ++i) {
-        int idx = tid + i * NT;
-        int t = idx / 72, ci = idx - t * 72;
-        int c = ci >> 3, u = ci & 7;
-        const uint8_t* row = stage + t * FP8_ROW;
-        uint4 v;
-        if (c < 8) {
-            uint2 raw = *reinterpret_cast<const uint2*>(row + c * 64 + u * 8);
-            float sc = *reinterpret_cast<const float*>(row + 512 + (c >> 1) * 4);
-            uint32_t w[2] = {raw.x, raw.y};
-            uint32_t o[4];
+// 16 e4m3 values -> 16 bf16 (two 16-byte units): value = e4m3 * fp32 scale of its 128-value
+// block, rounded once to bf16.
+__device__ __forceinline__ void e4m3x16_to_bf16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t o[8];
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
-                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-                float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
-                __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-                o[k] = *reinterpret_cast<uint32_t*>(&b2);
-            }
-            v = make_uint4(o[0], o[1], o[2], o[3]);
-        } else {
-            v = *reinterpret_cast<const uint4*>(row + 528 + u * 16);
-        }
-        *reinterpret_cast<uint4*>(kv_tile + c * CHUNK_BYTES + swz(t, u)) = v;
+    for (int k = 0; k < 8; ++k) {
+        __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
+        __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+        float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
+        __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+        o[k] = *reinterpret_cast<uint32_t*>(&b2);
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]);
+    hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// Registers of load_raw_regs -> bf16 swizzled tile.  The row's scales (unit 32) sit in the
+// row's first thread (q = 0); the others get them by a shuffle within the row's TPR lanes.
+template <int TPR>
+__device__ __forceinline__ void dequant_regs(uint8_t* kv_tile, const RawRegs<TPR>& r, int tid) {
+    constexpr int MS = 32 / TPR;  // m of unit 32
+    const int row = tid / TPR, q = tid % TPR;
+    float sc[4];
+    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, TPR));
+    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, TPR));
+    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, TPR));
+    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, TPR));
+#pragma unroll
+    for (int m = 0; m < MS; ++m) {  // units q + TPR m < 32: latent values 16u .. 16u + 15
+        const int u = q + TPR * m;
+        uint4 lo, hi;
+        e4m3x16_to_bf16(r.v[m], sc[(TPR * m) >> 3], lo, hi);
+        uint8_t* chunk = kv_tile + ((TPR * m) >> 2) * CHUNK_BYTES;
+        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2)) = lo;
+        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2 + 1)) = hi;
+    }
+#pragma unroll
+    for (int m = MS; m < RawRegs<TPR>::N; ++m) {  // units 33 .. 40: the bf16 rope values
+        const int u = q + TPR * m;
+        if (u >= 33 && u <= 40) *reinterpret_cast<uint4*>(kv_tile + 8 * CHUNK_BYTES + swz(row, u - 33)) = r.v[m];
     }
 }
 
@@ -212,11 +229,11 @@ __device__ __forceinline__ void mla_decode_body(
     uint8_t* q_sm = smem;
     uint8_t* kv_sm[2];
     kv_sm[0] = smem + Q_BYTES;
-    kv_sm[1] = FP8 ? kv_sm[0] : kv_sm[0] + TILE_BYTES;
-    uint8_t* p_sm = smem + Q_BYTES + (FP8 ? 1 : 2) * TILE_BYTES;
+    kv_sm[1] = kv_sm[0] + TILE_BYTES;
+    uint8_t* p_sm = smem + Q_BYTES + 2 * TILE_BYTES;
     float* xch = reinterpret_cast<float*>(p_sm + P_BYTES);  // [2 kinds][2 wg][64 rows]
     int* slot_sm = reinterpret_cast<int*>(p_sm + P_BYTES + XCH_BYTES);  // [2 tiles][64]
-    uint8_t* stage = p_sm + P_BYTES + XCH_BYTES + SLOT_BYTES;          // FP8 only
+    const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
@@ -247,13 +264,14 @@ __device__ __forceinline__ void mla_decode_body(
     }
     __syncthreads();
     load_q(q_s, q_rows, tid);
+    RawRegs<4> raw;  // FP8: the next tile's raw rows, loaded before and dequantised during an MMA
     if (FP8) {
-        load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, slot_sm, tid);
+        load_raw_regs(raw, kv8, slot_sm, tid);
         cp_async_commit();
         cp_async_wait_all();
-        __syncthreads();
-        dequant_tile(kv_sm[0], stage, tid);
+        dequant_regs(kv_sm[0], raw, tid);
         fence_proxy_async();
+        if (n_tiles > 1) load_raw_regs(raw, kv8, slot_sm + TILE, tid);
     } else {  // two tiles in flight from the start
         load_tile_bf16(kv_s0, (const uint16_t*)kv_raw, slot_sm, tid);
         cp_async_commit();
@@ -263,7 +281,7 @@ __device__ __forceinline__ void mla_decode_body(
 
     for (int it = 0; it < n_tiles; ++it) {
         const int tok0 = tok_begin + it * TILE;
-        const int buf = FP8 ? 0 : (it & 1);
+        const int buf = it & 1;
         const uint32_t kv_cur = buf ? kv_s1 : kv_s0;
         if (!FP8) {
             cp_async_wait1();  // tile `it`; tile it+1 may still be in flight
@@ -271,7 +289,6 @@ __device__ __forceinline__ void mla_decode_body(
         }
         __syncthreads();  // tile `it` visible to all; previous tile's MMAs finished in both warpgroups
         int* sl_cur = slot_sm + (it & 1) * TILE;
-        const int* sl_nxt = slot_sm + ((it + 1) & 1) * TILE;
         const int pre = tid < TILE ? fetch_slot(slots_b, tok0 + 2 * TILE + tid, tok_end, n_rows) : -1;
 
         // ---- S = Q K^T for this warpgroup's 32 tokens (36 k-steps of 16) ----
@@ -286,11 +303,6 @@ __device__ __forceinline__ void mla_decode_body(
         }
         wgmma_commit();
 
-        // ---- FP8: prefetch the next tile's raw rows while the tensor cores work ----
-        if (FP8 && it + 1 < n_tiles) {
-            load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, sl_nxt, tid);
-            cp_async_commit();
-        }
         // validity of this thread's 8 score columns
         uint32_t valid = 0;
 #pragma unroll
@@ -364,6 +376,10 @@ __device__ __forceinline__ void mla_decode_body(
         for (int s = 0; s < 4; ++s)
             wgmma_m64n256k16<1>(o_acc, dp + ((s * 32) >> 4), dv + ((s * 16 * 128) >> 4), 1);
         wgmma_commit();
+        if (FP8 && it + 1 < n_tiles) {  // tile it+1 into the other buffer while the MMAs run
+            dequant_regs(kv_sm[buf ^ 1], raw, tid);
+            fence_proxy_async();
+        }
         wgmma_wait0();
 
         if (!FP8) {  // tile `it` consumed: its buffer takes tile it+2 (slots staged in sl_cur above)
@@ -373,12 +389,7 @@ __device__ __forceinline__ void mla_decode_body(
             }
             cp_async_commit();
         }
-        if (FP8 && it + 1 < n_tiles) {
-            cp_async_wait_all();
-            __syncthreads();  // raw rows visible; both warpgroups done reading the bf16 tile
-            dequant_tile(kv_sm[0], stage, tid);
-            fence_proxy_async();
-        }
+        if (FP8 && it + 2 < n_tiles) load_raw_regs(raw, kv8, sl_cur, tid);  // slots staged above
     }
 
     // ---- epilogue: merge the two warpgroups' row sums, normalise, write ----
@@ -490,65 +501,6 @@ __device__ __forceinline__ void load_q_narrow(uint32_t q_s, const uint16_t* q_ro
     }
 }
 
-// FP8 rows for the narrow kernel, staged in registers: thread t holds the 16-byte units
-// (t & 1) + 2m (m = 0..20) of row t / 2 of a 64-row tile.  Masked rows read as zeros.
-#define RAW_UNITS 21
-__device__ __forceinline__ void load_raw_regs(uint4 (&v)[RAW_UNITS], const uint8_t* kv, const int* slot_tile, int tid) {
-    const int row = tid >> 1, half = tid & 1;
-    const int slot = slot_tile[row];
-    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + half;
-#pragma unroll
-    for (int m = 0; m < RAW_UNITS; ++m) {
-        const bool ok = slot >= 0 && half + 2 * m < FP8_ROW / 16;
-        v[m] = ok ? __ldg(src + 2 * m) : make_uint4(0, 0, 0, 0);
-    }
-}
-
-// 16 e4m3 values * scale -> 16 bf16 (two 16-byte units), as dequant_tile computes them.
-__device__ __forceinline__ void e4m3x16_to_bf16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t o[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
-        __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-        float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
-        __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-        o[k] = *reinterpret_cast<uint32_t*>(&b2);
-    }
-    lo = make_uint4(o[0], o[1], o[2], o[3]);
-    hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
-
-// Registers of load_raw_regs -> bf16 swizzled tile.  The row's scales (unit 32) sit in the even
-// thread of the pair; the odd one gets them by a shuffle.
-__device__ __forceinline__ void dequant_regs(uint8_t* kv_tile, const uint4 (&v)[RAW_UNITS], int tid) {
-    const int row = tid >> 1, half = tid & 1;
-    float sc[4];
-    {
-        const uint32_t s0 = __shfl_xor_sync(0xffffffff, v[16].x, 1), s1 = __shfl_xor_sync(0xffffffff, v[16].y, 1);
-        const uint32_t s2 = __shfl_xor_sync(0xffffffff, v[16].z, 1), s3 = __shfl_xor_sync(0xffffffff, v[16].w, 1);
-        sc[0] = __uint_as_float(half ? s0 : v[16].x);
-        sc[1] = __uint_as_float(half ? s1 : v[16].y);
-        sc[2] = __uint_as_float(half ? s2 : v[16].z);
-        sc[3] = __uint_as_float(half ? s3 : v[16].w);
-    }
-#pragma unroll
-    for (int m = 0; m < 16; ++m) {  // units 2m + half < 32: latent values 16u .. 16u + 15
-        const int u = 2 * m + half;
-        uint4 lo, hi;
-        e4m3x16_to_bf16(v[m], sc[m >> 2], lo, hi);
-        uint8_t* chunk = kv_tile + (m >> 1) * CHUNK_BYTES;
-        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2)) = lo;
-        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2 + 1)) = hi;
-    }
-#pragma unroll
-    for (int m = 16; m < RAW_UNITS; ++m) {  // units 33 .. 40: the bf16 rope values
-        const int u = 2 * m + half;
-        if (u >= 33 && u <= 40) *reinterpret_cast<uint4*>(kv_tile + 8 * CHUNK_BYTES + swz(row, u - 33)) = v[m];
-    }
-}
-
 // grid = (ceil(H / 16), n_splits, B)
 template <bool FP8>
 __device__ __forceinline__ void mla_narrow_body(
@@ -601,14 +553,14 @@ __device__ __forceinline__ void mla_narrow_body(
     }
     __syncthreads();
     load_q_narrow(q_s, q_rows, n_heads, tid);
-    uint4 raw[FP8 ? RAW_UNITS : 1];  // FP8: the next tile's rows, in flight during this tile's MMAs
+    RawRegs<2> raw;  // FP8: the next tile's rows, in flight during this tile's MMAs
     if (FP8) {
-        load_raw_regs(reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), kv8, ring, tid);
+        load_raw_regs(raw, kv8, ring, tid);
         cp_async_commit();
         cp_async_wait_all();
-        dequant_regs(kv_sm0, reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), tid);
+        dequant_regs(kv_sm0, raw, tid);
         fence_proxy_async();
-        if (n_tiles > 1) load_raw_regs(reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), kv8, ring + TILE, tid);
+        if (n_tiles > 1) load_raw_regs(raw, kv8, ring + TILE, tid);
     } else {  // two tiles in flight from the start
         load_tile_bf16<NT_NARROW>(kv_s0, kv16, ring, tid);
         cp_async_commit();
@@ -722,9 +674,9 @@ __device__ __forceinline__ void mla_narrow_body(
         }
         if (FP8 && it + 1 < n_tiles) {
             __syncthreads();  // every warp done reading the bf16 tile
-            dequant_regs(kv_sm0, reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), tid);  // tile it+1
+            dequant_regs(kv_sm0, raw, tid);  // tile it+1
             fence_proxy_async();
-            if (it + 2 < n_tiles) load_raw_regs(reinterpret_cast<uint4(&)[RAW_UNITS]>(raw), kv8, ring + ((it + 2) & 3) * TILE, tid);
+            if (it + 2 < n_tiles) load_raw_regs(raw, kv8, ring + ((it + 2) & 3) * TILE, tid);
         }
     }
 
