@@ -193,10 +193,13 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     // All loads at once: the step, the tables (whatever the path), hit flags and hash cleared.
     // First padding entry, last real entry, first entry out of [0, ctx): warp reductions, then
     // one value per warp in s_red (no same-address shared atomics).
+    // The hit lookup goes out with the step's loads (one dependent round trip fewer); a step that
+    // resets the tables (first long step, leaving the fast path) looks its hits up again below.
     int w_len = k, w_last = -1, w_bad = k;
     for (int j = tid; j < k; j += THREADS) {
         const int p = a.indices[(size_t)r * k + j];
         s.idx[j] = p;
+        s.res[j] = (p >= 0 && p < ctx - 1 && p < C) ? __ldcg(pos_slot + p) : -1;  // newest: never a hit
         s.miss_j[j] = -1;
         s.victim[j] = -1;
         if (p < 0) {
@@ -273,9 +276,12 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
 
     // ---- hits (protected) ------------------------------------------------------------------
     for (int j = tid; j < len; j += THREADS) {
-        const int p = s.idx[j];
-        const int sl = p == newest ? -1 : __ldcg(pos_slot + p);
-        s.res[j] = sl;
+        int sl = s.res[j];
+        if (reset) {
+            const int p = s.idx[j];
+            sl = p == newest ? -1 : __ldcg(pos_slot + p);
+            s.res[j] = sl;
+        }
         if (sl >= 0) s.hit[sl] = 1;
     }
     __syncthreads();
