@@ -6,7 +6,9 @@
 #        is printed last.  Every step has its own time limit, so one hang cannot eat the session.
 set -u
 export PYTHONUNBUFFERED=1
-export HISPARSE_CACHE=${HISPARSE_CACHE:-/tmp/hcache} HISPARSE_KERNEL_CACHE=${HISPARSE_KERNEL_CACHE:-/tmp/kcache}
+# cubins built ahead on a machine with the same nvcc can be carried in .cache/kernels (keyed by
+# source and flags, so a stale one is never used)
+export HISPARSE_CACHE=${HISPARSE_CACHE:-/tmp/hcache} HISPARSE_KERNEL_CACHE=${HISPARSE_KERNEL_CACHE:-$PWD/.cache/kernels}
 OUT=${OUT:-session-out}
 mkdir -p "$OUT"
 PY=${PY:-python3}
@@ -41,7 +43,7 @@ step_bench_att() {
 step_bench_att_full() { timeout 420 $PY benchmarks/sparse_attention.py --ref-reps 5 --out "$OUT/sparse_attention.csv"; }
 step_bench_swap() {
     timeout 300 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
-        --breakdown --pool-gib 4 --iters 11 --out "$OUT/swap_in.csv"
+        --breakdown --blocks-per-sm 2 1 --phases --pool-gib 4 --iters 11 --out "$OUT/swap_in.csv"
 }
 step_bench_swap_full() { timeout 500 $PY benchmarks/swap_in.py --pool-gib 8 --iters 11 --out "$OUT/swap_in.csv"; }
 

@@ -194,10 +194,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         for hot in args.hots:
             for row in args.rows:
                 layers = pool.nbytes // (bs * MAX_CTX * row)
-                variants = [(u, mg, bp) for u in args.unrolls for mg in args.max_grids for bp in args.blocks_per_sm]
-                for unroll, max_grid, bps in variants:
+                variants = [(u, mg, bp, co) for u in args.unrolls for mg in args.max_grids for bp in args.blocks_per_sm
+                            for co in args.copy_orders]
+                for unroll, max_grid, bps, order in variants:
                     hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=hot, top_k=K,
-                                   row_bytes=row, pool=pool, unroll=unroll, blocks_per_sm=bps)
+                                   row_bytes=row, pool=pool, unroll=unroll, blocks_per_sm=bps, copy_order=order)
                     hb.prefill()
                     if max_grid:
                         hb.max_grid = min(hb.max_grid, max_grid)
@@ -210,9 +211,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                             hb.prefill()
                         gbps = bs * miss * row / us / 1e3
                         rows.append(dict(bs=bs, hot=hot, miss_rate=rate, row_bytes=row, us=round(us, 2),
-                                         gbps=round(gbps, 2), unroll=unroll, blocks_per_sm=bps,
+                                         gbps=round(gbps, 2), unroll=unroll, blocks_per_sm=bps, copy_order=order,
                                          layers=layers, book_us=round(book, 2), grid=hb.grid(K), max_grid=max_grid))
-                        print(f"bs {bs:3d} hot {hot} miss {rate:5.3f} row {row:4d} u{unroll} b{bps} grid {hb.grid(K):3d} "
+                        print(f"bs {bs:3d} hot {hot} miss {rate:5.3f} row {row:4d} u{unroll} b{bps} {order:7s} grid {hb.grid(K):3d} "
                               f"layers {layers:4d}: {us:8.1f} us {gbps:5.1f} GB/s ({gbps / memcpy_start:5.1%}) "
                               f"bookkeeping-only {book:6.1f} us", flush=True)
                     del hb
@@ -271,7 +272,7 @@ def summary(rows: list[dict[str, Any]]) -> None:
                 pct = x["gbps"] / x["memcpy_gbps"]
                 ok = pct >= goal if kind == "pct" else x["us"] <= goal
                 tgt = f">= {goal:.0%}" if kind == "pct" else f"<= {goal:g} us"
-                print(f"bs{bs:<3d} {rate:5.1%} {row:4d} B u{x['unroll']} b{x['blocks_per_sm']} g{x['grid']:<3d} {x['us']:9.1f} {x['gbps']:7.1f} "
+                print(f"bs{bs:<3d} {rate:5.1%} {row:4d} B u{x['unroll']} b{x['blocks_per_sm']} {x['copy_order'][:4]} g{x['grid']:<3d} {x['us']:9.1f} {x['gbps']:7.1f} "
                       f"{pct:8.1%}  {tgt:9s} {'met' if ok else 'MISSED':6s} {sgl}")
 
 
@@ -288,7 +289,9 @@ def main() -> None:
     ap.add_argument("--unrolls", type=int, nargs="+", default=[4], help="loads in flight per thread (variants)")
     ap.add_argument("--max-grids", type=int, nargs="+", default=[0],
                     help="caps on blocks per launch, 0 = as many as fit (variants)")
-    ap.add_argument("--blocks-per-sm", type=int, nargs="+", default=[2],
+    ap.add_argument("--copy-orders", nargs="+", default=["flat"], choices=["flat", "request"],
+                    help="copy phase orders (variants; see HotBuffer)")
+    ap.add_argument("--blocks-per-sm", type=int, nargs="+", default=[1],
                     help="resident blocks per SM the kernel's registers are cut for (variants)")
     ap.add_argument("--breakdown", action="store_true", help="also time bookkeeping only (copy=False)")
     ap.add_argument("--phases", action="store_true", help="time the bookkeeping cut after each phase")
@@ -300,7 +303,7 @@ def main() -> None:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(x for x in rows if x["unroll"] == args.unrolls[0] and x["max_grid"] == args.max_grids[0]
-                    and x["blocks_per_sm"] == args.blocks_per_sm[0])
+                    and x["blocks_per_sm"] == args.blocks_per_sm[0] and x["copy_order"] == args.copy_orders[0])
     summary(rows)
 
 

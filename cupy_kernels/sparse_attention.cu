@@ -7,8 +7,8 @@
 //   O += P V       : warpgroup w owns output columns [256w, 256w+256), wgmma m64n256k16
 // K and V are the same gathered rows (V = first 512 values), stored once in shared memory in the
 // 128-byte-swizzled layout that serves as K-major B for S and as MN-major B for P V.
-// bf16 rows are gathered with cp.async straight into that layout (two buffers, refilled with tile
-// t+2 as soon as tile t is consumed).  FP8 rows (656 B) are loaded into registers (11 x 16 B per
+// bf16 rows are gathered with cp.async straight into that layout (two buffers, the next tile
+// issued while this tile's S MMAs run).  FP8 rows (656 B) are loaded into registers (11 x 16 B per
 // thread) a tile ahead and dequantised into the other bf16 buffer while the P V MMAs of the
 // current tile run (before: staged raw in shared memory and dequantised between tiles, unhidden).
 // Outputs: bf16 out and natural-log lse, or fp32 partials per split merged by mla_combine.
@@ -272,10 +272,8 @@ __device__ __forceinline__ void mla_decode_body(
         dequant_regs(kv_sm[0], raw, tid);
         fence_proxy_async();
         if (n_tiles > 1) load_raw_regs(raw, kv8, slot_sm + TILE, tid);
-    } else {  // two tiles in flight from the start
+    } else {
         load_tile_bf16(kv_s0, (const uint16_t*)kv_raw, slot_sm, tid);
-        cp_async_commit();
-        if (n_tiles > 1) load_tile_bf16(kv_s1, (const uint16_t*)kv_raw, slot_sm + TILE, tid);
         cp_async_commit();
     }
 
@@ -284,11 +282,12 @@ __device__ __forceinline__ void mla_decode_body(
         const int buf = it & 1;
         const uint32_t kv_cur = buf ? kv_s1 : kv_s0;
         if (!FP8) {
-            cp_async_wait1();  // tile `it`; tile it+1 may still be in flight
+            cp_async_wait_all();
             fence_proxy_async();
         }
         __syncthreads();  // tile `it` visible to all; previous tile's MMAs finished in both warpgroups
         int* sl_cur = slot_sm + (it & 1) * TILE;
+        const int* sl_nxt = slot_sm + ((it + 1) & 1) * TILE;
         const int pre = tid < TILE ? fetch_slot(slots_b, tok0 + 2 * TILE + tid, tok_end, n_rows) : -1;
 
         // ---- S = Q K^T for this warpgroup's 32 tokens (36 k-steps of 16) ----
@@ -302,6 +301,10 @@ __device__ __forceinline__ void mla_decode_body(
             wgmma_m64n32k16<0>(s_acc, dq + (off >> 4), dk + (offk >> 4), s > 0);
         }
         wgmma_commit();
+        if (!FP8 && it + 1 < n_tiles) {  // the next tile into the other buffer while S runs
+            load_tile_bf16(buf ? kv_s0 : kv_s1, (const uint16_t*)kv_raw, sl_nxt, tid);
+            cp_async_commit();
+        }
 
         // validity of this thread's 8 score columns
         uint32_t valid = 0;
@@ -382,13 +385,6 @@ __device__ __forceinline__ void mla_decode_body(
         }
         wgmma_wait0();
 
-        if (!FP8) {  // tile `it` consumed: its buffer takes tile it+2 (slots staged in sl_cur above)
-            if (it + 2 < n_tiles) {
-                __syncthreads();  // both warpgroups' MMAs done reading the buffer
-                load_tile_bf16(kv_cur, (const uint16_t*)kv_raw, sl_cur, tid);
-            }
-            cp_async_commit();
-        }
         if (FP8 && it + 2 < n_tiles) load_raw_regs(raw, kv8, sl_cur, tid);  // slots staged above
     }
 
@@ -464,9 +460,12 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARG
 // Softmax runs per head over the tile's tokens, which sit in the 4 warps' accumulator rows: the
 // tile's max is exchanged once per tile through shared memory; row sums are reduced at the end.
 // Heads past H in the last head group are zero rows of Q and are never written.
-// bf16 rows: cp.async straight into two swizzled tile buffers; a buffer is refilled (tile t+2) as
-// soon as tile t is consumed, before tile t+1 is awaited.  FP8 rows: raw rows cp.async'd two
-// tiles ahead into two staging buffers, dequantised into one bf16 tile.
+// bf16 rows: cp.async straight into two swizzled tile buffers, the next tile issued while this
+// tile's S MMAs run (refilling a buffer with tile t+2 right after tile t instead was slower: the
+// issue then sits on the critical path, 118 -> 131 us at B 128 H 8).  FP8 rows: the next tile's
+// raw rows are loaded into registers (21 x 16 B per thread) before this tile's MMAs and
+// dequantised into the one bf16 tile after them; with no staging buffer a CTA needs 95 KB, so two
+// CTAs share an SM and one's dequantisation overlaps the other's MMAs.
 #define NH 16
 #define NT_NARROW 128
 #define QN_CHUNK (NH * 128)
@@ -561,17 +560,15 @@ __device__ __forceinline__ void mla_narrow_body(
         dequant_regs(kv_sm0, raw, tid);
         fence_proxy_async();
         if (n_tiles > 1) load_raw_regs(raw, kv8, ring + TILE, tid);
-    } else {  // two tiles in flight from the start
+    } else {
         load_tile_bf16<NT_NARROW>(kv_s0, kv16, ring, tid);
-        cp_async_commit();
-        if (n_tiles > 1) load_tile_bf16<NT_NARROW>(kv_s1, kv16, ring + TILE, tid);
         cp_async_commit();
     }
 
     for (int it = 0; it < n_tiles; ++it) {
         const uint32_t kv_cur = (FP8 || !(it & 1)) ? kv_s0 : kv_s1;
         if (!FP8) {
-            cp_async_wait1();  // tile `it` (this thread's copies); tile it+1 may still be in flight
+            cp_async_wait_all();
             fence_proxy_async();
         }
         __syncthreads();  // tile `it` visible; every warp done with tile it-1 (its buffers are free)
@@ -589,6 +586,10 @@ __device__ __forceinline__ void mla_narrow_body(
             wgmma_m64n16k16<0>(s_acc, dk + (offk >> 4), dq + (offq >> 4), s > 0);
         }
         wgmma_commit();
+        if (!FP8 && it + 1 < n_tiles) {  // the next tile into the other buffer while S runs
+            load_tile_bf16<NT_NARROW>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
+            cp_async_commit();
+        }
         const bool v0 = sl_cur[tr0] >= 0, v1 = sl_cur[tr0 + 8] >= 0;
         wgmma_wait0();
 
@@ -665,13 +666,6 @@ __device__ __forceinline__ void mla_narrow_body(
         wgmma_commit();
         wgmma_wait0();
 
-        if (!FP8) {  // tile `it` consumed: its buffer takes tile it+2 now, before tile it+1 is awaited
-            if (it + 2 < n_tiles) {
-                __syncthreads();  // every warp's MMAs done reading the buffer
-                load_tile_bf16<NT_NARROW>(kv_cur, kv16, ring + ((it + 2) & 3) * TILE, tid);
-            }
-            cp_async_commit();
-        }
         if (FP8 && it + 1 < n_tiles) {
             __syncthreads();  // every warp done reading the bf16 tile
             dequant_regs(kv_sm0, raw, tid);  // tile it+1

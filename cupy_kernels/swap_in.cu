@@ -12,10 +12,13 @@
 //      slot outputs, and the request's (host row, device row) copies written to the request's own
 //      segment of the copy list; the owner then publishes (launch epoch, copy count) in one 64-bit
 //      release store;
-//   B. copy: each request's rows are copied by its owner and, when the grid has more blocks than
-//      requests, by the blocks b = r + R, r + 2R, ... that wait only for that request's word
-//      (acquire) instead of for every request.  The segment is cut into 16-byte chunks, UNROLL
-//      zero-copy loads (ld.global.nc) in flight per thread before the stores.
+//   B. copy, in one of two orders (argument `flat`):
+//      flat (default): once every request's word is published (the grid's only wait), the whole
+//        grid copies the segments as one list in request order, grid-stride;
+//      per request: request r's rows are copied by its owner and, when the grid has more blocks
+//        than requests, by the blocks b = r + R, r + 2R, ..., which wait for r's word alone.
+//      Either way the rows are cut into 16-byte chunks, UNROLL zero-copy loads (ld.global.nc)
+//      in flight per thread before the stores.
 // The launch is cooperative only so that all blocks are resident together (a helper spinning on
 // a word must not keep the owner from being scheduled).
 #include <climits>
@@ -32,7 +35,7 @@
         return;                                       \
     }
 #ifndef MIN_BLOCKS  // resident blocks per SM the register budget is cut for (launch bounds)
-#define MIN_BLOCKS 2
+#define MIN_BLOCKS 1
 #endif
 #define THREADS 512
 #define WARPS (THREADS / 32)
@@ -426,12 +429,67 @@ __device__ void copy_request(const Args& a, int r, int part, int parts, const un
     }
 }
 
+// Flat order: once every request is published, the whole grid copies the requests' segments as
+// one list in request order (grid-stride), so at any time the copies touch the host rows of a
+// few requests only.  cnt / pre: R and R + 1 ints of shared memory (the bookkeeping's arrays).
+__device__ void copy_flat(const Args& a, const unsigned long long* ready, unsigned epoch,
+                          const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
+                          int row_bytes, int* cnt, int* pre) {
+    const int R = a.R;
+    for (;;) {
+        int ok = 1;
+        for (int i = threadIdx.x; i < R; i += THREADS) {
+            const unsigned long long w = ld_acquire(ready + i);
+            if ((unsigned)(w >> 32) != epoch) ok = 0;
+            else cnt[i] = (int)(unsigned)(w & 0xffffffffu);
+        }
+        if (__syncthreads_and(ok)) break;
+        __nanosleep(64);
+    }
+    const unsigned cpr = (unsigned)row_bytes >> 4;
+    if (threadIdx.x == 0) {  // exclusive prefix of chunk counts (R is small: a serial pass)
+        unsigned run = 0;
+        for (int i = 0; i < R; ++i) {
+            pre[i] = (int)run;
+            run += (unsigned)cnt[i] * cpr;
+        }
+        pre[R] = (int)run;
+    }
+    __syncthreads();
+    const unsigned chunks = (unsigned)pre[R];
+    const unsigned T = gridDim.x * THREADS;
+    for (unsigned c0 = blockIdx.x * THREADS + threadIdx.x; c0 < chunks; c0 += T * UNROLL) {
+        uint4 v[UNROLL];
+        unsigned char* dst[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const unsigned c = c0 + u * T;
+            dst[u] = nullptr;
+            if (c < chunks) {
+                int lo = 0, hi = R - 1;  // last request whose segment starts at or before c
+                while (lo < hi) {
+                    const int mid = (lo + hi + 1) >> 1;
+                    if ((unsigned)pre[mid] <= c) lo = mid;
+                    else hi = mid - 1;
+                }
+                const unsigned in = c - (unsigned)pre[lo], e = in / cpr, off = (in - e * cpr) << 4;
+                const int2 ent = __ldcg(a.copy_list + (size_t)lo * a.seg + e);
+                dst[u] = dev + (size_t)ent.y * row_bytes + off;
+                v[u] = ld_host(host + (size_t)ent.x * row_bytes + off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* order, int* pos_slot,
             int* meta, int* slots_out, int* misses_out, int* errors, int2* copy_list,
             unsigned long long* ready, const unsigned char* host, unsigned char* dev, int R, int k, int B,
             long long C, int row_bytes, int prefix, int load_newest, int global_rows, int seg,
-            unsigned epoch, int do_copy) {
+            unsigned epoch, int do_copy, int flat) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int s_sc[SC_N];
     __shared__ int s_warp[WARPS + 1];
@@ -449,7 +507,9 @@ swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* or
         __syncthreads();  // s_sc read before the next request rewrites it
     }
     if (!do_copy) return;  // bookkeeping only (timing breakdowns)
-    if ((int)gridDim.x > R) {  // blocks r, r + R, r + 2R, ... copy request r
+    if (flat) {
+        copy_flat(a, ready, epoch, host, dev, row_bytes, s.order, s.slotpos);  // needs R + 1 <= B
+    } else if ((int)gridDim.x > R) {  // blocks r, r + R, r + 2R, ... copy request r
         const int r = blockIdx.x % R;
         copy_request(a, r, blockIdx.x / R, (gridDim.x - 1 - r) / R + 1, ready, epoch, host, dev, row_bytes, s_warp);
     } else {  // each block copies the requests it owns

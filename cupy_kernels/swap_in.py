@@ -29,7 +29,8 @@ from ._build import build_cubin
 THREADS = 512
 WARPS = THREADS // 32
 DEFAULT_UNROLL = 4
-DEFAULT_BLOCKS_PER_SM = 2
+DEFAULT_BLOCKS_PER_SM = 1  # measured: 1 block of 512 threads per SM (no register spills) beats 2
+COPY_ORDERS = ("flat", "request")
 INITIAL_MODES = ("prefix", "empty")
 SMEM_LIMIT = 227 * 1024
 _INT32_MAX = 2**31 - 1
@@ -328,12 +329,15 @@ class HotBuffer:
     [layers, requests, max_ctx, row_bytes] in a PinnedPool. ``initial``: "prefix" (colocated:
     the buffer starts with positions [0, B)) or "empty" (disaggregated decode). ``load_newest``:
     the kernel also copies the newest token's row into slot B each step (no miss counted).
+    ``copy_order``: "flat" (the grid copies all requests' rows as one list once every request's
+    bookkeeping is published) or "request" (each request's rows as soon as its own bookkeeping
+    is; see swap_in.cu). ``unroll`` and ``blocks_per_sm`` select kernel builds (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
-                 blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM) -> None:
+                 blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "flat") -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -341,7 +345,11 @@ class HotBuffer:
                                           row_bytes=row_bytes)
         if initial not in INITIAL_MODES:
             raise ValueError(f"initial must be one of {INITIAL_MODES}, got {initial!r}")
+        if copy_order not in COPY_ORDERS:
+            raise ValueError(f"copy_order must be one of {COPY_ORDERS}, got {copy_order!r}")
         self.initial, self.load_newest = initial, bool(load_newest)
+        # flat keeps the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
+        self.copy_order = copy_order if g.requests + 1 <= g.buffer else "request"
         self.pool = pool if pool is not None else PinnedPool(g.host_bytes)
         if self.pool.nbytes < g.host_bytes:
             raise ValueError(f"pool of {self.pool.nbytes} B is smaller than the {g.host_bytes} B needed")
@@ -442,7 +450,7 @@ class HotBuffer:
                 self._dev[lyr], np.int32(g.requests), np.int32(width), np.int32(g.buffer),
                 np.int64(g.max_ctx), np.int32(g.row_bytes), np.int32(self.initial == "prefix"),
                 np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(g.copy_segment),
-                np.uint32(self._epoch), np.int32(bool(copy)))
+                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(self.copy_order == "flat"))
         self._kern((self.grid(width),), (THREADS,), args, shared_mem=smem_bytes(g.buffer, width))
         if check:
             self.raise_errors(idx, ctx)
