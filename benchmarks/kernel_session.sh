@@ -2,7 +2,7 @@
 # One GPU session for the kernels: build report, GPU tests, sanitizer, benchmarks.
 # Usage (on the H200, from the repository root):  bash benchmarks/kernel_session.sh STEP...
 # Steps: build, test-att, test-swap, sanitize, bench-att, bench-att-full, bench-swap,
-#        bench-swap-full.  Logs and CSVs go to $OUT (default ./session-out); a short summary
+#        bench-swap-full, bench-swap-variants.  Logs and CSVs go to $OUT (default ./session-out); a short summary
 #        is printed last.  Every step has its own time limit, so one hang cannot eat the session.
 set -u
 export PYTHONUNBUFFERED=1
@@ -45,17 +45,25 @@ step_bench_swap() {
     timeout 300 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
         --breakdown --blocks-per-sm 2 1 --phases --pool-gib 4 --iters 11 --out "$OUT/swap_in.csv"
 }
-step_bench_swap_full() { timeout 500 $PY benchmarks/swap_in.py --pool-gib 8 --iters 11 --out "$OUT/swap_in.csv"; }
+step_bench_swap_full() { timeout 300 $PY benchmarks/swap_in.py --hots 4096 --pool-gib 8 --iters 9 --out "$OUT/swap_in.csv"; }
+step_bench_swap_variants() {
+    timeout 200 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
+        --copy-orders flat request --breakdown --pool-gib 4 --iters 11 --out "$OUT/swap_in_variants.csv"
+}
 
+# Logs of the steps named in $NOLOG stay out of $OUT (at most 8 files come back); their key lines
+# still reach the summary.
 for s in "$@"; do
     fn="step_${s//-/_}"
+    log="$OUT/$s.log"
+    case " ${NOLOG:-} " in *" $s "*) log="/tmp/$s.log" ;; esac
     t0=$(date +%s)
     set -o pipefail
-    $fn 2>&1 | tee "$OUT/$s.log"
+    $fn 2>&1 | tee "$log"
     rc=$?
     set +o pipefail
     note "== $s: rc=$rc, $(($(date +%s) - t0)) s"
-    grep -E "passed|failed|error|FAILED|rc=|GMMA|registers|spill" "$OUT/$s.log" | tail -40 >>"$SUMMARY"
+    grep -E "passed|failed|error|FAILED|rc=|GMMA|registers|spill" "$log" | tail -40 >>"$SUMMARY"
 done
 echo "================ summary"
 cat "$SUMMARY"
