@@ -2,7 +2,7 @@
 # One GPU session for the kernels: build report, GPU tests, sanitizer, benchmarks.
 # Usage (on the H200, from the repository root):  bash benchmarks/kernel_session.sh STEP...
 # Steps: build, test-att, test-swap, sanitize, bench-att, bench-att-full, bench-swap,
-#        bench-swap-full, bench-swap-variants.  Logs and CSVs go to $OUT (default ./session-out); a short summary
+#        bench-swap-full, bench-swap-variants, test-swap-gpu, bench-swap-fixed.  Logs and CSVs go to $OUT (default ./session-out); a short summary
 #        is printed last.  Every step has its own time limit, so one hang cannot eat the session.
 set -u
 export PYTHONUNBUFFERED=1
@@ -27,6 +27,11 @@ step_build() {  # after a test step: report on the cubins the package built and 
 }
 
 step_test_att() { timeout 300 $PY -m pytest -q -p no:cacheprovider -rf tests/test_sparse_attention_gpu.py tests/test_sparse_attention_reference.py; }
+step_test_swap_gpu() { timeout 120 $PY -m pytest -q -p no:cacheprovider -rf tests/test_swap_in_gpu.py; }
+step_bench_swap_fixed() {
+    timeout 60 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 \
+        --pool-gib 3 --iters 11 --out "$OUT/swap_in_fixed.csv"
+}
 step_test_swap() { timeout 300 $PY -m pytest -q -p no:cacheprovider -rf tests/test_swap_in_gpu.py tests/test_swap_in_reference.py; }
 step_sanitize() {
     timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \

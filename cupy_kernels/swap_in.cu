@@ -39,6 +39,8 @@
 #endif
 #define THREADS 512
 #define WARPS (THREADS / 32)
+#define SELF_CHUNKS (THREADS * UNROLL)       // a request this small is copied by its owner block
+#define SELF_COPIED 0x80000000ull           // flag in a published word's count
 
 enum { ERR_NONE = 0, ERR_CTX = 1, ERR_POS = 2, ERR_PAD = 3, ERR_DUP = 4 };
 enum {  // per-request scalars in shared memory
@@ -389,22 +391,10 @@ __device__ __forceinline__ unsigned long long ld_acquire(const unsigned long lon
     return v;
 }
 
-// Copy this block's share (part `part` of `parts`) of request r's segment, once its owner has
-// published it for this launch.
-__device__ void copy_request(const Args& a, int r, int part, int parts, const unsigned long long* ready,
-                             unsigned epoch, const unsigned char* __restrict__ host,
-                             unsigned char* __restrict__ dev, int row_bytes, int* s_cnt) {
-    if (threadIdx.x == 0) {
-        unsigned long long w = ld_acquire(ready + r);
-        while ((unsigned)(w >> 32) != epoch) {
-            __nanosleep(32);
-            w = ld_acquire(ready + r);
-        }
-        *s_cnt = (int)(unsigned)(w & 0xffffffffu);
-    }
-    __syncthreads();
-    const unsigned n = (unsigned)*s_cnt;
-    __syncthreads();  // s_cnt free for the next request
+// Copy part `part` of `parts` of request r's segment (n rows).
+__device__ void copy_segment(const Args& a, int r, unsigned n, int part, int parts,
+                             const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
+                             int row_bytes) {
     const int2* list = a.copy_list + (size_t)r * a.seg;
     const unsigned cpr = (unsigned)row_bytes >> 4;
     const unsigned chunks = n * cpr;
@@ -429,9 +419,29 @@ __device__ void copy_request(const Args& a, int r, int part, int parts, const un
     }
 }
 
+// Copy this block's share (part `part` of `parts`) of request r's segment, once its owner has
+// published it for this launch.
+__device__ void copy_request(const Args& a, int r, int part, int parts, const unsigned long long* ready,
+                             unsigned epoch, const unsigned char* __restrict__ host,
+                             unsigned char* __restrict__ dev, int row_bytes, int* s_cnt) {
+    if (threadIdx.x == 0) {
+        unsigned long long w = ld_acquire(ready + r);
+        while ((unsigned)(w >> 32) != epoch) {
+            __nanosleep(32);
+            w = ld_acquire(ready + r);
+        }
+        *s_cnt = (int)(unsigned)(w & 0x7fffffffu);
+    }
+    __syncthreads();
+    const unsigned n = (unsigned)*s_cnt;
+    __syncthreads();  // s_cnt free for the next request
+    copy_segment(a, r, n, part, parts, host, dev, row_bytes);
+}
+
 // Flat order: once every request is published, the whole grid copies the requests' segments as
 // one list in request order (grid-stride), so at any time the copies touch the host rows of a
-// few requests only.  cnt / pre: R and R + 1 ints of shared memory (the bookkeeping's arrays).
+// few requests only.  Requests marked SELF_COPIED (a few rows, copied by their owner right after
+// their bookkeeping) count as empty.  cnt / pre: R and R + 1 ints of shared memory (the bookkeeping's arrays).
 __device__ void copy_flat(const Args& a, const unsigned long long* ready, unsigned epoch,
                           const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
                           int row_bytes, int* cnt, int* pre) {
@@ -441,7 +451,7 @@ __device__ void copy_flat(const Args& a, const unsigned long long* ready, unsign
         for (int i = threadIdx.x; i < R; i += THREADS) {
             const unsigned long long w = ld_acquire(ready + i);
             if ((unsigned)(w >> 32) != epoch) ok = 0;
-            else cnt[i] = (int)(unsigned)(w & 0xffffffffu);
+            else cnt[i] = (w & SELF_COPIED) ? 0 : (int)(unsigned)(w & 0x7fffffffu);
         }
         if (__syncthreads_and(ok)) break;
         __nanosleep(64);
@@ -500,11 +510,15 @@ swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* or
     for (int r = blockIdx.x; r < R; r += gridDim.x) {
         book_request(a, r, s, s_sc, s_warp, s_red);
         __syncthreads();  // the segment and every write of the request done
+        const unsigned n = (unsigned)s_sc[SC_NCOPY];
+        // flat order: a request with at most one pass of rows is copied by its owner at once
+        const bool self = flat && do_copy && n * ((unsigned)row_bytes >> 4) <= SELF_CHUNKS;
         if (threadIdx.x == 0) {
             __threadfence();
-            st_release(ready + r, ((unsigned long long)epoch << 32) | (unsigned)s_sc[SC_NCOPY]);
+            st_release(ready + r, ((unsigned long long)epoch << 32) | n | (self ? SELF_COPIED : 0ull));
         }
         __syncthreads();  // s_sc read before the next request rewrites it
+        if (self) copy_segment(a, r, n, 0, 1, host, dev, row_bytes);
     }
     if (!do_copy) return;  // bookkeeping only (timing breakdowns)
     if (flat) {
