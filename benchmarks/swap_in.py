@@ -289,7 +289,7 @@ def main() -> None:
     ap.add_argument("--unrolls", type=int, nargs="+", default=[4], help="loads in flight per thread (variants)")
     ap.add_argument("--max-grids", type=int, nargs="+", default=[0],
                     help="caps on blocks per launch, 0 = as many as fit (variants)")
-    ap.add_argument("--copy-orders", nargs="+", default=["flat"], choices=["flat", "request"],
+    ap.add_argument("--copy-orders", nargs="+", default=["flat"], choices=["flat", "request", "hybrid"],
                     help="copy phase orders (variants; see HotBuffer)")
     ap.add_argument("--blocks-per-sm", type=int, nargs="+", default=[1],
                     help="resident blocks per SM the kernel's registers are cut for (variants)")

@@ -12,11 +12,13 @@
 //      slot outputs, and the request's (host row, device row) copies written to the request's own
 //      segment of the copy list; the owner then publishes (launch epoch, copy count) in one 64-bit
 //      release store;
-//   B. copy, in one of two orders (argument `flat`):
+//   B. copy, in one of three orders (argument `flat`: 1 flat, 0 per request, 2 hybrid):
 //      flat (default): once every request's word is published (the grid's only wait), the whole
 //        grid copies the segments as one list in request order, grid-stride;
 //      per request: request r's rows are copied by its owner and, when the grid has more blocks
-//        than requests, by the blocks b = r + R, r + 2R, ..., which wait for r's word alone.
+//        than requests, by the blocks b = r + R, r + 2R, ..., which wait for r's word alone;
+//      hybrid: flat, except that a request of at most one pass of rows (SELF_CHUNKS) is copied
+//        by its owner right after its bookkeeping and skipped by the flat phase.
 //      Either way the rows are cut into 16-byte chunks, UNROLL zero-copy loads (ld.global.nc)
 //      in flight per thread before the stores.
 // The launch is cooperative only so that all blocks are resident together (a helper spinning on
@@ -511,8 +513,8 @@ swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* or
         book_request(a, r, s, s_sc, s_warp, s_red);
         __syncthreads();  // the segment and every write of the request done
         const unsigned n = (unsigned)s_sc[SC_NCOPY];
-        // flat order: a request with at most one pass of rows is copied by its owner at once
-        const bool self = flat && do_copy && n * ((unsigned)row_bytes >> 4) <= SELF_CHUNKS;
+        // hybrid order: a request with at most one pass of rows is copied by its owner at once
+        const bool self = flat == 2 && do_copy && n * ((unsigned)row_bytes >> 4) <= SELF_CHUNKS;
         if (threadIdx.x == 0) {
             __threadfence();
             st_release(ready + r, ((unsigned long long)epoch << 32) | n | (self ? SELF_COPIED : 0ull));

@@ -30,7 +30,8 @@ THREADS = 512
 WARPS = THREADS // 32
 DEFAULT_UNROLL = 4
 DEFAULT_BLOCKS_PER_SM = 1  # measured: 1 block of 512 threads per SM (no register spills) beats 2
-COPY_ORDERS = ("flat", "request")
+COPY_ORDERS = ("flat", "request", "hybrid")
+_COPY_ORDER_ARG = {"request": 0, "flat": 1, "hybrid": 2}
 INITIAL_MODES = ("prefix", "empty")
 SMEM_LIMIT = 227 * 1024
 _INT32_MAX = 2**31 - 1
@@ -330,8 +331,10 @@ class HotBuffer:
     the buffer starts with positions [0, B)) or "empty" (disaggregated decode). ``load_newest``:
     the kernel also copies the newest token's row into slot B each step (no miss counted).
     ``copy_order``: "flat" (the grid copies all requests' rows as one list once every request's
-    bookkeeping is published) or "request" (each request's rows as soon as its own bookkeeping
-    is; see swap_in.cu). ``unroll`` and ``blocks_per_sm`` select kernel builds (benchmarks).
+    bookkeeping is published), "request" (each request's rows as soon as its own bookkeeping
+    is) or "hybrid" (flat, but requests of a few rows copied by their owner at once; checked bit
+    for bit on the GPU, not yet timed); see swap_in.cu. ``unroll`` and ``blocks_per_sm`` select
+    kernel builds (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
@@ -348,7 +351,7 @@ class HotBuffer:
         if copy_order not in COPY_ORDERS:
             raise ValueError(f"copy_order must be one of {COPY_ORDERS}, got {copy_order!r}")
         self.initial, self.load_newest = initial, bool(load_newest)
-        # flat keeps the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
+        # flat / hybrid keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
         self.copy_order = copy_order if g.requests + 1 <= g.buffer else "request"
         self.pool = pool if pool is not None else PinnedPool(g.host_bytes)
         if self.pool.nbytes < g.host_bytes:
@@ -450,7 +453,7 @@ class HotBuffer:
                 self._dev[lyr], np.int32(g.requests), np.int32(width), np.int32(g.buffer),
                 np.int64(g.max_ctx), np.int32(g.row_bytes), np.int32(self.initial == "prefix"),
                 np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(g.copy_segment),
-                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(self.copy_order == "flat"))
+                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(_COPY_ORDER_ARG[self.copy_order]))
         self._kern((self.grid(width),), (THREADS,), args, shared_mem=smem_bytes(g.buffer, width))
         if check:
             self.raise_errors(idx, ctx)

@@ -83,7 +83,8 @@ def _run_and_check(hb, layer, idx, ctx, initial, msg, *, check_rows=True):
 
 
 @pytest.mark.parametrize("initial, row_bytes, copy_order",
-                         [("prefix", 656, "flat"), ("empty", 512, "flat"), ("prefix", 656, "request")])
+                         [("prefix", 656, "flat"), ("empty", 512, "flat"), ("prefix", 656, "request"),
+                          ("prefix", 656, "hybrid"), ("empty", 512, "hybrid")])
 def test_random_streams_bit_exact(initial, row_bytes, copy_order):
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
@@ -199,7 +200,7 @@ def test_bad_inputs_reported_and_state_kept():
         hb.swap_in(0, cp.asarray(idx, cp.int64), cp.asarray(ctx))
 
 
-@pytest.mark.parametrize("copy_order", ["flat", "request"])
+@pytest.mark.parametrize("copy_order", ["flat", "request", "hybrid"])
 def test_small_for_sanitizer(copy_order):
     """Small: the case run under compute-sanitizer memcheck and racecheck (fast path and long)."""
     seed = _fresh_seed()
