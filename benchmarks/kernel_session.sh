@@ -53,7 +53,7 @@ step_bench_swap() {
 step_bench_swap_full() { timeout 300 $PY benchmarks/swap_in.py --hots 4096 --pool-gib 8 --iters 9 --out "$OUT/swap_in.csv"; }
 step_bench_swap_variants() {
     timeout 200 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
-        --copy-orders flat request --breakdown --pool-gib 4 --iters 11 --out "$OUT/swap_in_variants.csv"
+        --copy-orders flat request hybrid --breakdown --pool-gib 4 --iters 11 --out "$OUT/swap_in_variants.csv"
 }
 
 # Logs of the steps named in $NOLOG stay out of $OUT (at most 8 files come back); their key lines
