@@ -201,13 +201,14 @@ def _kernels(device_id: int) -> dict[str, Any]:
 
 
 def lightning_indexer(keys: Any, q: Any, w: Any, ctx_len: Any, k: int = TOP_K, *, max_ctx: int | None = None,
-                      out: Any | None = None, scores: Any | None = None) -> IndexerResult:
+                      out: Any | None = None, scores: Any | None = None, select: bool = True) -> IndexerResult:
     """Scores and exact top-k for every request (two launches on the current stream).
 
     keys [R, stride, 132] uint8, q [R, H, 128] uint16/uint8, w [R, H] fp32, ctx_len [R] int32
     (each <= stride), all cupy arrays. ``max_ctx`` (an upper bound of ctx_len, default stride)
     sizes the grid; pass it to skip blocks of empty rows. ``out``/``scores``: preallocated outputs
-    (needed to capture the call into a CUDA graph).
+    (needed to capture the call into a CUDA graph). ``select=False`` runs the scoring launch
+    alone (``indices`` is then None): the benchmark's split of the time.
     """
     import cupy as cp
 
@@ -220,17 +221,30 @@ def lightning_indexer(keys: Any, q: Any, w: Any, ctx_len: Any, k: int = TOP_K, *
         scores = cp.empty((dims.batch, dims.stride), cp.float32)
     elif scores.shape != (dims.batch, dims.stride) or scores.dtype != cp.float32 or not scores.flags.c_contiguous:
         raise ValueError(f"scores must be a contiguous [R, stride] = {(dims.batch, dims.stride)} float32 cupy array")
-    if out is None:
+    if not select:
+        out = None
+    elif out is None:
         out = cp.empty((dims.batch, k), cp.int32)
     elif out.shape != (dims.batch, k) or out.dtype != cp.int32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a contiguous [R, k] = {(dims.batch, k)} int32 cupy array")
     kerns = _kernels(keys.device.id)
     grid = (max(1, -(-bound // TOKENS_PER_BLOCK)), dims.batch)
     kerns[(dims.q_dtype, dims.heads)](grid, (256,), (keys, q, w, ctx_len, scores, np.int64(dims.stride)))
-    kerns["topk"]((dims.batch,), (1024,), (scores, ctx_len, np.int64(dims.stride), np.int32(k), out))
+    if select:
+        kerns["topk"]((dims.batch,), (1024,), (scores, ctx_len, np.int64(dims.stride), np.int32(k), out))
     return IndexerResult(out, scores)
 
 
 def key_bytes(ctx_len: Any) -> int:
     """Bytes of key rows the scoring pass must read (each row once)."""
     return int(np.asarray(ctx_len, np.int64).sum()) * ROW_BYTES
+
+
+def random_key_rows(cp: Any, rows: int, seed: int = 0, scale: float = 0.05) -> Any:
+    """[rows, 132] uint8 random finite e4m3 codes with a constant fp32 scale, made on the GPU
+    (benchmarks and calibration: never time zeros)."""
+    cp.random.seed(seed)
+    flat = cp.random.randint(0, 254, rows * ROW_BYTES, dtype=cp.uint8).reshape(rows, ROW_BYTES)
+    flat += flat >= 0x7F  # codes 0x00-0x7E and 0x80-0xFE: no NaN (0x7F, 0xFF)
+    flat[:, HEAD_DIM:] = cp.asarray(np.frombuffer(np.float32(scale).tobytes(), np.uint8))
+    return flat
