@@ -30,6 +30,8 @@
 #define TILE_TOKENS 16
 #define TILES_PER_WARP 8
 #define TOKENS_PER_BLOCK (WARPS * TILE_TOKENS * TILES_PER_WARP)  // 1024
+#define HIST1_BITS 11
+#define HIST1_BINS (1 << HIST1_BITS)
 
 __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint16_t two) {
     // exact: every e4m3 value (subnormals too) is a bf16 value
@@ -56,17 +58,33 @@ __device__ __forceinline__ void mma_e4m3(float* c, const uint32_t* a, uint32_t b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ uint32_t order_key(float f) {
+    // larger float <-> larger key (scores are finite; -0 was written as +0)
+    uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool active) {
+    // warp-aggregated: lanes with the same bin add once (scores cluster in few high bins)
+    const uint32_t act = __ballot_sync(0xffffffffu, active);
+    if (!active) return;
+    const uint32_t peers = __match_any_sync(act, bin);
+    if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+}
+
 // FP8Q: false = bf16 queries (k-step 16, 8 steps), true = e4m3 queries (k-step 32, 4 steps).
 template <int H, bool FP8Q>
 __device__ __forceinline__ void score_kernel(const uint8_t* __restrict__ keys, const uint8_t* __restrict__ q,
                                              const float* __restrict__ w, const int* __restrict__ ctx_len,
-                                             float* __restrict__ scores, long long stride) {
+                                             float* __restrict__ scores, uint32_t* __restrict__ hist1,
+                                             long long stride) {
     constexpr int KSTEPS = FP8Q ? 4 : 8;
     constexpr int NT = H / 8;
     constexpr int QBYTES = FP8Q ? 1 : 2;
     __shared__ __align__(16) uint2 q_frag[NT * KSTEPS * 32];
     __shared__ float w_s[H];
     __shared__ __align__(16) uint32_t tile_s[WARPS][TILE_TOKENS * ROW_WORDS];
+    __shared__ uint32_t hist_s[HIST1_BINS];  // bits 31..21 of the order keys of this block's scores
 
     const int r = blockIdx.y;
     const int L = ctx_len[r];
@@ -84,25 +102,32 @@ __device__ __forceinline__ void score_kernel(const uint8_t* __restrict__ keys, c
         q_frag[s] = *reinterpret_cast<const uint2*>(qr + n * DIM * QBYTES + st * 32 * QBYTES + kk * 8);
     }
     for (int h = tid; h < H; h += blockDim.x) w_s[h] = w[(long long)r * H + h];
+    for (int b = tid; b < HIST1_BINS; b += blockDim.x) hist_s[b] = 0;
     __syncthreads();
 
     const uint8_t* kr = keys + (long long)r * stride * ROW_BYTES;
     float* sr = scores + (long long)r * stride;
     uint32_t* tile = tile_s[warp];
+    // software pipeline: the next tile's 16 B loads are in flight while this tile is scored
+    uint4 v[5];
+    auto load_tile = [&](int t0) {
+        const uint4* src = reinterpret_cast<const uint4*>(kr + (long long)t0 * ROW_BYTES);
+#pragma unroll
+        for (int j = 0; j < 5; ++j)
+            if (lane + 32 * j < 132) v[j] = __ldg(src + lane + 32 * j);
+    };
+    if (block_t0 + warp * TILE_TOKENS < L) load_tile(block_t0 + warp * TILE_TOKENS);
     for (int i = 0; i < TILES_PER_WARP; ++i) {
         const int t0 = block_t0 + (i * WARPS + warp) * TILE_TOKENS;
         if (t0 >= L) break;
         // stage the 16 rows (2112 B = 132 x 16 B); rows past L are read (within stride) but not scored
-        const uint4* src = reinterpret_cast<const uint4*>(kr + (long long)t0 * ROW_BYTES);
-        uint4 v[5];
-#pragma unroll
-        for (int j = 0; j < 5; ++j)
-            if (lane + 32 * j < 132) v[j] = __ldg(src + lane + 32 * j);
         __syncwarp();
 #pragma unroll
         for (int j = 0; j < 5; ++j)
             if (lane + 32 * j < 132) reinterpret_cast<uint4*>(tile)[lane + 32 * j] = v[j];
         __syncwarp();
+        const int t_next = t0 + WARPS * TILE_TOKENS;
+        if (i + 1 < TILES_PER_WARP && t_next < L) load_tile(t_next);
 
         // A fragments: rows g and g+8, bytes tig*32 .. +32 of each
         uint32_t a[KSTEPS][4];
@@ -143,23 +168,28 @@ __device__ __forceinline__ void score_kernel(const uint8_t* __restrict__ keys, c
         part0 += __shfl_xor_sync(0xffffffffu, part0, 2);
         part1 += __shfl_xor_sync(0xffffffffu, part1, 1);
         part1 += __shfl_xor_sync(0xffffffffu, part1, 2);
-        if (tig < 2) {
-            const int row = g + 8 * tig;
-            const int t = t0 + row;
-            if (t < L) {
-                float s = (tig == 0 ? part0 : part1) * __uint_as_float(tile[row * ROW_WORDS + 32]);
-                sr[t] = (s == 0.f) ? 0.f : s;  // one zero: -0 and +0 rank alike
-            }
+        const int row = g + 8 * tig;
+        const bool writer = tig < 2 && t0 + row < L;
+        float sc = 0.f;
+        if (writer) {
+            sc = (tig == 0 ? part0 : part1) * __uint_as_float(tile[row * ROW_WORDS + 32]);
+            sc = (sc == 0.f) ? 0.f : sc;  // one zero: -0 and +0 rank alike
+            sr[t0 + row] = sc;
         }
+        hist_add(hist_s, order_key(sc) >> (32 - HIST1_BITS), writer);
         __syncwarp();
     }
+    __syncthreads();
+    uint32_t* hr = hist1 + (long long)r * HIST1_BINS;
+    for (int b = tid; b < HIST1_BINS; b += blockDim.x)
+        if (hist_s[b]) atomicAdd(hr + b, hist_s[b]);
 }
 
 #define SCORE_ENTRY(NAME, H, FP8Q)                                                                            \
     extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(                                           \
         const uint8_t* keys, const uint8_t* q, const float* w, const int* ctx_len, float* scores,              \
-        long long stride) {                                                                                   \
-        score_kernel<H, FP8Q>(keys, q, w, ctx_len, scores, stride);                                         \
+        uint32_t* hist1, long long stride) {                                                                  \
+        score_kernel<H, FP8Q>(keys, q, w, ctx_len, scores, hist1, stride);                                  \
     }
 SCORE_ENTRY(indexer_score_bf16_h32, 32, false)
 SCORE_ENTRY(indexer_score_bf16_h64, 64, false)
@@ -169,14 +199,8 @@ SCORE_ENTRY(indexer_score_fp8_h64, 64, true)
 // ------------------------------------------------------------------------------------------
 // Exact top-k
 // ------------------------------------------------------------------------------------------
-#define TK_THREADS 1024
+#define TK_THREADS 512
 #define TK_WARPS (TK_THREADS / 32)
-
-__device__ __forceinline__ uint32_t order_key(float f) {
-    // larger float <-> larger key (scores are finite; -0 was written as +0)
-    uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 // Exclusive block scan of one uint32 per thread; returns the block total in *total.
 __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* warp_sums, uint32_t* total) {
@@ -190,7 +214,7 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* w
     if (lane == 31) warp_sums[warp] = x;
     __syncthreads();
     if (warp == 0) {
-        uint32_t s = warp_sums[lane];
+        uint32_t s = lane < TK_WARPS ? warp_sums[lane] : 0u;
         uint32_t t = s;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
@@ -207,21 +231,62 @@ __device__ __forceinline__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* w
     return res;
 }
 
-__device__ __forceinline__ void hist_add(uint32_t* hist, uint32_t bin, bool active) {
-    // warp-aggregated: lanes with the same bin add once (scores cluster in few high bins)
-    const uint32_t act = __ballot_sync(0xffffffffu, active);
-    if (!active) return;
-    const uint32_t peers = __match_any_sync(act, bin);
-    if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+// Warp 0: the bin, from the top, that holds the remaining-th largest key; its count of keys above.
+__device__ __forceinline__ void pick_bin(const uint32_t* hist, int bins, uint32_t remaining, uint32_t* sel_bin,
+                                         uint32_t* sel_above) {
+    const int lane = threadIdx.x & 31;
+    const int per = bins / 32;  // lane l owns bins/32 consecutive bins, descending
+    uint32_t sum = 0;
+    for (int j = 0; j < per; ++j) sum += hist[bins - 1 - (lane * per + j)];
+    uint32_t incl = sum;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += y;
+    }
+    uint32_t above = incl - sum;
+    if (above < remaining && remaining <= incl) {
+        for (int j = 0; j < per; ++j) {
+            const int b = bins - 1 - (lane * per + j);
+            if (remaining <= above + hist[b]) {
+                *sel_bin = (uint32_t)b;
+                *sel_above = above;
+                break;
+            }
+            above += hist[b];
+        }
+    }
+}
+
+#define TK_PER_THREAD 16                          // consecutive positions per thread and round
+#define TK_ROUND (TK_THREADS * TK_PER_THREAD)     // 8192 positions per round
+#define CAND_CAP 16384                            // positions kept in (dynamic) shared memory
+
+// TK_PER_THREAD consecutive scores from p0 (a multiple of 8, < L <= stride, stride % 16 == 0:
+// the loads stay inside the row)
+__device__ __forceinline__ void load_run(const float* s, int p0, int L, float* f) {
+    if (p0 < L) {
+        const float4* s4 = reinterpret_cast<const float4*>(s + p0);
+#pragma unroll
+        for (int j = 0; j < TK_PER_THREAD / 4; ++j) {
+            const float4 v = s4[j];
+            f[4 * j] = v.x; f[4 * j + 1] = v.y; f[4 * j + 2] = v.z; f[4 * j + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < TK_PER_THREAD; ++j) f[j] = 0.f;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(TK_THREADS) indexer_topk(const float* __restrict__ scores,
+                                                                     const uint32_t* __restrict__ hist1,
                                                                      const int* __restrict__ ctx_len,
                                                                      long long stride, int k,
                                                                      int* __restrict__ out) {
+    extern __shared__ int cand[];  // CAND_CAP positions whose key is in the level-1 threshold bin
     __shared__ uint32_t hist[2048];
     __shared__ uint32_t warp_sums[33];
-    __shared__ uint32_t sel_bin, sel_above;
+    __shared__ uint32_t sel_bin, sel_above, n_cand;
     const int r = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int L = ctx_len[r];
     int* o = out + (long long)r * k;
@@ -229,85 +294,99 @@ extern "C" __global__ void __launch_bounds__(TK_THREADS) indexer_topk(const floa
         for (int i = tid; i < k; i += TK_THREADS) o[i] = i < L ? i : -1;
         return;
     }
-    const float4* s4 = reinterpret_cast<const float4*>(scores + (long long)r * stride);  // stride % 16 == 0
-    const int n4 = (L + 3) / 4;  // the last float4 may reach past L: those lanes are masked
-    uint32_t prefix = 0, mask = 0, remaining = (uint32_t)k;
-    const int shifts[3] = {21, 10, 0};
-    const int widths[3] = {11, 11, 10};
-    for (int p = 0; p < 3; ++p) {
-        const int shift = shifts[p], bins = 1 << widths[p];
-        for (int b = tid; b < bins; b += TK_THREADS) hist[b] = 0;
-        __syncthreads();
-        for (int base = 0; base < n4; base += TK_THREADS) {  // uniform trip count: ballots need the whole warp
-            const int i4 = base + tid;
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (i4 < n4) v = s4[i4];
-            const float f[4] = {v.x, v.y, v.z, v.w};
+    const float* s = scores + (long long)r * stride;  // stride % 16 == 0: float4 aligned
+    // level 1 (bits 31..21): the scoring kernel's histogram
+    for (int b = tid; b < 2048; b += TK_THREADS) hist[b] = hist1[(long long)r * 2048 + b];
+    if (tid == 0) n_cand = 0;
+    __syncthreads();
+    if (warp == 0) pick_bin(hist, 2048, (uint32_t)k, &sel_bin, &sel_above);
+    __syncthreads();
+    uint32_t prefix = sel_bin << 21, mask = 0xFFE00000u, remaining = (uint32_t)k - sel_above;
+    __syncthreads();
+    // level 2 (bits 20..10), one pass over the row; the keys in the level-1 bin become candidates
+    for (int b = tid; b < 2048; b += TK_THREADS) hist[b] = 0;
+    __syncthreads();
+    for (int base = 0; base < L; base += TK_ROUND) {
+        const int p0 = base + tid * TK_PER_THREAD;
+        float f[TK_PER_THREAD];
+        load_run(s, p0, L, f);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const uint32_t u = order_key(f[j]);
-                const bool on = (i4 < n4) && (4 * i4 + j < L) && ((u & mask) == prefix);
-                hist_add(hist, (u >> shift) & (uint32_t)(bins - 1), on);
-            }
-        }
-        __syncthreads();
-        if (warp == 0) {  // bins from the top: lane l owns bins/32 consecutive bins, descending
-            const int per = bins / 32;
-            uint32_t sum = 0;
-            for (int j = 0; j < per; ++j) sum += hist[bins - 1 - (lane * per + j)];
-            uint32_t incl = sum;
-#pragma unroll
-            for (int off = 1; off < 32; off <<= 1) {
-                uint32_t y = __shfl_up_sync(0xffffffffu, incl, off);
-                if (lane >= off) incl += y;
-            }
-            uint32_t above = incl - sum;
-            if (above < remaining && remaining <= incl) {
-                for (int j = 0; j < per; ++j) {
-                    const int b = bins - 1 - (lane * per + j);
-                    if (remaining <= above + hist[b]) {
-                        sel_bin = (uint32_t)b;
-                        sel_above = above;
-                        break;
-                    }
-                    above += hist[b];
+        for (int j = 0; j < TK_PER_THREAD; ++j) {
+            const uint32_t u = order_key(f[j]);
+            const bool on = (p0 + j < L) && ((u & mask) == prefix);
+            const uint32_t act = __ballot_sync(0xffffffffu, on);
+            if (act) {  // warp-uniform
+                uint32_t slot = 0;
+                if (lane == __ffs(act) - 1) slot = atomicAdd(&n_cand, (uint32_t)__popc(act));
+                slot = __shfl_sync(0xffffffffu, slot, __ffs(act) - 1);
+                if (on) {
+                    const uint32_t mine = slot + __popc(act & ((1u << lane) - 1));
+                    if (mine < CAND_CAP) cand[mine] = p0 + j;
+                    const uint32_t bin = (u >> 10) & 2047u;
+                    const uint32_t peers = __match_any_sync(act, bin);
+                    if (lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (uint32_t)__popc(peers));
                 }
             }
         }
-        __syncthreads();
-        prefix |= sel_bin << shift;
-        mask |= (uint32_t)(bins - 1) << shift;
-        remaining -= sel_above;
-        __syncthreads();
     }
-    // prefix is the k-th largest key: take every key above it and the `need` lowest positions
-    // equal to it, in ascending position order (4 consecutive positions per thread and round)
-    const uint32_t thr = prefix, need = remaining;
-    uint32_t run_gt = 0, run_eq = 0;
-    for (int base = 0; base < n4; base += TK_THREADS) {
-        const int i4 = base + tid;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i4 < n4) v = s4[i4];
-        const float f[4] = {v.x, v.y, v.z, v.w};
-        uint32_t gt[4], eq[4], c_gt = 0, c_eq = 0;
+    __syncthreads();
+    if (warp == 0) pick_bin(hist, 2048, remaining, &sel_bin, &sel_above);
+    __syncthreads();
+    prefix |= sel_bin << 10;
+    mask |= 0x7FFu << 10;
+    remaining -= sel_above;
+    const uint32_t nc = n_cand;
+    __syncthreads();
+    // level 3 (bits 9..0) over the candidates, or over the whole row when they did not fit
+    for (int b = tid; b < 1024; b += TK_THREADS) hist[b] = 0;
+    __syncthreads();
+    if (nc <= CAND_CAP) {
+        for (int base = 0; base < (int)nc; base += TK_THREADS) {
+            const int i = base + tid;
+            const uint32_t u = i < (int)nc ? order_key(s[cand[i]]) : 0u;
+            hist_add(hist, u & 1023u, i < (int)nc && (u & mask) == prefix);
+        }
+    } else {
+        for (int base = 0; base < L; base += TK_ROUND) {
+            const int p0 = base + tid * TK_PER_THREAD;
+            float f[TK_PER_THREAD];
+            load_run(s, p0, L, f);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const bool in = (i4 < n4) && (4 * i4 + j < L);
+            for (int j = 0; j < TK_PER_THREAD; ++j) {
+                const uint32_t u = order_key(f[j]);
+                hist_add(hist, u & 1023u, (p0 + j < L) && (u & mask) == prefix);
+            }
+        }
+    }
+    __syncthreads();
+    if (warp == 0) pick_bin(hist, 1024, remaining, &sel_bin, &sel_above);
+    __syncthreads();
+    // the k-th largest key; take every key above it and the `need` lowest positions equal to it,
+    // in ascending position order (one block scan per round of TK_PER_THREAD consecutive positions a thread)
+    const uint32_t thr = prefix | sel_bin, need = remaining - sel_above;
+    uint32_t run_gt = 0, run_eq = 0;
+    for (int base = 0; base < L; base += TK_ROUND) {
+        const int p0 = base + tid * TK_PER_THREAD;
+        float f[TK_PER_THREAD];
+        load_run(s, p0, L, f);
+        uint32_t gt_bits = 0, eq_bits = 0;
+#pragma unroll
+        for (int j = 0; j < TK_PER_THREAD; ++j) {
             const uint32_t u = order_key(f[j]);
-            gt[j] = (in && u > thr) ? 1u : 0u;
-            eq[j] = (in && u == thr) ? 1u : 0u;
-            c_gt += gt[j];
-            c_eq += eq[j];
+            const bool in = p0 + j < L;
+            gt_bits |= (in && u > thr) ? (1u << j) : 0u;
+            eq_bits |= (in && u == thr) ? (1u << j) : 0u;
         }
         uint32_t tot;
-        const uint32_t ex = block_exclusive_scan(c_gt | (c_eq << 16), warp_sums, &tot);
+        const uint32_t ex = block_exclusive_scan(__popc(gt_bits) | (__popc(eq_bits) << 16), warp_sums, &tot);
         uint32_t gb = run_gt + (ex & 0xFFFF), eb = run_eq + (ex >> 16);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            if (gt[j]) o[gb + min(eb, need)] = 4 * i4 + j;
-            else if (eq[j] && eb < need) o[gb + eb] = 4 * i4 + j;
-            gb += gt[j];
-            eb += eq[j];
+        for (int j = 0; j < TK_PER_THREAD; ++j) {
+            const bool gt = (gt_bits >> j) & 1u, eq = (eq_bits >> j) & 1u;
+            if (gt) o[gb + min(eb, need)] = p0 + j;
+            else if (eq && eb < need) o[gb + eb] = p0 + j;
+            gb += gt;
+            eb += eq;
         }
         run_gt += tot & 0xFFFF;
         run_eq += tot >> 16;

@@ -34,6 +34,9 @@ Q_DTYPES = ("bf16", "fp8")
 TOP_K = 2048
 STRIDE_ALIGN = 16  # tokens: the kernel stages 16-row tiles with 16 B loads
 TOKENS_PER_BLOCK = 1024
+TOPK_THREADS = 512
+CAND_CAP = 16384  # positions the select keeps in shared memory (indexer.cu)
+HIST1_BINS = 2048
 _SOURCE = Path(__file__).with_name("indexer.cu")
 _NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a")
 
@@ -103,31 +106,47 @@ def order_keys(scores: np.ndarray) -> np.ndarray:
     return np.where(u & 0x80000000, ~u, u | 0x80000000).astype(np.uint32)
 
 
+def _pick_bin(hist: np.ndarray, remaining: int) -> tuple[int, int]:
+    """(bin from the top holding the remaining-th key, count of keys in the bins above it)."""
+    above_incl = np.cumsum(hist[::-1])
+    j = int(np.searchsorted(above_incl, remaining))  # first where the count reaches remaining
+    b = len(hist) - 1 - j
+    return b, int(above_incl[j] - hist[b])
+
+
+def level1_candidates(scores: np.ndarray, ctx: int, k: int = TOP_K) -> int:
+    """How many keys share the level-1 (top 11 bits) bin of the k-th largest: the kernel keeps
+    their positions in shared memory when they fit in ``CAND_CAP``, else re-reads the row."""
+    u = order_keys(scores[:ctx])
+    b, _ = _pick_bin(np.bincount((u >> np.uint32(21)).astype(np.int64), minlength=2048), k)
+    return int(((u >> np.uint32(21)) == b).sum())
+
+
 def radix_topk(scores: np.ndarray, ctx_len: np.ndarray, k: int = TOP_K) -> np.ndarray:
-    """The kernel's select, step for step, in numpy: three radix passes (11/11/10 bits from the
-    top) find the k-th largest key and how many of its equals to take; an ordered pass takes every
-    key above it and the lowest positions equal to it."""
+    """The kernel's select, step for step, in numpy: the level-1 histogram (bits 31..21, built by
+    the scoring pass), level 2 (bits 20..10) over the row collecting the level-1 bin's positions
+    as candidates, level 3 (bits 9..0) over the candidates (or the row when more than
+    ``CAND_CAP``), which fixes the k-th largest key and how many of its equals to take; then an
+    ordered pass takes every key above it and the lowest positions equal to it."""
     out = np.full((scores.shape[0], k), -1, np.int32)
     for r, L in enumerate(np.asarray(ctx_len)):
         if L <= k:
             out[r, :L] = np.arange(L)
             continue
         u = order_keys(scores[r, :L])
-        prefix, mask, remaining = 0, 0, k
-        for shift, width in ((21, 11), (10, 11), (0, 10)):
-            bins = 1 << width
-            live = (u & np.uint32(mask)) == np.uint32(prefix)
-            hist = np.bincount(((u[live] >> np.uint32(shift)) & np.uint32(bins - 1)).astype(np.int64), minlength=bins)
-            above_incl = np.cumsum(hist[::-1])  # counts from the top bin down
-            j = int(np.searchsorted(above_incl, remaining))  # first where cum >= remaining
-            b = bins - 1 - j
-            remaining -= int(above_incl[j] - hist[b])
-            prefix |= b << shift
-            mask |= (bins - 1) << shift
-        gt = u > np.uint32(prefix)
-        eq = np.flatnonzero(u == np.uint32(prefix))[:remaining]
-        sel = np.flatnonzero(gt)
-        out[r] = np.sort(np.r_[sel, eq])
+        b1, above = _pick_bin(np.bincount((u >> np.uint32(21)).astype(np.int64), minlength=2048), k)
+        prefix, remaining = b1 << 21, k - above
+        live = (u >> np.uint32(21)) == b1
+        cand = np.flatnonzero(live)
+        b2, above = _pick_bin(np.bincount(((u[cand] >> np.uint32(10)) & np.uint32(2047)).astype(np.int64),
+                                          minlength=2048), remaining)
+        prefix, remaining = prefix | (b2 << 10), remaining - above
+        pool = u[cand] if len(cand) <= CAND_CAP else u
+        third = pool[(pool & np.uint32(0xFFFFFC00)) == np.uint32(prefix)]
+        b3, above = _pick_bin(np.bincount((third & np.uint32(1023)).astype(np.int64), minlength=1024), remaining)
+        thr, need = np.uint32(prefix | b3), remaining - above
+        eq = np.flatnonzero(u == thr)[:need]
+        out[r] = np.sort(np.r_[np.flatnonzero(u > thr), eq])
     return out
 
 
@@ -197,17 +216,20 @@ def _kernels(device_id: int) -> dict[str, Any]:
     mod = cp.RawModule(path=str(compiled_cubin()))
     kerns: dict[str, Any] = {(qd, h): mod.get_function(f"indexer_score_{qd}_h{h}") for qd in Q_DTYPES for h in HEADS}
     kerns["topk"] = mod.get_function("indexer_topk")
+    kerns["topk"].max_dynamic_shared_size_bytes = CAND_CAP * 4
     return kerns
 
 
 def lightning_indexer(keys: Any, q: Any, w: Any, ctx_len: Any, k: int = TOP_K, *, max_ctx: int | None = None,
-                      out: Any | None = None, scores: Any | None = None, select: bool = True) -> IndexerResult:
+                      out: Any | None = None, scores: Any | None = None, hist: Any | None = None,
+                      select: bool = True) -> IndexerResult:
     """Scores and exact top-k for every request (two launches on the current stream).
 
     keys [R, stride, 132] uint8, q [R, H, 128] uint16/uint8, w [R, H] fp32, ctx_len [R] int32
     (each <= stride), all cupy arrays. ``max_ctx`` (an upper bound of ctx_len, default stride)
     sizes the grid; pass it to skip blocks of empty rows. ``out``/``scores``: preallocated outputs
-    (needed to capture the call into a CUDA graph). ``select=False`` runs the scoring launch
+    (needed to capture the call into a CUDA graph); ``hist``: a [R, 2048] uint32 workspace for the
+    scoring pass's histogram of the scores' top 11 bits (zeroed here). ``select=False`` runs the scoring launch
     alone (``indices`` is then None): the benchmark's split of the time.
     """
     import cupy as cp
@@ -227,11 +249,17 @@ def lightning_indexer(keys: Any, q: Any, w: Any, ctx_len: Any, k: int = TOP_K, *
         out = cp.empty((dims.batch, k), cp.int32)
     elif out.shape != (dims.batch, k) or out.dtype != cp.int32 or not out.flags.c_contiguous:
         raise ValueError(f"out must be a contiguous [R, k] = {(dims.batch, k)} int32 cupy array")
+    if hist is None:
+        hist = cp.empty((dims.batch, HIST1_BINS), cp.uint32)
+    elif hist.shape != (dims.batch, HIST1_BINS) or hist.dtype != cp.uint32 or not hist.flags.c_contiguous:
+        raise ValueError(f"hist must be a contiguous [R, {HIST1_BINS}] uint32 cupy array")
+    hist.fill(0)
     kerns = _kernels(keys.device.id)
     grid = (max(1, -(-bound // TOKENS_PER_BLOCK)), dims.batch)
-    kerns[(dims.q_dtype, dims.heads)](grid, (256,), (keys, q, w, ctx_len, scores, np.int64(dims.stride)))
+    kerns[(dims.q_dtype, dims.heads)](grid, (256,), (keys, q, w, ctx_len, scores, hist, np.int64(dims.stride)))
     if select:
-        kerns["topk"]((dims.batch,), (1024,), (scores, ctx_len, np.int64(dims.stride), np.int32(k), out))
+        kerns["topk"]((dims.batch,), (TOPK_THREADS,), (scores, hist, ctx_len, np.int64(dims.stride), np.int32(k), out),
+                      shared_mem=CAND_CAP * 4)
     return IndexerResult(out, scores)
 
 

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from cupy_kernels.indexer import (
+    CAND_CAP,
     HEAD_DIM,
+    level1_candidates,
     lightning_indexer,
     pack_key_rows,
     padded_stride,
@@ -98,3 +100,34 @@ def test_random_inputs_scores_to_rounding_and_exact_select(q_dtype):
     for r in range(len(ctx)):
         a, b = set(got_i[r][got_i[r] >= 0]), set(ref_i[r][ref_i[r] >= 0])
         assert len(a ^ b) <= 0.01 * len(b) + 2, f"seed {seed}: top-k sets differ by {len(a ^ b)}"
+
+
+@pytest.mark.parametrize("path", ["candidates", "row"])
+def test_exact_select_on_both_candidate_paths(path):
+    """Keys of all ones, one head of ones (weight 1) and the rest zero give every token the head
+    sum 128, so the scores are 128 x the token's scale, and the scales pick the select's path:
+    within 2.4% of each other (one level-1 bin) the level-1 bin holds the whole row, more than
+    CAND_CAP (the select re-reads the row); spread over 41 exponents it holds ~1K (the candidates
+    stay in shared memory). Scales on coarse grids give many ties at the threshold."""
+    seed = _seed()
+    rng = np.random.default_rng(seed)
+    ctx = [150_000, 100_003]
+    R, stride, heads = len(ctx), padded_stride(max(ctx)), 32
+    codes = np.full((R, stride, HEAD_DIM), e4m3_encode(np.array([1.0]))[0], np.uint8)
+    if path == "row":
+        sc = (1.0 + rng.integers(0, 100, (R, stride)) / 4096.0).astype(np.float32)
+    else:
+        sc = (np.exp2(rng.integers(-20, 21, (R, stride))) * (1 + rng.integers(0, 8, (R, stride)) / 8)).astype(np.float32)
+    keys = pack_key_rows(codes, sc)
+    qv = np.zeros((R, heads, HEAD_DIM))
+    qv[:, 0] = 1.0
+    q = float_to_bf16(qv)
+    w = np.ones((R, heads), np.float32)
+    c = np.asarray(ctx, np.int32)
+    got_s, got_i = _run(keys, q, w, c, 2048)
+    want_s = sc * np.float32(128.0)
+    for r, L in enumerate(ctx):
+        assert np.array_equal(got_s[r, :L], want_s[r, :L]), f"seed {seed}, request {r}"
+        n = level1_candidates(want_s[r], L)
+        assert (n > CAND_CAP) == (path == "row"), f"seed {seed}: {n} candidates do not exercise the {path} path"
+    assert np.array_equal(got_i, reference_topk(want_s, c, 2048)), f"seed {seed}"

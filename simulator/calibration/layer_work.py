@@ -6,7 +6,8 @@ quantisation, the sampler) as an ``Op``: its kind (the cost term that prices it)
 GEMM shape, FLOPs and bytes through HBM, for a batch, the requests' contexts and a parallel
 layout. Shapes follow DeepSeek-V3.2's ``inference/model.py`` (``MLA``, ``Indexer``, ``MoE``) and
 SGLang's ``python/sglang/srt/models/deepseek_v2.py`` (fused q_a + kv_a projection; absorbed
-``w_kc``/``w_vc`` as batched bf16 GEMMs). Communication is not here (the serving model's term).
+``w_kc``/``w_vc`` as batched GEMMs in the weights' dtype: for FP8 checkpoints a per-tensor
+quantisation of the input, then ``bmm_fp8``). Communication is not here (the serving model's term).
 
 ``ModelShape`` is the protocol the serving branch's ``ModelSpec`` satisfies (same attribute names);
 tests use a local frozen dataclass with GLM-5.1's and DeepSeek-V3.2's config values.
@@ -135,7 +136,8 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
         elementwise("q_a_norm", b * qr),
         elementwise("kv_a_norm", b * (kvr + rope)),
         gemm("q_b_proj", b, qr, h * (nope + rope), w),
-        gemm("w_kc_absorbed", b, nope, kvr, "bf16", groups=h, kind="batched_gemm"),
+        elementwise("quant_q_nope", b * h * nope, passes=1.5, count=2),  # per-tensor: absmax, then quantise
+        gemm("w_kc_absorbed", b, nope, kvr, w, groups=h, kind="batched_gemm"),  # SGLang bmm_fp8
         elementwise("rope_and_kv_store", b * h * rope + b * (kvr + rope)),
         gemm("indexer_wq_b", b, qr, ih * idx_dim, w),
         gemm("indexer_wk", b, d, idx_dim, w),
@@ -146,7 +148,8 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
            ctx_sum * INDEXER_ROW_BYTES + 8.0 * ctx_sum, m=b, tokens=ctx_sum),
         Op("sparse_attention", "attention", "bf16" if kv_row_bytes >= 1024 else "fp8", att_flops, att_bytes,
            m=b, tokens=b),
-        gemm("w_vc_absorbed", b, kvr, v, "bf16", groups=h, kind="batched_gemm"),
+        elementwise("quant_attn_out", b * h * kvr, passes=1.5, count=2),
+        gemm("w_vc_absorbed", b, kvr, v, w, groups=h, kind="batched_gemm"),
         elementwise("quant_o", b * h * v, passes=1.5),
         gemm("o_proj", b, h * v, d, w),
         elementwise("post_attention_norm", b * d, passes=3),

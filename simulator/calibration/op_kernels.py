@@ -40,7 +40,7 @@ def _pad16(x: float) -> int:
 
 
 def _copies(weight_bytes: float, rotate: bool) -> int:
-    return max(1, min(16, math.ceil(2 * L2_BYTES / max(weight_bytes, 1)))) if rotate else 1
+    return max(1, min(256, math.ceil(2 * L2_BYTES / max(weight_bytes, 1)))) if rotate else 1
 
 
 class OpKernels:
@@ -70,6 +70,8 @@ class OpKernels:
             return self._fp16_gemm(op, rotate)
         if op.kind == "grouped_gemm" and op.dtype == "fp8":
             return self._fp8_grouped(op, rotate)
+        if op.kind == "batched_gemm" and op.dtype == "fp8":  # one group per head, every head's weights
+            return self._fp8_grouped(op, rotate, touched=op.groups, rows_total=op.m * op.groups)
         raise ValueError(f"op {op.name}: no kernel for kind {op.kind!r} dtype {op.dtype!r}")
 
     def _elementwise(self, op: Op):
@@ -120,19 +122,22 @@ class OpKernels:
         self.impl[op.name] = "cupy matmul fp16" + (" batched" if g > 1 else "")
         return run
 
-    def _fp8_grouped(self, op: Op, rotate: bool):
+    def _fp8_grouped(self, op: Op, rotate: bool, touched: int | None = None, rows_total: float | None = None):
         """The touched experts (``op.weight_groups`` of ``op.groups``), ``op.tokens`` rows spread
-        evenly, each group's rows padded to 16."""
+        evenly, each group's rows padded to 16 (also the absorbed per-head bmm_fp8: every head a
+        group of ``m`` rows)."""
         t = self.torch
-        touched = max(1, min(op.groups, round(op.weight_groups or op.groups)))
-        rows = _pad16(max(op.tokens, 1) / touched)
+        touched = touched or max(1, min(op.groups, round(op.weight_groups or op.groups)))
+        rows = _pad16(max(rows_total or op.tokens, 1) / touched)
         a = self._fp8(touched * rows, op.k)
-        experts = self._fp8(op.groups, op.n, op.k)  # every local expert: one copy exceeds L2
+        sets = _copies(op.groups * op.n * op.k, rotate) if touched == op.groups else 1
+        experts = self._fp8(op.groups * sets, op.n, op.k)  # local experts (x copies when all are read)
         sa = t.ones(touched * rows, device="cuda", dtype=t.float32)
         sb = t.ones(touched, op.n, device="cuda", dtype=t.float32)
         offs = (t.arange(1, touched + 1, device="cuda", dtype=t.int32) * rows)
         one = t.ones((), device="cuda", dtype=t.float32)
-        starts = list(range(0, op.groups - touched + 1, max(1, touched))) if rotate else [0]
+        span = op.groups * sets
+        starts = list(range(0, span - touched + 1, max(1, touched))) if rotate else [0]
         i = [0]
 
         def grouped():
