@@ -108,26 +108,20 @@ __device__ __forceinline__ void score_kernel(const uint8_t* __restrict__ keys, c
     const uint8_t* kr = keys + (long long)r * stride * ROW_BYTES;
     float* sr = scores + (long long)r * stride;
     uint32_t* tile = tile_s[warp];
-    // software pipeline: the next tile's 16 B loads are in flight while this tile is scored
-    uint4 v[5];
-    auto load_tile = [&](int t0) {
-        const uint4* src = reinterpret_cast<const uint4*>(kr + (long long)t0 * ROW_BYTES);
-#pragma unroll
-        for (int j = 0; j < 5; ++j)
-            if (lane + 32 * j < 132) v[j] = __ldg(src + lane + 32 * j);
-    };
-    if (block_t0 + warp * TILE_TOKENS < L) load_tile(block_t0 + warp * TILE_TOKENS);
     for (int i = 0; i < TILES_PER_WARP; ++i) {
         const int t0 = block_t0 + (i * WARPS + warp) * TILE_TOKENS;
         if (t0 >= L) break;
         // stage the 16 rows (2112 B = 132 x 16 B); rows past L are read (within stride) but not scored
+        const uint4* src = reinterpret_cast<const uint4*>(kr + (long long)t0 * ROW_BYTES);
+        uint4 v[5];
+#pragma unroll
+        for (int j = 0; j < 5; ++j)
+            if (lane + 32 * j < 132) v[j] = __ldg(src + lane + 32 * j);
         __syncwarp();
 #pragma unroll
         for (int j = 0; j < 5; ++j)
             if (lane + 32 * j < 132) reinterpret_cast<uint4*>(tile)[lane + 32 * j] = v[j];
         __syncwarp();
-        const int t_next = t0 + WARPS * TILE_TOKENS;
-        if (i + 1 < TILES_PER_WARP && t_next < L) load_tile(t_next);
 
         // A fragments: rows g and g+8, bytes tig*32 .. +32 of each
         uint32_t a[KSTEPS][4];
@@ -185,8 +179,9 @@ __device__ __forceinline__ void score_kernel(const uint8_t* __restrict__ keys, c
         if (hist_s[b]) atomicAdd(hr + b, hist_s[b]);
 }
 
+// blocks per SM the register budget must allow (occupancy keeps enough key bytes in flight)
 #define SCORE_ENTRY(NAME, H, FP8Q)                                                                            \
-    extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(                                           \
+    extern "C" __global__ void __launch_bounds__(WARPS * 32, (H == 32 ? 4 : 3)) NAME(                                           \
         const uint8_t* keys, const uint8_t* q, const float* w, const int* ctx_len, float* scores,              \
         uint32_t* hist1, long long stride) {                                                                  \
         score_kernel<H, FP8Q>(keys, q, w, ctx_len, scores, hist1, stride);                                  \
