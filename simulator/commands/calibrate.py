@@ -31,6 +31,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     c.add_argument("--refit", action="store_true",
                    help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
+    c.add_argument("--comm", action="store_true",
+                   help="several GPUs: time NCCL collectives at decode-step sizes on 2, 4 and 8 of this machine's "
+                        "GPUs (benchmarks/comm.py), save OUT/comm-<gpu>.csv and write the 'comm' section of "
+                        "OUT/<gpu>.json (latency and busbw per collective and GPU count)")
+    c.add_argument("--comm-refit", metavar="CSV",
+                   help="no GPU: fit the 'comm' section of OUT/<gpu>.json from a CSV benchmarks/comm.py wrote")
     c.set_defaults(run=run_calibrate)
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
@@ -80,6 +86,10 @@ def _write_tables(out: str, gpu: str, tables: dict) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    if args.comm or args.comm_refit:
+        from ..calibration.comm_cli import run_comm
+
+        return run_comm(args)
     from ..calibration import grids
     from ..calibration.fitting import fit_step_terms, fitted_params
     from ..calibration.layer_work import Layout
@@ -124,8 +134,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
         elif old and os.path.exists(_csv(args.out, "gemm", args.gpu)):
             step_tables = _read_tables(args.out, args.gpu, STEP_TABLES)
     params, gpu, fits = fitted_params(kernel_tables["swap_in"], kernel_tables["attention"], link)
-    report = {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu, "fit": fits,
-              "grid": {"swap_in": grids.SWAP_GRID, "attention": grids.ATT_GRID}}
+    # sections other groups write (e.g. `comm`, calibrate --comm) are kept as they are
+    report = dict(old or {}) | {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu,
+                                "fit": fits, "grid": {"swap_in": grids.SWAP_GRID, "attention": grids.ATT_GRID}}
     if step_tables is not None:
         import dataclasses
 
