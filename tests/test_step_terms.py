@@ -72,3 +72,21 @@ def test_rate_time_is_launch_plus_the_binding_limit():
     r = Rate(2e-6, 1e12, 1e14)
     assert r.time(1e6, 1e6) == pytest.approx(2e-6 + 1e-6)
     assert r.time(1e6, 1e9) == pytest.approx(2e-6 + 1e-5)
+
+
+def test_step_time_sums_the_layer_ops_and_vectorises_over_steps():
+    import json
+
+    from simulator.calibration.layer_work import step_ops
+    from simulator.calibration.step_terms import step_time
+
+    terms = StepTerms.from_calibration(json.loads(open("calibration/h200.json").read()))
+    m = GLM_5_1
+    ctx = np.array([8 * 20000.0, 8 * 90000.0])
+    got = step_time(terms, m, 8, ctx, kv_row_bytes=656)
+    for i, c in enumerate(ctx):
+        want = sum(n * terms.ops_time(ops, indexer_heads=32) for n, ops in step_ops(m, 8, c, kv_row_bytes=656))
+        assert got["total"][i] == pytest.approx(want, rel=1e-9)
+    assert got["indexer"][1] > got["indexer"][0] and np.ndim(got["gemm"]) == 0
+    no_att = step_time(terms, m, 8, ctx, kv_row_bytes=656, include_attention=False)
+    assert "attention" not in no_att and no_att["total"][0] < got["total"][0]

@@ -145,7 +145,7 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
         elementwise("indexer_k_norm_rope_quant_store", b * idx_dim * 2),
         elementwise("indexer_q_rope_quant", b * ih * idx_dim),
         Op("indexer_score_topk", "indexer", "fp8", 2.0 * ctx_sum * ih * idx_dim,
-           ctx_sum * INDEXER_ROW_BYTES + 8.0 * ctx_sum, m=b, tokens=ctx_sum),
+           ctx_sum * INDEXER_ROW_BYTES + 8.0 * ctx_sum, m=b, k=idx_dim, n=ih, tokens=ctx_sum),
         Op("sparse_attention", "attention", "bf16" if kv_row_bytes >= 1024 else "fp8", att_flops, att_bytes,
            m=b, tokens=b),
         elementwise("quant_attn_out", b * h * kvr, passes=1.5, count=2),

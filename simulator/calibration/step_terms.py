@@ -81,10 +81,15 @@ class StepTerms:
               for r, v in cal["fit"]["swap_in"]["per_row"].items()}
         return cls(rates, idx, st["graph_launch_us"] * 1e-6, att, sw)
 
-    def op_time(self, op: Op, indexer_heads: int = 32, indexer_q: str = "fp8") -> float:
-        """Seconds of one op (all its launches)."""
+    def op_time(self, op: Op, indexer_heads: int | None = None, indexer_q: str = "fp8") -> float:
+        """Seconds of one op (all its launches); the indexer's heads come from the op (``n``)
+        unless given."""
         if op.kind == "indexer":
-            return self.indexer[f"{indexer_q}_h{indexer_heads}"].time(op.m, op.tokens) * op.count
+            heads = indexer_heads or op.n
+            if f"{indexer_q}_h{heads}" not in self.indexer:
+                raise KeyError(f"no indexer term for {indexer_q} queries and {heads} heads "
+                               f"(measured: {', '.join(sorted(self.indexer))})")
+            return self.indexer[f"{indexer_q}_h{heads}"].time(op.m, op.tokens) * op.count
         if op.kind == "attention":
             launch, eff = self.attention[op.dtype]
             roof = max(op.bytes / ATTENTION_ROOFLINE["hbm_bw"], op.flops / ATTENTION_ROOFLINE["bf16_flops"])
@@ -112,3 +117,42 @@ class StepTerms:
 
 def relative_error(predicted, measured) -> np.ndarray:
     return np.abs(np.asarray(predicted, float) - np.asarray(measured, float)) / np.asarray(measured, float)
+
+
+def step_time(terms: StepTerms, m, batch: int, ctx_sum, layout=None, *, kv_row_bytes: int = 1152,
+              indexer_q: str = "fp8", include_attention: bool = True) -> dict[str, np.ndarray]:
+    """Seconds of one decode step on one GPU (DP rank) by op kind, for ``batch`` requests whose
+    contexts sum to ``ctx_sum`` (a number or an array, one entry per step): every kernel of the
+    dense layers, the MoE layers and the head (``layer_work.step_ops``) priced by the fitted terms.
+    Swap-in and communication are not in it (``swap_in_time``; the serving model's comm term).
+    ``include_attention=False`` leaves sparse attention out for a caller that prices it itself.
+    Returns {kind: seconds} with a "total" entry; the context-dependent kinds (indexer, attention)
+    are arrays shaped like ``ctx_sum``. With unequal contexts the indexer's select term follows
+    the mean context per request (it is really paced by the longest in each wave of 132)."""
+    from .layer_work import Layout, step_ops
+
+    layout = layout or Layout()
+    ctx = np.asarray(ctx_sum, dtype=float)
+    out: dict[str, np.ndarray] = {}
+    if batch <= 0:
+        return {"total": ctx * 0.0}
+    for repeat, ops in step_ops(m, batch, 1.0, layout, kv_row_bytes=kv_row_bytes):
+        for op in ops:
+            if op.kind == "indexer":
+                t = terms.indexer[f"{indexer_q}_h{m.indexer_heads // layout.attention_tp}"]
+                sec = t.launch_s + ctx * 132 / t.bw + t.select_s_per_token * math.ceil(batch / t.sms) * ctx / batch
+            elif op.kind == "attention":
+                if not include_attention:
+                    continue
+                launch, eff = terms.attention[op.dtype]
+                k_rows = np.minimum(m.top_k, ctx / batch)
+                heads = m.attention_heads // layout.attention_tp
+                roof = np.maximum(batch * k_rows * kv_row_bytes / ATTENTION_ROOFLINE["hbm_bw"],
+                                  2.0 * batch * heads * k_rows * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+                                  / ATTENTION_ROOFLINE["bf16_flops"])
+                sec = launch + roof / eff
+            else:
+                sec = terms.op_time(op)
+            out[op.kind] = out.get(op.kind, 0.0) + repeat * sec
+    out["total"] = sum(out.values()) + ctx * 0.0
+    return out
