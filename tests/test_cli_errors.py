@@ -167,8 +167,7 @@ def test_malformed_validation_json_for_repredict(tmp_path, capsys, content, says
 
 
 def test_every_option_has_a_help_text_that_gives_its_default():
-    """`--help` explains every option and says its default (plan's preset options are the serving
-    model's: its rewrite lists the preset names there)."""
+    """`--help` explains every option and says its default."""
     import argparse
 
     from simulator.cli import build_parser
@@ -184,7 +183,7 @@ def test_every_option_has_a_help_text_that_gives_its_default():
     missing = []
     for command, action in walk(build_parser()):
         name = action.option_strings[0] if action.option_strings else action.dest
-        if action.help == argparse.SUPPRESS or command == "plan":
+        if action.help == argparse.SUPPRESS:
             continue
         if not action.help:
             missing.append(f"{command} {name}: no help")
