@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..replay.config import Initial, Semantics
+from ..replay.policies import POLICIES, help_text
 from .common import add_trace_input, open_input, print_json
-
-POLICY_HELP = "lru, fifo, clock, lfu, arc, s3fifo, sieve, random, opt, none, static-prefix"
 
 
 def _int_list(text: str) -> list[int]:
@@ -25,10 +25,10 @@ def _str_list(text: str) -> list[str]:
 
 
 def _add_step_rules(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--semantics", choices=["batched", "sequential"], default="batched",
+    p.add_argument("--semantics", choices=[m.value for m in Semantics], default=Semantics.BATCHED.value,
                    help="batched: HiSparse's step (hits protected, miss i takes the i-th victim; "
                         "default); sequential: one access at a time (classic, as libCacheSim)")
-    p.add_argument("--initial", choices=["prefix", "empty"], default="prefix",
+    p.add_argument("--initial", choices=[m.value for m in Initial], default=Initial.PREFIX.value,
                    help="initial buffer: prefix (colocated: first prompt positions; default) or "
                         "empty (disaggregated decode)")
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
@@ -44,7 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         description="Replay a trace through per-(request, layer) hot buffers and count "
                                     "the misses at every step, for each policy and buffer size.")
     add_trace_input(rp)
-    rp.add_argument("--policy", type=_str_list, default=["lru"], help=f"comma-separated: {POLICY_HELP}")
+    rp.add_argument("--policy", type=_str_list, default=["lru"], help=f"comma-separated, of: {', '.join(POLICIES)} (default lru). {help_text()}")
     rp.add_argument("--buffer", type=_int_list, default=[4096], help="comma-separated buffer sizes in slots (default 4096)")
     _add_step_rules(rp)
     rp.add_argument("--json", action="store_true", help="print the summary as a JSON list of records")
@@ -73,12 +73,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     mp.set_defaults(run=run_mrc)
 
 
-def _configs(args, policies):
-    from ..replay import ReplayConfig
+def _configs(args, policies, buffers):
+    from ..replay.config import expand_configs
 
-    return [ReplayConfig(policy=p, buffer=b, semantics=args.semantics, initial=args.initial,
-                         reserve_newest=args.reserve_newest, seed=args.seed)
-            for p in policies for b in getattr(args, "buffer", [0])]
+    return expand_configs(policies, buffers, semantics=args.semantics, initial=args.initial,
+                          reserve_newest=args.reserve_newest, seed=args.seed)
 
 
 def _write_table(df, path: str) -> None:
@@ -105,17 +104,14 @@ def _print_records(records: list[dict], cols: list[str]) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from ..progress import progress
-    from ..replay.api import per_step_frame, replay_source
+    from ..replay.api import replay
 
     trace = open_input(args)
-    configs = [c.check(trace.meta.k) for c in _configs(args, args.policy)]
+    configs = _configs(args, args.policy, args.buffer)
     want_steps = bool(args.out or args.plot)
-    records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
-                                  wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
-                                                           unit="stream"))
+    result = replay(trace, configs, per_step=want_steps, workers=args.workers, progress=not args.quiet)
     if want_steps:
-        per_step = per_step_frame(kept)
+        per_step = result.per_step
         if args.out:
             _write_table(per_step, args.out)
         if args.plot:
@@ -124,7 +120,7 @@ def run_replay(args: argparse.Namespace) -> int:
             plot_rolling_misses(per_step, args.plot, window=args.window,
                                 title=f"{os.path.basename(args.trace)}, {args.semantics} semantics")
     cols = ["policy", "buffer", "semantics", "streams", "steps", "accesses", "misses", "miss_ratio"]
-    rows = [{c: r[c] for c in cols} for r in records]
+    rows = [{c: r[c] for c in cols} for r in result.records]
     if args.json:
         print_json(rows)
     else:
@@ -136,7 +132,7 @@ def run_mrc(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..errors import HisparseError
-    from ..replay import ReplayConfig, miss_ratio_curve
+    from ..replay.mrc import miss_ratio_curve, one_pass_applies
 
     trace = open_input(args)
     k = trace.meta.k
@@ -147,17 +143,13 @@ def run_mrc(args: argparse.Namespace) -> int:
         raise HisparseError(f"--max-buffer {hi} is below the smallest size {lo}")
     min_ctx = min((int(s.ctx_len.min()) for s in trace if s.steps), default=0)
     curves, methods = [], {}
-    for policy in args.policy:
-        cfg = ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
-                           reserve_newest=args.reserve_newest, seed=args.seed).check(k)
-        from ..replay.mrc import one_pass_applies
-
+    for cfg in _configs(args, args.policy, [lo]):
+        cfg.check_k(k)
         sizes = list(range(lo, hi + 1)) if one_pass_applies(cfg, min_ctx, hi) else list(range(lo, hi + 1, step))
         if sizes[-1] != hi:
             sizes.append(hi)
-        curve, method = miss_ratio_curve(lambda: iter(trace), cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
-                                         source=trace)
-        methods[policy] = method
+        curve, method = miss_ratio_curve(trace, cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers)
+        methods[str(cfg.policy)] = method
         curves.append(curve)
     table = pd.concat(curves, ignore_index=True)
     if args.out:

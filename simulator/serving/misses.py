@@ -89,27 +89,28 @@ def _trace_source(trace: str | None):
         digest = "generated-dsa-like-" + hashlib.sha256(repr(sorted(args.items())).encode()).hexdigest()[:12]
         return (lambda: generate(PRESETS["dsa-like"], **args)), args["k"], "generated dsa-like", digest
     src = open_trace(path)
-    return (lambda: iter(src)), src.meta.k, str(path), _file_digest(path)
+    return (lambda: src), src.meta.k, str(path), _file_digest(path)
 
 
 def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "lru", initial: str = "prefix",
                   use_cache: bool = True) -> MissProfiles:
     """Replay ``trace`` (default: the bundled DSA-like trace) and return per-request miss shares."""
-    from ..replay import ReplayConfig, replay_stream
+    from ..replay import ReplayConfig, replay
+    from ..replay.compiled_cache import engine_digest
 
     streams, k_trace, label, digest = _trace_source(trace)
     scaled = max(1, round(buffer * k_trace / top_k))
     if scaled < k_trace:
         raise HisparseError(f"buffer {buffer} scaled to the trace's k ({k_trace}) is {scaled} < k")
-    key = f"{digest}-{policy}-{scaled}-{initial}"
+    key = f"{digest}-{policy}-{scaled}-{initial}-engine{engine_digest()[:12]}"
     cached = cache_dir() / f"misses-{key}.npz"
     if use_cache and cached.exists():
         data = np.load(cached)
         return MissProfiles(tuple(data[name] for name in sorted(data.files, key=lambda n: int(n[1:]))), label)
     cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial)
     by_request: dict[int, list[np.ndarray]] = {}
-    for s in streams():
-        by_request.setdefault(s.request, []).append(replay_stream(s, cfg, k_trace) / k_trace)
+    for m in replay(streams(), cfg, k=k_trace, per_step=True).streams:
+        by_request.setdefault(m.request, []).append(m.misses / k_trace)
     if not by_request:
         raise HisparseError(f"{label}: the trace holds no streams")
     shares = tuple(np.mean([a[: min(map(len, v))] for a in v], axis=0) for _, v in sorted(by_request.items()))

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import TraceError
 from .codec import check_stream, decode_stream, encode_stream
@@ -56,6 +56,24 @@ class ChunkInfo:
     def entry(self) -> bytes:
         return _ENTRY.pack(self.request, self.layer, self.first_step, self.steps, self.width,
                            self.ordered, self.accesses, self.offset)
+
+
+class CodedChunk(NamedTuple):
+    """One chunk of a stream as stored: its steps still coded (``codec.py``), for consumers that
+    work on the coded form directly (the compiled batched-LRU replay reads the step changes)."""
+
+    steps: int
+    width: int
+    ordered: bool
+    payload: bytes  # compressed, checksum verified
+
+    def coded(self) -> bytes | None:
+        """The coded steps (``codec.py``'s varint stream), or None when the payload does not
+        decompress (``TraceReader.read`` of the stream then raises the error)."""
+        try:
+            return zlib.decompress(self.payload)
+        except zlib.error:
+            return None
 
 
 class TraceWriter:
@@ -325,6 +343,12 @@ class TraceReader:
                 raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
             out.append((c, payload))
         return out
+
+    def coded_chunks(self, key: StreamKey | tuple[int, int]) -> list[CodedChunk]:
+        """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
+        that lets a consumer skip materialising rows). File reads happen here, in the caller's
+        thread; ``CodedChunk.coded`` may then run in any thread."""
+        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key)]
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""
