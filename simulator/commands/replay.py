@@ -44,7 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         description="Replay a trace through per-(request, layer) hot buffers and count "
                                     "the misses at every step, for each policy and buffer size.")
     add_trace_input(rp)
-    rp.add_argument("--policy", type=_str_list, default=["lru"], help=f"comma-separated, of: {', '.join(POLICIES)} (default lru). {help_text()}")
+    rp.add_argument("--policy", type=_str_list, default=["lru"], help=f"comma-separated (default lru); {help_text()}")
     rp.add_argument("--buffer", type=_int_list, default=[4096], help="comma-separated buffer sizes in slots (default 4096)")
     _add_step_rules(rp)
     rp.add_argument("--json", action="store_true", help="print the summary as a JSON list of records")
@@ -61,7 +61,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                     "prefix-initialised buffers are replayed size by size on a grid "
                                     "(--step); the output says which method ran.")
     add_trace_input(mp)
-    mp.add_argument("--policy", type=_str_list, default=["lru"], help="comma-separated, e.g. lru,opt (default lru)")
+    mp.add_argument("--policy", type=_str_list, default=["lru"], help=f"comma-separated, of: {', '.join(POLICIES)} (default lru)")
     mp.add_argument("--min-buffer", type=int, default=None, help="smallest size (default k)")
     mp.add_argument("--max-buffer", type=int, default=None, help="largest size (default 4k)")
     mp.add_argument("--step", type=int, default=None,

@@ -77,7 +77,7 @@ def _file_digest(path: Path) -> str:
 
 
 def _trace_source(trace: str | None):
-    """(a callable giving fresh stream iterators, k, label, content digest) for a trace path, or
+    """(a callable giving the trace source or a fresh stream iterator, k, label, content digest) for a trace path, or
     for the bundled default (generated when its file is absent)."""
     from ..trace import open_trace
 
