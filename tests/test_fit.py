@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.analysis.fit import fit_knobs, structure
 from simulator.cli import main
 from simulator.trace import TraceMeta, open_trace, write_trace
-from simulator.trace.fit import fit_knobs, structure
 from simulator.trace.generator import GeneratorKnobs, generate, load_knobs
 
 TRUE = GeneratorKnobs(sinks=6, local_window=24, retention=0.8, burst_prob=0.05, burst_retention=0.3,

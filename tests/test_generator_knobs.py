@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.analysis.fit import structure
 from simulator.trace import open_trace
-from simulator.trace.fit import first_depth, reuse_gaps, structure
 from simulator.trace.generator import (
     LATER_KNOBS,
     PRESETS,
@@ -20,7 +20,7 @@ from simulator.trace.generator import (
     knobs_to_toml,
     load_knobs,
 )
-from simulator.trace.stats import step_overlap
+from simulator.trace.stats import first_depth, reuse_gaps, step_overlap
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 BASE = GeneratorKnobs(sinks=2, local_window=16, retention=0.5, burst_prob=0.0, run_mean=1.2,

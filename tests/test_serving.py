@@ -1,10 +1,11 @@
-"""The serving model: presets, memory, costs, the SimPy model, the planner and `hisparse plan`."""
+"""The serving model: presets, costs, the SimPy model, the planner and `hisparse plan`."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -13,10 +14,10 @@ from simulator.cli import main
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
 from simulator.serving.costs import CostModel
-from simulator.serving.memory import RESERVED_PAGE, plan_memory
 from simulator.serving.misses import MissProfiles, miss_profiles
-from simulator.serving.model import simulate
+from simulator.serving.model import RankSim, System, simulate
 from simulator.serving.planner import PlanInputs, recommend, run_plan
+from simulator.serving.scenario import load_scenario
 
 
 @pytest.fixture(autouse=True)
@@ -24,21 +25,36 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
 
 
-def test_auto_calibration_uses_the_committed_h200_fit():
-    from simulator.serving.planner import PlanInputs, load_inputs
-
-    cfg = load_inputs(PlanInputs())
-    assert cfg["calibration"].endswith("calibration/h200.json") and cfg["params"].calibrated
-    fitted = json.loads(open(cfg["calibration"]).read())
-    assert cfg["params"].swap_in_launch_us == fitted["params"]["swap_in_launch_us"]
-    assert cfg["gpu"].link_bw == fitted["gpu"]["link_bw"]
-    assert not load_inputs(PlanInputs(gpu="h100"))["params"].calibrated  # no H100 fit: the defaults
+def _scenario(**workload):
+    sc = load_scenario(calibration="uncalibrated")
+    if workload:
+        sc = sc.replace(workload=dataclasses.replace(sc.workload, **workload))
+    return sc
 
 
-def _defaults():
-    dep = P.load("deployments", "8xh200-colocated-dp8")
-    return dict(model=P.load("models", "glm-5.1-fp8"), gpu=P.load("gpus", dep.gpu), dep=dep,
-                workload=P.load("workloads", "32k-in-8k-out"), params=P.load("calibration", "uncalibrated"))
+def test_auto_calibration_is_the_packaged_h200_fit():
+    sc = load_scenario()
+    assert sc.calibration.endswith("simulator/presets/calibration/h200.json") and sc.params.calibrated
+    fitted = json.loads(open(sc.calibration).read())
+    assert sc.params.swap_in_launch_us == fitted["params"]["swap_in_launch_us"]
+    assert sc.gpu.link_bw == fitted["gpu"]["link_bw"]
+    assert any(n.startswith("link_bw ") and "h200.toml" in n for n in sc.notes)  # the replacement is stated
+    assert not load_scenario(gpu="h100").params.calibrated  # no H100 fit: the defaults
+
+
+def test_a_custom_gpu_file_keeps_its_figures(tmp_path):
+    text = (P.PRESET_DIR / "gpus" / "h200.toml").read_text()
+    mine = tmp_path / "my-gpu.toml"
+    mine.write_text(text.replace('calibration = "h200"', "").replace("link_bw = 55.0e9", "link_bw = 20.0e9"))
+    sc = load_scenario(gpu=str(mine))
+    assert sc.gpu.link_bw == 20.0e9 and not sc.params.calibrated and not sc.notes
+    # naming a calibration applies it, and says which figures it replaced
+    mine.write_text(text.replace("link_bw = 55.0e9", "link_bw = 20.0e9"))
+    sc = load_scenario(gpu=str(mine))
+    assert sc.params.calibrated and any("GPU file" in n and "2e+10" in n for n in sc.notes)
+    mine.write_text(text.replace('calibration = "h200"', 'calibration = "nope"'))
+    with pytest.raises(HisparseError, match=r"my-gpu.toml: calibration = 'nope': no such packaged calibration"):
+        load_scenario(gpu=str(mine))
 
 
 @pytest.mark.parametrize("kind", sorted(P.KINDS))
@@ -68,82 +84,114 @@ def test_bad_values_and_names(tmp_path):
     with pytest.raises(HisparseError, match="device_buffer_size 1024 < top_k 2048"):
         P.load("hisparse", str(path))
     path.write_text("top_k = 2048\ndevice_buffer_size = 4096\nhost_to_device_ratio = -2\n")
-    with pytest.raises(HisparseError, match="host_to_device_ratio = -2.0 must be >= 0"):
+    with pytest.raises(HisparseError, match="h.toml: host_to_device_ratio = -2.0 must be >= 1"):
         P.load("hisparse", str(path))
     with pytest.raises(HisparseError, match="unknown gpu preset 'h999'"):
         P.load("gpus", "h999")
-    with pytest.raises(HisparseError, match="mem_fraction = 1.5 must be in"):
-        P.load("deployments", "8xh200-colocated-dp8", mem_fraction=1.5)
+    with pytest.raises(HisparseError, match="8xh200-colocated-dp8.toml: mem_fraction_static = 1.5 must be"):
+        P.load("deployments", "8xh200-colocated-dp8", mem_fraction_static=1.5)
+    with pytest.raises(HisparseError, match="layers = 0 must be >= 1"):
+        P.load("models", "glm-5.1-fp8", layers=0)
+    with pytest.raises(HisparseError, match="gpus = 0 must be >= 1"):
+        P.load("deployments", "8xh200-colocated-dp8", gpus=0)
+    with pytest.raises(HisparseError, match="hbm_bytes = 0.0 must be > 0"):
+        P.load("gpus", "h200", hbm_bytes=0)
+    with pytest.raises(HisparseError, match="attention = 'sp': must be one of dp, tp"):
+        P.load("deployments", "8xh200-colocated-dp8", attention="sp")
+    with pytest.raises(HisparseError, match=r"tp \(8\) must be a multiple of dp \(3\)"):
+        P.load("deployments", "8xh200-colocated-dp8", dp=3)
 
 
-def test_memory_model_by_hand():
-    d = _defaults()
-    m, g, dep = d["model"], d["gpu"], d["dep"]
-    hs = P.load("hisparse", "blog-8xh200")
-    ctx, prompt = 32768 + 8192, 32768
-    pool = g.hbm_bytes * dep.mem_fraction - m.weight_bytes / dep.tp - dep.activation_reserve_bytes
-    base = plan_memory(m, g, dep, None, ctx, prompt)
-    per_req = ctx * 78 * (1152 + 132)
-    assert base.device_bytes_per_request == per_req
-    assert base.max_running_per_gpu == int(pool // per_req)
-    hi = plan_memory(m, g, dep, hs, ctx, prompt)
-    assert hi.device_bytes_per_request == (4096 + RESERVED_PAGE) * 78 * 1152 + ctx * 78 * 132
-    assert hi.staging_bytes == prompt * 78 * 1152
-    assert hi.max_running_per_gpu == int((pool - hi.staging_bytes) // hi.device_bytes_per_request)
-    assert hi.host_bytes_per_request == ctx * 78 * 1152
-    assert hi.max_running_per_gpu > 3 * base.max_running_per_gpu
+def test_model_parameter_counts_match_the_checkpoints():
+    """Derived from the config shapes: GLM-5.1's main model 743.9 B parameters, 40.8 B active;
+    DeepSeek-V3.2's 671.9 B (model-shapes notes, which match the published checkpoint totals)."""
+    glm, ds = P.load("models", "glm-5.1-fp8"), P.load("models", "deepseek-v3.2-fp8")
+    assert glm.total_params / 1e9 == pytest.approx(743.9, abs=0.05)
+    assert glm.active_params / 1e9 == pytest.approx(40.83, abs=0.01)
+    assert ds.total_params / 1e9 == pytest.approx(671.9, abs=0.05)
+    assert glm.attention_params == 165_019_648 and glm.indexer_params == 9_371_648
+    assert ds.expert_params == 44_040_192
 
 
 def test_cost_model_shapes():
-    d = _defaults()
-    c = CostModel(d["model"], d["gpu"], d["dep"], d["params"])
+    sc = _scenario()
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params)
     assert c.experts_touched(0) == 0 and 0.99 < c.experts_touched(512) <= 1
     steps = [float(c.decode_steps(b, 8 * b, b * 40000).total_s) for b in (1, 4, 16, 32)]
     assert steps == sorted(steps)
-    base = float(c.decode_steps(8, 64, 8 * 40000).total_s)
+    base = c.decode_steps(8, 64, 8 * 40000)
     with_swap = c.decode_steps(8, 64, 8 * 40000, missed_rows=10_000.0)
-    assert float(with_swap.total_s) > base
-    launch = d["model"].layers * d["params"].swap_in_launch_us * 1e-6
-    row = d["model"].kv_row_bytes
-    assert float(with_swap.swap_s) == pytest.approx(launch + 10_000 * row / d["gpu"].swap_bw(row))
+    assert float(with_swap.total_s) > float(base.total_s)
+    launch = sc.model.layers * sc.params.swap_in_launch_us * 1e-6
+    row = sc.model.kv_row_bytes
+    assert float(with_swap.swap_s) == pytest.approx(launch + 10_000 * row / sc.gpu.swap_bw(row))
+    # DP attention: one all-gather and one reduce-scatter per layer of every rank's batch, padded to
+    # the CUDA-graph size (8 requests per rank: 8 rows each)
+    ic, msg = sc.gpu.interconnect, 8 * 8 * sc.model.hidden_size * 2
+    want = sc.model.layers * (ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg))
+    assert float(base.comm_s) == pytest.approx(want)
+    padded = c.decode_steps(9, 9 * 8, 9 * 40000)  # 9 per rank: the graph for 12
+    msg = 8 * 12 * sc.model.hidden_size * 2
+    assert float(padded.comm_s) == pytest.approx(
+        sc.model.layers * (ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg)))
+
+
+def test_tp_attention_all_reduces_twice_per_layer():
+    sc = load_scenario(deployment="8xh200-tp8", calibration="uncalibrated")
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params)
+    msg = 16 * sc.model.hidden_size * 2
+    assert c.comm_layer(16, 16) == pytest.approx(2 * sc.gpu.interconnect.time_s("all_reduce", 8, msg))
+    # heads split over the eight GPUs: the attention FLOPs are 64 / 8 heads' (the latent rows, replicated,
+    # are read in full on every GPU, so a memory-bound step gains nothing)
+    assert c.attention_roofline(256, row_bytes=1) == pytest.approx(c.attention_roofline(256, heads=64, row_bytes=1) / 8)
+    assert c.attention_roofline(16) == CostModel(sc.model, sc.gpu, _scenario().deployment, sc.params).attention_roofline(16)
 
 
 def test_single_request_timeline_is_the_cost_model():
     """One closed-loop client, one request: TTFT is the prefill chunks, TPOT the step costs."""
-    d = _defaults()
-    w = dataclasses.replace(d["workload"], input_tokens=20000, output_tokens=50, requests_per_client=1)
-    r = simulate("baseline", 1, hisparse=None, profiles=None, **(d | {"workload": w}))
-    c = CostModel(d["model"], d["gpu"], d["dep"], d["params"])
+    sc = _scenario(input_tokens=20000, output_tokens=50, requests_per_client=1)
+    r = simulate(sc, System.BASELINE, concurrency=1)
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params)
     chunks, done = [], 0
     while done < 20000:
         n = min(8192, 20000 - done)
-        chunks.append(c.prefill_chunk(n, done, False))
+        chunks.append(c.prefill_chunk(n, done, False, n))
         done += n
     ttft = sum(chunks)
     steps = c.decode_steps(1, 1, 20001 + np.arange(49)).total_s
-    assert r.ttft_p50_ms == pytest.approx(ttft * 1e3)
+    assert r.ttft_p50_s == pytest.approx(ttft)
     assert r.tpot_p50_ms == pytest.approx(steps.sum() / 49 * 1e3)
-    assert r.throughput_tok_s == pytest.approx(50 / (ttft + steps.sum()))
+    assert r.makespan_tok_s_deployment == pytest.approx(50 / (ttft + steps.sum()))
 
 
-def test_running_never_exceeds_memory():
-    d = _defaults()
-    w = dataclasses.replace(d["workload"], output_tokens=256, requests_per_client=2)
-    r = simulate("baseline", 256, hisparse=None, profiles=None, **(d | {"workload": w}))
-    assert r.running <= r.max_running + 1e-9
-    assert r.hbm_used_gb * 1e9 <= d["gpu"].hbm_bytes * d["dep"].mem_fraction
+def test_running_never_exceeds_memory_or_the_cap():
+    sc = _scenario(output_tokens=256, requests_per_client=2)
+    sim = RankSim(sc, System.BASELINE, concurrency=256)
+    r = sim.run()
+    assert r.running_deployment <= r.max_running_deployment + 1e-9
+    assert sim.peak_device <= sim.plan.pool_tokens
+    assert r.overloaded  # 256 clients, 40-odd requests at once: the rest wait to start
+    cap = dataclasses.replace(sc.deployment, max_running_requests=16)  # 2 per DP rank
+    r = simulate(sc.replace(deployment=cap), System.BASELINE, concurrency=64)
+    assert r.max_running_deployment == 16 and r.running_deployment <= 16 + 1e-9
 
 
 def test_misses_raise_hisparse_step_time():
-    d = _defaults()
-    hs = P.load("hisparse", "blog-8xh200")
-    w = dataclasses.replace(d["workload"], input_tokens=8192, output_tokens=300, requests_per_client=1)
+    sc = _scenario(input_tokens=8192, output_tokens=300, requests_per_client=1)
     low = MissProfiles((np.full(100, 0.01),), "test")
     high = MissProfiles((np.full(100, 0.30),), "test")
-    a = simulate("hisparse", 8, hisparse=hs, profiles=low, **(d | {"workload": w}))
-    b = simulate("hisparse", 8, hisparse=hs, profiles=high, **(d | {"workload": w}))
+    a = simulate(sc, System.HISPARSE, concurrency=8, profiles=low)
+    b = simulate(sc, System.HISPARSE, concurrency=8, profiles=high)
     assert b.step_ms_mean > a.step_ms_mean
     assert a.miss_share == pytest.approx(0.01) and b.miss_share == pytest.approx(0.30)
+
+
+def test_short_contexts_take_the_fast_path():
+    """A context within device_buffer_size never swaps in (SGLang's seq_len <= buffer fast path)."""
+    sc = _scenario(input_tokens=1000, output_tokens=200, requests_per_client=1)
+    r = simulate(sc, System.HISPARSE, concurrency=4, profiles=MissProfiles((np.full(300, 0.5),), "test"))
+    assert r.miss_share == 0.0 and r.swap_share == pytest.approx(
+        sc.model.layers * sc.params.swap_in_launch_us * 1e-3 / r.step_ms_mean, rel=0.05)
 
 
 def test_profiles_tile_and_cache(tmp_path):
@@ -155,33 +203,43 @@ def test_profiles_tile_and_cache(tmp_path):
     again = miss_profiles(None, top_k=2048, buffer=4096)
     for a, b in zip(first.shares, again.shares, strict=True):
         np.testing.assert_array_equal(a, b)
+    assert again.context_tokens == first.context_tokens > 0
     assert first.shares[0][0] > 0.5 > first.mean_share()  # warm-up after prefill, then few misses
 
 
-def test_profiles_scale_the_buffer_to_the_trace_k(tmp_path):
+def test_profiles_scale_the_buffer_to_the_trace_k_and_say_so(tmp_path):
     from simulator.replay import ReplayConfig, replay_stream
     from simulator.trace import open_trace
 
     src = "traces/synthetic-bursty.hst"
     prof = miss_profiles(src, top_k=8192, buffer=16384)  # ratio 2 -> buffer 4096 for the trace's k 2048
-    s = open_trace(src).read((0, 0))
-    want = replay_stream(s, ReplayConfig(buffer=4096)) / 2048
     layer0 = [open_trace(src).read((0, layer)) for layer in range(4)]
     mean = np.mean([replay_stream(x, ReplayConfig(buffer=4096)) / 2048 for x in layer0], axis=0)
     np.testing.assert_allclose(prof.shares[0], mean)
-    assert want.shape == prof.shares[0].shape
+    notes = prof.mapping_notes(top_k=8192, buffer=16384, output_tokens=8192, input_tokens=32768)
+    assert any("trace k 2048 differs from the model's top_k 8192: replayed with buffer 4096" in n for n in notes)
+    assert any("reuse the trace's second half" in n for n in notes)
 
 
-def test_published_scenario_fidelity():
-    """Default scenario: the baseline plateaus once HBM is full, HiSparse keeps scaling to >= 3x
-    at 256, and costs a little at the lowest concurrency (its extra I/O)."""
+def test_published_scenario_shape():
+    """Default scenario: the baseline plateaus once its pools are full, HiSparse keeps scaling and
+    is well ahead at 256, and costs a little at the lowest concurrency (its extra I/O)."""
     rows = run_plan(PlanInputs(concurrency=(1, 64, 256)))
-    t = {(r["system"], r["concurrency"]): r["throughput_tok_s"] for r in rows}
-    assert t["baseline", 256] / t["baseline", 64] < 1.3
-    assert t["hisparse", 256] >= 3 * t["baseline", 256]
+    t = {(r["system"], r["concurrency"]): r["steady_tok_s_deployment"] for r in rows}
+    assert t["baseline", 256] / t["baseline", 64] < 1.1
+    assert t["hisparse", 256] > 1.5 * t["baseline", 256]
     assert t["hisparse", 1] < t["baseline", 1]
     rec = recommend(rows, 100.0)
-    assert rec["choice"]["system"] == "hisparse" and rec["hisparse_over_baseline"] >= 3
+    assert rec["choice"]["system"] == "hisparse" and not rec["choice"]["overloaded"]
+    assert rec["choice"]["concurrency"] == 64  # 256 clients exceed the 184 requests HiSparse runs at once
+
+
+def test_recommendation_respects_ttft_and_load():
+    rows = run_plan(PlanInputs(concurrency=(1, 8, 32)))
+    loose = recommend(rows, 100.0)
+    tight = recommend(rows, 100.0, slo_ttft_s=3.0)
+    assert tight["choice"]["ttft_p99_s"] <= 3.0 < loose["choice"]["ttft_p99_s"]
+    assert recommend(rows, 1e-3)["choice"] is None
 
 
 def test_plan_is_deterministic_and_seeded():
@@ -200,25 +258,56 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
     rows = report["rows"]
     assert len(rows) == 2 + 2 * 2
     for row in rows:
-        for key in ("system", "concurrency", "throughput_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms",
-                    "running"):
+        for key in ("system", "concurrency", "steady_tok_s_deployment", "makespan_tok_s_deployment",
+                    "steady_tok_s_per_gpu", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_s", "running_deployment"):
             assert key in row
         assert row["system"] in ("baseline", "hisparse")
         assert not math.isnan(row["tpot_p99_ms"])
     assert {r["device_buffer_size"] for r in rows if r["system"] == "hisparse"} == {4096, 6144}
+    assert [k["device_buffer_size"] for k in report["misses"]] == [4096, 6144]
+    assert report["scenario"]["unsourced_terms"] == ["per_layer_overhead_us"]
     assert sorted(p.name for p in out.iterdir()) == ["plan.csv", "plan.json", "throughput.png"]
 
 
-def test_plan_cli_text_and_errors(capsys):
+def test_plan_cli_text_and_errors(tmp_path, capsys):
     assert main(["plan", "--concurrency", "2", "--quiet", "--calibration", "uncalibrated"]) == 0
     text = capsys.readouterr().out
     assert "== baseline" in text and "recommendation" in text and "UNCALIBRATED" in text
-    assert main(["plan", "--concurrency", "2", "--quiet"]) == 0  # auto: the committed H200 calibration
-    assert "calibrated (" in capsys.readouterr().out
+    assert "UNSOURCED terms (no measurement yet): per_layer_overhead_us" in text
+    assert "lru miss ratio" in text and "synthetic-dsa-like" in text  # the trace and its miss ratio
+    assert "memory per GPU (SGLang's accounting)" in text
+    assert main(["plan", "--concurrency", "2", "--quiet"]) == 0  # auto: the packaged H200 calibration
+    assert "calibration" in capsys.readouterr().out
     assert main(["plan", "--model", "nope", "--quiet"]) == 2
     assert "unknown model preset 'nope'" in capsys.readouterr().err
     assert main(["plan", "--sweep-buffer", "1000", "--quiet"]) == 2
     assert "device_buffer_size 1000 < top_k 2048" in capsys.readouterr().err
+    assert main(["plan", "--sweep-host-ratio", "0", "--quiet"]) == 2
+    assert "--sweep-host-ratio 0 must be >= 1" in capsys.readouterr().err
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["plan", "--out", str(afile), "--quiet"]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err and afile.read_text() == "x"
+    with pytest.raises(SystemExit):
+        main(["plan", "--slo-tpot-ms", "0"])
+    assert "must be a positive number" in capsys.readouterr().err
+
+
+def test_plan_help_lists_presets(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    text = re.sub(r"-\s+", "-", " ".join(capsys.readouterr().out.split()))  # argparse wraps at hyphens
+    for name in ("glm-5.1-fp8", "2xh20-pd-decode", "8xh200-tp8", "rtx-pro-6000", "blog-h20-pd", "paper-glm51-8xh200"):
+        assert name in text
+
+
+def test_a_calibration_json_that_is_broken_is_one_clear_error(tmp_path, capsys):
+    bad = tmp_path / "cal.json"
+    bad.write_text("{not json")
+    assert main(["plan", "--calibration", str(bad), "--quiet"]) == 2
+    assert f"{bad}: not valid JSON" in capsys.readouterr().err
+    assert main(["plan", "--calibration", str(tmp_path / "missing.json"), "--quiet"]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
 
 
 def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
@@ -235,13 +324,23 @@ def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
 
 def test_open_loop_rates(tmp_path, capsys):
     out = tmp_path / "open"
-    assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "1,8", "--quiet", "--json",
+    assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "1,64", "--quiet", "--json",
                  "--out", str(out)]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["system"], r["rate_per_s"], r["concurrency"]) for r in rows] == [
-        ("baseline", 1.0, 0), ("baseline", 8.0, 0), ("hisparse", 1.0, 0), ("hisparse", 8.0, 0)]
+        ("baseline", 1.0, 0), ("baseline", 64.0, 0), ("hisparse", 1.0, 0), ("hisparse", 64.0, 0)]
     base = [r for r in rows if r["system"] == "baseline"]
-    assert base[1]["throughput_tok_s"] > base[0]["throughput_tok_s"]  # more load, more tokens
+    assert base[1]["makespan_tok_s_deployment"] > base[0]["makespan_tok_s_deployment"]  # more load, more tokens
+    assert not base[0]["overloaded"] and base[1]["overloaded"]  # 64 requests/s is more than it serves
     assert (out / "throughput.png").exists()
     assert main(["plan", "--rate", "0", "--quiet"]) == 2
     assert "positive arrival rates" in capsys.readouterr().err
+
+
+def test_the_packaged_calibration_is_the_committed_run():
+    """The planner reads the packaged copy; hisparse calibrate writes calibration/h200.json: one file."""
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "calibration" / "h200.json"
+    packaged = P.PRESET_DIR / "calibration" / "h200.json"
+    assert json.loads(packaged.read_text()) == json.loads(committed.read_text())

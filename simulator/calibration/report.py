@@ -29,3 +29,33 @@ def plot_validation(report: dict, path: str | os.PathLike | None = None):
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return finish(fig, path)
+
+
+def plot_comm(measured, fits, path: str | os.PathLike | None = None):
+    """Measured collective time against bytes (log-log, p10-p90 bars where the CSV has them), with
+    the fitted latency + bytes / bandwidth line, one panel per collective, one colour per GPU count."""
+    from .comm import busbw_factor
+
+    plt = pyplot()
+    colls = list(dict.fromkeys(fits["collective"]))
+    fig, axes = plt.subplots(1, len(colls), figsize=(4 * len(colls), 3.6), squeeze=False)
+    for ax, coll in zip(axes[0], colls, strict=True):
+        for k, (_, f) in enumerate(fits[fits.collective == coll].iterrows()):
+            g = measured[(measured.collective == coll) & (measured.n_gpus == f.n_gpus)].sort_values("bytes")
+            colour = f"C{k}"
+            if {"time_us_p10", "time_us_p90"} <= set(g.columns):
+                ax.errorbar(g["bytes"], g["time_us"], yerr=[g["time_us"] - g["time_us_p10"],
+                            g["time_us_p90"] - g["time_us"]], fmt=".", ms=4, lw=0.6, color=colour)
+            else:
+                ax.plot(g["bytes"], g["time_us"], ".", ms=4, color=colour)
+            x = np.geomspace(g["bytes"].min(), g["bytes"].max(), 50)
+            ax.plot(x, f.latency_us + busbw_factor(coll, f.n_gpus) * x / f.busbw * 1e6, "-", lw=0.9, color=colour,
+                    label=f"{f.n_gpus} GPUs: {f.latency_us:.1f} us + {f.busbw / 1e9:.0f} GB/s")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("bytes (nccl-tests size)")
+        ax.set_title(coll, fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("time per collective (us)")
+    return finish(fig, path)

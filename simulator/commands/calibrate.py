@@ -21,6 +21,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--refit", action="store_true",
                    help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
+    c.add_argument("--comm", action="store_true",
+                   help="several GPUs: time NCCL collectives at decode-step sizes on 2, 4 and 8 of this machine's "
+                        "GPUs (benchmarks/comm.py), save OUT/comm-<gpu>.csv and write the 'comm' section of "
+                        "OUT/<gpu>.json (latency and busbw per collective and GPU count)")
+    c.add_argument("--comm-refit", metavar="CSV",
+                   help="no GPU: fit the 'comm' section of OUT/<gpu>.json from a CSV benchmarks/comm.py wrote")
     c.set_defaults(run=run_calibrate)
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
@@ -57,6 +63,10 @@ def _cost_model(gpu_name: str, calibration: str):
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
+    if args.comm or args.comm_refit:
+        from ..calibration.comm_cli import run_comm
+
+        return run_comm(args)
     import pandas as pd
 
     from ..trace.fileio import atomic_output

@@ -1,9 +1,11 @@
-"""``hisparse plan``: capacity planning, baseline against HiSparse."""
+"""``hisparse plan``: capacity planning, baseline against HiSparse; ``--validate`` checks the serving
+model against published runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 
 from .common import print_json
@@ -12,103 +14,211 @@ from .replay import _int_list
 
 def _float_list(text: str) -> list[float]:
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one value")
+    return values
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
+
+
+def _presets(kind: str) -> str:
+    from ..serving.presets import preset_names
+
+    return ", ".join(preset_names(kind))
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    from ..serving.defaults import DEFAULT_TRACE
+    from ..serving.presets import published_names
+
     p = sub.add_parser(
         "plan", help="capacity planning: throughput and latency, baseline against HiSparse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Simulate a deployment serving a workload at each concurrency, once with every token's KV "
                     "in HBM (baseline) and once with HiSparse's hot buffers, host pool and swap-in, and recommend "
-                    "the best configuration under a TPOT target.\n\nWith no options it runs the published scenario: "
-                    "GLM-5.1-FP8, 32k input + 8k output, 8xH200 colocated with DP attention, HiSparse "
-                    "{top_k 2048, device_buffer_size 4096, host_to_device_ratio 8}, concurrency 1..256, misses "
-                    "from the bundled DSA-like trace.\n\nEvery preset option takes a preset name or the path of "
-                    "your own TOML file (copy one from simulator/presets/ and edit it).")
-    p.add_argument("--model", default="glm-5.1-fp8", help="model preset or file (default glm-5.1-fp8)")
-    p.add_argument("--gpu", default=None, help="GPU preset or file (default: the deployment's)")
-    p.add_argument("--deployment", default="8xh200-colocated-dp8", help="deployment preset or file")
-    p.add_argument("--workload", default="32k-in-8k-out", help="workload preset or file")
-    p.add_argument("--hisparse-config", dest="hisparse", default="blog-8xh200", help="HiSparse config preset or file")
+                    "the best configuration under a TPOT (and TTFT) target that serves the load it is offered."
+                    "\n\nWith no options it runs the published scenario: GLM-5.1-FP8, 32k input + 8k output, "
+                    "8xH200 colocated with DP attention (the blog's launch flags), HiSparse {top_k 2048, "
+                    "device_buffer_size 4096, host_to_device_ratio 8}, concurrency 1..256, misses from the "
+                    f"default trace ({DEFAULT_TRACE.file}).\n\nEvery preset option takes a preset name or the path "
+                    "of your own TOML file (copy one from simulator/presets/ and edit it).\n\nThroughput columns "
+                    "are output tokens/s of the whole deployment unless they say per_gpu; TTFT is in seconds.\n\n"
+                    "--validate runs the model on published measurements instead and prints measured against "
+                    f"predicted (shipped sets: {', '.join(published_names())}, or all).")
+    p.add_argument("--model", default="glm-5.1-fp8", help=f"model preset or file (default glm-5.1-fp8; presets: {_presets('models')})")
+    p.add_argument("--gpu", default=None, help=f"GPU preset or file (default: the deployment's; presets: {_presets('gpus')})")
+    p.add_argument("--deployment", default="8xh200-colocated-dp8",
+                   help=f"deployment preset or file (default 8xh200-colocated-dp8; presets: {_presets('deployments')})")
+    p.add_argument("--workload", default="32k-in-8k-out",
+                   help=f"workload preset or file (default 32k-in-8k-out; presets: {_presets('workloads')})")
+    p.add_argument("--hisparse-config", dest="hisparse", default="blog-8xh200",
+                   help=f"HiSparse config preset or file (default blog-8xh200; presets: {_presets('hisparse')})")
     p.add_argument("--calibration", default="auto",
-                   help="cost-model parameters: a preset, a TOML file, or a calibration JSON from hisparse calibrate "
-                        "(default auto: calibration/<gpu>.json when the repository has one, else uncalibrated)")
-    p.add_argument("--trace", default=None, help="trace whose replay gives the misses (default: bundled DSA-like)")
+                   help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
+                        f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
+                        "a calibration JSON from hisparse calibrate (default auto)")
+    p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
     p.add_argument("--concurrency", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
     p.add_argument("--rate", type=_float_list, default=[],
                    help="open loop: comma-separated arrival rates in requests/s (whole deployment), swept "
                         "instead of --concurrency; an open-loop workload file without --rate uses its rate_per_s")
-    p.add_argument("--slo-tpot-ms", type=float, default=100.0, help="TPOT p99 target for the recommendation (default 100)")
-    p.add_argument("--sweep-buffer", type=_int_list, default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144")
-    p.add_argument("--sweep-host-ratio", type=_float_list, default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8")
+    p.add_argument("--slo-tpot-ms", type=_positive, default=100.0,
+                   help="TPOT p99 target for the recommendation, ms (default 100)")
+    p.add_argument("--slo-ttft-s", type=_positive, default=None,
+                   help="TTFT p99 target for the recommendation, s (default: none)")
+    p.add_argument("--sweep-buffer", type=_int_list, default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
+    p.add_argument("--sweep-host-ratio", type=_float_list, default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
     p.add_argument("--seed", type=int, default=0, help="seed for request lengths and arrivals (default 0)")
-    p.add_argument("--json", action="store_true", help="print rows and recommendation as JSON")
-    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png into DIR")
+    p.add_argument("--validate", metavar="SET", default=None,
+                   help="check the model against a published set (a shipped name, all, or a TOML file) instead of "
+                        "planning; --trace and --calibration, when given, replace the sets' own")
+    p.add_argument("--json", action="store_true", help="print rows and recommendation (or the validation) as JSON")
+    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json) into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
 
 
-COLUMNS = ["concurrency", "rate_per_s", "throughput_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "running", "max_running",
-           "hbm_used_gb", "host_used_gb", "miss_share"]
+SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment": "steady tok/s",
+         "makespan_tok_s_deployment": "makespan tok/s", "steady_tok_s_per_gpu": "tok/s/GPU",
+         "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms", "itl_p99_ms": "ITL p99 ms",
+         "ttft_p50_s": "TTFT p50 s", "ttft_p99_s": "TTFT p99 s", "running_deployment": "running",
+         "max_running_deployment": "max run", "kv_used_gb_per_gpu": "KV GB/GPU", "host_used_gb_per_gpu": "host GB/GPU",
+         "miss_share": "miss", "comm_share": "comm", "overloaded": "over"}
+
+
+def _check_out(out: str | None) -> None:
+    from ..errors import HisparseError
+
+    if out and os.path.exists(out) and not os.path.isdir(out):
+        raise HisparseError(f"--out {out}: exists and is not a directory")
 
 
 def run_plan_cmd(args: argparse.Namespace) -> int:
+    _check_out(args.out)
+    if args.validate:
+        return _run_validate(args)
     from ..progress import progress
-    from ..serving.planner import PlanInputs, recommend, run_plan
+    from ..serving.planner import PlanInputs, recommend, run_plan_full
 
     inp = PlanInputs(model=args.model, gpu=args.gpu, deployment=args.deployment, workload=args.workload,
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
                      concurrency=tuple(args.concurrency), rates=tuple(args.rate), slo_tpot_ms=args.slo_tpot_ms,
-                     buffers=tuple(args.sweep_buffer), host_ratios=tuple(args.sweep_host_ratio), seed=args.seed)
+                     slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
+                     host_ratios=tuple(args.sweep_host_ratio), seed=args.seed)
+    sc = inp.scenario()
     n_points = (len(inp.rates) or len(inp.concurrency)) * (1 + max(1, len(inp.buffers)) * max(1, len(inp.host_ratios)))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
-    rows = run_plan(inp, on_point=lambda: next(bar, None))
-    rec = recommend(rows, args.slo_tpot_ms)
-    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)}, "rows": rows,
+    plan = run_plan_full(inp, on_point=lambda: next(bar, None), scenario=sc)
+    rows = plan.rows()
+    rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
+    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
+              "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec}
     if args.out:
-        _write_outputs(args.out, rows, report)
+        _write_outputs(args.out, rows, report, rec)
     if args.json:
         print_json(report)
         return 0
-    _print_report(rows, rec)
+    _print_report(sc, plan, rows, rec)
     return 0
 
 
-def _print_report(rows: list[dict], rec: dict) -> None:
+def _scenario_summary(sc) -> dict:
+    from ..serving.memory import plan_memory
+
+    base = plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)
+    hi = plan_memory(sc.model, sc.gpu, sc.deployment, sc.hisparse, where=sc.files)
+    d = sc.deployment
+    return {"files": {"model": sc.model.where, "gpu": sc.gpu.where, "deployment": d.where,
+                      "workload": sc.workload.where, "hisparse": sc.hisparse.where},
+            "calibration": sc.calibration, "calibrated": sc.params.calibrated,
+            "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
+            "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
+                       "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
+            "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
+
+
+def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
     import pandas as pd
 
+    d, w = sc.deployment, sc.workload
+    summary = _scenario_summary(sc)
+    mem = summary["memory_per_rank"]
+    b, h = mem["baseline"], mem["hisparse"]
+    print(f"scenario: {sc.model.name} on {d.gpus} x {sc.gpu.name} ({d.name}: {d.instances} instance(s) of tp {d.tp}, "
+          f"{d.attention.value.upper()} attention, {d.ranks} scheduler(s), {d.mode.value}); workload {w.name} "
+          f"({w.input_tokens} in + {w.output_tokens} out, {w.arrival.value} loop)")
+    print(f"memory per GPU (SGLang's accounting): weights {b['weights_bytes'] / 1e9:.1f} GB; KV budget "
+          f"{b['budget_bytes'] / 1e9:.1f} GB = mem_fraction_static {d.mem_fraction_static:g} x "
+          f"{sc.gpu.hbm_bytes / 1e9:.1f} GB - weights")
+    ctx = w.input_tokens + w.output_tokens
+    print(f"  baseline: {b['pool_tokens']} token slots ({b['cell_bytes']} B each) -> {b['pool_tokens'] // ctx} "
+          f"requests of {ctx} tokens per scheduler; running cap {b['max_running']} per scheduler")
+    print(f"  hisparse: {h['pool_tokens']} device slots ({h['cell_bytes']} B each, indexer keys for the x"
+          f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
+          f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
+          f"-> {h['host_tokens'] // ctx} requests")
+    if d.mode.value == "pd-decode":
+        from ..serving.model import prefill_tok_s
+
+        how = "given" if d.prefill_tok_s > 0 else "derived: a prefill instance of the same GPUs and layout"
+        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment ({how}); TTFT = its queue + prefill")
+    for k in plan.knobs:
+        print(f"trace: {k.trace}: {k.policy} miss ratio {k.miss_ratio:.1%} at device_buffer_size "
+              f"{k.device_buffer_size} ({k.device_buffer_size / sc.hisparse.top_k:g} x top_k)")
+        for note in k.notes:
+            print(f"  mapped: {note}")
+    print()
     df = pd.DataFrame(rows)
+    x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
+    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")]
     for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"], dropna=False,
                                                 sort=False):
         title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g})"
         print(f"== {title}")
-        print(grp[COLUMNS].to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 1 else f"{v:.3f}"))
+        table = grp[cols].rename(columns=SHORT)
+        table["over"] = table["over"].map({True: "yes", False: ""})
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"))
         print()
-    if rows[0]["calibrated"]:
-        print(f"cost model: swap-in and attention terms calibrated ({rows[0]['calibration']}); weight, MoE, "
-              "indexer, overhead and prefill terms stay at their uncalibrated defaults")
+    print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
+          "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "
+          "GB/GPU = peak per GPU; over = offered load exceeds what it serves")
+    if sc.params.calibrated:
+        print(f"cost model: calibration {sc.calibration}")
     else:
-        print("cost model: UNCALIBRATED (defaults from the brief's figures); see simulator/presets/calibration/")
+        print(f"cost model: UNCALIBRATED ({sc.calibration}); see simulator/presets/calibration/")
+    if sc.params.unsourced:
+        print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
+    for note in sc.notes:
+        print(f"note: {note}")
     choice = rec["choice"]
+    target = f"TPOT p99 <= {rec['slo_tpot_ms']:g} ms" + (f", TTFT p99 <= {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else "")
     if choice is None:
-        print(f"recommendation: no configuration meets TPOT p99 <= {rec['slo_tpot_ms']:g} ms")
+        print(f"recommendation: no configuration meets {target} while serving its load")
         return
     knobs = "" if choice["system"] == "baseline" else (
         f" with device_buffer_size {choice['device_buffer_size']}, host_to_device_ratio {choice['host_to_device_ratio']:g}")
-    load = (f"concurrency {choice['concurrency']}" if choice["concurrency"] else
-            f"{choice['rate_per_s']:g} requests/s")
-    print(f"recommendation (TPOT p99 <= {rec['slo_tpot_ms']:g} ms): {choice['system']}{knobs} at {load}: "
-          f"{choice['throughput_tok_s']:.0f} tok/s, TPOT p99 {choice['tpot_p99_ms']:.1f} ms")
+    load = f"concurrency {choice['concurrency']}" if choice["concurrency"] else f"{choice['rate_per_s']:g} requests/s"
+    print(f"recommendation ({target}): {choice['system']}{knobs} at {load}: "
+          f"{choice['steady_tok_s_deployment']:.0f} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
+          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s")
     if rec["hisparse_over_baseline"]:
-        print(f"best HiSparse / best baseline throughput under the target: {rec['hisparse_over_baseline']:.2f}x")
+        print(f"best HiSparse / best baseline steady throughput under the target: {rec['hisparse_over_baseline']:.2f}x")
 
 
-def _write_outputs(out: str, rows: list[dict], report: dict) -> None:
+def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
     import pandas as pd
 
     from ..trace.fileio import atomic_output
@@ -121,4 +231,59 @@ def _write_outputs(out: str, rows: list[dict], report: dict) -> None:
         fh.write(json.dumps(report, indent=2, default=str).encode())
     from ..serving.plots import plot_throughput
 
-    plot_throughput(df, os.path.join(out, "throughput.png"))
+    plot_throughput(df, os.path.join(out, "throughput.png"), recommendation=rec)
+
+
+# -- validation against published runs ------------------------------------------------------------
+def _run_validate(args: argparse.Namespace) -> int:
+    from ..progress import progress
+    from ..serving.published import load_published, published_names, summary, validate
+
+    names = published_names() if args.validate == "all" else [args.validate]
+    # --trace and --calibration apply to every set (e.g. re-run the validation on another trace)
+    overrides = {k: v for k, v in (("trace", args.trace), ("calibration", args.calibration))
+                 if v is not None and v != "auto"}
+    sets = [load_published(n) for n in names]
+    total = sum(len(s.points) for s in sets)
+    bar = iter(progress(range(total), total=total, desc="published points", quiet=args.quiet, unit="pt"))
+    rows: list[dict] = []
+    per_set = {}
+    for s in sets:
+        set_rows = validate(s, on_point=lambda: next(bar, None), seed=args.seed, overrides=overrides)
+        rows += set_rows
+        per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
+    report = {"sets": per_set, "all": summary(rows), "rows": rows}
+    if args.out:
+        import pandas as pd
+
+        from ..trace.fileio import atomic_output
+
+        os.makedirs(args.out, exist_ok=True)
+        with atomic_output(os.path.join(args.out, "validation.csv")) as fh:
+            fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
+        with atomic_output(os.path.join(args.out, "validation.json")) as fh:
+            fh.write(json.dumps(report, indent=2, default=str).encode())
+    if args.json:
+        print_json(report)
+        return 0
+    import pandas as pd
+
+    for s in sets:
+        info = per_set[s.name]
+        print(f"== {s.name}: {s.source}")
+        if s.uncertainty:
+            print(f"   uncertainty: {s.uncertainty}")
+        df = pd.DataFrame([r for r in rows if r["set"] == s.name])
+        df["error"] = df["error"].map(lambda e: "n/a" if e != e else f"{e:+.0%}")
+        print(df[["label", "metric", "measured", "predicted", "error", "at_concurrency"]].to_string(
+            index=False, float_format=lambda v: f"{v:.1f}"))
+        print(f"   median |error| {info['median_abs_error']:.0%}, max |error| {info['max_abs_error']:.0%} "
+              f"over {info['predicted']} of {info['points']} points")
+        for r in rows:
+            if r["set"] == s.name and r["note"]:
+                print(f"   {r['label']}: {r['note']}")
+        print()
+    a = report["all"]
+    print(f"all sets: median |error| {a['median_abs_error']:.0%}, max |error| {a['max_abs_error']:.0%} over "
+          f"{a['predicted']} of {a['points']} points (no model term is fitted to these runs)")
+    return 0

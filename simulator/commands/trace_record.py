@@ -88,9 +88,9 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    from ..analysis.fit import fit_knobs
     from ..trace import open_trace
     from ..trace.fileio import atomic_output
-    from ..trace.fit import fit_knobs
     from ..trace.generator import knobs_to_toml
 
     trace = open_trace(args.trace, recover=args.recover)
@@ -102,7 +102,7 @@ def run_fit(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(text, end="")
     if args.compare:
-        from ..trace.fit import compare
+        from ..analysis.fit import compare
 
         rows = compare(trace, fit.knobs, seed=args.seed + 1)
         print(f"{'figure':<20} {'real':>8} {'synthetic':>10} {'rel.err':>8}")

@@ -1,2 +1,4 @@
-"""Serving model: presets, per-GPU memory, the decode/prefill cost model, miss profiles from
-trace replay, the SimPy deployment model and the capacity planner."""
+"""Serving model: typed specs and presets (specs.py, presets.py), one Scenario (scenario.py), SGLang's
+memory accounting (memory.py), collectives (comm.py), the per-step cost model (costs.py), miss
+profiles from trace replay (misses.py), the SimPy rank model (model.py), the planner (planner.py) and
+the validation against published runs (published.py)."""

@@ -1,59 +1,166 @@
-"""Per-GPU memory model: how many requests fit, baseline versus HiSparse.
+"""SGLang's memory accounting for one attention rank (one scheduler, one KV pool).
 
-With DP attention each GPU holds the attention state of its own requests, so everything here is
-per GPU. Baseline: a request holds its whole context's MLA KV and indexer keys in HBM.
-HiSparse: a hot buffer of ``device_buffer_size`` rows plus one reserved 64-slot page per layer,
-and the indexer keys of the whole context (they stay on the GPU); its full KV lives in the host
-pool (``host_to_device_ratio`` x the device KV pool, capped by the node's host memory).
-Colocated HiSparse also stages one prompt's full KV in HBM while it prefills. Requests reserve
-their whole context (input + output) when admitted.
+Read from sgl-project/sglang (current upstream; files named at each step):
+
+1. KV budget per GPU (``mem_cache/kv_cache_configurator.py``, ``_profile_available_bytes``; formerly
+   ``model_executor/model_runner.py`` ``profile_max_num_token``): free memory before the weights
+   load times ``mem_fraction_static``, minus the weights. Activations, CUDA graphs and the HiSparse
+   coordinator's tables live in the other ``1 - mem_fraction_static`` (no separate reserve here).
+2. Token pool (``model_executor/pool_configurator.py``, ``DefaultPoolConfigurator``):
+   ``max_total_num_tokens = budget // cell`` rounded down to a page (64 for DSA on CUDA), with
+   ``cell = layers x (MLA row + indexer row x ratio)``; ``ratio`` is HiSparse's
+   ``host_to_device_ratio`` (the indexer key buffer is sized for the whole logical pool,
+   ``hisparse_memory_pool.py``: ``index_buf_size = size * host_to_device_ratio``), 1 without HiSparse.
+   The MLA cell is not divided by attention TP: under TP attention every GPU stores every token.
+   ``--max-total-tokens`` (deployment key ``max_total_tokens``) caps it.
+3. Running-request cap per rank (``kv_cache_configurator.py``, ``resolve_max_num_reqs``):
+   ``min(max_running_requests // attn_dp_size, tokens // 2)`` when given (the blog's 480 over dp 8
+   is 60 per rank), else ``min(clamp(tokens / context_len x 512, 2048, 4096), tokens // 2)``.
+4. HiSparse (``mem_cache/allocator/hisparse.py``, ``managers/hisparse_coordinator.py``): the token
+   pool is the device slots; a running request holds ``device_buffer_size + page_size`` of them (the
+   reserved page holds the newest token); a colocated prompt holds one slot per prompt token while it
+   prefills; the logical pool and the pinned host pool (``mem_cache/pool_host/base.py``) are
+   ``ratio x`` the device slots, and a request holds its whole context there. The host pool must fit
+   the node's memory less 10 GiB (``pool_host``: "preserve at least 10GB").
+
+Requests reserve their whole context (input + output) when admitted. SGLang admits on an estimate of
+the output still to come (``new_token_ratio``) and retracts a request when the pool runs out; whole-
+context reservation never retracts and runs at most output/(input + output) fewer requests.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .presets import DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec
+from ..errors import HisparseError
+from .specs import Attention, DeploymentSpec, GpuSpec, HiSparseSpec, Mode, ModelSpec
 
-RESERVED_PAGE = 64
-GPUS_PER_NODE = 8
+HOST_KEEP_FREE = 10 * (1 << 30)  # SGLang's host pool leaves 10 GiB of host memory free
+
+
+def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
+    """Weight bytes resident on one GPU for the deployment's layout (sglang_memory notes, section 3):
+    attention and indexer weights split over the rank's attention-TP GPUs (a full copy per GPU under
+    DP attention with attn_tp 1); dense MLPs, shared and routed experts split over the instance's tp
+    GPUs (a 1/tp slice of each expert, or E/tp whole experts under EP: the same bytes); router gates
+    replicated; the embedding replicated under DP attention (vocab-parallel otherwise); lm_head
+    vocab-parallel over tp."""
+    m = model
+    w, e = m.weight_bytes_per_param, m.embedding_bytes_per_param
+    attention = m.layers * (m.attention_params + m.indexer_params) / dep.attn_tp * w
+    mlp = (m.dense_layers * m.dense_mlp_params
+           + m.moe_layers * (m.experts + m.shared_experts) * m.expert_params) / dep.tp * w
+    router = m.moe_layers * m.router_params * 2  # bf16
+    embed_split = 1 if dep.attention == Attention.DP else dep.tp
+    embedding = m.embedding_params * e / embed_split + m.embedding_params * e / dep.tp
+    return attention + mlp + router + embedding
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Slots one request holds: device (KV rows of all layers) and host/logical."""
+
+    device: int
+    host: int
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    system: str
+    """One attention rank's pools, derived as SGLang derives them (per GPU: every GPU of a rank holds
+    the same pool)."""
+
+    system: str  # "baseline" or "hisparse"
     weights_bytes: float  # per GPU
-    kv_pool_bytes: float  # per GPU, for request state
-    staging_bytes: float  # per GPU, one prompt's KV during colocated HiSparse prefill
-    device_bytes_per_request: float
-    host_pool_bytes: float  # per GPU
-    host_bytes_per_request: float
-    max_running_per_gpu: int
-    limited_by: str
+    budget_bytes: float  # per GPU: mem_fraction_static x HBM - weights
+    cell_bytes: int  # HBM bytes per token slot (all layers; indexer x ratio under HiSparse)
+    pool_tokens: int  # max_total_num_tokens: device slots
+    pool_tokens_derived: int  # before a max_total_tokens override
+    host_tokens: int  # logical (HiSparse: host) slots; baseline: = pool_tokens
+    host_pool_bytes: float  # per GPU, pinned
+    max_running: int  # per rank
+    max_running_derived: int  # before a max_running_requests override
+    buffer_slots: int  # HiSparse: device_buffer_size + page_size
+    kv_row_bytes: int
+    layers: int
 
-    def device_used(self, running: float) -> float:
-        return self.weights_bytes + self.staging_bytes + running * self.device_bytes_per_request
+    def footprint(self, input_tokens: int, output_tokens: int, *, prefilling: bool, prefill_on_device: bool) -> Footprint:
+        """The one per-request formula: slots a request of these lengths holds."""
+        ctx = input_tokens + output_tokens
+        if self.system == "baseline":
+            return Footprint(device=ctx, host=0)
+        device = self.buffer_slots
+        if prefilling and prefill_on_device:
+            device = max(device, input_tokens)
+        return Footprint(device=device, host=ctx)
 
-    def host_used(self, running: float) -> float:
-        return running * self.host_bytes_per_request
+    def device_bytes(self, slots: float) -> float:
+        return slots * self.layers * self.kv_row_bytes
+
+    def host_bytes(self, slots: float) -> float:
+        return slots * self.layers * self.kv_row_bytes if self.system == "hisparse" else 0.0
+
+    @property
+    def static_bytes(self) -> float:
+        """HBM held whatever runs: weights and the whole pool (SGLang allocates it at start-up)."""
+        return self.weights_bytes + self.pool_tokens * self.cell_bytes
 
 
-def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: HiSparseSpec | None,
-                context_tokens: int, prompt_tokens: int) -> MemoryPlan:
-    """Memory per GPU for requests of ``context_tokens`` (input + output) tokens."""
-    weights = model.weight_bytes / dep.tp
-    pool = gpu.hbm_bytes * dep.mem_fraction - weights - dep.activation_reserve_bytes
-    indexer = context_tokens * model.indexer_bytes_per_token()
-    if hisparse is None:
-        per_req = context_tokens * model.kv_bytes_per_token() + indexer
-        n = int(max(pool, 0) // per_req)
-        return MemoryPlan("baseline", weights, pool, 0.0, per_req, 0.0, 0.0, n, "hbm")
-    staging = prompt_tokens * model.kv_bytes_per_token() if dep.mode == "colocated" else 0.0
-    per_req = (hisparse.device_buffer_size + RESERVED_PAGE) * model.layers * model.kv_row_bytes + indexer
-    host_per_req = context_tokens * model.kv_bytes_per_token()
-    host_pool = min(max(pool, 0) * hisparse.host_to_device_ratio,
-                    dep.host_bytes / min(dep.gpus, GPUS_PER_NODE))
-    by_hbm = int(max(pool - staging, 0) // per_req)
-    by_host = int(host_pool // host_per_req)
-    return MemoryPlan("hisparse", weights, pool, staging, per_req, host_pool, host_per_req,
-                      min(by_hbm, by_host), "hbm" if by_hbm <= by_host else "host")
+def _page_floor(tokens: float, page: int) -> int:
+    return int(tokens // page * page) if tokens > 0 else 0
+
+
+def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: HiSparseSpec | None, *,
+                where: str = "") -> MemoryPlan:
+    """The pools of one attention rank, with ``where`` (the files) named in errors."""
+    weights = weights_per_gpu(model, dep)
+    budget = gpu.hbm_bytes * dep.mem_fraction_static - weights
+    ratio = hisparse.host_to_device_ratio if hisparse else 1.0
+    cell = model.layers * model.kv_row_bytes + int(model.layers * model.indexer_row_bytes * ratio)
+    derived = _page_floor(budget // cell, dep.page_size)
+    if derived <= 0:
+        raise HisparseError(
+            f"{where}: no room for a KV pool: {model.name} weights take {weights / 1e9:.1f} GB per GPU, more than "
+            f"mem_fraction_static {dep.mem_fraction_static:g} x {gpu.hbm_bytes / 1e9:.1f} GB of {gpu.name} "
+            f"(SGLang: 'Not enough memory'; use more GPUs per instance or a larger mem_fraction_static)")
+    tokens = min(derived, dep.max_total_tokens) if dep.max_total_tokens else derived
+    tokens = _page_floor(tokens, dep.page_size) or tokens
+    host_tokens = int(tokens * ratio) if hisparse else tokens
+    host_pool = host_tokens * model.layers * model.kv_row_bytes if hisparse else 0.0
+    if hisparse:
+        node_need = host_pool * min(dep.gpus, gpu.gpus_per_node)  # every GPU's worker pins its own pool
+        if node_need > dep.host_bytes - HOST_KEEP_FREE:
+            raise HisparseError(
+                f"{where}: HiSparse host pools need {node_need / 1e9:.0f} GB of pinned memory per node "
+                f"({host_tokens} slots x {model.layers * model.kv_row_bytes} B per GPU, host_to_device_ratio "
+                f"{ratio:g}) but the node has {dep.host_bytes / 1e9:.0f} GB less 10 GiB that SGLang keeps free")
+    if model.context_length:  # SGLang's context_len: the model's max_position_embeddings by default
+        estimated = min(max(int(tokens / model.context_length * 512), 2048), 4096)
+    else:
+        estimated = 4096
+    derived_running = min(estimated, tokens // 2)
+    per_rank_attn_dp = dep.ranks_per_instance
+    if dep.max_running_requests:
+        running = min(dep.max_running_requests // per_rank_attn_dp, tokens // 2)
+        if running < 1:
+            raise HisparseError(f"{where}: max_running_requests {dep.max_running_requests} is below one request "
+                                f"per DP rank ({per_rank_attn_dp} ranks)")
+    else:
+        running = derived_running
+    system = "hisparse" if hisparse else "baseline"
+    buffer_slots = hisparse.device_buffer_size + dep.page_size if hisparse else 0
+    return MemoryPlan(system, weights, budget, cell, tokens, derived, host_tokens, host_pool, running,
+                      derived_running, buffer_slots, model.kv_row_bytes, model.layers)
+
+
+def check_fits(plan: MemoryPlan, input_tokens: int, output_tokens: int, mode: Mode, where: str) -> None:
+    """A request that can never be admitted is the user's error, named with the files."""
+    fp = plan.footprint(input_tokens, output_tokens, prefilling=True, prefill_on_device=mode == Mode.COLOCATED)
+    if fp.device > plan.pool_tokens:
+        raise HisparseError(
+            f"{where}: one request of {input_tokens} + {output_tokens} tokens needs {fp.device} KV slots on the GPU "
+            f"but the {plan.system} pool holds {plan.pool_tokens} ({plan.budget_bytes / 1e9:.1f} GB after "
+            f"{plan.weights_bytes / 1e9:.1f} GB of weights per GPU)")
+    if plan.system == "hisparse" and fp.host > plan.host_tokens:
+        raise HisparseError(
+            f"{where}: one request of {input_tokens + output_tokens} tokens exceeds the HiSparse logical/host pool "
+            f"of {plan.host_tokens} tokens (raise host_to_device_ratio)")

@@ -1,6 +1,6 @@
 """Per-step misses for the serving model, from replaying traces with the replay engine.
 
-How traces map onto simulated requests:
+How traces map onto simulated requests (each mapping the plan output states, ``MissProfiles.notes``):
 - Each trace request gives one *miss profile*: at every decode step, the misses of its layers
   (mean over the layers the trace recorded) as a share of the trace's k. Simulated request i
   uses profile i mod (number of trace requests); every model layer takes that mean.
@@ -9,6 +9,8 @@ How traces map onto simulated requests:
   buffer-to-k ratio, and the share of k that misses is applied to the model's top_k.
 - Outputs longer than the trace reuse its second half cyclically (the first half holds the
   warm-up after prefill, which happens once per request).
+- The trace's context length is kept as recorded: a shorter context than the workload's changes the
+  miss profile only through the positions the trace selects.
 Replays are cached on disk (key: the trace's bytes, policy, buffer and step rules), so a sweep
 replays each configuration once.
 """
@@ -23,26 +25,22 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import HisparseError
-
-DEFAULT_TRACE = "traces/synthetic-dsa-like.hst"
-# The bundled default trace is exactly this generator output; used when the file is absent.
-DEFAULT_TRACE_ARGS = dict(steps=512, layers=4, requests=2, k=2048, ctx0=32768, seed=0)
+from .defaults import DEFAULT_TRACE
 
 
 @dataclass(frozen=True)
 class MissProfiles:
-    """Miss share of k at every step, one array per trace request."""
+    """Miss share of k at every step, one array per trace request, and how the trace was mapped."""
 
     shares: tuple[np.ndarray, ...]
     source: str
+    notes: tuple[str, ...] = ()
+    trace_k: int = 0
+    trace_buffer: int = 0
+    context_tokens: int = 0  # the trace's context at its first step (mean over requests)
 
     def share(self, profile: int, step: int) -> float:
-        f = self.shares[profile % len(self.shares)]
-        n = len(f)
-        if step < n:
-            return float(f[step])
-        half = n // 2
-        return float(f[half + (step - half) % (n - half)])
+        return float(self.shares_from(profile, step, 1)[0])
 
     def shares_from(self, profile: int, first: int, n: int) -> np.ndarray:
         """share(profile, first + i) for i in range(n), vectorised."""
@@ -50,11 +48,29 @@ class MissProfiles:
         size = len(f)
         idx = np.arange(first, first + n)
         half = size // 2
-        idx = np.where(idx < size, idx, half + (idx - half) % (size - half))
+        idx = np.where(idx < size, idx, half + (idx - half) % max(size - half, 1))
         return f[idx]
+
+    @property
+    def steps(self) -> int:
+        return min(len(f) for f in self.shares)
 
     def mean_share(self) -> float:
         return float(np.mean([f.mean() for f in self.shares]))
+
+    def mapping_notes(self, *, top_k: int, buffer: int, output_tokens: int, input_tokens: int) -> list[str]:
+        """How this trace stands in for the workload (the plan prints these)."""
+        notes = list(self.notes)
+        if self.trace_k and self.trace_k != top_k:
+            notes.append(f"trace k {self.trace_k} differs from the model's top_k {top_k}: replayed with buffer "
+                         f"{self.trace_buffer} (the same buffer/k ratio {buffer / top_k:g}); misses applied as a share of k")
+        if self.steps < output_tokens - 1:
+            notes.append(f"trace has {self.steps} decode steps for {output_tokens - 1} per request: steps beyond it "
+                         "reuse the trace's second half cyclically")
+        if self.context_tokens and self.context_tokens < 0.5 * input_tokens:
+            notes.append(f"trace context starts at {self.context_tokens} tokens, the workload's at {input_tokens}: "
+                         "its selections are kept as recorded")
+        return notes
 
 
 def cache_dir() -> Path:
@@ -62,10 +78,9 @@ def cache_dir() -> Path:
 
 
 def _default_trace_path() -> Path | None:
-    for base in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        if (base / DEFAULT_TRACE).exists():
-            return base / DEFAULT_TRACE
-    return None
+    """The bundled default trace in this checkout (never the current directory)."""
+    path = Path(__file__).resolve().parents[2] / DEFAULT_TRACE.file
+    return path if path.is_file() else None
 
 
 def _file_digest(path: Path) -> str:
@@ -85,16 +100,26 @@ def _trace_source(trace: str | None):
     if path is None:
         from ..trace.generator import PRESETS, generate
 
-        args = DEFAULT_TRACE_ARGS
-        digest = "generated-dsa-like-" + hashlib.sha256(repr(sorted(args.items())).encode()).hexdigest()[:12]
-        return (lambda: generate(PRESETS["dsa-like"], **args)), args["k"], "generated dsa-like", digest
+        d = DEFAULT_TRACE
+        args = dict(steps=d.steps, layers=d.layers, requests=d.requests, k=d.k, ctx0=d.ctx0, seed=d.seed)
+        digest = f"generated-{d.generator_preset}-" + hashlib.sha256(repr(sorted(args.items())).encode()).hexdigest()[:12]
+        return (lambda: generate(PRESETS[d.generator_preset], **args)), d.k, f"generated {d.generator_preset}", digest
+    if not path.is_file():
+        raise HisparseError(f"{path}: no such trace file")
     src = open_trace(path)
     return (lambda: src), src.meta.k, str(path), _file_digest(path)
 
 
+def _first_context(streams) -> int:
+    """Context tokens at the first step of the trace's first stream (reads that stream only)."""
+    for s in streams():
+        return int(s.ctx_len[0]) if s.steps else 0
+    return 0
+
+
 def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "lru", initial: str = "prefix",
                   use_cache: bool = True) -> MissProfiles:
-    """Replay ``trace`` (default: the bundled DSA-like trace) and return per-request miss shares."""
+    """Replay ``trace`` (default: ``DEFAULT_TRACE``) and return per-request miss shares."""
     from ..replay import ReplayConfig, replay
     from ..replay.compiled_cache import engine_digest
 
@@ -106,7 +131,9 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
     cached = cache_dir() / f"misses-{key}.npz"
     if use_cache and cached.exists():
         data = np.load(cached)
-        return MissProfiles(tuple(data[name] for name in sorted(data.files, key=lambda n: int(n[1:]))), label)
+        names = sorted((n for n in data.files if n.startswith("r")), key=lambda n: int(n[1:]))
+        ctx = int(data["ctx0"]) if "ctx0" in data.files else 0
+        return MissProfiles(tuple(data[n] for n in names), label, (), k_trace, scaled, ctx)
     cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial)
     by_request: dict[int, list[np.ndarray]] = {}
     for m in replay(streams(), cfg, k=k_trace, per_step=True).streams:
@@ -114,9 +141,12 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
     if not by_request:
         raise HisparseError(f"{label}: the trace holds no streams")
     shares = tuple(np.mean([a[: min(map(len, v))] for a in v], axis=0) for _, v in sorted(by_request.items()))
+    if any(len(a) == 0 for a in shares):
+        raise HisparseError(f"{label}: a trace request has no decode steps")
+    ctx = _first_context(streams)
     if use_cache:
         from ..trace.fileio import atomic_output
 
         with atomic_output(cached) as fh:
-            np.savez(fh, **{f"r{i}": a for i, a in enumerate(shares)})
-    return MissProfiles(shares, label)
+            np.savez(fh, ctx0=np.int64(ctx), **{f"r{i}": a for i, a in enumerate(shares)})
+    return MissProfiles(shares, label, (), k_trace, scaled, ctx)

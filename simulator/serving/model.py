@@ -1,28 +1,43 @@
-"""The SimPy serving model: one representative data-parallel rank of a deployment.
+"""The SimPy serving model: one representative attention rank (one scheduler) of a deployment.
 
-With DP attention, requests are spread evenly over the ``dp`` ranks and each rank schedules its
-own; ranks share the MoE, so a decode step's weight reads depend on the tokens of all ranks (the
-model assumes every active rank runs the same batch). One rank is simulated with
-ceil(concurrency / dp) clients, and node figures are scaled by concurrency / that number.
+Requests are spread evenly over the deployment's ranks (``DeploymentSpec.ranks``); the ranks of an
+instance run every forward pass together and share its MoE, so a step's MLP and collectives see the
+tokens of every active rank of the instance (the model assumes every active rank runs the same
+batch). One rank is simulated with ceil(concurrency / ranks) clients; deployment figures are the
+rank's scaled by concurrency / clients (open loop: by the number of ranks).
 
-A rank loops: admit waiting requests while their memory fits (a request reserves its whole
-context); run one prefill chunk if a request is prefilling (prefill first, as SGLang schedules);
-else one decode step for every running request. Each request's first token comes at the end of
-its prefill; it then needs ``output_tokens - 1`` decode steps.
+A rank loops, as SGLang's scheduler does: admit waiting requests (FIFO) while their slots fit the
+pools (``MemoryPlan.footprint``) and the running-request cap allows; in ``colocated`` mode run one
+prefill chunk if a request is prefilling (prefill batches before decode batches); else one decode
+step for every running request. In ``pd-decode`` mode there is no prefill on the rank: a request
+arrives after the prefill side has processed it (a FIFO server of ``prefill_tok_s`` input tokens/s
+for the whole deployment, or at once when that is 0), its first token already made, its KV in HBM
+(baseline) or in the host pool (HiSparse: the buffer starts empty, so its first step misses every
+top-k entry of every layer; SGLang ``hisparse_coordinator.admit_request_direct``).
+
+A request whose context is at most ``device_buffer_size`` takes SGLang's fast path: no swap-in.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 import simpy
 
+from ..errors import HisparseError
 from .costs import CostModel
-from .memory import MemoryPlan, plan_memory
+from .memory import MemoryPlan, check_fits, plan_memory
 from .misses import MissProfiles
-from .presets import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
+from .scenario import Scenario
+from .specs import Mode
+
+
+class System(StrEnum):
+    BASELINE = "baseline"  # every token's KV in HBM
+    HISPARSE = "hisparse"  # hot buffers in HBM, the full KV in the host pool
 
 
 @dataclass
@@ -32,67 +47,99 @@ class Request:
     output_tokens: int
     profile: int
     arrival: float
-    device_bytes: float = 0.0
-    host_bytes: float = 0.0
+    slots_device: int = 0
+    slots_host: int = 0
     prefilled: int = 0
     generated: int = 0
     first_token: float = math.nan
+    admitted: float = math.nan
     finish: float = math.nan
     done: simpy.Event | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
+    """One simulated load point. Deployment figures cover every GPU; per-GPU ones say so."""
+
     system: str
-    concurrency: int  # closed loop; 0 for open-loop runs
-    rate_per_s: float  # open loop arrival rate, whole deployment; 0 for closed loop
-    throughput_tok_s: float
+    concurrency: int  # closed loop; 0 for open loop
+    rate_per_s: float  # open loop arrival rate, requests/s for the deployment; 0 for closed loop
+    steady_tok_s_deployment: float  # output tokens/s while the running set is steady
+    steady_tok_s_per_gpu: float
+    makespan_tok_s_deployment: float  # output tokens / time from first arrival to last finish
+    steady_window_s: float  # length of the steady window (0: no steady window, steady = makespan figure)
     tpot_p50_ms: float
     tpot_p99_ms: float
-    ttft_p50_ms: float
-    running: float  # mean running requests, whole deployment
-    max_running: int  # memory limit, whole deployment
-    hbm_used_gb: float  # per GPU, peak
-    host_used_gb: float  # per GPU, peak
+    itl_p50_ms: float
+    itl_p99_ms: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    running_deployment: float  # mean running requests
+    max_running_deployment: int  # admission limit (memory and cap)
+    served_req_s_deployment: float  # completed requests/s
+    overloaded: bool  # open loop: arrivals faster than the deployment serves them
+    hbm_static_gb_per_gpu: float  # weights + the KV pool SGLang allocates at start-up
+    kv_used_gb_per_gpu: float  # peak device KV in use
+    host_used_gb_per_gpu: float  # peak pinned host KV in use
     step_ms_mean: float
-    swap_share: float  # share of decode time spent in swap-in
-    miss_share: float  # mean share of top-k missed per step
+    swap_share: float  # share of decode time in swap-in
+    comm_share: float  # share of decode time in collectives
+    miss_share: float  # mean share of top-k missed per request step
     requests: int
     sim_time_s: float
-    extra: dict = field(default_factory=dict)
 
 
 class RankSim:
-    def __init__(self, *, system: str, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, workload: WorkloadSpec,
-                 params: CostParams, hisparse: HiSparseSpec | None, profiles: MissProfiles | None,
-                 concurrency: int, seed: int = 0) -> None:
-        if system == "hisparse" and (hisparse is None or profiles is None):
-            raise ValueError("the hisparse system needs a HiSparse config and miss profiles")
-        self.system, self.m, self.d, self.w = system, model, dep, workload
-        self.hs = hisparse if system == "hisparse" else None
+    """One attention rank serving ``system`` at one load point."""
+
+    def __init__(self, scenario: Scenario, system: System | str, *, concurrency: int = 0, rate_per_s: float = 0.0,
+                 profiles: MissProfiles | None = None, seed: int = 0) -> None:
+        self.sc = scenario
+        self.system = System(system)
+        m, d, w = scenario.model, scenario.deployment, scenario.workload
+        self.m, self.d, self.w = m, d, w
+        self.hs = scenario.hisparse if self.system == System.HISPARSE else None
+        if self.hs is not None and profiles is None:
+            raise ValueError("the hisparse system needs miss profiles")
+        self.open_loop = rate_per_s > 0
+        if not self.open_loop and concurrency < 1:
+            raise HisparseError("a closed-loop point needs concurrency >= 1")
         self.profiles = profiles
-        self.cost = CostModel(model, gpu, dep, params)
-        self.concurrency = concurrency if workload.arrival == "closed" else 0
-        self.clients = max(1, math.ceil(concurrency / dep.dp))
-        # open loop: requests spread over every rank at rate_per_s / dp each
-        self.active_ranks = min(concurrency, dep.dp) if workload.arrival == "closed" else dep.dp
+        self.cost = CostModel(m, scenario.gpu, d, scenario.params)
+        self.concurrency = 0 if self.open_loop else concurrency
+        self.rate = rate_per_s
+        ranks = d.ranks
+        self.clients = 1 if self.open_loop else max(1, math.ceil(concurrency / ranks))
+        busy = ranks if self.open_loop else min(concurrency, ranks)
+        self.active_per_instance = max(1, min(d.ranks_per_instance, math.ceil(busy / d.instances)))
+        self.scale = ranks if self.open_loop else concurrency / self.clients
         self.rng = np.random.default_rng(seed)
-        ctx = workload.input_tokens + workload.output_tokens
-        self.plan: MemoryPlan = plan_memory(model, gpu, dep, self.hs, ctx, workload.input_tokens)
+        self.plan: MemoryPlan = plan_memory(m, scenario.gpu, d, self.hs, where=scenario.files)
+        check_fits(self.plan, _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter),
+                   d.mode, scenario.files)
+        self.pd = d.mode == Mode.PD_DECODE
         self.env = simpy.Environment()
         self.wake = self.env.event()
         self.waiting: list[Request] = []
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
         self.finished: list[Request] = []
-        self.free_device = self.plan.kv_pool_bytes - self.plan.staging_bytes
-        self.free_host = self.plan.host_pool_bytes
-        self.peak_device = self.peak_host = 0.0
+        self.free_device = self.plan.pool_tokens
+        self.free_host = self.plan.host_tokens
+        self.peak_device = self.peak_host = 0
         self.busy_running_time = 0.0
-        self.decode_time = self.swap_time = 0.0
+        self.decode_time = self.swap_time = self.comm_time = 0.0
         self.miss_rows = self.looked_up = 0.0
         self.steps = 0
+        self.blocks: list[tuple[float, float, float]] = []  # (start, end, tokens) of each decode block
+        self.itl: list[np.ndarray] = []  # inter-token gaps (s) of decode steps
+        self.itl_weight: list[np.ndarray] = []  # requests that saw each gap
+        self._gap_carry = 0.0  # prefill time since the last decode step, added to the next gap
+        self.last_arrival = 0.0
+        self.queue_at_last_arrival = 0
         self._rid = 0
+        self.prefill_rate = prefill_tok_s(scenario) / d.ranks if self.pd else 0.0
+        self.prefill_side = simpy.Resource(self.env, capacity=1) if self.pd else None
 
     # -- requests ----------------------------------------------------------------------------
     def _lengths(self) -> tuple[int, int]:
@@ -104,50 +151,59 @@ class RankSim:
         n_in, n_out = self._lengths()
         r = Request(self._rid, n_in, n_out, profile=self._rid, arrival=self.env.now, done=self.env.event())
         self._rid += 1
-        ctx = n_in + n_out
-        if self.hs is None:
-            r.device_bytes = ctx * (self.m.kv_bytes_per_token() + self.m.indexer_bytes_per_token())
-        else:
-            r.device_bytes = self.plan.device_bytes_per_request - self.w.input_tokens * 0 + \
-                (ctx - (self.w.input_tokens + self.w.output_tokens)) * self.m.indexer_bytes_per_token()
-            r.host_bytes = ctx * self.m.kv_bytes_per_token()
-        if r.device_bytes > self.free_device + sum(x.device_bytes for x in self._holders()) or \
-                (self.hs is not None and r.host_bytes > self.plan.host_pool_bytes):
-            raise MemoryError(f"one request of {ctx} tokens does not fit in a GPU's memory")
+        fp = self.plan.footprint(n_in, n_out, prefilling=not self.pd, prefill_on_device=not self.pd)
+        r.slots_device, r.slots_host = fp.device, fp.host
         return r
 
-    def _holders(self) -> list[Request]:
-        return self.prefilling + self.running
-
-    def submit(self, r: Request) -> None:
+    def _arrive(self, r: Request):
+        """Into the rank's queue: at once (colocated), or after the prefill side (pd-decode)."""
+        if self.pd:
+            if self.prefill_side is not None:
+                with self.prefill_side.request() as slot:
+                    yield slot
+                    yield self.env.timeout(r.input_tokens / self.prefill_rate)
+            r.prefilled = r.input_tokens
+            r.first_token = self.env.now
+            r.generated = 1
+        self.last_arrival = self.env.now
         self.waiting.append(r)
+        queued = len(self.waiting) + (len(self.prefill_side.queue) if self.prefill_side is not None else 0)
+        self.queue_at_last_arrival = queued
         if not self.wake.triggered:
             self.wake.succeed()
 
     def closed_client(self, n: int):
         for _ in range(n):
             r = self._new_request()
-            self.submit(r)
+            yield from self._arrive(r)
             yield r.done
 
     def open_arrivals(self, rate_per_rank: float, n: int):
         for _ in range(n):
             yield self.env.timeout(self.rng.exponential(1.0 / rate_per_rank))
-            self.submit(self._new_request())
+            self.env.process(self._arrive(self._new_request()))
 
     # -- the scheduler ---------------------------------------------------------------------------
     def _admit(self) -> None:
         while self.waiting:
             r = self.waiting[0]
-            if r.device_bytes > self.free_device or r.host_bytes > self.free_host:
+            if len(self.running) + len(self.prefilling) >= self.plan.max_running:
+                break
+            if r.slots_device > self.free_device or r.slots_host > self.free_host:
                 break
             self.waiting.pop(0)
-            self.free_device -= r.device_bytes
-            self.free_host -= r.host_bytes
-            self.prefilling.append(r)
-        used_dev = self.plan.kv_pool_bytes - self.free_device
-        self.peak_device = max(self.peak_device, used_dev)
-        self.peak_host = max(self.peak_host, self.plan.host_pool_bytes - self.free_host)
+            r.admitted = self.env.now
+            self.free_device -= r.slots_device
+            self.free_host -= r.slots_host
+            if self.pd:
+                if r.generated >= r.output_tokens:
+                    self._finish(r)
+                else:
+                    self.running.append(r)
+            else:
+                self.prefilling.append(r)
+        self.peak_device = max(self.peak_device, self.plan.pool_tokens - self.free_device)
+        self.peak_host = max(self.peak_host, self.plan.host_tokens - self.free_host)
 
     def scheduler(self):
         env = self.env
@@ -157,14 +213,17 @@ class RankSim:
             if self.prefilling:
                 r = self.prefilling[0]
                 n = min(chunk, r.input_tokens - r.prefilled)
-                t = self.cost.prefill_chunk(n, r.prefilled, self.hs is not None)
+                t = self.cost.prefill_chunk(n, r.prefilled, self.hs is not None, n * self.active_per_instance)
                 self.busy_running_time += t * len(self.running)
+                if self.running:
+                    self._gap_carry += t
                 yield env.timeout(t)
                 r.prefilled += n
                 if r.prefilled >= r.input_tokens:
                     self.prefilling.pop(0)
                     r.first_token = env.now
                     r.generated = 1
+                    self._after_prefill(r)
                     if r.generated >= r.output_tokens:
                         self._finish(r)
                     else:
@@ -176,6 +235,21 @@ class RankSim:
             self.wake = env.event()
             yield self.wake
 
+    def _after_prefill(self, r: Request) -> None:
+        """Colocated HiSparse: the prompt's device slots shrink to the hot buffer once it is on the host."""
+        keep = self.plan.footprint(r.input_tokens, r.output_tokens, prefilling=False, prefill_on_device=True).device
+        self.free_device += r.slots_device - keep
+        r.slots_device = keep
+
+    def _step_misses(self, r: Request, n: int) -> np.ndarray:
+        """Top-k share missed by request r over its next n decode steps."""
+        first = r.generated - 1  # decode steps already done
+        shares = self.profiles.shares_from(r.profile, first, n).astype(float)
+        if self.pd and first == 0:
+            shares[0] = 1.0  # the buffer starts empty: every entry of every layer misses
+        ctx = r.input_tokens + r.generated + np.arange(n)
+        return np.where(ctx <= self.hs.device_buffer_size, 0.0, shares)  # fast path: the whole context fits
+
     def _decode_block(self):
         """Decode steps until the next request finishes (the batch is fixed until then), cut short
         after the step in flight when a new request arrives. Each step is costed on its own."""
@@ -183,13 +257,13 @@ class RankSim:
         batch = len(self.running)
         n = min(r.output_tokens - r.generated for r in self.running)
         ctx_sum = sum(r.input_tokens + r.generated for r in self.running) + batch * np.arange(n)
-        missed = None
+        missed = share = None
         if self.hs is not None:
             share = np.zeros(n)
             for r in self.running:
-                share += self.profiles.shares_from(r.profile, r.generated - 1, n)
+                share += self._step_misses(r, n)
             missed = share * self.hs.top_k * self.m.layers
-        st = self.cost.decode_steps(batch, batch * self.active_ranks, ctx_sum, missed)
+        st = self.cost.decode_steps(batch, batch * self.active_per_instance, ctx_sum, missed)
         step_s = np.broadcast_to(st.total_s, (n,))
         cum = np.cumsum(step_s)
         start = env.now
@@ -203,10 +277,18 @@ class RankSim:
             elapsed = env.now - start
             steps = min(n, int(np.searchsorted(cum, elapsed, side="right")) + 1)
             yield env.timeout(max(0.0, float(cum[steps - 1]) - elapsed))
-        self.busy_running_time += float(cum[steps - 1]) * batch
-        self.decode_time += float(cum[steps - 1])
+        spent = float(cum[steps - 1])
+        self.busy_running_time += spent * batch
+        self.decode_time += spent
         self.swap_time += float(np.broadcast_to(st.swap_s, (n,))[:steps].sum())
-        if missed is not None:
+        self.comm_time += float(np.broadcast_to(st.comm_s, (n,))[:steps].sum())
+        gaps = np.array(step_s[:steps], dtype=float)
+        gaps[0] += self._gap_carry
+        self._gap_carry = 0.0
+        self.itl.append(gaps)
+        self.itl_weight.append(np.full(steps, batch, dtype=float))
+        self.blocks.append((start, start + spent, float(batch * steps)))
+        if share is not None:
             self.miss_rows += float(share[:steps].sum())
             self.looked_up += batch * steps
         self.steps += steps
@@ -221,8 +303,8 @@ class RankSim:
 
     def _finish(self, r: Request) -> None:
         r.finish = self.env.now
-        self.free_device += r.device_bytes
-        self.free_host += r.host_bytes
+        self.free_device += r.slots_device
+        self.free_host += r.slots_host
         self.finished.append(r)
         r.done.succeed()
 
@@ -230,43 +312,120 @@ class RankSim:
     def run(self) -> RunResult:
         env = self.env
         env.process(self.scheduler())
-        if self.w.arrival == "closed":
+        if not self.open_loop:
             for _ in range(self.clients):
                 env.process(self.closed_client(self.w.requests_per_client))
             total = self.clients * self.w.requests_per_client
         else:
             total = self.w.requests_per_client * 16
-            env.process(self.open_arrivals(self.w.rate_per_s / self.d.dp, total))
+            env.process(self.open_arrivals(self.rate / self.d.ranks, total))
         while len(self.finished) < total:
             if not env.peek() < float("inf"):
                 break
             env.step()
-        return self._result(total)
+        return self._result()
 
-    def _result(self, total: int) -> RunResult:
+    def _steady(self, makespan: float, out_tokens: float) -> tuple[float, float]:
+        """(output tokens/s of the rank, window length) while the running set is steady: from the
+        first finish (the rank has filled) to the last arrival (the drain starts). Without such a
+        window (a single wave), the makespan figure."""
         done = self.finished
-        makespan = max((r.finish for r in done), default=0.0)
-        scale = self.concurrency / self.clients if self.w.arrival == "closed" else self.d.dp
-        out_tokens = sum(r.output_tokens for r in done)
+        if not done:
+            return 0.0, 0.0
+        t0 = min(r.finish for r in done)
+        t1 = self.last_arrival
+        if t1 - t0 < 0.05 * makespan:
+            return (out_tokens / makespan if makespan > 0 else 0.0), 0.0
+        tokens = 0.0
+        for s, e, n in self.blocks:
+            if e <= t0 or s >= t1 or e <= s:
+                continue
+            tokens += n * (min(e, t1) - max(s, t0)) / (e - s)
+        return tokens / (t1 - t0), t1 - t0
+
+    def _result(self) -> RunResult:
+        done = self.finished
+        start = min((r.arrival for r in done), default=0.0)
+        makespan = max((r.finish for r in done), default=0.0) - start
+        out_tokens = float(sum(r.output_tokens for r in done))
+        steady, window = self._steady(makespan, out_tokens)
         tpot = np.array([(r.finish - r.first_token) / (r.output_tokens - 1) for r in done if r.output_tokens > 1])
         ttft = np.array([r.first_token - r.arrival for r in done])
+        gaps = np.concatenate(self.itl) if self.itl else np.array([])
+        weights = np.concatenate(self.itl_weight) if self.itl_weight else np.array([])
+        served = len(done) / makespan * self.scale if makespan > 0 else 0.0
         gb = 1e9
+        plan = self.plan
         return RunResult(
-            system=self.system, concurrency=self.concurrency,
-            rate_per_s=self.w.rate_per_s if self.w.arrival == "open" else 0.0,
-            throughput_tok_s=out_tokens / makespan * scale if makespan > 0 else 0.0,
-            tpot_p50_ms=float(np.percentile(tpot, 50) * 1e3) if tpot.size else math.nan,
-            tpot_p99_ms=float(np.percentile(tpot, 99) * 1e3) if tpot.size else math.nan,
-            ttft_p50_ms=float(np.percentile(ttft, 50) * 1e3) if ttft.size else math.nan,
-            running=self.busy_running_time / makespan * scale if makespan > 0 else 0.0,
-            max_running=self.plan.max_running_per_gpu * self.d.dp,
-            hbm_used_gb=(self.plan.weights_bytes + self.plan.staging_bytes + self.peak_device) / gb,
-            host_used_gb=self.peak_host / gb,
+            system=self.system.value, concurrency=self.concurrency, rate_per_s=self.rate,
+            steady_tok_s_deployment=steady * self.scale,
+            steady_tok_s_per_gpu=steady * self.scale / self.d.gpus,
+            makespan_tok_s_deployment=out_tokens / makespan * self.scale if makespan > 0 else 0.0,
+            steady_window_s=window,
+            tpot_p50_ms=_pct(tpot, 50) * 1e3, tpot_p99_ms=_pct(tpot, 99) * 1e3,
+            itl_p50_ms=_wpct(gaps, weights, 50) * 1e3, itl_p99_ms=_wpct(gaps, weights, 99) * 1e3,
+            ttft_p50_s=_pct(ttft, 50), ttft_p99_s=_pct(ttft, 99),
+            running_deployment=self.busy_running_time / makespan * self.scale if makespan > 0 else 0.0,
+            max_running_deployment=int(min(plan.max_running, self._memory_limit()) * self.d.ranks),
+            served_req_s_deployment=served, overloaded=self._overloaded(),
+            hbm_static_gb_per_gpu=plan.static_bytes / gb,
+            kv_used_gb_per_gpu=plan.device_bytes(self.peak_device) / gb,
+            host_used_gb_per_gpu=plan.host_bytes(self.peak_host) / gb,
             step_ms_mean=self.decode_time / self.steps * 1e3 if self.steps else math.nan,
             swap_share=self.swap_time / self.decode_time if self.decode_time else 0.0,
+            comm_share=self.comm_time / self.decode_time if self.decode_time else 0.0,
             miss_share=self.miss_rows / self.looked_up if self.looked_up else 0.0,
             requests=len(done), sim_time_s=makespan)
 
+    def _overloaded(self) -> bool:
+        """Offered load beyond what the deployment serves: arrivals faster than completions (open
+        loop), or more clients than requests it runs at once (closed loop: the rest wait to start)."""
+        if self.open_loop:  # a stable queue stays short; an overloaded one grows with every arrival
+            return self.queue_at_last_arrival > max(2, 0.1 * len(self.finished))
+        return bool(self.concurrency > min(self.plan.max_running, self._memory_limit()) * self.d.ranks)
 
-def simulate(system: str, concurrency: int, **kw) -> RunResult:
-    return RankSim(system=system, concurrency=concurrency, **kw).run()
+    def _memory_limit(self) -> int:
+        """Requests of the nominal lengths the pools hold at once (decoding)."""
+        w = self.w
+        fp = self.plan.footprint(w.input_tokens, w.output_tokens, prefilling=False, prefill_on_device=False)
+        by_device = self.plan.pool_tokens // max(fp.device, 1)
+        by_host = self.plan.host_tokens // max(fp.host, 1) if fp.host else by_device
+        return int(min(by_device, by_host))
+
+
+def prefill_tok_s(scenario: Scenario) -> float:
+    """Input tokens/s the prefill side delivers to a pd-decode deployment: the deployment's
+    ``prefill_tok_s``, or when that is 0 the cost model's rate for a prefill instance like this one
+    (same GPUs and layout, every rank prefilling requests of the workload's input length)."""
+    d = scenario.deployment
+    if d.prefill_tok_s > 0:
+        return d.prefill_tok_s
+    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params)
+    n_in, t, done = scenario.workload.input_tokens, 0.0, 0
+    while done < n_in:
+        n = min(d.prefill_chunk_tokens, n_in - done)
+        t += cost.prefill_chunk(n, done, False, n * d.ranks_per_instance)
+        done += n
+    return n_in / t * d.ranks
+
+
+def _max_len(n: int, jitter: float) -> int:
+    return max(1, round(n * (1 + jitter)))
+
+
+def _pct(a: np.ndarray, q: float) -> float:
+    return float(np.percentile(a, q)) if a.size else math.nan
+
+
+def _wpct(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """Weighted percentile (each step's gap counted once per request that waited for it)."""
+    if not values.size:
+        return math.nan
+    order = np.argsort(values)
+    cw = np.cumsum(weights[order])
+    return float(values[order][min(int(np.searchsorted(cw, q / 100 * cw[-1])), values.size - 1)])
+
+
+def simulate(scenario: Scenario, system: System | str, *, concurrency: int = 0, rate_per_s: float = 0.0,
+             profiles: MissProfiles | None = None, seed: int = 0) -> RunResult:
+    return RankSim(scenario, system, concurrency=concurrency, rate_per_s=rate_per_s, profiles=profiles, seed=seed).run()

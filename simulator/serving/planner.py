@@ -1,16 +1,20 @@
-"""Capacity planning: sweep concurrency (and HiSparse knobs), baseline against HiSparse, and pick
-the best configuration under a TPOT target."""
+"""Capacity planning: sweep the load (and HiSparse knobs), baseline against HiSparse, and pick the
+best configuration under a TPOT (and optionally TTFT) target that serves the load it is offered."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import HisparseError
-from . import presets as P
-from .misses import miss_profiles
-from .model import simulate
+from .memory import plan_memory
+from .misses import MissProfiles, miss_profiles
+from .model import RunResult, System, simulate
+from .scenario import Scenario, load_scenario
+from .specs import Arrival, Mode
 
 
 @dataclass(frozen=True)
@@ -20,89 +24,138 @@ class PlanInputs:
     deployment: str = "8xh200-colocated-dp8"
     workload: str = "32k-in-8k-out"
     hisparse: str = "blog-8xh200"
-    calibration: str = "auto"  # calibration/<gpu>.json when committed, else "uncalibrated"
-    trace: str | None = None  # default: the bundled DSA-like trace
+    calibration: str = "auto"  # the calibration the GPU file names, else uncalibrated
+    trace: str | None = None  # default: misses.DEFAULT_TRACE
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     rates: tuple[float, ...] = ()  # open loop: sweep arrival rates (requests/s) instead of concurrency
     slo_tpot_ms: float = 100.0
+    slo_ttft_s: float | None = None
     buffers: tuple[int, ...] = ()  # sweep device_buffer_size (empty: the config's)
     host_ratios: tuple[float, ...] = ()  # sweep host_to_device_ratio (empty: the config's)
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise HisparseError("--concurrency needs positive integers")
+        if self.rates and min(self.rates) <= 0:
+            raise HisparseError("--rate needs positive arrival rates")
+        if not self.slo_tpot_ms > 0:
+            raise HisparseError(f"--slo-tpot-ms {self.slo_tpot_ms:g} must be > 0")
+        if self.slo_ttft_s is not None and not self.slo_ttft_s > 0:
+            raise HisparseError(f"--slo-ttft-s {self.slo_ttft_s:g} must be > 0")
+        for b in self.buffers:
+            if b < 1:
+                raise HisparseError(f"--sweep-buffer {b} must be >= 1")
+        for r in self.host_ratios:
+            if not r >= 1:
+                raise HisparseError(f"--sweep-host-ratio {r:g} must be >= 1 (SGLang's host_to_device_ratio)")
 
-def load_inputs(inp: PlanInputs):
-    dep = P.load("deployments", inp.deployment)
-    gpu_name = inp.gpu or dep.gpu
-    calibration = inp.calibration
-    if calibration == "auto":  # the GPU's own calibration when one was committed, else the defaults
-        found = P.calibration_file(gpu_name)
-        calibration = str(found) if found else "uncalibrated"
-    gpu = P.load_gpu(gpu_name, calibration)
-    return dict(model=P.load("models", inp.model), gpu=gpu, dep=dep,
-                workload=P.load("workloads", inp.workload), params=P.load("calibration", calibration),
-                hisparse=P.load("hisparse", inp.hisparse), calibration=calibration)
+    def scenario(self) -> Scenario:
+        return load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
+                             hisparse=self.hisparse, calibration=self.calibration, trace=self.trace)
+
+
+@dataclass(frozen=True)
+class KnobResult:
+    """What a HiSparse knob set's trace replay gave (the plan names it)."""
+
+    device_buffer_size: int
+    host_to_device_ratio: float
+    trace: str
+    policy: str
+    miss_ratio: float
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    scenario: Scenario
+    results: tuple[tuple[RunResult, int | None, float | None], ...]  # (result, buffer, host ratio)
+    knobs: tuple[KnobResult, ...]
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One plain row per point (the edge: tables, JSON, CSV)."""
+        out = []
+        for r, buf, ratio in self.results:
+            row = dataclasses.asdict(r)
+            row["device_buffer_size"] = buf
+            row["host_to_device_ratio"] = ratio
+            row["calibrated"] = self.scenario.params.calibrated
+            row["calibration"] = self.scenario.calibration
+            out.append(row)
+        return out
+
+
+def _points(sc: Scenario, inp: PlanInputs) -> list[tuple[int, float]]:
+    """(concurrency, rate) per load point."""
+    if inp.rates:
+        return [(0, r) for r in inp.rates]
+    if sc.workload.arrival == Arrival.OPEN:
+        return [(0, sc.workload.rate_per_s)]
+    return [(c, 0.0) for c in inp.concurrency]
+
+
+def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
+                  scenario: Scenario | None = None) -> Plan:
+    sc = scenario or inp.scenario()
+    points = _points(sc, inp)
+    hs0 = sc.hisparse
+    knob_sets = []
+    for b in inp.buffers or (hs0.device_buffer_size,):
+        for ratio in inp.host_ratios or (hs0.host_to_device_ratio,):
+            knob_sets.append(dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=ratio,
+                                                 where=f"{hs0.where} with --sweep-buffer/--sweep-host-ratio"))
+    initial = "prefix" if sc.deployment.mode == Mode.COLOCATED else "empty"
+    results: list[tuple[RunResult, int | None, float | None]] = []
+    plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
+    for c, rate in points:
+        results.append((simulate(sc, System.BASELINE, concurrency=c, rate_per_s=rate, seed=inp.seed), None, None))
+        if on_point:
+            on_point()
+    knobs = []
+    for hs in knob_sets:
+        hsc = sc.replace(hisparse=hs)
+        profiles: MissProfiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size,
+                                               policy=hs.policy, initial=initial)
+        w = sc.workload
+        knobs.append(KnobResult(hs.device_buffer_size, hs.host_to_device_ratio, profiles.source, hs.policy,
+                                profiles.mean_share(),
+                                tuple(profiles.mapping_notes(top_k=hs.top_k, buffer=hs.device_buffer_size,
+                                                             output_tokens=w.output_tokens,
+                                                             input_tokens=w.input_tokens))))
+        for c, rate in points:
+            r = simulate(hsc, System.HISPARSE, concurrency=c, rate_per_s=rate, profiles=profiles, seed=inp.seed)
+            results.append((r, hs.device_buffer_size, hs.host_to_device_ratio))
+            if on_point:
+                on_point()
+    return Plan(sc, tuple(results), tuple(knobs))
 
 
 def run_plan(inp: PlanInputs, on_point: Callable[[], None] | None = None) -> list[dict]:
-    """One row per (system, knobs, concurrency)."""
-    if not inp.concurrency or min(inp.concurrency) < 1:
-        raise HisparseError("--concurrency needs positive integers")
-    if inp.rates and min(inp.rates) <= 0:
-        raise HisparseError("--rate needs positive arrival rates")
-    cfg = load_inputs(inp)
-    # one load point per concurrency (closed loop) or per arrival rate (open loop)
-    if inp.rates:
-        points = [(0, dataclasses.replace(cfg["workload"], arrival="open", rate_per_s=r)) for r in inp.rates]
-    elif cfg["workload"].arrival == "open":
-        points = [(0, cfg["workload"])]
-    else:
-        points = [(c, cfg["workload"]) for c in inp.concurrency]
-    hs0 = cfg["hisparse"]
-    if hs0.top_k != cfg["model"].top_k:
-        raise HisparseError(f"HiSparse top_k {hs0.top_k} differs from the model's top_k {cfg['model'].top_k}")
-    knob_sets = [dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=r)
-                 for b in (inp.buffers or (hs0.device_buffer_size,))
-                 for r in (inp.host_ratios or (hs0.host_to_device_ratio,))]
-    for hs in knob_sets:
-        if hs.device_buffer_size < hs.top_k:
-            raise HisparseError(f"device_buffer_size {hs.device_buffer_size} < top_k {hs.top_k}")
-    initial = "prefix" if cfg["dep"].mode == "colocated" else "empty"
-    common = dict(model=cfg["model"], gpu=cfg["gpu"], dep=cfg["dep"], params=cfg["params"], seed=inp.seed)
-    rows: list[dict] = []
-    for c, w in points:
-        rows.append(_row(simulate("baseline", c, hisparse=None, profiles=None, workload=w, **common), None, cfg))
-        if on_point:
-            on_point()
-    for hs in knob_sets:
-        profiles = miss_profiles(inp.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
-                                 initial=initial)
-        for c, w in points:
-            rows.append(_row(simulate("hisparse", c, hisparse=hs, profiles=profiles, workload=w, **common), hs, cfg))
-            if on_point:
-                on_point()
-    return rows
+    """One row per (system, knobs, load point)."""
+    return run_plan_full(inp, on_point).rows()
 
 
-def _row(r, hs, cfg) -> dict:
-    row = dataclasses.asdict(r)
-    row.pop("extra", None)
-    row["device_buffer_size"] = hs.device_buffer_size if hs else None
-    row["host_to_device_ratio"] = hs.host_to_device_ratio if hs else None
-    row["calibrated"] = cfg["params"].calibrated
-    row["calibration"] = cfg["calibration"]
-    return row
+def _ok(row: dict, slo_tpot_ms: float, slo_ttft_s: float | None) -> bool:
+    """Meets the targets and serves what it is offered (open loop: keeps up with arrivals; closed
+    loop: no client waits for a running slot)."""
+    if row["overloaded"]:
+        return False
+    if not row["tpot_p99_ms"] <= slo_tpot_ms:
+        return False
+    if slo_ttft_s is not None and not (row["ttft_p99_s"] <= slo_ttft_s or math.isnan(row["ttft_p99_s"])):
+        return False
+    return True
 
 
-def recommend(rows: Sequence[dict], slo_tpot_ms: float) -> dict:
-    """The highest-throughput row meeting the TPOT p99 target, per system and overall."""
+def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None = None) -> dict:
+    """The highest steady-throughput row meeting the targets, per system and overall."""
     best: dict = {}
-    for system in ("baseline", "hisparse"):
-        ok = [r for r in rows if r["system"] == system and r["tpot_p99_ms"] <= slo_tpot_ms]
-        best[system] = max(ok, key=lambda r: r["throughput_tok_s"]) if ok else None
+    for system in (System.BASELINE.value, System.HISPARSE.value):
+        ok = [r for r in rows if r["system"] == system and _ok(r, slo_tpot_ms, slo_ttft_s)]
+        best[system] = max(ok, key=lambda r: r["steady_tok_s_deployment"]) if ok else None
     b, h = best["baseline"], best["hisparse"]
-    choice = None
-    if b or h:
-        choice = max((x for x in (b, h) if x), key=lambda r: r["throughput_tok_s"])
-    gain = (h["throughput_tok_s"] / b["throughput_tok_s"]) if (b and h and b["throughput_tok_s"]) else None
-    return {"slo_tpot_ms": slo_tpot_ms, "baseline": b, "hisparse": h, "choice": choice,
+    choice = max((x for x in (b, h) if x), key=lambda r: r["steady_tok_s_deployment"]) if (b or h) else None
+    gain = (h["steady_tok_s_deployment"] / b["steady_tok_s_deployment"]) if (b and h and b["steady_tok_s_deployment"]) else None
+    return {"slo_tpot_ms": slo_tpot_ms, "slo_ttft_s": slo_ttft_s, "baseline": b, "hisparse": h, "choice": choice,
             "hisparse_over_baseline": gain}

@@ -1,255 +1,218 @@
-"""Presets as TOML data files: models, GPUs, deployments, HiSparse configs, workloads and cost
-parameters. Each option takes a preset name (a file under ``simulator/presets/KIND/``) or the
-path of the user's own file; unknown, missing or out-of-range keys get an error naming the file.
+"""Presets as data files shipped inside the package: models, GPUs, deployments, HiSparse configs,
+workloads (TOML), cost parameters (TOML) and calibrations (the JSON ``hisparse calibrate`` writes).
+
+Each option takes a preset name (a file under ``simulator/presets/KIND/``, read through
+``importlib.resources``: never the current directory or a checkout) or the path of the user's own
+file. Unknown, missing or out-of-range keys are errors naming the file and key; the checks
+themselves live in the specs' ``__post_init__`` (``specs.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import HisparseError
+from .comm import Interconnect, parse_interconnect
+from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "presets"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    layers: int
-    dense_layers: int
-    attention_heads: int
-    kv_row_bytes: int
-    indexer_row_bytes: int
-    indexer_heads: int
-    indexer_head_dim: int
-    top_k: int
-    weight_bytes: float
-    active_params: float
-    expert_share: float
-    experts: int
-    experts_per_token: int
-
-    def kv_bytes_per_token(self) -> int:
-        return self.layers * self.kv_row_bytes
-
-    def indexer_bytes_per_token(self) -> int:
-        return self.layers * self.indexer_row_bytes
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    name: str
-    hbm_bytes: float
-    hbm_bw: float
-    bf16_flops: float
-    link: str
-    link_bw: float
-    gather_efficiency: float
-    gather_efficiency_large_rows: float
-
-    def swap_bw(self, row_bytes: int) -> float:
-        """Achievable zero-copy gather bandwidth over the host link for rows of this size."""
-        eff = self.gather_efficiency_large_rows if row_bytes >= 1024 else self.gather_efficiency
-        return self.link_bw * eff
-
-
-@dataclass(frozen=True)
-class DeploymentSpec:
-    name: str
-    gpu: str
-    gpus: int
-    tp: int
-    dp: int
-    mode: str
-    mem_fraction: float
-    activation_reserve_bytes: float
-    host_bytes: float
-    prefill_chunk_tokens: int
-
-
-@dataclass(frozen=True)
-class HiSparseSpec:
-    top_k: int
-    device_buffer_size: int
-    host_to_device_ratio: float
-    policy: str = "lru"
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    name: str
-    input_tokens: int
-    output_tokens: int
-    length_jitter: float
-    arrival: str
-    rate_per_s: float
-    requests_per_client: int
-
-
-@dataclass(frozen=True)
-class CostParams:
-    calibrated: bool
-    source: str
-    hbm_efficiency: float
-    matmul_efficiency: float
-    attention_efficiency: float
-    per_layer_overhead_us: float
-    swap_in_launch_us: float
-    swap_in_overlap: float
-    backup_overlap: float
-    prefill_efficiency: float
-    attention_launch_us: float = 0.0  # fixed cost of one attention launch (fitted by calibration)
-    swap_in_per_request_us: float = 0.0  # swap-in bookkeeping per request per launch (fitted)
-    attention_efficiency_fp8: float = 0.0  # for 656 B FP8 rows; 0: same as attention_efficiency
-    attention_launch_fp8_us: float = 0.0  # FP8 rows' attention launch; 0: same as attention_launch_us
-    swap_in_launch_fp8_us: float = 0.0  # 656 B rows' swap-in launch; 0: same as swap_in_launch_us
-    swap_in_per_request_fp8_us: float = 0.0  # 656 B rows' per-request cost; 0: same as swap_in_per_request_us
-
+PRESET_DIR = Path(str(files("simulator").joinpath("presets")))
 
 T = TypeVar("T")
-KINDS = {"models": ModelSpec, "gpus": GpuSpec, "deployments": DeploymentSpec, "hisparse": HiSparseSpec,
-         "workloads": WorkloadSpec, "calibration": CostParams}
-_SHARES = {"attention_efficiency_fp8", "expert_share", "gather_efficiency", "gather_efficiency_large_rows", "mem_fraction",
-           "hbm_efficiency", "matmul_efficiency", "attention_efficiency", "swap_in_overlap",
-           "backup_overlap", "prefill_efficiency", "length_jitter"}
+KINDS: dict[str, type] = {"models": ModelSpec, "gpus": GpuSpec, "deployments": DeploymentSpec,
+                          "hisparse": HiSparseSpec, "workloads": WorkloadSpec, "calibration": CostParams}
+UNCALIBRATED = "uncalibrated"
+# top-level groups of a calibration JSON the serving model reads; any other group is carried along
+_CALIBRATION_READ = ("params", "gpu", "comm", "source")
+
+
+PUBLISHED_DIR = PRESET_DIR / "published"
+
+
+def published_names() -> list[str]:
+    """The shipped published-run sets (simulator/presets/published/*.toml)."""
+    return sorted(p.stem for p in PUBLISHED_DIR.glob("*.toml"))
 
 
 def preset_names(kind: str) -> list[str]:
-    return sorted(p.stem for p in (PRESET_DIR / kind).glob("*.toml"))
+    exts = ("*.toml", "*.json") if kind == "calibration" else ("*.toml",)
+    return sorted({p.stem for ext in exts for p in (PRESET_DIR / kind).glob(ext)})
 
 
-def _resolve(kind: str, spec: str) -> Path:
+def _singular(kind: str) -> str:
+    return {"models": "model", "gpus": "gpu", "deployments": "deployment", "workloads": "workload"}.get(kind, kind)
+
+
+def resolve(kind: str, spec: str) -> Path:
+    """The file behind a preset name or a user's path."""
     path = Path(spec)
-    if path.suffix == ".toml" or path.exists():
-        if not path.exists():
-            raise HisparseError(f"{spec}: no such file")
+    if path.suffix in (".toml", ".json") or path.exists():
+        if not path.is_file():
+            raise HisparseError(f"{spec}: no such file" if not path.exists() else f"{spec}: not a file")
         return path
-    preset = PRESET_DIR / kind / f"{spec}.toml"
-    if not preset.exists():
-        raise HisparseError(f"unknown {kind[:-1] if kind.endswith('s') else kind} preset {spec!r} "
-                            f"(presets: {', '.join(preset_names(kind))}; or give a .toml file)")
-    return preset
+    for ext in (".toml", ".json") if kind == "calibration" else (".toml",):
+        preset = PRESET_DIR / kind / f"{spec}{ext}"
+        if preset.is_file():
+            return preset
+    raise HisparseError(f"unknown {_singular(kind)} preset {spec!r} (presets: {', '.join(preset_names(kind))}; "
+                        "or give a .toml file)")
 
 
-def load(kind: str, spec: str | dict[str, Any], **overrides: Any):
-    """Load and check one preset (a name, a path, or an already-parsed dict). A calibration may
-    also be the JSON that ``hisparse calibrate`` writes: its fitted ``params`` replace the
-    uncalibrated defaults."""
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise HisparseError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def load(kind: str, spec: str | Mapping[str, Any], **overrides: Any):
+    """Load and check one preset (a name, a path, or an already-parsed mapping). A calibration may
+    be a TOML parameter set or a calibration JSON (its fitted ``params`` over the uncalibrated
+    defaults)."""
     cls = KINDS[kind]
-    if kind == "calibration" and isinstance(spec, str) and spec.endswith(".json"):
-        spec = calibration_params(spec)
-    if isinstance(spec, dict):
-        where, data = f"<{kind}>", dict(spec)
+    if kind == "calibration" and isinstance(spec, str):
+        return load_calibration(spec).params
+    if isinstance(spec, Mapping):
+        where, data = f"<{_singular(kind)}>", dict(spec)
     else:
-        path = _resolve(kind, spec)
-        where = str(path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise HisparseError(f"{where}: not valid TOML ({exc})") from None
+        path = resolve(kind, spec)
+        where, data = str(path), read_toml(path)
     data.update({k: v for k, v in overrides.items() if v is not None})
-    return _build(cls, data, where)
+    return build(cls, data, where)
 
 
-def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
-    known = {f.name: f for f in fields(cls)}
+def build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+    """A spec from parsed data: unknown and missing keys named here, values checked by the spec."""
+    data = dict(data)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.name != "where"}
+    if cls is GpuSpec:
+        if "interconnect" not in data:
+            raise HisparseError(f"{where}: missing [interconnect] table (GPU-to-GPU collectives with sources)")
+        data["interconnect"] = parse_interconnect(data["interconnect"], where)
+        if not isinstance(data.get("sources", {}), Mapping):
+            raise HisparseError(f"{where}: sources must be a table")
+    if cls is CostParams and "unsourced" in data:
+        if not isinstance(data["unsourced"], (list, tuple)) or not all(isinstance(u, str) for u in data["unsourced"]):
+            raise HisparseError(f"{where}: unsourced must be a list of term names")
+        data["unsourced"] = tuple(data["unsourced"])
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise HisparseError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    missing = [n for n, f in known.items() if n not in data and f.default is dataclasses.MISSING]
+    missing = [n for n, f in known.items() if n not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
     if missing:
         raise HisparseError(f"{where}: missing key(s) {', '.join(missing)}")
-    values = {}
-    for name, value in data.items():
-        typ = known[name].type
-        try:
-            if typ in ("int", int):
-                if isinstance(value, float) and not value.is_integer():
-                    raise ValueError("not a whole number")
-                value = int(value)
-            elif typ in ("float", float):
-                value = float(value)
-            elif typ in ("bool", bool):
-                if not isinstance(value, bool):
-                    raise ValueError("not true/false")
-            elif typ in ("str", str):
-                value = str(value)
-        except (TypeError, ValueError) as exc:
-            raise HisparseError(f"{where}: {name} = {value!r}: {exc}") from None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if value < 0 or (name in _SHARES and value > 1):
-                bound = "in [0, 1]" if name in _SHARES else ">= 0"
-                raise HisparseError(f"{where}: {name} = {value} must be {bound}")
-        values[name] = value
-    obj = cls(**values)
-    _check(obj, where)
-    return obj
+    return cls(**data, where=where)
 
 
-def _check(obj: Any, where: str) -> None:
-    """Cross-field rules."""
-    if isinstance(obj, HiSparseSpec):
-        if obj.device_buffer_size < obj.top_k:
-            raise HisparseError(f"{where}: device_buffer_size {obj.device_buffer_size} < top_k {obj.top_k} "
-                                "(HiSparse needs room for a whole step's selection)")
-        if obj.host_to_device_ratio < 1:
-            raise HisparseError(f"{where}: host_to_device_ratio must be >= 1")
-    if isinstance(obj, DeploymentSpec):
-        if obj.mode not in ("colocated", "disaggregated"):
-            raise HisparseError(f"{where}: mode must be colocated or disaggregated, not {obj.mode!r}")
-        if obj.dp < 1 or obj.gpus % obj.dp or obj.tp < 1:
-            raise HisparseError(f"{where}: gpus ({obj.gpus}) must be a multiple of dp ({obj.dp}), tp >= 1")
-    if isinstance(obj, WorkloadSpec):
-        if obj.arrival not in ("closed", "open"):
-            raise HisparseError(f"{where}: arrival must be closed or open, not {obj.arrival!r}")
-        if obj.input_tokens < 1 or obj.output_tokens < 1 or obj.requests_per_client < 1:
-            raise HisparseError(f"{where}: input_tokens, output_tokens and requests_per_client must be >= 1")
-    if isinstance(obj, ModelSpec) and obj.experts_per_token > obj.experts:
-        raise HisparseError(f"{where}: experts_per_token > experts")
+# -- calibrations -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration supplies: cost parameters, measured GPU figures (which replace the GPU
+    file's, and the plan output lists each one), measured collectives (``comm``), and any other
+    term group the file holds (carried unread, so newer calibration files load)."""
+
+    label: str
+    params: CostParams
+    gpu: Mapping[str, float] = field(default_factory=dict)
+    comm: Mapping[str, Any] = field(default_factory=dict)
+    terms: Mapping[str, Any] = field(default_factory=dict)
+    unknown_params: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _uncalibrated_data() -> dict[str, Any]:
+    return read_toml(PRESET_DIR / "calibration" / f"{UNCALIBRATED}.toml")
+
+
+def load_calibration(spec: str) -> Calibration:
+    """A calibration by name (``uncalibrated``, or a packaged JSON such as ``h200``) or by path."""
+    path = resolve("calibration", spec)
+    if path.suffix != ".json":
+        return Calibration(str(path), build(CostParams, read_toml(path), str(path)))
+    where = str(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise HisparseError(f"{where}: cannot read ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HisparseError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+        raise HisparseError(f"{where}: no 'params' object (write it with hisparse calibrate)")
+    known = {f.name for f in dataclasses.fields(CostParams)} - {"where"}
+    params = _uncalibrated_data()
+    fitted = {k: v for k, v in data["params"].items() if k in known}
+    params.update(fitted)
+    # a fitted term has its source now
+    params["unsourced"] = tuple(u for u in params.get("unsourced", ()) if u not in fitted)
+    params["source"] = f"{where}: " + str(data.get("source", "hisparse calibrate"))
+    gpu = data.get("gpu", {})
+    comm = data.get("comm", {})
+    for key, value in (("gpu", gpu), ("comm", comm)):
+        if not isinstance(value, dict):
+            raise HisparseError(f"{where}: '{key}' must be an object")
+    gpu_known = {f.name for f in dataclasses.fields(GpuSpec)}
+    bad = sorted(set(gpu) - gpu_known)
+    if bad:
+        raise HisparseError(f"{where}: gpu.{bad[0]} is not a GPU figure (known: {', '.join(sorted(gpu_known))})")
+    return Calibration(where, build(CostParams, params, where), dict(gpu), dict(comm),
+                       {k: v for k, v in data.items() if k not in _CALIBRATION_READ},
+                       {k: v for k, v in data["params"].items() if k not in known})
 
 
 def calibration_params(path: str | Path) -> dict[str, Any]:
-    """The uncalibrated defaults with a calibration JSON's fitted parameters on top."""
-    import json
-
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise HisparseError(f"{path}: no such calibration file") from None
-    except ValueError as exc:
-        raise HisparseError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data.get("params"), dict):
-        raise HisparseError(f"{path}: no 'params' object (write it with hisparse calibrate)")
-    base = tomllib.loads((PRESET_DIR / "calibration" / "uncalibrated.toml").read_text())
-    base.update(data["params"])
-    base["source"] = f"{path}: " + str(data.get("source", "hisparse calibrate"))
-    return base
+    """The uncalibrated defaults with a calibration JSON's fitted parameters on top (as a dict)."""
+    p = load_calibration(str(path)).params
+    return {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "where"}
 
 
 def calibration_gpu(path: str | Path) -> dict[str, Any]:
     """GPU figures a calibration JSON measured (link and HBM bandwidth, gather efficiency)."""
-    import json
-
-    return dict(json.loads(Path(path).read_text()).get("gpu", {}))
+    return dict(load_calibration(str(path)).gpu)
 
 
-def load_gpu(name: str, calibration: str) -> GpuSpec:
-    """A GPU preset, with the figures a calibration JSON measured on top (a TOML calibration or
-    preset name measures none)."""
-    return load("gpus", name, **(calibration_gpu(calibration) if calibration.endswith(".json") else {}))
+def load_gpu(name: str, calibration: str | None = None) -> GpuSpec:
+    """A GPU preset, with the figures a calibration JSON measured on top (and its measured
+    collectives in place of the preset's)."""
+    gpu = load("gpus", name)
+    if not calibration:
+        return gpu
+    cal = load_calibration(calibration)
+    return apply_calibration(gpu, cal)
 
 
-CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "calibration"
+def apply_calibration(gpu: GpuSpec, cal: Calibration) -> GpuSpec:
+    if not cal.gpu and not cal.comm:
+        return gpu
+    ic: Interconnect = gpu.interconnect.with_overrides(cal.comm, cal.label) if cal.comm else gpu.interconnect
+    return dataclasses.replace(gpu, **cal.gpu, interconnect=ic, where=f"{gpu.where} (figures from {cal.label})")
 
 
 def calibration_file(gpu: str) -> Path | None:
-    """calibration/<gpu>.json from ``hisparse calibrate``, if the repository holds one."""
-    for base in (Path.cwd() / "calibration", CALIBRATION_DIR):
-        path = base / f"{Path(gpu).stem}.json"
-        if path.exists():
-            return path
-    return None
+    """The packaged calibration a GPU preset or file names (its ``calibration`` key), if any."""
+    spec = load("gpus", gpu)
+    return _calibration_path(spec)
+
+
+def _calibration_path(gpu: GpuSpec) -> Path | None:
+    if not gpu.calibration:
+        return None
+    name = gpu.calibration
+    base = Path(gpu.where).parent
+    if name.endswith(".json"):
+        path = Path(name) if Path(name).is_absolute() else base / name
+        if not path.is_file():
+            raise HisparseError(f"{gpu.where}: calibration = {name!r}: no such file {path}")
+        return path
+    try:
+        return resolve("calibration", name)
+    except HisparseError:
+        raise HisparseError(f"{gpu.where}: calibration = {name!r}: no such packaged calibration "
+                            f"(packaged: {', '.join(preset_names('calibration'))})") from None

@@ -10,7 +10,7 @@
 ``replay`` points take the options of ``hisparse replay`` (trace, policy, buffer, semantics,
 initial, reserve_newest, seed); ``plan`` points those of ``hisparse plan`` with one concurrency
 (or rate) each (model, gpu, deployment, workload, hisparse, calibration, trace, concurrency, rate,
-device_buffer_size, host_to_device_ratio, slo_tpot_ms, seed). A value in [fixed] may also be a
+device_buffer_size, host_to_device_ratio, slo_tpot_ms, slo_ttft_s, seed). A value in [fixed] may also be a
 list: it then counts as a grid axis.
 """
 
@@ -31,7 +31,7 @@ OPTIONS = {
     "replay": {"trace": str, **option_types()},  # a ReplayConfig's fields
     "plan": {"model": str, "gpu": str, "deployment": str, "workload": str, "hisparse": str, "calibration": str,
              "trace": str, "concurrency": int, "rate": float, "device_buffer_size": int,
-             "host_to_device_ratio": float, "slo_tpot_ms": float, "seed": int},
+             "host_to_device_ratio": float, "slo_tpot_ms": float, "slo_ttft_s": float, "seed": int},
 }
 REQUIRED = {"replay": ("trace",), "plan": ()}
 

@@ -38,7 +38,7 @@ def _plan(p: dict[str, Any]) -> dict[str, Any]:
     from ..serving.planner import PlanInputs, run_plan
 
     inp = PlanInputs(**{k: p[k] for k in ("model", "gpu", "deployment", "workload", "hisparse", "calibration",
-                                          "trace", "slo_tpot_ms", "seed") if k in p},
+                                          "trace", "slo_tpot_ms", "slo_ttft_s", "seed") if k in p},
                      concurrency=(p.get("concurrency", 64),), rates=(p["rate"],) if "rate" in p else ())
     if "device_buffer_size" in p or "host_to_device_ratio" in p:
         hs = P.load("hisparse", inp.hisparse)
@@ -47,9 +47,10 @@ def _plan(p: dict[str, Any]) -> dict[str, Any]:
     rows = run_plan(inp)
     out: dict[str, Any] = {}
     for row in rows:
-        for key in ("throughput_tok_s", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "running", "max_running",
-                    "hbm_used_gb", "host_used_gb", "miss_share"):
+        for key in ("steady_tok_s_deployment", "makespan_tok_s_deployment", "tpot_p50_ms", "tpot_p99_ms",
+                    "ttft_p50_s", "running_deployment", "max_running_deployment", "kv_used_gb_per_gpu",
+                    "host_used_gb_per_gpu", "miss_share", "overloaded"):
             out[f"{row['system']}_{key}"] = row[key]
-    out["hisparse_over_baseline"] = out["hisparse_throughput_tok_s"] / out["baseline_throughput_tok_s"]
+    out["hisparse_over_baseline"] = out["hisparse_steady_tok_s_deployment"] / out["baseline_steady_tok_s_deployment"]
     out["calibrated"] = rows[0]["calibrated"]
     return out

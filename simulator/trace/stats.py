@@ -68,6 +68,45 @@ def region_shares(stream: Stream, sink: int = SINK_TOKENS, local: int = LOCAL_TO
     return sinks, recent
 
 
+def reuse_gaps(streams: list[Stream], sink: int = SINK_TOKENS, local: int = LOCAL_TOKENS) -> tuple[np.ndarray, int]:
+    """Arrivals between the sink and local regions (positions selected now, not at the previous
+    step): the gaps in steps since each was last selected in its stream, and how many were
+    never selected before."""
+    gaps: list[np.ndarray] = []
+    first = 0
+    for s in streams:
+        last = np.full(int(s.ctx_len.max()) + 1, -1, dtype=np.int64)
+        for t in range(s.steps):
+            row = s.step(t)
+            row = row[row >= 0]
+            if t:
+                free = row[(row >= sink) & (row < int(s.ctx_len[t]) - local)]
+                seen = last[free[last[free] != t - 1]]
+                first += int(np.count_nonzero(seen < 0))
+                gaps.append(t - seen[seen >= 0])
+            last[row] = t
+    return (np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)), first
+
+
+def first_depth(streams: list[Stream], sink: int = SINK_TOKENS, local: int = LOCAL_TOKENS) -> float:
+    """Mean distance from the newest token, in units of context, of the positions selected for
+    the first time (between the sink and local regions, after step 0)."""
+    depth: list[np.ndarray] = []
+    for s in streams:
+        seen = np.zeros(int(s.ctx_len.max()) + 1, dtype=bool)
+        for t in range(s.steps):
+            row = s.step(t)
+            row = row[row >= 0]
+            if t:
+                ctx = int(s.ctx_len[t])
+                free = row[(row >= sink) & (row < ctx - local)]
+                new = free[~seen[free]]
+                depth.append((ctx - new) / ctx)
+            seen[row] = True
+    d = np.concatenate(depth) if depth else np.zeros(0)
+    return float(d.mean()) if d.size else 0.5
+
+
 def trace_info(trace: TraceSource, *, sink: int = SINK_TOKENS, local: int = LOCAL_TOKENS) -> dict[str, Any]:
     """Summary of a trace, one stream in memory at a time (two for the layer overlap)."""
     k = trace.meta.k

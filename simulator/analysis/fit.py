@@ -23,10 +23,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import HisparseError
-from .generator import GeneratorKnobs, generate
-from .sources import TraceSource
-from .stats import LOCAL_TOKENS, SINK_TOKENS, layer_overlap, region_shares, step_overlap
-from .stream import Stream
+from ..replay import ReplayConfig, replay_stream
+from ..trace.generator import GeneratorKnobs, generate
+from ..trace.sources import TraceSource
+from ..trace.stats import (
+    LOCAL_TOKENS,
+    SINK_TOKENS,
+    first_depth,
+    layer_overlap,
+    region_shares,
+    reuse_gaps,
+    step_overlap,
+)
+from ..trace.stream import Stream
 
 COMPARE_FACTORS = (1.5, 2.0, 4.0)  # buffers in multiples of k: LRU and OPT matched at all three
 QUICK_STEPS = 192  # steps of the quick draws that calibrate shares and overlaps
@@ -56,53 +65,12 @@ def structure(streams: list[Stream], k: int, buffers: tuple[int, ...] = ()) -> d
            "sink_share": sinks / acc, "local_share": local / acc,
            "layer_overlap_mean": float(np.concatenate(lov).mean()) if lov else float("nan")}
     if buffers:
-        from ..replay import ReplayConfig, replay_stream
-
         for policy in ("lru", "opt"):
             for b in buffers:
                 misses = sum(int(replay_stream(s, ReplayConfig(policy=policy, buffer=int(b)), k).sum())
                              for s in streams)
                 out[f"{policy}_{b}"] = misses / acc
     return out
-
-
-def reuse_gaps(streams: list[Stream], sink: int = SINK_TOKENS, local: int = LOCAL_TOKENS) -> tuple[np.ndarray, int]:
-    """Arrivals between the sink and local regions (positions selected now, not at the previous
-    step): the gaps in steps since each was last selected in its stream, and how many were
-    never selected before."""
-    gaps: list[np.ndarray] = []
-    first = 0
-    for s in streams:
-        last = np.full(int(s.ctx_len.max()) + 1, -1, dtype=np.int64)
-        for t in range(s.steps):
-            row = s.step(t)
-            row = row[row >= 0]
-            if t:
-                free = row[(row >= sink) & (row < int(s.ctx_len[t]) - local)]
-                seen = last[free[last[free] != t - 1]]
-                first += int(np.count_nonzero(seen < 0))
-                gaps.append(t - seen[seen >= 0])
-            last[row] = t
-    return (np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)), first
-
-
-def first_depth(streams: list[Stream], sink: int = SINK_TOKENS, local: int = LOCAL_TOKENS) -> float:
-    """Mean distance from the newest token, in units of context, of the positions selected for
-    the first time (between the sink and local regions, after step 0)."""
-    depth: list[np.ndarray] = []
-    for s in streams:
-        seen = np.zeros(int(s.ctx_len.max()) + 1, dtype=bool)
-        for t in range(s.steps):
-            row = s.step(t)
-            row = row[row >= 0]
-            if t:
-                ctx = int(s.ctx_len[t])
-                free = row[(row >= sink) & (row < ctx - local)]
-                new = free[~seen[free]]
-                depth.append((ctx - new) / ctx)
-            seen[row] = True
-    d = np.concatenate(depth) if depth else np.zeros(0)
-    return float(d.mean()) if d.size else 0.5
 
 
 def _gap_figures(streams: list[Stream]) -> dict[str, float]:

@@ -1,0 +1,199 @@
+"""Validation against published end-to-end runs: measured figures beside the model's prediction.
+
+A published set is a TOML file (shipped ones under ``simulator/presets/published/``)::
+
+    name = "..."
+    source = "where the figures come from"
+    uncertainty = "how far to trust them"
+    [scenario]                     # preset names or files, as for hisparse plan
+    model = "glm-5.1-fp8"
+    deployment = "8xh200-colocated-dp8"
+    hisparse = "blog-8xh200"
+    [[point]]
+    label = "32K/8K baseline peak"
+    system = "baseline"            # or "hisparse"
+    metric = "makespan_tok_s"      # makespan_tok_s | steady_tok_s (deployment) | max_running (deployment)
+    concurrency = [16, 32, 64]     # one value, or several: the prediction is the peak over them
+    input_tokens = 32768
+    output_tokens = 8192
+    requests_per_client = 4        # waves per client (a benchmark's num_prompts / concurrency)
+    measured = 624.0
+    note = "..."                   # optional: what was assumed
+
+No term of the model is fitted to these figures; they are here to report its error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from ..errors import HisparseError
+from . import presets as P
+from .misses import miss_profiles
+from .model import RunResult, System, simulate
+from .scenario import Scenario, load_scenario
+from .specs import Mode
+
+PUBLISHED_DIR = P.PUBLISHED_DIR
+published_names = P.published_names
+
+
+class Metric(StrEnum):
+    MAKESPAN_TOK_S = "makespan_tok_s"  # output tokens / benchmark duration (bench_serving's output throughput)
+    STEADY_TOK_S = "steady_tok_s"  # output tokens/s while the running set is steady (decode logs)
+    MAX_RUNNING = "max_running"  # requests the deployment runs at once
+
+    def of(self, r: RunResult) -> float:
+        return {Metric.MAKESPAN_TOK_S: r.makespan_tok_s_deployment, Metric.STEADY_TOK_S: r.steady_tok_s_deployment,
+                Metric.MAX_RUNNING: float(r.max_running_deployment)}[self]
+
+
+@dataclass(frozen=True)
+class PublishedPoint:
+    label: str
+    system: System
+    metric: Metric
+    concurrency: tuple[int, ...]
+    input_tokens: int
+    output_tokens: int
+    requests_per_client: int
+    measured: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PublishedSet:
+    name: str
+    source: str
+    uncertainty: str
+    scenario: Mapping[str, str]
+    points: tuple[PublishedPoint, ...]
+    where: str
+
+
+_SCENARIO_KEYS = ("model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace")
+_POINT_KEYS = {"label", "system", "metric", "concurrency", "input_tokens", "output_tokens", "requests_per_client",
+               "measured", "note"}
+
+
+def load_published(spec: str) -> PublishedSet:
+    """A shipped set by name, or a TOML file."""
+    path = Path(spec)
+    if not (path.suffix == ".toml" or path.exists()):
+        path = PUBLISHED_DIR / f"{spec}.toml"
+        if not path.is_file():
+            raise HisparseError(f"unknown published set {spec!r} (shipped: {', '.join(published_names())}; "
+                                "or give a .toml file)")
+    elif not path.is_file():
+        raise HisparseError(f"{spec}: no such file")
+    where = str(path)
+    data = P.read_toml(path)
+    unknown = sorted(set(data) - {"name", "source", "uncertainty", "scenario", "point"})
+    if unknown:
+        raise HisparseError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    for key in ("name", "source"):
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise HisparseError(f"{where}: {key} missing (a string: every published figure carries its source)")
+    scenario = data.get("scenario", {})
+    if not isinstance(scenario, dict) or set(scenario) - set(_SCENARIO_KEYS):
+        raise HisparseError(f"{where}: [scenario] takes {', '.join(_SCENARIO_KEYS)}")
+    base = path.parent
+    resolved = {k: _relative(v, base) for k, v in scenario.items()}
+    raw_points = data.get("point")
+    if not isinstance(raw_points, list) or not raw_points:
+        raise HisparseError(f"{where}: no [[point]] tables")
+    points = tuple(_point(p, f"{where}: point {i + 1}") for i, p in enumerate(raw_points))
+    return PublishedSet(data["name"], data["source"], str(data.get("uncertainty", "")), resolved, points, where)
+
+
+def _relative(value: Any, base: Path) -> Any:
+    """A scenario file given relative to the published set's own file."""
+    if isinstance(value, str) and value.endswith((".toml", ".json", ".hst")) and not Path(value).is_absolute():
+        candidate = base / value
+        return str(candidate) if candidate.exists() else value
+    return value
+
+
+def _point(raw: Any, where: str) -> PublishedPoint:
+    if not isinstance(raw, dict):
+        raise HisparseError(f"{where}: not a table")
+    unknown = sorted(set(raw) - _POINT_KEYS)
+    if unknown:
+        raise HisparseError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_POINT_KEYS))})")
+    missing = sorted({"label", "system", "metric", "concurrency", "input_tokens", "output_tokens", "measured"} - set(raw))
+    if missing:
+        raise HisparseError(f"{where}: missing key(s) {', '.join(missing)}")
+    try:
+        system, metric = System(raw["system"]), Metric(raw["metric"])
+    except ValueError:
+        raise HisparseError(f"{where}: system must be {', '.join(System)}; metric {', '.join(Metric)}") from None
+    conc = raw["concurrency"]
+    conc = tuple(conc) if isinstance(conc, list) else (conc,)
+    ints = {"input_tokens": raw["input_tokens"], "output_tokens": raw["output_tokens"],
+            "requests_per_client": raw.get("requests_per_client", 4)}
+    for key, v in list(ints.items()) + [(f"concurrency[{i}]", c) for i, c in enumerate(conc)]:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise HisparseError(f"{where}: {key} = {v!r} must be a positive integer")
+    measured = raw["measured"]
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not measured > 0:
+        raise HisparseError(f"{where}: measured = {measured!r} must be a positive number")
+    return PublishedPoint(str(raw["label"]), system, metric, conc, ints["input_tokens"], ints["output_tokens"],
+                          ints["requests_per_client"], float(measured), str(raw.get("note", "")))
+
+
+def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed: int = 0,
+             overrides: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """One row per published point: measured, predicted, the relative error and where the peak was.
+    ``overrides`` replace scenario inputs of the set (e.g. another trace or calibration)."""
+    sc0 = load_scenario(**(dict(ps.scenario) | dict(overrides or {})))
+    initial = "prefix" if sc0.deployment.mode == Mode.COLOCATED else "empty"
+    profiles = None
+    cache: dict[tuple, RunResult] = {}
+    rows = []
+    for p in ps.points:
+        w = dataclasses.replace(sc0.workload, input_tokens=p.input_tokens, output_tokens=p.output_tokens,
+                                requests_per_client=p.requests_per_client, length_jitter=0.0,
+                                where=f"{ps.where}: {p.label}")
+        sc: Scenario = sc0.replace(workload=w)
+        if p.system == System.HISPARSE and profiles is None:
+            hs = sc.hisparse
+            profiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
+                                     initial=initial)
+        best: tuple[float, int] = (math.nan, 0)
+        failure = ""
+        for c in p.concurrency:
+            key = (p.system, c, p.input_tokens, p.output_tokens, p.requests_per_client)
+            if key not in cache:
+                try:
+                    cache[key] = simulate(sc, p.system, concurrency=c, seed=seed,
+                                          profiles=profiles if p.system == System.HISPARSE else None)
+                except HisparseError as exc:  # the model says this run cannot happen: report it, go on
+                    cache[key] = str(exc).split(": ")[-1]
+            if isinstance(cache[key], str):
+                failure = cache[key]
+                continue
+            value = p.metric.of(cache[key])
+            if math.isnan(best[0]) or value > best[0]:
+                best = (value, c)
+        if on_point:
+            on_point()
+        predicted, at = best
+        note = p.note if not failure else f"{p.note}; MODEL CANNOT RUN IT: {failure}".lstrip("; ")
+        rows.append({"set": ps.name, "label": p.label, "system": p.system.value, "metric": p.metric.value,
+                     "measured": p.measured, "predicted": predicted, "error": predicted / p.measured - 1.0,
+                     "at_concurrency": at, "note": note})
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    errs = [abs(r["error"]) for r in rows if not math.isnan(r["error"])]
+    return {"points": len(rows), "predicted": len(errs),
+            "median_abs_error": statistics.median(errs) if errs else math.nan,
+            "max_abs_error": max(errs) if errs else math.nan}

@@ -1,0 +1,413 @@
+"""Typed, frozen, validated descriptions of what a serving scenario is made of: the model, the GPU
+(with its interconnect), the deployment, the HiSparse config, the workload and the cost-model
+parameters.
+
+Every spec checks itself in ``__post_init__`` and names the file and key in its error, so a preset
+with ``layers = 0`` or ``gpus = 0`` is a one-line error, never a division by zero deep inside the
+simulation. The ``where`` field (the file a spec came from) takes no part in comparisons.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from ..errors import HisparseError
+from .comm import Interconnect
+
+
+class Mode(StrEnum):
+    """What the instance runs: prefill and decode (``colocated``) or decode only (``pd-decode``,
+    SGLang's ``--disaggregation-mode decode``: requests arrive with their KV already written)."""
+
+    COLOCATED = "colocated"
+    PD_DECODE = "pd-decode"
+
+
+class Attention(StrEnum):
+    """How attention is parallelised inside an instance: ``dp`` (``--enable-dp-attention``: a
+    scheduler and a KV pool per DP rank) or ``tp`` (heads split over the instance's GPUs, the MLA
+    latent KV replicated on each, one scheduler for the instance)."""
+
+    DP = "dp"
+    TP = "tp"
+
+
+class MoeLayout(StrEnum):
+    """How routed experts are spread over an instance's GPUs: ``tp`` (every GPU holds a 1/tp slice
+    of every expert; SGLang's layout without ``--ep-size``/``--moe-a2a-backend``) or ``ep`` (whole
+    experts, E/tp per GPU, tokens dispatched all-to-all)."""
+
+    TP = "tp"
+    EP = "ep"
+
+
+class Arrival(StrEnum):
+    """Closed loop (each client sends its next request when the last finishes) or open (Poisson)."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+
+
+def num(*, gt: float | None = None, ge: float | None = None, le: float | None = None, default: Any = dataclasses.MISSING,
+        help: str = "") -> Any:
+    """A numeric field with its domain; the spec's ``__post_init__`` checks it."""
+    kw = {} if default is dataclasses.MISSING else {"default": default}
+    return field(metadata={"gt": gt, "ge": ge, "le": le, "help": help}, **kw)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Base of every spec: coerces TOML numbers to the annotated type, checks each numeric field's
+    domain and the enums, then the subclass's cross-field rules (``_check``)."""
+
+    kind: ClassVar[str] = "spec"
+
+    def __post_init__(self) -> None:
+        where = getattr(self, "where", f"<{self.kind}>")
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):
+            if f.name == "where":
+                continue
+            value = getattr(self, f.name)
+            typ = hints[f.name]
+            try:
+                value = _coerce(value, typ)
+            except (TypeError, ValueError) as exc:
+                raise HisparseError(f"{where}: {f.name} = {value!r}: {exc}") from None
+            object.__setattr__(self, f.name, value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                m = f.metadata
+                if not math.isfinite(value):
+                    raise HisparseError(f"{where}: {f.name} = {value} must be a finite number")
+                bad = ((m.get("gt") is not None and not value > m["gt"]) or
+                       (m.get("ge") is not None and not value >= m["ge"]) or
+                       (m.get("le") is not None and not value <= m["le"]))
+                if bad:
+                    raise HisparseError(f"{where}: {f.name} = {value} must be {_domain(m)}")
+        self._check(where)
+
+    def _check(self, where: str) -> None:
+        """Cross-field rules; subclasses raise HisparseError naming ``where`` and the keys."""
+
+
+def _domain(m: Mapping[str, Any]) -> str:
+    parts = []
+    if m.get("gt") is not None:
+        parts.append(f"> {m['gt']:g}")
+    if m.get("ge") is not None:
+        parts.append(f">= {m['ge']:g}")
+    if m.get("le") is not None:
+        parts.append(f"<= {m['le']:g}")
+    return " and ".join(parts)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        import typing
+
+        _HINTS[cls] = typing.get_type_hints(cls, globalns=globals())
+    return _HINTS[cls]
+
+
+def _coerce(value: Any, typ: Any) -> Any:
+    if isinstance(typ, type) and issubclass(typ, StrEnum):
+        try:
+            return typ(value)
+        except ValueError:
+            raise ValueError(f"must be one of {', '.join(m.value for m in typ)}") from None
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise ValueError("not true/false")
+        return value
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("not a whole number")
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError("not a whole number")
+        return int(value)
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("not a number")
+        return float(value)
+    if typ is str:
+        if not isinstance(value, str):
+            raise ValueError("not a string")
+        return value
+    return value
+
+
+FP8_BLOCK_SCALE = 1 + 4 / (128 * 128)  # FP8 e4m3 weight + one fp32 scale per 128x128 block (model_shapes.md)
+
+
+@dataclass(frozen=True)
+class ModelSpec(Spec):
+    """A DSA MLA MoE model (DeepSeek-V3.2, GLM-5.x). Shape keys are the config.json values (cited
+    in each preset); parameter counts and weight bytes are derived from them."""
+
+    kind: ClassVar[str] = "model"
+    name: str
+    layers: int = num(ge=1)
+    dense_layers: int = num(ge=0)
+    attention_heads: int = num(ge=1)
+    hidden_size: int = num(ge=1)
+    q_lora_rank: int = num(ge=1)
+    kv_lora_rank: int = num(ge=1)
+    qk_nope_head_dim: int = num(ge=1)
+    qk_rope_head_dim: int = num(ge=1)
+    v_head_dim: int = num(ge=1)
+    dense_intermediate_size: int = num(ge=1)
+    moe_intermediate_size: int = num(ge=1)
+    experts: int = num(ge=1)
+    experts_per_token: int = num(ge=1)
+    shared_experts: int = num(ge=0)
+    vocab_size: int = num(ge=1)
+    indexer_heads: int = num(ge=1)
+    indexer_head_dim: int = num(ge=1)
+    top_k: int = num(ge=1)
+    kv_row_bytes: int = num(ge=1)
+    indexer_row_bytes: int = num(ge=0)
+    context_length: int = num(ge=0, default=0, help="max_position_embeddings; 0: unknown")
+    weight_bytes_per_param: float = num(gt=0, default=FP8_BLOCK_SCALE)
+    embedding_bytes_per_param: float = num(gt=0, default=2.0)  # embed and lm_head stay bf16 in FP8 checkpoints
+    where: str = field(default="<model>", compare=False)
+
+    def _check(self, where: str) -> None:
+        if self.experts_per_token > self.experts:
+            raise HisparseError(f"{where}: experts_per_token ({self.experts_per_token}) > experts ({self.experts})")
+        if self.dense_layers > self.layers:
+            raise HisparseError(f"{where}: dense_layers ({self.dense_layers}) > layers ({self.layers})")
+
+    # -- bytes per token ----------------------------------------------------------------------
+    def kv_bytes_per_token(self) -> int:
+        return self.layers * self.kv_row_bytes
+
+    def indexer_bytes_per_token(self) -> int:
+        return self.layers * self.indexer_row_bytes
+
+    # -- parameter counts (model_shapes.md, appendix) -------------------------------------------
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers
+
+    @property
+    def attention_params(self) -> int:
+        """MLA weights of one layer: q_a, q_b, kv_a (+rope), kv_b (W_UK + W_UV), o_proj."""
+        d, h, qr, kvr = self.hidden_size, self.attention_heads, self.q_lora_rank, self.kv_lora_rank
+        nope, rope, v = self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
+        return d * qr + qr * h * (nope + rope) + d * (kvr + rope) + kvr * h * (nope + v) + h * v * d
+
+    @property
+    def indexer_params(self) -> int:
+        """Lightning-indexer weights of one layer: wq_b, wk, weights_proj."""
+        d, ih, idim = self.hidden_size, self.indexer_heads, self.indexer_head_dim
+        return self.q_lora_rank * ih * idim + d * idim + d * ih
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return 3 * self.hidden_size * self.dense_intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """One routed or shared expert (gate, up, down)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def router_params(self) -> int:
+        return self.experts * self.hidden_size
+
+    @property
+    def embedding_params(self) -> int:
+        """The embedding table; lm_head has as many (weights not tied)."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def total_params(self) -> int:
+        per_layer = self.attention_params + self.indexer_params
+        moe = (self.experts + self.shared_experts) * self.expert_params + self.router_params
+        return (self.layers * per_layer + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
+                + 2 * self.embedding_params)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one decoded token multiplies (lm_head included, embedding lookup excluded)."""
+        per_layer = self.attention_params + self.indexer_params
+        moe = (self.experts_per_token + self.shared_experts) * self.expert_params + self.router_params
+        return (self.layers * per_layer + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
+                + self.embedding_params)
+
+    @property
+    def weight_bytes(self) -> float:
+        """The checkpoint's weights without the MTP layer (HiSparse does not support MTP)."""
+        return ((self.total_params - 2 * self.embedding_params) * self.weight_bytes_per_param
+                + 2 * self.embedding_params * self.embedding_bytes_per_param)
+
+
+@dataclass(frozen=True)
+class GpuSpec(Spec):
+    """One GPU: HBM, compute, the host link for the swap-in and the GPU-to-GPU interconnect."""
+
+    kind: ClassVar[str] = "gpu"
+    name: str
+    hbm_bytes: float = num(gt=0)
+    hbm_bw: float = num(gt=0)
+    bf16_flops: float = num(gt=0)
+    link: str
+    link_bw: float = num(gt=0)
+    gather_efficiency: float = num(gt=0, le=1)
+    gather_efficiency_large_rows: float = num(gt=0, le=1)
+    interconnect: Interconnect
+    gpus_per_node: int = num(ge=1, default=8)
+    calibration: str = ""  # the packaged calibration that applies to this GPU ("" none)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # per-key source notes
+    where: str = field(default="<gpu>", compare=False)
+
+    @property
+    def fp8_flops(self) -> float:
+        """Dense FP8 tensor-core rate: twice the BF16 rate on Hopper and Blackwell (NVIDIA datasheets:
+        H200 1,979 vs 989 TFLOP/s, H20 296 vs 148, B200 4.5 vs 2.25 PFLOP/s)."""
+        return 2.0 * self.bf16_flops
+
+    def swap_bw(self, row_bytes: int) -> float:
+        """Achievable zero-copy gather bandwidth over the host link for rows of this size."""
+        eff = self.gather_efficiency_large_rows if row_bytes >= 1024 else self.gather_efficiency
+        return self.link_bw * eff
+
+
+@dataclass(frozen=True)
+class DeploymentSpec(Spec):
+    """How the GPUs are organised, as SGLang's launch flags say it.
+
+    An *instance* is ``tp`` GPUs (``--tp-size``) that share one copy of the MoE; there are
+    ``gpus / tp`` instances. With ``attention = "dp"`` the instance has ``dp`` attention ranks
+    (``--dp-size --enable-dp-attention``), each with ``tp / dp`` GPUs, its own scheduler and KV
+    pool; with ``attention = "tp"`` the instance has one scheduler and ``dp`` must be 1.
+    """
+
+    kind: ClassVar[str] = "deployment"
+    name: str
+    gpu: str
+    gpus: int = num(ge=1)
+    tp: int = num(ge=1)
+    dp: int = num(ge=1)
+    attention: Attention
+    mode: Mode
+    mem_fraction_static: float = num(gt=0, le=1, help="SGLang --mem-fraction-static")
+    host_bytes: float = num(gt=0, help="host memory per node")
+    prefill_chunk_tokens: int = num(ge=1, help="SGLang --chunked-prefill-size")
+    moe: MoeLayout = MoeLayout.TP
+    max_total_tokens: int = num(ge=0, default=0, help="SGLang --max-total-tokens per KV pool; 0: derived")
+    max_running_requests: int = num(ge=0, default=0, help="SGLang --max-running-requests (whole server); 0: derived")
+    prefill_tok_s: float = num(ge=0, default=0.0,
+                               help="pd-decode: input tokens/s the prefill side delivers; 0: unlimited")
+    page_size: int = num(ge=1, default=64, help="KV pool page size (SGLang's DSA backends use 64)")
+    where: str = field(default="<deployment>", compare=False)
+
+    def _check(self, where: str) -> None:
+        if self.gpus % self.tp:
+            raise HisparseError(f"{where}: gpus ({self.gpus}) must be a multiple of tp ({self.tp})")
+        if self.attention == Attention.DP and self.tp % self.dp:
+            raise HisparseError(f"{where}: with attention = \"dp\", tp ({self.tp}) must be a multiple of dp "
+                                f"({self.dp}) (SGLang's DP attention splits an instance's tp GPUs into dp ranks)")
+        if self.attention == Attention.TP and self.dp != 1:
+            raise HisparseError(f"{where}: with attention = \"tp\", dp must be 1 (one scheduler per instance; "
+                                "give more gpus for more instances)")
+
+    @property
+    def instances(self) -> int:
+        return self.gpus // self.tp
+
+    @property
+    def attn_tp(self) -> int:
+        """GPUs that split one attention rank's heads (SGLang's attn_tp_size)."""
+        return self.tp // self.dp if self.attention == Attention.DP else self.tp
+
+    @property
+    def ranks_per_instance(self) -> int:
+        """Schedulers (KV pools) per instance."""
+        return self.dp if self.attention == Attention.DP else 1
+
+    @property
+    def ranks(self) -> int:
+        """Schedulers (KV pools) in the whole deployment."""
+        return self.instances * self.ranks_per_instance
+
+
+@dataclass(frozen=True)
+class HiSparseSpec(Spec):
+    """SGLang's ``--hisparse-config`` JSON."""
+
+    kind: ClassVar[str] = "hisparse"
+    top_k: int = num(ge=1)
+    device_buffer_size: int = num(ge=1)
+    host_to_device_ratio: float = num(ge=1, help="SGLang requires >= 1")
+    policy: str = "lru"
+    where: str = field(default="<hisparse>", compare=False)
+
+    def _check(self, where: str) -> None:
+        if self.device_buffer_size < self.top_k:
+            raise HisparseError(f"{where}: device_buffer_size {self.device_buffer_size} < top_k {self.top_k} "
+                                "(HiSparse needs room for a whole step's selection)")
+        try:
+            from ..replay.policies import POLICY_IDS
+        except ImportError:  # the replay package names its policies elsewhere: replay checks it then
+            return
+        if self.policy not in POLICY_IDS:
+            raise HisparseError(f"{where}: policy = {self.policy!r}: unknown (policies: {', '.join(POLICY_IDS)})")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec(Spec):
+    kind: ClassVar[str] = "workload"
+    name: str
+    input_tokens: int = num(ge=1)
+    output_tokens: int = num(ge=1)
+    length_jitter: float = num(ge=0, le=0.99)
+    arrival: Arrival
+    rate_per_s: float = num(ge=0)
+    requests_per_client: int = num(ge=1)
+    where: str = field(default="<workload>", compare=False)
+
+    def _check(self, where: str) -> None:
+        if self.arrival == Arrival.OPEN and self.rate_per_s <= 0:
+            raise HisparseError(f"{where}: arrival = \"open\" needs rate_per_s > 0 (or give --rate)")
+
+
+@dataclass(frozen=True)
+class CostParams(Spec):
+    """Cost-model terms. Each carries its source in the preset file; terms without one are named
+    in ``unsourced`` and the plan output lists them."""
+
+    kind: ClassVar[str] = "calibration"
+    calibrated: bool
+    source: str
+    attention_efficiency: float = num(gt=0, le=1)
+    per_layer_overhead_us: float = num(ge=0)
+    swap_in_launch_us: float = num(ge=0)
+    swap_in_overlap: float = num(ge=0, le=1)
+    backup_overlap: float = num(ge=0, le=1)
+    hbm_efficiency: float = num(gt=0, le=1, default=1.0)
+    matmul_efficiency: float = num(gt=0, le=1, default=1.0)
+    prefill_efficiency: float = num(gt=0, le=1, default=1.0)
+    prefill_attention_efficiency: float = num(gt=0, le=1, default=1.0)
+    attention_launch_us: float = num(ge=0, default=0.0)  # fixed cost of one attention launch (fitted)
+    swap_in_per_request_us: float = num(ge=0, default=0.0)  # swap-in bookkeeping per request per launch
+    attention_efficiency_fp8: float = num(ge=0, le=1, default=0.0)  # 656 B rows; 0: attention_efficiency
+    attention_launch_fp8_us: float = num(ge=0, default=0.0)  # 0: attention_launch_us
+    swap_in_launch_fp8_us: float = num(ge=0, default=0.0)  # 0: swap_in_launch_us
+    swap_in_per_request_fp8_us: float = num(ge=0, default=0.0)  # 0: swap_in_per_request_us
+    unsourced: tuple[str, ...] = ()  # names of terms with no measurement, datasheet or derivation behind them
+    where: str = field(default="<calibration>", compare=False)
+
+    def _check(self, where: str) -> None:
+        names = {f.name for f in dataclasses.fields(self)}
+        bad = [u for u in self.unsourced if u not in names]
+        if bad:
+            raise HisparseError(f"{where}: unsourced names unknown term(s) {', '.join(bad)}")

@@ -1,0 +1,224 @@
+"""SGLang's memory accounting, the deployment layouts, PD decode and the collectives, checked against
+values computed by hand from SGLang's formulas (simulator/serving/memory.py names the files)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from simulator.errors import HisparseError
+from simulator.serving import presets as P
+from simulator.serving.comm import Collective, bus_factor, parse_interconnect
+from simulator.serving.memory import plan_memory, weights_per_gpu
+from simulator.serving.misses import MissProfiles
+from simulator.serving.model import RankSim, System, simulate
+from simulator.serving.scenario import load_scenario
+
+GLM = dict(L=78, row=1152, idx=132)
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+
+
+def _blog():
+    return load_scenario(calibration="uncalibrated")
+
+
+def test_weights_per_gpu_follow_the_layout():
+    """DP attention (attn_tp 1): attention + indexer replicated, embedding replicated; MoE, dense
+    MLPs and lm_head split over tp 8. TP attention: everything split but the router gates."""
+    sc = _blog()
+    m = sc.model
+    w = m.weight_bytes_per_param
+    attn = 78 * (165_019_648 + 9_371_648) * w
+    mlp = (3 * 226_492_416 + 75 * 257 * 37_748_736) / 8 * w
+    router = 75 * 256 * 6144 * 2
+    emb = 154_880 * 6144 * 2
+    assert weights_per_gpu(m, sc.deployment) == pytest.approx(attn + mlp + router + emb + emb / 8)
+    tp = P.load("deployments", "8xh200-tp8")
+    assert weights_per_gpu(m, tp) == pytest.approx(attn / 8 + mlp + router + emb / 8 + emb / 8)
+    assert 106e9 < weights_per_gpu(m, sc.deployment) < 108e9  # ~106.8 GB (SGLang memory notes, 2.6)
+
+
+def test_baseline_pool_is_sglangs_profile():
+    """max_total_num_tokens = (mfs x HBM - weights) // (L x (row + indexer)), page-aligned; the
+    running cap is --max-running-requests // dp."""
+    sc = _blog()
+    plan = plan_memory(sc.model, sc.gpu, sc.deployment, None)
+    budget = 0.85 * sc.gpu.hbm_bytes - weights_per_gpu(sc.model, sc.deployment)
+    cell = GLM["L"] * (GLM["row"] + GLM["idx"])
+    assert cell == 100_152 and plan.cell_bytes == cell
+    assert plan.pool_tokens == int(budget // cell) // 64 * 64
+    assert plan.max_running == 480 // 8 == 60
+    # SGLang's own cap when none is given: min(clamp(tokens / context_len x 512, 2048, 4096), tokens // 2)
+    free = dataclasses.replace(sc.deployment, max_running_requests=0)
+    want = min(max(int(plan.pool_tokens / 202_752 * 512), 2048), 4096)  # context_len: max_position_embeddings
+    assert want == 2048 and plan_memory(sc.model, sc.gpu, free, None).max_running == min(want, plan.pool_tokens // 2)
+
+
+def test_hisparse_pools_size_the_indexer_for_the_logical_pool():
+    sc = _blog()
+    hs = sc.hisparse  # {2048, 4096, 8}
+    plan = plan_memory(sc.model, sc.gpu, sc.deployment, hs)
+    budget = 0.85 * sc.gpu.hbm_bytes - weights_per_gpu(sc.model, sc.deployment)
+    cell = 78 * 1152 + 78 * 132 * 8
+    assert cell == 172_224 and plan.cell_bytes == cell
+    assert plan.pool_tokens == int(budget // cell) // 64 * 64
+    assert plan.host_tokens == plan.pool_tokens * 8
+    assert plan.host_pool_bytes == plan.host_tokens * 78 * 1152
+    assert plan.buffer_slots == 4096 + 64
+    fp = plan.footprint(32768, 8192, prefilling=True, prefill_on_device=True)
+    assert (fp.device, fp.host) == (32768, 40960)  # the prompt sits in device slots while it prefills
+    fp = plan.footprint(32768, 8192, prefilling=False, prefill_on_device=True)
+    assert (fp.device, fp.host) == (4160, 40960)
+    assert plan.footprint(32768, 8192, prefilling=True, prefill_on_device=False).device == 4160  # PD decode
+
+
+def test_deployment_overrides_replace_derived_values():
+    sc = _blog()
+    dep = dataclasses.replace(sc.deployment, max_total_tokens=100_000, max_running_requests=8)
+    plan = plan_memory(sc.model, sc.gpu, dep, None)
+    assert plan.pool_tokens == 100_000 // 64 * 64 and plan.pool_tokens_derived > 200_000
+    assert plan.max_running == 1 and plan.max_running_derived == 2048
+
+
+def test_tp_attention_replicates_the_kv_on_every_gpu():
+    """TP attention: one pool for the instance (the same tokens on all 8 GPUs); DP attention: 8 pools."""
+    dp = _blog()
+    tp = load_scenario(deployment="8xh200-tp8", calibration="uncalibrated")
+    p_dp = plan_memory(dp.model, dp.gpu, dp.deployment, None)
+    p_tp = plan_memory(tp.model, tp.gpu, tp.deployment, None)
+    assert p_tp.cell_bytes == p_dp.cell_bytes  # the MLA cell is not divided by attention TP
+    assert p_tp.pool_tokens > p_dp.pool_tokens  # fewer replicated weights, more room per GPU...
+    assert tp.deployment.ranks == 1 and dp.deployment.ranks == 8
+    ctx = 40960
+    # ...but the instance holds one pool's worth of requests, DP attention eight
+    assert p_tp.pool_tokens // ctx * tp.deployment.ranks < p_dp.pool_tokens // ctx * dp.deployment.ranks
+    w = dataclasses.replace(tp.workload, output_tokens=64, requests_per_client=1)
+    r_tp = simulate(tp.replace(workload=w), System.BASELINE, concurrency=64)
+    r_dp = simulate(dp.replace(workload=w), System.BASELINE, concurrency=64)
+    assert r_tp.max_running_deployment == p_tp.pool_tokens // (32768 + 64)
+    assert r_dp.max_running_deployment == 8 * (p_dp.pool_tokens // (32768 + 64))
+
+
+def test_a_model_that_does_not_fit_is_one_clear_error():
+    sc = load_scenario(gpu="h100", calibration="uncalibrated")
+    with pytest.raises(HisparseError, match=r"h100.toml.*no room for a KV pool.*weights take 107.0 GB per GPU"):
+        simulate(sc, System.BASELINE, concurrency=1)
+    big = sc.replace(gpu=P.load("gpus", "h200"), workload=dataclasses.replace(sc.workload, input_tokens=400_000))
+    with pytest.raises(HisparseError, match=r"32k-in-8k-out.toml.*one request of 400000 \+ 8192 tokens needs"):
+        simulate(big, System.BASELINE, concurrency=1)
+
+
+def test_pd_decode_first_step_misses_everything():
+    sc = load_scenario(deployment="2xh20-pd-decode", hisparse="blog-h20-pd", calibration="uncalibrated")
+    sc = sc.replace(workload=dataclasses.replace(sc.workload, output_tokens=40, requests_per_client=1))
+    profiles = MissProfiles((np.full(64, 0.05),), "test")
+    sim = RankSim(sc, System.HISPARSE, concurrency=1, profiles=profiles)
+    r = sim.run()
+    assert sim.plan.footprint(32768, 40, prefilling=True, prefill_on_device=False).device == 6144 + 64
+    # 39 decode steps: the first misses all top-k entries of every layer, the rest 5%
+    assert r.miss_share == pytest.approx((1.0 + 38 * 0.05) / 39)
+    first = sim.itl[0][0]
+    later = sim.itl[0][1]
+    rows = sc.model.layers * sc.model.top_k * 0.95
+    assert first - later == pytest.approx(rows * sc.model.kv_row_bytes / sc.gpu.swap_bw(sc.model.kv_row_bytes), rel=0.02)
+    # no prefill on the decode instance: TTFT is the prefill side's, the decode time is only decode steps
+    assert r.ttft_p50_s > 0 and sim.decode_time == pytest.approx(sum(g.sum() for g in sim.itl))
+    base = RankSim(sc, System.BASELINE, concurrency=1).run()
+    assert base.kv_used_gb_per_gpu == pytest.approx((32768 + 40) * 78 * 1152 / 1e9)  # its KV arrived in HBM
+
+
+def test_pd_decode_prefill_capacity_limits_arrivals():
+    sc = load_scenario(deployment="2xh20-pd-decode", hisparse="blog-h20-pd", calibration="uncalibrated")
+    w = dataclasses.replace(sc.workload, output_tokens=16, requests_per_client=2)
+    slow = sc.replace(workload=w, deployment=dataclasses.replace(sc.deployment, prefill_tok_s=8 * 32768 / 10.0))
+    r = simulate(slow, System.BASELINE, concurrency=8)
+    assert r.ttft_p50_s == pytest.approx(10.0, rel=1e-6)  # one 32K prompt per rank at 3,277 tokens/s
+    assert r.served_req_s_deployment < 8 / 10.0 + 1e-9
+
+
+def test_collective_time_follows_nccl_tests_conventions():
+    raw = {"name": "x", "source": "test",
+           "all_reduce": {"latency_us": 10.0, "busbw": {2: 100e9, 8: 200e9}, "source": "t"},
+           "all_gather": {"latency_us": {4: 5.0, 8: 6.0}, "busbw": 100e9, "source": "t"},
+           "reduce_scatter": {"latency_us": 5.0, "busbw": 100e9, "source": "t"},
+           "all_to_all": {"latency_us": 5.0, "busbw": 100e9, "source": "t"}}
+    ic = parse_interconnect(raw, "t.toml")
+    assert bus_factor(Collective.ALL_REDUCE, 8) == pytest.approx(14 / 8)
+    assert bus_factor(Collective.ALL_GATHER, 8) == pytest.approx(7 / 8)
+    assert ic.time_s("all_reduce", 8, 1e6) == pytest.approx(10e-6 + 14 / 8 * 1e6 / 200e9)
+    assert ic.time_s("all_reduce", 4, 1e6) == pytest.approx(10e-6 + 6 / 4 * 1e6 / 200e9)  # nearest count >= 4: 8
+    assert ic.time_s("all_reduce", 2, 1e6) == pytest.approx(10e-6 + 1 * 1e6 / 100e9)
+    assert ic.time_s("all_reduce", 16, 1e6) == pytest.approx(10e-6 + 30 / 16 * 1e6 / 200e9)  # beyond: the largest
+    assert ic.time_s("all_gather", 2, 1e6) == pytest.approx(5e-6 + 0.5 * 1e6 / 100e9)
+    assert ic.time_s("all_gather", 1, 1e6) == 0.0
+    bad = dict(raw, all_to_all={"latency_us": 5.0, "busbw": 0, "source": "t"})
+    with pytest.raises(HisparseError, match=r"t.toml: interconnect.all_to_all.busbw = 0 must be a positive number"):
+        parse_interconnect(bad, "t.toml")
+    bad = dict(raw, all_to_all={"latency_us": 5.0, "busbw": 1e9})
+    with pytest.raises(HisparseError, match="missing key.*source"):
+        parse_interconnect(bad, "t.toml")
+    del raw["all_to_all"]
+    with pytest.raises(HisparseError, match="interconnect lacks all_to_all"):
+        parse_interconnect(raw, "t.toml")
+
+
+def test_every_shipped_gpu_figure_carries_a_source():
+    for name in P.preset_names("gpus"):
+        ic = P.load("gpus", name).interconnect
+        assert ic.source.strip()
+        for c in Collective:
+            assert ic.collectives[c].source.strip(), (name, c)
+
+
+def test_a_calibrations_comm_group_overrides_the_preset_and_unknown_groups_are_carried(tmp_path):
+    cal = json.loads((P.PRESET_DIR / "calibration" / "h200.json").read_text())
+    # the shape simulator/calibration/comm.py writes
+    cal["comm"] = {"source": "hisparse calibrate --comm", "command": "x",
+                   "all_gather": {"latency_us": {"2": 5.0, "8": 7.0}, "busbw": {"2": 1e11, "8": 3.0e11},
+                                  "r2": {"2": 0.99, "8": 0.99}, "points": {"2": 90, "8": 90},
+                                  "max_rel_err": {"2": 0.1, "8": 0.1}}}
+    cal["indexer"] = {"anything": [1, 2, 3]}
+    cal["params"]["gemm_future_term_us"] = 3.0
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal))
+    sc = load_scenario(calibration=str(path))
+    ic = sc.gpu.interconnect
+    assert ic.time_s("all_gather", 8, 1e6) == pytest.approx(7e-6 + 7 / 8 * 1e6 / 3e11)
+    assert ic.time_s("reduce_scatter", 8, 1e6) == P.load("gpus", "h200").interconnect.time_s("reduce_scatter", 8, 1e6)
+    assert any("collectives all_gather measured" in n for n in sc.notes)
+    assert any("gemm_future_term_us" in n for n in sc.notes)
+    assert P.load_calibration(str(path)).terms["indexer"] == {"anything": [1, 2, 3]}
+    assert ic.collectives[Collective.ALL_GATHER].source == "hisparse calibrate --comm"
+    cal["comm"]["all_gather"]["bogus"] = 1
+    path.write_text(json.dumps(cal))
+    with pytest.raises(HisparseError, match=r"cal.json: comm.all_gather: unknown key\(s\) bogus"):
+        load_scenario(calibration=str(path))
+
+
+def test_expert_parallel_moe_dispatches_and_combines_all_to_all():
+    sc = _blog()
+    ep = dataclasses.replace(sc.deployment, moe="ep")
+    from simulator.serving.costs import CostModel
+
+    c = CostModel(sc.model, sc.gpu, ep, sc.params)
+    ic, h = sc.gpu.interconnect, sc.model.hidden_size
+    copies = 64 / 8 * 8  # 64 tokens over 8 ranks, each to at most min(top-8, 8 ranks) ranks
+    want = ic.time_s("all_to_all", 8, copies * (h + 4 * h // 128)) + ic.time_s("all_to_all", 8, copies * h * 2)
+    assert c.comm_layer(8, 64) == pytest.approx(want)
+    assert weights_per_gpu(sc.model, ep) == weights_per_gpu(sc.model, sc.deployment)  # E/tp whole experts: same bytes
+
+
+def test_a_bad_figure_in_a_calibration_names_both_files(tmp_path):
+    cal = json.loads((P.PRESET_DIR / "calibration" / "h200.json").read_text())
+    cal["gpu"]["link_bw"] = -1
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(cal))
+    with pytest.raises(HisparseError, match=r"h200.toml \(figures from .*cal.json\): link_bw = -1.0 must be > 0"):
+        load_scenario(calibration=str(path))

@@ -1,0 +1,109 @@
+"""`hisparse plan --validate`: the shipped published sets load, every point gets a prediction or a
+stated reason, and the table, median and max error come out as text and JSON."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import HisparseError
+from simulator.serving.published import load_published, published_names, summary, validate
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+
+
+def test_shipped_sets_carry_their_sources():
+    assert {"paper-glm51-8xh200", "issue-30985-baseline"} <= set(published_names())
+    for name in published_names():
+        ps = load_published(name)
+        assert ps.source and ps.points
+    paper = load_published("paper-glm51-8xh200")
+    measured = {p.label: p.measured for p in paper.points}
+    assert measured["32K/8K, baseline peak"] == 624 and measured["32K/8K, HiSparse peak"] == 1919
+    assert [p.measured for p in load_published("issue-30985-baseline").points] == [
+        252.33, 439.91, 435.43, 431.55, 437.30, 442.72]
+
+
+def test_validation_rows_and_summary():
+    rows = validate(load_published("issue-30985-baseline"))
+    assert len(rows) == 6
+    for r in rows:
+        assert r["error"] == pytest.approx(r["predicted"] / r["measured"] - 1)
+    s = summary(rows)
+    assert s["median_abs_error"] == pytest.approx(statistics.median(abs(r["error"]) for r in rows))
+    assert s["max_abs_error"] == max(abs(r["error"]) for r in rows)
+
+
+def test_validate_cli_text_and_json(tmp_path, capsys):
+    assert main(["plan", "--validate", "issue-30985-baseline", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "== issue-30985-baseline" in text and "median |error|" in text and "252.3" in text
+    out = tmp_path / "v"
+    assert main(["plan", "--validate", "issue-30985-baseline", "--quiet", "--json", "--out", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["sets"]["issue-30985-baseline"]["points"] == 6 and len(report["rows"]) == 6
+    assert sorted(p.name for p in out.iterdir()) == ["validation.csv", "validation.json"]
+
+
+def test_a_point_the_model_cannot_run_is_reported_not_fatal(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text("""name = "mine"
+source = "test"
+[scenario]
+deployment = "8xh200-colocated-dp8"
+[[point]]
+label = "too long"
+system = "baseline"
+metric = "makespan_tok_s"
+concurrency = 1
+input_tokens = 900000
+output_tokens = 10
+measured = 1.0
+[[point]]
+label = "fine"
+system = "baseline"
+metric = "max_running"
+concurrency = 1
+input_tokens = 4096
+output_tokens = 16
+requests_per_client = 1
+measured = 100.0
+""")
+    rows = validate(load_published(str(path)))
+    assert rows[0]["predicted"] != rows[0]["predicted"] and "MODEL CANNOT RUN IT" in rows[0]["note"]
+    assert rows[1]["predicted"] > 0
+    assert summary(rows)["predicted"] == 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ('name = "x"\n', "source missing"),
+    ('name = "x"\nsource = "s"\n', r"no \[\[point\]\] tables"),
+    ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\n', r"point 1: missing key\(s\)"),
+    ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "b"\nmetric = "steady_tok_s"\nconcurrency = 1\n'
+     'input_tokens = 1\noutput_tokens = 1\nmeasured = 1\n', "system must be"),
+    ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "baseline"\nmetric = "steady_tok_s"\n'
+     'concurrency = 0\ninput_tokens = 1\noutput_tokens = 1\nmeasured = 1\n', r"concurrency\[0\] = 0 must be"),
+    ('name = "x"\nsource = "s"\nbogus = 1\n', r"unknown key\(s\) bogus"),
+])
+def test_bad_published_files(tmp_path, text, message):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(HisparseError, match=message) as err:
+        load_published(str(path))
+    assert str(path) in str(err.value)
+    with pytest.raises(HisparseError, match="unknown published set 'nope'"):
+        load_published("nope")
+
+
+def test_validate_takes_another_trace_and_calibration(capsys):
+    assert main(["plan", "--validate", "issue-30985-baseline", "--quiet", "--json", "--calibration", "none"]) == 0
+    uncal = json.loads(capsys.readouterr().out)["rows"]
+    assert main(["plan", "--validate", "issue-30985-baseline", "--quiet", "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["predicted"] for r in uncal] != [r["predicted"] for r in cal]
