@@ -59,3 +59,11 @@ def test_one_stream_and_the_k_check():
     with pytest.raises(HisparseError, match="smaller than k = 32"):
         replay([s], ReplayConfig(buffer=20), k=32)
     assert replay(s, ReplayConfig(buffer=12, semantics="sequential")).records[0]["misses"] > 0
+
+
+def test_a_config_named_twice_counts_once():
+    rng = np.random.default_rng(4)
+    s = random_stream(rng, steps=20, k=16, ctx0=30)
+    once = replay(s, ReplayConfig(buffer=20)).records
+    twice = replay(s, [ReplayConfig(buffer=20), ReplayConfig(policy="lru", buffer=20)]).records
+    assert twice == once and once[0]["streams"] == 1

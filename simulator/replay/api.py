@@ -74,7 +74,8 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
     iterable of streams (e.g. the generator's). ``k`` (default: the source's ``meta.k``, else each
     stream's width) is what a batched buffer must hold. ``per_step`` keeps every stream's
     per-step misses (``ReplayResult.streams``, ``.per_step``); ``progress`` shows a bar."""
-    configs = (configs,) if isinstance(configs, ReplayConfig) else tuple(configs)
+    # A config named twice is replayed once (it used to be counted twice in its record).
+    configs = (configs,) if isinstance(configs, ReplayConfig) else tuple(dict.fromkeys(configs))
     if isinstance(source, Stream):
         source = [source]
     if k is None and hasattr(source, "meta"):
