@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import TraceError
 from ..fileio import replace_into, temp_beside
@@ -78,6 +78,24 @@ def _chunk_header(info: ChunkInfo, payload_len: int, payload_crc: int) -> bytes:
     head = _CHUNK_HEAD.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps, info.width,
                             info.ordered, info.accesses, info.ctx_last, payload_len, payload_crc)
     return head + _U32.pack(zlib.crc32(head))
+
+
+class CodedChunk(NamedTuple):
+    """One chunk of a stream as stored: its steps still coded (``codec.py``), for consumers that
+    work on the coded form directly (the compiled batched-LRU replay reads the step changes)."""
+
+    steps: int
+    width: int
+    ordered: bool
+    payload: bytes  # compressed, checksum verified
+
+    def coded(self) -> bytes | None:
+        """The coded steps (``codec.py``'s varint stream), or None when the payload does not
+        decompress (``TraceReader.read`` of the stream then raises the error)."""
+        try:
+            return zlib.decompress(self.payload)
+        except zlib.error:
+            return None
 
 
 class TraceWriter:
@@ -395,6 +413,12 @@ class TraceReader:
                 raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
             out.append((c, payload))
         return out
+
+    def coded_chunks(self, key: StreamKey | tuple[int, int]) -> list[CodedChunk]:
+        """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
+        that lets a consumer skip materialising rows). File reads happen here, in the caller's
+        thread; ``CodedChunk.coded`` may then run in any thread."""
+        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key)]
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""
