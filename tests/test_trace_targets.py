@@ -177,3 +177,29 @@ def test_bad_targets_files_name_the_file_and_target(tmp_path, capsys):
     assert main(["trace", "fit", "--targets", str(tmp_path / "none.toml"), "--out", str(tmp_path / "o.toml")]) == 2
     assert "not found" in capsys.readouterr().err
     assert not (tmp_path / "o.toml").exists()
+
+
+def test_compare_refuses_what_it_cannot_measure(tmp_path, capsys):
+    """An all-padding array printed overlap 0.0 as a met target, and a --warmup past the trace's
+    end printed "steady state from step N" over figures measured from an earlier step."""
+    import numpy as np
+
+    pads = tmp_path / "pads.npy"
+    np.save(pads, np.full((6, 4), -1, dtype=np.int32))
+    assert main(["trace", "compare", str(pads)]) == 2
+    err = capsys.readouterr().err
+    assert "pads.npy" in err and "no accesses" in err and "Traceback" not in err
+    trace = tmp_path / "t.hst"
+    write_trace(trace, TraceMeta(k=64, source={"kind": "test"}), generate(TRUE, **SHAPE))
+    steps = SHAPE["steps"]
+    for warmup in (steps - 1, steps, 10**6):
+        assert main(["trace", "compare", str(trace), "--warmup", str(warmup)]) == 2
+        err = capsys.readouterr().err
+        assert f"--warmup {warmup}" in err and f"{steps} steps" in err
+    assert main(["trace", "compare", str(trace), "--warmup", str(steps - 2), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warmup"] == steps - 2
+    # a targets file's default warm-up longer than the trace: the figures' real warm-up is printed
+    short = tmp_path / "short.hst"
+    write_trace(short, TraceMeta(k=64, source={"kind": "test"}), generate(TRUE, **{**SHAPE, "steps": 5}))
+    assert main(["trace", "compare", str(short), "--targets", "dsv32"]) == 0
+    assert "steady state from step 3" in capsys.readouterr().out

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import HisparseError
 from .targets import Measure, Targets, report
 
 CURVE_RATIOS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)  # B/k of the plotted LRU curve
@@ -20,7 +21,18 @@ def compare_trace(source, targets: Sequence[Targets], warmup: int | None = None,
     the per-layer overlaps and LRU miss ratio at B = 2k, and (``curve``) the LRU curve."""
     k = source.meta.k
     w = warmup if warmup is not None else (targets[0].shape.warmup if targets else 16)
-    m = Measure(iter(source), k, w)
+    streams = list(source)
+    if not streams:
+        raise HisparseError("no streams to measure")
+    # Measure keeps at least the last two steps of a stream (one overlap); say which warm-up the
+    # figures use rather than printing one they do not.
+    longest_warmup = max(0, min(s.steps for s in streams) - 2)
+    if w > longest_warmup:
+        if warmup is not None:
+            raise HisparseError(f"--warmup {warmup}: leaves no steady-state step (the shortest stream has "
+                                f"{min(s.steps for s in streams)} steps; at most {longest_warmup})")
+        w = longest_warmup
+    m = Measure(streams, k, w)
     out: dict[str, Any] = {
         "trace": str(source.path), "topk": k, "warmup": w, "layers": len(m.layers),
         "requests": len({s.request for s in m.streams}), "steps": int(min(s.steps for s in m.streams)),

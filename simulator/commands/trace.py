@@ -168,7 +168,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from ..analysis.targets import load_targets, shipped_targets
 
     targets = [load_targets(t) for t in (args.targets or shipped_targets())]
-    result = compare_trace(open_input(args), targets, warmup=args.warmup, curve=bool(args.json or args.plot))
+    result = compare_trace(open_input(args, need_accesses=True), targets, warmup=args.warmup, curve=bool(args.json or args.plot))
     if args.plot:
         plot_compare(result, targets, args.plot)
     if args.json:
