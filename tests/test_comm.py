@@ -221,6 +221,9 @@ BAD = [
      "column 'time_us' does not grow with 'bytes'"),
     ("collective,n_gpus,bytes,time_us\nall_gather,4,1000,1\nall_gather,4,2000,3\nall_gather,4,3000,5\n",
      "all_gather on 4 GPUs: the fit of column 'time_us' gives a negative latency"),
+    # flat timings fit a size term of ~1e-19 us/B: ~1e24 B/s was written as a measured busbw
+    ("collective,n_gpus,bytes,time_us\nall_reduce,8,2048,3\nall_reduce,8,4096,3\nall_reduce,8,1048576,3\n",
+     "column 'time_us' does not grow with 'bytes'"),
     ("", "not a CSV with a header row"),
     ("collective,n_gpus,bytes,time_us\n", "no data rows"),
 ]
@@ -253,3 +256,12 @@ def test_missing_csv_and_conflicting_options(tmp_path, capsys):
     assert "none.csv: no such file" in capsys.readouterr().err
     assert main(["calibrate", "--comm", "--comm-refit", "x.csv", "--out", str(out)]) == 2
     assert "give one" in capsys.readouterr().err
+
+
+def test_comm_refit_of_a_folder_is_one_line(tmp_path, capsys):
+    out = _calibration(tmp_path)
+    before = (out / "h200.json").read_bytes()
+    assert main(["calibrate", "--comm-refit", str(tmp_path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "is a folder" in err and str(tmp_path) in err, err
+    assert (out / "h200.json").read_bytes() == before

@@ -62,10 +62,14 @@ def read_comm_csv(path: str | os.PathLike) -> pd.DataFrame:
     p = str(path)
     if not os.path.exists(p):
         raise HisparseError(f"{p}: no such file")
+    if os.path.isdir(p):
+        raise HisparseError(f"{p}: is a folder; give the CSV file benchmarks/comm.py wrote")
     try:
         df = pd.read_csv(p, comment="#")
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise HisparseError(f"{p}: not a CSV with a header row ({str(exc).splitlines()[0]})") from None
+    except OSError as exc:
+        raise HisparseError(f"{p}: cannot read ({exc.strerror or exc})") from None
     for col in REQUIRED_COLUMNS:
         if col not in df.columns:
             raise HisparseError(f"{p}: column '{col}' missing (columns: {', '.join(map(str, df.columns))})")
@@ -99,7 +103,9 @@ def fit_line(bytes_: np.ndarray, time_us: np.ndarray, factor: float) -> tuple[fl
     pred = a + b * x
     ss = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else 1.0
-    busbw = 1e6 / b if b > 0 else math.inf
+    # A size term below a millionth of the largest time is rounding, not a bandwidth: timings that
+    # stay flat fit b ~ 1e-19 and would report ~1e24 B/s; treat them as not growing.
+    busbw = 1e6 / b if b > 0 and b * x.max() > 1e-6 * y.max() else math.inf
     return float(a), float(busbw), r2, float(np.max(np.abs(pred - y) / y))
 
 
