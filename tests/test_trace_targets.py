@@ -203,3 +203,66 @@ def test_compare_refuses_what_it_cannot_measure(tmp_path, capsys):
     write_trace(short, TraceMeta(k=64, source={"kind": "test"}), generate(TRUE, **{**SHAPE, "steps": 5}))
     assert main(["trace", "compare", str(short), "--targets", "dsv32"]) == 0
     assert "steady state from step 3" in capsys.readouterr().out
+
+
+_ONE_TARGET = ('[shape]\nlayers = 2\ntopk = 64\nctx0 = 2000\nsteps = 24\nwarmup = 4\n'
+               '[[target]]\nname = "ov"\nstatistic = "step_overlap"\nvalue = 0.9\ntolerance = 0.05\n')
+_FIT = '[fit]\nstart = "high-overlap"\n[[fit.param]]\nname = "r"\nknobs = ["retention"]\nlo = 0.1\nhi = 0.99\n'
+
+
+@pytest.mark.parametrize("text,problem", [
+    # wrong TOML types that were tracebacks (TypeError, ValueError, AttributeError, OverflowError)
+    (_ONE_TARGET.replace("value = 0.9", 'value = "abc"'), "value must be a finite number"),
+    (_ONE_TARGET.replace("tolerance = 0.05", 'tolerance = "x"'), "tolerance must be a finite number > 0"),
+    (_ONE_TARGET + "layers = [\"a\", \"b\"]\n", "layers must be [first, last]"),
+    (_ONE_TARGET.replace('"step_overlap"', '"lru_miss"') + 'buffer_ratio = "2"\n', "buffer_ratio must be a finite"),
+    (_ONE_TARGET.replace('"step_overlap"', '"lru_miss"') + "buffer_ratio = 1e300\n", "buffer_ratio must be <="),
+    ("shape = 5\n" + _ONE_TARGET.replace("[shape]\n", "[other]\n"), "shape must be a [shape] table"),
+    ("target = 5\n", "target must be [[target]] tables"),
+    ("target = [1, 2]\n", "target must be [[target]] tables"),
+    # values that were accepted and silently wrong
+    (_ONE_TARGET.replace("value = 0.9", "value = nan"), "value must be a finite number"),
+    (_ONE_TARGET.replace("tolerance = 0.05", "tolerance = inf"), "tolerance must be a finite number > 0"),
+    (_ONE_TARGET.replace("warmup = 4", "warmup = -5"), "[shape] warmup must be an integer >= 0"),
+    (_ONE_TARGET.replace("layers = 2", "layers = 0"), "[shape] layers must be an integer >= 1"),
+    (_ONE_TARGET.replace("steps = 24", "steps = 2.5"), "[shape] steps must be an integer >= 1"),
+    (_ONE_TARGET + "relative = 1\n", "relative must be true or false"),
+    # the [fit] table (trace fit --targets only)
+    (_ONE_TARGET + '[fit]\nstart = "high-overlap"\nparam = 5\n', "param must be [[fit.param]] tables"),
+    (_ONE_TARGET + '[fit]\nstart = "high-overlap"\nparam = [1]\n', "param must be [[fit.param]] tables"),
+    (_ONE_TARGET + _FIT.replace('["retention"]', "[]"), "(at least one)"),
+    (_ONE_TARGET + _FIT.replace('["retention"]', "[5]"), "(at least one)"),
+    (_ONE_TARGET + _FIT.replace("hi = 0.99", "hi = inf"), "finite numbers lo and hi"),
+    (_ONE_TARGET + _FIT.replace("hi = 0.99", "hi = 50.0"), "r: at 50 (hi) knob retention"),
+    (_ONE_TARGET + _FIT.replace('["retention"]', '["pop_recent"]'), "knob 'pop_recent' is not a number"),
+    (_ONE_TARGET + _FIT.replace('["retention"]', '["sink_probs"]'), "knob 'sink_probs' is not a number"),
+    (_ONE_TARGET + _FIT + '[fit.initial]\nr = "x"\n', "[fit.initial] must map parameter names"),
+    (_ONE_TARGET + _FIT + "[fit.initial]\nzz = 0.5\n", "[fit.initial] must map parameter names"),
+    (_ONE_TARGET + _FIT.replace('start = "high-overlap"', 'start = "high-overlap"\nsteps = 0'),
+     "[fit] steps must be an integer >= 1"),
+    (_ONE_TARGET + _FIT.replace('start = "high-overlap"', 'start = "high-overlap"\nknobs = 5'),
+     "[fit] knobs must be a [fit.knobs] table"),
+])
+def test_bad_targets_values_are_one_line_errors(tmp_path, capsys, text, problem):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    before = bad.read_bytes()
+    out = tmp_path / "o.toml"
+    assert main(["trace", "fit", "--targets", str(bad), "--out", str(out), "--iterations", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(bad) in err and problem in err, err
+    assert not out.exists() and bad.read_bytes() == before
+    if "[fit]" not in text:  # trace compare reads the same targets (not the [fit] table)
+        trace = tmp_path / "t.hst"
+        write_trace(trace, TraceMeta(k=64, source={"kind": "test"}), generate(TRUE, **SHAPE))
+        assert main(["trace", "compare", str(trace), "--targets", str(bad)]) == 2
+        assert problem in capsys.readouterr().err
+
+
+def test_targets_given_as_a_folder_is_one_line(tmp_path, capsys):
+    trace = tmp_path / "t.hst"
+    write_trace(trace, TraceMeta(k=64, source={"kind": "test"}), generate(TRUE, **SHAPE))
+    assert main(["trace", "compare", str(trace), "--targets", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert main(["trace", "fit", "--targets", str(tmp_path), "--out", str(tmp_path / "o.toml")]) == 2
+    assert "is a folder" in capsys.readouterr().err

@@ -45,14 +45,23 @@ class TargetFit:
     params: dict[str, float]
 
 
+def _finite(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and bool(np.isfinite(v))
+
+
 def _params(targets: Targets) -> list[Param]:
     out = []
-    for i, p in enumerate(targets.fit.get("param", [])):
+    raw = targets.fit.get("param", [])
+    if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
+        raise HisparseError(f"{targets.path}: [fit] param must be [[fit.param]] tables, got {raw!r}")
+    for i, p in enumerate(raw):
         where = f"{targets.path}: [[fit.param]] {i + 1} ({p.get('name', '?')})"
-        try:
-            param = Param(str(p["name"]), tuple(p["knobs"]), str(p.get("mode", "set")), float(p["lo"]), float(p["hi"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise HisparseError(f"{where}: needs name, knobs = [...], lo and hi ({exc})") from None
+        refs, lo, hi = p.get("knobs"), p.get("lo"), p.get("hi")
+        if (not isinstance(p.get("name"), str) or not isinstance(refs, list) or not refs
+                or not all(isinstance(r, str) for r in refs) or not _finite(lo) or not _finite(hi)):
+            raise HisparseError(f"{where}: needs name = \"...\", knobs = [\"knob\", ...] (at least one), "
+                                "and finite numbers lo and hi")
+        param = Param(p["name"], tuple(refs), str(p.get("mode", "set")), float(lo), float(hi))
         if param.mode not in ("set", "add") or not param.lo < param.hi:
             raise HisparseError(f"{where}: mode must be 'set' or 'add' and lo < hi")
         out.append(param)
@@ -65,6 +74,8 @@ def start_knobs(targets: Targets) -> GeneratorKnobs:
     """The knobs the fit starts from (and the parameters' references are checked against)."""
     fit = targets.fit
     if "knobs" in fit:
+        if not isinstance(fit["knobs"], dict):
+            raise HisparseError(f"{targets.path}: [fit] knobs must be a [fit.knobs] table, got {fit['knobs']!r}")
         return knobs_from_dict(fit["knobs"], f"{targets.path} [fit.knobs]")
     if "start" not in fit:
         raise HisparseError(f"{targets.path}: [fit] needs start = PRESET or a [fit.knobs] table")
@@ -106,6 +117,24 @@ def check_refs(start: GeneratorKnobs, params: list[Param], path) -> None:
             if not ok:
                 raise HisparseError(f"{path}: [[fit.param]] {p.name}: knob reference {ref!r} names no knob "
                                     "or profile breakpoint of the start knobs")
+            value = getattr(start, ref) if len(parts) == 1 else 0.0
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise HisparseError(f"{path}: [[fit.param]] {p.name}: knob {ref!r} is not a number "
+                                    f"({type(value).__name__}); a parameter moves numeric knobs only")
+
+
+def check_bounds(start: GeneratorKnobs, params: list[Param], x: np.ndarray, path) -> None:
+    """Each parameter at its lo and its hi (the others at their start) gives valid knobs: a bound
+    outside a knob's domain is named here, not as a bare knob error halfway through the fit."""
+    for j, p in enumerate(params):
+        for bound in (p.lo, p.hi):
+            v = x.copy()
+            v[j] = bound
+            try:
+                apply(start, params, v, start).check()
+            except HisparseError as exc:
+                raise HisparseError(f"{path}: [[fit.param]] {p.name}: at {bound:g} ({'lo' if bound == p.lo else 'hi'}) "
+                                    f"{exc}") from None
 
 
 def draw(knobs: GeneratorKnobs, targets: Targets, steps: int | None = None) -> Measure:
@@ -123,10 +152,17 @@ def fit_targets(targets: Targets, *, iterations: int = 6, on_eval: Callable[[str
     x = np.array([(0.0 if p.mode == "add" else _get(start, p.refs[0])) for p in params], dtype=float)
     if "initial" in targets.fit:  # an explicit starting value per parameter
         init = targets.fit["initial"]
+        names = {p.name for p in params}
+        if not isinstance(init, dict) or set(init) - names or not all(_finite(v) for v in init.values()):
+            raise HisparseError(f"{targets.path}: [fit.initial] must map parameter names "
+                                f"({', '.join(sorted(names))}) to finite numbers, got {init!r}")
         x = np.array([float(init.get(p.name, v)) for p, v in zip(params, x, strict=True)])
     lo, hi = np.array([p.lo for p in params]), np.array([p.hi for p in params])
     x = np.clip(x, lo, hi)
+    check_bounds(start, params, x, targets.path)
     steps = targets.fit.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise HisparseError(f"{targets.path}: [fit] steps must be an integer >= 1, got {steps!r}")
     count = [0]
     cache: dict[tuple, np.ndarray] = {}
 

@@ -105,22 +105,58 @@ def load_targets(spec: str) -> Targets:
     path = targets_path(spec)
     if not path.exists():
         raise HisparseError(f"targets file {spec!r} not found (shipped: {', '.join(shipped_targets())})")
+    if path.is_dir():
+        raise HisparseError(f"{path}: is a folder; give a targets .toml file")
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    raw_shape = data.get("shape", {})
+    except OSError as exc:
+        raise HisparseError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    raw_shape = _table(path, data, "shape")
     unknown = sorted(set(raw_shape) - set(SHAPE_KEYS))
     if unknown:
         raise HisparseError(f"{path}: [shape]: unknown key(s) {', '.join(unknown)} (known: {', '.join(SHAPE_KEYS)})")
-    try:
-        shape = Shape(**{k: SHAPE_KEYS[k](v) for k, v in raw_shape.items()})
-    except (TypeError, ValueError) as exc:
-        raise HisparseError(f"{path}: [shape]: bad value ({exc})") from None
-    targets = tuple(_target(path, i, t, shape) for i, t in enumerate(data.get("target", [])))
+    shape = Shape(**{k: _shape_value(path, k, v) for k, v in raw_shape.items()})
+    raw_targets = data.get("target", [])
+    if not isinstance(raw_targets, list) or not all(isinstance(t, dict) for t in raw_targets):
+        raise HisparseError(f"{path}: target must be [[target]] tables, got {raw_targets!r}")
+    targets = tuple(_target(path, i, t, shape) for i, t in enumerate(raw_targets))
     if not targets:
         raise HisparseError(f"{path}: no [[target]] tables")
-    return Targets(path, shape, targets, data.get("fit", {}))
+    return Targets(path, shape, targets, _table(path, data, "fit"))
+
+
+def _table(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise HisparseError(f"{path}: {key} must be a [{key}] table, got {value!r}")
+    return value
+
+
+# The lowest value of each integer [shape] key (seed and warm-up may be 0).
+_SHAPE_LOWEST = {"layers": 1, "topk": 1, "ctx0": 1, "steps": 1, "requests": 1, "seed": 0, "warmup": 0}
+
+
+def _shape_value(path: Path, key: str, v: Any) -> Any:
+    if SHAPE_KEYS[key] is str:
+        if not isinstance(v, str):
+            raise HisparseError(f"{path}: [shape] {key} must be a string, got {v!r}")
+        return v
+    lowest = _SHAPE_LOWEST[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
+        raise HisparseError(f"{path}: [shape] {key} must be an integer >= {lowest}, got {v!r}")
+    return v
+
+
+def _number(where: str, key: str, v: Any, lowest: float | None = None, above: float | None = None) -> float:
+    """A finite TOML number (int or float, not a boolean), at least ``lowest`` / above ``above``."""
+    ok = not isinstance(v, bool) and isinstance(v, int | float) and bool(np.isfinite(v))
+    ok = ok and (lowest is None or v >= lowest) and (above is None or v > above)
+    if not ok:
+        bound = f" >= {lowest:g}" if lowest is not None else f" > {above:g}" if above is not None else ""
+        raise HisparseError(f"{where}: {key} must be a finite number{bound}, got {v!r}")
+    return float(v)
 
 
 def _target(path: Path, i: int, t: dict[str, Any], shape: Shape) -> Target:
@@ -131,21 +167,32 @@ def _target(path: Path, i: int, t: dict[str, Any], shape: Shape) -> Target:
     for key in ("name", "statistic", "value", "tolerance"):
         if key not in t:
             raise HisparseError(f"{where}: missing key {key!r}")
+    for key in ("name", "statistic", "source"):
+        if key in t and not isinstance(t[key], str):
+            raise HisparseError(f"{where}: {key} must be a string, got {t[key]!r}")
     if t["statistic"] not in STATISTICS:
         raise HisparseError(f"{where}: statistic {t['statistic']!r} unknown (known: {', '.join(STATISTICS)})")
+    if not isinstance(t.get("relative", False), bool):
+        raise HisparseError(f"{where}: relative must be true or false, got {t['relative']!r}")
     layers = t.get("layers")
     if layers is not None:
-        if (not isinstance(layers, list) or len(layers) != 2 or not 0 <= layers[0] <= layers[1] < shape.layers):
+        if (not isinstance(layers, list) or len(layers) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
+                or not 0 <= layers[0] <= layers[1] < shape.layers):
             raise HisparseError(f"{where}: layers must be [first, last] within 0..{shape.layers - 1}, got {layers}")
         layers = (int(layers[0]), int(layers[1]))
     ratio = t.get("buffer_ratio")
-    if t["statistic"] == "lru_miss" and (ratio is None or ratio < 1):
+    if t["statistic"] == "lru_miss" and ratio is None:
         raise HisparseError(f"{where}: lru_miss needs buffer_ratio >= 1 (buffer = ratio x k)")
-    if float(t["tolerance"]) <= 0:
-        raise HisparseError(f"{where}: tolerance must be > 0")
-    return Target(str(t["name"]), t["statistic"], float(t["value"]), float(t["tolerance"]),
-                  bool(t.get("relative", False)), str(t.get("source", "")), layers,
-                  None if ratio is None else float(ratio))
+    if ratio is not None:
+        # at most 2**16 x k: a buffer the engine holds (< 2**31 slots) for any k up to 2**14
+        ratio = _number(where, "buffer_ratio", ratio, lowest=1.0)
+        if ratio > 2**16:
+            raise HisparseError(f"{where}: buffer_ratio must be <= {2**16} (buffer = ratio x k), got {ratio:g}")
+    value = _number(where, "value", t["value"])
+    tolerance = _number(where, "tolerance", t["tolerance"], above=0.0)
+    return Target(t["name"], t["statistic"], value, tolerance, bool(t.get("relative", False)),
+                  str(t.get("source", "")), layers, ratio)
 
 
 class Measure:
