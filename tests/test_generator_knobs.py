@@ -98,3 +98,25 @@ def test_later_knobs_deterministic_checked_and_round_trip(tmp_path):
                 {"recall_spread": -1.0}):
         with pytest.raises(Exception, match="knob"):
             replace(BASE, **bad).check()
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("sinks = 1.5\n", "knob sinks: needs an integer, got 1.5"),          # was truncated to 1
+    ("pop_recent = 3\n", "knob pop_recent: needs true or false, got 3"),  # was True
+    ('retention = "0.5"\n', "knob retention: needs a number, got '0.5'"),
+    ("local_window = true\n", "knob local_window: needs a number, got True"),
+    ('sink_probs = "x"\n', "knob sink_probs: needs a list of numbers"),
+])
+def test_knob_values_of_the_wrong_toml_type_are_refused(tmp_path, capsys, text, problem):
+    from simulator.cli import main
+
+    knobs = tmp_path / "k.toml"
+    knobs.write_text(text)
+    out = tmp_path / "o.hst"
+    assert main(["trace", "gen", "--knobs", str(knobs), "--steps", "4", "--layers", "1", "--requests", "1",
+                 "--topk", "16", "--ctx0", "100", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and str(knobs) in err and problem in err, err
+    assert not out.exists()
+    assert main(["trace", "gen", "--knobs", str(tmp_path), "--out", str(out)]) == 2
+    assert "is a folder" in capsys.readouterr().err

@@ -118,7 +118,8 @@ def run_gen(args: argparse.Namespace) -> int:
     from ..trace.generator import generate, knobs_dict, load_knobs
 
     if args.knobs and not os.path.isfile(args.knobs):
-        raise HisparseError(f"--knobs {args.knobs}: no such file")
+        what = "is a folder; give a knobs .toml file" if os.path.isdir(args.knobs) else "no such file"
+        raise HisparseError(f"--knobs {args.knobs}: {what}")
     spec = args.knobs or args.preset
     knobs = load_knobs(spec)
     _shape_defaults(args, None if args.knobs else args.preset)

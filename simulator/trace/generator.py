@@ -176,10 +176,13 @@ def knobs_from_dict(data: dict[str, Any], path: Path | str) -> GeneratorKnobs:
     if unknown:
         raise HisparseError(f"{path}: unknown knob(s) {', '.join(unknown)} (known: {', '.join(known)})")
     defaults = GeneratorKnobs()
-    try:
-        knobs = replace(defaults, **{k: _cast(getattr(defaults, k), v) for k, v in data.items()})
-    except (TypeError, ValueError) as exc:
-        raise HisparseError(f"{path}: bad knob value ({exc})") from None
+    values = {}
+    for k, v in data.items():
+        try:
+            values[k] = _cast(getattr(defaults, k), v)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise HisparseError(f"{path}: knob {k}: needs {exc}") from None
+    knobs = replace(defaults, **values)
     try:
         knobs.check()
     except HisparseError as exc:
@@ -214,8 +217,21 @@ def _cast(default, value):
     """A knob value from TOML as the type of its default (lists of floats for tuples)."""
     if isinstance(value, tuple) and value and isinstance(value[0], tuple):  # a profile, already parsed
         return value
+    number = (int, float)
     if isinstance(default, tuple):
+        if not isinstance(value, list | tuple) or not all(isinstance(x, number) and not isinstance(x, bool)
+                                                          for x in value):
+            raise TypeError(f"a list of numbers, got {value!r}")
         return tuple(float(x) for x in value)
+    # bool(3) and int(1.5) would pass silently as True and 1: the TOML type must match
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise TypeError(f"true or false, got {value!r}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, number):
+        raise TypeError(f"a number, got {value!r}")
+    if isinstance(default, int) and not float(value).is_integer():
+        raise TypeError(f"an integer, got {value!r}")
     return type(default)(value)
 
 
