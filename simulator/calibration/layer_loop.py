@@ -5,7 +5,7 @@ One GPU of an 8-GPU DP-attention deployment, no communication: per layer, every 
 ``layer_work.layer_ops`` runs as a kernel of its shape (``op_kernels``), with the lightning
 indexer (our kernel, over every request's whole context of FP8 keys), then the swap-in kernel
 and sparse attention (``decode_step``) at the attention op's place. The swap-in takes the
-top-k of generated DSA-like trace streams (the indexer's top-k of random keys would be no
+top-k of generated high-overlap trace streams (the indexer's top-k of random keys would be no
 realistic access pattern), so its misses can be checked against the replay engine and priced
 exactly. Steps are queued behind a spin kernel, so the measured time is GPU time, as a serving
 engine's replayed CUDA graph runs it.
@@ -70,7 +70,7 @@ def run_layer_config(cp: Any, torch: Any, pool: Any, terms: StepTerms, cfg: Laye
     m, layout, R, L = GLM_5_1, Layout(), cfg.requests, cfg.layers
     print(f"layer loop: R {R}, ctx0 {cfg.ctx0}, L {L} ({cfg.dense} dense), hot {cfg.hot}, {cfg.row_bytes} B rows",
           flush=True)
-    streams = list(generate(PRESETS["dsa-like"], steps=steps, layers=L, requests=R, k=K, ctx0=cfg.ctx0, seed=seed))
+    streams = list(generate(PRESETS["high-overlap"], steps=steps, layers=L, requests=R, k=K, ctx0=cfg.ctx0, seed=seed))
     idx = np.stack([np.stack([s.indices for s in streams if s.layer == lyr]) for lyr in range(L)])  # [L,R,T,K]
     idx_gpu = cp.asarray(np.ascontiguousarray(idx.transpose(2, 0, 1, 3)).astype(np.int32))  # [T, L, R, K]
     ctx = np.asarray(streams[0].ctx_len, np.int64)

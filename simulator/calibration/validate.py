@@ -30,7 +30,7 @@ def run_config(cp: Any, pool: Any, cost, *, requests: int, layers: int, steps: i
     from .measure import hold_stream
 
     ctx0 = 32768
-    streams = list(generate(PRESETS["dsa-like"], steps=steps, layers=layers, requests=requests, k=K, ctx0=ctx0,
+    streams = list(generate(PRESETS["high-overlap"], steps=steps, layers=layers, requests=requests, k=K, ctx0=ctx0,
                             seed=seed))
     idx = np.stack([np.stack([s.indices for s in streams if s.layer == lyr]) for lyr in range(layers)])  # [L,R,T,K]
     idx = np.ascontiguousarray(idx.transpose(2, 0, 1, 3))  # [T, L, R, K]: each step's rows contiguous
