@@ -93,18 +93,51 @@ def test_committed_fit_and_validation_rebuild_on_the_cpu(tmp_path, capsys):
 
     from simulator.cli import main
 
-    for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "validation-h200.json"):
+    for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "validation-h200.json",
+                 "gemm-h200.csv", "elementwise-h200.csv", "indexer-h200.csv", "graph-h200.csv",
+                 "validation-layer-h200.json"):
         shutil.copy(f"calibration/{name}", tmp_path / name)
     committed = json.loads(open("calibration/h200.json").read())
+    other = json.loads((tmp_path / "h200.json").read_text()) | {"comm": {"kept": "as written by --comm"}}
+    (tmp_path / "h200.json").write_text(json.dumps(other))
     assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 0
     refit = json.loads((tmp_path / "h200.json").read_text())
+    assert refit["comm"] == {"kept": "as written by --comm"}  # a section this command does not write
     for key, value in committed["params"].items():
         assert refit["params"][key] == pytest.approx(value), key
-    validation = json.loads(open("calibration/validation-h200.json").read())
-    assert main(["validate", "--repredict", "--out", str(tmp_path)]) == 0
-    again = json.loads((tmp_path / "validation-h200.json").read_text())
-    assert again["step_time_median_abs_err"] == pytest.approx(validation["step_time_median_abs_err"])
-    assert again["misses_exact"] and again["step_time_median_abs_err"] <= 0.10
-    assert again["step_time_p90_abs_err"] <= 0.20
+    for kind, per in committed["step_terms"]["rates"].items():
+        for dtype, fit in per.items():
+            for key in ("launch_us", "gbps"):
+                assert refit["step_terms"]["rates"][kind][dtype][key] == pytest.approx(fit[key]), (kind, dtype, key)
+    for name, fit in committed["step_terms"]["indexer"].items():
+        assert refit["step_terms"]["indexer"][name] == pytest.approx(fit), name
+    assert refit["step_terms"]["graph_launch_us"] == pytest.approx(committed["step_terms"]["graph_launch_us"])
+    for name in ("validation-h200.json", "validation-layer-h200.json"):
+        validation = json.loads(open(f"calibration/{name}").read())
+        assert main(["validate", "--repredict", "--out", str(tmp_path)]) == 0
+        again = json.loads((tmp_path / name).read_text())
+        assert again["step_time_median_abs_err"] == pytest.approx(validation["step_time_median_abs_err"])
+        assert again["misses_exact"] and again["step_time_median_abs_err"] <= 0.10
+        assert again["step_time_p90_abs_err"] <= 0.20
     assert (tmp_path / "validation-h200.png").stat().st_size > 1000
+    assert (tmp_path / "validation-layer-h200.png").stat().st_size > 1000
     capsys.readouterr()
+
+
+def test_layer_validation_prediction_is_layer_work_priced_by_the_terms():
+    """The layer loop's prediction is layer_work's ops priced by the committed step terms plus
+    each layer's swap-in: recomputed here op by op."""
+    from simulator.calibration.layer_loop import predicted_step_s
+    from simulator.calibration.layer_work import Layout, layer_ops
+    from simulator.calibration.model_shapes import GLM_5_1
+    from simulator.calibration.step_terms import StepTerms
+
+    terms = StepTerms.from_calibration(json.loads(open("calibration/h200.json").read()))
+    cfg = {"requests": 8, "dense": 1, "row_bytes": 656}
+    misses = [300.0, 1200.0]
+    want = sum(terms.ops_time(layer_ops(GLM_5_1, 8, 8 * 20000.0, Layout(), dense=i < 1, kv_row_bytes=656))
+               + terms.swap_in_time(m, 8, 656) for i, m in enumerate(misses))
+    assert predicted_step_s(terms, cfg, 20000, misses) == pytest.approx(want)
+    # more context costs more (the indexer reads every key), more misses cost more
+    assert predicted_step_s(terms, cfg, 80000, misses) > predicted_step_s(terms, cfg, 20000, misses)
+    assert predicted_step_s(terms, cfg, 20000, [3000.0, 3000.0]) > predicted_step_s(terms, cfg, 20000, misses)

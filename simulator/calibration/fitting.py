@@ -74,3 +74,66 @@ def fitted_params(swap: pd.DataFrame, attention: pd.DataFrame, link_bw: float) -
                    "attention_efficiency_fp8": att["fp8"]["attention_efficiency"]}
     gpu = {"gather_efficiency": sw["gather_efficiency"], "gather_efficiency_large_rows": sw["gather_efficiency_large_rows"]}
     return params, {k: v for k, v in gpu.items() if v is not None}, {"swap_in": sw, "attention": att}
+
+
+def fit_roofline(nbytes: np.ndarray, flops: np.ndarray, us: np.ndarray, iters: int = 50) -> dict:
+    """t = launch + max(bytes / bw, flops / rate) by least squares on relative error.
+
+    Each point is assigned the regime its current prediction says binds, the three parameters
+    are refitted linearly (launch, 1/bw, 1/rate), until the assignment stops changing. A kind
+    with no compute-bound point gets rate None (never the limit)."""
+    b, f, t = (np.asarray(a, float) for a in (nbytes, flops, us))
+    t = t * 1e-6
+
+    def solve(cols):
+        sol, *_ = np.linalg.lstsq(np.c_[np.ones(len(t)), *cols] / t[:, None], np.ones(len(t)), rcond=None)
+        return [float(x) for x in sol]
+
+    # start from the sum of both terms, then assign each point to the regime that binds
+    a, ib, iflop = solve([b, f]) if f.any() else solve([b]) + [0.0]
+    mem = b * max(ib, 1e-18) >= f * max(iflop, 0.0)
+    for _ in range(iters):
+        if iflop <= 0 or mem.all():
+            (a, ib), iflop = solve([b]), 0.0
+        else:
+            a, ib, iflop = solve([b * mem, f * ~mem])
+        ib = max(ib, 1e-18)
+        new = b * ib >= f * max(iflop, 0.0)
+        if (new == mem).all():
+            break
+        mem = new
+    params = (a, ib, max(iflop, 0.0))
+    a, ib, iflop = params
+    pred = a + np.maximum(b * ib, f * iflop)
+    rel = np.abs(pred - t) / t
+    ss = float(((t - t.mean()) ** 2).sum())
+    r2 = 1 - float(((t - pred) ** 2).sum()) / ss if ss > 0 else 1.0
+    return {"launch_us": a * 1e6, "gbps": 1 / ib / 1e9, "tflops": (1 / iflop / 1e12) if iflop > 0 else None,
+            "r2": r2, "median_rel_err": float(np.median(rel)), "max_rel_err": float(rel.max()), "points": len(t)}
+
+
+def fit_indexer(df: pd.DataFrame, sms: int = 132) -> dict:
+    """t = launch + key bytes / bw + select x waves x tokens per request (see
+    ``step_terms.IndexerTerm``), least squares on relative error."""
+    t = df["us"].to_numpy(float) * 1e-6
+    key = (df["batch"] * df["ctx"]).to_numpy(float) * 132
+    sel = (np.ceil(df["batch"].to_numpy(float) / sms) * df["ctx"].to_numpy(float))
+    A = np.c_[np.ones(len(t)), key, sel] / t[:, None]
+    (a, ib, c), *_ = np.linalg.lstsq(A, np.ones(len(t)), rcond=None)
+    pred = a + key * ib + sel * c
+    rel = np.abs(pred - t) / t
+    return {"launch_us": float(a) * 1e6, "gbps": 1 / float(ib) / 1e9, "select_ns_per_token": float(c) * 1e9,
+            "median_rel_err": float(np.median(rel)), "max_rel_err": float(rel.max()), "points": len(t)}
+
+
+def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.DataFrame, graph: pd.DataFrame) -> dict:
+    """The ``step_terms`` group of the calibration JSON from the raw tables (CPU only)."""
+    rates: dict[str, dict] = {}
+    for (kind, dtype), g in gemm.groupby(["kind", "dtype"]):
+        rates.setdefault(kind, {})[dtype] = fit_roofline(g["bytes"], g["flops"], g["us"])
+    ew = fit_roofline(elementwise["bytes"], np.zeros(len(elementwise)), elementwise["us"])
+    rates["elementwise"] = {"bf16": ew}
+    idx = {f"{qd}_h{h}": fit_indexer(g) for (qd, h), g in indexer.groupby(["q_dtype", "heads"])}
+    # per-kernel cost inside a CUDA graph: slope of replay time over the number of kernels
+    _, slope, r2 = linear_fit(graph["kernels"].to_numpy(float), graph["us"].to_numpy(float))
+    return {"rates": rates, "indexer": idx, "graph_launch_us": slope, "graph_launch_r2": r2}

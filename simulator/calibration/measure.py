@@ -135,3 +135,19 @@ def time_attention(cp: Any, *, batch: int, heads: int, kv_dtype: str, iters: int
         if i >= 2:
             times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
     return statistics.median(times)
+
+
+def time_queued(cp: Any, fn: Any, reps: int, hold_us: float = 3000.0, warmup: int = 2) -> float:
+    """Median microseconds of one call of ``fn`` (GPU work on the current stream): the calls are
+    queued behind a spin kernel with an event between each, so each interval is GPU time."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    ev = [cp.cuda.Event() for _ in range(reps + 1)]
+    hold_stream(cp, hold_us)
+    ev[0].record()
+    for i in range(reps):
+        fn()
+        ev[i + 1].record()
+    ev[-1].synchronize()
+    return statistics.median(cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) * 1e3 for i in range(reps))

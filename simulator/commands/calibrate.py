@@ -1,4 +1,5 @@
-"""``hisparse calibrate`` and ``hisparse validate`` (on a GPU machine)."""
+"""``hisparse calibrate`` and ``hisparse validate`` (on a GPU machine; ``--refit`` and
+``--repredict`` on any machine)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,28 @@ import argparse
 import json
 import os
 
+TERMS = ("all", "kernels", "step")
+LOOPS = ("both", "layer", "kernels")
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("calibrate", help="time the real kernels on this GPU and fit the cost model (GPU)",
-                       description="Time the swap-in kernel (batch x misses x row size), the sparse attention "
-                                   "kernel (batch x heads x layout) and the host link on this GPU; fit the cost "
-                                   "model's launch costs, gather efficiency and attention efficiency; write "
-                                   "OUT/<gpu>.json (the fit and its quality) beside the raw CSVs. `hisparse plan` "
-                                   "then uses OUT/<gpu>.json for that GPU by default.")
+                       description="Time the real kernels on this GPU and fit the cost model's terms; write "
+                                   "OUT/<gpu>.json (the fit and its quality) beside the raw CSVs. Term groups: "
+                                   "'kernels' = the swap-in kernel (batch x misses x row size x buffer), sparse "
+                                   "attention (batch x heads x layout) and the host link; 'step' = every GEMM of a "
+                                   "GLM-5.1 and a DeepSeek-V3.2 decode layer at per-GPU shapes over batch sizes, "
+                                   "elementwise kernels, the lightning indexer (batch x context) and the per-kernel "
+                                   "cost inside a CUDA graph, each fitted as launch + max(bytes/bandwidth, "
+                                   "FLOPs/rate) per dtype (the JSON's step_terms). `hisparse plan` uses "
+                                   "OUT/<gpu>.json for that GPU by default.")
     c.add_argument("--gpu", default="h200", help="GPU preset the fit refines (default h200)")
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
-    c.add_argument("--pool-gib", type=float, default=8.0, help="pinned host pool for the swap-in runs (GiB)")
-    c.add_argument("--iters", type=int, default=10, help="timed launches per configuration")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--terms", choices=TERMS, default="all",
+                   help="term groups to measure (default all); the others are kept from OUT/<gpu>.json")
+    c.add_argument("--pool-gib", type=float, default=8.0, help="pinned host pool for the swap-in runs (GiB, default 8)")
+    c.add_argument("--iters", type=int, default=10, help="timed launches per configuration (default 10)")
+    c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     c.add_argument("--refit", action="store_true",
                    help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
     c.add_argument("--comm", action="store_true",
@@ -30,36 +40,49 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(run=run_calibrate)
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
-                       description="Replay generated DSA-like trace streams through the real kernels in a per-layer "
-                                   "decode loop (swap-in, then attention, rows in pinned host memory) for batches "
-                                   "and buffer sizes the fit did not use; check the kernel's misses against the "
-                                   "replay engine and the measured step times against the fitted cost model. "
-                                   "Writes OUT/validation-<gpu>.json and a predicted-against-measured plot.")
-    v.add_argument("--gpu", default="h200")
-    v.add_argument("--out", default="calibration", metavar="DIR")
+                       description="Run decode steps through real kernels and compare the measured step time "
+                                   "with the fitted terms' prediction, on configurations the fit did not use. "
+                                   "'layer': a full DSA layer at GLM-5.1's per-GPU shapes (DP attention, 1/8 of "
+                                   "the experts, no communication): every op of the layer's work (norms, "
+                                   "projections, indexer, swap-in, attention, MoE grouped GEMMs), predicted from "
+                                   "layer_work + step_terms; 'kernels': issue 8's swap-in + attention loop, "
+                                   "predicted by the serving cost model. Both check the swap-in kernel's misses "
+                                   "against the replay engine. Writes OUT/validation[-layer]-<gpu>.json and plots.")
+    v.add_argument("--gpu", default="h200", help="GPU preset (default h200)")
+    v.add_argument("--out", default="calibration", metavar="DIR", help="folder of the fit and the results (default calibration)")
+    v.add_argument("--loop", choices=LOOPS, default="both", help="which validation loop (default both)")
     v.add_argument("--steps", type=int, default=60, help="decode steps per configuration (default 60)")
-    v.add_argument("--pool-gib", type=float, default=8.0)
-    v.add_argument("--seed", type=int, default=1)
+    v.add_argument("--pool-gib", type=float, default=8.0, help="pinned host pool (GiB, default 8)")
+    v.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     v.add_argument("--repredict", action="store_true",
-                   help="no GPU: recompute the predictions in OUT/validation-<gpu>.json with the current fit")
+                   help="no GPU: recompute the predictions in the stored validation files with the current fit")
     v.set_defaults(run=run_validate)
 
 
-SWAP_GRID = dict(batch=(1, 8, 32, 64), miss=(8, 128, 512, 1536), row_bytes=(656, 1152), hot=(4096,))
-ATT_GRID = dict(batch=(1, 8, 32, 64, 128), heads=(64, 128), kv_dtype=("bf16", "fp8"))
-# Validation configurations: batches and buffers the fit did not see.
-VALIDATE = (dict(requests=16, layers=4, hot=6144, heads=64, row_bytes=1152),
-            dict(requests=48, layers=4, hot=4096, heads=128, row_bytes=656),
-            dict(requests=4, layers=6, hot=5120, heads=64, row_bytes=656))
+def _csv(out: str, name: str, gpu: str) -> str:
+    return os.path.join(out, f"{name}-{gpu}.csv")
 
 
-def _cost_model(gpu_name: str, calibration: str):
-    from ..serving import presets as P
-    from ..serving.costs import CostModel
+def _read_tables(out: str, gpu: str, names) -> dict:
+    import pandas as pd
 
-    gpu = P.load_gpu(gpu_name, calibration)
-    return CostModel(P.load("models", "glm-5.1-fp8"), gpu, P.load("deployments", "8xh200-colocated-dp8"),
-                     P.load("calibration", calibration))
+    from ..errors import HisparseError
+
+    tables = {}
+    for name in names:
+        path = _csv(out, name, gpu)
+        if not os.path.exists(path):
+            raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
+        tables[name] = pd.read_csv(path)
+    return tables
+
+
+def _write_tables(out: str, gpu: str, tables: dict) -> None:
+    from ..trace.fileio import atomic_output
+
+    for name, df in tables.items():
+        with atomic_output(_csv(out, name, gpu)) as fh:
+            fh.write(df.to_csv(index=False).encode())
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -67,121 +90,178 @@ def run_calibrate(args: argparse.Namespace) -> int:
         from ..calibration.comm_cli import run_comm
 
         return run_comm(args)
-    import pandas as pd
-
+    from ..calibration import grids
+    from ..calibration.fitting import fit_step_terms, fitted_params
+    from ..calibration.layer_work import Layout
+    from ..calibration.run import KERNEL_TABLES, STEP_TABLES
+    from ..errors import HisparseError
     from ..trace.fileio import atomic_output
 
     os.makedirs(args.out, exist_ok=True)
-    swap_csv = os.path.join(args.out, f"swap_in-{args.gpu}.csv")
-    att_csv = os.path.join(args.out, f"attention-{args.gpu}.csv")
     out_json = os.path.join(args.out, f"{args.gpu}.json")
+    old = json.loads(open(out_json).read()) if os.path.exists(out_json) else None
+    if old is None and (args.refit or args.terms != "all"):
+        raise HisparseError(f"{out_json}: missing; --refit and --terms {args.terms} need a previous hisparse calibrate run")
+    want_kernels = args.terms in ("all", "kernels")
+    want_step = args.terms in ("all", "step")
     if args.refit:
-        from ..errors import HisparseError
-
-        for path in (swap_csv, att_csv, out_json):
-            if not os.path.exists(path):
-                raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
-        old = json.loads(open(out_json).read())
-        swap_df, att_df = pd.read_csv(swap_csv), pd.read_csv(att_csv)
+        kernel_tables = _read_tables(args.out, args.gpu, KERNEL_TABLES)
+        has_step = all(os.path.exists(_csv(args.out, n, args.gpu)) for n in STEP_TABLES)
+        step_tables = _read_tables(args.out, args.gpu, STEP_TABLES) if has_step else None
         link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
+        step_source = (old.get("step_terms") or {}).get("source")
     else:
-        swap_df, att_df, link, hbm, source = _measure(args)
-        with atomic_output(swap_csv) as fh:
-            fh.write(swap_df.to_csv(index=False).encode())
-        with atomic_output(att_csv) as fh:
-            fh.write(att_df.to_csv(index=False).encode())
-    from ..calibration.fitting import fitted_params
+        import cupy as cp
 
-    params, gpu, fits = fitted_params(swap_df, att_df, link)
-    report = {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu, "fit": fits,
-              "grid": {"swap_in": SWAP_GRID, "attention": ATT_GRID}}
+        from ..calibration.run import gpu_name, measure_kernels, measure_step
+
+        name = gpu_name(cp)
+        if want_kernels:
+            kernel_tables, link, hbm = measure_kernels(args)
+            _write_tables(args.out, args.gpu, kernel_tables)
+            source = (f"hisparse calibrate on {name}: swap-in and attention launch costs, per-request swap-in cost, "
+                      "gather and attention efficiency fitted (per row layout)")
+        else:
+            kernel_tables = _read_tables(args.out, args.gpu, KERNEL_TABLES)
+            link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
+        step_tables, step_source = None, (old.get("step_terms") or {}).get("source") if old else None
+        if want_step:
+            step_tables = measure_step(args)
+            _write_tables(args.out, args.gpu, step_tables)
+            step_source = (f"hisparse calibrate on {name}: every GEMM of GLM-5.1/DeepSeek-V3.2 decode layers at "
+                           "per-GPU shapes (FP8 torch._scaled_mm / _scaled_grouped_mm, bf16 as fp16 cuBLAS via CuPy), "
+                           "elementwise kernels and tiny kernels in CUDA graphs, the lightning indexer kernel")
+        elif old and os.path.exists(_csv(args.out, "gemm", args.gpu)):
+            step_tables = _read_tables(args.out, args.gpu, STEP_TABLES)
+    params, gpu, fits = fitted_params(kernel_tables["swap_in"], kernel_tables["attention"], link)
+    # sections other groups write (e.g. `comm`, calibrate --comm) are kept as they are
+    report = dict(old or {}) | {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu,
+                                "fit": fits, "grid": {"swap_in": grids.SWAP_GRID, "attention": grids.ATT_GRID}}
+    if step_tables is not None:
+        import dataclasses
+
+        report["step_terms"] = {
+            "source": step_source, "model": "t = launch + max(bytes / bandwidth, FLOPs / rate) per kind and dtype; "
+            "indexer: launch + key bytes / bandwidth + select x waves x tokens per request",
+            "layout": dataclasses.asdict(Layout()), "models": list(grids.STEP_MODELS),
+            "grid": {"batches": list(grids.STEP_BATCHES), "indexer": grids.INDEXER_GRID,
+                     "elementwise_bytes": list(grids.ELEMENTWISE_BYTES), "graph_kernels": list(grids.GRAPH_KERNELS)},
+            **fit_step_terms(step_tables["gemm"], step_tables["elementwise"], step_tables["indexer"],
+                             step_tables["graph"])}
     with atomic_output(out_json) as fh:
         fh.write(json.dumps(report, indent=2).encode())
-    print(json.dumps({"params": params, "gpu": report["gpu"],
-                      "r2": {"swap_in": {r: v["r2"] for r, v in fits["swap_in"]["per_row"].items()},
-                             "attention": {d: f["r2"] for d, f in fits["attention"].items()}}}, indent=2))
+    summary = {"params": params, "gpu": report["gpu"],
+               "r2": {"swap_in": {r: v["r2"] for r, v in fits["swap_in"]["per_row"].items()},
+                      "attention": {d: f["r2"] for d, f in fits["attention"].items()}}}
+    if "step_terms" in report:
+        st = report["step_terms"]
+        summary["step_terms"] = {"graph_launch_us": st["graph_launch_us"],
+                                 "rates": {k: {d: {x: v[x] for x in ("launch_us", "gbps", "tflops", "median_rel_err")}
+                                               for d, v in per.items()} for k, per in st["rates"].items()},
+                                 "indexer": st["indexer"]}
+    print(json.dumps(summary, indent=2))
     return 0
 
 
-def _measure(args: argparse.Namespace):
-    """Time the kernels and the link on this GPU: (swap-in table, attention table, link B/s,
-    HBM B/s, source line)."""
-    import cupy as cp
-    import numpy as np
-    import pandas as pd
-
-    from cupy_kernels.swap_in import PinnedPool
-
-    from ..calibration import measure
-
-    rng = np.random.default_rng(args.seed)
-    pool = PinnedPool(int(args.pool_gib * (1 << 30)))
-    link = measure.memcpy_gbps(cp, pool) * 1e9
-    hbm = measure.hbm_gbps(cp) * 1e9
-    print(f"pinned memcpy H2D {link / 1e9:.1f} GB/s, HBM copy {hbm / 1e9:.0f} GB/s", flush=True)
-    swap = []
-    for b in SWAP_GRID["batch"]:
-        for m in SWAP_GRID["miss"]:
-            for row in SWAP_GRID["row_bytes"]:
-                us = measure.time_swap_in(cp, pool, batch=b, hot=4096, miss=m, row_bytes=row, ctx=32768,
-                                          iters=args.iters, rng=rng)
-                swap.append(dict(batch=b, hot=4096, miss=m, row_bytes=row, rows=b * m, us=us))
-                print(f"swap-in bs {b:3d} misses {m:4d} row {row:4d}: {us:8.1f} us", flush=True)
-    cost = _cost_model(args.gpu, "uncalibrated")
-    att = []
-    for b in ATT_GRID["batch"]:
-        for h in ATT_GRID["heads"]:
-            for dt in ATT_GRID["kv_dtype"]:
-                us = measure.time_attention(cp, batch=b, heads=h, kv_dtype=dt, iters=args.iters, rng=rng)
-                row = 1152 if dt == "bf16" else 656
-                roof = cost.attention_roofline(b, heads=h, k=2048, row_bytes=row) * 1e6
-                att.append(dict(batch=b, heads=h, kv_dtype=dt, us=us, roofline_us=roof))
-                print(f"attention B {b:3d} H {h:3d} {dt}: {us:8.1f} us (roofline {roof:.1f})", flush=True)
-    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    source = (f"hisparse calibrate on {name}: swap-in and attention launch costs, per-request swap-in cost, "
-              "gather and attention efficiency fitted (per row layout); weight/MoE, indexer, per-layer "
-              "overhead and prefill terms stay at their uncalibrated defaults")
-    return pd.DataFrame(swap), pd.DataFrame(att), link, hbm, source
-
-
 def run_validate(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from ..calibration.fitting import relative_errors
-    from ..calibration.validate import repredict, run_config
-    from ..trace.fileio import atomic_output
+    from ..errors import HisparseError
 
     calibration = os.path.join(args.out, f"{args.gpu}.json")
     if not os.path.exists(calibration):
-        from ..errors import HisparseError
-
         raise HisparseError(f"{calibration}: run hisparse calibrate first")
-    cost = _cost_model(args.gpu, calibration)
-    if args.repredict:  # the stored misses and timings, the current fit
-        with open(os.path.join(args.out, f"validation-{args.gpu}.json")) as fh:
+    pool = None
+    if not args.repredict:
+        from cupy_kernels.swap_in import PinnedPool
+
+        pool = PinnedPool(int(args.pool_gib * (1 << 30)))
+    if args.loop in ("both", "kernels"):
+        _validate_kernels(args, calibration, pool)
+    if args.loop in ("both", "layer"):
+        _validate_layers(args, calibration, pool)
+    return 0
+
+
+def _summary(configs: list[dict], keys) -> tuple[float, float]:
+    import numpy as np
+
+    from ..calibration.fitting import relative_errors
+
+    for r in configs:
+        err = relative_errors(r["predicted_s"], r["measured_s"])
+        cfg = {k: r[k] for k in keys}
+        print(f"{cfg}: misses exact {r['misses_exact']}, miss share {r['miss_share']:.3f}, median error "
+              f"{np.median(err):.1%}, p90 {np.percentile(err, 90):.1%}", flush=True)
+    err = np.concatenate([relative_errors(c["predicted_s"], c["measured_s"]) for c in configs])
+    return float(np.median(err)), float(np.percentile(err, 90))
+
+
+def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
+    """Issue 8's loop: swap-in + attention per layer against the serving cost model's terms."""
+    from ..calibration import grids
+    from ..calibration.validate import repredict, run_config
+    from ..serving import presets as P
+    from ..serving.costs import CostModel
+    from ..trace.fileio import atomic_output
+
+    gpu = P.load_gpu(args.gpu, calibration)
+    cost = CostModel(P.load("models", "glm-5.1-fp8"), gpu, P.load("deployments", "8xh200-colocated-dp8"),
+                     P.load("calibration", calibration))
+    path = os.path.join(args.out, f"validation-{args.gpu}.json")
+    if args.repredict:
+        with open(path) as fh:
             configs = [repredict(cost, c) for c in json.load(fh)["configs"]]
     else:
         import cupy as cp
 
-        from cupy_kernels.swap_in import PinnedPool
-
-        pool = PinnedPool(int(args.pool_gib * (1 << 30)))
         configs = [run_config(cp, pool, cost, steps=args.steps, seed=args.seed + i, **cfg)
-                   for i, cfg in enumerate(VALIDATE)]
-    for r in configs:
-        err = relative_errors(r["predicted_s"], r["measured_s"])
-        cfg = {k: r[k] for k in ("requests", "layers", "hot", "heads", "row_bytes")}
-        print(f"{cfg}: misses exact {r['misses_exact']}, miss share {r['miss_share']:.3f}, median error "
-              f"{np.median(err):.1%}, p90 {np.percentile(err, 90):.1%}", flush=True)
-    err = np.concatenate([relative_errors(c["predicted_s"], c["measured_s"]) for c in configs])
+                   for i, cfg in enumerate(grids.VALIDATE_KERNELS)]
+    med, p90 = _summary(configs, ("requests", "layers", "hot", "heads", "row_bytes"))
     report = {"gpu": args.gpu, "calibration": calibration, "misses_exact": all(c["misses_exact"] for c in configs),
-              "step_time_median_abs_err": float(np.median(err)), "step_time_p90_abs_err": float(np.percentile(err, 90)),
+              "step_time_median_abs_err": med, "step_time_p90_abs_err": p90,
               "targets": {"misses_exact": True, "step_time_median_abs_err": 0.10, "step_time_p90_abs_err": 0.20},
               "configs": configs}
-    with atomic_output(os.path.join(args.out, f"validation-{args.gpu}.json")) as fh:
+    with atomic_output(path) as fh:
         fh.write(json.dumps(report, indent=1).encode())
     from ..calibration.report import plot_validation
 
     plot_validation(report, os.path.join(args.out, f"validation-{args.gpu}.png"))
     print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))
-    return 0
+
+
+def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
+    """The full DSA layer loop at GLM-5.1's per-GPU shapes against layer_work + step_terms."""
+    from ..calibration import grids
+    from ..calibration.layer_loop import repredict_layers, run_layer_config
+    from ..calibration.step_terms import StepTerms
+    from ..errors import HisparseError
+    from ..trace.fileio import atomic_output
+
+    cal = json.loads(open(calibration).read())
+    try:
+        terms = StepTerms.from_calibration(cal)
+    except KeyError as exc:
+        raise HisparseError(f"{calibration}: {exc.args[0]}") from None
+    path = os.path.join(args.out, f"validation-layer-{args.gpu}.json")
+    if args.repredict:
+        if not os.path.exists(path):
+            raise HisparseError(f"{path}: missing; run hisparse validate --loop layer on a GPU first")
+        with open(path) as fh:
+            configs = [repredict_layers(terms, c) for c in json.load(fh)["configs"]]
+    else:
+        import cupy as cp
+        import torch
+
+        configs = [run_layer_config(cp, torch, pool, terms, cfg, steps=args.steps, seed=args.seed + i)
+                   for i, cfg in enumerate(grids.VALIDATE_LAYERS)]
+    med, p90 = _summary(configs, ("requests", "ctx0", "layers", "dense", "hot", "row_bytes"))
+    report = {"gpu": args.gpu, "calibration": calibration, "model": "glm-5.1", "loop": "full DSA layer",
+              "misses_exact": all(c["misses_exact"] for c in configs),
+              "step_time_median_abs_err": med, "step_time_p90_abs_err": p90,
+              "targets": {"misses_exact": True, "step_time_median_abs_err": 0.10, "step_time_p90_abs_err": 0.20},
+              "configs": configs}
+    with atomic_output(path) as fh:
+        fh.write(json.dumps(report, indent=1).encode())
+    from ..calibration.report import plot_layer_validation
+
+    plot_layer_validation(report, os.path.join(args.out, f"validation-layer-{args.gpu}.png"))
+    print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))

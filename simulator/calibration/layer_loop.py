@@ -1,0 +1,141 @@
+"""``hisparse validate --loop layer``: full DSA decode layers at GLM-5.1's per-GPU shapes through
+real kernels, against the step terms' prediction from ``layer_work``.
+
+One GPU of an 8-GPU DP-attention deployment, no communication: per layer, every op of
+``layer_work.layer_ops`` runs as a kernel of its shape (``op_kernels``), with the lightning
+indexer (our kernel, over every request's whole context of FP8 keys), then the swap-in kernel
+and sparse attention (``decode_step``) at the attention op's place. The swap-in takes the
+top-k of generated DSA-like trace streams (the indexer's top-k of random keys would be no
+realistic access pattern), so its misses can be checked against the replay engine and priced
+exactly. Steps are queued behind a spin kernel, so the measured time is GPU time, as a serving
+engine's replayed CUDA graph runs it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .grids import LayerLoopConfig
+from .layer_work import Layout, layer_ops
+from .model_shapes import GLM_5_1
+from .step_terms import StepTerms
+
+K = 2048
+WARM = 2  # the first steps include module loads and allocations
+
+
+def predicted_step_s(terms: StepTerms, cfg: dict, ctx: float, misses_per_layer) -> float:
+    """layer_work's ops at this step's contexts, priced by the fitted terms, plus each layer's
+    swap-in with its missed rows."""
+    m, layout, r = GLM_5_1, Layout(), cfg["requests"]
+    total = 0.0
+    for lyr, missed in enumerate(misses_per_layer):
+        ops = layer_ops(m, r, r * float(ctx), layout, dense=lyr < cfg["dense"], kv_row_bytes=cfg["row_bytes"])
+        total += terms.ops_time(ops, indexer_heads=m.indexer_heads, indexer_q="fp8")
+        total += terms.swap_in_time(float(missed), r, cfg["row_bytes"])
+    return total
+
+
+def repredict_layers(terms: StepTerms, result: dict) -> dict:
+    """(Re)compute a configuration's predictions from its stored contexts and misses (no GPU)."""
+    pred = [predicted_step_s(terms, result, c, m) for c, m in zip(result["ctx"], result["misses_per_layer"], strict=True)]
+    m, r = GLM_5_1, result["requests"]
+    ops = layer_ops(m, r, r * float(result["ctx"][0]), Layout(), kv_row_bytes=result["row_bytes"])
+    return result | {"predicted_s": pred,
+                     "predicted_moe_layer_breakdown_us": {k: v * 1e6 for k, v in terms.breakdown(
+                         ops, indexer_heads=m.indexer_heads, indexer_q="fp8").items()}}
+
+
+def run_layer_config(cp: Any, torch: Any, pool: Any, terms: StepTerms, cfg: LayerLoopConfig, *, steps: int,
+                     seed: int) -> dict:
+    from cupy_kernels.decode_step import decode_step
+    from cupy_kernels.indexer import (
+        HEAD_DIM,
+        ROW_BYTES,
+        lightning_indexer,
+        padded_stride,
+        random_key_rows,
+    )
+    from cupy_kernels.mla_reference import D_QK
+    from cupy_kernels.swap_in import HotBuffer
+
+    from ..replay.engine import replay_policy
+    from ..trace.generator import PRESETS, generate
+    from .measure import hold_stream
+    from .op_kernels import OpKernels
+
+    m, layout, R, L = GLM_5_1, Layout(), cfg.requests, cfg.layers
+    print(f"layer loop: R {R}, ctx0 {cfg.ctx0}, L {L} ({cfg.dense} dense), hot {cfg.hot}, {cfg.row_bytes} B rows",
+          flush=True)
+    streams = list(generate(PRESETS["dsa-like"], steps=steps, layers=L, requests=R, k=K, ctx0=cfg.ctx0, seed=seed))
+    idx = np.stack([np.stack([s.indices for s in streams if s.layer == lyr]) for lyr in range(L)])  # [L,R,T,K]
+    idx_gpu = cp.asarray(np.ascontiguousarray(idx.transpose(2, 0, 1, 3)).astype(np.int32))  # [T, L, R, K]
+    ctx = np.asarray(streams[0].ctx_len, np.int64)
+    hb = HotBuffer(layers=L, requests=R, max_ctx=int(ctx[-1]) + 64, device_buffer_size=cfg.hot, top_k=K,
+                   row_bytes=cfg.row_bytes, pool=pool)
+    rng = np.random.default_rng(seed)
+    block = rng.integers(0, 0x3F, 1 << 24, dtype=np.uint8)  # finite bf16/fp8 bytes, never zeros
+    for lyr in range(L):
+        flat = hb.host_rows(lyr).reshape(-1)
+        for start in range(0, flat.size, block.size):
+            n = min(block.size, flat.size - start)
+            flat[start:start + n] = block[:n]
+    hb.prefill()
+    q_att = cp.asarray(rng.integers(0x3C00, 0x3F00, (R, m.attention_heads, D_QK), dtype=np.uint16))
+    stride = padded_stride(int(ctx[-1]))
+    keys = [random_key_rows(cp, R * stride, seed=seed * 31 + lyr).reshape(R, stride, ROW_BYTES) for lyr in range(L)]
+    q_idx = cp.asarray(rng.integers(0x20, 0x50, (R, m.indexer_heads, HEAD_DIM), dtype=np.uint8))
+    w_idx = cp.asarray(rng.uniform(-0.5, 1.0, (R, m.indexer_heads)).astype(np.float32))
+    scores = cp.empty((R, stride), cp.float32)
+    top = cp.empty((R, K), cp.int32)
+    ctx32 = [cp.full(R, int(c), cp.int32) for c in ctx]
+    ctx64 = [cp.full(R, int(c), cp.int64) for c in ctx]
+    kernels = OpKernels(cp, torch, seed=seed)
+    plan = []  # per layer: (op, launcher or None)
+    for lyr in range(L):
+        ops = layer_ops(m, R, R * float(ctx[0]), layout, dense=lyr < cfg.dense, kv_row_bytes=cfg.row_bytes)
+        plan.append([(op, None if op.kind in ("indexer", "attention") else kernels.build(op, rotate=False))
+                     for op in ops])
+    cp.cuda.Device().synchronize()
+    measured, host_s, kernel_misses = [], [], np.zeros((steps, L, R), np.int64)
+    hold_us = 4000.0 + 2500.0 * L
+    for t in range(steps):
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        hold_stream(cp, hold_us)
+        e0.record()
+        h0 = time.perf_counter()
+        results = []
+        for lyr in range(L):
+            for op, fn in plan[lyr]:
+                if op.kind == "indexer":
+                    lightning_indexer(keys[lyr], q_idx, w_idx, ctx32[t], K, max_ctx=int(ctx[t]), out=top, scores=scores)
+                elif op.kind == "attention":
+                    results.append(decode_step(hb, lyr, q_att, idx_gpu[t, lyr], ctx64[t], 0.07, check=False))
+                else:
+                    fn()
+        e1.record()
+        host_s.append(time.perf_counter() - h0)
+        e1.synchronize()
+        measured.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+        for lyr, res in enumerate(results):
+            kernel_misses[t, lyr] = res.misses.get()
+    engine = np.zeros_like(kernel_misses)
+    for s in streams:
+        engine[:, s.layer, s.request] = replay_policy("lru", s.indices, s.ctx_len, cfg.hot, reserve=True, prefix=True,
+                                                      batched=True, seed=0).misses
+    del hb
+    result = {"requests": R, "ctx0": cfg.ctx0, "layers": L, "dense": cfg.dense, "hot": cfg.hot,
+              "row_bytes": cfg.row_bytes, "steps": steps, "misses_exact": bool((kernel_misses == engine).all()),
+              "miss_share": float(engine.sum() / (steps * L * R * K)),
+              "misses_per_layer": engine.sum(axis=2)[WARM:].tolist(), "ctx": ctx[WARM:].tolist(),
+              "measured_s": measured[WARM:], "host_enqueue_s": host_s[WARM:], "hold_s": hold_us * 1e-6,
+              "impl": kernels.impl}
+    out = repredict_layers(terms, result)
+    err = np.abs(np.array(out["predicted_s"]) - np.array(out["measured_s"])) / np.array(out["measured_s"])
+    print(f"  measured {np.median(out['measured_s']) * 1e3:.3f} ms/step, predicted "
+          f"{np.median(out['predicted_s']) * 1e3:.3f}, median error {np.median(err):.1%}, host enqueue "
+          f"{np.median(host_s) * 1e3:.2f} ms (hold {hold_us / 1e3:.1f} ms)", flush=True)
+    return out

@@ -1,0 +1,230 @@
+"""The work of one DSA decode step on one GPU, op by op, from the model's shapes.
+
+Every kernel a decode layer launches (MLA with absorbed up-projections, the lightning indexer,
+the MoE with its shared and routed experts as grouped GEMMs, dense MLP layers, norms, rope,
+quantisation, the sampler) as an ``Op``: its kind (the cost term that prices it), weight dtype,
+GEMM shape, FLOPs and bytes through HBM, for a batch, the requests' contexts and a parallel
+layout. Shapes follow DeepSeek-V3.2's ``inference/model.py`` (``MLA``, ``Indexer``, ``MoE``) and
+SGLang's ``python/sglang/srt/models/deepseek_v2.py`` (fused q_a + kv_a projection; absorbed
+``w_kc``/``w_vc`` as batched GEMMs in the weights' dtype: for FP8 checkpoints a per-tensor
+quantisation of the input, then ``bmm_fp8``). Communication is not here (the serving model's term).
+
+``ModelShape`` is the protocol the serving branch's ``ModelSpec`` satisfies (same attribute names);
+tests use a local frozen dataclass with GLM-5.1's and DeepSeek-V3.2's config values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+INDEXER_ROW_BYTES = 132  # 128 fp8 codes + fp32 scale (BRIEF 2; cupy_kernels/indexer.py ROW_BYTES)
+
+FP8_BYTES = {"fp8": 1, "bf16": 2}
+ACT_BYTES = 2  # bf16 activations between kernels
+KINDS = ("gemm", "batched_gemm", "grouped_gemm", "elementwise", "indexer", "attention")
+
+
+class ModelShape(Protocol):
+    """Architecture fields (HF config names in comments) a step's work is computed from."""
+
+    layers: int  # num_hidden_layers
+    dense_layers: int  # first_k_dense_replace
+    hidden_size: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    dense_intermediate_size: int  # intermediate_size
+    moe_intermediate_size: int
+    shared_experts: int  # n_shared_experts
+    vocab_size: int
+    attention_heads: int  # num_attention_heads
+    indexer_heads: int  # index_n_heads
+    indexer_head_dim: int  # index_head_dim
+    top_k: int  # index_topk
+    experts: int  # n_routed_experts
+    experts_per_token: int  # num_experts_per_tok
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one GPU's share of a step is cut (SGLang's ``--tp 8 --dp 8 --enable-dp-attention``
+    by default). Attention runs data-parallel on each rank's own requests (``attention_tp`` 1);
+    the MLP side sees the tokens of all ``attention_dp`` ranks: dense MLPs, the shared expert and
+    the lm_head split over ``mlp_tp`` GPUs, routed experts over ``expert_parallel`` GPUs."""
+
+    attention_tp: int = 1
+    attention_dp: int = 8
+    mlp_tp: int = 8
+    expert_parallel: int = 8
+    weight_dtype: str = "fp8"
+
+    def __post_init__(self) -> None:
+        for name in ("attention_tp", "attention_dp", "mlp_tp", "expert_parallel"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"layout: {name} must be >= 1, got {getattr(self, name)}")
+        if self.weight_dtype not in FP8_BYTES:
+            raise ValueError(f"layout: weight_dtype must be one of {tuple(FP8_BYTES)}, got {self.weight_dtype!r}")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel of the step. ``m, k, n`` the GEMM shape (rows = tokens), ``groups`` the batch of
+    a batched/grouped GEMM; ``flops`` and ``bytes`` (HBM) of the whole launch; ``count`` launches."""
+
+    name: str
+    kind: str
+    dtype: str
+    flops: float
+    bytes: float
+    m: int = 0
+    k: int = 0
+    n: int = 0
+    groups: int = 1
+    count: int = 1
+    tokens: float = 0.0  # indexer: tokens scored; attention: requests; grouped GEMM: rows
+    weight_groups: float = 0.0  # grouped GEMM: groups whose weights are read (experts touched)
+
+
+def gemm(name: str, m: int, k: int, n: int, dtype: str, groups: int = 1, weight_groups: float | None = None,
+         kind: str = "gemm") -> Op:
+    """An [m, k] x [k, n] product (x ``groups``): weights read once per group touched, bf16 in
+    and out."""
+    wg = groups if weight_groups is None else weight_groups
+    flops = 2.0 * m * k * n * groups
+    nbytes = k * n * FP8_BYTES[dtype] * wg + ACT_BYTES * m * (k + n) * groups
+    return Op(name, kind, dtype, flops, nbytes, m, k, n, groups)
+
+
+def elementwise(name: str, elems: float, passes: float = 2.0, count: int = 1) -> Op:
+    """A memory-bound kernel touching ``elems`` bf16 values ``passes`` times (read + write = 2)."""
+    return Op(name, "elementwise", "bf16", 0.0, elems * ACT_BYTES * passes, count=count)
+
+
+def mlp_tokens(batch: int, layout: Layout) -> int:
+    """Tokens the MLP side of one GPU sees per step: every DP rank's batch."""
+    return batch * layout.attention_dp
+
+
+def routed_rows(batch: int, m: ModelShape, layout: Layout) -> tuple[float, float]:
+    """(rows routed to this GPU's experts, its experts that receive at least one) for uniform
+    routing: each token picks ``experts_per_token`` of ``experts`` distinct experts."""
+    tokens = mlp_tokens(batch, layout)
+    local = m.experts / layout.expert_parallel
+    p = m.experts_per_token / m.experts
+    return tokens * m.experts_per_token / layout.expert_parallel, local * (1.0 - (1.0 - p) ** tokens)
+
+
+def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_row_bytes: int) -> list[Op]:
+    """MLA (absorbed) + indexer of one layer for ``batch`` requests on this rank."""
+    b, w, tp = batch, layout.weight_dtype, layout.attention_tp
+    h = m.attention_heads // tp
+    d, qr, kvr = m.hidden_size, m.q_lora_rank, m.kv_lora_rank
+    nope, rope, v = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
+    ih = m.indexer_heads // tp
+    idx_dim = m.indexer_head_dim
+    k_rows = min(m.top_k, ctx_sum / max(b, 1)) if b else 0
+    att_bytes = b * k_rows * kv_row_bytes
+    att_flops = 2.0 * b * h * k_rows * ((kvr + rope) + kvr)
+    return [
+        elementwise("input_norm", b * d, passes=3),  # fused residual add + RMSNorm
+        elementwise("quant_qkv_a", b * d, passes=1.5),  # per-token-group fp8 quantisation
+        gemm("qkv_a_proj", b, d, qr + kvr + rope, w),  # SGLang's fused_qkv_a_proj_with_mqa
+        elementwise("q_a_norm", b * qr),
+        elementwise("kv_a_norm", b * (kvr + rope)),
+        gemm("q_b_proj", b, qr, h * (nope + rope), w),
+        elementwise("quant_q_nope", b * h * nope, passes=1.5, count=2),  # per-tensor: absmax, then quantise
+        gemm("w_kc_absorbed", b, nope, kvr, w, groups=h, kind="batched_gemm"),  # SGLang bmm_fp8
+        elementwise("rope_and_kv_store", b * h * rope + b * (kvr + rope)),
+        gemm("indexer_wq_b", b, qr, ih * idx_dim, w),
+        gemm("indexer_wk", b, d, idx_dim, w),
+        gemm("indexer_weights_proj", b, d, ih, "bf16"),
+        elementwise("indexer_k_norm_rope_quant_store", b * idx_dim * 2),
+        elementwise("indexer_q_rope_quant", b * ih * idx_dim),
+        Op("indexer_score_topk", "indexer", "fp8", 2.0 * ctx_sum * ih * idx_dim,
+           ctx_sum * INDEXER_ROW_BYTES + 8.0 * ctx_sum, m=b, k=idx_dim, n=ih, tokens=ctx_sum),
+        Op("sparse_attention", "attention", "bf16" if kv_row_bytes >= 1024 else "fp8", att_flops, att_bytes,
+           m=b, tokens=b),
+        elementwise("quant_attn_out", b * h * kvr, passes=1.5, count=2),
+        gemm("w_vc_absorbed", b, kvr, v, w, groups=h, kind="batched_gemm"),
+        elementwise("quant_o", b * h * v, passes=1.5),
+        gemm("o_proj", b, h * v, d, w),
+        elementwise("post_attention_norm", b * d, passes=3),
+    ]
+
+
+def dense_mlp_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
+    t, w, tp = mlp_tokens(batch, layout), layout.weight_dtype, layout.mlp_tp
+    inter, d = m.dense_intermediate_size // tp, m.hidden_size
+    return [gemm("dense_gate_up", t, d, 2 * inter, w), elementwise("silu_mul_quant", t * inter, passes=3),
+            gemm("dense_down", t, inter, d, w)]
+
+
+def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
+    t, w, d = mlp_tokens(batch, layout), layout.weight_dtype, m.hidden_size
+    inter = m.moe_intermediate_size
+    shared = inter * m.shared_experts // layout.mlp_tp
+    rows, touched = routed_rows(batch, m, layout)
+    local = m.experts // layout.expert_parallel
+    per_expert = rows / local
+    ops = [
+        gemm("router_gate", t, d, m.experts, "bf16"),
+        elementwise("router_topk", t * m.experts, passes=1),
+        elementwise("moe_align_sort", t * m.experts_per_token, passes=4),
+    ]
+    if shared:
+        ops += [gemm("shared_gate_up", t, d, 2 * shared, w), elementwise("shared_silu_mul", t * shared, passes=3),
+                gemm("shared_down", t, shared, d, w)]
+    up = gemm("routed_gate_up", math.ceil(per_expert), d, 2 * inter, w, groups=local, weight_groups=touched,
+              kind="grouped_gemm")
+    down = gemm("routed_down", math.ceil(per_expert), inter, d, w, groups=local, weight_groups=touched,
+                kind="grouped_gemm")
+    # FLOPs and activations from the expected rows, not the rounded-up rows per expert
+    scale = rows / max(math.ceil(per_expert) * local, 1e-9)
+    ops += [Op(up.name, up.kind, up.dtype, up.flops * scale, d * 2 * inter * FP8_BYTES[w] * touched
+               + ACT_BYTES * rows * (d + 2 * inter), up.m, up.k, up.n, up.groups, tokens=rows, weight_groups=touched),
+            elementwise("routed_silu_mul_quant", rows * inter, passes=3),
+            Op(down.name, down.kind, down.dtype, down.flops * scale, inter * d * FP8_BYTES[w] * touched
+               + ACT_BYTES * rows * (inter + d), down.m, down.k, down.n, down.groups, tokens=rows,
+               weight_groups=touched),
+            elementwise("moe_combine", rows * d + t * d, passes=1.5)]
+    return ops
+
+
+def layer_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(), *, dense: bool = False,
+              kv_row_bytes: int = 1152) -> list[Op]:
+    """Every kernel of one decoder layer (a dense-MLP layer when ``dense``)."""
+    if batch <= 0:
+        return []
+    mlp = dense_mlp_ops(m, batch, layout) if dense else moe_ops(m, batch, layout)
+    return attention_ops(m, batch, ctx_sum, layout, kv_row_bytes) + mlp
+
+
+def step_head_ops(m: ModelShape, batch: int, layout: Layout = Layout()) -> list[Op]:
+    """Once per step: final norm, lm_head (vocab split over ``mlp_tp``), the sampler."""
+    t = mlp_tokens(batch, layout)
+    vocab = m.vocab_size // layout.mlp_tp
+    return [elementwise("final_norm", batch * m.hidden_size, passes=2),
+            gemm("lm_head", t, m.hidden_size, vocab, "bf16"),
+            Op("sampler", "elementwise", "bf16", 0.0, batch * m.vocab_size * 4 * 2.0, count=2)]
+
+
+def step_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(), *,
+             kv_row_bytes: int = 1152) -> list[tuple[int, list[Op]]]:
+    """The whole step as (repeat count, ops): dense layers, MoE layers, the head."""
+    out = []
+    if m.dense_layers:
+        out.append((m.dense_layers, layer_ops(m, batch, ctx_sum, layout, dense=True, kv_row_bytes=kv_row_bytes)))
+    if m.layers > m.dense_layers:
+        out.append((m.layers - m.dense_layers, layer_ops(m, batch, ctx_sum, layout, kv_row_bytes=kv_row_bytes)))
+    out.append((1, step_head_ops(m, batch, layout)))
+    return out
+
+
+def weight_params(ops: list[Op]) -> float:
+    """Weight elements the GEMMs of ``ops`` read (each touched group once)."""
+    return float(sum(o.k * o.n * (o.weight_groups or o.groups) for o in ops
+                     if o.kind in ("gemm", "batched_gemm", "grouped_gemm")))

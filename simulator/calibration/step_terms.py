@@ -1,0 +1,158 @@
+"""Fitted decode-step cost terms and the time they give an op, a layer, a step (CPU only).
+
+Each kernel kind (``layer_work.KINDS``) and dtype has a measured term
+
+    t = launch + max(bytes / bandwidth, flops / rate)
+
+fitted by ``fitting.fit_roofline`` to kernels timed at the model's shapes (``hisparse calibrate``);
+the lightning indexer has its own (``launch + key bytes / bandwidth + select``); sparse attention
+and swap-in keep the terms fitted since issue 8 (``params`` in ``calibration/h200.json``). The
+whole group is stored under ``step_terms`` in the calibration JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .layer_work import Op
+
+# The roofline the attention fit divided by (``fitting.fit_attention``; h200.toml's figures,
+# BRIEF 3: measured HBM copy and 8192^3 GEMM on this workplace's H200).
+ATTENTION_ROOFLINE = {"hbm_bw": 4.266e12, "bf16_flops": 7.69e14}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """launch (s) + max(bytes / bw, flops / flops_rate); a rate of inf means 'never the limit'."""
+
+    launch_s: float
+    bw: float
+    flops_rate: float = math.inf
+
+    def time(self, nbytes: float, flops: float = 0.0) -> float:
+        return self.launch_s + max(nbytes / self.bw, flops / self.flops_rate)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Rate:
+        return cls(d["launch_us"] * 1e-6, d["gbps"] * 1e9, (d.get("tflops") or math.inf) * 1e12)
+
+
+@dataclass(frozen=True)
+class IndexerTerm:
+    """launch + key bytes / bw + select_s_per_token x (waves of requests x tokens per request):
+    scoring streams every key row once; the exact top-k gives each request one block, so its
+    time follows the context length, in waves of ``sms`` requests."""
+
+    launch_s: float
+    bw: float
+    select_s_per_token: float
+    sms: int = 132
+
+    def time(self, requests: int, ctx_sum: float) -> float:
+        if requests <= 0:
+            return 0.0
+        waves = math.ceil(requests / self.sms)
+        return self.launch_s + ctx_sum * 132 / self.bw + self.select_s_per_token * waves * ctx_sum / requests
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    rates: dict[tuple[str, str], Rate]  # (kind, dtype)
+    indexer: dict[str, IndexerTerm]  # "fp8_h32", "fp8_h64", ...
+    graph_launch_s: float
+    attention: dict[str, tuple[float, float]]  # kv dtype -> (launch s, efficiency)
+    swap_in: dict[int, tuple[float, float, float]]  # row bytes -> (launch s, per-request s, bytes/s)
+
+    @classmethod
+    def from_calibration(cls, cal: dict) -> StepTerms:
+        """From a calibration JSON (``calibration/h200.json``): ``step_terms`` plus the attention and
+        swap-in fits in ``fit``."""
+        st = cal.get("step_terms")
+        if not st:
+            raise KeyError("calibration has no step_terms group: run hisparse calibrate (step terms)")
+        rates = {(kind, dt): Rate.from_json(v) for kind, per in st["rates"].items() for dt, v in per.items()}
+        idx = {name: IndexerTerm(v["launch_us"] * 1e-6, v["gbps"] * 1e9, v["select_ns_per_token"] * 1e-9)
+               for name, v in st["indexer"].items()}
+        att = {dt: (v["attention_launch_us"] * 1e-6, v["attention_efficiency"]) for dt, v in cal["fit"]["attention"].items()}
+        sw = {int(r): (v["launch_us"] * 1e-6, v["per_request_us"] * 1e-6, v["gbps"] * 1e9)
+              for r, v in cal["fit"]["swap_in"]["per_row"].items()}
+        return cls(rates, idx, st["graph_launch_us"] * 1e-6, att, sw)
+
+    def op_time(self, op: Op, indexer_heads: int | None = None, indexer_q: str = "fp8") -> float:
+        """Seconds of one op (all its launches); the indexer's heads come from the op (``n``)
+        unless given."""
+        if op.kind == "indexer":
+            heads = indexer_heads or op.n
+            if f"{indexer_q}_h{heads}" not in self.indexer:
+                raise KeyError(f"no indexer term for {indexer_q} queries and {heads} heads "
+                               f"(measured: {', '.join(sorted(self.indexer))})")
+            return self.indexer[f"{indexer_q}_h{heads}"].time(op.m, op.tokens) * op.count
+        if op.kind == "attention":
+            launch, eff = self.attention[op.dtype]
+            roof = max(op.bytes / ATTENTION_ROOFLINE["hbm_bw"], op.flops / ATTENTION_ROOFLINE["bf16_flops"])
+            return (launch + roof / eff) * op.count if op.tokens else 0.0
+        if op.kind == "elementwise":
+            r = self.rates.get(("elementwise", "bf16"))
+            return (r.time(op.bytes) if r else self.graph_launch_s) * op.count
+        return self.rates[(op.kind, op.dtype)].time(op.bytes, op.flops) * op.count
+
+    def swap_in_time(self, missed_rows: float, requests: int, row_bytes: int) -> float:
+        """One layer's swap-in launch (issue 8's fit for this row size)."""
+        launch, per_req, bw = self.swap_in[row_bytes]
+        return launch + per_req * requests + missed_rows * row_bytes / bw
+
+    def ops_time(self, ops: list[Op], **kw) -> float:
+        return float(sum(self.op_time(o, **kw) for o in ops))
+
+    def breakdown(self, ops: list[Op], **kw) -> dict[str, float]:
+        """Seconds per op name (for reports)."""
+        out: dict[str, float] = {}
+        for o in ops:
+            out[o.name] = out.get(o.name, 0.0) + self.op_time(o, **kw)
+        return out
+
+
+def relative_error(predicted, measured) -> np.ndarray:
+    return np.abs(np.asarray(predicted, float) - np.asarray(measured, float)) / np.asarray(measured, float)
+
+
+def step_time(terms: StepTerms, m, batch: int, ctx_sum, layout=None, *, kv_row_bytes: int = 1152,
+              indexer_q: str = "fp8", include_attention: bool = True) -> dict[str, np.ndarray]:
+    """Seconds of one decode step on one GPU (DP rank) by op kind, for ``batch`` requests whose
+    contexts sum to ``ctx_sum`` (a number or an array, one entry per step): every kernel of the
+    dense layers, the MoE layers and the head (``layer_work.step_ops``) priced by the fitted terms.
+    Swap-in and communication are not in it (``swap_in_time``; the serving model's comm term).
+    ``include_attention=False`` leaves sparse attention out for a caller that prices it itself.
+    Returns {kind: seconds} with a "total" entry; the context-dependent kinds (indexer, attention)
+    are arrays shaped like ``ctx_sum``. With unequal contexts the indexer's select term follows
+    the mean context per request (it is really paced by the longest in each wave of 132)."""
+    from .layer_work import Layout, step_ops
+
+    layout = layout or Layout()
+    ctx = np.asarray(ctx_sum, dtype=float)
+    out: dict[str, np.ndarray] = {}
+    if batch <= 0:
+        return {"total": ctx * 0.0}
+    for repeat, ops in step_ops(m, batch, 1.0, layout, kv_row_bytes=kv_row_bytes):
+        for op in ops:
+            if op.kind == "indexer":
+                t = terms.indexer[f"{indexer_q}_h{m.indexer_heads // layout.attention_tp}"]
+                sec = t.launch_s + ctx * 132 / t.bw + t.select_s_per_token * math.ceil(batch / t.sms) * ctx / batch
+            elif op.kind == "attention":
+                if not include_attention:
+                    continue
+                launch, eff = terms.attention[op.dtype]
+                k_rows = np.minimum(m.top_k, ctx / batch)
+                heads = m.attention_heads // layout.attention_tp
+                roof = np.maximum(batch * k_rows * kv_row_bytes / ATTENTION_ROOFLINE["hbm_bw"],
+                                  2.0 * batch * heads * k_rows * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+                                  / ATTENTION_ROOFLINE["bf16_flops"])
+                sec = launch + roof / eff
+            else:
+                sec = terms.op_time(op)
+            out[op.kind] = out.get(op.kind, 0.0) + repeat * sec
+    out["total"] = sum(out.values()) + ctx * 0.0
+    return out
