@@ -265,7 +265,9 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
         assert not math.isnan(row["tpot_p99_ms"])
     assert {r["device_buffer_size"] for r in rows if r["system"] == "hisparse"} == {4096, 6144}
     assert [k["device_buffer_size"] for k in report["misses"]] == [4096, 6144]
-    assert report["scenario"]["unsourced_terms"] == ["per_layer_overhead_us"]
+    assert report["scenario"]["unsourced_terms"] == []  # every term has its source now
+    assert report["scenario"]["step_terms"]["source"].startswith("measured on this GPU")
+    assert not report["scenario"]["step_terms"]["scaled_from_h200"]
     assert sorted(p.name for p in out.iterdir()) == ["plan.csv", "plan.json", "throughput.png"]
 
 
@@ -273,7 +275,8 @@ def test_plan_cli_text_and_errors(tmp_path, capsys):
     assert main(["plan", "--concurrency", "2", "--quiet", "--calibration", "uncalibrated"]) == 0
     text = capsys.readouterr().out
     assert "== baseline" in text and "recommendation" in text and "UNCALIBRATED" in text
-    assert "UNSOURCED terms (no measurement yet): per_layer_overhead_us" in text
+    assert "UNSOURCED" not in text
+    assert "cost model: step kernels H200 measurements" in text and "bandwidths x 1.000" in text
     assert "lru miss ratio" in text and "synthetic-dsa-like" in text  # the trace and its miss ratio
     assert "memory per GPU (SGLang's accounting)" in text
     assert main(["plan", "--concurrency", "2", "--quiet"]) == 0  # auto: the packaged H200 calibration

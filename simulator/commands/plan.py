@@ -145,9 +145,17 @@ def _scenario_summary(sc) -> dict:
                       "workload": sc.workload.where, "hisparse": sc.hisparse.where},
             "calibration": sc.calibration, "calibrated": sc.params.calibrated,
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
+            "step_terms": _step_terms_summary(sc),
             "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
                        "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
             "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
+
+
+def _step_terms_summary(sc) -> dict:
+    from ..serving.step_costs import terms_for
+
+    t = sc.terms or terms_for(sc.gpu)
+    return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio}
 
 
 def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
@@ -199,6 +207,7 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         print(f"cost model: calibration {sc.calibration}")
     else:
         print(f"cost model: UNCALIBRATED ({sc.calibration}); see simulator/presets/calibration/")
+    print(f"cost model: step kernels {summary['step_terms']['source']}")
     if sc.params.unsourced:
         print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
     for note in sc.notes:

@@ -105,7 +105,7 @@ class RankSim:
         if not self.open_loop and concurrency < 1:
             raise HisparseError("a closed-loop point needs concurrency >= 1")
         self.profiles = profiles
-        self.cost = CostModel(m, scenario.gpu, d, scenario.params)
+        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms)
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s
         ranks = d.ranks
@@ -400,7 +400,7 @@ def prefill_tok_s(scenario: Scenario) -> float:
     d = scenario.deployment
     if d.prefill_tok_s > 0:
         return d.prefill_tok_s
-    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params)
+    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms)
     n_in, t, done = scenario.workload.input_tokens, 0.0, 0
     while done < n_in:
         n = min(d.prefill_chunk_tokens, n_in - done)
