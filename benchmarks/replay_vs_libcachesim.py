@@ -1,89 +1,133 @@
 """Replay speed against libCacheSim, same stream, same run.
 
-One stream of 20,000 steps x k = 2048 (41 M accesses, the dsa-like generator): whole-process
-wall time of `hisparse replay --policy lru --buffer 4096` (.hst and .npy input; with the compiled
-fast path of simulator/native and, for comparison, with HISPARSE_NATIVE=0, the numba engine)
-against a process running libCacheSim's LRU `process_trace` on the same stream as
-oracleGeneral records. Then accesses/s per policy, in-process, both semantics.
+Two streams of 20,000 steps x k = 2048 (41 M accesses each):
+- ``high-overlap``: the high-overlap generator preset (formerly "dsa-like"): ~95% of a step's
+  set kept at the next, few changes per step;
+- ``glm51-longbench``: realistic churn, layer 1 of a two-layer stack drawn with the knobs of
+  `glm51-longbench`'s layer 30 of 78 (its middle band; ctx0 100,384): ~56% kept per step, LRU
+  misses 13-17% at B = 2k (the preset's layer average is 13.4%).
 
-    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 3]
+For each: whole-process wall time of `hisparse replay --policy lru --buffer 4096` on the .hst
+file (compiled fast path; once with HISPARSE_NATIVE=0, the numba engine, whose misses must be
+the same) against a process running libCacheSim's LRU `process_trace` on the same stream as
+oracleGeneral records. Runs are interleaved (hisparse, libCacheSim, hisparse, ...) on this
+noisy shared machine; the table gives medians and the ratio of the medians. Then accesses/s
+per policy, in-process, both semantics.
+
+    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import time
-
-import numpy as np
+from pathlib import Path
 
 LCS = """import sys, libcachesim as lcs
 r = lcs.TraceReader(trace=sys.argv[1], trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
 print(lcs.LRU(cache_size=int(sys.argv[2])).process_trace(r)[0])
 """
+GLM_LAYER = 30  # of 78: glm51-longbench's middle band
 
 
-def wall(cmd: list[str], repeats: int, env: dict | None = None) -> tuple[float, str]:
-    best, out = float("inf"), ""
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-        best = min(best, time.perf_counter() - t0)
-        out = proc.stdout.strip()
-    return best, out
+def run(cmd: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system) and stdout of a process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout.strip()
+
+
+def misses_of(replay_output: str) -> int:
+    """The misses column of `hisparse replay`'s one-row table."""
+    header, row = replay_output.splitlines()[-2:]
+    return int(row.split()[header.split().index("misses")])
+
+
+def make_stream(name: str, steps: int, data: Path):
+    """The benchmark stream ``name`` as .hst and oracleGeneral files (cached under ``data``)."""
+    from simulator.trace import TraceMeta, open_trace, write_trace
+    from simulator.trace.generator import PRESETS, generate, knobs_dict, load_knobs
+    from simulator.trace.oracle import write_oracle_general
+
+    hst = data / f"{name}-{steps}.hst"
+    if not hst.exists():
+        if name == "high-overlap":
+            knobs, layers, ctx0 = PRESETS["high-overlap"], 1, 32768
+        else:
+            knobs, layers, ctx0 = load_knobs("glm51-longbench").at_layer(GLM_LAYER, 78), 2, 100384
+        *_, stream = generate(knobs, steps=steps, layers=layers, requests=1, k=2048, ctx0=ctx0, seed=0)
+        source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": name, "knobs": knobs_dict(knobs),
+                  "seed": 0, "note": f"benchmark stream: layer {layers - 1} of {layers}"}
+        write_trace(hst, TraceMeta(k=2048, source=source), [stream])
+    stream = open_trace(hst).read(open_trace(hst).keys[0])
+    oracle = data / f"{name}-{steps}.oracleGeneral.bin"
+    if not oracle.exists():
+        write_oracle_general(stream, oracle)
+    return hst, oracle, stream
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20000, help="steps per stream (default 20000)")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved whole-process runs of each (default 5)")
+    parser.add_argument("--streams", default="high-overlap,glm51-longbench", help="streams to time (default both)")
     parser.add_argument("--policy-steps", type=int, default=4000, help="stream length for the per-policy table")
     args = parser.parse_args()
+    from simulator import native
     from simulator.serving.misses import cache_dir
-    from simulator.trace import open_trace
-    from simulator.trace.oracle import write_oracle_general
 
     data = cache_dir() / "bench"
     data.mkdir(parents=True, exist_ok=True)
-    hst = data / f"dsa-like-{args.steps}.hst"
-    if not hst.exists():
-        subprocess.run([sys.executable, "-m", "simulator.cli", "trace", "gen", "--preset", "dsa-like", "--steps",
-                        str(args.steps), "--layers", "1", "--requests", "1", "--topk", "2048", "--ctx0", "32768",
-                        "--seed", "0", "--quiet", "--out", str(hst)], check=True)
-    stream = open_trace(hst).read((0, 0))
-    npy, oracle = data / f"dsa-like-{args.steps}.npy", data / f"dsa-like-{args.steps}.oracleGeneral.bin"
-    if not npy.exists():
-        np.save(npy, stream.indices)
-    if not oracle.exists():
-        write_oracle_general(stream, oracle)
-    from simulator import native
-
     if not native.available():
         print("the compiled fast path is not built (pip install -e . with a C compiler); timing the numba engine")
     hisparse = [sys.executable, "-m", "simulator.cli", "replay", "--policy", "lru", "--buffer", "4096", "--quiet"]
-    t_hst, out_fast = wall(hisparse + [str(hst)], args.repeats)
-    t_ref, out_ref = wall(hisparse + [str(hst)], args.repeats, env={**os.environ, "HISPARSE_NATIVE": "0"})
-    assert out_fast == out_ref, "fast path and numba engine disagree"
-    t_npy, _ = wall(hisparse + [str(npy), "--ctx0", str(int(stream.ctx_len[0]))], args.repeats)
-    t_seq, _ = wall(hisparse + ["--semantics", "sequential", "--initial", "empty", "--no-reserve-newest", str(npy),
-                                "--ctx0", str(int(stream.ctx_len[0]))], args.repeats)
-    t_lcs, ratio = wall([sys.executable, "-c", LCS, str(oracle), "4096"], args.repeats)
-    print(f"stream: {stream.steps} steps, {stream.accesses:,} accesses; best of {args.repeats} whole-process runs\n")
-    print("| command | wall s | libCacheSim time / this |")
-    print("|---|---|---|")
-    print(f"| libCacheSim LRU process_trace (oracleGeneral, sequential; miss ratio {float(ratio):.4f}) | {t_lcs:.2f} | 1.00 |")
-    print(f"| hisparse replay, .hst, batched LRU | {t_hst:.2f} | {t_lcs / t_hst:.2f} |")
-    print(f"| hisparse replay, .hst, batched LRU, HISPARSE_NATIVE=0 (numba engine) | {t_ref:.2f} | {t_lcs / t_ref:.2f} |")
-    print(f"| hisparse replay, .npy, batched LRU | {t_npy:.2f} | {t_lcs / t_npy:.2f} |")
-    print(f"| hisparse replay, .npy, sequential LRU from empty (libCacheSim's semantics) | {t_seq:.2f} | {t_lcs / t_seq:.2f} |")
+    rows, streams = [], {}
+    for name in args.streams.split(","):
+        hst, oracle, stream = make_stream(name, args.steps, data)
+        streams[name] = stream
+        *_, ref = run(hisparse + [str(hst)], env={**os.environ, "HISPARSE_NATIVE": "0"})
+        t_ours, t_lcs, c_ours, c_lcs = [], [], [], []
+        for _ in range(args.repeats):
+            t, c, out = run(hisparse + [str(hst)])
+            assert misses_of(out) == misses_of(ref), f"{name}: fast path and numba engine disagree"
+            t_ours.append(t)
+            c_ours.append(c)
+            t, c, lcs_ratio = run([sys.executable, "-c", LCS, str(oracle), "4096"])
+            t_lcs.append(t)
+            c_lcs.append(c)
+        med = statistics.median
+        rows.append((name, stream, misses_of(ref), float(lcs_ratio), med(t_ours), med(t_lcs), med(c_ours), med(c_lcs),
+                     t_ours, t_lcs))
+
+    print(f"buffer 4096, k 2048; medians of {args.repeats} interleaved whole-process runs (wall; CPU = user + "
+          "system)\n")
+    print("| stream | accesses | hisparse batched LRU misses (= numba engine) | libCacheSim LRU miss ratio "
+          "(sequential) | hisparse wall / CPU s | libCacheSim wall / CPU s | libCacheSim / hisparse, wall | CPU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, stream, misses, lcs_ratio, w_ours, w_lcs, c_ours, c_lcs, *_ in rows:
+        print(f"| {name} | {stream.accesses:,} | {misses:,} ({misses / stream.accesses:.4f}) | {lcs_ratio:.4f} | "
+              f"{w_ours:.2f} / {c_ours:.2f} | {w_lcs:.2f} / {c_lcs:.2f} | **{w_lcs / w_ours:.1f}x** | "
+              f"{c_lcs / c_ours:.1f}x |")
+    for name, *_, t_ours, t_lcs in rows:
+        print(f"\n{name}: hisparse runs {', '.join(f'{t:.2f}' for t in t_ours)} s; "
+              f"libCacheSim runs {', '.join(f'{t:.2f}' for t in t_lcs)} s")
 
     from simulator.replay import POLICIES, ReplayConfig, replay_stream
     from simulator.trace import Stream
 
+    stream = next(iter(streams.values()))
     short = Stream(0, 0, stream.ctx_len[: args.policy_steps], stream.indices[: args.policy_steps])
-    print(f"\naccesses/s per policy, buffer 4096, {short.accesses:,} accesses, in-process after a warm-up:\n")
+    print(f"\naccesses/s per policy, buffer 4096, {short.accesses:,} accesses of {next(iter(streams))}, "
+          "in-process after a warm-up:\n")
     print("| policy | batched M accesses/s | sequential M accesses/s |")
     print("|---|---|---|")
 

@@ -258,3 +258,27 @@ def test_replay_command_on_hst_imports_neither_numpy_nor_numba(tmp_path):
                          cwd=Path(__file__).parent.parent).stdout
     assert '"misses"' in out
     assert "LOADED []" in out
+
+
+def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):
+    """Steps that change hundreds of entries (the radix sorts and the branch-free merge of the
+    fast path; k = 24 above never reaches them) replay exactly as in the engine."""
+    rng = np.random.default_rng(5)
+    stream = wandering_stream(rng, steps=60, k=512, ctx0=4000, overlap=0.5)
+    path = tmp_path / "churn.hst"
+    write_trace(path, TraceMeta(k=512, source={"kind": "test"}), [stream])
+    reader = TraceReader(path)
+    stream = reader.read(reader.keys[0])
+    configs = [ReplayConfig(buffer=b, initial=i) for b in (512, 768, 2048) for i in ("prefix", "empty")]
+    (info, payload), = reader.chunks(reader.keys[0])
+    lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
+    outs = [np.zeros(stream.steps, np.int64) for _ in configs]
+    code, _, _ = native.lru_replay_coded(lrus, outs, zlib.decompress(payload), info.steps, info.width,
+                                         info.ordered, 512, 0, np.zeros(stream.steps, np.int64))
+    assert code == 0
+    for cfg, out, lru in zip(configs, outs, lrus, strict=True):
+        ref = _engine(stream, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
+        assert np.array_equal(out, ref.misses), cfg
+        assert out[1:].sum() > 0  # there is churn to replay
+        slot_pos, order = lru.result()
+        assert np.array_equal(slot_pos, ref.slot_pos) and np.array_equal(order, ref.order), cfg

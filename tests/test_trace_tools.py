@@ -9,7 +9,14 @@ import pytest
 
 from simulator.cli import main
 from simulator.trace import Stream, TraceMeta, open_trace, write_trace
-from simulator.trace.generator import PRESETS, GeneratorKnobs, generate, knobs_to_toml, load_knobs
+from simulator.trace.generator import (
+    PRESETS,
+    GeneratorKnobs,
+    generate,
+    knobs_dict,
+    knobs_to_toml,
+    load_knobs,
+)
 from simulator.trace.oracle import ORACLE_DTYPE, oracle_records
 from simulator.trace.stats import trace_info
 from tests.helpers import random_stream
@@ -124,7 +131,9 @@ def test_info_json_keys(tmp_path, capsys):
                 "sink_share", "local_share", "layer_overlap_mean", "bytes_per_access", "source"):
         assert key in info
     assert info["source"]["kind"] == "synthetic" and info["source"]["seed"] == 0
-    assert info["source"]["knobs"]["retention"] == PRESETS["dsa-like"].retention
+    # the default preset, glm51-longbench, with its per-layer profile
+    assert info["source"]["preset"] == "glm51-longbench"
+    assert info["source"]["knobs"] == json.loads(json.dumps(knobs_dict(load_knobs("glm51-longbench"))))
 
 
 def test_npy_interop_ctx0_and_padding(tmp_path, capsys):

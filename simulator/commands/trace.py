@@ -1,4 +1,4 @@
-"""``hisparse trace gen | info | validate | convert | export``."""
+"""``hisparse trace gen | info | compare | validate | convert | export``."""
 
 from __future__ import annotations
 
@@ -15,14 +15,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                      "layer correlation). "
                                      "The same arguments and seed give the same bytes.")
     src = gen.add_mutually_exclusive_group()
-    src.add_argument("--preset", default="dsa-like", help="knob preset: dsa-like, high-locality or bursty (default dsa-like)")
+    src.add_argument("--preset", default="glm51-longbench",
+                     help="knob preset (default glm51-longbench): glm51-longbench and dsv32 are fitted to "
+                          "published DSA statistics (traces/targets/); high-overlap (formerly dsa-like: ~95%% "
+                          "adjacent-step overlap, which no DSA measurement supports), high-locality, bursty")
     src.add_argument("--knobs", metavar="FILE", help="a knobs .toml file (from `trace fit` or edited by hand)")
-    gen.add_argument("--steps", type=int, default=512, help="decode steps per stream (default 512)")
-    gen.add_argument("--layers", type=int, default=4, help="layers per request (default 4)")
-    gen.add_argument("--requests", type=int, default=2, help="requests (default 2)")
-    gen.add_argument("--topk", type=int, default=2048, help="k, entries selected per step (default 2048)")
-    gen.add_argument("--ctx0", type=int, default=32768, help="context length at step 0 (default 32768)")
-    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--steps", type=int, default=None,
+                     help="decode steps per stream (default: a fitted preset's shape, else 512)")
+    gen.add_argument("--layers", type=int, default=None,
+                     help="layers per request; a profile spreads over them by depth (default: a fitted "
+                          "preset's model, e.g. 78 for glm51-longbench, else 4)")
+    gen.add_argument("--requests", type=int, default=None, help="requests (default: a fitted preset's shape, else 2)")
+    gen.add_argument("--topk", type=int, default=None, help="k, entries selected per step (default 2048)")
+    gen.add_argument("--ctx0", type=int, default=None,
+                     help="context length at step 0 (default: a fitted preset's, e.g. 100384, else 32768)")
+    gen.add_argument("--seed", type=int, default=None, help="random seed (default: a fitted preset's, else 0)")
     gen.add_argument("--out", required=True, metavar="PATH", help="output .hst path (written atomically)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(run=run_gen)
@@ -52,6 +59,23 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                       help="keep each step's stored order (larger files); default stores steps sorted")
     conv.set_defaults(run=run_convert)
 
+    cmp = sub.add_parser("compare", help="a trace's statistics beside published targets",
+                         description="Measure a trace's statistics (per-layer consecutive-step overlap, "
+                                     "adjacent-layer overlap, batched LRU miss ratio at B/k, first-step misses "
+                                     "from an empty buffer; steps before the warm-up left out) and print them "
+                                     "beside the targets of a targets file, or of both shipped presets "
+                                     "(glm51-longbench, dsv32). Targets on layers the trace lacks show as '-'.")
+    add_trace_input(cmp)
+    cmp.add_argument("--targets", metavar="T.toml", action="append",
+                     help="targets file or shipped name; repeat for several (default: every shipped one)")
+    cmp.add_argument("--warmup", type=int, default=None, metavar="N",
+                     help="steps left out of steady-state statistics (default: the targets' [shape] warmup)")
+    cmp.add_argument("--per-layer", action="store_true", help="also print the per-layer table")
+    cmp.add_argument("--json", action="store_true", help="print JSON (targets, per-layer statistics, LRU curve)")
+    cmp.add_argument("--plot", metavar="PNG",
+                     help="plot per-layer consecutive overlap and LRU miss ratio against B/k, with the targets")
+    cmp.set_defaults(run=run_compare)
+
     exp = sub.add_parser("export", help="export one stream for other tools (libCacheSim)",
                          description="Export one stream as libCacheSim oracleGeneral records "
                                      "(24 bytes each, next-access times filled in).")
@@ -74,6 +98,7 @@ def run_gen(args: argparse.Namespace) -> int:
 
     spec = args.knobs or args.preset
     knobs = load_knobs(spec)
+    _shape_defaults(args, None if args.knobs else args.preset)
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": spec if not args.knobs else None,
               "knobs": knobs_dict(knobs), "seed": args.seed}
     streams = generate(knobs, steps=args.steps, layers=args.layers, requests=args.requests,
@@ -81,6 +106,69 @@ def run_gen(args: argparse.Namespace) -> int:
     with TraceWriter(args.out, k=args.topk, source=source) as writer:
         for s in progress(streams, total=args.requests * args.layers, desc="streams", quiet=args.quiet):
             writer.write_stream(s)
+    return 0
+
+
+def _shape_defaults(args: argparse.Namespace, preset: str | None) -> None:
+    """Unset shape options: a fitted preset's targets shape, else the historical defaults."""
+    from ..trace.generator import FITTED_PRESETS
+
+    base = dict(steps=512, layers=4, requests=2, topk=2048, ctx0=32768, seed=0)
+    if preset in FITTED_PRESETS:
+        from ..analysis.targets import load_targets
+
+        sh = load_targets(preset).shape
+        base = dict(steps=sh.steps, layers=sh.layers, requests=sh.requests, topk=sh.topk, ctx0=sh.ctx0, seed=sh.seed)
+    for name, value in base.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
+def print_target_rows(rows: list[dict]) -> None:
+    """Targets against measured values: one line each, with its source."""
+    print(f"{'target':<28} {'layers':>7} {'B/k':>4} {'published':>10} {'tolerance':>10} {'measured':>9} {'met':>4}")
+    for r in rows:
+        layers = f"{r['layers'][0]}-{r['layers'][1]}" if r["layers"] else "all"
+        ratio = f"{r['buffer_ratio']:g}" if r["buffer_ratio"] is not None else ""
+        tol = f"{r['tolerance']:.0%} rel" if r["relative"] else f"+-{r['tolerance']:g}"
+        got = r["measured"]
+        shown = f"{got:9.4f}" if got == got else f"{'-':>9}"
+        print(f"{r['name']:<28} {layers:>7} {ratio:>4} {r['target']:10.4f} {tol:>10} {shown} "
+              f"{('yes' if r['met'] else 'NO'):>4}")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from ..analysis.compare import compare_trace, finite, plot_compare
+    from ..analysis.targets import load_targets, shipped_targets
+
+    targets = [load_targets(t) for t in (args.targets or shipped_targets())]
+    result = compare_trace(open_input(args), targets, warmup=args.warmup, curve=bool(args.json or args.plot))
+    if args.plot:
+        plot_compare(result, targets, args.plot)
+    if args.json:
+        for rows in result["targets"].values():
+            for r in rows:
+                r["measured"] = finite(r["measured"])
+        result["per_layer"] = {name: {str(k): finite(v) for k, v in d.items()} for name, d in result["per_layer"].items()}
+        result["lru_curve"] = {str(k): finite(v) for k, v in result.get("lru_curve", {}).items()}
+        print_json(result)
+        return 0
+    print(f"{result['trace']}: {result['requests']} request(s) x {result['layers']} layers x {result['steps']} steps, "
+          f"k {result['topk']}; steady state from step {result['warmup']}")
+    shapes = {t.path.stem: t.shape for t in targets}
+    for name, rows in result["targets"].items():
+        met = sum(r["met"] for r in rows)
+        sh = shapes[name]
+        other = f"; measured on {sh.model}'s {sh.layers} layers, bands are layer indices" \
+            if sh.layers != result["layers"] else ""
+        print(f"\ntargets {name} ({met}/{len(rows)} met{other}):")
+        print_target_rows(rows)
+    if args.per_layer:
+        per = result["per_layer"]
+        print(f"\n{'layer':>5} {'overlap':>8} {'layer ov.':>9} {'LRU 2k':>7}")
+        for layer in sorted(per["step_overlap"]):
+            vals = [per[n][layer] for n in ("step_overlap", "layer_overlap", "lru_miss_2k")]
+            print(f"{layer:>5} " + " ".join(f"{v:8.4f}" if v == v else f"{'-':>8}" for v in vals))
     return 0
 
 

@@ -51,8 +51,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "share, adjacent-step overlap, adjacent-layer overlap and how far back "
                     "first-time selections reach, and the recall knobs (gap, spread, share) to LRU "
                     "and OPT miss ratios at buffers 1.5k, 2k and 4k. Seeded: the same trace and "
-                    "seed give the same knobs.")
-    fit.add_argument("trace", metavar="TRACE", help="a .hst trace (or .npy array)")
+                    "seed give the same knobs. With --targets instead of TRACE: fit to published "
+                    "statistics (a targets .toml: each statistic with its value, tolerance and "
+                    "source; its [fit] table names the free knobs) and report each target against "
+                    "a draw of the fitted knobs.")
+    fit.add_argument("trace", metavar="TRACE", nargs="?", help="a .hst trace (or .npy array)")
+    fit.add_argument("--targets", metavar="T.toml",
+                     help="fit to the statistics of a targets file instead of a trace (a path, or a "
+                          "shipped name: glm51-longbench, dsv32); --seed etc. then come from its [shape]")
+    fit.add_argument("--iterations", type=int, default=6, metavar="N",
+                     help="--targets: Levenberg-Marquardt iterations at most (default 6)")
     fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the calibration runs (default 0)")
     fit.add_argument("--layers", type=int, default=2, metavar="N",
@@ -88,6 +96,12 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
+    if (args.trace is None) == (args.targets is None):
+        from ..errors import HisparseError
+
+        raise HisparseError("trace fit: give either TRACE or --targets T.toml")
+    if args.targets is not None:
+        return _run_fit_targets(args)
     from ..analysis.fit import fit_knobs
     from ..trace import open_trace
     from ..trace.fileio import atomic_output
@@ -109,4 +123,29 @@ def run_fit(args: argparse.Namespace) -> int:
         for name, (real, syn) in rows.items():
             err = abs(syn - real) / real if real else float("nan")
             print(f"{name:<20} {real:8.4f} {syn:10.4f} {err:8.1%}")
+    return 0
+
+
+def _run_fit_targets(args: argparse.Namespace) -> int:
+    from ..analysis.fit_targets import fit_targets
+    from ..analysis.targets import load_targets
+    from ..trace.fileio import atomic_output
+    from ..trace.generator import knobs_to_toml
+    from .trace import print_target_rows
+
+    targets = load_targets(args.targets)
+    say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    fit = fit_targets(targets, iterations=args.iterations, on_eval=say)
+    met = sum(r["met"] for r in fit.rows)
+    sh = targets.shape
+    comment = (f"knobs fitted by `hisparse trace fit --targets {args.targets}` ({sh.model}: {sh.layers} layers, "
+               f"k {sh.topk}, ctx0 {sh.ctx0}, {sh.steps} steps x {sh.requests} request(s), seed {sh.seed}, "
+               f"warm-up {sh.warmup} steps; {fit.evaluations} draws)\n"
+               f"targets met: {met}/{len(fit.rows)}\n"
+               + "\n".join(f"{r['name']}: target {r['target']:g}, fitted {r['measured']:.4f}" for r in fit.rows))
+    with atomic_output(args.out) as fh:
+        fh.write(knobs_to_toml(fit.knobs, comment=comment).encode())
+    if not args.quiet:
+        print_target_rows(fit.rows)
+        print(f"{met}/{len(fit.rows)} targets met; knobs written to {args.out}")
     return 0

@@ -25,6 +25,13 @@
 
 static inline int get_varint(const uint8_t *buf, Py_ssize_t n, Py_ssize_t *pos, int64_t *value)
 {
+    Py_ssize_t q = *pos;
+    if (q + 2 <= n) { /* the common one- and two-byte values, no loop */
+        uint8_t b0 = buf[q];
+        if (b0 < 0x80) { *pos = q + 1; *value = b0; return 1; }
+        uint8_t b1 = buf[q + 1];
+        if (b1 < 0x80) { *pos = q + 2; *value = (int64_t)(b0 & 0x7F) | ((int64_t)b1 << 7); return 1; }
+    }
     uint64_t v = 0;
     int shift = 0;
     Py_ssize_t p = *pos;
@@ -49,16 +56,20 @@ typedef struct {
     const uint8_t *buf;
     Py_ssize_t n, pos;
     int64_t width, prev_n, cnt, n_rem, n_add, ctx;
-    int64_t *prev, *cur, *rem, *add, *work;
+    int64_t *prev, *cur, *rem, *add, *kept, *work;
+    uint8_t *gone; /* [width] zero between steps: marks the leavers' ranks while compacting */
 } decoder;
 
 static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
 {
     d->buf = buf; d->n = n; d->pos = 0; d->width = width;
     d->prev_n = d->cnt = d->n_rem = d->n_add = d->ctx = 0;
-    d->work = (int64_t *)malloc(sizeof(int64_t) * 4 * (size_t)(width > 0 ? width : 1));
+    d->work = (int64_t *)malloc(sizeof(int64_t) * 5 * (size_t)(width > 0 ? width : 1));
     if (!d->work) return 0;
     d->prev = d->work; d->cur = d->work + width; d->rem = d->work + 2 * width; d->add = d->work + 3 * width;
+    d->kept = d->work + 4 * width;
+    d->gone = (uint8_t *)calloc((size_t)(width > 0 ? width : 1), 1);
+    if (!d->gone) { free(d->work); return 0; }
     return 1;
 }
 
@@ -87,6 +98,29 @@ static int dec_step(decoder *d)
     }
     int64_t cnt = prev_n - n_rem + n_add;
     if (cnt > d->width) return 2;
+    if (8 * (n_add + n_rem) > prev_n) { /* many changes: compact, then a branch-free merge */
+        int64_t nk = 0;
+        uint8_t *gone = d->gone;
+        for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 1;
+        for (int64_t i = 0; i < prev_n; i++) { d->kept[nk] = prev[i]; nk += !gone[i]; }
+        for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 0;
+        const int64_t *kp = d->kept, *ad = d->add;
+        int64_t a = 0, j = 0, m = 0, dup = 0;
+        while (j < nk && a < n_add) {
+            int64_t x = kp[j], y = ad[a];
+            int take = y < x;
+            dup |= x == y;
+            cur[m++] = take ? y : x;
+            a += take;
+            j += !take;
+        }
+        if (dup) return 2;
+        memcpy(cur + m, kp + j, sizeof(int64_t) * (size_t)(nk - j));
+        m += nk - j;
+        memcpy(cur + m, ad + a, sizeof(int64_t) * (size_t)(n_add - a));
+        d->cnt = cnt;
+        return 0;
+    }
     /* cur = merge(prev without the leavers, arrivals), ascending, no duplicates: runs of prev up
      * to the next leaver or arrival are copied whole. */
     int64_t i = 0, r = 0, m = 0;
@@ -153,7 +187,7 @@ static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t
         for (int64_t j = d.cnt; j < out_width; j++) row[j] = -1;
     }
     if (!code && d.pos != n) { code = 3; t = steps; }
-    free(d.work);
+    free(d.work); free(d.gone);
     *err_step = code ? t : 0;
     return code;
 }
@@ -205,7 +239,8 @@ done:
  *   - victims are the oldest stale entries not hit, then D in block order (D sits between the
  *     stale part and the kept entries);
  *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
- * Stale entries live in a FIFO queue (lazy deletion: a hit leaves a dead entry behind). Block
+ * Stale entries live in a FIFO queue (a doubly linked list over the slots: a stale hit leaves it
+ * in O(1), and skey, a push counter, orders them). Block
  * order is kept as keys: new block entries get keys below every kept key, so ascending key is
  * block order, and D is sorted by key before it joins the queue. A step costs O(|A| + |D| log |D|)
  * once A and D are known: from the coded stream's own changes (lru_replay_coded), or from a
@@ -244,29 +279,54 @@ static void sort_kv(kv_t *a, int64_t n)
     }
 }
 
+/* Ascending by key, for the larger sorts of a step (hundreds of entries when a step changes a
+ * third of its set): LSD radix sort on key - min, 8 bits a pass, passes where every key has the
+ * same digit skipped. Keys are distinct, so any correct sort gives the same order as sort_kv. */
+static void sort_kv_radix(kv_t *a, kv_t *tmp, int64_t n)
+{
+    if (n <= 48) { sort_kv(a, n); return; }
+    uint64_t lo = a[0].key, hi = a[0].key;
+    for (int64_t i = 1; i < n; i++) {
+        if (a[i].key < lo) lo = a[i].key;
+        if (a[i].key > hi) hi = a[i].key;
+    }
+    uint64_t span = hi - lo;
+    kv_t *src = a, *dst = tmp;
+    for (int shift = 0; shift < 64 && (span >> shift); shift += 8) {
+        int64_t count[257];
+        memset(count, 0, sizeof(count));
+        for (int64_t i = 0; i < n; i++) count[((src[i].key - lo) >> shift & 0xFF) + 1]++;
+        if (count[((src[0].key - lo) >> shift & 0xFF) + 1] == n) continue; /* one digit for all */
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (int64_t i = 0; i < n; i++) dst[count[(src[i].key - lo) >> shift & 0xFF]++] = src[i];
+        kv_t *sw = src; src = dst; dst = sw;
+    }
+    if (src != a) memcpy(a, src, sizeof(kv_t) * (size_t)n);
+}
+
 enum { FREE = 0, STALE = 1, BLOCK = 2 };
 enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
 
-typedef struct {
-    int32_t row; /* stamp of the last row listing the position (lru_row) */
-    int32_t xi;  /* index in xlist while in X, -1 */
+typedef struct { /* one position's entries, together: a step touches both for each change */
+    int32_t slot; /* slot holding the position, -1 */
+    int32_t xi;   /* index in xlist while in X, -1 */
 } pos_entry;
 
 typedef struct {
     int64_t B, cap, Q;
     int reserve, prefix, fast, started;
     pos_entry *pos;     /* [cap] per position */
-    int32_t *pslot;     /* [cap] slot holding a position, -1 */
+    int32_t *prow;      /* [cap] stamp of the last row listing the position (lru_row) */
     int32_t *slot_pos;  /* [B] position held by a slot, -1 */
     uint8_t *region;    /* [B] FREE, STALE or BLOCK */
-    int64_t *skey;      /* [B] queue index of a stale slot's live entry */
+    int64_t *skey;      /* [B] push count of a stale slot: ascending = queue order */
     uint64_t *bkey;     /* [B] block key: ascending = block order */
-    int32_t *queue;     /* [Q] stale slots, oldest first, with dead entries */
-    int64_t qhead, qtail;
+    int32_t *qprev, *qnext; /* [B + 1] the stale queue, oldest first; B is the list's head and tail */
+    int64_t qseq;
     int64_t *xlist, nx; /* [B] X, the last step's selected set (any order) */
     int64_t *A, *D, *miss; /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
-    kv_t *kv;           /* [B + 2] */
+    kv_t *kv, *kv_tmp;  /* [B + 2] */
     int64_t free_next, last_ctx;
     uint64_t next_key;  /* block keys count down */
     int32_t stamp;
@@ -275,8 +335,8 @@ typedef struct {
 static void lru_free(lru_state *s)
 {
     if (!s) return;
-    free(s->pos); free(s->pslot); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->queue);
-    free(s->xlist); free(s->A); free(s->D); free(s->miss); free(s->hit_s); free(s->kv);
+    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->qprev); free(s->qnext);
+    free(s->xlist); free(s->A); free(s->D); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp);
     free(s);
 }
 
@@ -285,24 +345,27 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     lru_state *s = (lru_state *)calloc(1, sizeof(lru_state));
     if (!s) return NULL;
     size_t n = (size_t)B + 2;
-    s->B = B; s->Q = 4 * B + 16; s->reserve = reserve; s->prefix = prefix;
+    s->B = B; s->reserve = reserve; s->prefix = prefix;
     s->slot_pos = (int32_t *)malloc(sizeof(int32_t) * n);
     s->region = (uint8_t *)calloc(n, 1);
     s->skey = (int64_t *)calloc(n, sizeof(int64_t));
     s->bkey = (uint64_t *)calloc(n, sizeof(uint64_t));
-    s->queue = (int32_t *)malloc(sizeof(int32_t) * (size_t)s->Q);
+    s->qprev = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->qnext = (int32_t *)malloc(sizeof(int32_t) * n);
     s->xlist = (int64_t *)malloc(sizeof(int64_t) * n);
     s->A = (int64_t *)malloc(sizeof(int64_t) * n);
     s->D = (int64_t *)malloc(sizeof(int64_t) * n);
     s->miss = (int64_t *)malloc(sizeof(int64_t) * n);
     s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
     s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
-    if (!s->slot_pos || !s->region || !s->skey || !s->bkey || !s->queue || !s->xlist || !s->A || !s->D ||
+    s->kv_tmp = (kv_t *)malloc(sizeof(kv_t) * n);
+    if (!s->kv_tmp || !s->slot_pos || !s->region || !s->skey || !s->bkey || !s->qprev || !s->qnext || !s->xlist || !s->A || !s->D ||
         !s->miss || !s->hit_s || !s->kv) {
         lru_free(s);
         return NULL;
     }
     for (int64_t x = 0; x < B; x++) s->slot_pos[x] = -1;
+    s->qprev[B] = s->qnext[B] = (int32_t)B;
     s->next_key = (uint64_t)1 << 62;
     return s;
 }
@@ -315,40 +378,37 @@ static int lru_reserve(lru_state *s, int64_t c)
     pos_entry *p = (pos_entry *)realloc(s->pos, sizeof(pos_entry) * (size_t)cap);
     if (!p) return 0;
     s->pos = p;
-    int32_t *q = (int32_t *)realloc(s->pslot, sizeof(int32_t) * (size_t)cap);
+    int32_t *q = (int32_t *)realloc(s->prow, sizeof(int32_t) * (size_t)cap);
     if (!q) return 0;
-    s->pslot = q;
-    for (int64_t i = s->cap; i < cap; i++) { p[i].row = 0; p[i].xi = -1; q[i] = -1; }
+    s->prow = q;
+    for (int64_t i = s->cap; i < cap; i++) { p[i].slot = -1; p[i].xi = -1; q[i] = 0; }
     s->cap = cap;
     return 1;
 }
 
-static void queue_make_room(lru_state *s, int64_t need)
-{
-    if (s->qtail + need <= s->Q) return;
-    int64_t m = 0;
-    for (int64_t i = s->qhead; i < s->qtail; i++) {
-        int32_t x = s->queue[i];
-        if (s->region[x] == STALE && s->skey[x] == i) { s->queue[m] = x; s->skey[x] = m; m++; }
-    }
-    s->qhead = 0;
-    s->qtail = m;
-}
-
 static inline void queue_push(lru_state *s, int32_t slot)
 {
+    int32_t end = (int32_t)s->B, last = s->qprev[end];
     s->region[slot] = STALE;
-    s->skey[slot] = s->qtail;
-    s->queue[s->qtail++] = slot;
+    s->skey[slot] = s->qseq++;
+    s->qprev[slot] = last;
+    s->qnext[slot] = end;
+    s->qnext[last] = slot;
+    s->qprev[end] = slot;
 }
 
-static inline int32_t queue_pop(lru_state *s)
+static inline void queue_unlink(lru_state *s, int32_t slot)
 {
-    for (;;) {
-        int32_t x = s->queue[s->qhead];
-        if (s->region[x] == STALE && s->skey[x] == s->qhead) { s->qhead++; return x; }
-        s->qhead++;
-    }
+    int32_t a = s->qprev[slot], b = s->qnext[slot];
+    s->qnext[a] = b;
+    s->qprev[b] = a;
+}
+
+static inline int32_t queue_pop(lru_state *s) /* the oldest stale slot (the queue is not empty) */
+{
+    int32_t x = s->qnext[s->B];
+    queue_unlink(s, x);
+    return x;
 }
 
 enum { BEGIN_FAST = 0, BEGIN_FRESH = 1, BEGIN_NEXT = 2 };
@@ -360,18 +420,18 @@ static int lru_begin(lru_state *s, int64_t c)
     if (c <= s->B) { s->fast = 1; return BEGIN_FAST; }
     if (s->started && !s->fast) return BEGIN_NEXT;
     for (int64_t x = 0; x < s->B; x++) {
-        if (s->slot_pos[x] >= 0) s->pslot[s->slot_pos[x]] = -1;
+        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]].slot = -1;
         s->slot_pos[x] = -1;
         s->region[x] = FREE;
     }
     for (int64_t i = 0; i < s->nx; i++) s->pos[s->xlist[i]].xi = -1;
     s->nx = 0;
-    s->qhead = s->qtail = 0;
+    s->qprev[s->B] = s->qnext[s->B] = (int32_t)s->B;
     s->free_next = 0;
     if (s->prefix || s->fast) {
         for (int64_t p = 0; p < s->B; p++) {
             s->slot_pos[p] = (int32_t)p;
-            s->pslot[p] = (int32_t)p;
+            s->pos[p].slot = (int32_t)p;
             queue_push(s, (int32_t)p);
         }
         s->free_next = s->B;
@@ -387,33 +447,32 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
     int64_t nhs = 0, nm = 0;
     for (int64_t i = 0; i < nA; i++) {
         int64_t p = s->A[i];
-        int32_t x = s->pslot[p];
-        if (x >= 0) { s->region[x] = BLOCK; s->hit_s[nhs++] = x; } /* stale hit: out of the queue */
+        int32_t x = s->pos[p].slot;
+        if (x >= 0) { s->region[x] = BLOCK; queue_unlink(s, x); s->hit_s[nhs++] = x; } /* stale hit */
         else s->miss[nm++] = p;
     }
     if (nD) { /* dropped entries join the queue's young end, in block order */
         for (int64_t i = 0; i < nD; i++) {
-            int32_t x = s->pslot[s->D[i]];
+            int32_t x = s->pos[s->D[i]].slot;
             s->kv[i].key = s->bkey[x];
             s->kv[i].slot = x;
         }
-        sort_kv(s->kv, nD);
-        queue_make_room(s, nD);
+        sort_kv_radix(s->kv, s->kv_tmp, nD);
         for (int64_t i = 0; i < nD; i++) queue_push(s, (int32_t)s->kv[i].slot);
     }
     for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
         int64_t p = s->miss[i];
         int32_t x;
         if (s->free_next < s->B) x = (int32_t)s->free_next++;
-        else { x = queue_pop(s); s->pslot[s->slot_pos[x]] = -1; }
+        else { x = queue_pop(s); s->pos[s->slot_pos[x]].slot = -1; }
         s->slot_pos[x] = (int32_t)p;
-        s->pslot[p] = x;
+        s->pos[p].slot = x;
         s->region[x] = BLOCK;
         s->miss[i] = x;
     }
     if (nhs > 1) { /* block keys, counting down from the newest end: stale hits in stale order */
         for (int64_t i = 0; i < nhs; i++) { s->kv[i].key = (uint64_t)s->skey[s->hit_s[i]]; s->kv[i].slot = s->hit_s[i]; }
-        sort_kv(s->kv, nhs);
+        sort_kv_radix(s->kv, s->kv_tmp, nhs);
         for (int64_t i = nhs - 1; i >= 0; i--) s->bkey[s->kv[i].slot] = --s->next_key;
     } else if (nhs == 1) {
         s->bkey[s->hit_s[0]] = --s->next_key;
@@ -441,11 +500,11 @@ static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t 
         if (s->reserve && p == c - 1) continue;
         if (p >= s->cap) return STEP_RANGE;
         if (n++ >= s->B) return STEP_FULL;
-        s->pos[p].row = cur;
+        s->prow[p] = cur;
         if (s->pos[p].xi < 0) s->A[nA++] = p;
     }
     for (int64_t i = 0; i < s->nx; i++)
-        if (s->pos[s->xlist[i]].row != cur) s->D[nD++] = s->xlist[i];
+        if (s->prow[s->xlist[i]] != cur) s->D[nD++] = s->xlist[i];
     return lru_apply(s, nA, nD);
 }
 
@@ -490,10 +549,7 @@ static int64_t lru_result(lru_state *s, int64_t *slot_pos, int64_t *order)
     for (int64_t x = 0; x < s->B; x++) slot_pos[x] = s->slot_pos[x];
     if (!s->started) return 0;
     int64_t n = 0, nb = 0;
-    for (int64_t i = s->qhead; i < s->qtail; i++) {
-        int32_t x = s->queue[i];
-        if (s->region[x] == STALE && s->skey[x] == i) order[n++] = x;
-    }
+    for (int32_t x = s->qnext[s->B]; x != (int32_t)s->B; x = s->qnext[x]) order[n++] = x;
     kv_t *kv = (kv_t *)malloc(sizeof(kv_t) * (size_t)(s->B + 1));
     if (!kv) return -1;
     for (int64_t x = 0; x < s->B; x++)
@@ -523,7 +579,7 @@ static int lru_rows(lru_state *s, const int32_t *idx, int64_t steps, int64_t wid
             for (int64_t j = 0; j < width; j++) {
                 int64_t p = row[j];
                 slots[t * width + j] = p < 0 ? -1 : (s->reserve && p == c - 1 ? (int32_t)s->B
-                                                     : (c <= s->B ? (int32_t)p : s->pslot[p]));
+                                                     : (c <= s->B ? (int32_t)p : s->pos[p].slot));
             }
     }
     return 0;
@@ -575,7 +631,7 @@ static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_s
     }
     if (d.pos != n) code = 3;
 done:
-    free(d.work); free(row); free(seen);
+    free(d.work); free(d.gone); free(row); free(seen);
     *accesses = acc;
     *bad_step = t;
     return code;

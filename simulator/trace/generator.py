@@ -9,13 +9,21 @@ Each step selects k positions out of a context that grows one token per step:
   step; with probability ``recall_prob`` an entry selected before and dropped since (recalled:
   its gap, steps since it was last selected, is log-normal with median ``recall_gap`` and log
   spread ``recall_spread``, at least 2; the entry last selected nearest that gap, at or before
-  it); otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
+  it; ``recall_draws`` candidates per recall are drawn with replacement, so 2 re-select ~86%
+  of a step's worth of candidates and 8 nearly all); otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
   tokens chosen by Zipf(``zipf_alpha``) popularity (ranked at random per request, or with
   ``pop_recent`` by recency: real models' first-time selections lean to recent text).
+- ``above_fresh``: draw the entries taken from the layer above among those not chosen yet
+  (without it, a draw that lands on a kept entry is lost, so fewer than ``layer_corr`` of the
+  new entries come from above: the old behaviour, kept for the committed traces);
 - ``sink_probs`` (if given, one per sink position): sink position i is selected with
   probability ``sink_probs[i]`` at each step, independently (real models select the first token
   in most steps, not all, and its neighbours rarely).
-New knobs default to the old behaviour (sink_probs empty, recall_prob 0): the
+- ``profile`` (optional): knobs that vary with layer depth, as breakpoints ``(depth, value)`` per
+  knob, depth = layer / (layers - 1) in [0, 1], linear between breakpoints and constant beyond
+  them (two breakpoints at nearly one depth make a step). Real DSA layers differ: layer 0 keeps
+  almost nothing from one step to the next while middle layers keep 35-50% (BRIEF section 4).
+New knobs default to the old behaviour (sink_probs empty, recall_prob 0, no profile): the
 presets draw the same random numbers as before, so their traces are byte-identical.
 While the context holds at most k tokens, every position is selected (DSA's behaviour).
 Steps are stored sorted. The same knobs and seed give the same streams, bit for bit.
@@ -51,9 +59,46 @@ class GeneratorKnobs:
     recall_spread: float = 1.0
     sink_probs: tuple[float, ...] = ()
     pop_recent: bool = False
+    above_fresh: bool = False
+    recall_draws: float = 2.0
+    profile: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
+
+    def at_layer(self, layer: int, layers: int) -> GeneratorKnobs:
+        """The knobs of one layer: the profile's values at its depth, the others unchanged."""
+        if not self.profile:
+            return self
+        depth = layer / (layers - 1) if layers > 1 else 0.0
+        change: dict[str, Any] = {"profile": ()}
+        for name, points in self.profile:
+            xs, ys = zip(*points, strict=True)
+            value = float(np.interp(depth, xs, ys))
+            change[name] = int(round(value)) if isinstance(getattr(self, name), int) else value
+        return replace(self, **change)
 
     def check(self) -> None:
-        """Raise HisparseError naming the first knob out of range."""
+        """Raise HisparseError naming the first knob out of range (a profile's breakpoints
+        too: the ranges are intervals, so values between breakpoints are in range as well)."""
+        self._check_profile()
+        base = replace(self, profile=())
+        for name, points in self.profile:
+            cast = type(getattr(self, name))
+            for _, value in points:
+                try:
+                    replace(base, **{name: cast(round(value)) if cast is int else value})._check_own()
+                except HisparseError as exc:
+                    raise HisparseError(f"profile {name}: {exc}") from None
+        base._check_own()
+
+    def _check_profile(self) -> None:
+        known = {f.name for f in fields(GeneratorKnobs)} - {"profile", "sink_probs", "pop_recent"}
+        for name, points in self.profile:
+            if name not in known:
+                raise HisparseError(f"profile knob {name!r} is not a numeric knob (known: {', '.join(sorted(known))})")
+            depths = [d for d, _ in points]
+            if not points or any(not 0.0 <= d <= 1.0 for d in depths) or depths != sorted(depths):
+                raise HisparseError(f"profile {name}: breakpoints need depths in [0, 1], ascending; got {depths}")
+
+    def _check_own(self) -> None:
         for name in ("retention", "burst_prob", "burst_retention", "layer_corr", "recall_prob"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -68,14 +113,15 @@ class GeneratorKnobs:
         if self.sink_probs and (len(self.sink_probs) != self.sinks
                                 or not all(0.0 <= p <= 1.0 for p in self.sink_probs)):
             raise HisparseError(f"knob sink_probs needs {self.sinks} (sinks) values in [0, 1]")
-        if self.recall_gap < 1 or self.recall_spread < 0:
-            raise HisparseError("knobs recall_gap must be >= 1 and recall_spread >= 0")
+        if self.recall_gap < 1 or self.recall_spread < 0 or self.recall_draws < 1:
+            raise HisparseError("knobs recall_gap and recall_draws must be >= 1 and recall_spread >= 0")
 
 
 PRESETS: dict[str, GeneratorKnobs] = {
-    # DSA-like: ~95% adjacent-step overlap (DSA claims >= 95%, BRIEF section 4), some bursts,
-    # moderate layer correlation.
-    "dsa-like": GeneratorKnobs(),
+    # ~95% adjacent-step overlap, some bursts, moderate layer correlation. Formerly "dsa-like":
+    # no DSA measurement supports it (real DeepSeek-V3.2 keeps 35-50% in its middle layers,
+    # BRIEF section 4); kept for the committed traces and tests that use it.
+    "high-overlap": GeneratorKnobs(),
     # Very stable selections: adjacent-step overlap >= 0.9 by a margin.
     "high-locality": GeneratorKnobs(local_window=128, retention=0.98, burst_prob=0.005,
                                     burst_retention=0.8, run_mean=32.0, layer_corr=0.7),
@@ -85,18 +131,46 @@ PRESETS: dict[str, GeneratorKnobs] = {
 }
 
 
+# Old names still found in committed traces' provenance (and used by older callers).
+PRESET_ALIASES = {"dsa-like": "high-overlap"}
+PRESETS.update({alias: PRESETS[name] for alias, name in PRESET_ALIASES.items()})
+# Presets fitted to published DSA statistics: knobs files next to their targets (traces/presets/).
+PRESETS_DIR = Path(__file__).resolve().parents[2] / "traces" / "presets"
+FITTED_PRESETS = ("glm51-longbench", "dsv32")
+
+
+def preset_names() -> list[str]:
+    """Every preset `--preset` takes (aliases left out)."""
+    return list(FITTED_PRESETS) + [n for n in PRESETS if n not in PRESET_ALIASES and n not in FITTED_PRESETS]
+
+
 def load_knobs(spec: str) -> GeneratorKnobs:
-    """A preset name, or a TOML file of knobs (missing knobs take the dsa-like defaults)."""
+    """A preset name, or a TOML file of knobs (missing knobs take the high-overlap defaults)."""
     if spec in PRESETS:
         return PRESETS[spec]
+    if spec in FITTED_PRESETS:
+        raise HisparseError(f"preset {spec!r}: its knobs file {PRESETS_DIR / (spec + '.toml')} is missing")
     path = Path(spec)
     if not path.exists():
-        raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(PRESETS)}; or give a knobs .toml file)")
+        raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(preset_names())}; "
+                            "or give a knobs .toml file)")
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    data = data.get("knobs", data)
+    return knobs_from_dict(data.get("knobs", data), path)
+
+
+def knobs_from_dict(data: dict[str, Any], path: Path | str) -> GeneratorKnobs:
+    """Knobs from a parsed ``[knobs]`` table (``path`` names it in errors); missing knobs take
+    the defaults."""
+    data = dict(data)
+    if isinstance(data.get("profile"), dict):
+        try:
+            data["profile"] = tuple((name, tuple((float(d), float(v)) for d, v in points))
+                                    for name, points in data["profile"].items())
+        except (TypeError, ValueError) as exc:
+            raise HisparseError(f"{path}: profile: each knob needs [[depth, value], ...] ({exc})") from None
     known = {f.name: f.type for f in fields(GeneratorKnobs)}
     unknown = sorted(set(data) - set(known))
     if unknown:
@@ -106,13 +180,24 @@ def load_knobs(spec: str) -> GeneratorKnobs:
         knobs = replace(defaults, **{k: _cast(getattr(defaults, k), v) for k, v in data.items()})
     except (TypeError, ValueError) as exc:
         raise HisparseError(f"{path}: bad knob value ({exc})") from None
-    knobs.check()
+    try:
+        knobs.check()
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: {exc}") from None
     return knobs
+
+
+def _register_fitted_presets() -> None:
+    """The fitted presets join PRESETS from their knobs files (read once, at import)."""
+    for name in FITTED_PRESETS:
+        path = PRESETS_DIR / f"{name}.toml"
+        if path.exists():
+            PRESETS[name] = load_knobs(str(path))
 
 
 # Knobs added after the first traces were written: left out of a trace's metadata and of a
 # knobs file while all are at their default (off) values, so older outputs stay byte-identical.
-LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent")
+LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent", "above_fresh", "recall_draws", "profile")
 
 
 def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
@@ -127,6 +212,8 @@ def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
 
 def _cast(default, value):
     """A knob value from TOML as the type of its default (lists of floats for tuples)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):  # a profile, already parsed
+        return value
     if isinstance(default, tuple):
         return tuple(float(x) for x in value)
     return type(default)(value)
@@ -136,10 +223,17 @@ def knobs_to_toml(knobs: GeneratorKnobs, comment: str = "") -> str:
     """TOML text for a knobs file (readable by load_knobs)."""
     lines = [f"# {c}" for c in comment.splitlines()] + ["[knobs]"]
     for name, value in knobs_dict(knobs).items():
+        if name == "profile":
+            continue
         if isinstance(value, bool):
             lines.append(f"{name} = {str(value).lower()}")
         else:
             lines.append(f"{name} = {list(value)!r}" if isinstance(value, tuple) else f"{name} = {value!r}")
+    if knobs.profile:
+        lines += ["", "# knobs by layer depth (layer / (layers - 1)): [depth, value] breakpoints, linear between",
+                  "[knobs.profile]"]
+        for name, points in knobs.profile:
+            lines.append(f"{name} = [" + ", ".join(f"[{d!r}, {round(v, 6)!r}]" for d, v in points) + "]")
     return "\n".join(lines) + "\n"
 
 
@@ -178,29 +272,62 @@ def _fill(rng, chosen: np.ndarray, candidates: np.ndarray, need: int) -> np.ndar
 
 
 class _History:
-    """When each position was last selected (-1: never) and the current step, per stream."""
+    """When each position was last selected (-1: never), the current step, and the rows of the
+    steps so far (sorted), per stream."""
 
     def __init__(self, max_ctx: int, steps: int) -> None:
-        # small integers: numpy's stable argsort is then a radix sort (linear time)
         self.last = np.full(max_ctx, -1, dtype=np.int16 if steps < 2**15 - 1 else np.int64)
         self.t = 0
+        self.rows: list[np.ndarray] = []
+        self.count = np.zeros(steps + 1, dtype=np.int64)  # positions whose last selection is step v
+
+    def select(self, row: np.ndarray) -> None:
+        """Record step t's row (sorted)."""
+        old = self.last[row]
+        vals, n = np.unique(old[old >= 0], return_counts=True)
+        self.count[vals] -= n
+        self.count[self.t] += row.size
+        self.last[row] = self.t
+        self.rows.append(row)
 
 
-def _recall(rng, knobs: GeneratorKnobs, hist: _History, lo: int, hi: int, count: int) -> np.ndarray:
+def _recall(rng, knobs: GeneratorKnobs, hist: _History, lo: int, hi: int, ctx: int, count: int) -> np.ndarray:
     """About ``count`` positions in [lo, hi) selected before and not at the previous step, each
-    last selected nearest (at or before) a log-normal gap before now."""
-    last = hist.last[lo:hi]
-    order = np.argsort(last, kind="stable")
-    seen = last[order]
+    last selected nearest (at or before) a log-normal gap before now: for a wanted step v, the
+    latest step g <= v that is still some position's last selection, and a uniform pick among
+    the positions last selected at g (ascending; the same picks as indexing a stable sort of
+    the positions by last selection, without sorting the context every step)."""
     gaps = np.maximum(2.0, np.rint(knobs.recall_gap * np.exp(knobs.recall_spread * rng.standard_normal(count))))
     u = rng.random(count)
-    j = np.searchsorted(seen, np.maximum(hist.t - gaps, -1).astype(seen.dtype), side="right") - 1
-    ok = j >= 0
-    ok[ok] = seen[j[ok]] >= 0
-    j, u = j[ok], u[ok]
-    start = np.searchsorted(seen, seen[j], side="left")  # entries last selected at that same step
-    pick = start + (u * (j - start + 1)).astype(np.int64)
-    return lo + order[pick]
+    want = np.maximum(hist.t - gaps, -1).astype(np.int64)
+    # positions per last step within [lo, hi): the stream's counts less the few outside
+    outside = np.r_[hist.last[:lo], hist.last[hi:ctx]].astype(np.int64)
+    vals, n = np.unique(outside[outside >= 0], return_counts=True)
+    counts = {}
+    g = np.full(count, -1, dtype=np.int64)
+    for v in np.unique(want):
+        step = int(v)
+        while step >= 0:  # the latest step at or before v that is still someone's last
+            if step not in counts:
+                i = np.searchsorted(vals, step)
+                counts[step] = int(hist.count[step]) - (int(n[i]) if i < vals.size and vals[i] == step else 0)
+            if counts[step] > 0:
+                break
+            step -= 1
+        g[want == v] = step
+    ok = g >= 0
+    g, u = g[ok], u[ok]
+    keys = np.array(sorted(counts), dtype=np.int64)
+    counts_g = np.array([counts[int(x)] for x in keys], dtype=np.int64)[np.searchsorted(keys, g)]
+    pick = (u * counts_g).astype(np.int64)
+    out = np.empty(g.size, dtype=np.int64)
+    for step in np.unique(g):
+        row = hist.rows[step]
+        row = row[(row >= lo) & (row < hi)]
+        group = row[hist.last[row] == step]  # ascending: rows are sorted
+        sel = g == step
+        out[sel] = group[pick[sel]]
+    return out
 
 
 def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: np.ndarray,
@@ -228,13 +355,15 @@ def _step(rng, knobs: GeneratorKnobs, pop: _Popularity, k: int, ctx: int, prev: 
     need = k - chosen.size
     if above is not None and knobs.layer_corr > 0:
         pool = above[(above >= lo) & (above < hi)]
+        if knobs.above_fresh:  # draw among the entries not yet chosen: layer_corr of the new ones
+            pool = pool[~np.isin(pool, chosen)]
         take = rng.permutation(pool)[: rng.binomial(need, knobs.layer_corr)]
         chosen = np.r_[chosen, _fill(rng, chosen, take, need)]
     if knobs.recall_prob > 0 and hist is not None and hist.t >= 2:
         need = k - chosen.size
         n_recall = rng.binomial(need, knobs.recall_prob)
         if n_recall:
-            back = _recall(rng, knobs, hist, lo, hi, 2 * n_recall)
+            back = _recall(rng, knobs, hist, lo, hi, ctx, max(1, int(round(knobs.recall_draws * n_recall))))
             chosen = np.r_[chosen, _fill(rng, chosen, back, n_recall)]
     while chosen.size < k:
         need = k - chosen.size
@@ -251,28 +380,37 @@ def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k
              seed: int) -> Iterator[Stream]:
     """Yield streams request by request, layer by layer (layer l follows layer l-1)."""
     knobs.check()
+    layer_knobs = [knobs.at_layer(layer, layers) for layer in range(layers)]
     for name, v in (("steps", steps), ("layers", layers), ("requests", requests), ("topk", k), ("ctx0", ctx0)):
         if v < 1:
             raise HisparseError(f"--{name} must be >= 1, got {v}")
     ctx_len = ctx0 + np.arange(steps, dtype=np.int64)
     for request in range(requests):
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(request,)))
-        pop = _Popularity(knobs, int(ctx_len[-1]) + 1, rng)
+        pops: dict[tuple, _Popularity] = {}
         above_rows: list[np.ndarray] | None = None
         for layer in range(layers):
+            kn = layer_knobs[layer]
+            key = (kn.passage_len, kn.zipf_alpha, kn.pop_recent)
+            if key not in pops:  # one popularity per request (per distinct popularity knobs)
+                pops[key] = _Popularity(kn, int(ctx_len[-1]) + 1, rng)
+            pop = pops[key]
             rows: list[np.ndarray] = []
             prev = np.zeros(0, dtype=np.int64)
-            hist = _History(int(ctx_len[-1]) + 1, steps) if knobs.recall_prob > 0 else None
+            hist = _History(int(ctx_len[-1]) + 1, steps) if kn.recall_prob > 0 else None
             for t in range(steps):
                 above = above_rows[t] if above_rows is not None else None
                 if hist is not None:
                     hist.t = t
-                prev = _step(rng, knobs, pop, k, int(ctx_len[t]), prev, above, hist)
+                prev = _step(rng, kn, pop, k, int(ctx_len[t]), prev, above, hist)
                 if hist is not None:
-                    hist.last[prev] = t
+                    hist.select(prev)
                 rows.append(prev)
             indices = np.full((steps, min(k, int(ctx_len[-1]))), -1, dtype=np.int32)
             for t, row in enumerate(rows):
                 indices[t, : row.size] = row
             above_rows = rows
             yield Stream(request, layer, ctx_len.copy(), indices)
+
+
+_register_fitted_presets()
