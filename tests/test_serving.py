@@ -277,7 +277,7 @@ def test_plan_cli_text_and_errors(tmp_path, capsys):
     assert "== baseline" in text and "recommendation" in text and "UNCALIBRATED" in text
     assert "UNSOURCED" not in text
     assert "cost model: step kernels H200 measurements" in text and "bandwidths x 1.000" in text
-    assert "lru miss ratio" in text and "synthetic-dsa-like" in text  # the trace and its miss ratio
+    assert "lru miss ratio" in text and "glm51-longbench" in text  # the trace and its miss ratio
     assert "memory per GPU (SGLang's accounting)" in text
     assert main(["plan", "--concurrency", "2", "--quiet"]) == 0  # auto: the packaged H200 calibration
     assert "calibration" in capsys.readouterr().out
@@ -320,7 +320,7 @@ def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
     bundled = miss_profiles(None, top_k=2048, buffer=4096, use_cache=False)
     monkeypatch.setattr(misses, "_default_trace_path", lambda: None)
     generated = miss_profiles(None, top_k=2048, buffer=4096, use_cache=False)
-    assert generated.source == "generated dsa-like"
+    assert generated.source == "generated glm51-longbench"
     for a, b in zip(bundled.shares, generated.shares, strict=True):
         np.testing.assert_array_equal(a, b)
 
