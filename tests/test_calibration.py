@@ -100,11 +100,11 @@ def test_committed_fit_and_validation_rebuild_on_the_cpu(tmp_path, capsys):
                  "validation-layer-h200.json"):
         shutil.copy(f"calibration/{name}", tmp_path / name)
     committed = json.loads(open("calibration/h200.json").read())
-    other = json.loads((tmp_path / "h200.json").read_text()) | {"comm": {"kept": "as written by --comm"}}
+    other = json.loads((tmp_path / "h200.json").read_text()) | {"other_group": {"kept": "as another command wrote it"}}
     (tmp_path / "h200.json").write_text(json.dumps(other))
     assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 0
     refit = json.loads((tmp_path / "h200.json").read_text())
-    assert refit["comm"] == {"kept": "as written by --comm"}  # a section this command does not write
+    assert refit["other_group"] == {"kept": "as another command wrote it"}  # e.g. calibrate --comm's section
     for key, value in committed["params"].items():
         assert refit["params"][key] == pytest.approx(value), key
     for kind, per in committed["step_terms"]["rates"].items():

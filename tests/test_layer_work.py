@@ -127,3 +127,24 @@ def test_layout_rejects_bad_values():
         Layout(expert_parallel=0)
     with pytest.raises(ValueError, match="weight_dtype"):
         Layout(weight_dtype="int4")
+
+
+def test_moe_tensor_parallel_layout_reads_the_same_expert_bytes():
+    ep, tp = Layout(expert_parallel=8, moe_tp=1), Layout(expert_parallel=1, moe_tp=8)
+    for batch in (1, 16, 128):
+        a, b = moe_ops(GLM, batch, ep), moe_ops(GLM, batch, tp)
+        routed = ("routed_gate_up", "routed_down")
+        # 1/8 of the experts whole, or 1/8 of every expert: the same weights per GPU on average
+        assert weight_params(_names(b, *routed)) == pytest.approx(weight_params(_names(a, *routed)))
+        assert sum(o.flops for o in _names(b, *routed)) == pytest.approx(sum(o.flops for o in _names(a, *routed)))
+        (up,) = _names(b, "routed_gate_up")
+        assert up.groups == 256 and up.n == 2 * 2048 // 8
+
+
+def test_layout_of_sglang_flags():
+    assert Layout.of(8, 8, "ep") == Layout()
+    lay = Layout.of(8, 8, "tp")
+    assert (lay.expert_parallel, lay.moe_tp, lay.attention_tp) == (1, 8, 1)
+    assert Layout.of(8, 1).attention_tp == 8
+    with pytest.raises(ValueError, match="multiple"):
+        Layout.of(8, 3)

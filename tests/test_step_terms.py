@@ -90,3 +90,17 @@ def test_step_time_sums_the_layer_ops_and_vectorises_over_steps():
     assert got["indexer"][1] > got["indexer"][0] and np.ndim(got["gemm"]) == 0
     no_att = step_time(terms, m, 8, ctx, kv_row_bytes=656, include_attention=False)
     assert "attention" not in no_att and no_att["total"][0] < got["total"][0]
+
+
+def test_scaled_terms_follow_the_datasheet_ratios():
+    import json
+
+    from simulator.calibration.step_terms import step_time
+
+    terms = StepTerms.from_calibration(json.loads(open("calibration/h200.json").read()))
+    fast = terms.scaled(hbm=2.0, flops=2.0, link=2.0)
+    r, f = terms.rates[("grouped_gemm", "fp8")], fast.rates[("grouped_gemm", "fp8")]
+    assert f.launch_s == r.launch_s and f.bw == 2 * r.bw
+    assert fast.swap_in_time(1000, 8, 656) < terms.swap_in_time(1000, 8, 656)
+    a, b = step_time(terms, GLM_5_1, 32, 32 * 50000.0)["total"], step_time(fast, GLM_5_1, 32, 32 * 50000.0)["total"]
+    assert b < a and b > a / 2  # launches do not scale

@@ -54,16 +54,31 @@ class Layout:
     """How one GPU's share of a step is cut (SGLang's ``--tp 8 --dp 8 --enable-dp-attention``
     by default). Attention runs data-parallel on each rank's own requests (``attention_tp`` 1);
     the MLP side sees the tokens of all ``attention_dp`` ranks: dense MLPs, the shared expert and
-    the lm_head split over ``mlp_tp`` GPUs, routed experts over ``expert_parallel`` GPUs."""
+    the lm_head split over ``mlp_tp`` GPUs; routed experts spread over ``expert_parallel`` GPUs
+    (DeepEP, 1/8 of the experts each) or each expert's intermediate split over ``moe_tp`` GPUs
+    (SGLang's default fused MoE under ``--tp 8``: every GPU holds 1/8 of every expert)."""
 
     attention_tp: int = 1
     attention_dp: int = 8
     mlp_tp: int = 8
     expert_parallel: int = 8
+    moe_tp: int = 1
     weight_dtype: str = "fp8"
 
+    @classmethod
+    def of(cls, tp: int, dp: int, moe: str = "ep", weight_dtype: str = "fp8") -> Layout:
+        """SGLang's ``--tp tp --dp dp`` (``dp == tp``: ``--enable-dp-attention``, attention whole on
+        each of the dp ranks; else attention split over tp / dp GPUs), MoE ``"ep"`` (DeepEP) or
+        ``"tp"`` (fused MoE, each expert split over the tp GPUs)."""
+        if moe not in ("ep", "tp"):
+            raise ValueError(f"layout: moe must be 'ep' or 'tp', got {moe!r}")
+        if tp < 1 or dp < 1 or tp % dp:
+            raise ValueError(f"layout: tp ({tp}) must be a positive multiple of dp ({dp})")
+        return cls(attention_tp=tp // dp, attention_dp=dp, mlp_tp=tp, expert_parallel=tp if moe == "ep" else 1,
+                   moe_tp=1 if moe == "ep" else tp, weight_dtype=weight_dtype)
+
     def __post_init__(self) -> None:
-        for name in ("attention_tp", "attention_dp", "mlp_tp", "expert_parallel"):
+        for name in ("attention_tp", "attention_dp", "mlp_tp", "expert_parallel", "moe_tp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"layout: {name} must be >= 1, got {getattr(self, name)}")
         if self.weight_dtype not in FP8_BYTES:
@@ -165,7 +180,7 @@ def dense_mlp_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
 
 def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
     t, w, d = mlp_tokens(batch, layout), layout.weight_dtype, m.hidden_size
-    inter = m.moe_intermediate_size
+    inter = m.moe_intermediate_size // layout.moe_tp
     shared = inter * m.shared_experts // layout.mlp_tp
     rows, touched = routed_rows(batch, m, layout)
     local = m.experts // layout.expert_parallel

@@ -12,6 +12,7 @@ whole group is stored under ``step_terms`` in the calibration JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -65,6 +66,7 @@ class StepTerms:
     graph_launch_s: float
     attention: dict[str, tuple[float, float]]  # kv dtype -> (launch s, efficiency)
     swap_in: dict[int, tuple[float, float, float]]  # row bytes -> (launch s, per-request s, bytes/s)
+    roofline: dict[str, float] = dataclasses.field(default_factory=lambda: dict(ATTENTION_ROOFLINE))
 
     @classmethod
     def from_calibration(cls, cal: dict) -> StepTerms:
@@ -81,6 +83,19 @@ class StepTerms:
               for r, v in cal["fit"]["swap_in"]["per_row"].items()}
         return cls(rates, idx, st["graph_launch_us"] * 1e-6, att, sw)
 
+    def scaled(self, hbm: float, flops: float, link: float = 1.0) -> StepTerms:
+        """These terms for another GPU from datasheet ratios (its figure / the H200's): every
+        bandwidth x ``hbm``, every compute rate and attention's roofline x ``flops``, swap-in
+        bandwidth x ``link``; launch costs, efficiencies and the indexer's select (one block per
+        request, latency-bound) unchanged. A derivation, not a
+        measurement: say so where it is used."""
+        rates = {k: Rate(r.launch_s, r.bw * hbm, r.flops_rate * flops) for k, r in self.rates.items()}
+        idx = {k: dataclasses.replace(t, bw=t.bw * hbm) for k, t in self.indexer.items()}
+        sw = {r: (a, b, bw * link) for r, (a, b, bw) in self.swap_in.items()}
+        return dataclasses.replace(self, rates=rates, indexer=idx, swap_in=sw,
+                                   roofline={"hbm_bw": self.roofline["hbm_bw"] * hbm,
+                                             "bf16_flops": self.roofline["bf16_flops"] * flops})
+
     def op_time(self, op: Op, indexer_heads: int | None = None, indexer_q: str = "fp8") -> float:
         """Seconds of one op (all its launches); the indexer's heads come from the op (``n``)
         unless given."""
@@ -92,7 +107,7 @@ class StepTerms:
             return self.indexer[f"{indexer_q}_h{heads}"].time(op.m, op.tokens) * op.count
         if op.kind == "attention":
             launch, eff = self.attention[op.dtype]
-            roof = max(op.bytes / ATTENTION_ROOFLINE["hbm_bw"], op.flops / ATTENTION_ROOFLINE["bf16_flops"])
+            roof = max(op.bytes / self.roofline["hbm_bw"], op.flops / self.roofline["bf16_flops"])
             return (launch + roof / eff) * op.count if op.tokens else 0.0
         if op.kind == "elementwise":
             r = self.rates.get(("elementwise", "bf16"))
@@ -147,9 +162,9 @@ def step_time(terms: StepTerms, m, batch: int, ctx_sum, layout=None, *, kv_row_b
                 launch, eff = terms.attention[op.dtype]
                 k_rows = np.minimum(m.top_k, ctx / batch)
                 heads = m.attention_heads // layout.attention_tp
-                roof = np.maximum(batch * k_rows * kv_row_bytes / ATTENTION_ROOFLINE["hbm_bw"],
+                roof = np.maximum(batch * k_rows * kv_row_bytes / terms.roofline["hbm_bw"],
                                   2.0 * batch * heads * k_rows * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
-                                  / ATTENTION_ROOFLINE["bf16_flops"])
+                                  / terms.roofline["bf16_flops"])
                 sec = launch + roof / eff
             else:
                 sec = terms.op_time(op)
