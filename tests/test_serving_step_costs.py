@@ -32,26 +32,34 @@ def _shape_rows(ops):
 
 def test_blog_layout_is_layer_works_default_and_gives_the_calibrated_shapes():
     """tp 8, dp 8, DP attention: attention on one GPU with all heads, the MLP side over 8 ranks'
-    tokens, dense/shared/lm_head over 8 GPUs, routed experts over 8: the layout the step terms were
-    measured at; the serving model's GLM-5.1 preset gives the same per-GPU GEMM shapes as the
-    calibration's config values."""
+    tokens, dense/shared/lm_head over 8 GPUs, each routed expert split over 8 (SGLang's fused MoE
+    without EP flags); with EP, 32 whole experts per GPU, the layout the step terms were timed at.
+    The serving model's GLM-5.1 preset gives the same per-GPU GEMM shapes as the calibration's
+    config values."""
     sc = load_scenario(calibration="none")
     lay = layout_for(sc.deployment, sc.model)
-    assert lay == Layout()  # attention_tp 1, attention_dp 8, mlp_tp 8, expert_parallel 8, fp8
+    assert lay == Layout.of(8, 8, "tp")
+    assert (lay.attention_tp, lay.attention_dp, lay.mlp_tp, lay.expert_parallel, lay.moe_tp) == (1, 8, 8, 1, 8)
+    ep = load_scenario(deployment="8xh200-colocated-dp8-ep8", calibration="none")
+    assert layout_for(ep.deployment, ep.model) == Layout()  # expert_parallel 8: the timed layout
+    up = next(o for o in moe_ops(sc.model, 8, lay) if o.name == "routed_gate_up")
+    assert (up.k, up.n, up.groups) == (6144, 2 * 2048 // 8, 256)  # model_shapes 3b: rows x 6144 x 512
+    up_ep = next(o for o in moe_ops(ep.model, 8, Layout()) if o.name == "routed_gate_up")
+    assert up.bytes == pytest.approx(up_ep.bytes, rel=0.01)  # the same weight bytes per GPU either way
     for batch in (1, 8, 60):
         ours = [(n, _shape_rows(ops)) for n, ops in step_ops(sc.model, batch, batch * 40000.0, lay)]
-        calib = [(n, _shape_rows(ops)) for n, ops in step_ops(GLM_5_1, batch, batch * 40000.0, Layout())]
+        calib = [(n, _shape_rows(ops)) for n, ops in step_ops(GLM_5_1, batch, batch * 40000.0, Layout.of(8, 8, "tp"))]
         assert ours == calib
     q_b = next(o for o in attention_ops(sc.model, 4, 0.0, lay, 1152) if o.name == "q_b_proj")
     assert (q_b.m, q_b.k, q_b.n) == (4, 2048, 64 * 256)  # every head on the one GPU (model_shapes 3b)
     ds = load_scenario(model="deepseek-v3.2-fp8", calibration="none").model
-    assert _shape_rows(moe_ops(ds, 8, lay)) == _shape_rows(moe_ops(DEEPSEEK_V3_2, 8, Layout()))
+    assert _shape_rows(moe_ops(ds, 8, lay)) == _shape_rows(moe_ops(DEEPSEEK_V3_2, 8, Layout.of(8, 8, "tp")))
 
 
 def test_tp_attention_layout_splits_heads_and_has_one_scheduler():
     sc = load_scenario(deployment="8xh200-tp8", calibration="none")
     lay = layout_for(sc.deployment, sc.model)
-    assert (lay.attention_tp, lay.attention_dp, lay.mlp_tp, lay.expert_parallel) == (8, 1, 8, 8)
+    assert (lay.attention_tp, lay.attention_dp, lay.mlp_tp, lay.moe_tp) == (8, 1, 8, 8)
     q_b = next(o for o in attention_ops(sc.model, 16, 0.0, lay, 1152) if o.name == "q_b_proj")
     assert q_b.n == 64 // 8 * 256
     # the MLP side sees the one scheduler's tokens, not 8 ranks' (layer_work multiplies by attention_dp)
@@ -107,7 +115,7 @@ def test_step_grows_with_batch_and_context_and_routed_experts_follow_real_tokens
     assert long > short  # the indexer scans every context token
     # one request on one rank of eight: the MoE sees one real token, not eight padded ones
     one = {o.name: o for _, o in c.fixed_ops(1, 1.0)}
-    assert one["routed_gate_up"].weight_groups == pytest.approx(32 * (1 - (1 - 8 / 256) ** 1))
+    assert one["routed_gate_up"].weight_groups == pytest.approx(256 * (1 - (1 - 8 / 256) ** 1))
 
 
 def test_other_gpus_scale_the_h200_terms_by_datasheet_ratios():

@@ -21,7 +21,6 @@ here); the H200 preset keeps its datasheet figures in ``datasheet_hbm_bw`` / ``d
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,9 +28,9 @@ from functools import lru_cache
 from typing import Any
 
 from ..calibration.layer_work import Layout
-from ..calibration.step_terms import ATTENTION_ROOFLINE, IndexerTerm, Rate, StepTerms
+from ..calibration.step_terms import StepTerms
 from ..errors import HisparseError
-from .specs import Attention, DeploymentSpec, GpuSpec, ModelSpec
+from .specs import Attention, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
 
 REFERENCE_GPU = "h200"  # the GPU whose measured step terms other GPUs scale (simulator/presets/calibration/h200.json)
 
@@ -74,8 +73,7 @@ def measured_terms(groups: Mapping[str, Any], label: str) -> GpuTerms | None:
         terms = StepTerms.from_calibration(dict(groups))
     except (KeyError, TypeError, ValueError) as exc:
         raise HisparseError(f"{label}: step_terms: missing or bad entry {exc}") from None
-    return GpuTerms(terms, ATTENTION_ROOFLINE["hbm_bw"], ATTENTION_ROOFLINE["bf16_flops"],
-                    f"measured on this GPU ({label})")
+    return GpuTerms(terms, terms.roofline["hbm_bw"], terms.roofline["bf16_flops"], f"measured on this GPU ({label})")
 
 
 def reference_terms() -> GpuTerms:
@@ -91,15 +89,12 @@ def scaled_terms(ref: GpuTerms, ref_gpu: GpuSpec, gpu: GpuSpec) -> GpuTerms:
     ref_bw, ref_fl = datasheet_rates(ref_gpu)
     bw, fl = datasheet_rates(gpu)
     hr, fr = bw / ref_bw, fl / ref_fl
-    t = ref.terms
-    rates = {k: Rate(r.launch_s, r.bw * hr, r.flops_rate * fr) for k, r in t.rates.items()}
-    idx = {k: IndexerTerm(v.launch_s, v.bw * hr, v.select_s_per_token, v.sms) for k, v in t.indexer.items()}
-    terms = dataclasses.replace(t, rates=rates, indexer=idx)
+    terms = ref.terms.scaled(hr, fr)  # swap-in is priced from the GPU's own link (costs.py), not scaled here
     src = (f"H200 measurements ({ref.source.split('(')[-1].rstrip(')')}) scaled to {gpu.name}: bandwidths x {hr:.3f} "
            f"(HBM {bw / 1e12:.3g} / {ref_bw / 1e12:.3g} TB/s), FLOP rates x {fr:.3f} (dense BF16 "
            f"{fl / 1e12:.4g} / {ref_fl / 1e12:.4g} TFLOP/s; datasheets: {gpu.where}, {ref_gpu.where}); "
            "launch costs as measured on the H200")
-    return GpuTerms(terms, ref.hbm_bw * hr, ref.bf16_flops * fr, src, hr, fr)
+    return GpuTerms(terms, terms.roofline["hbm_bw"], terms.roofline["bf16_flops"], src, hr, fr)
 
 
 def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str = "") -> GpuTerms:
@@ -114,17 +109,16 @@ def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str 
 
 
 def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
-    """layer_work's Layout for a deployment (one GPU's share of a step).
+    """layer_work's Layout for a deployment (one GPU's share of a step), ``Layout.of`` SGLang's flags.
 
-    DP attention: attention on the rank's ``attn_tp`` GPUs (``tp / dp``), the MLP side sees the
-    tokens of the instance's ``dp`` ranks. TP attention: heads over the instance's ``tp`` GPUs, one
-    scheduler (``attention_dp`` 1). Dense MLPs, the shared expert and the lm_head split over ``tp``.
-    Routed experts: EP places E/tp whole experts per GPU (``expert_parallel`` tp); SGLang's default
-    TP-sharded MoE gives every GPU a 1/tp slice of every expert, which moves the same weight bytes
-    and FLOPs per GPU as E/tp whole experts, so it is priced as that grouped GEMM (the fitted
-    grouped-GEMM term is bandwidth-bound at these shapes; the narrow slices themselves were not timed).
+    DP attention (``--dp dp --enable-dp-attention``): attention on the rank's ``tp / dp`` GPUs, the
+    MLP side sees the tokens of the instance's ``dp`` ranks. TP attention: heads over the instance's
+    ``tp`` GPUs, one scheduler (``dp`` 1). Dense MLPs, the shared expert and the lm_head split over
+    ``tp``. Routed experts: ``moe = "tp"`` (SGLang's default fused MoE) splits each expert's
+    intermediate over the ``tp`` GPUs; ``"ep"`` places E/tp whole experts per GPU. Both move the same
+    weight bytes per GPU; the fitted grouped-GEMM term (timed on whole experts, bandwidth-bound at
+    decode shapes) prices both, so the TP slices (N 512, K 256 for GLM-5.1) are an extrapolation.
     """
     dtype = "fp8" if model.weight_bytes_per_param < 1.5 else "bf16"
     dp = dep.dp if dep.attention == Attention.DP else 1
-    return Layout(attention_tp=dep.attn_tp, attention_dp=dp, mlp_tp=dep.tp, expert_parallel=dep.tp,
-                  weight_dtype=dtype)
+    return Layout.of(dep.tp, dp, "ep" if dep.moe == MoeLayout.EP else "tp", weight_dtype=dtype)
