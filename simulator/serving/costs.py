@@ -81,7 +81,7 @@ class CostModel:
         self.terms = terms or terms_for(gpu)
         self.t: StepTerms = self.terms.terms
         self.layout = layout_for(dep, model)
-        self._fixed_cache: dict[tuple[int, float], float] = {}
+        self._fixed_cache: dict[tuple, float] = {}
 
     # -- ops --------------------------------------------------------------------------------------
     def op_time(self, op: Op) -> float:
@@ -108,25 +108,63 @@ class CostModel:
         """The per-rank batch whose MLP side sees ``instance_tokens`` (layer_work multiplies by dp)."""
         return max(float(instance_tokens) / self.layout.attention_dp, 1e-9)
 
-    def fixed_ops(self, padded: int, instance_tokens: float) -> list[tuple[int, Op]]:
-        """(repeat, op) of a step's kernels other than the indexer and attention: attention side,
-        dense layers and head at the padded rank batch, MoE layers at the instance's real tokens."""
+    def attention_side_ops(self, padded: int) -> list[tuple[int, Op]]:
+        """(repeat, op) of one rank's attention-side kernels other than the indexer and attention,
+        at its (padded) batch: these run on each DP rank's own requests."""
+        m = self.m
+        ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes)
+        return [(m.layers, o) for o in ops if o.kind not in ("indexer", "attention")]
+
+    def mlp_side_ops(self, instance_tokens: float, rows: float | None = None,
+                     head_rows: float | None = None) -> list[tuple[int, Op]]:
+        """(repeat, op) of the kernels that see the whole instance's tokens: dense MLP layers on
+        ``rows`` (every rank's padded batch under CUDA graphs; default the tokens), the MoE layers
+        on the real tokens (pad rows are masked out of routing), and the head once per step on
+        ``head_rows`` (default ``rows``; a prefill chunk samples only a request's last token)."""
         m, lay = self.m, self.layout
+        rows = float(instance_tokens if rows is None else rows)
+        head_rows = rows if head_rows is None else float(head_rows)
         out: list[tuple[int, Op]] = []
-        att = [o for o in attention_ops(m, padded, 0.0, lay, m.kv_row_bytes) if o.kind not in ("indexer", "attention")]
-        out += [(m.layers, o) for o in att]
         if m.dense_layers:
-            out += [(m.dense_layers, o) for o in dense_mlp_ops(m, padded, lay)]
+            out += [(m.dense_layers, o) for o in dense_mlp_ops(m, self._mlp_batch(rows), lay)]
         if m.moe_layers:
             out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay)]
-        out += [(1, o) for o in step_head_ops(m, padded, lay)]
+        out += [(1, o) for o in step_head_ops(m, self._mlp_batch(head_rows), lay)]
         return out
 
+    def fixed_ops(self, padded: int, instance_tokens: float) -> list[tuple[int, Op]]:
+        """(repeat, op) of a decode step's kernels other than the indexer and attention: attention
+        side, dense layers and head at the padded rank batch, MoE layers at the instance's real tokens."""
+        return self.attention_side_ops(padded) + self.mlp_side_ops(instance_tokens, padded * self.layout.attention_dp)
+
+    def _ops_time(self, ops: list[tuple[int, Op]]) -> float:
+        return sum(n * self.op_time(o) for n, o in ops)
+
     def fixed_time(self, padded: int, instance_tokens: float) -> float:
-        key = (padded, float(instance_tokens))
+        return self.attention_fixed(padded) + self.mlp_time(instance_tokens, padded * self.layout.attention_dp)
+
+    def attention_fixed(self, padded: int) -> float:
+        """Seconds of a rank's attention-side GEMMs and elementwise ops at its (padded) batch."""
+        key = ("att", padded)
         if key not in self._fixed_cache:
-            self._fixed_cache[key] = sum(n * self.op_time(o) for n, o in self.fixed_ops(padded, instance_tokens))
+            self._fixed_cache[key] = self._ops_time(self.attention_side_ops(padded))
         return self._fixed_cache[key]
+
+    def mlp_time(self, instance_tokens: float, rows: float | None = None, head_rows: float | None = None) -> float:
+        """Seconds of the instance-wide kernels (dense MLPs, MoE, head) for these tokens."""
+        key = ("mlp", float(instance_tokens), rows, head_rows)
+        if key not in self._fixed_cache:
+            self._fixed_cache[key] = self._ops_time(self.mlp_side_ops(instance_tokens, rows, head_rows))
+        return self._fixed_cache[key]
+
+    def attention_side(self, batch: int, ctx_sum, padded: int | None = None):
+        """One rank's attention-side time per step: its GEMMs and elementwise ops at ``padded`` rows
+        (CUDA graph; default the real batch), the indexer and sparse attention on its requests."""
+        if batch <= 0:
+            return np.asarray(ctx_sum, dtype=float) * 0.0
+        ctx = np.asarray(ctx_sum, dtype=float)
+        per_layer = self.indexer(ctx, batch) + self.attention(batch, ctx)
+        return self.attention_fixed(padded or batch) + self.m.layers * per_layer
 
     def breakdown(self, batch: int, instance_tokens: float, ctx_sum: float) -> dict[str, float]:
         """Seconds per op name of one decode step (for reports): compute only."""
@@ -216,9 +254,8 @@ class CostModel:
             return np.asarray(ctx_sum, dtype=float) * 0.0
         rank = int(self._rank_tokens(batch, instance_tokens))
         padded = cuda_graph_batch(rank)
-        ctx = np.asarray(ctx_sum, dtype=float)
-        per_layer = self.indexer(ctx, rank) + self.attention(rank, ctx)
-        return self.fixed_time(padded, instance_tokens) + self.m.layers * per_layer
+        return (self.attention_side(rank, ctx_sum, padded)
+                + self.mlp_time(instance_tokens, padded * self.layout.attention_dp))
 
     def comm(self, batch: int, instance_tokens: float) -> float:
         """A decode step's collectives (CUDA-graph replay: the batch padded to a captured size)."""
@@ -253,25 +290,17 @@ class CostModel:
         return StepTime(compute, comm, swap, np.full_like(compute, self.backup(batch)))
 
     # -- a prefill chunk --------------------------------------------------------------------------
-    def prefill_chunk(self, tokens: int, prior_ctx: int, hisparse: bool, instance_tokens: float | None = None) -> float:
-        """One chunk of a prompt on its rank, from the same ops at the chunk's token count: every
-        GEMM and elementwise op by its measured term (GEMMs become compute-bound here: the fitted
-        FP8/BF16 rates; grouped and batched GEMMs, measured only at decode shapes, bounded by the FP8
-        GEMM rate, an extrapolation); the indexer as an FP8 GEMM of each query against every earlier
-        key (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate);
+    def prefill_attention_side(self, tokens: int, prior_ctx: int) -> float:
+        """One rank's attention side of a prompt chunk, from the same ops at the chunk's token count:
+        every GEMM and elementwise op by its measured term (compute-bound here: the fitted FP8/BF16
+        rates; grouped and batched GEMMs, timed only at decode shapes, bounded by the FP8 GEMM rate:
+        an extrapolation); the indexer as an FP8 GEMM of each query against every earlier key
+        (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate);
         sparse attention over min(top-k, position) rows per query at FlashMLA's prefill rate
-        (``prefill_attention_efficiency``); the MLP over the instance's prefill tokens (every rank
-        prefills alike); the collectives. HiSparse also copies the chunk's KV to host
-        (``backup_overlap`` of it hidden)."""
-        m, p = self.m, self.p
-        inst = float(tokens if instance_tokens is None else instance_tokens)
-        rank_tokens = int(self._rank_tokens(tokens, inst))
-        lay = self.layout
-        t = 0.0
-        for o in attention_ops(m, rank_tokens, 0.0, lay, m.kv_row_bytes):
-            if o.kind not in ("indexer", "attention"):
-                t += m.layers * self.op_time(o)
-        ctx_pairs = rank_tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
+        (``prefill_attention_efficiency``)."""
+        m, p, lay = self.m, self.p, self.layout
+        t = self._ops_time(self.attention_side_ops(tokens))
+        ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
         fp8 = self.t.rates[("gemm", "fp8")]
         heads_idx = max(1, m.indexer_heads // lay.attention_tp)
         idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
@@ -279,13 +308,20 @@ class CostModel:
         t += m.layers * fp8.time(idx_bytes, idx_flops)
         k = min(m.top_k, prior_ctx + tokens / 2)
         heads = max(1, m.attention_heads // lay.attention_tp)
-        att_flops = 2.0 * rank_tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
-        t += m.layers * att_flops / (self.terms.bf16_flops * p.prefill_attention_efficiency)
-        if m.dense_layers:
-            t += m.dense_layers * sum(self.op_time(o) for o in dense_mlp_ops(m, rank_tokens, lay))
-        if m.moe_layers:
-            t += m.moe_layers * sum(self.op_time(o) for o in moe_ops(m, self._mlp_batch(inst), lay))
-        t += m.layers * self.comm_layer(tokens, inst)
+        att_flops = 2.0 * tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        return t + m.layers * att_flops / (self.terms.bf16_flops * p.prefill_attention_efficiency)
+
+    def prefill_chunk(self, tokens: int, prior_ctx: int, hisparse: bool, instance_tokens: float | None = None) -> float:
+        """One chunk of a prompt on its rank when every rank of the instance prefills alike (the
+        MLP over ``instance_tokens``), with the collectives; HiSparse also copies the chunk's KV to
+        host (``backup_overlap`` of it hidden)."""
+        inst = float(tokens if instance_tokens is None else instance_tokens)
+        rank_tokens = int(self._rank_tokens(tokens, inst))
+        t = self.prefill_attention_side(rank_tokens, prior_ctx) + self.mlp_time(inst, head_rows=self.layout.attention_dp)
+        t += self.m.layers * self.comm_layer(tokens, inst)
         if hisparse:
-            t += tokens * m.kv_bytes_per_token() / self.g.link_bw * (1 - p.backup_overlap)
+            t += self.prefill_backup(tokens)
         return t
+
+    def prefill_backup(self, tokens: int) -> float:
+        return tokens * self.m.kv_bytes_per_token() / self.g.link_bw * (1 - self.p.backup_overlap)
