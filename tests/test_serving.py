@@ -148,14 +148,16 @@ def test_tp_attention_all_reduces_twice_per_layer():
 
 
 def test_single_request_timeline_is_the_cost_model():
-    """One closed-loop client, one request: TTFT is the prefill chunks, TPOT the step costs."""
+    """One closed-loop client, one request: TTFT is the prefill chunks (one rank prefilling: its
+    attention side, the MLP on its chunk, the collectives), TPOT the decode steps' costs."""
     sc = _scenario(input_tokens=20000, output_tokens=50, requests_per_client=1)
     r = simulate(sc, System.BASELINE, concurrency=1)
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params)
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
     chunks, done = [], 0
     while done < 20000:
         n = min(8192, 20000 - done)
-        chunks.append(c.prefill_chunk(n, done, False, n))
+        chunks.append(c.prefill_attention_side(n, done) + c.mlp_time(n, head_rows=1)
+                      + sc.model.layers * c.comm_layer(n, n))
         done += n
     ttft = sum(chunks)
     steps = c.decode_steps(1, 1, 20001 + np.arange(49)).total_s
@@ -347,3 +349,24 @@ def test_the_packaged_calibration_is_the_committed_run():
     committed = Path(__file__).resolve().parents[1] / "calibration" / "h200.json"
     packaged = P.PRESET_DIR / "calibration" / "h200.json"
     assert json.loads(packaged.read_text()) == json.loads(committed.read_text())
+
+
+def test_a_prompt_chunk_on_one_rank_stalls_every_ranks_decode():
+    """DP attention runs every forward pass collectively (SGLang prepare_mlp_sync_batch): while one
+    rank prefills a chunk, a rank that decodes gets one token per pass, and the pass lasts as long
+    as the chunk. Two clients with different output lengths desynchronise: the second client's
+    first request decodes on rank 1 while the first client's next request prefills on rank 2."""
+    sc = _scenario(input_tokens=8192, output_tokens=64, requests_per_client=2)
+    sim = RankSim(sc, System.BASELINE, concurrency=2)
+    sim.w = dataclasses.replace(sim.w, length_jitter=0.5)
+    sim.run()
+    c = sim.cost
+    chunk = c.prefill_attention_side(8192, 0)
+    step = float(c.decode_steps(1, 2, 8192 + 64).total_s)
+    gaps = np.concatenate(sim.itl)
+    stalled = gaps[gaps > chunk]
+    assert stalled.size >= 1  # a decode gap as long as another rank's prompt chunk
+    assert np.all(gaps > 0.5 * step)
+    # each stalled gap is one mixed pass: the chunk's attention side, the MLP on every rank's tokens
+    want = chunk + c.mlp_time(8192 + 1, head_rows=2) + sc.model.layers * c.comm_layer(8193, 8193)
+    assert stalled.min() == pytest.approx(want, rel=1e-6)
