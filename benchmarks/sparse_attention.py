@@ -2,15 +2,17 @@
 
 Usage (on the H200):  python benchmarks/sparse_attention.py --out benchmarks/results/sparse_attention-h200.csv
 
-For every B in {1, 8, 32, 64, 128}, H in {64, 128} and KV layout (bf16 1152 B rows, fp8 656 B
-rows), with k = 2048, it times, in the same process:
+For every B in {1, 8, 32, 64, 128}, H in {8, 16, 64, 128} and KV layout (bf16 1152 B rows, fp8
+656 B rows), with k = 2048, it times, in the same process (H 8 and 16 run the narrow kernel):
 - the kernel: a CUDA graph of calls over rotating input sets (so L2 holds no previous call's rows),
   CUDA events, median per call over many replays;
 - the reference a user would otherwise write: gather, bmm, masked softmax, bmm in PyTorch eager
   (fp8 rows dequantised to bf16 first), CUDA events around the same rotating calls, median;
 - the roofline: max(min bytes / measured HBM copy bandwidth, FLOPs / measured bf16 GEMM rate),
   both ceilings measured at the start of the run.
-Writes a CSV with columns B,H,K,kv_dtype,us,ref_us,roofline_us and prints a table.
+Writes a CSV with columns B,H,K,kv_dtype,us,ref_us,roofline_us,tflops,kv_tbps (tensor-core
+FLOP/s of the call; bytes of gathered KV rows per second, the figure of the few-heads shapes) and
+prints a table.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from cupy_kernels.mla_reference import (  # noqa: E402
     FP8_ROW_BYTES,
     attention_flops,
     attention_min_bytes,
+    gathered_kv_bytes,
 )
 from cupy_kernels.sparse_attention import sparse_mla_decode, workspace_elems  # noqa: E402
 
@@ -213,12 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/sparse_attention-h200.csv"))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
-    ap.add_argument("--heads", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--heads", type=int, nargs="+", default=[8, 16, 64, 128])
     ap.add_argument("--kv-dtypes", nargs="+", default=["bf16", "fp8"])
     ap.add_argument("--sets", type=int, default=4, help="rotating input sets per timed call group")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--ref-reps", type=int, default=10)
     ap.add_argument("--no-graph", action="store_true", help="time plain launches, not a CUDA graph")
+    ap.add_argument("--no-ref", action="store_true", help="skip the PyTorch reference (ref_us = nan)")
     args = ap.parse_args(argv)
 
     bw = measure_copy_bandwidth(cp)
@@ -232,26 +236,30 @@ def main(argv: list[str] | None = None) -> int:
                 pool, sets = make_sets(cp, batch, heads, kv_dtype, args.sets)
                 cp.cuda.Device().synchronize()  # inputs are made on the null stream
                 us = time_kernel(cp, pool, sets, kv_dtype, scale, args.reps, not args.no_graph)
-                ref_us, rel = time_reference(torch, cp, pool, sets, kv_dtype, scale, args.ref_reps)
+                ref_us, rel = (float("nan"), float("nan")) if args.no_ref else time_reference(
+                    torch, cp, pool, sets, kv_dtype, scale, args.ref_reps)
                 roof = 1e6 * max(attention_min_bytes(batch, heads, K, kv_dtype) / bw, attention_flops(batch, heads, K) / rate)
-                rows.append((batch, heads, K, kv_dtype, us, ref_us, roof))
+                tflops = attention_flops(batch, heads, K) / us * 1e-6
+                tbps = gathered_kv_bytes(batch, K, kv_dtype) / us * 1e-6
+                rows.append((batch, heads, K, kv_dtype, us, ref_us, roof, tflops, tbps))
                 print(f"B={batch:4d} H={heads:3d} {kv_dtype:4s} kernel {us:8.1f} us  torch {ref_us:8.1f} us  "
                       f"roofline {roof:7.1f} us  {100 * roof / us:5.1f}% roof  x{ref_us / us:5.1f}  "
-                      f"|kernel-torch|/|torch| {rel:.1e}", flush=True)
+                      f"{tflops:6.1f} TFLOP/s  {tbps:5.2f} TB/s KV  |kernel-torch|/|torch| {rel:.1e}", flush=True)
                 del pool, sets
                 cp.get_default_memory_pool().free_all_blocks()
                 torch.cuda.empty_cache()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["B", "H", "K", "kv_dtype", "us", "ref_us", "roofline_us"])
-        for b, h, k, d, us, ref_us, roof in rows:
-            w.writerow([b, h, k, d, f"{us:.1f}", f"{ref_us:.1f}", f"{roof:.1f}"])
+        w.writerow(["B", "H", "K", "kv_dtype", "us", "ref_us", "roofline_us", "tflops", "kv_tbps"])
+        for b, h, k, d, us, ref_us, roof, tf, tb in rows:
+            w.writerow([b, h, k, d, f"{us:.1f}", f"{ref_us:.1f}", f"{roof:.1f}", f"{tf:.1f}", f"{tb:.2f}"])
     print(f"\nwrote {args.out}\n")
-    print("| B | H | kv | kernel us | torch us | roofline us | % roofline | speed-up |")
-    print("|---|---|---|---|---|---|---|---|")
-    for b, h, _, d, us, ref_us, roof in rows:
-        print(f"| {b} | {h} | {d} | {us:.1f} | {ref_us:.1f} | {roof:.1f} | {100 * roof / us:.0f}% | {ref_us / us:.1f}x |")
+    print("| B | H | kv | kernel us | torch us | roofline us | % roofline | speed-up | TFLOP/s | KV TB/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for b, h, _, d, us, ref_us, roof, tf, tb in rows:
+        print(f"| {b} | {h} | {d} | {us:.1f} | {ref_us:.1f} | {roof:.1f} | {100 * roof / us:.0f}% | "
+              f"{ref_us / us:.1f}x | {tf:.0f} | {tb:.2f} |")
     return 0 if all(math.isfinite(r[4]) for r in rows) else 1
 
 

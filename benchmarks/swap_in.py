@@ -12,7 +12,8 @@ from the rest, plus the newest token), so a step has exactly the chosen number o
 kernel's miss counts are checked against it. A launch is timed with CUDA events while a spin
 kernel holds the stream, so host-side launch overhead is not counted; median of --iters.
 GB/s = miss rows x row bytes / time (the newest-token row also copied each step is not counted).
---breakdown also times each case with copy=False (launch + bookkeeping, no grid barrier, no rows).
+--breakdown also times each case with copy=False (launch + bookkeeping, no rows); --phases times
+the bookkeeping cut after each of its phases (variant builds, copy=False) at bs 1 and 100.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cupy_kernels.swap_in import HotBuffer, PinnedPool  # noqa: E402
+from cupy_kernels.swap_in import HotBuffer, PinnedPool, _kernel  # noqa: E402
 
 K = 2048
 CTX = 32768
@@ -43,9 +44,9 @@ TARGETS = {
     (100, 4096, 0.2, 656): ("pct", 0.80, "704 us, 69%"),
     (100, 4096, 0.2, 1152): ("pct", 0.90, "966 us, 89%"),
     (100, 4096, 0.2, 512): ("pct", 0.88, "446 us, 85%"),
-    (100, 4096, 1.0, 656): ("pct", 0.75, "6112 us, 40%"),
+    (100, 4096, 1.0, 656): ("pct", 0.87, "6112 us, 40%"),
     (100, 4096, 0.001, 656): ("us", 10.0, "~33 us"),
-    (1, 4096, 0.2, 656): ("us", 20.0, "69 us"),
+    (1, 4096, 0.2, 656): ("us", 15.0, "69 us"),
 }
 _SPIN = r"""
 extern "C" __global__ void spin(long long ns) {
@@ -53,7 +54,36 @@ extern "C" __global__ void spin(long long ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
 }
+extern "C" __global__ void empty(int* sink) {
+    extern __shared__ int sm[];
+    if (threadIdx.x == 0 && sink[0] == 12345) sm[0] = sink[1];
+}
 """
+
+
+def launch_floor(cp: Any, spin: Any, iters: int = 21) -> dict[str, float]:
+    """Median us of an empty kernel timed like a swap-in launch (events after a spin kernel):
+    the floor under any fixed cost, for 1 and 264 blocks of 512 threads with 69 KB of dynamic
+    shared memory (the swap-in's at B 4096, k 2048)."""
+    mod = cp.RawModule(code=_SPIN)
+    empty = mod.get_function("empty")
+    empty.max_dynamic_shared_size_bytes = 70_000
+    sink = cp.zeros(2, cp.int32)
+    out = {}
+    for blocks in (1, 264):
+        times = []
+        for i in range(iters + 2):
+            cp.cuda.Device().synchronize()
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            spin((1,), (1,), (np.int64(300_000),))
+            e0.record()
+            empty((blocks,), (512,), (sink,), shared_mem=69_000)
+            e1.record()
+            e1.synchronize()
+            if i >= 2:
+                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        out[f"empty_{blocks}"] = statistics.median(times)
+    return out
 
 
 def n_misses(rate: float) -> int:
@@ -156,14 +186,19 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     memcpy_start = measure_memcpy(cp, pool)
     print(f"pinned cudaMemcpy H2D (start): {memcpy_start:.1f} GB/s", flush=True)
     spin = cp.RawKernel(_SPIN, "spin")
+    floor = launch_floor(cp, spin)
+    print("launch floor (empty kernel, events after a spin): "
+          + ", ".join(f"{k} {v:.1f} us" for k, v in floor.items()), flush=True)
     rows = []
     for bs in args.batches:
         for hot in args.hots:
             for row in args.rows:
                 layers = pool.nbytes // (bs * MAX_CTX * row)
-                for unroll, max_grid in [(u, mg) for u in args.unrolls for mg in args.max_grids]:
+                variants = [(u, mg, bp, co) for u in args.unrolls for mg in args.max_grids for bp in args.blocks_per_sm
+                            for co in args.copy_orders]
+                for unroll, max_grid, bps, order in variants:
                     hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=hot, top_k=K,
-                                   row_bytes=row, pool=pool, unroll=unroll)
+                                   row_bytes=row, pool=pool, unroll=unroll, blocks_per_sm=bps, copy_order=order)
                     hb.prefill()
                     if max_grid:
                         hb.max_grid = min(hb.max_grid, max_grid)
@@ -176,13 +211,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                             hb.prefill()
                         gbps = bs * miss * row / us / 1e3
                         rows.append(dict(bs=bs, hot=hot, miss_rate=rate, row_bytes=row, us=round(us, 2),
-                                         gbps=round(gbps, 2), unroll=unroll,
+                                         gbps=round(gbps, 2), unroll=unroll, blocks_per_sm=bps, copy_order=order,
                                          layers=layers, book_us=round(book, 2), grid=hb.grid(K), max_grid=max_grid))
-                        print(f"bs {bs:3d} hot {hot} miss {rate:5.3f} row {row:4d} u{unroll} grid {hb.grid(K):3d} "
+                        print(f"bs {bs:3d} hot {hot} miss {rate:5.3f} row {row:4d} u{unroll} b{bps} {order:7s} grid {hb.grid(K):3d} "
                               f"layers {layers:4d}: {us:8.1f} us {gbps:5.1f} GB/s ({gbps / memcpy_start:5.1%}) "
                               f"bookkeeping-only {book:6.1f} us", flush=True)
                     del hb
                     cp.get_default_memory_pool().free_all_blocks()
+    if args.phases:
+        time_phases(cp, pool, rng, spin, args.iters)
     memcpy_end = measure_memcpy(cp, pool)
     # The ceiling is the better of the two readings (one run here read 39.8 GB/s once, 54-55 otherwise).
     memcpy = max(memcpy_start, memcpy_end)
@@ -190,6 +227,40 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     for x in rows:
         x["memcpy_gbps"] = round(memcpy, 2)
     return rows
+
+
+def time_phases(cp: Any, pool: PinnedPool, rng: np.random.Generator, spin: Any, iters: int) -> None:
+    """Bookkeeping cut after phase 1..6 (loads, duplicate check, hit lookup, miss ranking, order
+    ranking, miss assignment) and whole (7), copy=False, 656 B rows, hot 4096: where the fixed
+    cost goes. State-changing phases make the later draws approximate; timing only."""
+    for bs in (1, 100):
+        layers = pool.nbytes // (bs * MAX_CTX * 656)
+        line = []
+        for miss in (n_misses(0.001), n_misses(0.2)):
+            for stop in range(1, 8):
+                hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=4096, top_k=K,
+                               row_bytes=656, pool=pool)
+                hb.prefill()
+                if stop < 7:
+                    hb._kern = _kernel(cp.cuda.Device().id, hb.unroll, hb.blocks_per_sm, stop)[0]
+                ctx = cp.full(bs, CTX, cp.int64)
+                idx = cp.asarray(draw_step(rng, hb.state(0).slot_pos, miss))
+                times = []
+                for i in range(iters + 2):
+                    cp.cuda.Device().synchronize()
+                    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+                    spin((1,), (1,), (np.int64(300_000),))
+                    e0.record()
+                    hb.swap_in(0, idx, ctx, check=False, copy=False)
+                    e1.record()
+                    e1.synchronize()
+                    if i >= 2:
+                        times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+                    if stop >= 5:  # these phases write the tables: re-prefill for the same step
+                        hb.prefill()
+                line.append(f"{stop}:{statistics.median(times):.1f}")
+                del hb
+            print(f"phases bs {bs} misses {miss}: " + " ".join(line[-7:]) + " us", flush=True)
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
@@ -201,7 +272,7 @@ def summary(rows: list[dict[str, Any]]) -> None:
                 pct = x["gbps"] / x["memcpy_gbps"]
                 ok = pct >= goal if kind == "pct" else x["us"] <= goal
                 tgt = f">= {goal:.0%}" if kind == "pct" else f"<= {goal:g} us"
-                print(f"bs{bs:<3d} {rate:5.1%} {row:4d} B u{x['unroll']} g{x['grid']:<3d} {x['us']:9.1f} {x['gbps']:7.1f} "
+                print(f"bs{bs:<3d} {rate:5.1%} {row:4d} B u{x['unroll']} b{x['blocks_per_sm']} {x['copy_order'][:4]} g{x['grid']:<3d} {x['us']:9.1f} {x['gbps']:7.1f} "
                       f"{pct:8.1%}  {tgt:9s} {'met' if ok else 'MISSED':6s} {sgl}")
 
 
@@ -218,7 +289,12 @@ def main() -> None:
     ap.add_argument("--unrolls", type=int, nargs="+", default=[4], help="loads in flight per thread (variants)")
     ap.add_argument("--max-grids", type=int, nargs="+", default=[0],
                     help="caps on blocks per launch, 0 = as many as fit (variants)")
+    ap.add_argument("--copy-orders", nargs="+", default=["flat"], choices=["flat", "request", "hybrid"],
+                    help="copy phase orders (variants; see HotBuffer)")
+    ap.add_argument("--blocks-per-sm", type=int, nargs="+", default=[1],
+                    help="resident blocks per SM the kernel's registers are cut for (variants)")
     ap.add_argument("--breakdown", action="store_true", help="also time bookkeeping only (copy=False)")
+    ap.add_argument("--phases", action="store_true", help="time the bookkeeping cut after each phase")
     args = ap.parse_args()
     rows = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +302,8 @@ def main() -> None:
         cols = ["bs", "hot", "miss_rate", "row_bytes", "us", "gbps", "memcpy_gbps"]
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
-        w.writerows(x for x in rows if x["unroll"] == args.unrolls[0] and x["max_grid"] == args.max_grids[0])
+        w.writerows(x for x in rows if x["unroll"] == args.unrolls[0] and x["max_grid"] == args.max_grids[0]
+                    and x["blocks_per_sm"] == args.blocks_per_sm[0] and x["copy_order"] == args.copy_orders[0])
     summary(rows)
 
 

@@ -146,10 +146,19 @@ def mla_decode_reference(
     q: [B, H, 576] values; rows: [N, 576] values (already dequantised); slots: [B, k] ints.
     A slot outside [0, N) (e.g. -1) is masked.  A request with every slot masked gets
     out = 0 and lse = -inf, the kernel's documented result.
+    MTP: q [B, T, H, 576] holds T query tokens per request; slots [B, k] is shared by them, or
+    [B, T, k] gives each token its own selection.  Outputs are then [B, T, H, 512] and [B, T, H]:
+    token t is the 3-D call on q[:, t] with its slots.
     """
     q = np.asarray(q, dtype=np.float64)
     rows = np.asarray(rows, dtype=np.float64)
     slots = np.asarray(slots)
+    if q.ndim == 4:
+        if slots.ndim == 3 and slots.shape[:2] != q.shape[:2]:
+            raise ValueError(f"slots must be [B, k] or [B, T, k] for q {q.shape}, got {slots.shape}")
+        parts = [mla_decode_reference(q[:, t], rows, slots[:, t] if slots.ndim == 3 else slots, scale)
+                 for t in range(q.shape[1])]
+        return np.stack([o for o, _ in parts], axis=1), np.stack([lse for _, lse in parts], axis=1)
     if q.ndim != 3 or q.shape[2] != D_QK:
         raise ValueError(f"q must be [B, H, {D_QK}], got {q.shape}")
     _check_rows(rows)
@@ -175,6 +184,12 @@ def mla_decode_reference(
 def attention_flops(batch: int, heads: int, k: int) -> float:
     """Tensor-core FLOPs of one decode call: S = Q K^T (576) and O = P V (512)."""
     return 2.0 * batch * heads * k * (D_QK + D_LATENT)
+
+
+def gathered_kv_bytes(batch: int, k: int, kv_dtype: str) -> float:
+    """Bytes of the rows one call gathers (each request's k rows once): the bandwidth figure of
+    the few-heads shapes, which are bound by this gather rather than by the tensor cores."""
+    return float(batch * k * (BF16_ROW_BYTES if kv_dtype == "bf16" else FP8_ROW_BYTES))
 
 
 def attention_min_bytes(batch: int, heads: int, k: int, kv_dtype: str) -> float:

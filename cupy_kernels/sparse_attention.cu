@@ -7,8 +7,10 @@
 //   O += P V       : warpgroup w owns output columns [256w, 256w+256), wgmma m64n256k16
 // K and V are the same gathered rows (V = first 512 values), stored once in shared memory in the
 // 128-byte-swizzled layout that serves as K-major B for S and as MN-major B for P V.
-// bf16 rows are gathered with cp.async straight into that layout (two stages); FP8 rows (656 B)
-// are gathered raw into a staging buffer and dequantised to bf16 by all threads.
+// bf16 rows are gathered with cp.async straight into that layout (two buffers, the next tile
+// issued while this tile's S MMAs run).  FP8 rows (656 B) are loaded into registers (11 x 16 B per
+// thread) a tile ahead and dequantised into the other bf16 buffer while the P V MMAs of the
+// current tile run (before: staged raw in shared memory and dequantised between tiles, unhidden).
 // Outputs: bf16 out and natural-log lse, or fp32 partials per split merged by mla_combine.
 
 #include <cuda_bf16.h>
@@ -28,7 +30,6 @@
 #define XCH_BYTES (2 * 2 * HEADS_PER_CTA * 4) // row max / row sum exchange
 #define SLOT_BYTES (2 * TILE * 4)             // validated slots of the next two tiles
 #define FP8_ROW 656
-#define STAGE_BYTES (TILE * FP8_ROW)          // 41984
 #define NTHREADS 256
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
@@ -46,6 +47,7 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Generic-proxy shared-memory writes must be fenced before the tensor cores (async proxy) read them.
 __device__ __forceinline__ void fence_proxy_async() {
@@ -133,10 +135,11 @@ __device__ __forceinline__ void load_q(uint32_t q_s, const uint16_t* q_rows, int
 }
 
 // 64 bf16 rows (1152 B) gathered by slot -> swizzled smem tile; invalid rows become zeros.
+template <int NT = NTHREADS>
 __device__ __forceinline__ void load_tile_bf16(uint32_t kv_s, const uint16_t* kv, const int* slot_tile, int tid) {
 #pragma unroll 6
-    for (int i = 0; i < (TILE * 72) / NTHREADS; ++i) {
-        int idx = tid + i * NTHREADS;
+    for (int i = 0; i < (TILE * 72) / NT; ++i) {
+        int idx = tid + i * NT;
         int t = idx / 72, ci = idx - t * 72;
         int slot = slot_tile[t];
         bool ok = slot >= 0;
@@ -145,49 +148,68 @@ __device__ __forceinline__ void load_tile_bf16(uint32_t kv_s, const uint16_t* kv
     }
 }
 
-// 64 raw FP8 rows (656 B) gathered by slot -> staging smem (row-contiguous).
-__device__ __forceinline__ void load_tile_fp8(uint32_t st_s, const uint8_t* kv, const int* slot_tile, int tid) {
-    constexpr int UNITS = FP8_ROW / 16;  // 41
-#pragma unroll 4
-    for (int i = 0; i < (TILE * UNITS + NTHREADS - 1) / NTHREADS; ++i) {
-        int idx = tid + i * NTHREADS;
-        if (idx < TILE * UNITS) {
-            int t = idx / UNITS, u = idx - t * UNITS;
-            int slot = slot_tile[t];
-            bool ok = slot >= 0;
-            const uint8_t* src = kv + (ok ? (long long)slot * FP8_ROW + u * 16 : 0);
-            cp_async16(st_s + t * FP8_ROW + u * 16, src, ok ? 16 : 0);
-        }
+// FP8 rows staged in registers: TPR threads per row of a 64-row tile (2 in the 128-thread narrow
+// kernel, 4 in the 256-thread wide one); thread t holds the 16-byte units q + TPR * m of row
+// t / TPR (q = t % TPR).  Masked rows read as zeros.
+template <int TPR>
+struct RawRegs {
+    static constexpr int N = (FP8_ROW / 16 + TPR - 1) / TPR;  // 21 or 11 units per thread
+    uint4 v[N];
+};
+
+template <int TPR>
+__device__ __forceinline__ void load_raw_regs(RawRegs<TPR>& r, const uint8_t* kv, const int* slot_tile, int tid) {
+    const int row = tid / TPR, q = tid % TPR;
+    const int slot = slot_tile[row];
+    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + q;
+#pragma unroll
+    for (int m = 0; m < RawRegs<TPR>::N; ++m) {
+        const bool ok = slot >= 0 && q + TPR * m < FP8_ROW / 16;
+        r.v[m] = ok ? __ldg(src + TPR * m) : make_uint4(0, 0, 0, 0);
     }
 }
 
-// Staged FP8 rows -> bf16 swizzled tile: value = e4m3 * fp32 scale of its 128-value block.
-__device__ __forceinline__ void dequant_tile(uint8_t* kv_tile, const uint8_t* stage, int tid) {
-#pragma unroll 6
-    for (int i = 0; i < (TILE * 72) / NTHREADS; ++i) {
-        int idx = tid + i * NTHREADS;
-        int t = idx / 72, ci = idx - t * 72;
-        int c = ci >> 3, u = ci & 7;
-        const uint8_t* row = stage + t * FP8_ROW;
-        uint4 v;
-        if (c < 8) {
-            uint2 raw = *reinterpret_cast<const uint2*>(row + c * 64 + u * 8);
-            float sc = *reinterpret_cast<const float*>(row + 512 + (c >> 1) * 4);
-            uint32_t w[2] = {raw.x, raw.y};
-            uint32_t o[4];
+// 16 e4m3 values -> 16 bf16 (two 16-byte units): value = e4m3 * fp32 scale of its 128-value
+// block, rounded once to bf16.
+__device__ __forceinline__ void e4m3x16_to_bf16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t o[8];
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
-                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-                float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
-                __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-                o[k] = *reinterpret_cast<uint32_t*>(&b2);
-            }
-            v = make_uint4(o[0], o[1], o[2], o[3]);
-        } else {
-            v = *reinterpret_cast<const uint4*>(row + 528 + u * 16);
-        }
-        *reinterpret_cast<uint4*>(kv_tile + c * CHUNK_BYTES + swz(t, u)) = v;
+    for (int k = 0; k < 8; ++k) {
+        __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
+        __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+        float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
+        __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
+        o[k] = *reinterpret_cast<uint32_t*>(&b2);
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]);
+    hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// Registers of load_raw_regs -> bf16 swizzled tile.  The row's scales (unit 32) sit in the
+// row's first thread (q = 0); the others get them by a shuffle within the row's TPR lanes.
+template <int TPR>
+__device__ __forceinline__ void dequant_regs(uint8_t* kv_tile, const RawRegs<TPR>& r, int tid) {
+    constexpr int MS = 32 / TPR;  // m of unit 32
+    const int row = tid / TPR, q = tid % TPR;
+    float sc[4];
+    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, TPR));
+    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, TPR));
+    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, TPR));
+    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, TPR));
+#pragma unroll
+    for (int m = 0; m < MS; ++m) {  // units q + TPR m < 32: latent values 16u .. 16u + 15
+        const int u = q + TPR * m;
+        uint4 lo, hi;
+        e4m3x16_to_bf16(r.v[m], sc[(TPR * m) >> 3], lo, hi);
+        uint8_t* chunk = kv_tile + ((TPR * m) >> 2) * CHUNK_BYTES;
+        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2)) = lo;
+        *reinterpret_cast<uint4*>(chunk + swz(row, (u & 3) * 2 + 1)) = hi;
+    }
+#pragma unroll
+    for (int m = MS; m < RawRegs<TPR>::N; ++m) {  // units 33 .. 40: the bf16 rope values
+        const int u = q + TPR * m;
+        if (u >= 33 && u <= 40) *reinterpret_cast<uint4*>(kv_tile + 8 * CHUNK_BYTES + swz(row, u - 33)) = r.v[m];
     }
 }
 
@@ -207,11 +229,11 @@ __device__ __forceinline__ void mla_decode_body(
     uint8_t* q_sm = smem;
     uint8_t* kv_sm[2];
     kv_sm[0] = smem + Q_BYTES;
-    kv_sm[1] = FP8 ? kv_sm[0] : kv_sm[0] + TILE_BYTES;
-    uint8_t* p_sm = smem + Q_BYTES + (FP8 ? 1 : 2) * TILE_BYTES;
+    kv_sm[1] = kv_sm[0] + TILE_BYTES;
+    uint8_t* p_sm = smem + Q_BYTES + 2 * TILE_BYTES;
     float* xch = reinterpret_cast<float*>(p_sm + P_BYTES);  // [2 kinds][2 wg][64 rows]
     int* slot_sm = reinterpret_cast<int*>(p_sm + P_BYTES + XCH_BYTES);  // [2 tiles][64]
-    uint8_t* stage = p_sm + P_BYTES + XCH_BYTES + SLOT_BYTES;          // FP8 only
+    const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
 
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
@@ -242,13 +264,14 @@ __device__ __forceinline__ void mla_decode_body(
     }
     __syncthreads();
     load_q(q_s, q_rows, tid);
+    RawRegs<4> raw;  // FP8: the next tile's raw rows, loaded before and dequantised during an MMA
     if (FP8) {
-        load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, slot_sm, tid);
+        load_raw_regs(raw, kv8, slot_sm, tid);
         cp_async_commit();
         cp_async_wait_all();
-        __syncthreads();
-        dequant_tile(kv_sm[0], stage, tid);
+        dequant_regs(kv_sm[0], raw, tid);
         fence_proxy_async();
+        if (n_tiles > 1) load_raw_regs(raw, kv8, slot_sm + TILE, tid);
     } else {
         load_tile_bf16(kv_s0, (const uint16_t*)kv_raw, slot_sm, tid);
         cp_async_commit();
@@ -256,8 +279,8 @@ __device__ __forceinline__ void mla_decode_body(
 
     for (int it = 0; it < n_tiles; ++it) {
         const int tok0 = tok_begin + it * TILE;
-        const int buf = FP8 ? 0 : (it & 1);
-        const uint32_t kv_cur = buf ? kv_s1 : kv_s0, kv_nxt = buf ? kv_s0 : kv_s1;
+        const int buf = it & 1;
+        const uint32_t kv_cur = buf ? kv_s1 : kv_s0;
         if (!FP8) {
             cp_async_wait_all();
             fence_proxy_async();
@@ -278,15 +301,11 @@ __device__ __forceinline__ void mla_decode_body(
             wgmma_m64n32k16<0>(s_acc, dq + (off >> 4), dk + (offk >> 4), s > 0);
         }
         wgmma_commit();
-
-        // ---- prefetch the next tile while the tensor cores work ----
-        if (it + 1 < n_tiles) {
-            if (FP8)
-                load_tile_fp8(smem_u32(stage), (const uint8_t*)kv_raw, sl_nxt, tid);
-            else
-                load_tile_bf16(kv_nxt, (const uint16_t*)kv_raw, sl_nxt, tid);
+        if (!FP8 && it + 1 < n_tiles) {  // the next tile into the other buffer while S runs
+            load_tile_bf16(buf ? kv_s0 : kv_s1, (const uint16_t*)kv_raw, sl_nxt, tid);
             cp_async_commit();
         }
+
         // validity of this thread's 8 score columns
         uint32_t valid = 0;
 #pragma unroll
@@ -360,14 +379,13 @@ __device__ __forceinline__ void mla_decode_body(
         for (int s = 0; s < 4; ++s)
             wgmma_m64n256k16<1>(o_acc, dp + ((s * 32) >> 4), dv + ((s * 16 * 128) >> 4), 1);
         wgmma_commit();
-        wgmma_wait0();
-
-        if (FP8 && it + 1 < n_tiles) {
-            cp_async_wait_all();
-            __syncthreads();  // raw rows visible; both warpgroups done reading the bf16 tile
-            dequant_tile(kv_sm[0], stage, tid);
+        if (FP8 && it + 1 < n_tiles) {  // tile it+1 into the other buffer while the MMAs run
+            dequant_regs(kv_sm[buf ^ 1], raw, tid);
             fence_proxy_async();
         }
+        wgmma_wait0();
+
+        if (FP8 && it + 2 < n_tiles) load_raw_regs(raw, kv8, sl_cur, tid);  // slots staged above
     }
 
     // ---- epilogue: merge the two warpgroups' row sums, normalise, write ----
@@ -428,6 +446,287 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_bf16(MLA_AR
 
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARGS) {
     mla_decode_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Narrow kernel: any H (8 or 16 heads per GPU under TP attention, MTP tokens folded into heads)
+// ---------------------------------------------------------------------------------------------
+// One CTA = one warpgroup (128 threads) = up to 16 query heads of one request x one split.
+// The two products are transposed so that no tensor-core work goes to padding heads:
+//   S^T = K Q^T    : wgmma m64n16k16, M = the tile's 64 tokens (A = the K tile, K-major),
+//                    N = 16 heads (B = Q, K-major)
+//   O^T += V^T P^T : 8 x wgmma m64n16k16, M = 64 latent values (A = the same tile read MN-major),
+//                    K = 64 tokens, N = 16 heads (B = P^T stored [head][token], K-major)
+// Softmax runs per head over the tile's tokens, which sit in the 4 warps' accumulator rows: the
+// tile's max is exchanged once per tile through shared memory; row sums are reduced at the end.
+// Heads past H in the last head group are zero rows of Q and are never written.
+// bf16 rows: cp.async straight into two swizzled tile buffers, the next tile issued while this
+// tile's S MMAs run (refilling a buffer with tile t+2 right after tile t instead was slower: the
+// issue then sits on the critical path, 118 -> 131 us at B 128 H 8).  FP8 rows: the next tile's
+// raw rows are loaded into registers (21 x 16 B per thread) before this tile's MMAs and
+// dequantised into the one bf16 tile after them; with no staging buffer a CTA needs 95 KB, so two
+// CTAs share an SM and one's dequantisation overlaps the other's MMAs.
+#define NH 16
+#define NT_NARROW 128
+#define QN_CHUNK (NH * 128)
+#define QN_BYTES (NCHUNK * QN_CHUNK)  // 18432
+#define PN_BYTES (NH * 128)           // P^T: 16 heads x 64 tokens bf16
+#define XN_BYTES (2 * 4 * NH * 4)     // per warp and head: tile max, final row sum
+#define RING_BYTES (4 * TILE * 4)     // validated slots of tiles t .. t+3
+
+// D[64 x 16] (+)= A[64 x 16] * B[16 x 16]; A from shared memory, K-major (TRANS_A 0) or
+// MN-major (TRANS_A 1); B K-major.
+template <int TRANS_A>
+__device__ __forceinline__ void wgmma_m64n16k16(float (&d)[8], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_A));
+}
+
+// Q rows of this CTA's heads -> swizzled smem [9 chunks][16 rows][128 B]; rows >= n_heads are 0.
+__device__ __forceinline__ void load_q_narrow(uint32_t q_s, const uint16_t* q_rows, int n_heads, int tid) {
+#pragma unroll
+    for (int i = 0; i < (NH * 72) / NT_NARROW; ++i) {
+        int idx = tid + i * NT_NARROW;
+        int h = idx / 72, ci = idx - h * 72;
+        bool ok = h < n_heads;
+        cp_async16(q_s + (ci >> 3) * QN_CHUNK + swz(h, ci & 7), q_rows + (ok ? h * D_QK + ci * 8 : 0), ok ? 16 : 0);
+    }
+}
+
+// grid = (ceil(H / 16), n_splits, B)
+template <bool FP8>
+__device__ __forceinline__ void mla_narrow_body(
+    const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
+    long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
+    float* __restrict__ part_lse) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* kv_sm0 = smem + QN_BYTES;
+    uint8_t* p_sm = smem + QN_BYTES + (FP8 ? 1 : 2) * TILE_BYTES;
+    float* xm = reinterpret_cast<float*>(p_sm + PN_BYTES);  // [4 warps][16 heads] tile max
+    float* xl = xm + 4 * NH;                                // [4 warps][16 heads] row sum
+    int* ring = reinterpret_cast<int*>(p_sm + PN_BYTES + XN_BYTES);  // [4][64]
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+    const int n_splits = gridDim.y;
+    const int head0 = hg * NH, n_heads = min(NH, H - head0);
+    const int tok_begin = split * tiles_per_split * TILE;
+    const int tok_end = min(K, tok_begin + tiles_per_split * TILE);
+    const int n_tiles = (tok_end - tok_begin + TILE - 1) / TILE;
+    const int* slots_b = slots + (long long)b * K;
+    const uint16_t* q_rows = q + ((long long)b * H + head0) * D_QK;
+    const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
+    const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
+
+    const uint32_t q_s = smem_u32(smem), p_s = smem_u32(p_sm);
+    const uint32_t kv_s0 = smem_u32(kv_sm0), kv_s1 = kv_s0 + (FP8 ? 0 : TILE_BYTES);
+
+    const int tr0 = warp * 16 + (lane >> 2);  // accumulator rows tr0, tr0 + 8 (tokens of S^T)
+    const int hq = (lane & 3) * 2;            // accumulator columns: heads 8j + hq + c
+
+    float o_acc[8][8];
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o_acc[mb][e] = 0.f;
+    float s_acc[8];
+    float m_run[4], l_part[4];  // [j * 2 + c]: head 8j + hq + c
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        m_run[e] = -INFINITY;
+        l_part[e] = 0.f;
+    }
+
+    if (tid < TILE) {
+#pragma unroll
+        for (int t = 0; t < 3; ++t) ring[t * TILE + tid] = fetch_slot(slots_b, tok_begin + t * TILE + tid, tok_end, n_rows);
+    }
+    __syncthreads();
+    load_q_narrow(q_s, q_rows, n_heads, tid);
+    RawRegs<2> raw;  // FP8: the next tile's rows, in flight during this tile's MMAs
+    if (FP8) {
+        load_raw_regs(raw, kv8, ring, tid);
+        cp_async_commit();
+        cp_async_wait_all();
+        dequant_regs(kv_sm0, raw, tid);
+        fence_proxy_async();
+        if (n_tiles > 1) load_raw_regs(raw, kv8, ring + TILE, tid);
+    } else {
+        load_tile_bf16<NT_NARROW>(kv_s0, kv16, ring, tid);
+        cp_async_commit();
+    }
+
+    for (int it = 0; it < n_tiles; ++it) {
+        const uint32_t kv_cur = (FP8 || !(it & 1)) ? kv_s0 : kv_s1;
+        if (!FP8) {
+            cp_async_wait_all();
+            fence_proxy_async();
+        }
+        __syncthreads();  // tile `it` visible; every warp done with tile it-1 (its buffers are free)
+        const int* sl_cur = ring + (it & 3) * TILE;
+        const int pre = tid < TILE ? fetch_slot(slots_b, tok_begin + (it + 3) * TILE + tid, tok_end, n_rows) : -1;
+
+        // ---- S^T = K Q^T: 64 tokens x 16 heads, 36 k-steps ----
+        const uint64_t dk = make_desc(kv_cur, 16, 1024);
+        const uint64_t dq = make_desc(q_s, 16, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 36; ++s) {
+            const uint32_t offk = (s >> 2) * CHUNK_BYTES + (s & 3) * 32;
+            const uint32_t offq = (s >> 2) * QN_CHUNK + (s & 3) * 32;
+            wgmma_m64n16k16<0>(s_acc, dk + (offk >> 4), dq + (offq >> 4), s > 0);
+        }
+        wgmma_commit();
+        if (!FP8 && it + 1 < n_tiles) {  // the next tile into the other buffer while S runs
+            load_tile_bf16<NT_NARROW>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
+            cp_async_commit();
+        }
+        const bool v0 = sl_cur[tr0] >= 0, v1 = sl_cur[tr0 + 8] >= 0;
+        wgmma_wait0();
+
+        // ---- online softmax per head over the tile's tokens (log2 domain) ----
+        float m_loc[4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float a0 = v0 ? s_acc[j * 4 + c] * scale_log2 : -INFINITY;
+                const float a1 = v1 ? s_acc[j * 4 + 2 + c] * scale_log2 : -INFINITY;
+                s_acc[j * 4 + c] = a0;
+                s_acc[j * 4 + 2 + c] = a1;
+                m_loc[j * 2 + c] = fmaxf(a0, a1);
+            }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            m_loc[e] = fmaxf(m_loc[e], __shfl_xor_sync(0xffffffff, m_loc[e], 4));
+            m_loc[e] = fmaxf(m_loc[e], __shfl_xor_sync(0xffffffff, m_loc[e], 8));
+            m_loc[e] = fmaxf(m_loc[e], __shfl_xor_sync(0xffffffff, m_loc[e], 16));
+        }
+        if (lane < 4) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) xm[warp * NH + 8 * j + hq + c] = m_loc[j * 2 + c];
+        }
+        __syncthreads();
+        if (tid < TILE) ring[((it + 3) & 3) * TILE + tid] = pre;  // tile it-1's entry, no longer read
+        float alpha[4], m_use[4];
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int e = j * 2 + c, h = 8 * j + hq + c;
+                const float mt = fmaxf(fmaxf(xm[h], xm[NH + h]), fmaxf(xm[2 * NH + h], xm[3 * NH + h]));
+                const float m_new = fmaxf(m_run[e], mt);
+                m_use[e] = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: p = 0, no NaN
+                alpha[e] = exp2f(m_run[e] - m_use[e]);
+                m_run[e] = m_new;
+                l_part[e] *= alpha[e];
+            }
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int e = j * 2 + c, h = 8 * j + hq + c, t = tr0 + 8 * i;
+                    const __nv_bfloat16 pb = __float2bfloat16_rn(exp2f(s_acc[j * 4 + i * 2 + c] - m_use[e]));
+                    l_part[e] += __bfloat162float(pb);  // sum what the MMA will see
+                    *reinterpret_cast<__nv_bfloat16*>(p_sm + swz(h, t >> 3) + (t & 7) * 2) = pb;
+                }
+        fence_proxy_async();
+        __syncthreads();  // P^T complete
+
+        // ---- O^T = alpha O^T + V^T P^T: 8 blocks of 64 latent values ----
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) o_acc[mb][j * 4 + i * 2 + c] *= alpha[j * 2 + c];
+        const uint64_t dp = make_desc(p_s, 16, 1024);
+        const uint64_t dv = make_desc(kv_cur, CHUNK_BYTES, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int mb = 0; mb < 8; ++mb)
+                wgmma_m64n16k16<1>(o_acc[mb], dv + ((mb * CHUNK_BYTES + s * 16 * 128) >> 4), dp + ((s * 32) >> 4), 1);
+        wgmma_commit();
+        wgmma_wait0();
+
+        if (FP8 && it + 1 < n_tiles) {
+            __syncthreads();  // every warp done reading the bf16 tile
+            dequant_regs(kv_sm0, raw, tid);  // tile it+1
+            fence_proxy_async();
+            if (it + 2 < n_tiles) load_raw_regs(raw, kv8, ring + ((it + 2) & 3) * TILE, tid);
+        }
+    }
+
+    // ---- epilogue: row sums over lanes and warps, normalise, write ----
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        l_part[e] += __shfl_xor_sync(0xffffffff, l_part[e], 4);
+        l_part[e] += __shfl_xor_sync(0xffffffff, l_part[e], 8);
+        l_part[e] += __shfl_xor_sync(0xffffffff, l_part[e], 16);
+    }
+    if (lane < 4) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) xl[warp * NH + 8 * j + hq + c] = l_part[j * 2 + c];
+    }
+    __syncthreads();
+    const long long B = gridDim.z;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int e = j * 2 + c, h = 8 * j + hq + c;
+            if (h >= n_heads) continue;
+            const float l = xl[h] + xl[NH + h] + xl[2 * NH + h] + xl[3 * NH + h];
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const float lse_h = l > 0.f ? (m_run[e] + log2f(l)) * LN2 : -INFINITY;
+            if (n_splits == 1) {
+                const long long row = (long long)b * H + head0 + h;
+                uint16_t* orow = out + row * D_V;
+#pragma unroll
+                for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const __nv_bfloat16 v = __float2bfloat16_rn(o_acc[mb][j * 4 + i * 2 + c] * inv);
+                        *reinterpret_cast<__nv_bfloat16*>(orow + mb * 64 + tr0 + 8 * i) = v;
+                    }
+                if (tid < 4) lse[row] = lse_h;
+            } else {
+                const long long row = ((long long)split * B + b) * H + head0 + h;
+                float* orow = part_o + row * D_V;
+#pragma unroll
+                for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) orow[mb * 64 + tr0 + 8 * i] = o_acc[mb][j * 4 + i * 2 + c] * inv;
+                if (tid < 4) part_lse[row] = lse_h;
+            }
+        }
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow_bf16(MLA_ARGS) {
+    mla_narrow_body<false>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 2) mla_decode_narrow_fp8(MLA_ARGS) {
+    mla_narrow_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 // Merge split partials: lse = logsumexp_s(lse_s), out = sum_s exp(lse_s - lse) * o_s.

@@ -5,6 +5,13 @@ cache named by its slot indices (DeepSeek Sparse Attention top-k).  The kernel s
 `sparse_attention.cu` beside this file; it uses wgmma (sm_90a), so it is compiled with nvcc to a
 cubin (cached) rather than through NVRTC's default architecture.
 
+Two kernels share one contract: H a multiple of 64 runs the wide kernel (64 heads per CTA, heads
+as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the narrow kernel
+(16 heads per CTA, the tile's tokens as M), so no tensor-core work goes to padding heads.
+MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
+share one top-k selection (slots [B, k]) are folded into the heads, tokens with their own
+selection (slots [B, T, k]) into the batch.
+
 CuPy is imported lazily: this module (and `validate_inputs`, `plan_splits`) works without it.
 bf16 tensors are uint16 arrays of bf16 bit patterns (CuPy has no bfloat16 dtype).
 """
@@ -22,18 +29,29 @@ from ._build import build_cubin
 from .mla_reference import BF16_ROW_BYTES, D_LATENT, D_QK, FP8_ROW_BYTES
 
 KV_DTYPES = ("bf16", "fp8")
-HEADS_PER_CTA = 64
+HEADS_PER_CTA = 64  # wide kernel (H a multiple of 64)
+NARROW_HEADS_PER_CTA = 16  # narrow kernel (any other H)
 TILE = 64
 THREADS = 256
+NARROW_THREADS = 128
 _SOURCE = Path(__file__).with_name("sparse_attention.cu")
 _NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a")
 _SMEM_Q = 9 * HEADS_PER_CTA * 128
 _SMEM_TILE = 9 * TILE * 128
 _SMEM_FIXED = _SMEM_Q + HEADS_PER_CTA * 128 + 1024 + 512 + 1024  # Q, P, exchange, slots, align
-SMEM_BYTES = {
+SMEM_BYTES = {  # both layouts hold two bf16 tiles (FP8 rows are staged in registers)
     "bf16": _SMEM_FIXED + 2 * _SMEM_TILE,
-    "fp8": _SMEM_FIXED + _SMEM_TILE + TILE * FP8_ROW_BYTES,
+    "fp8": _SMEM_FIXED + 2 * _SMEM_TILE,
 }
+# narrow: Q (16 heads), P^T, max/sum exchange, slot ring, align; bf16 two tiles, fp8 one tile
+# (its raw rows are staged in registers), small enough for two CTAs per SM (mirrors
+# mla_narrow_body in sparse_attention.cu)
+_SMEM_NARROW_FIXED = 9 * NARROW_HEADS_PER_CTA * 128 + NARROW_HEADS_PER_CTA * 128 + 512 + 1024 + 1024
+SMEM_BYTES_NARROW = {
+    "bf16": _SMEM_NARROW_FIXED + 2 * _SMEM_TILE,
+    "fp8": _SMEM_NARROW_FIXED + _SMEM_TILE,
+}
+NARROW_CTAS_PER_SM = {"bf16": 1, "fp8": 2}
 
 
 class MLADims(NamedTuple):
@@ -60,8 +78,8 @@ def validate_inputs(q: Any, kv: Any, slots: Any, kv_dtype: str) -> MLADims:
     if q.shape[2] != D_QK:
         raise ValueError(f"q must be [B, H, {D_QK}] (512 latent + 64 rope), got {tuple(q.shape)}")
     batch, heads = int(q.shape[0]), int(q.shape[1])
-    if batch < 1 or heads < 1 or heads % HEADS_PER_CTA:
-        raise ValueError(f"q: need B >= 1 and H a positive multiple of {HEADS_PER_CTA}, got B={batch}, H={heads}")
+    if batch < 1 or heads < 1:
+        raise ValueError(f"q: need B >= 1 and H >= 1, got B={batch}, H={heads}")
     if kv_dtype == "bf16":
         _expect(kv, "kv", np.uint16, 2)
         width, what = D_QK, f"[N, {D_QK}] uint16 (bf16 rows of {BF16_ROW_BYTES} B)"
@@ -89,14 +107,21 @@ def _expect(a: Any, name: str, dtype: type, ndim: int) -> None:
         raise ValueError(f"{name} must be C-contiguous")
 
 
-def plan_splits(batch: int, heads: int, k: int, n_sms: int) -> tuple[int, int]:
-    """(n_splits, tiles_per_split): split each request's k tokens so the grid fills the GPU.
+def heads_per_cta(heads: int) -> int:
+    """64 (wide kernel) when H is a multiple of 64, else 16 (narrow kernel)."""
+    return HEADS_PER_CTA if heads % HEADS_PER_CTA == 0 else NARROW_HEADS_PER_CTA
+
+
+def plan_splits(batch: int, heads: int, k: int, n_sms: int, ctas_per_sm: int = 1) -> tuple[int, int]:
+    """(n_splits, tiles_per_split): split each request's k tokens so the grid fills the GPU
+    (n_sms x ctas_per_sm resident CTAs).
 
     Never leaves a split empty; one split when the (request, head group) pairs already fill it.
     """
     tiles = math.ceil(k / TILE)
-    pairs = batch * (heads // HEADS_PER_CTA)
-    want = max(1, min(tiles, n_sms // pairs if pairs < n_sms else 1))
+    pairs = batch * math.ceil(heads / heads_per_cta(heads))
+    slots = n_sms * ctas_per_sm
+    want = max(1, min(tiles, slots // pairs if pairs < slots else 1))
     per = math.ceil(tiles / want)
     return math.ceil(tiles / per), per
 
@@ -118,9 +143,12 @@ def _kernels(device_id: int) -> dict[str, Any]:
     if cc != "90":
         raise RuntimeError(f"sparse_mla_decode needs a Hopper GPU (sm_90, wgmma); device has sm_{cc}")
     mod = cp.RawModule(path=str(compiled_cubin()))
-    kerns = {name: mod.get_function(f"mla_decode_{name}") for name in KV_DTYPES}
-    for name, kern in kerns.items():
-        kern.max_dynamic_shared_size_bytes = SMEM_BYTES[name]
+    kerns: dict[str, Any] = {}
+    for name in KV_DTYPES:
+        kerns[name] = mod.get_function(f"mla_decode_{name}")
+        kerns[name].max_dynamic_shared_size_bytes = SMEM_BYTES[name]
+        kerns[f"narrow_{name}"] = mod.get_function(f"mla_decode_narrow_{name}")
+        kerns[f"narrow_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
     kerns["combine"] = mod.get_function("mla_combine")
     kerns["n_sms"] = cp.cuda.Device(device_id).attributes["MultiProcessorCount"]
     return kerns
@@ -143,44 +171,77 @@ def sparse_mla_decode(
 ) -> MLADecodeResult:
     """Sparse absorbed-MLA decode attention for one layer.
 
-    q: [B, H, 576] uint16 (bf16), H a multiple of 64.  kv: [N, 576] uint16 bf16 rows, or
-    [N, 656] uint8 FP8 rows (kv_dtype="fp8").  slots: [B, k] int32 row indices; any index
-    outside [0, N), e.g. -1, is masked.  scale: softmax scale on q.k.
-    Returns out [B, H, 512] bf16 bits and lse [B, H] float32 = ln(sum exp(scale * q.k)); a
-    request whose slots are all masked gets out = 0 and lse = -inf (no NaN).
+    q: [B, H, 576] uint16 (bf16), any H >= 1, or [B, T, H, 576] for T query tokens per request
+    (MTP).  kv: [N, 576] uint16 bf16 rows, or [N, 656] uint8 FP8 rows (kv_dtype="fp8").
+    slots: [B, k] int32 row indices (shared by a request's T tokens), or [B, T, k] (one
+    selection per token); any index outside [0, N), e.g. -1, is masked.  scale: softmax scale.
+    Returns out [B, (T,) H, 512] bf16 bits and lse [B, (T,) H] float32 = ln(sum exp(scale q.k));
+    a head whose slots are all masked gets out = 0 and lse = -inf (no NaN).
     n_splits overrides how many CTAs share one request's k (tests use it to cover both paths).
-    workspace: optional float32 cupy array of at least `workspace_elems(B, H, k)` elements for the
-    split partials; pass one when capturing the call into a CUDA graph (no allocation inside).
+    workspace: optional float32 cupy array of at least `workspace_elems(B, H, k)` elements
+    (B x T and T x H as folded) for the split partials; pass one when capturing the call into a
+    CUDA graph (no allocation inside).
     """
     import cupy as cp
 
-    dims = validate_inputs(q, kv, slots, kv_dtype)
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     for name, a in (("q", q), ("kv", kv), ("slots", slots)):
         if not isinstance(a, cp.ndarray):
             raise ValueError(f"{name} must be a cupy array on the GPU")
-    out = _output(out, (dims.batch, dims.heads, D_LATENT), cp.uint16, "out")
-    lse = _output(lse, (dims.batch, dims.heads), cp.float32, "lse")
+    q3, slots2, out_shape = fold_query_tokens(q, slots)
+    dims = validate_inputs(q3, kv, slots2, kv_dtype)
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    out = _output(out, out_shape + (D_LATENT,), cp.uint16, "out").reshape(dims.batch, dims.heads, D_LATENT)
+    lse = _output(lse, out_shape, cp.float32, "lse").reshape(dims.batch, dims.heads)
     kerns = _kernels(q.device.id)
-    splits, per = plan_splits(dims.batch, dims.heads, dims.k, kerns["n_sms"])
+    hpc = heads_per_cta(dims.heads)
+    per_sm = 1 if hpc == HEADS_PER_CTA else NARROW_CTAS_PER_SM[kv_dtype]
+    splits, per = plan_splits(dims.batch, dims.heads, dims.k, kerns["n_sms"], per_sm)
     if n_splits is not None:
         tiles = math.ceil(dims.k / TILE)
         per = math.ceil(tiles / max(1, min(int(n_splits), tiles)))
         splits = math.ceil(tiles / per)
     rows = dims.batch * dims.heads
     part_o, part_lse = _partials(workspace, splits, rows) if splits > 1 else (out, lse)
-    grid = (dims.heads // HEADS_PER_CTA, splits, dims.batch)
-    args = (q, kv, slots, np.int64(dims.n_rows), np.int32(dims.heads), np.int32(dims.k),
+    grid = (math.ceil(dims.heads / hpc), splits, dims.batch)
+    args = (q3, kv, slots2, np.int64(dims.n_rows), np.int32(dims.heads), np.int32(dims.k),
             np.float32(scale * math.log2(math.e)), np.int32(per), out, lse, part_o, part_lse)
-    kerns[kv_dtype](grid, (THREADS,), args, shared_mem=SMEM_BYTES[kv_dtype])
+    if hpc == HEADS_PER_CTA:
+        kerns[kv_dtype](grid, (THREADS,), args, shared_mem=SMEM_BYTES[kv_dtype])
+    else:
+        kerns[f"narrow_{kv_dtype}"](grid, (NARROW_THREADS,), args, shared_mem=SMEM_BYTES_NARROW[kv_dtype])
     if splits > 1:
         kerns["combine"]((rows,), (128,), (part_o, part_lse, np.int32(splits), np.int64(rows), out, lse))
-    return MLADecodeResult(out, lse)
+    return MLADecodeResult(out.reshape(out_shape + (D_LATENT,)), lse.reshape(out_shape))
+
+
+def fold_query_tokens(q: Any, slots: Any) -> tuple[Any, Any, tuple[int, ...]]:
+    """(q [B', H', 576], slots [B', k], output shape without the 512) for 3-D or MTP 4-D q.
+
+    [B, T, H, 576] with slots [B, k]: the T tokens share the selection, so they become T x H
+    heads of one request (one gather serves all).  With slots [B, T, k] each token has its own
+    selection and becomes a request of its own.  Pure reshapes (views), numpy or cupy.
+    """
+    if getattr(q, "ndim", None) != 4:
+        return q, slots, tuple(q.shape[:2]) if hasattr(q, "shape") and q.ndim >= 2 else ()
+    b, t, h, d = (int(x) for x in q.shape)
+    flags = getattr(q, "flags", None)
+    if flags is not None and not flags["C_CONTIGUOUS"]:
+        raise ValueError("q must be C-contiguous")
+    if getattr(slots, "ndim", None) == 3:
+        if tuple(slots.shape[:2]) != (b, t):
+            raise ValueError(f"slots for q [B={b}, T={t}, H, {d}] must be [B, k] or [B={b}, T={t}, k], "
+                             f"got {tuple(slots.shape)}")
+        sf = getattr(slots, "flags", None)
+        if sf is not None and not sf["C_CONTIGUOUS"]:
+            raise ValueError("slots must be C-contiguous")
+        return q.reshape(b * t, h, d), slots.reshape(b * t, slots.shape[2]), (b, t, h)
+    return q.reshape(b, t * h, d), slots, (b, t, h)
 
 
 def workspace_elems(batch: int, heads: int, k: int) -> int:
-    """float32 elements of split partials for the largest possible split count."""
+    """float32 elements of split partials for the largest possible split count (for MTP, pass
+    the folded B and H: B x T with per-token slots, T x H with shared slots)."""
     return math.ceil(k / TILE) * batch * heads * (D_LATENT + 1)
 
 

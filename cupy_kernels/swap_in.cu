@@ -7,26 +7,46 @@
 //   order    [B]  occupied slots, least recently used first   meta [4]     n_used, started, fast, filled
 // `filled`: slots [0, filled) physically hold rows [0, filled) (fast path / prefix data).
 //
-// One launch, two phases separated by a grid barrier:
-//   A. bookkeeping, one block per request: hits, misses, victims, new order, tables, slot outputs,
-//      and a list of (host row, device row) copies appended to one flat list (atomic reservation);
-//   B. copy, the whole grid: the flat list cut into 16-byte chunks, grid-stride, UNROLL zero-copy
-//      loads (ld.global.nc) in flight per thread before the stores, so one request's rows are
-//      spread over every block.
+// One launch, no grid barrier:
+//   A. bookkeeping, one block per request (its owner): hits, misses, victims, new order, tables,
+//      slot outputs, and the request's (host row, device row) copies written to the request's own
+//      segment of the copy list; the owner then publishes (launch epoch, copy count) in one 64-bit
+//      release store;
+//   B. copy, in one of three orders (argument `flat`: 1 flat, 0 per request, 2 hybrid):
+//      flat (default): once every request's word is published (the grid's only wait), the whole
+//        grid copies the segments as one list in request order, grid-stride;
+//      per request: request r's rows are copied by its owner and, when the grid has more blocks
+//        than requests, by the blocks b = r + R, r + 2R, ..., which wait for r's word alone;
+//      hybrid: flat, except that a request of at most one pass of rows (SELF_CHUNKS) is copied
+//        by its owner right after its bookkeeping and skipped by the flat phase.
+//      Either way the rows are cut into 16-byte chunks, UNROLL zero-copy loads (ld.global.nc)
+//      in flight per thread before the stores.
+// The launch is cooperative only so that all blocks are resident together (a helper spinning on
+// a word must not keep the owner from being scheduled).
 #include <climits>
-#include <cooperative_groups.h>
-
-namespace cg = cooperative_groups;
 
 #ifndef UNROLL
 #define UNROLL 4
 #endif
+#ifndef STOP_AFTER  // timing breakdowns only: end the bookkeeping after phase STOP_AFTER (1..6)
+#define STOP_AFTER 99
+#endif
+#define PHASE_END(n)                                  \
+    if (STOP_AFTER <= (n)) {                          \
+        if (threadIdx.x == 0) s_sc[SC_NCOPY] = 0;     \
+        return;                                       \
+    }
+#ifndef MIN_BLOCKS  // resident blocks per SM the register budget is cut for (launch bounds)
+#define MIN_BLOCKS 1
+#endif
 #define THREADS 512
 #define WARPS (THREADS / 32)
+#define SELF_CHUNKS (THREADS * UNROLL)       // a request this small is copied by its owner block
+#define SELF_COPIED 0x80000000ull           // flag in a published word's count
 
 enum { ERR_NONE = 0, ERR_CTX = 1, ERR_POS = 2, ERR_PAD = 3, ERR_DUP = 4 };
 enum {  // per-request scalars in shared memory
-    SC_BASE, SC_LEN, SC_LAST, SC_BAD, SC_MINLOAD, SC_NLOAD, SC_PCOUNT, SC_PBASE, SC_DUP, SC_N
+    SC_MINLOAD, SC_NLOAD, SC_PCOUNT, SC_DUP, SC_NCOPY, SC_N
 };
 
 struct Smem {
@@ -106,15 +126,15 @@ struct Args {
     int* misses_out;
     int* errors;
     int2* copy_list;
-    int* counters;
     int R, k, B;
     long long C;
-    int prefix, load_newest, global_rows, parity;
+    int prefix, load_newest, global_rows, seg;
 };
 
-__device__ void write_outputs_idle(const Args& a, int r, int err, int errj) {
+__device__ void write_outputs_idle(const Args& a, int r, int err, int errj, int* s_sc) {
     for (int j = threadIdx.x; j < a.k; j += THREADS) a.slots_out[(size_t)r * a.k + j] = -1;
     if (threadIdx.x == 0) {
+        s_sc[SC_NCOPY] = 0;
         a.misses_out[r] = 0;
         a.errors[2 * r] = err;
         a.errors[2 * r + 1] = errj;
@@ -129,14 +149,13 @@ __device__ void fast_path(const Args& a, int r, int newest, int4 m, int* s_sc) {
     const int ncopy = nrange + (a.load_newest ? 1 : 0);
     __syncthreads();  // every read of s_sc done before it is written
     if (threadIdx.x == 0) {
-        s_sc[SC_BASE] = ncopy ? atomicAdd(&a.counters[a.parity], ncopy) : 0;
+        s_sc[SC_NCOPY] = ncopy;
         a.misses_out[r] = 0;
         a.errors[2 * r] = ERR_NONE;
         a.errors[2 * r + 1] = -1;
         *reinterpret_cast<int4*>(a.meta + 4 * r) = make_int4(m.x, m.y, 1, max(m.w, newest));
     }
-    __syncthreads();
-    const int base = s_sc[SC_BASE];
+    const int base = r * a.seg;
     const int rc = r * (int)a.C, rd = r * (B + 1);
     for (int i = threadIdx.x; i < nrange; i += THREADS)
         a.copy_list[base + i] = make_int2(rc + from + i, rd + from + i);
@@ -163,7 +182,7 @@ __device__ void find_duplicates(const Smem& s, int len, int k, int* s_sc) {
     }
 }
 
-__device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int* s_warp) {
+__device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int* s_warp, int* s_red) {
     const int tid = threadIdx.x, B = a.B, k = a.k;
     const long long C = a.C;
     const long long ctx = a.ctx_len[r];
@@ -172,27 +191,29 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     int* slot_pos = a.slot_pos + (size_t)r * B;
     int* order = a.order + (size_t)r * B;
 
-    if (tid == 0) {
-        s_sc[SC_LEN] = k;          // first padding entry
-        s_sc[SC_LAST] = -1;        // last real entry
-        s_sc[SC_BAD] = k;          // first entry out of [0, ctx)
+    if (tid == 0) {  // (the previous request's reads of s_sc ended at the caller's barrier)
         s_sc[SC_MINLOAD] = INT_MAX;  // smallest slot loaded this step
         s_sc[SC_NLOAD] = 0;        // slots loaded in the fresh-prefix range
         s_sc[SC_PCOUNT] = 0;       // prefix copies appended
         s_sc[SC_DUP] = INT_MAX;    // smallest repeated position
     }
-    __syncthreads();
     // All loads at once: the step, the tables (whatever the path), hit flags and hash cleared.
+    // First padding entry, last real entry, first entry out of [0, ctx): warp reductions, then
+    // one value per warp in s_red (no same-address shared atomics).
+    // The hit lookup goes out with the step's loads (one dependent round trip fewer); a step that
+    // resets the tables (first long step, leaving the fast path) looks its hits up again below.
+    int w_len = k, w_last = -1, w_bad = k;
     for (int j = tid; j < k; j += THREADS) {
         const int p = a.indices[(size_t)r * k + j];
         s.idx[j] = p;
+        s.res[j] = (p >= 0 && p < ctx - 1 && p < C) ? __ldcg(pos_slot + p) : -1;  // newest: never a hit
         s.miss_j[j] = -1;
         s.victim[j] = -1;
         if (p < 0) {
-            atomicMin(&s_sc[SC_LEN], j);
+            w_len = min(w_len, j);
         } else {
-            atomicMax(&s_sc[SC_LAST], j);
-            if (p >= ctx) atomicMin(&s_sc[SC_BAD], j);
+            w_last = max(w_last, j);
+            if (p >= ctx) w_bad = min(w_bad, j);
         }
     }
     for (int i = tid; i < B; i += THREADS) {
@@ -200,16 +221,32 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         s.slotpos[i] = slot_pos[i];
         s.hit[i] = 0;
     }
+    w_len = __reduce_min_sync(0xffffffffu, w_len);
+    w_last = __reduce_max_sync(0xffffffffu, w_last);
+    w_bad = __reduce_min_sync(0xffffffffu, w_bad);
+    if ((tid & 31) == 0) {
+        s_red[3 * (tid >> 5)] = w_len;
+        s_red[3 * (tid >> 5) + 1] = w_last;
+        s_red[3 * (tid >> 5) + 2] = w_bad;
+    }
     __syncthreads();
-    const int len = s_sc[SC_LEN], last = s_sc[SC_LAST], bad = s_sc[SC_BAD];
+    int len = k, last = -1, bad = k;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+        len = min(len, s_red[3 * w]);
+        last = max(last, s_red[3 * w + 1]);
+        bad = min(bad, s_red[3 * w + 2]);
+    }
+    PHASE_END(1)
     find_duplicates(s, len, k, s_sc);
     __syncthreads();
+    PHASE_END(2)
     const int dup = s_sc[SC_DUP];
-    if (ctx < 0 || ctx > C) return write_outputs_idle(a, r, ERR_CTX, -1);
-    if (bad < k) return write_outputs_idle(a, r, ERR_POS, bad);
-    if (last > len) return write_outputs_idle(a, r, ERR_PAD, len);
-    if (dup != INT_MAX) return write_outputs_idle(a, r, ERR_DUP, dup);
-    if (ctx == 0) return write_outputs_idle(a, r, ERR_NONE, -1);  // idle request this step
+    if (ctx < 0 || ctx > C) return write_outputs_idle(a, r, ERR_CTX, -1, s_sc);
+    if (bad < k) return write_outputs_idle(a, r, ERR_POS, bad, s_sc);
+    if (last > len) return write_outputs_idle(a, r, ERR_PAD, len, s_sc);
+    if (dup != INT_MAX) return write_outputs_idle(a, r, ERR_DUP, dup, s_sc);
+    if (ctx == 0) return write_outputs_idle(a, r, ERR_NONE, -1, s_sc);  // idle request this step
 
     const int newest = (int)(ctx - 1);
     const int rbase = a.global_rows ? r * (B + 1) : 0;
@@ -246,22 +283,26 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
 
     // ---- hits (protected) ------------------------------------------------------------------
     for (int j = tid; j < len; j += THREADS) {
-        const int p = s.idx[j];
-        const int sl = p == newest ? -1 : __ldcg(pos_slot + p);
-        s.res[j] = sl;
+        int sl = s.res[j];
+        if (reset) {
+            const int p = s.idx[j];
+            sl = p == newest ? -1 : __ldcg(pos_slot + p);
+            s.res[j] = sl;
+        }
         if (sl >= 0) s.hit[sl] = 1;
     }
     __syncthreads();
+    PHASE_END(3)
     const int n_miss = block_rank(
         len, s.ballot, s_warp, [&](int j) { return s.res[j] < 0 && s.idx[j] != newest; },
         [&](int j, int rank, bool f, int) {
             if (f) s.miss_j[rank] = j;
         });
+    PHASE_END(4)
     const int n_free = B - n_used;
     const int n_from_free = min(n_miss, n_free);
     const int n_victims = n_miss - n_from_free;
-    const int n_head = n_miss + (a.load_newest ? 1 : 0);  // misses + newest: reserved now
-    if (tid == 0) s_sc[SC_BASE] = n_head ? atomicAdd(&a.counters[a.parity], n_head) : 0;
+    const int n_head = n_miss + (a.load_newest ? 1 : 0);  // misses + newest, then prefix rows
 
     // ---- new recency order: stale (old order), loaded misses (stored order), hits (old order) --
     const int n_nonhit = block_rank(
@@ -278,9 +319,11 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
             }
         });
     const int n_stale = n_nonhit - n_victims;
+    PHASE_END(5)
 
     // ---- misses take free slots first, then the LRU evictable slots ---------------------------
     const int filled = load_prefix ? B : m.w;
+    int w_min = INT_MAX, w_nload = 0;
     for (int i = tid; i < n_miss; i += THREADS) {
         const int j = s.miss_j[i];
         const int p = s.idx[j];
@@ -291,11 +334,18 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         order[n_stale + i] = v;
         s.res[j] = v;
         s.hit[v] = 2;
-        atomicMin(&s_sc[SC_MINLOAD], v);
-        if (load_prefix && v >= m.w) atomicAdd(&s_sc[SC_NLOAD], 1);
+        w_min = min(w_min, v);
+        if (load_prefix && v >= m.w) ++w_nload;
+    }
+    w_min = __reduce_min_sync(0xffffffffu, w_min);
+    w_nload = __reduce_add_sync(0xffffffffu, w_nload);
+    if ((tid & 31) == 0) {
+        if (w_min != INT_MAX) atomicMin(&s_sc[SC_MINLOAD], w_min);
+        if (w_nload) atomicAdd(&s_sc[SC_NLOAD], w_nload);
     }
     __syncthreads();
-    const int base = s_sc[SC_BASE];
+    PHASE_END(6)
+    const int base = r * a.seg;
     const int rc = r * (int)C, rd = r * (B + 1);
     for (int i = tid; i < n_miss; i += THREADS) {
         const int j = s.miss_j[i];
@@ -310,11 +360,10 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         *reinterpret_cast<int4*>(a.meta + 4 * r) = make_int4(n_used + n_from_free, 1, 0, new_filled);
         // rows [m.w, B) of a fresh prefix that no miss overwrote
         const int n_pre = load_prefix ? max(0, B - m.w) - s_sc[SC_NLOAD] : 0;
-        s_sc[SC_PBASE] = n_pre ? atomicAdd(&a.counters[a.parity], n_pre) : 0;
+        s_sc[SC_NCOPY] = n_head + n_pre;
     }
-    __syncthreads();
     if (load_prefix) {
-        const int pbase = s_sc[SC_PBASE];
+        const int pbase = base + n_head;
         for (int i = m.w + tid; i < B; i += THREADS)
             if (s.hit[i] != 2) a.copy_list[pbase + atomicAdd(&s_sc[SC_PCOUNT], 1)] = make_int2(rc + i, rd + i);
     }
@@ -335,13 +384,24 @@ __device__ __forceinline__ uint4 ld_host(const void* p) {
     return v;
 }
 
-__device__ void copy_rows(const Args& a, const unsigned char* __restrict__ host,
-                          unsigned char* __restrict__ dev, int row_bytes) {
-    const unsigned total = (unsigned)__ldcg(&a.counters[a.parity]);
+__device__ __forceinline__ void st_release(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.release.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Copy part `part` of `parts` of request r's segment (n rows).
+__device__ void copy_segment(const Args& a, int r, unsigned n, int part, int parts,
+                             const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
+                             int row_bytes) {
+    const int2* list = a.copy_list + (size_t)r * a.seg;
     const unsigned cpr = (unsigned)row_bytes >> 4;
-    const unsigned chunks = total * cpr;
-    const unsigned T = gridDim.x * THREADS;
-    for (unsigned c0 = blockIdx.x * THREADS + threadIdx.x; c0 < chunks; c0 += T * UNROLL) {
+    const unsigned chunks = n * cpr;
+    const unsigned T = (unsigned)parts * THREADS;
+    for (unsigned c0 = (unsigned)part * THREADS + threadIdx.x; c0 < chunks; c0 += T * UNROLL) {
         uint4 v[UNROLL];
         unsigned char* dst[UNROLL];
 #pragma unroll
@@ -350,7 +410,7 @@ __device__ void copy_rows(const Args& a, const unsigned char* __restrict__ host,
             dst[u] = nullptr;
             if (c < chunks) {
                 const unsigned e = c / cpr, off = (c - e * cpr) << 4;
-                const int2 ent = __ldcg(a.copy_list + e);
+                const int2 ent = __ldcg(list + e);
                 dst[u] = dev + (size_t)ent.y * row_bytes + off;
                 v[u] = ld_host(host + (size_t)ent.x * row_bytes + off);
             }
@@ -361,23 +421,115 @@ __device__ void copy_rows(const Args& a, const unsigned char* __restrict__ host,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
+// Copy this block's share (part `part` of `parts`) of request r's segment, once its owner has
+// published it for this launch.
+__device__ void copy_request(const Args& a, int r, int part, int parts, const unsigned long long* ready,
+                             unsigned epoch, const unsigned char* __restrict__ host,
+                             unsigned char* __restrict__ dev, int row_bytes, int* s_cnt) {
+    if (threadIdx.x == 0) {
+        unsigned long long w = ld_acquire(ready + r);
+        while ((unsigned)(w >> 32) != epoch) {
+            __nanosleep(32);
+            w = ld_acquire(ready + r);
+        }
+        *s_cnt = (int)(unsigned)(w & 0x7fffffffu);
+    }
+    __syncthreads();
+    const unsigned n = (unsigned)*s_cnt;
+    __syncthreads();  // s_cnt free for the next request
+    copy_segment(a, r, n, part, parts, host, dev, row_bytes);
+}
+
+// Flat order: once every request is published, the whole grid copies the requests' segments as
+// one list in request order (grid-stride), so at any time the copies touch the host rows of a
+// few requests only.  Requests marked SELF_COPIED (a few rows, copied by their owner right after
+// their bookkeeping) count as empty.  cnt / pre: R and R + 1 ints of shared memory (the bookkeeping's arrays).
+__device__ void copy_flat(const Args& a, const unsigned long long* ready, unsigned epoch,
+                          const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
+                          int row_bytes, int* cnt, int* pre) {
+    const int R = a.R;
+    for (;;) {
+        int ok = 1;
+        for (int i = threadIdx.x; i < R; i += THREADS) {
+            const unsigned long long w = ld_acquire(ready + i);
+            if ((unsigned)(w >> 32) != epoch) ok = 0;
+            else cnt[i] = (w & SELF_COPIED) ? 0 : (int)(unsigned)(w & 0x7fffffffu);
+        }
+        if (__syncthreads_and(ok)) break;
+        __nanosleep(64);
+    }
+    const unsigned cpr = (unsigned)row_bytes >> 4;
+    if (threadIdx.x == 0) {  // exclusive prefix of chunk counts (R is small: a serial pass)
+        unsigned run = 0;
+        for (int i = 0; i < R; ++i) {
+            pre[i] = (int)run;
+            run += (unsigned)cnt[i] * cpr;
+        }
+        pre[R] = (int)run;
+    }
+    __syncthreads();
+    const unsigned chunks = (unsigned)pre[R];
+    const unsigned T = gridDim.x * THREADS;
+    for (unsigned c0 = blockIdx.x * THREADS + threadIdx.x; c0 < chunks; c0 += T * UNROLL) {
+        uint4 v[UNROLL];
+        unsigned char* dst[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const unsigned c = c0 + u * T;
+            dst[u] = nullptr;
+            if (c < chunks) {
+                int lo = 0, hi = R - 1;  // last request whose segment starts at or before c
+                while (lo < hi) {
+                    const int mid = (lo + hi + 1) >> 1;
+                    if ((unsigned)pre[mid] <= c) lo = mid;
+                    else hi = mid - 1;
+                }
+                const unsigned in = c - (unsigned)pre[lo], e = in / cpr, off = (in - e * cpr) << 4;
+                const int2 ent = __ldcg(a.copy_list + (size_t)lo * a.seg + e);
+                dst[u] = dev + (size_t)ent.y * row_bytes + off;
+                v[u] = ld_host(host + (size_t)ent.x * row_bytes + off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* order, int* pos_slot,
-            int* meta, int* slots_out, int* misses_out, int* errors, int2* copy_list, int* counters,
-            const unsigned char* host, unsigned char* dev, int R, int k, int B, long long C,
-            int row_bytes, int prefix, int load_newest, int global_rows, int parity, int do_copy) {
+            int* meta, int* slots_out, int* misses_out, int* errors, int2* copy_list,
+            unsigned long long* ready, const unsigned char* host, unsigned char* dev, int R, int k, int B,
+            long long C, int row_bytes, int prefix, int load_newest, int global_rows, int seg,
+            unsigned epoch, int do_copy, int flat) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int s_sc[SC_N];
     __shared__ int s_warp[WARPS + 1];
+    __shared__ int s_red[3 * WARPS];
     const Args a{indices, ctx_len, slot_pos, order, pos_slot, meta, slots_out, misses_out, errors,
-                 copy_list, counters, R, k, B, C, prefix, load_newest, global_rows, parity};
+                 copy_list, R, k, B, C, prefix, load_newest, global_rows, seg};
     const Smem s = carve(smem, k, B);
-    if (blockIdx.x == 0 && threadIdx.x == 0) counters[parity ^ 1] = 0;  // the next launch's counter
     for (int r = blockIdx.x; r < R; r += gridDim.x) {
-        book_request(a, r, s, s_sc, s_warp);
-        __syncthreads();
+        book_request(a, r, s, s_sc, s_warp, s_red);
+        __syncthreads();  // the segment and every write of the request done
+        const unsigned n = (unsigned)s_sc[SC_NCOPY];
+        // hybrid order: a request with at most one pass of rows is copied by its owner at once
+        const bool self = flat == 2 && do_copy && n * ((unsigned)row_bytes >> 4) <= SELF_CHUNKS;
+        if (threadIdx.x == 0) {
+            __threadfence();
+            st_release(ready + r, ((unsigned long long)epoch << 32) | n | (self ? SELF_COPIED : 0ull));
+        }
+        __syncthreads();  // s_sc read before the next request rewrites it
+        if (self) copy_segment(a, r, n, 0, 1, host, dev, row_bytes);
     }
     if (!do_copy) return;  // bookkeeping only (timing breakdowns)
-    cg::this_grid().sync();
-    copy_rows(a, host, dev, row_bytes);
+    if (flat) {
+        copy_flat(a, ready, epoch, host, dev, row_bytes, s.order, s.slotpos);  // needs R + 1 <= B
+    } else if ((int)gridDim.x > R) {  // blocks r, r + R, r + 2R, ... copy request r
+        const int r = blockIdx.x % R;
+        copy_request(a, r, blockIdx.x / R, (gridDim.x - 1 - r) / R + 1, ready, epoch, host, dev, row_bytes, s_warp);
+    } else {  // each block copies the requests it owns
+        for (int r = blockIdx.x; r < R; r += gridDim.x)
+            copy_request(a, r, 0, 1, ready, epoch, host, dev, row_bytes, s_warp);
+    }
 }

@@ -9,8 +9,9 @@ missing rows from pinned mapped host memory, and return the slot of every entry.
 The engine (``simulator.replay.engine.replay_policy("lru", ..., batched=True)``) is the
 specification; ``reference_swap_in`` wraps it for a batch, and the GPU tests compare the kernel
 against it bit for bit. The kernel source is ``swap_in.cu`` beside this file, built with nvcc to a
-cubin (cached, like ``sparse_attention``) and launched cooperatively (one grid barrier between
-bookkeeping and copy).
+cubin (cached, like ``sparse_attention``) and launched cooperatively so that all blocks are
+resident: each request's owner block publishes its copy list, and the blocks that help copy it
+wait for that request alone (no grid barrier).
 
 CuPy is imported lazily: geometry, validation, error decoding and the reference work without it.
 """
@@ -28,6 +29,9 @@ from ._build import build_cubin
 THREADS = 512
 WARPS = THREADS // 32
 DEFAULT_UNROLL = 4
+DEFAULT_BLOCKS_PER_SM = 1  # measured: 1 block of 512 threads per SM (no register spills) beats 2
+COPY_ORDERS = ("flat", "request", "hybrid")
+_COPY_ORDER_ARG = {"request": 0, "flat": 1, "hybrid": 2}
 INITIAL_MODES = ("prefix", "empty")
 SMEM_LIMIT = 227 * 1024
 _INT32_MAX = 2**31 - 1
@@ -66,9 +70,14 @@ class SwapInGeometry(NamedTuple):
         return self.layers * self.requests * (self.buffer + 1) * self.row_bytes
 
     @property
+    def copy_segment(self) -> int:
+        """Copy-list entries per request: a fresh prefix (B) + misses (k) + the newest."""
+        return self.buffer + self.top_k + 1
+
+    @property
     def copy_capacity(self) -> int:
-        """Most copies one launch can queue: per request a fresh prefix (B) + misses (k) + newest."""
-        return self.requests * (self.buffer + self.top_k + 1)
+        """Most copies one launch can queue (one segment per request)."""
+        return self.requests * self.copy_segment
 
     @property
     def smem_bytes(self) -> int:
@@ -250,20 +259,26 @@ def reference_swap_in(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *,
 # --------------------------------------------------------------------------------------------
 # Build and load
 # --------------------------------------------------------------------------------------------
-def compiled_cubin(unroll: int = DEFAULT_UNROLL) -> Path:
-    """Build (once, cached by source hash and flags) and return the kernel's cubin."""
-    return build_cubin(_SOURCE, (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}"), "swap_in")
+def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
+                   stop_after: int = 0) -> Path:
+    """Build (once, cached by source hash and flags) and return the kernel's cubin.
+    stop_after 1..6 builds a timing-breakdown variant whose bookkeeping ends after that phase."""
+    flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}", f"-DMIN_BLOCKS={int(blocks_per_sm)}")
+    if stop_after:
+        flags = (*flags, f"-DSTOP_AFTER={int(stop_after)}")
+    return build_cubin(_SOURCE, flags, "swap_in")
 
 
 @cache
-def _kernel(device_id: int, unroll: int) -> tuple[Any, int, int]:
+def _kernel(device_id: int, unroll: int, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
+            stop_after: int = 0) -> tuple[Any, int, int]:
     """(kernel, SM count, opt-in shared memory limit) on a device; needs sm_90."""
     import cupy as cp
 
     dev = cp.cuda.Device(device_id)
     if int(dev.compute_capability) < 90:
         raise RuntimeError(f"the swap-in kernel is built for sm_90; device has sm_{dev.compute_capability}")
-    mod = cp.RawModule(path=str(compiled_cubin(unroll)), enable_cooperative_groups=True)
+    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after)), enable_cooperative_groups=True)
     kern = mod.get_function("swap_in_lru")
     optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
     kern.max_dynamic_shared_size_bytes = optin - kern.shared_size_bytes
@@ -315,11 +330,17 @@ class HotBuffer:
     [layers, requests, max_ctx, row_bytes] in a PinnedPool. ``initial``: "prefix" (colocated:
     the buffer starts with positions [0, B)) or "empty" (disaggregated decode). ``load_newest``:
     the kernel also copies the newest token's row into slot B each step (no miss counted).
+    ``copy_order``: "flat" (the grid copies all requests' rows as one list once every request's
+    bookkeeping is published), "request" (each request's rows as soon as its own bookkeeping
+    is) or "hybrid" (flat, but requests of a few rows copied by their owner at once; checked bit
+    for bit on the GPU, not yet timed); see swap_in.cu. ``unroll`` and ``blocks_per_sm`` select
+    kernel builds (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
-                 pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL) -> None:
+                 pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
+                 blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "flat") -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -327,7 +348,11 @@ class HotBuffer:
                                           row_bytes=row_bytes)
         if initial not in INITIAL_MODES:
             raise ValueError(f"initial must be one of {INITIAL_MODES}, got {initial!r}")
+        if copy_order not in COPY_ORDERS:
+            raise ValueError(f"copy_order must be one of {COPY_ORDERS}, got {copy_order!r}")
         self.initial, self.load_newest = initial, bool(load_newest)
+        # flat / hybrid keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
+        self.copy_order = copy_order if g.requests + 1 <= g.buffer else "request"
         self.pool = pool if pool is not None else PinnedPool(g.host_bytes)
         if self.pool.nbytes < g.host_bytes:
             raise ValueError(f"pool of {self.pool.nbytes} B is smaller than the {g.host_bytes} B needed")
@@ -340,10 +365,10 @@ class HotBuffer:
         self._meta = cp.empty((L, R, 4), cp.int32)
         self._errors = cp.zeros((R, 2), cp.int32)
         self._copy_list = cp.zeros((g.copy_capacity, 2), cp.int32)
-        self._counters = cp.zeros(2, cp.int32)
-        self._parity = 0
-        self.unroll = int(unroll)
-        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll)
+        self._ready = cp.zeros(R, cp.uint64)  # per request: (launch epoch << 32) | copies queued
+        self._epoch = 0
+        self.unroll, self.blocks_per_sm = int(unroll), int(blocks_per_sm)
+        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm)
         self.max_grid = _grid_size(self._kern, n_sms, g.smem_bytes)
         self.reset()
 
@@ -395,7 +420,7 @@ class HotBuffer:
     def grid(self, width: int) -> int:
         """Blocks per launch: one per request at least, and enough to copy k misses per request
         with UNROLL chunks per thread, up to what can be resident at once (a cooperative launch).
-        Small batches get small grids: a cheaper launch and grid barrier."""
+        Small batches get small grids (a cheaper launch); blocks past R help copy request b % R."""
         g = self.geometry
         want = -(-g.requests * width * (g.row_bytes // 16) // (THREADS * self.unroll))
         return max(1, min(self.max_grid, max(g.requests, want)))
@@ -422,14 +447,14 @@ class HotBuffer:
         slots = _output(slots_out, (g.requests, width), cp.int32, "slots_out")
         misses = _output(misses_out, (g.requests,), cp.int32, "misses_out")
         host_ptr = self.pool.device_ptr + lyr * g.layer_host_bytes
+        self._epoch = self._epoch % 0xFFFFFFFF + 1  # never 0, the words' initial epoch
         args = (idx, ctx, self._slot_pos[lyr], self._order[lyr], self._pos_slot[lyr], self._meta[lyr],
-                slots, misses, self._errors, self._copy_list, self._counters, np.uint64(host_ptr),
+                slots, misses, self._errors, self._copy_list, self._ready, np.uint64(host_ptr),
                 self._dev[lyr], np.int32(g.requests), np.int32(width), np.int32(g.buffer),
                 np.int64(g.max_ctx), np.int32(g.row_bytes), np.int32(self.initial == "prefix"),
-                np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(self._parity),
-                np.int32(bool(copy)))
+                np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(g.copy_segment),
+                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(_COPY_ORDER_ARG[self.copy_order]))
         self._kern((self.grid(width),), (THREADS,), args, shared_mem=smem_bytes(g.buffer, width))
-        self._parity ^= 1
         if check:
             self.raise_errors(idx, ctx)
         return SwapInResult(slots, misses)

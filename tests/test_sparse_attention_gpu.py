@@ -29,10 +29,13 @@ def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def _make_case(seed: int, batch: int, heads: int, k: int, kv_dtype: str):
-    """Random q / rows / slots with masked entries, one all-masked request, duplicates."""
+def _make_case(seed: int, batch: int, heads: int, k: int, kv_dtype: str, tokens: int = 0, own_slots: bool = False):
+    """Random q / rows / slots with masked entries, one all-masked request, duplicates.
+
+    tokens > 0: MTP, q [B, T, H, 576]; own_slots: slots [B, T, k] (one selection per token)."""
     rng = np.random.default_rng(seed)
-    q_bits = float_to_bf16(rng.standard_normal((batch, heads, D_QK)) * 2.0)
+    q_shape = (batch, tokens, heads, D_QK) if tokens else (batch, heads, D_QK)
+    q_bits = float_to_bf16(rng.standard_normal(q_shape) * 2.0)
     rows = rng.standard_normal((N_ROWS, D_QK)) * rng.uniform(0.2, 3.0, size=(N_ROWS, 1))
     if kv_dtype == "bf16":
         kv = float_to_bf16(rows)
@@ -47,23 +50,33 @@ def _make_case(seed: int, batch: int, heads: int, k: int, kv_dtype: str):
         slots[1, :] = -1  # a request with every entry masked
     if batch > 2:
         slots[2, 5] = N_ROWS + 7  # out of range: masked
+    if tokens and own_slots:  # token 0 keeps these slots; the others draw their own
+        own = [slots] + [np.stack([rng.permutation(N_ROWS)[:k] for _ in range(batch)]).astype(np.int32)
+                         for _ in range(tokens - 1)]
+        slots = np.ascontiguousarray(np.stack(own, axis=1))
+        slots[0, -1, : k // 3] = -1
     return q_bits, kv, rows_seen, slots
 
 
-def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, workspace=False):
+def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, workspace=False, tokens=0,
+                   own_slots=False):
     import cupy as cp
 
     from cupy_kernels.sparse_attention import sparse_mla_decode, workspace_elems
 
-    msg = f"seed={seed} B={batch} H={heads} k={k} kv={kv_dtype} n_splits={n_splits}"
-    q_bits, kv, rows_seen, slots = _make_case(seed, batch, heads, k, kv_dtype)
+    msg = (f"seed={seed} B={batch} H={heads} k={k} kv={kv_dtype} n_splits={n_splits} T={tokens} "
+           f"own_slots={own_slots}")
+    q_bits, kv, rows_seen, slots = _make_case(seed, batch, heads, k, kv_dtype, tokens, own_slots)
     scale = scale if scale is not None else D_QK**-0.5
-    out = cp.full((batch, heads, 512), 0x7FC0, dtype=cp.uint16)  # bf16 NaN
-    lse = cp.full((batch, heads), np.nan, dtype=cp.float32)
-    ws = cp.full(workspace_elems(batch, heads, k), np.nan, cp.float32) if workspace else None
-    sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), scale, kv_dtype,
-                      out=out, lse=lse, n_splits=n_splits, workspace=ws)
+    lead = q_bits.shape[:-1]
+    out = cp.full(lead + (512,), 0x7FC0, dtype=cp.uint16)  # bf16 NaN
+    lse = cp.full(lead, np.nan, dtype=cp.float32)
+    n_q = int(np.prod(lead))
+    ws = cp.full(workspace_elems(n_q // heads, heads, k), np.nan, cp.float32) if workspace else None
+    res = sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), scale, kv_dtype,
+                            out=out, lse=lse, n_splits=n_splits, workspace=ws)
     cp.cuda.Device().synchronize()
+    assert res.out.shape == lead + (512,) and res.lse.shape == lead, msg
     got = (cp.asnumpy(out).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
     got_lse = cp.asnumpy(lse).astype(np.float64)
     ref, ref_lse = mla_decode_reference(unpack_bf16_rows(q_bits.reshape(-1, D_QK)).reshape(q_bits.shape),
@@ -95,6 +108,35 @@ def test_matches_reference_k2048(kv_dtype, heads):
 def test_split_paths_and_ragged_k(kv_dtype, n_splits):
     # k = 1000 is not a multiple of the 64-token tile; splits 1 (direct) and 5 (combine kernel)
     _run_and_check(_fresh_seed(), 4, 128, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("heads", [8, 16, 24, 1])
+def test_narrow_heads_match_reference(kv_dtype, heads):
+    # H not a multiple of 64: the narrow kernel (16 heads per CTA; 24 = a full and a partial group)
+    _run_and_check(_fresh_seed(), 3, heads, 2048, kv_dtype)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("n_splits", [1, 5])
+def test_narrow_split_paths_and_ragged_k(kv_dtype, n_splits):
+    _run_and_check(_fresh_seed(), 4, 8, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("heads, own_slots", [(8, False), (8, True), (64, False), (64, True), (16, True)])
+def test_mtp_two_tokens(kv_dtype, heads, own_slots):
+    # 2 query tokens per request: shared selection (T x H heads) or one selection per token
+    _run_and_check(_fresh_seed(), 3, heads, 1024, kv_dtype, tokens=2, own_slots=own_slots)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+def test_narrow_sharp_softmax(kv_dtype):
+    _run_and_check(_fresh_seed(), 2, 16, 2048, kv_dtype, scale=0.1)
+
+
+def test_narrow_all_masked_batch():
+    _run_and_check(_fresh_seed(), 2, 8, 256, "fp8")  # request 1 fully masked
 
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])

@@ -19,7 +19,12 @@ from cupy_kernels.mla_reference import (
     pack_fp8_rows,
     unpack_fp8_rows,
 )
-from cupy_kernels.sparse_attention import plan_splits, validate_inputs
+from cupy_kernels.sparse_attention import (
+    fold_query_tokens,
+    heads_per_cta,
+    plan_splits,
+    validate_inputs,
+)
 
 
 def _naive(q, rows, slots, scale):
@@ -136,6 +141,8 @@ def _inputs(b=2, h=64, k=128, n=256, fmt="bf16"):
 def test_validate_accepts_good_inputs():
     assert validate_inputs(*_inputs(), "bf16") == (2, 64, 128, 256)
     assert validate_inputs(*_inputs(h=128, fmt="fp8"), "fp8") == (2, 128, 128, 256)
+    for h in (1, 8, 16, 24, 100):  # any H: the narrow kernel takes what is not a multiple of 64
+        assert validate_inputs(*_inputs(h=h), "bf16").heads == h
 
 
 @pytest.mark.parametrize(
@@ -143,7 +150,7 @@ def test_validate_accepts_good_inputs():
     [
         (lambda q, kv, s: (np.ascontiguousarray(q[:, :, :512]), kv, s), r"q must be \[B, H, 576\]"),
         (lambda q, kv, s: (q.astype(np.float32), kv, s), "q must have dtype uint16"),
-        (lambda q, kv, s: (np.ascontiguousarray(q[:, :48]), kv, s), "multiple of 64"),
+        (lambda q, kv, s: (np.ascontiguousarray(q[:, :0]), kv, s), "H >= 1"),
         (lambda q, kv, s: (q[0], kv, s), "q must have 3 dimensions"),
         (lambda q, kv, s: (q, np.ascontiguousarray(kv[:, :512]), s), r"kv for kv_dtype='bf16' must be \[N, 576\]"),
         (lambda q, kv, s: (q, kv, s.astype(np.int64)), "slots must have dtype int32"),
@@ -172,3 +179,60 @@ def test_plan_splits_fills_gpu_and_covers_k():
             assert b * (h // 64) * splits <= max(132, b * (h // 64))
     assert plan_splits(64, 128, 2048, 132) == (1, 32)
     assert plan_splits(1, 64, 2048, 132) == (32, 1)
+
+
+def test_plan_splits_narrow_heads():
+    assert heads_per_cta(128) == 64 and heads_per_cta(64) == 64
+    assert heads_per_cta(8) == 16 and heads_per_cta(16) == 16 and heads_per_cta(96) == 16
+    assert plan_splits(128, 8, 2048, 132) == (1, 32)  # 128 CTAs already fill the GPU
+    assert plan_splits(64, 16, 2048, 132) == (2, 16)
+    assert plan_splits(64, 24, 2048, 132) == (1, 32)  # two head groups per request
+    assert plan_splits(128, 16, 2048, 132, ctas_per_sm=2) == (2, 16)  # narrow fp8: 2 CTAs per SM
+    for b in (1, 8, 32, 64, 128):
+        for h in (8, 16, 24):
+            splits, per = plan_splits(b, h, 2048, 132)
+            assert splits * per >= 32 and (splits - 1) * per < 32
+
+
+def test_mtp_reference_is_per_token_calls():
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((3, 2, 4, D_QK))
+    rows = rng.standard_normal((50, D_QK))
+    shared = rng.integers(-1, 50, size=(3, 20)).astype(np.int32)
+    own = rng.integers(-1, 50, size=(3, 2, 20)).astype(np.int32)
+    own[1, 1, :] = -1  # one token with every entry masked
+    out, lse = mla_decode_reference(q, rows, shared, 0.06)
+    assert out.shape == (3, 2, 4, D_LATENT) and lse.shape == (3, 2, 4)
+    for t in range(2):
+        o_t, l_t = mla_decode_reference(q[:, t], rows, shared, 0.06)
+        np.testing.assert_array_equal(out[:, t], o_t)
+        np.testing.assert_array_equal(lse[:, t], l_t)
+    out, lse = mla_decode_reference(q, rows, own, 0.06)
+    for t in range(2):
+        o_t, l_t = mla_decode_reference(q[:, t], rows, own[:, t], 0.06)
+        np.testing.assert_array_equal(out[:, t], o_t)
+    assert np.all(out[1, 1] == 0) and np.all(np.isneginf(lse[1, 1])) and np.all(np.isfinite(lse[1, 0]))
+    with pytest.raises(ValueError, match=r"slots must be \[B, k\] or \[B, T, k\]"):
+        mla_decode_reference(q, rows, own[:, :1], 0.06)
+
+
+def test_fold_query_tokens_matches_reference_semantics():
+    """The kernel's folding (views) computes what the MTP reference defines."""
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((2, 2, 3, D_QK))
+    rows = rng.standard_normal((40, D_QK))
+    shared = rng.integers(-1, 40, size=(2, 16)).astype(np.int32)
+    own = rng.integers(-1, 40, size=(2, 2, 16)).astype(np.int32)
+    for slots in (shared, own):
+        q3, s2, shape = fold_query_tokens(q, slots)
+        assert shape == (2, 2, 3)
+        o3, l3 = mla_decode_reference(q3, rows, s2, 0.05)
+        o4, l4 = mla_decode_reference(q, rows, slots, 0.05)
+        np.testing.assert_allclose(o3.reshape(o4.shape), o4, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(l3.reshape(l4.shape), l4, rtol=1e-12)
+    assert fold_query_tokens(q, shared)[0].shape == (2, 6, D_QK)  # shared selection: T x H heads
+    assert fold_query_tokens(q, own)[0].shape == (4, 3, D_QK)  # own selection: B x T requests
+    q3 = np.zeros((2, 3, D_QK))
+    assert fold_query_tokens(q3, shared)[2] == (2, 3)
+    with pytest.raises(ValueError, match=r"slots for q \[B=2, T=2"):
+        fold_query_tokens(q, own[:1])

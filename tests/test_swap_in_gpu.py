@@ -25,11 +25,12 @@ def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2):
+def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat"):
     import cupy as cp
 
     hb = HotBuffer(layers=layers, requests=requests, max_ctx=max_ctx, device_buffer_size=buffer, top_k=k,
-                   row_bytes=row_bytes, initial=initial)
+                   row_bytes=row_bytes, initial=initial, copy_order=copy_order)
+    assert hb.copy_order == copy_order
     for lyr in range(layers):
         hb.host_rows(lyr)[:] = rng.integers(0, 256, hb.host_rows(lyr).shape, dtype=np.uint8)
     hb._dev.fill(0xA5)  # poison: an unwritten slot fails the row checks
@@ -81,13 +82,17 @@ def _run_and_check(hb, layer, idx, ctx, initial, msg, *, check_rows=True):
     return got_misses
 
 
-@pytest.mark.parametrize("initial, row_bytes", [("prefix", 656), ("empty", 512)])
-def test_random_streams_bit_exact(initial, row_bytes):
+@pytest.mark.parametrize("initial, row_bytes, copy_order",
+                         [("prefix", 656, "flat"), ("empty", 512, "flat"), ("prefix", 656, "request"),
+                          ("prefix", 656, "hybrid"), ("empty", 512, "hybrid")])
+def test_random_streams_bit_exact(initial, row_bytes, copy_order):
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
     idx, ctx = random_batch(rng, steps=1500, requests=4, k=48, buffer=64, max_ctx=300)
-    hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=row_bytes, initial=initial)
-    misses = _run_and_check(hb, 1, idx, ctx, initial, f"seed={seed} initial={initial} row={row_bytes}")
+    hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=row_bytes, initial=initial,
+                 copy_order=copy_order)
+    misses = _run_and_check(hb, 1, idx, ctx, initial,
+                            f"seed={seed} initial={initial} row={row_bytes} order={copy_order}")
     assert misses.sum() > 10_000  # the streams really exercise evictions
     assert (hb.state(0).started == 0).all()  # layer 0 untouched
 
@@ -96,8 +101,8 @@ def test_more_requests_than_blocks():
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
     idx, ctx = random_batch(rng, steps=40, requests=300, k=16, buffer=32, max_ctx=120)
-    hb = _buffer(rng, requests=300, max_ctx=120, buffer=32, k=16, row_bytes=1152, layers=1)
-    assert hb.max_grid < 300  # blocks loop over requests
+    hb = _buffer(rng, requests=300, max_ctx=120, buffer=32, k=16, row_bytes=1152, layers=1, copy_order="request")
+    assert hb.max_grid < 300  # blocks loop over requests (R + 1 > B: the per-request copy order)
     _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} R=300")
 
 
@@ -195,11 +200,12 @@ def test_bad_inputs_reported_and_state_kept():
         hb.swap_in(0, cp.asarray(idx, cp.int64), cp.asarray(ctx))
 
 
-def test_small_for_sanitizer():
+@pytest.mark.parametrize("copy_order", ["flat", "request", "hybrid"])
+def test_small_for_sanitizer(copy_order):
     """Small: the case run under compute-sanitizer memcheck and racecheck (fast path and long)."""
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
     idx, ctx = random_batch(rng, steps=40, requests=3, k=32, buffer=64, max_ctx=200)
     ctx[20:] += 100  # the later steps past the buffer (their positions stay valid)
-    hb = _buffer(rng, requests=3, max_ctx=300, buffer=64, k=32, row_bytes=656, layers=1)
-    _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} sanitizer")
+    hb = _buffer(rng, requests=3, max_ctx=300, buffer=64, k=32, row_bytes=656, layers=1, copy_order=copy_order)
+    _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} sanitizer order={copy_order}")
