@@ -206,7 +206,8 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
     if sc.params.calibrated:
         print(f"cost model: calibration {sc.calibration}")
     else:
-        print(f"cost model: UNCALIBRATED ({sc.calibration}); see simulator/presets/calibration/")
+        print(f"cost model: UNCALIBRATED for this GPU ({sc.calibration}): no kernel of it was timed; "
+              "see simulator/presets/calibration/")
     print(f"cost model: step kernels {summary['step_terms']['source']}")
     if sc.params.unsourced:
         print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
