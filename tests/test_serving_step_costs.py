@@ -169,3 +169,13 @@ def test_prefill_chunk_is_compute_bound_and_quadratic_in_the_indexer():
     assert 1.6 < double / first < 2.4
     assert first > 10 * float(c.decode_steps(8, 64, 8 * 4e4).total_s)
     assert math.isfinite(first) and np.isfinite(c.prefill_chunk(1, 0, True, 8))
+
+
+def test_step_report_groups_add_up_to_the_step():
+    c = _cost()
+    rep = c.step_report(8, 36864.0)
+    step = c.decode_steps(8, 64, 8 * 36864.0)
+    assert rep["total"] == pytest.approx(float(step.total_s) * 1e3)
+    assert sum(v for k, v in rep.items() if k != "total") == pytest.approx(rep["total"])
+    assert rep["collectives"] == pytest.approx(float(step.comm_s) * 1e3)
+    assert max((v, k) for k, v in rep.items() if k != "total")[1] == "routed experts"

@@ -60,6 +60,20 @@ def cuda_graph_batch(batch: int, max_bs: int = 512) -> int:
 _GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range(512, 4097, 32))
 
 
+_REPORT_GROUPS = {
+    **{n: "routed experts" for n in ("routed_gate_up", "routed_down", "routed_silu_mul_quant", "moe_combine",
+                                     "moe_align_sort")},
+    **{n: "attention-side GEMMs" for n in ("qkv_a_proj", "q_b_proj", "o_proj", "indexer_wq_b", "indexer_wk",
+                                           "indexer_weights_proj")},
+    "w_kc_absorbed": "absorbed bmm", "w_vc_absorbed": "absorbed bmm",
+    **{n: "shared expert, router, dense MLP" for n in ("shared_gate_up", "shared_down", "shared_silu_mul",
+                                                       "router_gate", "router_topk", "dense_gate_up", "dense_down",
+                                                       "silu_mul_quant")},
+    "indexer_score_topk": "lightning indexer", "sparse_attention": "sparse attention",
+    "lm_head": "lm_head, sampler", "sampler": "lm_head, sampler", "final_norm": "lm_head, sampler",
+}
+
+
 @dataclass(frozen=True)
 class StepTime:
     """Seconds per decode step (arrays over consecutive steps)."""
@@ -175,6 +189,18 @@ class CostModel:
         rank = int(self._rank_tokens(batch, instance_tokens))
         out["indexer_score_topk"] = self.m.layers * float(self.indexer(ctx_sum, rank))
         out["sparse_attention"] = self.m.layers * float(self.attention(rank, ctx_sum))
+        return out
+
+    def step_report(self, batch: int, ctx_per_request: float) -> dict[str, float]:
+        """Milliseconds of one decode step with ``batch`` requests on every scheduler of the
+        instance, each at ``ctx_per_request`` tokens, by term group (and the total)."""
+        inst = batch * self.layout.attention_dp
+        out: dict[str, float] = {}
+        for name, sec in self.breakdown(batch, inst, batch * ctx_per_request).items():
+            group = _REPORT_GROUPS.get(name, "norms, rope, quantisation")
+            out[group] = out.get(group, 0.0) + sec * 1e3
+        out["collectives"] = self.comm(batch, inst) * 1e3
+        out["total"] = sum(out.values())
         return out
 
     # -- context-dependent per-layer terms ------------------------------------------------------------
