@@ -6,7 +6,9 @@ counts and forward modes (``managers/scheduler_dp_attn_mixin.py``, ``prepare_mlp
 rank with nothing to do runs an idle batch), the MLP runs on every rank's tokens gathered together,
 and CUDA graphs replay only when every rank decodes. So a pass lasts as long as its slowest rank's
 attention side plus the instance-wide MLP and collectives, and a prompt chunk on one rank stalls the
-decode of all the others for that pass (they decode one step inside it). The model simulates every
+decode of all the others for that pass (they decode one step inside it; SGLang's
+``--enable-prefill-delayer``, off by default and not among the blog's flags, would hold a rank's
+prefill for up to 30 passes so that ranks prefill together: not modelled). The model simulates every
 scheduler of one instance explicitly (requests dispatched round robin, SGLang's default
 ``load_balance_method``) and scales the instance's figures to the deployment; TP attention has one
 scheduler per instance. Instances are identical and independent.
