@@ -201,9 +201,8 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
     from ..calibration.validate import repredict, run_config
     from ..serving import presets as P
     from ..serving.costs import CostModel
-    from ..trace.fileio import atomic_output
-
     from ..serving.step_costs import terms_for
+    from ..trace.fileio import atomic_output
 
     gpu = P.load_gpu(args.gpu, calibration)
     cal = P.load_calibration(calibration)
