@@ -131,6 +131,12 @@ device_buffer_size = [4096, 8192]
     ('kind = "replay"\n[fixed]\ntrace = "t"\nbufer = 3\n', "bufer: not a replay option"),
     ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = ["big"]\n', "buffer = 'big': expected int"),
     ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = []\n', "buffer: empty list"),
+    # a repeated value ran the same point twice and wrote two rows for it
+    ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\npolicy = ["lru", "lru"]\n', "policy: 'lru' given twice"),
+    ('kind = "plan"\n[grid]\nhost_to_device_ratio = [4, 4.0]\n', "host_to_device_ratio: 4.0 given twice"),
+    # a key in both tables: [grid] silently replaced [fixed]
+    ('kind = "replay"\n[fixed]\ntrace = "t"\nbuffer = 4096\n[grid]\nbuffer = [2048]\n',
+     "buffer is in both .fixed. and .grid."),
     ('kind = "plan"\n[grid]\nconcurrency = [1]\nrate = [2.0]\n', "concurrency or rate, not both"),
     ("kind = = 1", "not valid TOML"),
     ('kind = "replay"\nfixed = 3\n', "fixed must be a table"),

@@ -74,6 +74,8 @@ def load_grid(path: str | Path) -> Grid:
             if key not in OPTIONS[kind]:
                 raise HisparseError(f"{path}: [{section}] {key}: not a {kind} option "
                                     f"(options: {', '.join(OPTIONS[kind])})")
+            if key in merged:  # [grid] would silently replace [fixed]
+                raise HisparseError(f"{path}: {key} is in both [fixed] and [grid]; give it once")
             values = value if isinstance(value, list) else [value]
             if not values:
                 raise HisparseError(f"{path}: [{section}] {key}: empty list")
@@ -83,6 +85,10 @@ def load_grid(path: str | Path) -> Grid:
                 if not ok or (typ is int and isinstance(v, bool)):
                     raise HisparseError(f"{path}: [{section}] {key} = {v!r}: expected {typ.__name__}")
             merged[key] = [typ(v) for v in values]
+            repeated = sorted({v for v in merged[key] if merged[key].count(v) > 1}, key=str)
+            if repeated:  # the same point twice: run twice and counted twice in results.parquet
+                raise HisparseError(f"{path}: [{section}] {key}: {', '.join(map(repr, repeated))} given twice "
+                                    "(each value once)")
     for key in REQUIRED[kind]:
         if key not in merged:
             raise HisparseError(f"{path}: missing option {key!r}")
