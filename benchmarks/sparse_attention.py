@@ -210,9 +210,6 @@ def time_reference(torch: Any, cp: Any, pool: Any, sets: list, kv_dtype: str, sc
 
 
 def main(argv: list[str] | None = None) -> int:
-    import cupy as cp
-    import torch
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/sparse_attention-h200.csv"))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64, 128])
@@ -224,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-graph", action="store_true", help="time plain launches, not a CUDA graph")
     ap.add_argument("--no-ref", action="store_true", help="skip the PyTorch reference (ref_us = nan)")
     args = ap.parse_args(argv)
+    import cupy as cp  # after the arguments: --help works without a GPU, as in the other benchmarks
+    import torch
 
     bw = measure_copy_bandwidth(cp)
     rate = measure_gemm_rate(torch)
