@@ -266,3 +266,26 @@ def test_targets_given_as_a_folder_is_one_line(tmp_path, capsys):
     assert "is a folder" in capsys.readouterr().err
     assert main(["trace", "fit", "--targets", str(tmp_path), "--out", str(tmp_path / "o.toml")]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode,extra,named", [
+    ("trace", ["--iterations", "3"], "--iterations"),
+    ("targets", ["--compare"], "--compare"),
+    ("targets", ["--seed", "4", "--layers", "3"], "--seed, --layers"),
+    ("targets", ["--recover"], "--recover"),
+    ("targets", ["--rounds", "5"], "--rounds"),
+])
+def test_trace_fit_refuses_the_other_modes_options(tmp_path, capsys, mode, extra, named):
+    """These were accepted and silently ignored (a --targets fit took its seed from [shape] and
+    ran for minutes with --layers 3 having no effect)."""
+    out = tmp_path / "o.toml"
+    if mode == "trace":
+        trace = tmp_path / "t.hst"
+        write_trace(trace, TraceMeta(k=64, source={"kind": "test"}), generate(TRUE, **SHAPE))
+        args = ["trace", "fit", str(trace)]
+    else:
+        args = ["trace", "fit", "--targets", "dsv32"]
+    assert main([*args, *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and named in err and "only to" in err, err
+    assert not out.exists()

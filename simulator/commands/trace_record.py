@@ -7,6 +7,12 @@ import sys
 
 from .common import Output, comma_list, declare_io, positive_int, seed_int
 
+# trace fit's options by mode (a fit to a trace, or to a targets file), with their defaults.
+_FIT_DEFAULTS = {"iterations": 6, "seed": 0, "layers": 2, "requests": 2, "rounds": 2, "iters": 6,
+                 "recover": False, "compare": False}
+_FIT_TRACE_ONLY = ("seed", "layers", "requests", "rounds", "iters", "recover", "compare")
+_FIT_TARGETS_ONLY = ("iterations",)
+
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the record and fit sub-commands to ``hisparse trace``."""
@@ -54,17 +60,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("trace", metavar="TRACE", nargs="?", help="a .hst trace (or .npy array)")
     fit.add_argument("--targets", metavar="T.toml",
                      help="fit to the statistics of a targets file instead of a trace (a path, or a "
-                          "shipped name: glm51-longbench, dsv32); --seed etc. then come from its [shape]")
-    fit.add_argument("--iterations", type=positive_int, default=6, metavar="N",
+                          "shipped name: glm51-longbench, dsv32); its [shape] sets the draw, so --seed, --layers, "
+                          "--requests, --rounds, --iters, --recover and --compare are for a fit to a trace only")
+    fit.add_argument("--iterations", type=positive_int, default=_FIT_DEFAULTS["iterations"], metavar="N",
                      help="--targets: Levenberg-Marquardt iterations at most (default 6)")
     fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
-    fit.add_argument("--seed", type=seed_int, default=0, help="seed of the calibration runs (default 0)")
-    fit.add_argument("--layers", type=positive_int, default=2, metavar="N",
+    fit.add_argument("--seed", type=seed_int, default=_FIT_DEFAULTS["seed"], help="seed of the calibration runs (default 0)")
+    fit.add_argument("--layers", type=positive_int, default=_FIT_DEFAULTS["layers"], metavar="N",
                      help="layers per calibration run (default 2)")
-    fit.add_argument("--requests", type=positive_int, default=2, metavar="N",
+    fit.add_argument("--requests", type=positive_int, default=_FIT_DEFAULTS["requests"], metavar="N",
                      help="requests per calibration run (default 2; more is slower and steadier)")
-    fit.add_argument("--rounds", type=positive_int, default=2, metavar="N", help="calibration rounds (default 2)")
-    fit.add_argument("--iters", type=positive_int, default=6, metavar="N",
+    fit.add_argument("--rounds", type=positive_int, default=_FIT_DEFAULTS["rounds"], metavar="N", help="calibration rounds (default 2)")
+    fit.add_argument("--iters", type=positive_int, default=_FIT_DEFAULTS["iters"], metavar="N",
                      help="bisection steps per knob and round (default 6)")
     fit.add_argument("--recover", action="store_true", help="read a trace whose writer never closed it")
     fit.add_argument("--compare", action="store_true",
@@ -93,10 +100,16 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    if (args.trace is None) == (args.targets is None):
-        from ..errors import HisparseError
+    from ..errors import HisparseError
 
+    if (args.trace is None) == (args.targets is None):
         raise HisparseError("trace fit: give either TRACE or --targets T.toml")
+    # An option of the other mode would be silently ignored: name it instead.
+    mode, other = ("--targets", _FIT_TRACE_ONLY) if args.targets is not None else ("TRACE", _FIT_TARGETS_ONLY)
+    given = [f"--{name}" for name in other if getattr(args, name) != _FIT_DEFAULTS[name]]
+    if given:
+        raise HisparseError(f"trace fit {mode}: {', '.join(given)} {'applies' if len(given) == 1 else 'apply'} "
+                            f"only to {'a fit to a trace (the targets [shape] sets the draw)' if mode == '--targets' else 'a fit to --targets'}")
     if args.targets is not None:
         return _run_fit_targets(args)
     from ..analysis.fit import fit_knobs
