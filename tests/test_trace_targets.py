@@ -289,3 +289,18 @@ def test_trace_fit_refuses_the_other_modes_options(tmp_path, capsys, mode, extra
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and named in err and "only to" in err, err
     assert not out.exists()
+
+
+def test_trace_fit_never_writes_over_its_targets_file(tmp_path, capsys):
+    """--out equal to --targets started the fit (minutes) and then replaced the targets file."""
+    mine = tmp_path / "mine.toml"
+    mine.write_text((TRACES / "targets" / "dsv32.toml").read_text())
+    before = mine.read_bytes()
+    assert main(["trace", "fit", "--targets", str(mine), "--out", str(mine)]) == 2
+    assert "is an input of this command" in capsys.readouterr().err
+    # a shipped name is the shipped file
+    shipped = TRACES / "targets" / "dsv32.toml"
+    shipped_before = shipped.read_bytes()
+    assert main(["trace", "fit", "--targets", "dsv32", "--out", str(shipped)]) == 2
+    assert "is an input of this command" in capsys.readouterr().err
+    assert mine.read_bytes() == before and shipped.read_bytes() == shipped_before

@@ -80,7 +80,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                           "4 requests x 2 layers, seed + 1)")
     fit.add_argument("--quiet", action="store_true", help="print nothing")
     fit.set_defaults(run=run_fit)
-    declare_io(fit, inputs=["trace"], outputs=[Output("out", suffixes=(".toml",))])
+    declare_io(fit, inputs=["trace", "targets"], outputs=[Output("out", suffixes=(".toml",))])
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -138,11 +138,13 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def _run_fit_targets(args: argparse.Namespace) -> int:
     from ..analysis.fit_targets import fit_targets
-    from ..analysis.targets import load_targets
-    from ..fileio import atomic_output
+    from ..analysis.targets import load_targets, targets_path
+    from ..fileio import atomic_output, check_output
     from ..trace.generator import knobs_to_toml
     from .trace import print_target_rows
 
+    # --targets may be a shipped name, which declare_io cannot see as the file it is
+    check_output(args.out, option="--out", inputs=[str(targets_path(args.targets))])
     targets = load_targets(args.targets)
     say = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     fit = fit_targets(targets, iterations=args.iterations, on_eval=say)
