@@ -240,11 +240,11 @@ done:
  *     stale part and the kept entries);
  *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
  * Stale entries live in a FIFO queue (a doubly linked list over the slots: a stale hit leaves it
- * in O(1), and skey, a push counter, orders them). Block
- * order is kept as keys: new block entries get keys below every kept key, so ascending key is
- * block order, and D is sorted by key before it joins the queue. A step costs O(|A| + |D| log |D|)
- * once A and D are known: from the coded stream's own changes (lru_replay_coded), or from a
- * pass over the row and X (lru_rows). */
+ * in O(1), and skey, a push counter, orders them). The block is an array of slots in block
+ * order (oldest first); one branch-free pass over it splits D (in block order, to the queue)
+ * from the kept entries (to the new block's newest end). A step costs O(|A| log |A| + |X|) once
+ * A and D are known: from the coded stream's own changes (lru_replay_coded), or from a pass over
+ * the row and the block (lru_rows). */
 
 typedef struct {
     uint64_t key;
@@ -304,39 +304,32 @@ static void sort_kv_radix(kv_t *a, kv_t *tmp, int64_t n)
     if (src != a) memcpy(a, src, sizeof(kv_t) * (size_t)n);
 }
 
-enum { FREE = 0, STALE = 1, BLOCK = 2 };
+enum { FREE = 0, STALE = 1, BLOCK = 2, DROPPED = 3 }; /* DROPPED: in the block, leaving it this step */
 enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
-
-typedef struct { /* one position's entries, together: a step touches both for each change */
-    int32_t slot; /* slot holding the position, -1 */
-    int32_t xi;   /* index in xlist while in X, -1 */
-} pos_entry;
 
 typedef struct {
     int64_t B, cap, Q;
     int reserve, prefix, fast, started;
-    pos_entry *pos;     /* [cap] per position */
+    int32_t *pos;       /* [cap] slot holding each position, -1 (a position is in X iff its slot is BLOCK) */
     int32_t *prow;      /* [cap] stamp of the last row listing the position (lru_row) */
     int32_t *slot_pos;  /* [B] position held by a slot, -1 */
     uint8_t *region;    /* [B] FREE, STALE or BLOCK */
     int64_t *skey;      /* [B] push count of a stale slot: ascending = queue order */
-    uint64_t *bkey;     /* [B] block key: ascending = block order */
     int32_t *qprev, *qnext; /* [B + 1] the stale queue, oldest first; B is the list's head and tail */
     int64_t qseq;
-    int64_t *xlist, nx; /* [B] X, the last step's selected set (any order) */
-    int64_t *A, *D, *miss; /* [B + 2] scratch */
+    int32_t *blk, *blk_next, nb; /* [B + 2] X, the last step's selected set, as slots in block order */
+    int64_t *A, *miss; /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
     kv_t *kv, *kv_tmp;  /* [B + 2] */
     int64_t free_next, last_ctx;
-    uint64_t next_key;  /* block keys count down */
     int32_t stamp;
 } lru_state;
 
 static void lru_free(lru_state *s)
 {
     if (!s) return;
-    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->qprev); free(s->qnext);
-    free(s->xlist); free(s->A); free(s->D); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp);
+    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->qprev); free(s->qnext);
+    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp);
     free(s);
 }
 
@@ -349,24 +342,22 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->slot_pos = (int32_t *)malloc(sizeof(int32_t) * n);
     s->region = (uint8_t *)calloc(n, 1);
     s->skey = (int64_t *)calloc(n, sizeof(int64_t));
-    s->bkey = (uint64_t *)calloc(n, sizeof(uint64_t));
     s->qprev = (int32_t *)malloc(sizeof(int32_t) * n);
     s->qnext = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->xlist = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->blk = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->blk_next = (int32_t *)malloc(sizeof(int32_t) * n);
     s->A = (int64_t *)malloc(sizeof(int64_t) * n);
-    s->D = (int64_t *)malloc(sizeof(int64_t) * n);
     s->miss = (int64_t *)malloc(sizeof(int64_t) * n);
     s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
     s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
     s->kv_tmp = (kv_t *)malloc(sizeof(kv_t) * n);
-    if (!s->kv_tmp || !s->slot_pos || !s->region || !s->skey || !s->bkey || !s->qprev || !s->qnext || !s->xlist || !s->A || !s->D ||
+    if (!s->kv_tmp || !s->slot_pos || !s->region || !s->skey || !s->qprev || !s->qnext || !s->blk || !s->blk_next || !s->A ||
         !s->miss || !s->hit_s || !s->kv) {
         lru_free(s);
         return NULL;
     }
     for (int64_t x = 0; x < B; x++) s->slot_pos[x] = -1;
     s->qprev[B] = s->qnext[B] = (int32_t)B;
-    s->next_key = (uint64_t)1 << 62;
     return s;
 }
 
@@ -375,13 +366,13 @@ static int lru_reserve(lru_state *s, int64_t c)
 {
     if (c <= s->cap) return 1;
     int64_t cap = c > 2 * s->cap ? c : 2 * s->cap;
-    pos_entry *p = (pos_entry *)realloc(s->pos, sizeof(pos_entry) * (size_t)cap);
+    int32_t *p = (int32_t *)realloc(s->pos, sizeof(int32_t) * (size_t)cap);
     if (!p) return 0;
     s->pos = p;
     int32_t *q = (int32_t *)realloc(s->prow, sizeof(int32_t) * (size_t)cap);
     if (!q) return 0;
     s->prow = q;
-    for (int64_t i = s->cap; i < cap; i++) { p[i].slot = -1; p[i].xi = -1; q[i] = 0; }
+    for (int64_t i = s->cap; i < cap; i++) { p[i] = -1; q[i] = 0; }
     s->cap = cap;
     return 1;
 }
@@ -420,18 +411,17 @@ static int lru_begin(lru_state *s, int64_t c)
     if (c <= s->B) { s->fast = 1; return BEGIN_FAST; }
     if (s->started && !s->fast) return BEGIN_NEXT;
     for (int64_t x = 0; x < s->B; x++) {
-        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]].slot = -1;
+        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]] = -1;
         s->slot_pos[x] = -1;
         s->region[x] = FREE;
     }
-    for (int64_t i = 0; i < s->nx; i++) s->pos[s->xlist[i]].xi = -1;
-    s->nx = 0;
+    s->nb = 0;
     s->qprev[s->B] = s->qnext[s->B] = (int32_t)s->B;
     s->free_next = 0;
     if (s->prefix || s->fast) {
         for (int64_t p = 0; p < s->B; p++) {
             s->slot_pos[p] = (int32_t)p;
-            s->pos[p].slot = (int32_t)p;
+            s->pos[p] = (int32_t)p;
             queue_push(s, (int32_t)p);
         }
         s->free_next = s->B;
@@ -441,55 +431,61 @@ static int lru_begin(lru_state *s, int64_t c)
     return BEGIN_FRESH;
 }
 
-/* One step from its changes: A (stored order) and D; returns the misses. */
+/* One step from its changes: A (positions, stored order) and D (nD block slots already marked
+ * DROPPED); returns the misses. */
 static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
 {
     int64_t nhs = 0, nm = 0;
+    int32_t *pos = s->pos;
+    uint8_t *region = s->region;
     for (int64_t i = 0; i < nA; i++) {
         int64_t p = s->A[i];
-        int32_t x = s->pos[p].slot;
-        if (x >= 0) { s->region[x] = BLOCK; queue_unlink(s, x); s->hit_s[nhs++] = x; } /* stale hit */
+        int32_t x = pos[p];
+        if (x >= 0) { region[x] = BLOCK; queue_unlink(s, x); s->hit_s[nhs++] = x; } /* stale hit */
         else s->miss[nm++] = p;
     }
-    if (nD) { /* dropped entries join the queue's young end, in block order */
-        for (int64_t i = 0; i < nD; i++) {
-            int32_t x = s->pos[s->D[i]].slot;
-            s->kv[i].key = s->bkey[x];
-            s->kv[i].slot = x;
+    /* The new block: misses (stored order), stale hits (stale order), kept (block order). One
+     * pass over the old block puts the kept entries in place and the dropped ones, in block
+     * order, at the young end of the queue. */
+    int32_t *next = s->blk_next, *kept = next + nm + nhs, *drop = s->hit_s + nhs;
+    if (nD) {
+        int64_t nk = 0, nd = 0;
+        for (int64_t i = 0; i < s->nb; i++) {
+            int32_t x = s->blk[i];
+            int gone = region[x] == DROPPED;
+            kept[nk] = x;
+            drop[nd] = x;
+            nk += !gone;
+            nd += gone;
         }
-        sort_kv_radix(s->kv, s->kv_tmp, nD);
-        for (int64_t i = 0; i < nD; i++) queue_push(s, (int32_t)s->kv[i].slot);
+        for (int64_t i = 0; i < nd; i++) queue_push(s, drop[i]);
+    } else {
+        memcpy(kept, s->blk, sizeof(int32_t) * (size_t)s->nb);
     }
     for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
         int64_t p = s->miss[i];
         int32_t x;
         if (s->free_next < s->B) x = (int32_t)s->free_next++;
-        else { x = queue_pop(s); s->pos[s->slot_pos[x]].slot = -1; }
+        else { x = queue_pop(s); pos[s->slot_pos[x]] = -1; }
         s->slot_pos[x] = (int32_t)p;
-        s->pos[p].slot = x;
-        s->region[x] = BLOCK;
-        s->miss[i] = x;
+        pos[p] = x;
+        region[x] = BLOCK;
+        next[i] = x;
     }
-    if (nhs > 1) { /* block keys, counting down from the newest end: stale hits in stale order */
+    if (nhs > 1) { /* stale hits in stale order */
         for (int64_t i = 0; i < nhs; i++) { s->kv[i].key = (uint64_t)s->skey[s->hit_s[i]]; s->kv[i].slot = s->hit_s[i]; }
         sort_kv_radix(s->kv, s->kv_tmp, nhs);
-        for (int64_t i = nhs - 1; i >= 0; i--) s->bkey[s->kv[i].slot] = --s->next_key;
+        for (int64_t i = 0; i < nhs; i++) next[nm + i] = (int32_t)s->kv[i].slot;
     } else if (nhs == 1) {
-        s->bkey[s->hit_s[0]] = --s->next_key;
+        next[nm] = s->hit_s[0];
     }
-    for (int64_t i = nm - 1; i >= 0; i--) s->bkey[s->miss[i]] = --s->next_key; /* then misses */
-    for (int64_t i = 0; i < nD; i++) { /* X <- X - D + A */
-        pos_entry *e = s->pos + s->D[i];
-        int64_t last = s->xlist[--s->nx];
-        s->xlist[e->xi] = last;
-        s->pos[last].xi = e->xi;
-        e->xi = -1;
-    }
-    for (int64_t i = 0; i < nA; i++) { s->pos[s->A[i]].xi = (int32_t)s->nx; s->xlist[s->nx++] = s->A[i]; }
+    s->blk_next = s->blk;
+    s->blk = next;
+    s->nb = s->nb - nD + nA;
     return nm;
 }
 
-/* One step of a row in stored order (-1 pads): A and D from a pass over the row and X. */
+/* One step of a row in stored order (-1 pads): A and D from a pass over the row and the block. */
 static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t c)
 {
     int32_t cur = ++s->stamp;
@@ -501,10 +497,13 @@ static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t 
         if (p >= s->cap) return STEP_RANGE;
         if (n++ >= s->B) return STEP_FULL;
         s->prow[p] = cur;
-        if (s->pos[p].xi < 0) s->A[nA++] = p;
+        int32_t x = s->pos[p];
+        if (x < 0 || s->region[x] != BLOCK) s->A[nA++] = p;
     }
-    for (int64_t i = 0; i < s->nx; i++)
-        if (s->prow[s->xlist[i]] != cur) s->D[nD++] = s->xlist[i];
+    for (int64_t i = 0; i < s->nb; i++) {
+        int32_t x = s->blk[i];
+        if (s->prow[s->slot_pos[x]] != cur) { s->region[x] = DROPPED; nD++; }
+    }
     return lru_apply(s, nA, nD);
 }
 
@@ -522,9 +521,9 @@ static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
     if (!s->reserve) {
         memcpy(s->A, d->add, sizeof(int64_t) * (size_t)d->n_add);
         nA = d->n_add;
-        for (int64_t r = 0; r < d->n_rem; r++) s->D[nD++] = d->prev[d->rem[r]];
         if (d->cnt > s->B) return STEP_FULL;
-        return lru_apply(s, nA, nD);
+        for (int64_t r = 0; r < d->n_rem; r++) s->region[s->pos[d->prev[d->rem[r]]]] = DROPPED;
+        return lru_apply(s, nA, d->n_rem);
     }
     /* X' = R' - {nw}, X = R - {old}: the old newest joins A if it stays selected past it. (The
      * new newest cannot have been selected before unless nw == old: ctx never goes down.) */
@@ -535,11 +534,11 @@ static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
         if (p != nw) s->A[nA++] = p;
     }
     if (both_old) s->A[nA++] = old;
+    if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
     for (int64_t r = 0; r < d->n_rem; r++) {
         int64_t p = d->prev[d->rem[r]];
-        if (p != old) s->D[nD++] = p;
+        if (p != old) { s->region[s->pos[p]] = DROPPED; nD++; }
     }
-    if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
     return lru_apply(s, nA, nD);
 }
 
@@ -548,15 +547,9 @@ static int64_t lru_result(lru_state *s, int64_t *slot_pos, int64_t *order)
 {
     for (int64_t x = 0; x < s->B; x++) slot_pos[x] = s->slot_pos[x];
     if (!s->started) return 0;
-    int64_t n = 0, nb = 0;
+    int64_t n = 0;
     for (int32_t x = s->qnext[s->B]; x != (int32_t)s->B; x = s->qnext[x]) order[n++] = x;
-    kv_t *kv = (kv_t *)malloc(sizeof(kv_t) * (size_t)(s->B + 1));
-    if (!kv) return -1;
-    for (int64_t x = 0; x < s->B; x++)
-        if (s->region[x] == BLOCK) { kv[nb].key = s->bkey[x]; kv[nb].slot = x; nb++; }
-    sort_kv(kv, nb);
-    for (int64_t i = 0; i < nb; i++) order[n++] = kv[i].slot;
-    free(kv);
+    for (int64_t i = 0; i < s->nb; i++) order[n++] = s->blk[i];
     return n;
 }
 
@@ -579,7 +572,7 @@ static int lru_rows(lru_state *s, const int32_t *idx, int64_t steps, int64_t wid
             for (int64_t j = 0; j < width; j++) {
                 int64_t p = row[j];
                 slots[t * width + j] = p < 0 ? -1 : (s->reserve && p == c - 1 ? (int32_t)s->B
-                                                     : (c <= s->B ? (int32_t)p : s->pos[p].slot));
+                                                     : (c <= s->B ? (int32_t)p : s->pos[p]));
             }
     }
     return 0;
