@@ -64,10 +64,11 @@ static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
 {
     d->buf = buf; d->n = n; d->pos = 0; d->width = width;
     d->prev_n = d->cnt = d->n_rem = d->n_add = d->ctx = 0;
-    d->work = (int64_t *)malloc(sizeof(int64_t) * 5 * (size_t)(width > 0 ? width : 1));
+    int64_t w = (width > 0 ? width : 1) + 2; /* + 2: the merge's sentinels */
+    d->work = (int64_t *)malloc(sizeof(int64_t) * 5 * (size_t)w);
     if (!d->work) return 0;
-    d->prev = d->work; d->cur = d->work + width; d->rem = d->work + 2 * width; d->add = d->work + 3 * width;
-    d->kept = d->work + 4 * width;
+    d->prev = d->work; d->cur = d->work + w; d->rem = d->work + 2 * w; d->add = d->work + 3 * w;
+    d->kept = d->work + 4 * w;
     d->gone = (uint8_t *)calloc((size_t)(width > 0 ? width : 1), 1);
     if (!d->gone) { free(d->work); return 0; }
     return 1;
@@ -104,20 +105,22 @@ static int dec_step(decoder *d)
         for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 1;
         for (int64_t i = 0; i < prev_n; i++) { d->kept[nk] = prev[i]; nk += !gone[i]; }
         for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 0;
-        const int64_t *kp = d->kept, *ad = d->add;
-        int64_t a = 0, j = 0, m = 0, dup = 0;
-        while (j < nk && a < n_add) {
-            int64_t x = kp[j], y = ad[a];
+        /* Two sentinels past each input: the loop runs cnt times with no bounds to test, and the
+         * next values are loaded before the comparison that picks between them is known. */
+        int64_t *kp = d->kept, *ad = d->add;
+        kp[nk] = kp[nk + 1] = ad[n_add] = ad[n_add + 1] = INT64_MAX;
+        int64_t a = 0, j = 0, dup = 0, x = kp[0], y = ad[0];
+        for (int64_t m = 0; m < cnt; m++) {
+            int64_t xn = kp[j + 1], yn = ad[a + 1];
             int take = y < x;
             dup |= x == y;
-            cur[m++] = take ? y : x;
+            cur[m] = take ? y : x;
+            x = take ? x : xn;
+            y = take ? yn : y;
             a += take;
             j += !take;
         }
         if (dup) return 2;
-        memcpy(cur + m, kp + j, sizeof(int64_t) * (size_t)(nk - j));
-        m += nk - j;
-        memcpy(cur + m, ad + a, sizeof(int64_t) * (size_t)(n_add - a));
         d->cnt = cnt;
         return 0;
     }
