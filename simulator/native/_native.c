@@ -441,11 +441,19 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
     int64_t nhs = 0, nm = 0;
     int32_t *pos = s->pos;
     uint8_t *region = s->region;
-    for (int64_t i = 0; i < nA; i++) {
+    for (int64_t i = 0; i < nA; i++) { /* hit or miss is a coin toss here: no branch */
         int64_t p = s->A[i];
         int32_t x = pos[p];
-        if (x >= 0) { region[x] = BLOCK; queue_unlink(s, x); s->hit_s[nhs++] = x; } /* stale hit */
-        else s->miss[nm++] = p;
+        int hit = x >= 0;
+        s->hit_s[nhs] = x;
+        s->miss[nm] = p;
+        nhs += hit;
+        nm += !hit;
+    }
+    for (int64_t i = 0; i < nhs; i++) { /* stale hits leave the queue */
+        int32_t x = s->hit_s[i];
+        region[x] = BLOCK;
+        queue_unlink(s, x);
     }
     /* The new block: misses (stored order), stale hits (stale order), kept (block order). One
      * pass over the old block puts the kept entries in place and the dropped ones, in block
