@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
+from .commands.common import Parser, check_io
 from .errors import HisparseError
 
 DESCRIPTION = """\
@@ -27,8 +31,7 @@ def _add_trace_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hisparse", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="hisparse", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"hisparse-sim {__version__}")
@@ -49,18 +52,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so every ``finally`` and temp-file cleanup runs."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM unwinds like SIGINT (``kill``, a job scheduler, a timeout)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings for the user (a recovered trace) as one ``hisparse: warning:`` line each."""
+    import warnings
+
+    def one_line(message, category, filename, lineno, line=None):
+        return f"hisparse: warning: {message}\n"
+
+    previous, warnings.formatwarning = warnings.formatwarning, one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user errors print one line and exit 2, with no traceback."""
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad option (one line, status 2)
+        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+    try:
+        with _sigterm_as_interrupt(), _one_line_warnings():
+            check_io(args)  # outputs writable and no input overwritten, before any work
+            return int(args.run(args) or 0)
     except HisparseError as exc:
         print(f"hisparse: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except MemoryError:
+        command = " ".join(filter(None, (args.command, getattr(args, "trace_command", None))))
+        print(f"hisparse: error: out of memory in `hisparse {command}`: its inputs need more memory than "
+              "this machine has (smaller buffers, fewer workers or a smaller trace or grid need less)",
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
         print("hisparse: interrupted", file=sys.stderr)
-        return 130
+        return 143 if isinstance(exc, _Terminated) else 130
     except BrokenPipeError:
         return 0
 

@@ -20,7 +20,7 @@ def finish(fig, path: str | os.PathLike | None):
     """Write the figure to ``path`` (atomically) and close it; with no path, return it (notebooks)."""
     if path is None:
         return fig
-    from .trace.fileio import atomic_output
+    from .fileio import atomic_output
 
     with atomic_output(path) as fh:
         fig.savefig(fh, format="png", dpi=120, bbox_inches="tight")

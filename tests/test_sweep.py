@@ -32,12 +32,14 @@ def _table(out) -> pd.DataFrame:
     return df.drop(columns=["seconds"]).sort_values("point").reset_index(drop=True)
 
 
-def test_ray_sweep_resume_and_failures(tmp_path, capsys):
+def test_ray_sweep_resume_and_failures(tmp_path, capfd):
     grid = _grid(tmp_path)
     full, part = tmp_path / "full", tmp_path / "part"
-    assert main(["sweep", grid, "--out", str(full), "--workers", "2", "--quiet"]) == 0
-    printed = capsys.readouterr().out
+    assert main(["sweep", grid, "--out", str(full), "--workers", "2", "--quiet", "--keep-going"]) == 0
+    printed, err = capfd.readouterr()
     assert "6 of 6 points" in printed and "(2 failed)" in printed
+    assert "Token authentication" not in err  # silenced for the local instance
+    assert err.count("failed: ") == 2 and "buffer=1024" in err  # each failure listed
     table = _table(full)
     assert len(table) == 6
     bad = table[table.buffer == 1024]
@@ -49,12 +51,59 @@ def test_ray_sweep_resume_and_failures(tmp_path, capsys):
         cfg = ReplayConfig(policy=row.policy, buffer=int(row.buffer))
         assert row.misses == sum(int(replay_stream(s, cfg).sum()) for s in trace)
     # an interrupted sweep (3 points), then --resume: the same table as the uninterrupted run
-    assert main(["sweep", grid, "--out", str(part), "--workers", "2", "--quiet", "--max-points", "3"]) == 0
+    assert main(["sweep", grid, "--out", str(part), "--workers", "2", "--quiet", "--max-points", "3",
+                 "--keep-going"]) == 0
     assert len(pd.read_parquet(part / "results.parquet")) == 3
     assert main(["sweep", grid, "--out", str(part), "--quiet"]) == 2
-    assert "--resume" in capsys.readouterr().err
-    assert main(["sweep", grid, "--out", str(part), "--workers", "2", "--quiet", "--resume"]) == 0
+    assert "--resume" in capfd.readouterr().err
+    # without --keep-going, failed points make the exit status 1
+    assert main(["sweep", grid, "--out", str(part), "--workers", "2", "--quiet", "--resume"]) == 1
     pd.testing.assert_frame_equal(_table(part), table)
+
+
+def test_every_point_failing_exits_1_and_lists_them(tmp_path, capsys):
+    grid = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n[grid]\nbuffer = [16, 32, 64]\n')
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    assert "(3 failed)" in out
+    assert [line.count("smaller than k = 2048") for line in err.splitlines()] == [1, 1, 1]
+    assert main(["sweep", grid, "--out", str(tmp_path / "o2"), "--no-ray", "--quiet", "--keep-going"]) == 0
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("buffer = [0, 4096]", "buffer = 0: expected a buffer size"),
+    ("buffer = [-5]", "buffer = -5"),
+    ('policy = ["lru", "lur"]', "unknown policy 'lur'"),
+    ('policy = [""]', "give at least one policy"),
+    ('semantics = ["batch"]', "semantics = 'batch': expected one of batched, sequential"),
+    ('initial = ["full"]', "initial = 'full'"),
+])
+def test_bad_grid_values_fail_before_any_point(tmp_path, capsys, entry, message):
+    grid = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n[grid]\n{entry}\n')
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and grid in err, err
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_a_missing_trace_fails_before_any_point(tmp_path, capsys):
+    grid = _grid(tmp_path, 'kind = "replay"\n[grid]\ntrace = ["traces/synthetic-dsa-like.hst", "nope.hst"]\n')
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 2
+    assert "trace = 'nope.hst': no such file" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("concurrency = [0]", "concurrency = 0: expected a positive integer"),
+    ("rate = [-1.0]", "rate = -1.0: expected a positive number"),
+    ("host_to_device_ratio = [0.0]", "host_to_device_ratio = 0.0"),
+    ("slo_tpot_ms = [0]", "slo_tpot_ms = 0"),
+    ("device_buffer_size = [0]", "device_buffer_size = 0"),
+])
+def test_bad_plan_grid_values(tmp_path, capsys, entry, message):
+    grid = _grid(tmp_path, f'kind = "plan"\n[grid]\n{entry}\n')
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_plan_sweep_in_process(tmp_path):
@@ -84,12 +133,21 @@ device_buffer_size = [4096, 8192]
     ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = []\n', "buffer: empty list"),
     ('kind = "plan"\n[grid]\nconcurrency = [1]\nrate = [2.0]\n', "concurrency or rate, not both"),
     ("kind = = 1", "not valid TOML"),
+    ('kind = "replay"\nfixed = 3\n', "fixed must be a table"),
+    ('kind = "replay"\ngrid = [1, 2]\n', "grid must be a table"),
+    ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = [[16, 32]]\n', "expected int"),
+    ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid.buffer]\na = 1\n', "expected int"),
 ])
 def test_bad_grid_files(tmp_path, text, message):
     path = _grid(tmp_path, text)
     with pytest.raises(HisparseError, match=message) as err:
         load_grid(path)
     assert path in str(err.value)
+
+
+def test_grid_that_is_a_folder(tmp_path):
+    with pytest.raises(HisparseError, match="cannot read the grid file"):
+        load_grid(tmp_path)
 
 
 def test_grid_expansion():

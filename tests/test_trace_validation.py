@@ -6,6 +6,7 @@ import json
 import struct
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -76,7 +77,12 @@ def test_more_than_k_entries(tmp_path, capsys):
     meta = json.loads(data[16 : 16 + meta_len])
     assert meta["k"] == 64
     new_meta = data[16 : 16 + meta_len].replace(b'"k": 64', b'"k": 60')
-    path.write_bytes(data[:16] + new_meta + data[16 + meta_len :])
+    rest = data[16 + meta_len + 4 :]
+    path.write_bytes(data[:16] + new_meta + data[16 + meta_len : 16 + meta_len + 4] + rest)
+    code, err = _run(["trace", "validate", str(path)], capsys)  # an edit the header checksum catches
+    assert code == 2 and "corrupt header (checksum mismatch)" in err, err
+    crc = struct.pack("<I", zlib.crc32(data[8:16] + new_meta))  # a consistent file that says k = 60
+    path.write_bytes(data[:16] + new_meta + crc + rest)
     code, err = _run(["trace", "validate", str(path)], capsys)
     assert code == 2
     assert "request 3, layer 5, step 0: 64 entries in one step, more than k = 60" in err

@@ -148,7 +148,7 @@ def source_line(meta: dict[str, str], csv_path: str) -> str:
 
 def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any]) -> None:
     """Put ``section`` as ``comm`` into the calibration JSON, keeping its other sections."""
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
     p = str(json_path)
     report: dict[str, Any] = {}

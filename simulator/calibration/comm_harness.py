@@ -395,7 +395,7 @@ def write_csv(cfg: HarnessConfig, rows: list[dict], meta: dict[str, str]) -> Non
     """The raw table, with ``# key: value`` lines on top saying how it was measured."""
     import pandas as pd
 
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
     head = "".join(f"# {k}: {v}\n" for k, v in meta.items())
     with atomic_output(cfg.csv_path) as fh:

@@ -7,6 +7,8 @@ import argparse
 import json
 import os
 
+from .common import Output, declare_io, positive_float, positive_int, seed_int
+
 TERMS = ("all", "kernels", "step")
 LOOPS = ("both", "layer", "kernels")
 
@@ -26,9 +28,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
     c.add_argument("--terms", choices=TERMS, default="all",
                    help="term groups to measure (default all); the others are kept from OUT/<gpu>.json")
-    c.add_argument("--pool-gib", type=float, default=8.0, help="pinned host pool for the swap-in runs (GiB, default 8)")
-    c.add_argument("--iters", type=int, default=10, help="timed launches per configuration (default 10)")
-    c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    c.add_argument("--pool-gib", type=positive_float, default=8.0, help="pinned host pool for the swap-in runs (GiB, default 8)")
+    c.add_argument("--iters", type=positive_int, default=10, help="timed launches per configuration (default 10)")
+    c.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
     c.add_argument("--refit", action="store_true",
                    help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
     c.add_argument("--comm", action="store_true",
@@ -38,6 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--comm-refit", metavar="CSV",
                    help="no GPU: fit the 'comm' section of OUT/<gpu>.json from a CSV benchmarks/comm.py wrote")
     c.set_defaults(run=run_calibrate)
+    declare_io(c, inputs=["comm_refit"], outputs=[Output("out", kind="dir")])
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
                        description="Run decode steps through real kernels and compare the measured step time "
@@ -51,12 +54,65 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--gpu", default="h200", help="GPU preset (default h200)")
     v.add_argument("--out", default="calibration", metavar="DIR", help="folder of the fit and the results (default calibration)")
     v.add_argument("--loop", choices=LOOPS, default="both", help="which validation loop (default both)")
-    v.add_argument("--steps", type=int, default=60, help="decode steps per configuration (default 60)")
-    v.add_argument("--pool-gib", type=float, default=8.0, help="pinned host pool (GiB, default 8)")
-    v.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    v.add_argument("--steps", type=positive_int, default=60, help="decode steps per configuration (default 60)")
+    v.add_argument("--pool-gib", type=positive_float, default=8.0, help="pinned host pool (GiB, default 8)")
+    v.add_argument("--seed", type=seed_int, default=1, help="random seed (default 1)")
     v.add_argument("--repredict", action="store_true",
                    help="no GPU: recompute the predictions in the stored validation files with the current fit")
     v.set_defaults(run=run_validate)
+    declare_io(v, outputs=[Output("out", kind="dir")])
+
+
+def _require_cupy(command: str, offline: str) -> None:
+    """Refuse to start without CuPy and a GPU, saying what to install (before any work)."""
+    from ..errors import HisparseError
+
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # ImportError, or CuPy present but no driver / device
+        raise HisparseError(f"{command} times the real kernels and needs CuPy and an NVIDIA GPU "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no GPU'}); "
+                            f"install CuPy with pip install -e '.[gpu]' (cupy-cuda13x), or run {offline} "
+                            "without a GPU") from None
+    if count < 1:
+        raise HisparseError(f"{command} needs an NVIDIA GPU: CuPy sees none")
+
+
+def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
+    """A JSON object from a previous run, with ``keys``: errors name the file and the key."""
+    from ..errors import HisparseError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise HisparseError(f"{path}: missing; {hint}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise HisparseError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise HisparseError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    for dotted in keys:
+        node = data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise HisparseError(f"{path}: missing key {dotted!r}; {hint}")
+            node = node[part]
+    return data
+
+
+def _repredicted(path: str, configs: list, repredict) -> list[dict]:
+    """Stored configurations through ``repredict``; a malformed one names the file and its index."""
+    from ..errors import HisparseError
+
+    out = []
+    for i, c in enumerate(configs):
+        try:
+            out.append(repredict(c))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise HisparseError(f"{path}: configs[{i}]: malformed ({type(exc).__name__}: {exc})") from None
+    return out
 
 
 def _csv(out: str, name: str, gpu: str) -> str:
@@ -73,12 +129,15 @@ def _read_tables(out: str, gpu: str, names) -> dict:
         path = _csv(out, name, gpu)
         if not os.path.exists(path):
             raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
-        tables[name] = pd.read_csv(path)
+        try:
+            tables[name] = pd.read_csv(path)
+        except (ValueError, OSError) as exc:
+            raise HisparseError(f"{path}: not a readable CSV ({exc})") from None
     return tables
 
 
 def _write_tables(out: str, gpu: str, tables: dict) -> None:
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
     for name, df in tables.items():
         with atomic_output(_csv(out, name, gpu)) as fh:
@@ -90,18 +149,23 @@ def run_calibrate(args: argparse.Namespace) -> int:
         from ..calibration.comm_cli import run_comm
 
         return run_comm(args)
+    if not args.refit:
+        _require_cupy("hisparse calibrate", "hisparse calibrate --refit")
     from ..calibration import grids
     from ..calibration.fitting import fit_step_terms, fitted_params
     from ..calibration.layer_work import Layout
     from ..calibration.run import KERNEL_TABLES, STEP_TABLES
     from ..errors import HisparseError
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
     os.makedirs(args.out, exist_ok=True)
     out_json = os.path.join(args.out, f"{args.gpu}.json")
-    old = json.loads(open(out_json).read()) if os.path.exists(out_json) else None
-    if old is None and (args.refit or args.terms != "all"):
-        raise HisparseError(f"{out_json}: missing; --refit and --terms {args.terms} need a previous hisparse calibrate run")
+    hint = f"--refit and --terms {args.terms} need a previous hisparse calibrate run"
+    needs_old = args.refit or args.terms != "all"
+    old = (_read_json(out_json, ("gpu.link_bw", "gpu.hbm_bw", "source") if needs_old else (), hint)
+           if os.path.exists(out_json) else None)
+    if old is None and needs_old:
+        raise HisparseError(f"{out_json}: missing; {hint}")
     want_kernels = args.terms in ("all", "kernels")
     want_step = args.terms in ("all", "step")
     if args.refit:
@@ -164,11 +228,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from ..errors import HisparseError
 
     calibration = os.path.join(args.out, f"{args.gpu}.json")
-    if not os.path.exists(calibration):
-        raise HisparseError(f"{calibration}: run hisparse calibrate first")
+    if not args.repredict:
+        _require_cupy("hisparse validate", "hisparse validate --repredict")
+    _read_json(calibration, ("params",), "run hisparse calibrate first")
     pool = None
     if not args.repredict:
         from cupy_kernels.swap_in import PinnedPool
@@ -199,17 +263,17 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
     """Issue 8's loop: swap-in + attention per layer against the serving cost model's terms."""
     from ..calibration import grids
     from ..calibration.validate import repredict, run_config
+    from ..fileio import atomic_output
     from ..serving import presets as P
     from ..serving.costs import CostModel
-    from ..trace.fileio import atomic_output
 
     gpu = P.load_gpu(args.gpu, calibration)
     cost = CostModel(P.load("models", "glm-5.1-fp8"), gpu, P.load("deployments", "8xh200-colocated-dp8"),
                      P.load("calibration", calibration))
     path = os.path.join(args.out, f"validation-{args.gpu}.json")
     if args.repredict:
-        with open(path) as fh:
-            configs = [repredict(cost, c) for c in json.load(fh)["configs"]]
+        stored = _read_json(path, ("configs",), "--repredict needs a previous hisparse validate run")
+        configs = _repredicted(path, stored["configs"], lambda c: repredict(cost, c))
     else:
         import cupy as cp
 
@@ -234,9 +298,9 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
     from ..calibration.layer_loop import repredict_layers, run_layer_config
     from ..calibration.step_terms import StepTerms
     from ..errors import HisparseError
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
-    cal = json.loads(open(calibration).read())
+    cal = _read_json(calibration, (), "run hisparse calibrate first")
     try:
         terms = StepTerms.from_calibration(cal)
     except KeyError as exc:
@@ -245,8 +309,8 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
     if args.repredict:
         if not os.path.exists(path):
             raise HisparseError(f"{path}: missing; run hisparse validate --loop layer on a GPU first")
-        with open(path) as fh:
-            configs = [repredict_layers(terms, c) for c in json.load(fh)["configs"]]
+        stored = _read_json(path, ("configs",), "--repredict needs a previous hisparse validate run")
+        configs = _repredicted(path, stored["configs"], lambda c: repredict_layers(terms, c))
     else:
         import cupy as cp
         import torch

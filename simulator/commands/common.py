@@ -1,27 +1,225 @@
-"""Options and output helpers shared by the commands."""
+"""Options and output helpers shared by the commands.
+
+The rules every command follows live here once: argparse types with ranges (a value out of its
+domain is refused while parsing, before any work), one comma-list parser, one policy-list check,
+and the declaration of each command's input files and outputs, which ``check_io`` tests before
+the command runs (``simulator.fileio.check_output``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+# Slots are int32 in the replay engine and the C fast path (simulator/native/_native.c refuses
+# buffer >= INT32_MAX): the largest buffer a replay can hold.
+MAX_BUFFER = 2**31 - 2
 
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2): ``hisparse replay: error: argument --window: ...``."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _get_values(self, action, arg_strings):
+        # argparse drops a "--" value (``--steps=--``) and would hand the command an empty list
+        if action.option_strings and action.nargs is None and arg_strings == ["--"]:
+            raise argparse.ArgumentError(action, "expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
+
+
+# -- argparse types with ranges ----------------------------------------------------------------
+def _parse_int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _parse_float(text: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def int_in(lo: int | None = None, hi: int | None = None, *, what: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi] (either bound may be open)."""
+    def parse(text: str) -> int:
+        value = _parse_int(text)
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"expected {what or _range(lo, hi, 'an integer')}, got {text!r}")
+        return value
+
+    parse.__name__ = what or "integer"
+    return parse
+
+
+def _range(lo, hi, noun: str) -> str:
+    if lo is not None and hi is not None:
+        return f"{noun} from {lo} to {hi}"
+    if lo == 1:
+        return f"a positive {noun.split()[-1]} (>= 1)"
+    if lo == 0:
+        return f"a non-negative {noun.split()[-1]} (>= 0)"
+    return f"{noun} >= {lo}" if lo is not None else f"{noun} <= {hi}"
+
+
+positive_int = int_in(1, what="a positive integer (>= 1)")
+nonneg_int = int_in(0, what="a non-negative integer (>= 0)")
+buffer_size = int_in(1, MAX_BUFFER, what=f"a buffer size from 1 to {MAX_BUFFER} slots")
+# Seeds go to numpy's generators (non-negative) and to compiled code as int64.
+seed_int = int_in(0, 2**63 - 1, what="a seed from 0 to 2**63 - 1")
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    value = _parse_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number (> 0), got {text!r}")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    """An argparse type: a finite number >= 0."""
+    value = _parse_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number (>= 0), got {text!r}")
+    return value
+
+
+def comma_list(item: Callable[[str], Any] = str, *, unique: bool = True) -> Callable[[str], list]:
+    """An argparse type: comma-separated values, each parsed by ``item``; at least one value, and
+    (``unique``) no value twice (a repeated value would count its work twice)."""
+    def parse(text: str) -> list:
+        parts = [p.strip() for p in str(text).split(",")]
+        if not any(parts):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of values, got {text!r}")
+        if "" in parts:
+            raise argparse.ArgumentTypeError(f"empty item in {text!r}")
+        values = []
+        for p in parts:
+            try:
+                values.append(item(p))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{exc} (in {text!r})" if len(parts) > 1 else str(exc)) from None
+        if unique:
+            seen = set()
+            for p, v in zip(parts, values, strict=True):
+                if v in seen:
+                    raise argparse.ArgumentTypeError(f"{p} is given twice in {text!r}")
+                seen.add(v)
+        return values
+
+    parse.__name__ = "list"
+    parse.item = item  # type: ignore[attr-defined] - what each element is parsed by (tests read it)
+    return parse
+
+
+def check_policies(names: Sequence[str], valid: Sequence[str], option: str = "--policy") -> list[str]:
+    """The policy list of ``option``, checked against ``valid`` (the registry's names): at least
+    one, each known, none twice. Raises HisparseError naming the option."""
+    from ..errors import HisparseError
+
+    names = [n.strip() for n in names]
+    known = ", ".join(valid)
+    if not names or any(not n for n in names):
+        raise HisparseError(f"{option}: give at least one policy, comma-separated (policies: {known})")
+    for n in names:
+        if n not in valid:
+            raise HisparseError(f"{option}: unknown policy {n!r} (policies: {known})")
+    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if dup is not None:
+        raise HisparseError(f"{option}: {dup} is given twice (each policy once)")
+    return list(names)
+
+
+# -- inputs and outputs, checked before a command runs -------------------------------------------
+@dataclass(frozen=True)
+class Output:
+    """An output option: ``dest`` on the namespace, a file or a folder, allowed suffixes."""
+
+    dest: str
+    kind: str = "file"
+    suffixes: tuple[str, ...] = ()
+
+    @property
+    def option(self) -> str:
+        return "--" + self.dest.replace("_", "-")
+
+
+def declare_io(parser: argparse.ArgumentParser, *, inputs: Sequence[str] = (),
+               outputs: Sequence[Output] = ()) -> None:
+    """Name the namespace fields that hold input paths (a path, a comma list or a list of them)
+    and the outputs; ``check_io`` tests them before the command runs."""
+    parser.set_defaults(_inputs=tuple(inputs), _outputs=tuple(outputs))
+
+
+def _input_paths(args: argparse.Namespace) -> list[str]:
+    paths: list[str] = []
+    for dest in getattr(args, "_inputs", ()):
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        items = value if isinstance(value, list | tuple) else str(value).split(",")
+        paths.extend(str(v) for v in items if str(v))
+    return paths
+
+
+def check_io(args: argparse.Namespace) -> None:
+    """Every declared output is writable, of the right kind and suffix, and no input (before
+    any work: a mistake costs nothing and overwrites nothing)."""
+    from ..fileio import OutputError, check_output
+
+    inputs = _input_paths(args)
+    for out in getattr(args, "_outputs", ()):
+        path = getattr(args, out.dest, None)
+        if path is None:
+            continue
+        path = str(path)
+        check_output(path, option=out.option, kind=out.kind, inputs=inputs)
+        if out.suffixes and not path.lower().endswith(out.suffixes):
+            raise OutputError(f"{out.option} {path}: use a {' or '.join(out.suffixes)} file name")
+
+
+# -- trace input -----------------------------------------------------------------------------
 def add_trace_input(parser: argparse.ArgumentParser) -> None:
     """The TRACE argument every trace-reading command takes, with .npy interop options."""
     parser.add_argument("trace", metavar="TRACE", help="a .hst trace file, or a .npy int array [steps, k] (-1 pads)")
-    parser.add_argument("--ctx0", type=int, default=None, metavar="N",
+    parser.add_argument("--ctx0", type=positive_int, default=None, metavar="N",
                         help=".npy only: ctx_len at step 0, growing by one per step "
                              "(default: the largest index in step 0, plus one)")
     parser.add_argument("--recover", action="store_true",
                         help="read the complete chunks of a trace whose writer never closed it")
 
 
-def open_input(args: argparse.Namespace):
+def open_input(args: argparse.Namespace, *, need_accesses: bool = False):
+    """The trace of ``args.trace``; ``need_accesses`` refuses one with nothing to replay."""
     from ..trace import open_trace
 
-    return open_trace(args.trace, ctx0=args.ctx0, recover=args.recover)
+    trace = open_trace(args.trace, ctx0=args.ctx0, recover=args.recover)
+    if need_accesses:
+        require_accesses(trace, args.trace)
+    return trace
+
+
+def require_accesses(trace, path) -> None:
+    """Refuse a trace with nothing to replay (no streams, or only empty / -1 padded steps): its
+    miss ratio would print as 0 and mean nothing."""
+    from ..errors import TraceError
+
+    if trace.accesses == 0:
+        what = "no streams" if len(trace) == 0 else "no accesses (every step is empty or -1 padding)"
+        raise TraceError(f"the trace holds {what}: nothing to replay", path=path)
 
 
 def print_json(obj: Any) -> None:

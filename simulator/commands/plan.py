@@ -5,31 +5,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 
-from .common import print_json
-from .replay import _int_list
-
-
-def _float_list(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
-    return value
+from .common import (
+    Output,
+    buffer_size,
+    comma_list,
+    declare_io,
+    positive_float,
+    positive_int,
+    print_json,
+    seed_int,
+)
 
 
 def _presets(kind: str) -> str:
@@ -69,18 +56,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
                         "a calibration JSON from hisparse calibrate (default auto)")
     p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
-    p.add_argument("--concurrency", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+    p.add_argument("--concurrency", type=comma_list(positive_int), default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
-    p.add_argument("--rate", type=_float_list, default=[],
+    p.add_argument("--rate", type=comma_list(positive_float), default=[],
                    help="open loop: comma-separated arrival rates in requests/s (whole deployment), swept "
                         "instead of --concurrency; an open-loop workload file without --rate uses its rate_per_s")
-    p.add_argument("--slo-tpot-ms", type=_positive, default=100.0,
+    p.add_argument("--slo-tpot-ms", type=positive_float, default=100.0,
                    help="TPOT p99 target for the recommendation, ms (default 100)")
-    p.add_argument("--slo-ttft-s", type=_positive, default=None,
+    p.add_argument("--slo-ttft-s", type=positive_float, default=None,
                    help="TTFT p99 target for the recommendation, s (default: none)")
-    p.add_argument("--sweep-buffer", type=_int_list, default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
-    p.add_argument("--sweep-host-ratio", type=_float_list, default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
-    p.add_argument("--seed", type=int, default=0, help="seed for request lengths and arrivals (default 0)")
+    p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
+    p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for request lengths and arrivals (default 0)")
     p.add_argument("--validate", metavar="SET", default=None,
                    help="check the model against a published set (a shipped name, all, or a TOML file) instead of "
                         "planning; --trace and --calibration, when given, replace the sets' own")
@@ -88,6 +75,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json) into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
+    declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate"],
+               outputs=[Output("out", kind="dir")])
 
 
 SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment": "steady tok/s",
@@ -98,17 +87,14 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "miss_share": "miss", "comm_share": "comm", "overloaded": "over"}
 
 
-def _check_out(out: str | None) -> None:
-    from ..errors import HisparseError
-
-    if out and os.path.exists(out) and not os.path.isdir(out):
-        raise HisparseError(f"--out {out}: exists and is not a directory")
-
-
 def run_plan_cmd(args: argparse.Namespace) -> int:
-    _check_out(args.out)
     if args.validate:
         return _run_validate(args)
+    if args.trace and os.path.isfile(args.trace):  # a missing one: the scenario's own error
+        from ..trace import open_trace
+        from .common import require_accesses
+
+        require_accesses(open_trace(args.trace), args.trace)
     from ..progress import progress
     from ..serving.planner import PlanInputs, recommend, run_plan_full
 
@@ -221,7 +207,7 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
     import pandas as pd
 
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
 
     os.makedirs(out, exist_ok=True)
     df = pd.DataFrame(rows)
@@ -256,7 +242,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     if args.out:
         import pandas as pd
 
-        from ..trace.fileio import atomic_output
+        from ..fileio import atomic_output
 
         os.makedirs(args.out, exist_ok=True)
         with atomic_output(os.path.join(args.out, "validation.csv")) as fh:

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-from .common import add_trace_input, open_input, print_json
+from .common import (
+    Output,
+    add_trace_input,
+    buffer_size,
+    check_policies,
+    comma_list,
+    declare_io,
+    open_input,
+    positive_int,
+    print_json,
+    seed_int,
+)
 
+# Per-size replays of one curve: each is a whole replay of the trace.
+MAX_GRID_SIZES = 10_000
 POLICY_HELP = "lru, fifo, clock, lfu, arc, s3fifo, sieve, random, opt, none, static-prefix"
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
-
-
-def _str_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
 
 
 def _add_step_rules(p: argparse.ArgumentParser) -> None:
@@ -33,8 +33,8 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
                         "empty (disaggregated decode)")
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
                    help="treat the newest token as an ordinary access (default: it sits in a reserved slot)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the random policy (default 0)")
-    p.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+    p.add_argument("--seed", type=seed_int, default=0, help="seed for the random policy (default 0)")
+    p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="threads replaying streams in parallel (default: 2 or the core count)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -44,15 +44,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         description="Replay a trace through per-(request, layer) hot buffers and count "
                                     "the misses at every step, for each policy and buffer size.")
     add_trace_input(rp)
-    rp.add_argument("--policy", type=_str_list, default=["lru"], help=f"comma-separated: {POLICY_HELP}")
-    rp.add_argument("--buffer", type=_int_list, default=[4096], help="comma-separated buffer sizes in slots (default 4096)")
+    rp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
+                    help=f"comma-separated: {POLICY_HELP} (default lru)")
+    rp.add_argument("--buffer", type=comma_list(buffer_size), default=[4096],
+                    help="comma-separated buffer sizes in slots per request and layer (default 4096)")
     _add_step_rules(rp)
     rp.add_argument("--json", action="store_true", help="print the summary as a JSON list of records")
     rp.add_argument("--out", metavar="PATH", help="write per-step misses (request, layer, step, ctx_len, "
                                                  "policy, buffer, misses) to .parquet or .csv")
     rp.add_argument("--plot", metavar="PNG", help="plot misses per step, rolling mean, per policy x buffer")
-    rp.add_argument("--window", type=int, default=100, help="rolling window of --plot, in steps (default 100)")
+    rp.add_argument("--window", type=positive_int, default=100, help="rolling window of --plot, in steps (default 100)")
     rp.set_defaults(run=run_replay)
+    declare_io(rp, inputs=["trace"], outputs=[Output("out", suffixes=(".parquet", ".csv")),
+                                              Output("plot", suffixes=(".png",))])
 
     mp = sub.add_parser("mrc", help="miss-ratio curve: misses for every buffer size",
                         description="Misses against buffer size. Sequential LRU from an empty buffer "
@@ -61,16 +65,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                     "prefix-initialised buffers are replayed size by size on a grid "
                                     "(--step); the output says which method ran.")
     add_trace_input(mp)
-    mp.add_argument("--policy", type=_str_list, default=["lru"], help="comma-separated, e.g. lru,opt (default lru)")
-    mp.add_argument("--min-buffer", type=int, default=None, help="smallest size (default k)")
-    mp.add_argument("--max-buffer", type=int, default=None, help="largest size (default 4k)")
-    mp.add_argument("--step", type=int, default=None,
+    mp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
+                    help=f"comma-separated: {POLICY_HELP} (default lru)")
+    mp.add_argument("--min-buffer", type=buffer_size, default=None, help="smallest size (default k)")
+    mp.add_argument("--max-buffer", type=buffer_size, default=None, help="largest size (default 4k)")
+    mp.add_argument("--step", type=positive_int, default=None,
                     help="grid step for per-size replays (default k/8); the one-pass method gives every size")
     _add_step_rules(mp)
     mp.add_argument("--json", action="store_true", help="print JSON records")
     mp.add_argument("--out", metavar="CSV", help="write the curve (policy, buffer, semantics, accesses, misses, miss_ratio)")
     mp.add_argument("--plot", metavar="PNG", help="plot miss ratio against buffer size")
     mp.set_defaults(run=run_mrc)
+    declare_io(mp, inputs=["trace"], outputs=[Output("out", suffixes=(".parquet", ".csv")),
+                                              Output("plot", suffixes=(".png",))])
 
 
 def _configs(args, policies):
@@ -81,18 +88,81 @@ def _configs(args, policies):
             for p in policies for b in getattr(args, "buffer", [0])]
 
 
-def _write_table(df, path: str) -> None:
+def _checked(cfg, k: int, option: str):
+    """The config checked against the trace's k; the error names the option that set it."""
     from ..errors import HisparseError
-    from ..trace.fileio import atomic_output
 
-    if path.endswith(".parquet"):
-        with atomic_output(path) as fh:
+    try:
+        return cfg.check(k)
+    except HisparseError as exc:
+        raise HisparseError(f"{option} {cfg.buffer} (--policy {cfg.policy}): {exc}") from None
+
+
+# Memory a replay needs per worker thread, from the engine's allocations (simulator/replay/engine.py
+# _replay: per position pw 3 x int64 and pos_slot int64, plus OPT's next-use int64; per slot sw 5 x 8
+# int64 words, slot_pos and mark int64). An upper bound for every policy; the C LRU needs less.
+BYTES_PER_POSITION = 5 * 8
+BYTES_PER_SLOT = (5 * 8 + 2) * 8
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), in bytes; None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _check_memory(trace, buffer: int, workers: int) -> None:
+    """Refuse, before any work, a replay whose context or buffer needs more memory than the
+    machine has (a position near 2**31 in a .npy array makes a 2**31-token context)."""
+    from ..errors import HisparseError
+
+    max_ctx = getattr(trace, "max_ctx", None)
+    available = _available_memory()
+    if max_ctx is None or available is None:
+        return
+    threads = max(1, min(workers, len(trace)))
+    need = threads * (BYTES_PER_POSITION * max_ctx + BYTES_PER_SLOT * min(buffer, max_ctx + 1))
+    if need > available:
+        raise HisparseError(f"{trace.path}: contexts up to {max_ctx} tokens with buffers up to {buffer} slots need "
+                            f"about {need / 2**30:.1f} GiB for {threads} worker(s); {available / 2**30:.1f} GiB "
+                            "are available (fewer --workers, or check the trace's positions and --ctx0)")
+
+
+# The engine allocates a few words per slot (simulator/replay/engine.py: 5 x 8 words of int64 per
+# slot, then per-slot arrays): up to 2**20 slots that is a few hundred MB; above it a buffer is
+# first checked against the trace's largest context, past which every size misses the same.
+LARGE_BUFFER = 2**20
+
+
+def _check_large_buffers(trace, buffers) -> None:
+    from ..errors import HisparseError
+
+    big = [b for b in buffers if b > LARGE_BUFFER]
+    if not big:
+        return
+    largest = max(int(s.ctx_len.max()) for s in trace if s.steps)
+    for b in big:
+        if b > largest:
+            raise HisparseError(f"--buffer {b}: larger than the trace's largest context ({largest}); a buffer "
+                                f"of {largest} slots already holds every position (and misses the same), "
+                                "while the engine's memory grows with the slots")
+
+
+def _write_table(df, path: str) -> None:
+    """``path`` ends in .parquet or .csv (checked with the other outputs before the replay)."""
+    from ..fileio import atomic_output
+
+    with atomic_output(path) as fh:
+        if path.lower().endswith(".parquet"):
             df.to_parquet(fh, index=False)
-    elif path.endswith(".csv"):
-        with atomic_output(path) as fh:
+        else:
             fh.write(df.to_csv(index=False).encode())
-    else:
-        raise HisparseError(f"--out {path}: use a .parquet or .csv file name")
 
 
 def _print_records(records: list[dict], cols: list[str]) -> None:
@@ -107,9 +177,13 @@ def _print_records(records: list[dict], cols: list[str]) -> None:
 def run_replay(args: argparse.Namespace) -> int:
     from ..progress import progress
     from ..replay.api import per_step_frame, replay_source
+    from ..replay.policies import POLICIES
 
-    trace = open_input(args)
-    configs = [c.check(trace.meta.k) for c in _configs(args, args.policy)]
+    policies = check_policies(args.policy, POLICIES)
+    trace = open_input(args, need_accesses=True)
+    configs = [_checked(c, trace.meta.k, "--buffer") for c in _configs(args, policies)]
+    _check_large_buffers(trace, args.buffer)
+    _check_memory(trace, max(args.buffer), args.workers)
     want_steps = bool(args.out or args.plot)
     records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
                                   wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
@@ -137,24 +211,41 @@ def run_mrc(args: argparse.Namespace) -> int:
 
     from ..errors import HisparseError
     from ..replay import ReplayConfig, miss_ratio_curve
+    from ..replay.policies import POLICIES
 
-    trace = open_input(args)
+    policies = check_policies(args.policy, POLICIES)
+    if args.min_buffer and args.max_buffer and args.max_buffer < args.min_buffer:
+        raise HisparseError(f"--max-buffer {args.max_buffer} is below --min-buffer {args.min_buffer}")
+    trace = open_input(args, need_accesses=True)
     k = trace.meta.k
     lo = args.min_buffer or k
     hi = args.max_buffer or 4 * k
     step = args.step or max(1, k // 8)
     if hi < lo:
         raise HisparseError(f"--max-buffer {hi} is below the smallest size {lo}")
-    min_ctx = min((int(s.ctx_len.min()) for s in trace if s.steps), default=0)
-    curves, methods = [], {}
-    for policy in args.policy:
-        cfg = ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
-                           reserve_newest=args.reserve_newest, seed=args.seed).check(k)
-        from ..replay.mrc import one_pass_applies
+    _check_memory(trace, hi, args.workers)
+    spans = [(int(s.ctx_len.min()), int(s.ctx_len.max())) for s in trace if s.steps]
+    min_ctx, max_ctx = min(a for a, _ in spans), max(b for _, b in spans)
+    if hi > max(lo, max_ctx):  # a buffer that holds the whole context misses the same at any size
+        print(f"hisparse: note: sizes above the largest context ({max_ctx}) miss as {max_ctx} does: "
+              f"the curve stops at {max(lo, max_ctx)}, not --max-buffer {hi}", file=sys.stderr)
+        hi = max(lo, max_ctx)
+    from ..replay.mrc import one_pass_applies
 
-        sizes = list(range(lo, hi + 1)) if one_pass_applies(cfg, min_ctx, hi) else list(range(lo, hi + 1, step))
+    plans = []  # (policy, config, sizes), all checked before the first replay
+    for policy in policies:
+        cfg = _checked(ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
+                                    reserve_newest=args.reserve_newest, seed=args.seed), k, "--min-buffer")
+        one_pass = one_pass_applies(cfg, min_ctx, hi)
+        sizes = list(range(lo, hi + 1, 1 if one_pass else step))
         if sizes[-1] != hi:
             sizes.append(hi)
+        if not one_pass and len(sizes) > MAX_GRID_SIZES:
+            raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {policy}, each one "
+                                f"replay (at most {MAX_GRID_SIZES}); give a larger --step or a narrower range")
+        plans.append((policy, cfg, sizes))
+    curves, methods = [], {}
+    for policy, cfg, sizes in plans:
         curve, method = miss_ratio_curve(lambda: iter(trace), cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
                                          source=trace)
         methods[policy] = method

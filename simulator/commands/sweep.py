@@ -4,6 +4,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+
+from .common import Output, buffer_size, declare_io, positive_float, positive_int, seed_int
+
+# The value each grid option takes (types are checked on loading; these are the ranges), the same
+# argparse types `hisparse replay` and `hisparse plan` use, so a bad value fails before any point runs.
+RANGES = {"buffer": buffer_size, "seed": seed_int, "concurrency": positive_int, "rate": positive_float,
+          "device_buffer_size": buffer_size, "host_to_device_ratio": positive_float, "slo_tpot_ms": positive_float,
+          "slo_ttft_s": positive_float}
+CHOICES = {"semantics": ("batched", "sequential"), "initial": ("prefix", "empty")}
+
+
+def _grid_keys() -> str:
+    from ..sweep.grid import OPTIONS
+
+    return "\n".join(f"  {kind}: {', '.join(opts)}" for kind, opts in OPTIONS.items())
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -13,27 +29,86 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "and run them on Ray: a local instance by default, or an existing cluster "
                                    "with --address. Each finished point is written at once (OUT/parts/); "
                                    "OUT/results.parquet holds one row per point, inputs and outputs. A failing "
-                                   "point records its error and the sweep goes on.\n\nGrid file:\n"
+                                   "point records its error and the sweep goes on; the exit status is 1 if "
+                                   "any point failed (0 with --keep-going).\n\nGrid file (examples/ has one "
+                                   "of each kind):\n"
                                    "  kind = \"replay\"\n  [fixed]\n  trace = \"traces/synthetic-dsa-like.hst\"\n"
-                                   "  [grid]\n  policy = [\"lru\", \"opt\"]\n  buffer = [2048, 4096]")
+                                   "  [grid]\n  policy = [\"lru\", \"opt\"]\n  buffer = [2048, 4096]\n\n"
+                                   "Grid keys (the options of hisparse replay / hisparse plan):\n" + _grid_keys())
     p.add_argument("grid", metavar="GRID.toml", help="grid file")
     p.add_argument("--out", default="sweep-out", metavar="DIR", help="output folder (default sweep-out)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="CPUs of the local Ray instance")
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 2,
+                   help="CPUs of the local Ray instance (default: this machine's cores)")
     p.add_argument("--resume", action="store_true", help="skip points already finished in --out")
     p.add_argument("--no-ray", dest="use_ray", action="store_false", help="run the points in this process")
-    p.add_argument("--max-points", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--keep-going", action="store_true",
+                   help="exit 0 even if some points failed (they are listed and recorded either way)")
+    p.add_argument("--max-points", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_sweep_cmd)
+    declare_io(p, inputs=["grid"], outputs=[Output("out", kind="dir")])
+
+
+def check_values(grid, path: str) -> None:
+    """Every point's values in their ranges (and policies known), before any point runs."""
+    from ..errors import HisparseError
+    from ..replay.policies import POLICIES
+    from .common import check_policies
+
+    checked: set[str] = set()
+    for point in grid.points:
+        for key, value in point.items():
+            if key in RANGES:
+                try:
+                    RANGES[key](str(value))
+                except argparse.ArgumentTypeError as exc:
+                    raise HisparseError(f"{path}: {key} = {value!r}: {exc}") from None
+            elif key in CHOICES and value not in CHOICES[key]:
+                raise HisparseError(f"{path}: {key} = {value!r}: expected one of {', '.join(CHOICES[key])}")
+            elif key == "policy" and grid.kind == "replay":
+                check_policies([value], POLICIES, option=f"{path}: policy")
+            elif key == "trace":
+                _check_trace(value, path, checked)
+
+
+def _check_trace(value: str, path: str, checked: set[str]) -> None:
+    """A grid's trace exists, reads, and holds accesses (once per distinct file)."""
+    from ..errors import HisparseError
+    from ..trace import open_trace
+    from .common import require_accesses
+
+    if value in checked:
+        return
+    if not os.path.isfile(value):
+        raise HisparseError(f"{path}: trace = {value!r}: no such file (paths are relative to the "
+                            "folder the sweep runs in)")
+    try:
+        require_accesses(open_trace(value), value)
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: trace = {value!r}: {exc}") from None
+    checked.add(value)
+
+
+def _print_failures(table, limit: int = 20) -> None:
+    """One stderr line per failed point: its options and its error."""
+    from ..sweep.grid import OPTIONS
+
+    failed = table[table["error"] != ""]
+    for _, row in failed.head(limit).iterrows():
+        options = [k for k in OPTIONS[row["kind"]] if k in row.index and row[k] == row[k]]  # not NaN
+        where = ", ".join(f"{k}={row[k]}" for k in options)
+        print(f"hisparse: point {row['point']} ({where}) failed: {row['error']}", file=sys.stderr)
+    if len(failed) > limit:
+        print(f"hisparse: ... and {len(failed) - limit} more failed points (see the error column)", file=sys.stderr)
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
-    import sys
-
     from ..sweep.grid import load_grid
     from ..sweep.runner import run_sweep
 
     grid = load_grid(args.grid)
+    check_values(grid, args.grid)
 
     def bar(total: int, done: int):
         if args.quiet or not sys.stderr.isatty():
@@ -45,6 +120,8 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
     table = run_sweep(grid, args.out, address=args.address, workers=args.workers, resume=args.resume,
                       use_ray=args.use_ray, max_points=args.max_points, progress=bar)
     failed = int((table["error"] != "").sum()) if "error" in table else 0
+    if failed:
+        _print_failures(table)
     print(f"{len(table)} of {len(grid.points)} points in {os.path.join(args.out, 'results.parquet')}"
           f" ({failed} failed)")
-    return 0
+    return 1 if failed and not args.keep_going else 0

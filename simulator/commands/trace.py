@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 
-from .common import add_trace_input, open_input, print_json, print_table
+from .common import (
+    Output,
+    add_trace_input,
+    declare_io,
+    nonneg_int,
+    open_input,
+    positive_int,
+    print_json,
+    print_table,
+    seed_int,
+)
+
+# .hst outputs end in .hst: every command reads any other name ending in .npy as a numpy array.
+HST_OUT = Output("out", suffixes=(".hst",))
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -20,27 +35,29 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                           "published DSA statistics (traces/targets/); high-overlap (formerly dsa-like: ~95%% "
                           "adjacent-step overlap, which no DSA measurement supports), high-locality, bursty")
     src.add_argument("--knobs", metavar="FILE", help="a knobs .toml file (from `trace fit` or edited by hand)")
-    gen.add_argument("--steps", type=int, default=None,
+    gen.add_argument("--steps", type=positive_int, default=None,
                      help="decode steps per stream (default: a fitted preset's shape, else 512)")
-    gen.add_argument("--layers", type=int, default=None,
+    gen.add_argument("--layers", type=positive_int, default=None,
                      help="layers per request; a profile spreads over them by depth (default: a fitted "
                           "preset's model, e.g. 78 for glm51-longbench, else 4)")
-    gen.add_argument("--requests", type=int, default=None, help="requests (default: a fitted preset's shape, else 2)")
-    gen.add_argument("--topk", type=int, default=None, help="k, entries selected per step (default 2048)")
-    gen.add_argument("--ctx0", type=int, default=None,
+    gen.add_argument("--requests", type=positive_int, default=None,
+                     help="requests (default: a fitted preset's shape, else 2)")
+    gen.add_argument("--topk", type=positive_int, default=None, help="k, entries selected per step (default 2048)")
+    gen.add_argument("--ctx0", type=positive_int, default=None,
                      help="context length at step 0 (default: a fitted preset's, e.g. 100384, else 32768)")
-    gen.add_argument("--seed", type=int, default=None, help="random seed (default: a fitted preset's, else 0)")
+    gen.add_argument("--seed", type=seed_int, default=None, help="random seed (default: a fitted preset's, else 0)")
     gen.add_argument("--out", required=True, metavar="PATH", help="output .hst path (written atomically)")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(run=run_gen)
+    declare_io(gen, inputs=["knobs"], outputs=[HST_OUT])
 
     info = sub.add_parser("info", help="summarise a trace (structure measures, compactness)",
                           description="Streams, steps, k, context range, adjacent-step overlap "
                                       "(|S_t & S_t-1| / k: mean and 10th percentile), sink and local "
                                       "shares, adjacent-layer overlap, bytes per access and source.")
     add_trace_input(info)
-    info.add_argument("--sink", type=int, default=16, metavar="N", help="sink region: first N positions (default 16)")
-    info.add_argument("--local", type=int, default=128, metavar="N",
+    info.add_argument("--sink", type=nonneg_int, default=16, metavar="N", help="sink region: first N positions (default 16)")
+    info.add_argument("--local", type=nonneg_int, default=128, metavar="N",
                       help="local region: last N positions of context (default 128)")
     info.add_argument("--json", action="store_true", help="print JSON")
     info.set_defaults(run=run_info)
@@ -58,6 +75,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("--keep-order", action="store_true",
                       help="keep each step's stored order (larger files); default stores steps sorted")
     conv.set_defaults(run=run_convert)
+    declare_io(conv, inputs=["trace"], outputs=[HST_OUT])
 
     cmp = sub.add_parser("compare", help="a trace's statistics beside published targets",
                          description="Measure a trace's statistics (per-layer consecutive-step overlap, "
@@ -68,23 +86,25 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_trace_input(cmp)
     cmp.add_argument("--targets", metavar="T.toml", action="append",
                      help="targets file or shipped name; repeat for several (default: every shipped one)")
-    cmp.add_argument("--warmup", type=int, default=None, metavar="N",
+    cmp.add_argument("--warmup", type=nonneg_int, default=None, metavar="N",
                      help="steps left out of steady-state statistics (default: the targets' [shape] warmup)")
     cmp.add_argument("--per-layer", action="store_true", help="also print the per-layer table")
     cmp.add_argument("--json", action="store_true", help="print JSON (targets, per-layer statistics, LRU curve)")
     cmp.add_argument("--plot", metavar="PNG",
                      help="plot per-layer consecutive overlap and LRU miss ratio against B/k, with the targets")
     cmp.set_defaults(run=run_compare)
+    declare_io(cmp, inputs=["trace", "targets"], outputs=[Output("plot", suffixes=(".png",))])
 
     exp = sub.add_parser("export", help="export one stream for other tools (libCacheSim)",
                          description="Export one stream as libCacheSim oracleGeneral records "
                                      "(24 bytes each, next-access times filled in).")
     add_trace_input(exp)
     exp.add_argument("--format", required=True, choices=["oracle-general"], help="output format")
-    exp.add_argument("--request", type=int, default=None, help="request of the stream (default: the first)")
-    exp.add_argument("--layer", type=int, default=None, help="layer of the stream (default: the first)")
+    exp.add_argument("--request", type=nonneg_int, default=None, help="request of the stream (default: the first)")
+    exp.add_argument("--layer", type=nonneg_int, default=None, help="layer of the stream (default: the first)")
     exp.add_argument("--out", required=True, metavar="PATH", help="output path (written atomically)")
     exp.set_defaults(run=run_export)
+    declare_io(exp, inputs=["trace"], outputs=[Output("out")])
 
     from . import trace_record  # record and fit: real-model traces (issue 4)
 
@@ -92,13 +112,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def run_gen(args: argparse.Namespace) -> int:
+    from ..errors import HisparseError
     from ..progress import progress
     from ..trace import TraceWriter
     from ..trace.generator import generate, knobs_dict, load_knobs
 
+    if args.knobs and not os.path.isfile(args.knobs):
+        raise HisparseError(f"--knobs {args.knobs}: no such file")
     spec = args.knobs or args.preset
     knobs = load_knobs(spec)
     _shape_defaults(args, None if args.knobs else args.preset)
+    if args.topk > args.ctx0:
+        raise HisparseError(f"--topk {args.topk} is larger than the context (--ctx0 {args.ctx0}): "
+                            "a step selects at most ctx_len positions")
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": spec if not args.knobs else None,
               "knobs": knobs_dict(knobs), "seed": args.seed}
     streams = generate(knobs, steps=args.steps, layers=args.layers, requests=args.requests,
@@ -176,6 +202,9 @@ def run_info(args: argparse.Namespace) -> int:
     from ..trace.stats import trace_info
 
     info = trace_info(open_input(args), sink=args.sink, local=args.local)
+    if not info.get("accesses"):
+        print(f"hisparse: note: {args.trace} holds no accesses (every step is empty or -1 padding): "
+              "nothing to replay", file=sys.stderr)
     if args.json:
         print_json(info)
     else:
@@ -187,11 +216,16 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     trace = open_input(args)
-    n = steps = 0
+    n = steps = accesses = 0
     for s in trace:
         n += 1
         steps += s.steps
-    print(f"{args.trace}: valid ({n} streams, {steps} steps, k = {trace.meta.k})")
+        accesses += s.accesses
+    note = "" if accesses else "; no accesses: every step is empty or -1 padding, nothing to replay"
+    if getattr(trace, "version", 2) < 2:
+        note += ("; format version 1: chunk headers are checked against the index only "
+                 "(hisparse trace convert --keep-order rewrites it as version 2)")
+    print(f"{args.trace}: valid ({n} streams, {steps} steps, {accesses} accesses, k = {trace.meta.k}{note})")
     return 0
 
 
@@ -207,13 +241,10 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from ..errors import HisparseError
     from ..trace.oracle import write_oracle_general
 
-    trace = open_input(args)
+    trace = open_input(args, need_accesses=True)
     keys = trace.keys
-    if not keys:
-        raise HisparseError(f"{args.trace}: the trace holds no streams")
     request = keys[0].request if args.request is None else args.request
     layer = keys[0].layer if args.layer is None else args.layer
     n = write_oracle_general(trace.read((request, layer)), args.out)

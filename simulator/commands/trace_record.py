@@ -5,12 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"comma-separated integers expected, got {text!r}") from None
+from .common import Output, comma_list, declare_io, positive_int, seed_int
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -28,19 +23,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                      help="smollm2-135m, gemma3-270m, or a .gguf file (llama or gemma3 architecture)")
     rec.add_argument("--text", required=True, metavar="FILE[,FILE...]",
                      help="text files, joined by a blank line; the prompt is their first N tokens")
-    rec.add_argument("--prompt-tokens", type=int, required=True, metavar="N", help="prompt length in tokens")
-    rec.add_argument("--steps", type=int, required=True, metavar="N", help="decode steps to record")
-    rec.add_argument("--topk", type=_ints, required=True, metavar="K[,K...]", help="k, one file per value")
+    rec.add_argument("--prompt-tokens", type=positive_int, required=True, metavar="N", help="prompt length in tokens")
+    rec.add_argument("--steps", type=positive_int, required=True, metavar="N", help="decode steps to record")
+    rec.add_argument("--topk", type=comma_list(positive_int), required=True, metavar="K[,K...]", help="k, one file per value")
     rec.add_argument("--out", required=True, metavar="PATH", help="output .hst path (see above for several k)")
     rec.add_argument("--resume", action="store_true",
                      help="finish an interrupted recording of the same command (its .partial and "
                           ".ckpt files); the result equals an uninterrupted run's, byte for byte")
-    rec.add_argument("--prefill-chunk", type=int, default=512, metavar="N",
+    rec.add_argument("--prefill-chunk", type=positive_int, default=512, metavar="N",
                      help="prompt tokens per prefill pass (memory; default 512)")
-    rec.add_argument("--checkpoint-every", type=int, default=64, metavar="N",
+    rec.add_argument("--checkpoint-every", type=positive_int, default=64, metavar="N",
                      help="steps per chunk and per checkpoint (default 64)")
     rec.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     rec.set_defaults(run=run_record)
+    declare_io(rec, inputs=["model", "text"], outputs=[Output("out", suffixes=(".hst",))])
 
     fit = sub.add_parser(
         "fit", help="fit the synthetic generator's knobs to a trace",
@@ -59,16 +55,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--targets", metavar="T.toml",
                      help="fit to the statistics of a targets file instead of a trace (a path, or a "
                           "shipped name: glm51-longbench, dsv32); --seed etc. then come from its [shape]")
-    fit.add_argument("--iterations", type=int, default=6, metavar="N",
+    fit.add_argument("--iterations", type=positive_int, default=6, metavar="N",
                      help="--targets: Levenberg-Marquardt iterations at most (default 6)")
     fit.add_argument("--out", required=True, metavar="PATH", help="knobs .toml to write (atomically)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the calibration runs (default 0)")
-    fit.add_argument("--layers", type=int, default=2, metavar="N",
+    fit.add_argument("--seed", type=seed_int, default=0, help="seed of the calibration runs (default 0)")
+    fit.add_argument("--layers", type=positive_int, default=2, metavar="N",
                      help="layers per calibration run (default 2)")
-    fit.add_argument("--requests", type=int, default=2, metavar="N",
+    fit.add_argument("--requests", type=positive_int, default=2, metavar="N",
                      help="requests per calibration run (default 2; more is slower and steadier)")
-    fit.add_argument("--rounds", type=int, default=2, metavar="N", help="calibration rounds (default 2)")
-    fit.add_argument("--iters", type=int, default=6, metavar="N",
+    fit.add_argument("--rounds", type=positive_int, default=2, metavar="N", help="calibration rounds (default 2)")
+    fit.add_argument("--iters", type=positive_int, default=6, metavar="N",
                      help="bisection steps per knob and round (default 6)")
     fit.add_argument("--recover", action="store_true", help="read a trace whose writer never closed it")
     fit.add_argument("--compare", action="store_true",
@@ -77,6 +73,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                           "4 requests x 2 layers, seed + 1)")
     fit.add_argument("--quiet", action="store_true", help="print nothing")
     fit.set_defaults(run=run_fit)
+    declare_io(fit, inputs=["trace"], outputs=[Output("out", suffixes=(".toml",))])
 
 
 def run_record(args: argparse.Namespace) -> int:
@@ -103,8 +100,8 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.targets is not None:
         return _run_fit_targets(args)
     from ..analysis.fit import fit_knobs
+    from ..fileio import atomic_output
     from ..trace import open_trace
-    from ..trace.fileio import atomic_output
     from ..trace.generator import knobs_to_toml
 
     trace = open_trace(args.trace, recover=args.recover)
@@ -129,7 +126,7 @@ def run_fit(args: argparse.Namespace) -> int:
 def _run_fit_targets(args: argparse.Namespace) -> int:
     from ..analysis.fit_targets import fit_targets
     from ..analysis.targets import load_targets
-    from ..trace.fileio import atomic_output
+    from ..fileio import atomic_output
     from ..trace.generator import knobs_to_toml
     from .trace import print_target_rows
 

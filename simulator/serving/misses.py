@@ -144,7 +144,7 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         raise HisparseError(f"{label}: a trace request has no decode steps")
     ctx = _first_context(streams)
     if use_cache:
-        from ..trace.fileio import atomic_output
+        from ..fileio import atomic_output
 
         with atomic_output(cached) as fh:
             np.savez(fh, ctx0=np.int64(ctx), **{f"r{i}": a for i, a in enumerate(shares)})

@@ -57,14 +57,19 @@ def load_grid(path: str | Path) -> Grid:
         raise HisparseError(f"{path}: no such grid file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise HisparseError(f"{path}: cannot read the grid file ({exc.strerror or exc})") from None
     kind = data.get("kind")
-    if kind not in OPTIONS:
+    if not isinstance(kind, str) or kind not in OPTIONS:
         raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")
     extra = sorted(set(data) - {"kind", "fixed", "grid"})
     if extra:
         raise HisparseError(f"{path}: unknown section(s) {', '.join(extra)} (kind, [fixed], [grid])")
     merged: dict[str, list] = {}
     for section in ("fixed", "grid"):
+        if not isinstance(data.get(section, {}), dict):
+            raise HisparseError(f"{path}: {section} must be a table ([{section}] with key = value lines), "
+                                f"got {data[section]!r}")
         for key, value in data.get(section, {}).items():
             if key not in OPTIONS[kind]:
                 raise HisparseError(f"{path}: [{section}] {key}: not a {kind} option "

@@ -3,6 +3,8 @@ writing each finished point to its own parquet part so a killed sweep resumes lo
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import HisparseError
-from ..trace.fileio import atomic_output
+from ..fileio import atomic_output
 from .grid import Grid, point_id
 from .points import run_point
 
@@ -43,6 +45,22 @@ def _serial(kind: str, todo: list[dict]) -> Iterator[tuple[dict, dict]]:
         yield p, run_point(kind, p)
 
 
+@contextlib.contextmanager
+def _quiet_token_notice() -> Iterator[None]:
+    """Starting a local instance, Ray (>= 2.5x) turns token authentication on (a token in
+    ~/.ray/auth_token, made if missing) and logs a warning saying so on every start. The
+    behaviour is right for a local instance; only the notice is dropped. (Setting RAY_AUTH_MODE
+    from here instead is read too late: Ray caches its config at import, and its GCS then finds
+    no token.)"""
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _on_ray(kind: str, todo: list[dict], address: str | None, workers: int) -> Iterator[tuple[dict, dict]]:
     try:
         import ray
@@ -53,9 +71,10 @@ def _on_ray(kind: str, todo: list[dict], address: str | None, workers: int) -> I
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                     runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [
-                         str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))}})
+            with _quiet_token_notice():
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [
+                             str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))}})
     remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
     slots = max(1, int(ray.cluster_resources().get("CPU", workers))) * 2
     pending: dict[Any, dict] = {}

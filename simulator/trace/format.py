@@ -1,9 +1,19 @@
 """The ``.hst`` trace file: a header with JSON metadata, coded chunks, an index and a footer.
 
-    header  b"HSPTRACE" u32 format_version, u32 meta_len, meta JSON
-    chunk   b"CHNK" request layer first_step steps width ordered accesses payload_len crc32, payload
-    index   b"INDX" u32 n, n entries (request layer first_step steps width ordered accesses offset)
+    header  b"HSPTRACE" u32 format_version, u32 meta_len, meta JSON, u32 header_crc32
+    chunk   b"CHNK" request layer first_step steps width ordered accesses ctx_last payload_len
+            payload_crc32 chunk_header_crc32, payload
+    index   b"INDX" u32 n, n entries (request layer first_step steps width ordered accesses offset
+            ctx_last)
     footer  u64 index_offset, u32 index_crc32, b"HSPEND!!"
+
+Every byte is covered by a checksum: the header's (version, meta_len and metadata), each chunk
+header's own (so a damaged header is caught before its fields are trusted: ``--recover`` stops
+there instead of inventing a request), each payload's, and the index's. A chunk header must also
+agree with its index entry. ``ctx_last`` (a chunk's largest ctx_len) lets a reader size a replay
+from the index alone. Version 1 files (no header checksums, no ctx_last) are still read: their chunk
+headers are checked against the index; ``hisparse trace convert OLD --keep-order --out NEW``
+rewrites one as version 2 with the same streams.
 
 A stream is one or more chunks of consecutive steps (a deployment hook writes them as they
 come). Streams are decoded one at a time, so memory is bounded by one stream. A file without a
@@ -25,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TraceError
+from ..fileio import replace_into, temp_beside
 from .codec import check_stream, decode_stream, encode_stream
-from .fileio import temp_beside
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -35,8 +45,12 @@ if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs i
 MAGIC = b"HSPTRACE"
 END_MAGIC = b"HSPEND!!"
 _HEAD = struct.Struct("<8sII")
-_CHUNK = struct.Struct("<4sIIIIIB3xQQI")
-_ENTRY = struct.Struct("<IIIIIB3xQQ")
+_CHUNK_V1 = struct.Struct("<4sIIIIIB3xQQI")
+_CHUNK_HEAD = struct.Struct("<4sIIIIIB3xQQQI")  # version 2: + ctx_last (the chunk's largest ctx_len)
+_CHUNK = struct.Struct("<4sIIIIIB3xQQQII")  # version 2 as stored: + crc32 of the 56 bytes before it
+READ_VERSIONS = (1, 2)
+_ENTRY_V1 = struct.Struct("<IIIIIB3xQQ")
+_ENTRY = struct.Struct("<IIIIIB3xQQQ")  # version 2: + ctx_last
 _FOOT = struct.Struct("<QI8s")
 _U32 = struct.Struct("<I")
 SUFFIX = ".hst"
@@ -52,10 +66,18 @@ class ChunkInfo:
     ordered: bool
     accesses: int
     offset: int
+    ctx_last: int = 0  # the chunk's last (largest) ctx_len; 0 in version-1 files (not stored)
 
     def entry(self) -> bytes:
         return _ENTRY.pack(self.request, self.layer, self.first_step, self.steps, self.width,
-                           self.ordered, self.accesses, self.offset)
+                           self.ordered, self.accesses, self.offset, self.ctx_last)
+
+
+def _chunk_header(info: ChunkInfo, payload_len: int, payload_crc: int) -> bytes:
+    """A version-2 chunk header: its fields, then the crc32 of those fields."""
+    head = _CHUNK_HEAD.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps, info.width,
+                            info.ordered, info.accesses, info.ctx_last, payload_len, payload_crc)
+    return head + _U32.pack(zlib.crc32(head))
 
 
 class TraceWriter:
@@ -87,7 +109,8 @@ class TraceWriter:
             self._tmp = None
             self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         meta = json.dumps(self.meta.to_json(), sort_keys=True).encode()
-        self._fh.write(_HEAD.pack(MAGIC, FORMAT_VERSION, len(meta)) + meta)
+        head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(meta)) + meta
+        self._fh.write(head + _U32.pack(zlib.crc32(head[8:])))
         self._chunks: list[ChunkInfo] = []
         self._next_step: dict[StreamKey, int] = {}
         self._last_ctx: dict[StreamKey, int] = {}
@@ -161,10 +184,9 @@ class TraceWriter:
                              path=self.path, request=key.request, layer=key.layer, step=start)
         payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order)
         info = ChunkInfo(key.request, key.layer, start, int(indices.shape[0]), int(indices.shape[1]),
-                         ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell())
-        self._fh.write(_CHUNK.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps,
-                                   info.width, info.ordered, info.accesses, len(payload),
-                                   zlib.crc32(payload)))
+                         ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell(),
+                         int(ctx_len[-1]) if len(ctx_len) else last_ctx)
+        self._fh.write(_chunk_header(info, len(payload), zlib.crc32(payload)))
         self._fh.write(payload)
         if not self._atomic:
             self._fh.flush()
@@ -184,7 +206,7 @@ class TraceWriter:
         self._fh.close()
         self._closed = True
         if self._tmp:
-            os.replace(self._tmp, self.path)
+            replace_into(self._tmp, self.path)
 
     def abort(self) -> None:
         """Drop the file (atomic) or leave what was flushed (non-atomic): used on errors."""
@@ -237,11 +259,23 @@ class TraceReader:
         if len(head) < _HEAD.size or head[:8] != MAGIC:
             raise self._fail("not a hisparse trace file (bad magic); traces are .hst files or .npy arrays")
         _, version, meta_len = _HEAD.unpack(head)
-        if version != FORMAT_VERSION:
-            raise self._fail(f"unknown format version {version} (this hisparse-sim reads version {FORMAT_VERSION})")
+        if version not in READ_VERSIONS:
+            raise self._fail(f"unknown format version {version} (this hisparse-sim reads versions "
+                             f"{', '.join(map(str, READ_VERSIONS))})")
+        self.version = version
+        self._chunk_struct = _CHUNK if version >= 2 else _CHUNK_V1
+        self._entry_struct = _ENTRY if version >= 2 else _ENTRY_V1
         raw = self._fh.read(meta_len)
         if len(raw) < meta_len:
             raise self._fail("truncated file: metadata is cut short")
+        data_start = _HEAD.size + meta_len
+        if version >= 2:
+            crc = self._fh.read(_U32.size)
+            if len(crc) < _U32.size:
+                raise self._fail("truncated file: header is cut short")
+            if _U32.unpack(crc)[0] != zlib.crc32(head[8:] + raw):
+                raise self._fail("corrupt header (checksum mismatch)")
+            data_start += _U32.size
         try:
             meta = json.loads(raw)
         except ValueError:
@@ -252,7 +286,7 @@ class TraceReader:
         if not isinstance(meta["k"], int) or meta["k"] < 1:
             raise self._fail(f"metadata 'k' must be a positive integer, got {meta['k']!r}")
         return TraceMeta(k=meta["k"], source=meta["source"], format_version=version,
-                         extra=meta.get("extra", {})), _HEAD.size + meta_len
+                         extra=meta.get("extra", {})), data_start
 
     def _read_index(self, recover: bool) -> list[ChunkInfo]:
         if self.file_bytes >= self._data_start + _FOOT.size:
@@ -264,10 +298,11 @@ class TraceReader:
                 self._fh.seek(offset)
                 index = self._fh.read(self.file_bytes - _FOOT.size - offset)
                 n = _U32.unpack(index[4:8])[0] if len(index) >= 8 else -1
-                if zlib.crc32(index) != crc or index[:4] != b"INDX" or len(index) != 8 + n * _ENTRY.size:
+                size = self._entry_struct.size
+                if zlib.crc32(index) != crc or index[:4] != b"INDX" or len(index) != 8 + n * size:
                     raise self._fail("corrupt index (checksum mismatch)")
                 return [ChunkInfo(*e[:5], bool(e[5]), *e[6:])
-                        for e in _ENTRY.iter_unpack(index[8:])]
+                        for e in self._entry_struct.iter_unpack(index[8:])]
         if not recover:
             raise self._fail("truncated file: no index at the end (was the writer closed?); "
                              "pass --recover to read the complete chunks it has")
@@ -275,21 +310,46 @@ class TraceReader:
 
     def _scan_chunks(self) -> list[ChunkInfo]:
         """Walk chunk headers from the start; keep every complete chunk with a good checksum."""
-        chunks, pos = [], self._data_start
-        while pos + _CHUNK.size <= self.file_bytes:
+        chunks, pos, size = [], self._data_start, self._chunk_struct.size
+        next_step: dict[tuple[int, int], int] = {}
+        while pos + size <= self.file_bytes:
             self._fh.seek(pos)
-            fields = _CHUNK.unpack(self._fh.read(_CHUNK.size))
-            if fields[0] != b"CHNK":
+            info, plen, crc, _ = self._chunk_at(pos, self._fh.read(size))
+            if info is None or pos + size + plen > self.file_bytes or zlib.crc32(self._fh.read(plen)) != crc:
+                break  # a damaged header or payload: everything from here on is untrusted
+            key = (info.request, info.layer)
+            if next_step.get(key, info.first_step) != info.first_step:
                 break
-            _, req, layer, first, steps, width, ordered, acc, plen, crc = fields
-            if pos + _CHUNK.size + plen > self.file_bytes or zlib.crc32(self._fh.read(plen)) != crc:
-                break
-            chunks.append(ChunkInfo(req, layer, first, steps, width, bool(ordered), acc, pos))
-            pos += _CHUNK.size + plen
+            next_step[key] = info.first_step + info.steps
+            chunks.append(info)
+            pos += size + plen
         self.recovered = True
-        warnings.warn(f"{self.path}: no index (unclosed writer); recovered {len(chunks)} complete chunks",
+        note = ("" if self.version >= 2 else "; format version 1 has no chunk-header checksums: "
+                "rewrite it with hisparse trace convert --keep-order")
+        warnings.warn(f"{self.path}: no index (unclosed writer); recovered {len(chunks)} complete chunks{note}",
                       stacklevel=3)
         return chunks
+
+    def _chunk_at(self, pos: int, raw: bytes) -> tuple[ChunkInfo | None, int, int, str]:
+        """The chunk header at ``pos``: (info, payload_len, payload_crc, problem); info is None
+        when the header is cut short, not a chunk or (version 2) fails its checksum."""
+        size = self._chunk_struct.size
+        if len(raw) < size:
+            return None, 0, 0, "truncated chunk header"
+        fields = self._chunk_struct.unpack(raw)
+        if fields[0] != b"CHNK":
+            return None, 0, 0, "corrupt chunk header (bad magic)"
+        if self.version >= 2 and zlib.crc32(raw[:-_U32.size]) != fields[-1]:
+            return None, 0, 0, "corrupt chunk header (checksum mismatch)"
+        if self.version >= 2:
+            _, req, layer, first, steps, width, ordered, acc, ctx_last, plen, crc, _ = fields
+        else:
+            (_, req, layer, first, steps, width, ordered, acc, plen, crc), ctx_last = fields, 0
+        if ordered > 1 or steps < 1 or width < 1:
+            return None, 0, 0, "corrupt chunk header (impossible field values)"
+        if plen > self.file_bytes - pos - size:
+            return None, 0, 0, "truncated or corrupt chunk (its payload runs past the end of the file)"
+        return ChunkInfo(req, layer, first, steps, width, bool(ordered), acc, pos, ctx_last), plen, crc, ""
 
     # -- the trace interface shared with NpyTrace -------------------------------------------
     @property
@@ -299,6 +359,13 @@ class TraceReader:
     @property
     def accesses(self) -> int:
         return sum(c.accesses for cs in self._streams.values() for c in cs)
+
+    @property
+    def max_ctx(self) -> int | None:
+        """The largest ctx_len of any stream, from the index (None for version 1: not stored)."""
+        if self.version < 2:
+            return None
+        return max((c.ctx_last for cs in self._streams.values() for c in cs), default=0)
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -316,10 +383,13 @@ class TraceReader:
         out = []
         for c in self._streams[key]:
             self._fh.seek(c.offset)
-            fields = _CHUNK.unpack(self._fh.read(_CHUNK.size))
-            plen, crc = fields[-2], fields[-1]
+            info, plen, crc, problem = self._chunk_at(c.offset, self._fh.read(self._chunk_struct.size))
+            if info is None:
+                raise TraceError(f"{problem} at step {c.first_step}", **fail)
+            if info != c:  # the index and the chunk's own header must tell the same story
+                raise TraceError(f"corrupt chunk header at step {c.first_step} (disagrees with the index)", **fail)
             payload = self._fh.read(plen)
-            if fields[0] != b"CHNK" or len(payload) != plen:
+            if len(payload) != plen:
                 raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
             if zlib.crc32(payload) != crc:
                 raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
@@ -343,6 +413,9 @@ class TraceReader:
             except TraceError as exc:
                 step = None if exc.step is None else exc.step + c.first_step
                 raise TraceError(exc.problem, step=step, **fail) from None
+            if self.version >= 2 and c.steps and int(ctx_len[row + c.steps - 1]) != c.ctx_last:
+                raise TraceError(f"chunk at step {c.first_step}: its header says ctx_len reaches {c.ctx_last}, "
+                                 f"its payload {int(ctx_len[row + c.steps - 1])}", **fail)
             row += c.steps
         try:
             check_stream(indices, ctx_len, self.meta.k)

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from .fileio import atomic_output
+from ..fileio import atomic_output
 from .stream import Stream
 
 ORACLE_DTYPE = np.dtype([("clock_time", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"),

@@ -56,6 +56,9 @@ class NpyTrace:
             raise TraceError(f"dtype {array.dtype}: a trace array must hold integers", path=path)
         if array.ndim != 2 or array.shape[1] < 1:
             raise TraceError(f"shape {array.shape}: a trace array must be 2-D [steps, k]", path=path)
+        if array.shape[0] == 0:
+            raise TraceError(f"shape {array.shape}: the array holds no steps", path=path)
+        _check_int32(array, path)
         self.file_bytes = os.path.getsize(self.path)
         indices = _pad_at_end(array.astype(np.int32, copy=False))
         if ctx0 is None:
@@ -79,6 +82,11 @@ class NpyTrace:
     def accesses(self) -> int:
         return self._stream.accesses
 
+    @property
+    def max_ctx(self) -> int:
+        """The largest ctx_len (the last step's)."""
+        return int(self._stream.ctx_len[-1])
+
     def __len__(self) -> int:
         return 1
 
@@ -89,6 +97,27 @@ class NpyTrace:
         if tuple(key) != (0, 0):
             raise TraceError("a .npy trace holds one stream: request 0, layer 0", path=self.path)
         return self._stream
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _check_int32(array: np.ndarray, path) -> None:
+    """Positions are int32 in a trace: refuse a wider array's values that a cast would wrap
+    (2**40 would become 0), naming the first step that holds one."""
+    import numpy as np
+    info = np.iinfo(array.dtype)
+    if info.min >= INT32_MIN and info.max <= INT32_MAX:
+        return
+    block = 4096
+    for a in range(0, len(array), block):
+        rows = array[a:a + block]
+        bad = (rows > INT32_MAX) if info.min >= 0 else ((rows > INT32_MAX) | (rows < INT32_MIN))
+        if bad.any():
+            t, j = map(int, np.argwhere(bad)[0])
+            raise TraceError(f"index {int(rows[t, j])} is outside int32, the width of a position "
+                             "(a cast would wrap it)",
+                             path=path, request=0, layer=0, step=a + t)
 
 
 def _pad_at_end(indices: np.ndarray) -> np.ndarray:

@@ -1,0 +1,176 @@
+"""Output files, checked before any work and written atomically.
+
+Every command that writes goes through here, so one set of rules holds for all of them:
+
+- ``check_output`` runs before the work starts: the place must be writable (its nearest existing
+  folder takes a probe file: a permission bit is not enough, ``/proc`` or a read-only mount refuse
+  even root), a file output must not be an existing folder and a folder output not an existing
+  file, and no output may be one of the command's inputs (an atomic rename would replace it).
+- ``atomic_output`` writes a temp file beside the target and renames it on success; on any error,
+  Ctrl-C or SIGTERM (the CLI turns it into KeyboardInterrupt) the temp file is removed.
+- A temp file is named ``.<target>.<pid>.<random>.tmp``. A run killed outright (SIGKILL) leaves
+  one behind; the next write of the same target removes those whose process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+from .errors import HisparseError
+
+
+class OutputError(HisparseError):
+    """An output that cannot be written where it was asked for."""
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if parent.exists() or parent.is_symlink():
+            return parent
+    return Path(".")
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two existing paths name the same file (links and relative spellings included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist: nothing to overwrite
+        return False
+
+
+def _probe(folder: Path) -> str | None:
+    """None if a file can be created in ``folder``, else why not."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".hisparse-probe.", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None
+
+
+def check_output(path: str | os.PathLike, *, option: str = "--out", kind: str = "file",
+                 inputs: Iterable[str | os.PathLike] = ()) -> None:
+    """Refuse, before any work, an output that cannot be written or that would replace an input.
+
+    ``kind`` is "file" (the path becomes a file) or "dir" (a folder the command fills)."""
+    target = Path(path)
+    name = f"{option} {path}"
+    if str(path) == "":
+        raise OutputError(f"{option}: empty path")
+    for source in inputs:
+        if source is not None and str(source) != "" and same_file(target, source):
+            raise OutputError(f"{name}: is an input of this command; writing it would replace the input")
+    if kind == "file" and target.is_dir():
+        raise OutputError(f"{name}: is a folder; give a file name")
+    if kind == "file" and _special(target):  # /dev/stdout, a pipe: written in place
+        if not os.access(target, os.W_OK):
+            raise OutputError(f"{name}: cannot write (permission denied)")
+        return
+    if kind == "dir" and target.exists() and not target.is_dir():
+        raise OutputError(f"{name}: is a file; give a folder")
+    folder = target if kind == "dir" else target.parent
+    existing = _nearest_existing(folder)
+    if not existing.is_dir():
+        raise OutputError(f"{name}: {existing} is a file, not a folder")
+    why = _probe(existing)
+    if why is not None:
+        raise OutputError(f"{name}: cannot write in {existing} ({why})")
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[^.]+\.tmp$")
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Temp files of ``path`` left by writers that no longer run (killed with SIGKILL)."""
+    target = Path(path)
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in target.parent.iterdir():
+            m = _TEMP.match(entry.name)
+            if m and m["name"] == target.name and not _alive(int(m["pid"])):
+                found.append(entry)
+    return found
+
+
+def temp_beside(path: str | os.PathLike) -> tuple[IO[bytes], str]:
+    """An open binary temp file in ``path``'s folder (created if needed), with normal permissions.
+
+    Stale temp files of the same target (their writer was killed) are removed first."""
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise OutputError(f"{path}: is a folder; give a file name")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in stale_temps(target):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent)
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return os.fdopen(fd, "wb"), tmp
+
+
+def replace_into(tmp: str, path: str | os.PathLike) -> None:
+    """Rename a finished temp file onto ``path``; an OS failure becomes a one-line error."""
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _special(path: Path) -> bool:
+    """An existing output that is not a regular file or a folder: a device (/dev/stdout) or a pipe."""
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+    """Yield a binary file; on clean exit it becomes exactly ``path``, on error nothing is left.
+
+    A device or pipe (``/dev/stdout``) is written in place: renaming onto it would replace it."""
+    if _special(Path(path)):
+        try:
+            with open(path, "wb") as handle:
+                yield handle
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        return
+    handle, tmp = temp_beside(path)
+    try:
+        try:
+            with handle:
+                yield handle
+        except OSError as exc:  # disk full, quota: name the file, no traceback
+            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        replace_into(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,254 @@
+"""The classes of bad command-line input, several members each: refused in one line that names
+the option, exit 2, before any work (nothing is read, replayed or written)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from simulator.trace import TraceMeta, write_trace
+from tests.fuzzing import assert_clean_error, run_cli
+from tests.helpers import random_stream
+
+
+@pytest.fixture()
+def trace(tmp_path):
+    path = tmp_path / "t.hst"
+    write_trace(path, TraceMeta(k=16, source={"kind": "test"}),
+                [random_stream(np.random.default_rng(0), steps=20, k=16, ctx0=40)])
+    return str(path)
+
+
+@pytest.fixture()
+def no_work_after_open(monkeypatch):
+    """Fail the test if a command replays (it may read the trace to check its options)."""
+    import simulator.replay as replay_pkg
+
+    def forbidden(*a, **k):
+        raise AssertionError("a replay started before the arguments were checked")
+
+    # the command imports it from the package (a lazy attribute): patch there, the real one kept
+    monkeypatch.setattr(replay_pkg, "miss_ratio_curve", forbidden)
+
+
+@pytest.fixture()
+def no_work(monkeypatch):
+    """Fail the test if a command opens a trace or replays (the check must come first)."""
+    import simulator.replay.api as api
+    import simulator.replay.mrc  # noqa: F401 - bound to the real replay_source before the patch
+    import simulator.trace as trace_pkg
+
+    def forbidden(*a, **k):
+        raise AssertionError("work started before the arguments were checked")
+
+    monkeypatch.setattr(trace_pkg, "open_trace", forbidden)
+    monkeypatch.setattr(api, "replay_source", forbidden)
+
+
+@pytest.mark.parametrize("command", ["replay", "mrc"])
+@pytest.mark.parametrize("value, says", [
+    ("", "comma-separated list"), (",", "comma-separated list"), ("lru,,fifo", "empty item"),
+    ("lru,lru", "lru is given twice"), ("fifo,lru,fifo", "fifo is given twice"), (" lru , lru", "twice"),
+    ("LRU", "unknown policy 'LRU'"), ("lru,bogus", "unknown policy 'bogus'"), ("lru;fifo", "unknown policy"),
+])
+def test_policy_lists(trace, no_work, capsys, command, value, says):
+    code, _, err = run_cli([command, trace, f"--policy={value}", "--quiet"], capsys)
+    assert_clean_error(code, err, "--policy", says)
+
+
+@pytest.mark.parametrize("argv, option, says", [
+    (["replay", "T", "--window", "0"], "--window", "positive integer"),
+    (["replay", "T", "--window", "-100"], "--window", "positive integer"),
+    (["replay", "T", "--workers", "0"], "--workers", "positive integer"),
+    (["replay", "T", "--workers", "two"], "--workers", "expected an integer"),
+    (["replay", "T", "--buffer", "0"], "--buffer", "buffer size from 1"),
+    (["replay", "T", "--buffer", "4096,-1"], "--buffer", "buffer size from 1"),
+    (["replay", "T", "--buffer", str(2**31)], "--buffer", "2147483646"),
+    (["replay", "T", "--buffer", "2048,2048"], "--buffer", "given twice"),
+    (["replay", "T", "--buffer", "1e3"], "--buffer", "expected an integer"),
+    (["replay", "T", "--seed", "-1"], "--seed", "seed from 0"),
+    (["replay", "T", "--seed", str(2**64)], "--seed", "seed from 0"),
+    (["replay", "T", "--ctx0", "0"], "--ctx0", "positive integer"),
+    (["mrc", "T", "--step", "0"], "--step", "positive integer"),
+    (["mrc", "T", "--step", "-8"], "--step", "positive integer"),
+    (["mrc", "T", "--min-buffer", "0"], "--min-buffer", "buffer size"),
+    (["mrc", "T", "--max-buffer", "-3"], "--max-buffer", "buffer size"),
+    (["mrc", "T", "--min-buffer", "64", "--max-buffer", "32"], "--max-buffer", "below --min-buffer"),
+    (["trace", "info", "T", "--sink", "-1"], "--sink", "non-negative"),
+    (["trace", "info", "T", "--local", "-128"], "--local", "non-negative"),
+    (["trace", "export", "T", "--format", "oracle-general", "--out", "o.bin", "--request", "-1"], "--request",
+     "non-negative"),
+    (["trace", "gen", "--out", "g.hst", "--steps", "0"], "--steps", "positive integer"),
+    (["trace", "gen", "--out", "g.hst", "--layers", "-2"], "--layers", "positive integer"),
+    (["trace", "gen", "--out", "g.hst", "--topk", "0"], "--topk", "positive integer"),
+    (["trace", "gen", "--out", "g.hst", "--topk", "4096", "--ctx0", "1000"], "--topk", "larger than the context"),
+    (["trace", "gen", "--out", "g.hst", "--knobs", "missing.toml"], "--knobs", "no such file"),
+    (["trace", "fit", "T", "--out", "k.toml", "--rounds", "0"], "--rounds", "positive integer"),
+    (["trace", "record", "--model", "m", "--text", "t", "--prompt-tokens", "0", "--steps", "1", "--topk", "4",
+      "--out", "r.hst"], "--prompt-tokens", "positive integer"),
+    (["trace", "record", "--model", "m", "--text", "t", "--prompt-tokens", "8", "--steps", "1", "--topk", "4,4",
+      "--out", "r.hst"], "--topk", "given twice"),
+    (["sweep", "g.toml", "--workers", "0"], "--workers", "positive integer"),
+    (["calibrate", "--iters", "0"], "--iters", "positive integer"),
+    (["calibrate", "--pool-gib", "0"], "--pool-gib", "positive number"),
+    (["calibrate", "--pool-gib", "nan"], "--pool-gib", "finite"),
+    (["validate", "--steps", "-1"], "--steps", "positive integer"),
+    (["plan", "--sweep-host-ratio", "0"], "--sweep-host-ratio", "positive number"),
+    (["plan", "--sweep-host-ratio", "2,-4"], "--sweep-host-ratio", "positive number"),
+    (["plan", "--concurrency", "0,8"], "--concurrency", "positive integer"),
+    (["plan", "--rate", "inf"], "--rate", "finite"),
+    (["plan", "--slo-tpot-ms", "0"], "--slo-tpot-ms", "positive number"),
+    (["plan", "--slo-tpot-ms", "-50"], "--slo-tpot-ms", "positive number"),
+])
+def test_values_out_of_their_domain(trace, no_work, tmp_path, monkeypatch, capsys, argv, option, says):
+    monkeypatch.chdir(tmp_path)
+    argv = [trace if a == "T" else a for a in argv]
+    code, _, err = run_cli(argv, capsys)
+    assert_clean_error(code, err, option, says)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.hst"]  # nothing written
+
+
+def test_out_of_memory_is_one_line(trace, monkeypatch, capsys):
+    import simulator.replay.api as api
+
+    def too_big(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(api, "replay_source", too_big)
+    code, _, err = run_cli(["replay", trace, "--quiet"], capsys)
+    assert_clean_error(code, err, "out of memory", "hisparse replay")
+
+
+@pytest.mark.parametrize("command, offline", [("calibrate", "--refit"), ("validate", "--repredict")])
+def test_gpu_commands_without_cupy_say_what_to_install(tmp_path, monkeypatch, capsys, command, offline):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
+    out = tmp_path / "cal"
+    code, _, err = run_cli([command, "--out", str(out)], capsys)
+    assert_clean_error(code, err, "CuPy", "pip install", offline)
+    assert not out.exists()  # before any work
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{", "not a readable JSON file"),
+    ("[]", "expected a JSON object"),
+    ("{}", "missing key 'gpu.link_bw'"),
+    ('{"gpu": {"link_bw": 1}}', "missing key 'gpu.hbm_bw'"),
+    (b"\xff\xfe\x00junk", "not a readable JSON file"),
+    (None, "missing"),
+])
+def test_malformed_calibration_json_for_refit(tmp_path, capsys, content, says):
+    for name in ("swap_in-h200.csv", "attention-h200.csv"):
+        shutil.copy(f"calibration/{name}", tmp_path / name)
+    target = tmp_path / "h200.json"
+    if content is not None:
+        target.write_bytes(content if isinstance(content, bytes) else content.encode())
+    before = None if content is None else target.read_bytes()
+    code, _, err = run_cli(["calibrate", "--refit", "--out", str(tmp_path)], capsys)
+    assert_clean_error(code, err, "h200.json", says)
+    assert (target.read_bytes() if target.exists() else None) == before
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{", "not a readable JSON file"),
+    ('{"configs": [{"layers": 4}]}', "configs[0]: malformed"),
+    ('{"other": 1}', "missing key 'configs'"),
+])
+def test_malformed_validation_json_for_repredict(tmp_path, capsys, content, says):
+    shutil.copy("calibration/h200.json", tmp_path / "h200.json")
+    (tmp_path / "validation-h200.json").write_text(content)
+    code, _, err = run_cli(["validate", "--repredict", "--out", str(tmp_path)], capsys)
+    assert_clean_error(code, err, "validation-h200.json", says)
+    assert (tmp_path / "validation-h200.json").read_text() == content
+    assert json.loads((tmp_path / "h200.json").read_text())  # the calibration is untouched
+
+
+def test_every_option_has_a_help_text_that_gives_its_default():
+    """`--help` explains every option and says its default."""
+    import argparse
+
+    from simulator.cli import build_parser
+
+    def walk(parser, prefix=()):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, (*prefix, name))
+            elif not isinstance(action, argparse._HelpAction | argparse._VersionAction):
+                yield " ".join(prefix), action
+
+    missing = []
+    for command, action in walk(build_parser()):
+        name = action.option_strings[0] if action.option_strings else action.dest
+        if action.help == argparse.SUPPRESS:
+            continue
+        if not action.help:
+            missing.append(f"{command} {name}: no help")
+        elif action.option_strings and action.default not in (None, False, True, [], argparse.SUPPRESS) \
+                and "default" not in action.help:
+            missing.append(f"{command} {name}: help does not give the default {action.default!r}")
+    assert missing == []
+
+
+@pytest.mark.parametrize("buffer", [str(2**21), str(2**31 - 2), f"16,{2**30}"])
+def test_a_buffer_past_the_largest_context_is_refused_before_the_engine_allocates_it(trace, capsys, buffer):
+    code, _, err = run_cli(["replay", trace, "--buffer", buffer, "--quiet"], capsys)
+    assert_clean_error(code, err, "--buffer", "largest context (59)")
+
+
+def test_mrc_stops_at_the_largest_context_and_bounds_per_size_replays(trace, capsys):
+    code, out, err = run_cli(["mrc", trace, "--max-buffer", str(2**31 - 2), "--quiet", "--json"], capsys)
+    assert code == 0 and "the curve stops at 59" in err
+    curve = json.loads(out)["curve"]
+    assert max(r["buffer"] for r in curve) == 59
+
+
+
+def test_mrc_refuses_more_per_size_replays_than_it_allows(tmp_path, no_work_after_open, capsys):
+    path = tmp_path / "long.npy"
+    np.save(path, np.arange(16, dtype=np.int32)[None, :].repeat(3, axis=0))
+    code, _, err = run_cli(["mrc", str(path), "--ctx0", "30000", "--policy", "lru,opt", "--step", "1",
+                            "--max-buffer", "29999", "--quiet"], capsys)
+    assert_clean_error(code, err, "--step 1", "29984 sizes", "at most 10000")
+
+
+def test_a_replay_larger_than_memory_is_refused_before_it_starts(tmp_path, monkeypatch, capsys):
+    """A position near 2**31 in a .npy array makes a 2**31-token context: the engine's per-position
+    memory is checked against what the machine has, from the index or the array, before any work."""
+    import simulator.commands.replay as replay_cmd
+
+    monkeypatch.setattr(replay_cmd, "_available_memory", lambda: 10 * 2**20)  # 10 MiB
+    path = tmp_path / "far.npy"
+    np.save(path, np.array([[0, 1, 999_999]], dtype=np.int64))  # ctx 1,000,000: 40 MB per worker
+    for command in (["replay", str(path), "--buffer", "3"], ["mrc", str(path)]):
+        code, _, err = run_cli([*command, "--quiet"], capsys)
+        assert_clean_error(code, err, str(path), "contexts up to 1000000 tokens", "GiB are available")
+    monkeypatch.setattr(replay_cmd, "_available_memory", lambda: 2**30)
+    assert run_cli(["replay", str(path), "--buffer", "3", "--quiet"], capsys)[0] == 0
+
+
+def test_version_2_index_knows_the_largest_context(trace, tmp_path):
+    from simulator.trace import open_trace
+    from tests.hst_v1 import to_version_1
+
+    t = open_trace(trace)
+    assert t.max_ctx == max(int(s.ctx_len.max()) for s in t) == 59
+    to_version_1(trace, tmp_path / "v1.hst")
+    old = open_trace(tmp_path / "v1.hst")
+    assert old.max_ctx is None and old.read((0, 0)).steps == t.read((0, 0)).steps  # version 1: not stored
+
+
+def test_plan_and_sweep_refuse_a_trace_with_nothing_to_replay(tmp_path, capsys):
+    pad = tmp_path / "pad.npy"
+    np.save(pad, np.full((4, 8), -1, np.int32))
+    code, _, err = run_cli(["plan", "--trace", str(pad), "--concurrency", "1", "--quiet"], capsys)
+    assert_clean_error(code, err, str(pad), "no accesses")
+    for kind in ("replay", "plan"):
+        grid = tmp_path / f"{kind}.toml"
+        grid.write_text(f'kind = "{kind}"\n[fixed]\ntrace = "{pad}"\n')
+        code, _, err = run_cli(["sweep", str(grid), "--no-ray", "--quiet", "--out", str(tmp_path / kind)], capsys)
+        assert_clean_error(code, err, str(grid), "no accesses")
+        assert not (tmp_path / kind).exists()
