@@ -57,7 +57,7 @@ typedef struct {
     Py_ssize_t n, pos;
     int64_t width, prev_n, cnt, n_rem, n_add, ctx;
     int64_t *prev, *cur, *rem, *add, *kept, *work;
-    uint8_t *gone; /* [width] zero between steps: marks the leavers' ranks while compacting */
+    int32_t *gone, stamp; /* [width] gone[rank] == stamp: a leaver of this step (for compacting) */
 } decoder;
 
 static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
@@ -69,7 +69,8 @@ static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
     if (!d->work) return 0;
     d->prev = d->work; d->cur = d->work + w; d->rem = d->work + 2 * w; d->add = d->work + 3 * w;
     d->kept = d->work + 4 * w;
-    d->gone = (uint8_t *)calloc((size_t)(width > 0 ? width : 1), 1);
+    d->stamp = 0;
+    d->gone = (int32_t *)calloc((size_t)(width > 0 ? width : 1), sizeof(int32_t));
     if (!d->gone) { free(d->work); return 0; }
     return 1;
 }
@@ -84,27 +85,33 @@ static int dec_step(decoder *d)
     if (!get_varint(d->buf, d->n, &d->pos, &d->n_rem) || !get_varint(d->buf, d->n, &d->pos, &d->n_add)) return 1;
     int64_t prev_n = d->prev_n, n_rem = d->n_rem, n_add = d->n_add, *prev = d->prev, *cur = d->cur;
     if (n_rem > prev_n || n_add > d->width) return 2;
+    /* Locals for the hot loops: d->pos (a Py_ssize_t) could alias the int64_t stores. */
+    const uint8_t *buf = d->buf;
+    Py_ssize_t n = d->n, q = d->pos;
+    int64_t *rem = d->rem, *add = d->add;
+    int32_t *gone = d->gone, stamp = d->stamp == INT32_MAX ? 1 : d->stamp + 1;
+    if (stamp == 1) memset(gone, 0, sizeof(int32_t) * (size_t)(d->width > 0 ? d->width : 1));
+    d->stamp = stamp;
     int64_t last = -1;
     for (int64_t r = 0; r < n_rem; r++) {
-        if (!get_varint(d->buf, d->n, &d->pos, &g)) return 1;
+        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return 1; }
         last += g + 1;
-        if (last >= prev_n) return 2;
-        d->rem[r] = last;
+        if (last >= prev_n) { d->pos = q; return 2; }
+        rem[r] = last;
+        gone[last] = stamp;
     }
     last = -1;
     for (int64_t a = 0; a < n_add; a++) {
-        if (!get_varint(d->buf, d->n, &d->pos, &g)) return 1;
+        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return 1; }
         last += g + 1;
-        d->add[a] = last;
+        add[a] = last;
     }
+    d->pos = q;
     int64_t cnt = prev_n - n_rem + n_add;
     if (cnt > d->width) return 2;
     if (8 * (n_add + n_rem) > prev_n) { /* many changes: compact, then a branch-free merge */
-        int64_t nk = 0;
-        uint8_t *gone = d->gone;
-        for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 1;
-        for (int64_t i = 0; i < prev_n; i++) { d->kept[nk] = prev[i]; nk += !gone[i]; }
-        for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 0;
+        int64_t nk = 0, *kept = d->kept;
+        for (int64_t i = 0; i < prev_n; i++) { kept[nk] = prev[i]; nk += gone[i] != stamp; }
         /* Two sentinels past each input: the loop runs cnt times with no bounds to test, and the
          * next values are loaded before the comparison that picks between them is known. */
         int64_t *kp = d->kept, *ad = d->add;
