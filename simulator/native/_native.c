@@ -445,61 +445,85 @@ static int lru_begin(lru_state *s, int64_t c)
  * DROPPED); returns the misses. */
 static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
 {
-    int64_t nhs = 0, nm = 0;
-    int32_t *pos = s->pos;
+    /* Everything in locals: the int stores below could alias the state's int fields. */
+    const int32_t B = (int32_t)s->B;
+    int32_t *pos = s->pos, *slot_pos = s->slot_pos, *qprev = s->qprev, *qnext = s->qnext, *hit_s = s->hit_s;
     uint8_t *region = s->region;
+    int64_t *skey = s->skey, *miss = s->miss, qseq = s->qseq, free_next = s->free_next, nb = s->nb;
+    const int64_t *A = s->A;
+    int64_t nhs = 0, nm = 0;
     for (int64_t i = 0; i < nA; i++) { /* hit or miss is a coin toss here: no branch */
-        int64_t p = s->A[i];
+        int64_t p = A[i];
         int32_t x = pos[p];
         int hit = x >= 0;
-        s->hit_s[nhs] = x;
-        s->miss[nm] = p;
+        hit_s[nhs] = x;
+        miss[nm] = p;
         nhs += hit;
         nm += !hit;
     }
     for (int64_t i = 0; i < nhs; i++) { /* stale hits leave the queue */
-        int32_t x = s->hit_s[i];
+        int32_t x = hit_s[i], a = qprev[x], b = qnext[x];
         region[x] = BLOCK;
-        queue_unlink(s, x);
+        qnext[a] = b;
+        qprev[b] = a;
     }
     /* The new block: misses (stored order), stale hits (stale order), kept (block order). One
      * pass over the old block puts the kept entries in place and the dropped ones, in block
      * order, at the young end of the queue. */
-    int32_t *next = s->blk_next, *kept = next + nm + nhs, *drop = s->hit_s + nhs;
+    int32_t *blk = s->blk, *next = s->blk_next, *kept = next + nm + nhs, *drop = hit_s + nhs;
     if (nD) {
         int64_t nk = 0, nd = 0;
-        for (int64_t i = 0; i < s->nb; i++) {
-            int32_t x = s->blk[i];
+        for (int64_t i = 0; i < nb; i++) {
+            int32_t x = blk[i];
             int gone = region[x] == DROPPED;
             kept[nk] = x;
             drop[nd] = x;
             nk += !gone;
             nd += gone;
         }
-        for (int64_t i = 0; i < nd; i++) queue_push(s, drop[i]);
+        int32_t last = qprev[B];
+        for (int64_t i = 0; i < nd; i++) { /* queue_push, chained */
+            int32_t x = drop[i];
+            region[x] = STALE;
+            skey[x] = qseq++;
+            qprev[x] = last;
+            qnext[last] = x;
+            last = x;
+        }
+        qnext[last] = B;
+        qprev[B] = last;
     } else {
-        memcpy(kept, s->blk, sizeof(int32_t) * (size_t)s->nb);
+        memcpy(kept, blk, sizeof(int32_t) * (size_t)nb);
     }
     for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
-        int64_t p = s->miss[i];
+        int64_t p = miss[i];
         int32_t x;
-        if (s->free_next < s->B) x = (int32_t)s->free_next++;
-        else { x = queue_pop(s); pos[s->slot_pos[x]] = -1; }
-        s->slot_pos[x] = (int32_t)p;
+        if (free_next < B) x = (int32_t)free_next++;
+        else {
+            x = qnext[B]; /* queue_pop: the queue holds B - |X| >= 1 entries here */
+            int32_t b = qnext[x];
+            qnext[B] = b;
+            qprev[b] = B;
+            pos[slot_pos[x]] = -1;
+        }
+        slot_pos[x] = (int32_t)p;
         pos[p] = x;
         region[x] = BLOCK;
         next[i] = x;
     }
     if (nhs > 1) { /* stale hits in stale order */
-        for (int64_t i = 0; i < nhs; i++) { s->kv[i].key = (uint64_t)s->skey[s->hit_s[i]]; s->kv[i].slot = s->hit_s[i]; }
-        sort_kv_radix(s->kv, s->kv_tmp, nhs);
-        for (int64_t i = 0; i < nhs; i++) next[nm + i] = (int32_t)s->kv[i].slot;
+        kv_t *kv = s->kv;
+        for (int64_t i = 0; i < nhs; i++) { kv[i].key = (uint64_t)skey[hit_s[i]]; kv[i].slot = hit_s[i]; }
+        sort_kv_radix(kv, s->kv_tmp, nhs);
+        for (int64_t i = 0; i < nhs; i++) next[nm + i] = (int32_t)kv[i].slot;
     } else if (nhs == 1) {
-        next[nm] = s->hit_s[0];
+        next[nm] = hit_s[0];
     }
-    s->blk_next = s->blk;
+    s->qseq = qseq;
+    s->free_next = free_next;
+    s->blk_next = blk;
     s->blk = next;
-    s->nb = s->nb - nD + nA;
+    s->nb = nb - nD + nA;
     return nm;
 }
 
