@@ -6,14 +6,15 @@ engine's ``lru`` policy (batched: hits protected, miss i takes the i-th least re
 non-hit slot; the newest token lives in a reserved slot, index B), update the tables, copy the
 missing rows from pinned mapped host memory, and return the slot of every entry.
 
-The engine (``simulator.replay.engine.replay_policy("lru", ..., batched=True)``) is the
-specification; ``reference_swap_in`` wraps it for a batch, and the GPU tests compare the kernel
-against it bit for bit. The kernel source is ``swap_in.cu`` beside this file, built with nvcc to a
-cubin (cached, like ``sparse_attention``) and launched cooperatively so that all blocks are
-resident: each request's owner block publishes its copy list, and the blocks that help copy it
-wait for that request alone (no grid barrier).
+The replay engine's batched ``lru`` is the specification: its batch wrapper
+``simulator.replay.swap_in_reference.reference_swap_in`` lives beside the engine (this package
+imports nothing from the simulator), and the GPU tests compare the kernel against it bit for bit.
+The kernel source is ``swap_in.cu`` beside this file, built with nvcc to a cubin (cached, like
+``sparse_attention``) and launched cooperatively so that all blocks are resident: each request's
+owner block publishes its copy list, and the blocks that help copy it wait for that request alone
+(no grid barrier).
 
-CuPy is imported lazily: geometry, validation, error decoding and the reference work without it.
+CuPy is imported lazily: geometry, validation and error decoding work without it.
 """
 
 from __future__ import annotations
@@ -101,15 +102,6 @@ class HotBufferState(NamedTuple):
     started: np.ndarray  # int32 [R]
     fast: np.ndarray  # int32 [R]: the previous step took the short-sequence fast path
     filled: np.ndarray  # int32 [R]: slots [0, filled) hold rows [0, filled)
-
-
-class ReferenceRun(NamedTuple):
-    """The engine's answer for a batch of steps: what the kernel must reproduce bit for bit."""
-
-    slots: np.ndarray  # int32 [steps, R, k]
-    misses: np.ndarray  # int64 [steps, R]
-    slot_pos: np.ndarray  # int64 [R, B]: final slot -> position (-1 free)
-    orders: list[np.ndarray]  # final LRU order per request, oldest first
 
 
 def smem_bytes(buffer: int, top_k: int) -> int:
@@ -222,38 +214,6 @@ def decode_errors(geom: SwapInGeometry, errors: np.ndarray, indices: np.ndarray,
         pos = int(indices[r, j]) if code == ERR_POS else 0
         out.append(_message(int(r), code, j, int(ctx_len[r]), geom.max_ctx, pos))
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# The specification, through the replay engine
-# --------------------------------------------------------------------------------------------
-def reference_swap_in(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *,
-                      initial: str = "prefix") -> ReferenceRun:
-    """Replay each request's steps through the engine's batched ``lru`` (newest reserved).
-
-    indices: [steps, R, k]; ctx_len: [steps, R]. A step with ctx_len 0 is idle for that request
-    (the kernel leaves its state alone), so it is left out of that request's stream.
-    """
-    from simulator.replay.engine import replay_policy
-
-    if initial not in INITIAL_MODES:
-        raise ValueError(f"initial must be one of {INITIAL_MODES}, got {initial!r}")
-    indices = np.asarray(indices)
-    ctx_len = np.asarray(ctx_len)
-    steps, n_req, width = indices.shape
-    slots = np.full((steps, n_req, width), -1, np.int32)
-    misses = np.zeros((steps, n_req), np.int64)
-    slot_pos = np.full((n_req, buffer), -1, np.int64)
-    orders = []
-    for r in range(n_req):
-        active = ctx_len[:, r] > 0
-        run = replay_policy("lru", indices[active, r], ctx_len[active, r], buffer, reserve=True,
-                            prefix=initial == "prefix", batched=True, seed=0, record=True)
-        slots[active, r] = run.slots
-        misses[active, r] = run.misses
-        slot_pos[r] = run.slot_pos
-        orders.append(run.order)
-    return ReferenceRun(slots, misses, slot_pos, orders)
 
 
 # --------------------------------------------------------------------------------------------

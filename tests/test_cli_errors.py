@@ -39,14 +39,14 @@ def no_work_after_open(monkeypatch):
 def no_work(monkeypatch):
     """Fail the test if a command opens a trace or replays (the check must come first)."""
     import simulator.replay.api as api
-    import simulator.replay.mrc  # noqa: F401 - bound to the real replay_source before the patch
+    import simulator.replay.mrc  # noqa: F401 - bound to the real replay before the patch
     import simulator.trace as trace_pkg
 
     def forbidden(*a, **k):
         raise AssertionError("work started before the arguments were checked")
 
     monkeypatch.setattr(trace_pkg, "open_trace", forbidden)
-    monkeypatch.setattr(api, "replay_source", forbidden)
+    monkeypatch.setattr(api, "replay", forbidden)
 
 
 @pytest.mark.parametrize("command", ["replay", "mrc"])
@@ -118,7 +118,7 @@ def test_out_of_memory_is_one_line(trace, monkeypatch, capsys):
     def too_big(*a, **k):
         raise MemoryError
 
-    monkeypatch.setattr(api, "replay_source", too_big)
+    monkeypatch.setattr(api, "replay", too_big)
     code, _, err = run_cli(["replay", trace, "--quiet"], capsys)
     assert_clean_error(code, err, "out of memory", "hisparse replay")
 

@@ -27,10 +27,10 @@ def test_one_pass_stack_distances_equal_per_size_replays():
 def test_miss_ratio_curve_picks_the_method():
     streams = list(generate(PRESETS["dsa-like"], steps=40, layers=1, requests=1, k=64, ctx0=900, seed=1))
     seq = ReplayConfig(policy="lru", semantics="sequential", initial="empty")
-    curve, method = miss_ratio_curve(lambda: iter(streams), seq, range(64, 200), k=64, min_ctx=900)
+    curve, method = miss_ratio_curve(streams, seq, range(64, 200), k=64, min_ctx=900)
     assert method == "one-pass" and len(curve) == 136
     batched = ReplayConfig(policy="lru")
-    curve_b, method_b = miss_ratio_curve(lambda: iter(streams), batched, [64, 128, 192], k=64, min_ctx=900)
+    curve_b, method_b = miss_ratio_curve(streams, batched, [64, 128, 192], k=64, min_ctx=900)
     assert method_b == "per-size"
     want = [replay_stream(streams[0], ReplayConfig(policy="lru", buffer=b)).sum() for b in (64, 128, 192)]
     assert curve_b["misses"].tolist() == want

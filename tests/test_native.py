@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from simulator import native
-from simulator.replay.api import ReplayConfig, replay_source
-from simulator.replay.coded import replay_coded
+from simulator.replay import ReplayConfig, replay
+from simulator.replay.backend import coded_misses
 from simulator.replay.engine import replay_policy
-from simulator.trace import Stream, TraceMeta, TraceReader, codec_jit, write_trace
+from simulator.trace import CodedChunk, Stream, TraceMeta, TraceReader, codec_jit, write_trace
 from simulator.trace.codec import encode_stream
 from tests.helpers import random_stream
 
@@ -104,9 +104,9 @@ def test_coded_replay_matches_engine_for_several_buffers_at_once(tmp_path, keep_
     reader = TraceReader(path)
     for key in reader.keys:
         stream = reader.read(key)
-        got = replay_coded(reader.chunks(key), configs, k=24)
+        got = coded_misses(reader.coded_chunks(key), configs, 24, per_step=True)
         assert got is not None
-        assert np.array_equal(np.asarray(got.ctx_len), stream.ctx_len)
+        assert np.array_equal(got.ctx_len, stream.ctx_len)
         assert got.accesses == stream.accesses
         # The same through the states themselves, to compare the final buffer and recency order.
         (info, payload), = reader.chunks(key)
@@ -117,7 +117,7 @@ def test_coded_replay_matches_engine_for_several_buffers_at_once(tmp_path, keep_
         assert code == 0
         for cfg, misses, out, lru in zip(configs, got.misses, outs, lrus, strict=True):
             ref = _engine(stream, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
-            assert np.array_equal(np.asarray(misses), ref.misses), (key, cfg)
+            assert np.array_equal(misses, ref.misses), (key, cfg)
             assert np.array_equal(out, ref.misses)
             slot_pos, order = lru.result()
             assert np.array_equal(slot_pos, ref.slot_pos) and np.array_equal(order, ref.order), (key, cfg)
@@ -133,11 +133,12 @@ def test_coded_replay_spans_chunks(tmp_path):
     with TraceWriter(path, k=16, source={"kind": "test"}, chunk_steps=7) as w:
         w.write_stream(stream)
     reader = TraceReader(path)
-    chunks = reader.chunks((0, 0))
+    chunks = reader.coded_chunks((0, 0))
     assert len(chunks) == 29
     cfg = ReplayConfig(buffer=20)
-    got = replay_coded(chunks, [cfg], k=16)
-    assert np.array_equal(np.asarray(got.misses[0]), _engine(stream, 20, True, True).misses)
+    got = coded_misses(chunks, [cfg], 16, per_step=True)
+    assert np.array_equal(got.misses[0], _engine(stream, 20, True, True).misses)
+    assert got.totals == [int(got.misses[0].sum())]
 
 
 def test_coded_replay_gives_up_on_a_corrupt_chunk_and_the_reader_names_it(tmp_path):
@@ -148,21 +149,27 @@ def test_coded_replay_gives_up_on_a_corrupt_chunk_and_the_reader_names_it(tmp_pa
     (info, payload), = reader.chunks((0, 0))
     raw = bytearray(zlib.decompress(payload))
     raw[len(raw) // 2] ^= 0x55  # corrupt, then re-compress (the checksum would catch it otherwise)
-    assert replay_coded([(info, zlib.compress(bytes(raw)))], [ReplayConfig(buffer=16)], k=16) is None
+    bad = CodedChunk(info.steps, info.width, info.ordered, zlib.compress(bytes(raw)))
+    assert coded_misses([bad], [ReplayConfig(buffer=16)], 16, per_step=False) is None
+    truncated = CodedChunk(info.steps, info.width, info.ordered, payload[:-3])  # does not decompress
+    assert truncated.coded() is None
+    assert coded_misses([truncated], [ReplayConfig(buffer=16)], 16, per_step=False) is None
 
 
-def test_replay_source_native_and_reference_agree(tmp_path, monkeypatch):
+def test_replay_native_and_reference_agree(tmp_path, monkeypatch):
     rng = np.random.default_rng(9)
     streams = [Stream(r, layer, s.ctx_len, s.indices) for r in range(2) for layer in range(2)
                for s in [random_stream(rng, steps=60, k=32, ctx0=40, overlap=0.9)]]
     path = tmp_path / "s.hst"
     write_trace(path, TraceMeta(k=32, source={"kind": "test"}), streams)
     configs = [ReplayConfig(buffer=b) for b in (32, 48)]
-    fast, fast_steps = replay_source(TraceReader(path), configs, k=32, keep_steps=True)
+    fast = replay(TraceReader(path), configs, per_step=True)
+    summary_only = replay(TraceReader(path), configs)
     monkeypatch.setenv("HISPARSE_NATIVE", "0")
-    slow, slow_steps = replay_source(TraceReader(path), configs, k=32, keep_steps=True)
-    assert fast == slow
-    for a, b in zip(fast_steps, slow_steps, strict=True):
+    slow = replay(TraceReader(path), configs, per_step=True)
+    assert fast.records == slow.records == summary_only.records
+    assert not summary_only.streams
+    for a, b in zip(fast.streams, slow.streams, strict=True):
         assert (a.request, a.layer, a.config) == (b.request, b.layer, b.config)
         assert np.array_equal(a.misses, b.misses) and np.array_equal(a.ctx_len, b.ctx_len)
 
@@ -230,13 +237,13 @@ def test_coded_replay_of_more_buffers_than_one_pass_takes(tmp_path):
     path = tmp_path / "m.hst"
     write_trace(path, TraceMeta(k=16, source={"kind": "test"}), [stream])
     reader = TraceReader(path)
-    chunks, stored = reader.chunks((0, 0)), reader.read((0, 0))  # rows come back sorted
+    chunks, stored = reader.coded_chunks((0, 0)), reader.read((0, 0))  # rows come back sorted
     configs = [ReplayConfig(buffer=b) for b in range(16, 86)]
-    got = replay_coded(chunks, configs, k=16)
+    got = coded_misses(chunks, configs, 16, per_step=True)
     assert len(got.misses) == 70
     for cfg, misses in zip(configs, got.misses, strict=True):
-        assert list(misses) == list(replay_coded(chunks, [cfg], k=16).misses[0])
-        assert np.array_equal(np.asarray(misses), _engine(stored, cfg.buffer, True, True).misses)
+        assert list(misses) == list(coded_misses(chunks, [cfg], 16, per_step=True).misses[0])
+        assert np.array_equal(misses, _engine(stored, cfg.buffer, True, True).misses)
 
 
 def test_replay_command_on_hst_imports_neither_numpy_nor_numba(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import HisparseError
-from simulator.replay import POLICIES, ReplayConfig, replay_stream
+from simulator.replay import POLICIES, Initial, Policy, ReplayConfig, Semantics, replay_stream
 from simulator.trace.generator import PRESETS, generate
 from simulator.trace.oracle import write_oracle_general
 from tests.helpers import random_stream
@@ -65,9 +65,17 @@ def test_buffer_smaller_than_k_is_refused_in_batched_mode():
 
 def test_unknown_policy_and_options():
     with pytest.raises(HisparseError, match="unknown policy 'lruu'"):
-        ReplayConfig(policy="lruu").check()
+        ReplayConfig(policy="lruu")
     with pytest.raises(HisparseError, match="unknown initial"):
-        ReplayConfig(initial="full").check()
+        ReplayConfig(initial="full")
+    with pytest.raises(HisparseError, match="unknown semantics"):
+        ReplayConfig(semantics="parallel")
+    with pytest.raises(HisparseError, match="buffer must be >= 1"):
+        ReplayConfig(buffer=0)
+    cfg = ReplayConfig(policy="opt", semantics="sequential", initial="empty", buffer=np.int64(7))
+    assert (cfg.policy, cfg.semantics, cfg.initial, cfg.buffer) == (Policy.OPT, Semantics.SEQUENTIAL, Initial.EMPTY, 7)
+    assert type(cfg.buffer) is int and cfg == ReplayConfig(policy=Policy.OPT, semantics="sequential",
+                                                          initial=Initial.EMPTY, buffer=7)
 
 
 # libCacheSim (GPL-3, test-only) processes oracleGeneral records one at a time: our sequential

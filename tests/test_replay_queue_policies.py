@@ -151,21 +151,21 @@ def test_engine_matches_plain_reference(name, cls, batched):
 
 def test_stale_compiled_copies_are_dropped_when_a_policy_changes(tmp_path, monkeypatch):
     """numba checks only a function's own file; the engine drops its cache when a policy changes."""
-    from simulator.replay.engine import _drop_stale_compiled_copies
+    from simulator.replay.compiled_cache import drop_stale_compiled_copies
 
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     (tmp_path / "policies" / "__pycache__").mkdir(parents=True)
     (tmp_path / "__pycache__").mkdir()
-    (tmp_path / "engine.py").write_text("engine")
+    (tmp_path / "step.py").write_text("step")
     (tmp_path / "policies" / "lru.py").write_text("v1")
-    cached = [tmp_path / "__pycache__" / "engine._replay-1.py311.nbi",
+    cached = [tmp_path / "__pycache__" / "step.run-1.py311.nbi",
               tmp_path / "policies" / "__pycache__" / "lru.hits-2.py311.1.nbc"]
     other = tmp_path / "__pycache__" / "mrc.curve-3.py311.nbi"
-    _drop_stale_compiled_copies(tmp_path)  # first sight: no stamp yet
+    drop_stale_compiled_copies(tmp_path)  # first sight: no stamp yet
     for f in [*cached, other]:
         f.write_text("compiled")
-    _drop_stale_compiled_copies(tmp_path)  # nothing changed: kept
+    drop_stale_compiled_copies(tmp_path)  # nothing changed: kept
     assert all(f.exists() for f in [*cached, other])
     (tmp_path / "policies" / "lru.py").write_text("v2")
-    _drop_stale_compiled_copies(tmp_path)
+    drop_stale_compiled_copies(tmp_path)
     assert not any(f.exists() for f in cached) and other.exists()

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cupy_kernels.swap_in import HotBuffer, SwapInError, reference_swap_in
+from cupy_kernels.swap_in import HotBuffer, SwapInError
+from simulator.replay.swap_in_reference import reference_swap_in
 from tests.test_swap_in_reference import random_batch
 
 pytestmark = pytest.mark.gpu

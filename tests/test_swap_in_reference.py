@@ -21,11 +21,11 @@ from cupy_kernels.swap_in import (
     decode_errors,
     host_errors,
     make_geometry,
-    reference_swap_in,
     smem_bytes,
     validate_step,
 )
 from simulator.replay.engine import replay_policy
+from simulator.replay.swap_in_reference import reference_swap_in
 from tests.helpers import random_stream
 
 

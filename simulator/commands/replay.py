@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from ..replay.config import Initial, Semantics
+from ..replay.policies import POLICIES, help_text
 from .common import (
     Output,
     add_trace_input,
@@ -21,14 +23,13 @@ from .common import (
 
 # Per-size replays of one curve: each is a whole replay of the trace.
 MAX_GRID_SIZES = 10_000
-POLICY_HELP = "lru, fifo, clock, lfu, arc, s3fifo, sieve, random, opt, none, static-prefix"
 
 
 def _add_step_rules(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--semantics", choices=["batched", "sequential"], default="batched",
+    p.add_argument("--semantics", choices=[m.value for m in Semantics], default=Semantics.BATCHED.value,
                    help="batched: HiSparse's step (hits protected, miss i takes the i-th victim; "
                         "default); sequential: one access at a time (classic, as libCacheSim)")
-    p.add_argument("--initial", choices=["prefix", "empty"], default="prefix",
+    p.add_argument("--initial", choices=[m.value for m in Initial], default=Initial.PREFIX.value,
                    help="initial buffer: prefix (colocated: first prompt positions; default) or "
                         "empty (disaggregated decode)")
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
@@ -45,7 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                     "the misses at every step, for each policy and buffer size.")
     add_trace_input(rp)
     rp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
-                    help=f"comma-separated: {POLICY_HELP} (default lru)")
+                    help=f"comma-separated (default lru); {help_text()}")
     rp.add_argument("--buffer", type=comma_list(buffer_size), default=[4096],
                     help="comma-separated buffer sizes in slots per request and layer (default 4096)")
     _add_step_rules(rp)
@@ -66,7 +67,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                     "(--step); the output says which method ran.")
     add_trace_input(mp)
     mp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
-                    help=f"comma-separated: {POLICY_HELP} (default lru)")
+                    help=f"comma-separated, of: {', '.join(POLICIES)} (default lru)")
     mp.add_argument("--min-buffer", type=buffer_size, default=None, help="smallest size (default k)")
     mp.add_argument("--max-buffer", type=buffer_size, default=None, help="largest size (default 4k)")
     mp.add_argument("--step", type=positive_int, default=None,
@@ -80,12 +81,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                               Output("plot", suffixes=(".png",))])
 
 
-def _configs(args, policies):
-    from ..replay import ReplayConfig
+def _configs(args, policies, buffers):
+    from ..replay.config import expand_configs
 
-    return [ReplayConfig(policy=p, buffer=b, semantics=args.semantics, initial=args.initial,
-                         reserve_newest=args.reserve_newest, seed=args.seed)
-            for p in policies for b in getattr(args, "buffer", [0])]
+    return expand_configs(policies, buffers, semantics=args.semantics, initial=args.initial,
+                          reserve_newest=args.reserve_newest, seed=args.seed)
 
 
 def _checked(cfg, k: int, option: str):
@@ -93,9 +93,10 @@ def _checked(cfg, k: int, option: str):
     from ..errors import HisparseError
 
     try:
-        return cfg.check(k)
+        cfg.check_k(k)
     except HisparseError as exc:
         raise HisparseError(f"{option} {cfg.buffer} (--policy {cfg.policy}): {exc}") from None
+    return cfg
 
 
 # Memory a replay needs per worker thread, from the engine's allocations (simulator/replay/engine.py
@@ -175,21 +176,17 @@ def _print_records(records: list[dict], cols: list[str]) -> None:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    from ..progress import progress
-    from ..replay.api import per_step_frame, replay_source
-    from ..replay.policies import POLICIES
+    from ..replay.api import replay
 
     policies = check_policies(args.policy, POLICIES)
     trace = open_input(args, need_accesses=True)
-    configs = [_checked(c, trace.meta.k, "--buffer") for c in _configs(args, policies)]
+    configs = [_checked(c, trace.meta.k, "--buffer") for c in _configs(args, policies, args.buffer)]
     _check_large_buffers(trace, args.buffer)
     _check_memory(trace, max(args.buffer), args.workers)
     want_steps = bool(args.out or args.plot)
-    records, kept = replay_source(trace, configs, k=trace.meta.k, workers=args.workers, keep_steps=want_steps,
-                                  wrap=lambda it: progress(it, total=len(trace), desc="streams", quiet=args.quiet,
-                                                           unit="stream"))
+    result = replay(trace, configs, per_step=want_steps, workers=args.workers, progress=not args.quiet)
     if want_steps:
-        per_step = per_step_frame(kept)
+        per_step = result.per_step
         if args.out:
             _write_table(per_step, args.out)
         if args.plot:
@@ -198,7 +195,7 @@ def run_replay(args: argparse.Namespace) -> int:
             plot_rolling_misses(per_step, args.plot, window=args.window,
                                 title=f"{os.path.basename(args.trace)}, {args.semantics} semantics")
     cols = ["policy", "buffer", "semantics", "streams", "steps", "accesses", "misses", "miss_ratio"]
-    rows = [{c: r[c] for c in cols} for r in records]
+    rows = [{c: r[c] for c in cols} for r in result.records]
     if args.json:
         print_json(rows)
     else:
@@ -210,8 +207,7 @@ def run_mrc(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..errors import HisparseError
-    from ..replay import ReplayConfig, miss_ratio_curve
-    from ..replay.policies import POLICIES
+    from ..replay.mrc import miss_ratio_curve, one_pass_applies
 
     policies = check_policies(args.policy, POLICIES)
     if args.min_buffer and args.max_buffer and args.max_buffer < args.min_buffer:
@@ -230,25 +226,22 @@ def run_mrc(args: argparse.Namespace) -> int:
         print(f"hisparse: note: sizes above the largest context ({max_ctx}) miss as {max_ctx} does: "
               f"the curve stops at {max(lo, max_ctx)}, not --max-buffer {hi}", file=sys.stderr)
         hi = max(lo, max_ctx)
-    from ..replay.mrc import one_pass_applies
 
-    plans = []  # (policy, config, sizes), all checked before the first replay
-    for policy in policies:
-        cfg = _checked(ReplayConfig(policy=policy, buffer=lo, semantics=args.semantics, initial=args.initial,
-                                    reserve_newest=args.reserve_newest, seed=args.seed), k, "--min-buffer")
+    plans = []  # (config, sizes), all checked before the first replay
+    for cfg in _configs(args, policies, [lo]):
+        cfg = _checked(cfg, k, "--min-buffer")
         one_pass = one_pass_applies(cfg, min_ctx, hi)
         sizes = list(range(lo, hi + 1, 1 if one_pass else step))
         if sizes[-1] != hi:
             sizes.append(hi)
         if not one_pass and len(sizes) > MAX_GRID_SIZES:
-            raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {policy}, each one "
+            raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {cfg.policy}, each one "
                                 f"replay (at most {MAX_GRID_SIZES}); give a larger --step or a narrower range")
-        plans.append((policy, cfg, sizes))
+        plans.append((cfg, sizes))
     curves, methods = [], {}
-    for policy, cfg, sizes in plans:
-        curve, method = miss_ratio_curve(lambda: iter(trace), cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
-                                         source=trace)
-        methods[policy] = method
+    for cfg, sizes in plans:
+        curve, method = miss_ratio_curve(trace, cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers)
+        methods[str(cfg.policy)] = method
         curves.append(curve)
     table = pd.concat(curves, ignore_index=True)
     if args.out:

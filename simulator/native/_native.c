@@ -5,7 +5,7 @@
  * (the reference), and tests/test_native.py checks them bit for bit:
  *   decode      <- simulator/trace/codec_jit.py  decode
  *   check_rows  <- simulator/trace/codec_jit.py  check_rows
- *   lru_batched <- simulator/replay/engine.py    _replay (policy lru, batched)
+ *   lru_batched <- simulator/replay/step.py      run (policy lru, batched)
  * They exist because numba's import and first load cost ~0.5 s, longer than the whole replay of
  * a 41 M-access stream, and because batched LRU can be computed in O(changes) per step (below)
  * instead of the reference's walk of the recency list.
@@ -19,6 +19,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* Problem codes: simulator/trace/problems.py is the table (RowProblem, DecodeProblem); the same  */
+/* numbers under the same names, exported by the module (tests/test_trace_validation.py).        */
+
+#define PROBLEM_CODES(X) \
+    X(ROW_NEGATIVE, 1) X(ROW_OUT_OF_RANGE, 2) X(ROW_REPEATED, 3) X(ROW_TOO_MANY, 4) X(ROW_CTX_DOWN, 5) \
+    X(ROW_CTX_NOT_POSITIVE, 6) X(ROW_PAD_BEFORE_ENTRY, 7) \
+    X(DECODE_ENDS_EARLY, 1) X(DECODE_INCONSISTENT, 2) X(DECODE_TRAILING_BYTES, 3) X(DECODE_BREAKS_RULE, 4)
+#define AS_ENUM(name, value) name = value,
+enum { PROBLEM_CODES(AS_ENUM) };
 
 /* ------------------------------------------------------------------------------------------ */
 /* Stream codec: LEB128 varints, each step coded against the previous one (see codec.py).     */
@@ -75,16 +86,16 @@ static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
     return 1;
 }
 
-/* 0, or 1 (data ends early) or 2 (data inconsistent). */
+/* 0, DECODE_ENDS_EARLY or DECODE_INCONSISTENT. */
 static int dec_step(decoder *d)
 {
     int64_t z, g, *swap = d->prev;
     d->prev = d->cur; d->cur = swap; d->prev_n = d->cnt;
-    if (!get_varint(d->buf, d->n, &d->pos, &z)) return 1;
+    if (!get_varint(d->buf, d->n, &d->pos, &z)) return DECODE_ENDS_EARLY;
     d->ctx += (z >> 1) ^ -(z & 1);
-    if (!get_varint(d->buf, d->n, &d->pos, &d->n_rem) || !get_varint(d->buf, d->n, &d->pos, &d->n_add)) return 1;
+    if (!get_varint(d->buf, d->n, &d->pos, &d->n_rem) || !get_varint(d->buf, d->n, &d->pos, &d->n_add)) return DECODE_ENDS_EARLY;
     int64_t prev_n = d->prev_n, n_rem = d->n_rem, n_add = d->n_add, *prev = d->prev, *cur = d->cur;
-    if (n_rem > prev_n || n_add > d->width) return 2;
+    if (n_rem > prev_n || n_add > d->width) return DECODE_INCONSISTENT;
     /* Locals for the hot loops: d->pos (a Py_ssize_t) could alias the int64_t stores. */
     const uint8_t *buf = d->buf;
     Py_ssize_t n = d->n, q = d->pos;
@@ -94,21 +105,21 @@ static int dec_step(decoder *d)
     d->stamp = stamp;
     int64_t last = -1;
     for (int64_t r = 0; r < n_rem; r++) {
-        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return 1; }
+        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return DECODE_ENDS_EARLY; }
         last += g + 1;
-        if (last >= prev_n) { d->pos = q; return 2; }
+        if (last >= prev_n) { d->pos = q; return DECODE_INCONSISTENT; }
         rem[r] = last;
         gone[last] = stamp;
     }
     last = -1;
     for (int64_t a = 0; a < n_add; a++) {
-        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return 1; }
+        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return DECODE_ENDS_EARLY; }
         last += g + 1;
         add[a] = last;
     }
     d->pos = q;
     int64_t cnt = prev_n - n_rem + n_add;
-    if (cnt > d->width) return 2;
+    if (cnt > d->width) return DECODE_INCONSISTENT;
     if (8 * (n_add + n_rem) > prev_n) { /* many changes: compact, then a branch-free merge */
         int64_t nk = 0, *kept = d->kept;
         for (int64_t i = 0; i < prev_n; i++) { kept[nk] = prev[i]; nk += gone[i] != stamp; }
@@ -127,7 +138,7 @@ static int dec_step(decoder *d)
             a += take;
             j += !take;
         }
-        if (dup) return 2;
+        if (dup) return DECODE_INCONSISTENT;
         d->cnt = cnt;
         return 0;
     }
@@ -153,23 +164,23 @@ static int dec_step(decoder *d)
             i++;
         }
         if (a == n_add) break;
-        if (i < prev_n && prev[i] == v) return 2;
+        if (i < prev_n && prev[i] == v) return DECODE_INCONSISTENT;
         cur[m++] = v;
     }
     d->cnt = cnt;
     return 0;
 }
 
-/* The stored order of an ordered step: row[j] = cur[rank_j]. 0, 1 or 2 as dec_step; with
- * ``seen`` (width stamps, ``stamp`` new for the step) also 4 when a rank repeats. */
+/* The stored order of an ordered step: row[j] = cur[rank_j]. 0 or an error as dec_step; with
+ * ``seen`` (width stamps, ``stamp`` new for the step) also DECODE_BREAKS_RULE when a rank repeats. */
 static int dec_ranks(decoder *d, int32_t *row, int32_t *seen, int32_t stamp)
 {
     int64_t rk;
     for (int64_t j = 0; j < d->cnt; j++) {
-        if (!get_varint(d->buf, d->n, &d->pos, &rk)) return 1;
-        if (rk >= d->cnt) return 2;
+        if (!get_varint(d->buf, d->n, &d->pos, &rk)) return DECODE_ENDS_EARLY;
+        if (rk >= d->cnt) return DECODE_INCONSISTENT;
         if (seen) {
-            if (seen[rk] == stamp) return 4;
+            if (seen[rk] == stamp) return DECODE_BREAKS_RULE;
             seen[rk] = stamp;
         }
         row[j] = (int32_t)d->cur[rk];
@@ -177,7 +188,7 @@ static int dec_ranks(decoder *d, int32_t *row, int32_t *seen, int32_t stamp)
     return 0;
 }
 
-/* Returns 0, or an error code (1 ends early, 2 inconsistent, 3 trailing bytes) with *err_step. */
+/* Returns 0, or a DECODE_* code (ends early, inconsistent, trailing bytes) with *err_step. */
 static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int ordered,
                         int32_t *out, int64_t out_width, int64_t *ctx_out, int64_t *err_step)
 {
@@ -196,13 +207,13 @@ static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t
             for (int64_t j = 0; j < d.cnt; j++) row[j] = (int32_t)d.cur[j];
         for (int64_t j = d.cnt; j < out_width; j++) row[j] = -1;
     }
-    if (!code && d.pos != n) { code = 3; t = steps; }
+    if (!code && d.pos != n) { code = DECODE_TRAILING_BYTES; t = steps; }
     free(d.work); free(d.gone);
     *err_step = code ? t : 0;
     return code;
 }
 
-/* First problem of a stream as (code, step, value, extra); code 0 when none (codec.py lists codes). */
+/* First problem of a stream as (code, step, value, extra); code 0 when none (ROW_* codes). */
 static int check_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t k,
                       int64_t res[4])
 {
@@ -215,22 +226,22 @@ static int check_rows(const int32_t *idx, int64_t steps, int64_t width, const in
     res[0] = res[1] = res[2] = res[3] = 0;
     for (int64_t t = 0; t < steps; t++) {
         int64_t c = ctx[t];
-        if (c < 1) { res[0] = 6; res[1] = t; res[2] = c; goto done; }
-        if (t > 0 && c < ctx[t - 1]) { res[0] = 5; res[1] = t; res[2] = c; res[3] = ctx[t - 1]; goto done; }
+        if (c < 1) { res[0] = ROW_CTX_NOT_POSITIVE; res[1] = t; res[2] = c; goto done; }
+        if (t > 0 && c < ctx[t - 1]) { res[0] = ROW_CTX_DOWN; res[1] = t; res[2] = c; res[3] = ctx[t - 1]; goto done; }
         int64_t cnt = 0;
         int padded = 0;
         const int32_t *row = idx + t * width;
         for (int64_t j = 0; j < width; j++) {
             int64_t v = row[j];
             if (v == -1) { padded = 1; continue; }
-            if (v < 0) { res[0] = 1; res[1] = t; res[2] = v; goto done; }
-            if (padded) { res[0] = 7; res[1] = t; res[2] = v; goto done; }
-            if (v >= c) { res[0] = 2; res[1] = t; res[2] = v; res[3] = c; goto done; }
-            if (seen[v] == t + 1) { res[0] = 3; res[1] = t; res[2] = v; goto done; }
+            if (v < 0) { res[0] = ROW_NEGATIVE; res[1] = t; res[2] = v; goto done; }
+            if (padded) { res[0] = ROW_PAD_BEFORE_ENTRY; res[1] = t; res[2] = v; goto done; }
+            if (v >= c) { res[0] = ROW_OUT_OF_RANGE; res[1] = t; res[2] = v; res[3] = c; goto done; }
+            if (seen[v] == t + 1) { res[0] = ROW_REPEATED; res[1] = t; res[2] = v; goto done; }
             seen[v] = t + 1;
             cnt++;
         }
-        if (cnt > k) { res[0] = 4; res[1] = t; res[2] = cnt; res[3] = k; goto done; }
+        if (cnt > k) { res[0] = ROW_TOO_MANY; res[1] = t; res[2] = cnt; res[3] = k; goto done; }
     }
 done:
     free(seen);
@@ -621,8 +632,8 @@ static int lru_rows(lru_state *s, const int32_t *idx, int64_t steps, int64_t wid
 }
 
 /* A coded payload (one chunk of a stream) through several states at once: decode, check what
- * the reader would check, replay. Returns 0, a decode error (1-3), 4 when a step breaks a rule
- * of the trace model (the caller then reads the stream the ordinary way for the error), or
+ * the reader would check, replay. Returns 0, a DECODE_* code (DECODE_BREAKS_RULE when a step breaks a rule
+ * of the trace model) (the caller then reads the stream the ordinary way for the error), or
  * STEP_FULL / STEP_NOMEM; *bad_step is the step. */
 static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_ssize_t n, int64_t steps,
                             int64_t width, int ordered, int64_t k, int64_t prev_ctx, int64_t **misses,
@@ -640,7 +651,7 @@ static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_s
         if (code) goto done;
         int64_t c = d.ctx, cnt = d.cnt;
         if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k ||
-            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = 4; goto done; }
+            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = DECODE_BREAKS_RULE; goto done; }
         if (ordered && (code = dec_ranks(&d, row, seen, (int32_t)(t + 1)))) goto done; /* a permutation */
         int row_ready = ordered; /* an unsorted step's row is filled once, when a state needs it */
         prev_ctx = c;
@@ -664,7 +675,7 @@ static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_s
             s->last_ctx = c;
         }
     }
-    if (d.pos != n) code = 3;
+    if (d.pos != n) code = DECODE_TRAILING_BYTES;
 done:
     free(d.work); free(d.gone); free(row); free(seen);
     *accesses = acc;
@@ -863,4 +874,12 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "Compiled fast paths (see _native.c).", -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+#define AS_CONSTANT(name, value) \
+    if (m && PyModule_AddIntConstant(m, #name, name) < 0) { Py_DECREF(m); m = NULL; }
+    PROBLEM_CODES(AS_CONSTANT)
+#undef AS_CONSTANT
+    return m;
+}

@@ -1,5 +1,6 @@
 """Replay engine: exact misses per step for eviction policies and buffer sizes.
 
+``replay(source, configs)`` is the entry point; ``ReplayConfig`` says what one replay is.
 Names are imported on first use (the compiled engine loads numba).
 """
 
@@ -9,8 +10,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ReplayConfig": ".api", "replay_stream": ".api", "replay_trace": ".api", "expand_configs": ".api",
-    "POLICIES": ".policies", "miss_ratio_curve": ".mrc",
+    "replay": ".api", "ReplayResult": ".api", "replay_stream": ".api",
+    "ReplayConfig": ".config", "Semantics": ".config", "Initial": ".config", "expand_configs": ".config",
+    "POLICIES": ".policies", "Policy": ".policies", "miss_ratio_curve": ".mrc",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,81 +1,24 @@
-"""Replay traces: per-step misses for policies x buffer sizes, as pandas DataFrames."""
+"""``replay``: every stream of a trace under every config, the one entry point of the replay engine.
+
+The CLI (``hisparse replay``, ``hisparse mrc``), the planner's miss profiles, sweeps and the
+notebooks all call it; ``backend.py`` chooses the code that runs. The summary needs neither numpy
+nor pandas on the compiled path (the CLI's start-up); the frames load pandas when asked for.
+"""
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import native
-from ..errors import HisparseError
 from ..trace.stream import Stream
-from .policies import POLICIES, POLICY_IDS
+from . import backend
+from .config import ReplayConfig
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
     import numpy as np
-
-SEMANTICS = ("batched", "sequential")
-INITIAL = ("prefix", "empty")
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """One replay: a policy, a buffer size (slots per request and layer) and the step rules."""
-
-    policy: str = "lru"
-    buffer: int = 4096
-    semantics: str = "batched"
-    initial: str = "prefix"
-    reserve_newest: bool = True
-    seed: int = 0
-
-    def check(self, k: int | None = None) -> ReplayConfig:
-        if self.policy not in POLICIES:
-            raise HisparseError(f"unknown policy {self.policy!r} (policies: {', '.join(POLICIES)})")
-        if self.semantics not in SEMANTICS:
-            raise HisparseError(f"unknown semantics {self.semantics!r} (batched or sequential)")
-        if self.initial not in INITIAL:
-            raise HisparseError(f"unknown initial buffer {self.initial!r} (prefix or empty)")
-        if self.buffer < 1:
-            raise HisparseError(f"buffer must be >= 1 slot, got {self.buffer}")
-        if k is not None and self.semantics == "batched" and self.buffer < k and self.policy in POLICY_IDS:
-            raise HisparseError(f"buffer {self.buffer} is smaller than k = {k}: a batched step needs "
-                                f"room for all its entries (HiSparse requires device_buffer_size >= top_k)")
-        return self
-
-
-def _stateless_misses(cfg: ReplayConfig, stream: Stream) -> np.ndarray:
-    """``none`` loads every selected entry; ``static-prefix`` every entry at or past the buffer."""
-    import numpy as np
-    idx = stream.indices
-    counted = idx >= 0
-    if cfg.reserve_newest:
-        counted &= idx != (stream.ctx_len - 1)[:, None]
-    if cfg.policy == "static-prefix":
-        counted &= idx >= cfg.buffer
-    return counted.sum(axis=1).astype(np.int64)
-
-
-def replay_stream(stream: Stream, cfg: ReplayConfig, k: int | None = None) -> np.ndarray:
-    """Misses at every step of one stream (int64 [steps])."""
-    cfg.check(k if k is not None else stream.indices.shape[1])
-    if cfg.policy not in POLICY_IDS:
-        return _stateless_misses(cfg, stream)
-    if cfg.policy == "lru" and cfg.semantics == "batched" and native.available():
-        # The engine's batched LRU in O(changes) per step, checked against it in tests/test_native.py.
-        return native.lru_batched(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
-                                  prefix=cfg.initial == "prefix").misses
-    from .engine import replay_policy
-
-    return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer,
-                         reserve=cfg.reserve_newest, prefix=cfg.initial == "prefix",
-                         batched=cfg.semantics == "batched", seed=cfg.seed).misses
-
-
-def expand_configs(policies: Sequence[str], buffers: Sequence[int], **common) -> list[ReplayConfig]:
-    return [ReplayConfig(policy=p, buffer=int(b), **common) for p in policies for b in buffers]
+    import pandas as pd
 
 
 class StreamMisses(NamedTuple):
@@ -88,107 +31,158 @@ class StreamMisses(NamedTuple):
     misses: np.ndarray
 
 
-def replay_totals(streams: Iterable[Stream], configs: Sequence[ReplayConfig], *, k: int, workers: int = 2,
-                  keep_steps: bool = False) -> tuple[list[dict], list[StreamMisses]]:
-    """Replay every stream under every config, ``workers`` threads at a time (the compiled
-    replay releases the GIL). Returns one summary record per config, and the per-stream misses
-    when ``keep_steps``. Needs no pandas (the CLI's fast path)."""
-    for cfg in configs:
-        cfg.check(k)
-    totals = {cfg: [0, 0, 0, 0] for cfg in configs}  # streams, steps, accesses, misses
-    kept: list[StreamMisses] = []
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+SUMMARY_COLUMNS = ("policy", "buffer", "semantics", "initial", "reserve_newest", "streams", "steps", "accesses",
+                   "misses", "miss_ratio")
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What ``replay`` found: one summary record per config, and per-step misses when asked."""
+
+    configs: tuple[ReplayConfig, ...]
+    records: list[dict[str, Any]]  # SUMMARY_COLUMNS, one per config, in config order
+    streams: list[StreamMisses] = field(default_factory=list)  # with per_step: stream order, then config
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame(self.records, columns=list(SUMMARY_COLUMNS))
+
+    @property
+    def per_step(self) -> pd.DataFrame | None:
+        """request, layer, step, ctx_len, policy, buffer, misses (None without per_step)."""
+        return per_step_frame(self.streams) if self.streams else None
+
+    def misses(self, config: ReplayConfig | None = None, *, request: int | None = None,
+               layer: int | None = None) -> np.ndarray:
+        """Per-step misses of the one stream (and config) that matches (needs per_step)."""
+        found = [m for m in self.streams if (config is None or m.config == config)
+                 and (request is None or m.request == request) and (layer is None or m.layer == layer)]
+        if len(found) != 1:
+            raise ValueError(f"{len(found)} replayed streams match (config {config}, request {request}, "
+                             f"layer {layer}); replay with per_step=True and name one")
+        return found[0].misses
+
+
+def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_step: bool = False,
+           workers: int = 2, progress: bool = False, k: int | None = None) -> ReplayResult:
+    """Replay every stream of ``source`` under every config, ``workers`` threads at a time (the
+    compiled replays release the GIL).
+
+    ``source`` is a trace source (``simulator.trace.open_trace``), one ``Stream``, or any
+    iterable of streams (e.g. the generator's). ``k`` (default: the source's ``meta.k``, else each
+    stream's width) is what a batched buffer must hold. ``per_step`` keeps every stream's
+    per-step misses (``ReplayResult.streams``, ``.per_step``); ``progress`` shows a bar."""
+    # A config named twice is replayed once (it used to be counted twice in its record).
+    configs = (configs,) if isinstance(configs, ReplayConfig) else tuple(dict.fromkeys(configs))
+    if isinstance(source, Stream):
+        source = [source]
+    if k is None and hasattr(source, "meta"):
+        k = source.meta.k
+    if k is not None:
+        for cfg in configs:
+            cfg.check_k(k)
+    wrap = _progress(source) if progress else (lambda it: it)
+    tally = _Tally(configs, per_step)
+    run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
+    run(source, configs, k, tally, max(1, workers), wrap)
+    return ReplayResult(configs, tally.records(), tally.kept)
+
+
+def replay_stream(stream: Stream, cfg: ReplayConfig, k: int | None = None) -> np.ndarray:
+    """Misses at every step of one stream under one config: ``replay`` of that stream."""
+    return replay(stream, cfg, per_step=True, workers=1, k=k).streams[0].misses
+
+
+def _progress(source: Any):
+    from ..progress import progress
+
+    total = len(source) if hasattr(source, "__len__") else None
+    return lambda it: progress(it, total=total, desc="streams", unit="stream")
+
+
+class _Tally:
+    """Totals per config (streams, steps, accesses, misses), and per-step misses when kept."""
+
+    def __init__(self, configs: Sequence[ReplayConfig], per_step: bool) -> None:
+        self.totals = {cfg: [0, 0, 0, 0] for cfg in configs}
+        self.per_step = per_step
+        self.kept: list[StreamMisses] = []
+
+    def add(self, cfg: ReplayConfig, request: int, layer: int, accesses: int, steps: int, misses_total: int,
+            ctx_len=None, misses=None) -> None:
+        t = self.totals[cfg]
+        t[0] += 1
+        t[1] += steps
+        t[2] += accesses
+        t[3] += misses_total
+        if self.per_step:
+            self.kept.append(StreamMisses(request, layer, ctx_len, cfg, misses))
+
+    def add_stream(self, stream: Stream, accesses: int, cfg: ReplayConfig, misses: np.ndarray) -> None:
+        self.add(cfg, stream.request, stream.layer, accesses, len(misses), int(misses.sum()), stream.ctx_len, misses)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [{"policy": str(c.policy), "buffer": c.buffer, "semantics": str(c.semantics), "initial": str(c.initial),
+                 "reserve_newest": c.reserve_newest, "streams": s, "steps": n, "accesses": a, "misses": m,
+                 "miss_ratio": m / a if a else 0.0} for c, (s, n, a, m) in self.totals.items()]
+
+
+def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
+    """Each stream's rows through each config (``backend.stream_misses``)."""
+
+    def submit(pool, stream: Stream):
+        if k is None:
+            for cfg in configs:
+                cfg.check_k(stream.indices.shape[1])
+        return stream, int(stream.accesses), [(cfg, pool.submit(backend.stream_misses, stream, cfg)) for cfg in configs]
+
+    def collect(item) -> None:
+        stream, accesses, futures = item
+        for cfg, fut in futures:
+            tally.add_stream(stream, accesses, cfg, fut.result())
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
-        for stream in streams:
-            accesses = int(stream.accesses)
-            pending.append((stream, accesses, [(cfg, pool.submit(replay_stream, stream, cfg, k)) for cfg in configs]))
+        for stream in wrap(iter(source)):
+            pending.append(submit(pool, stream))
             if len(pending) >= 2:  # one stream replaying while the next is read: bounded memory
-                _collect(pending.pop(0), totals, kept, keep_steps)
+                collect(pending.pop(0))
         for item in pending:
-            _collect(item, totals, kept, keep_steps)
-    return _records(totals), kept
+            collect(item)
 
 
-def replay_source(source, configs: Sequence[ReplayConfig], *, k: int, workers: int = 2, keep_steps: bool = False,
-                  wrap=None) -> tuple[list[dict], list[StreamMisses]]:
-    """``replay_totals`` over every stream of a trace source (``open_trace``); ``wrap`` wraps the
-    iteration (a progress bar). Batched LRU on a ``.hst`` file replays the coded chunks directly
-    (``coded.py``: the same misses, without materialising the rows)."""
-    from . import coded
-
-    wrap = wrap or (lambda it: it)
-    if not coded.applies(source, configs):
-        return replay_totals(wrap(iter(source)), configs, k=k, workers=workers, keep_steps=keep_steps)
-    for cfg in configs:
-        cfg.check(k)
-    totals = {cfg: [0, 0, 0, 0] for cfg in configs}
-    kept: list[StreamMisses] = []
+def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
+    """Batched LRU on the source's coded chunks (``backend.coded_misses``), no rows materialised."""
 
     def finish(key, fut) -> None:
-        res = fut.result()
-        if res is None:  # a chunk is not clean: the ordinary reader raises the error
+        run = fut.result()
+        if run is None:  # a chunk is not clean: the ordinary reader raises the error
             stream = source.read(key)
-            res = coded.CodedMisses(stream.ctx_len, int(stream.accesses), [replay_stream(stream, c, k) for c in configs])
-        per_config, ctx_len = res.misses, res.ctx_len
-        if keep_steps:  # numpy views of the int64 buffers, for the per-step frame
-            import numpy as np
+            for cfg in configs:
+                tally.add_stream(stream, int(stream.accesses), cfg, backend.stream_misses(stream, cfg))
+            return
+        for i, cfg in enumerate(configs):
+            tally.add(cfg, key.request, key.layer, run.accesses, run.steps, run.totals[i], run.ctx_len,
+                      run.misses[i] if run.misses is not None else None)
 
-            per_config = [np.frombuffer(m, dtype=np.int64) for m in per_config]
-            ctx_len = np.frombuffer(ctx_len, dtype=np.int64)
-        for cfg, misses in zip(configs, per_config, strict=True):
-            _add(totals, kept, keep_steps, key.request, key.layer, ctx_len, res.accesses, cfg, misses)
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for key in wrap(iter(source.keys)):
-            pending.append((key, pool.submit(coded.replay_coded, source.chunks(key), configs, k)))
-            if len(pending) > 2 * max(1, workers):
+            pending.append((key, pool.submit(backend.coded_misses, source.coded_chunks(key), configs, k,
+                                             per_step=tally.per_step)))
+            if len(pending) > 2 * workers:
                 finish(*pending.pop(0))
         for item in pending:
             finish(*item)
-    return _records(totals), kept
 
 
-def _records(totals: dict) -> list[dict]:
-    return [{"policy": c.policy, "buffer": c.buffer, "semantics": c.semantics, "initial": c.initial,
-             "reserve_newest": c.reserve_newest, "streams": s, "steps": n, "accesses": a, "misses": m,
-             "miss_ratio": m / a if a else 0.0} for c, (s, n, a, m) in totals.items()]
-
-
-def _add(totals, kept, keep_steps, request, layer, ctx_len, accesses, cfg, misses) -> None:
-    t = totals[cfg]
-    t[0] += 1
-    t[1] += len(misses)
-    t[2] += accesses
-    t[3] += int(sum(misses)) if isinstance(misses, array) else int(misses.sum())
-    if keep_steps:
-        kept.append(StreamMisses(request, layer, ctx_len, cfg, misses))
-
-
-def _collect(item, totals, kept, keep_steps) -> None:
-    stream, accesses, futures = item
-    for cfg, fut in futures:
-        _add(totals, kept, keep_steps, stream.request, stream.layer, stream.ctx_len, accesses, cfg, fut.result())
-
-
-def per_step_frame(kept: Sequence[StreamMisses]):
+def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:
     """Per-step misses as a DataFrame: request, layer, step, ctx_len, policy, buffer, misses."""
     import numpy as np
     import pandas as pd
 
     return pd.concat([pd.DataFrame({"request": m.request, "layer": m.layer, "step": np.arange(len(m.misses)),
-                                    "ctx_len": m.ctx_len, "policy": m.config.policy, "buffer": m.config.buffer,
+                                    "ctx_len": m.ctx_len, "policy": str(m.config.policy), "buffer": m.config.buffer,
                                     "misses": m.misses}) for m in kept], ignore_index=True)
-
-
-def replay_trace(streams: Iterable[Stream], configs: Sequence[ReplayConfig], *, k: int, workers: int = 2,
-                 per_step: bool = False):
-    """``replay_totals`` as DataFrames: (summary, per-step misses or None)."""
-    import pandas as pd
-
-    records, kept = replay_totals(streams, configs, k=k, workers=workers, keep_steps=per_step)
-    return pd.DataFrame(records), (per_step_frame(kept) if per_step and kept else None)
-
-
-def with_policy(cfg: ReplayConfig, policy: str) -> ReplayConfig:
-    return replace(cfg, policy=policy)

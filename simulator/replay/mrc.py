@@ -20,13 +20,17 @@ OPT and every other policy, on a grid of sizes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from numba import njit
 
 from ..trace.stream import Stream
-from .api import ReplayConfig, replay_source, replay_trace
+from .api import replay
+from .config import Initial, ReplayConfig, Semantics
+from .policies import Policy
 
 
 @njit(cache=True, nogil=True)
@@ -90,7 +94,7 @@ def _stack_distance_histogram(indices, ctx_len, reserve, max_size):  # pragma: n
 
 def one_pass_applies(cfg: ReplayConfig, min_ctx: int, max_buffer: int) -> bool:
     """True when stack distances give the exact misses of every size (see the module doc)."""
-    return (cfg.policy == "lru" and cfg.semantics == "sequential" and cfg.initial == "empty"
+    return (cfg.policy is Policy.LRU and cfg.semantics is Semantics.SEQUENTIAL and cfg.initial is Initial.EMPTY
             and min_ctx > max_buffer)
 
 
@@ -108,29 +112,23 @@ def lru_stack_misses(streams: Iterable[Stream], sizes: np.ndarray, reserve: bool
     return beyond[sizes - 1], accesses
 
 
-def miss_ratio_curve(open_streams, cfg: ReplayConfig, sizes: Sequence[int], *, k: int, min_ctx: int,
-                     workers: int = 2, source=None) -> tuple[pd.DataFrame, str]:
+def miss_ratio_curve(source: Any, cfg: ReplayConfig, sizes: Sequence[int], *, k: int | None = None,
+                     min_ctx: int | None = None, workers: int = 2) -> tuple[pd.DataFrame, str]:
     """Misses at each size for one policy; returns (curve, method) with method "one-pass" or
-    "per-size". ``open_streams`` is a callable returning a fresh iterator over the streams; with
-    the trace ``source`` as well, batched LRU on a ``.hst`` file replays every size in one
-    decoding pass of each stream (``coded.py``)."""
+    "per-size". ``source`` is what ``replay`` takes, iterable again for each pass (a trace
+    source, a list of streams); ``min_ctx`` (default: read from it) is its smallest ctx_len."""
     sizes = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.int64)
+    if min_ctx is None:
+        min_ctx = min((int(s.ctx_len.min()) for s in source if s.steps), default=0)
     if one_pass_applies(cfg, min_ctx, int(sizes.max())):
-        misses, accesses = lru_stack_misses(open_streams(), sizes, cfg.reserve_newest)
-        curve = pd.DataFrame({"policy": cfg.policy, "buffer": sizes, "accesses": accesses,
+        misses, accesses = lru_stack_misses(iter(source), sizes, cfg.reserve_newest)
+        curve = pd.DataFrame({"policy": str(cfg.policy), "buffer": sizes, "accesses": accesses,
                               "misses": misses})
         method = "one-pass"
     else:
-        from dataclasses import replace
-
-        configs = [replace(cfg, buffer=int(b)) for b in sizes]
-        if source is not None:
-            records, _ = replay_source(source, configs, k=k, workers=workers)
-            summary = pd.DataFrame(records)
-        else:
-            summary, _ = replay_trace(open_streams(), configs, k=k, workers=workers)
+        summary = replay(source, [replace(cfg, buffer=int(b)) for b in sizes], k=k, workers=workers).summary
         curve = summary[["policy", "buffer", "accesses", "misses"]].copy()
         method = "per-size"
-    curve["semantics"] = cfg.semantics
+    curve["semantics"] = str(cfg.semantics)
     curve["miss_ratio"] = curve["misses"] / curve["accesses"].where(curve["accesses"] > 0, 1)
     return curve.reset_index(drop=True), method

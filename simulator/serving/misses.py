@@ -92,7 +92,7 @@ def _file_digest(path: Path) -> str:
 
 
 def _trace_source(trace: str | None):
-    """(a callable giving fresh stream iterators, k, label, content digest) for a trace path, or
+    """(a callable giving the trace source or a fresh stream iterator, k, label, content digest) for a trace path, or
     for the bundled default (generated when its file is absent)."""
     from ..trace import open_trace
 
@@ -107,7 +107,7 @@ def _trace_source(trace: str | None):
     if not path.is_file():
         raise HisparseError(f"{path}: no such trace file")
     src = open_trace(path)
-    return (lambda: iter(src)), src.meta.k, str(path), _file_digest(path)
+    return (lambda: src), src.meta.k, str(path), _file_digest(path)
 
 
 def _first_context(streams) -> int:
@@ -120,13 +120,14 @@ def _first_context(streams) -> int:
 def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "lru", initial: str = "prefix",
                   use_cache: bool = True) -> MissProfiles:
     """Replay ``trace`` (default: ``DEFAULT_TRACE``) and return per-request miss shares."""
-    from ..replay import ReplayConfig, replay_stream
+    from ..replay import ReplayConfig, replay
+    from ..replay.compiled_cache import engine_digest
 
     streams, k_trace, label, digest = _trace_source(trace)
     scaled = max(1, round(buffer * k_trace / top_k))
     if scaled < k_trace:
         raise HisparseError(f"buffer {buffer} scaled to the trace's k ({k_trace}) is {scaled} < k")
-    key = f"{digest}-{policy}-{scaled}-{initial}"
+    key = f"{digest}-{policy}-{scaled}-{initial}-engine{engine_digest()[:12]}"
     cached = cache_dir() / f"misses-{key}.npz"
     if use_cache and cached.exists():
         data = np.load(cached)
@@ -135,8 +136,8 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         return MissProfiles(tuple(data[n] for n in names), label, (), k_trace, scaled, ctx)
     cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial)
     by_request: dict[int, list[np.ndarray]] = {}
-    for s in streams():
-        by_request.setdefault(s.request, []).append(replay_stream(s, cfg, k_trace) / k_trace)
+    for m in replay(streams(), cfg, k=k_trace, per_step=True).streams:
+        by_request.setdefault(m.request, []).append(m.misses / k_trace)
     if not by_request:
         raise HisparseError(f"{label}: the trace holds no streams")
     shares = tuple(np.mean([a[: min(map(len, v))] for a in v], axis=0) for _, v in sorted(by_request.items()))

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HisparseError
+from ..replay.config import option_types
 
 OPTIONS = {
-    "replay": {"trace": str, "policy": str, "buffer": int, "semantics": str, "initial": str,
-               "reserve_newest": bool, "seed": int},
+    "replay": {"trace": str, **option_types()},  # a ReplayConfig's fields
     "plan": {"model": str, "gpu": str, "deployment": str, "workload": str, "hisparse": str, "calibration": str,
              "trace": str, "concurrency": int, "rate": float, "device_buffer_size": int,
              "host_to_device_ratio": float, "slo_tpot_ms": float, "slo_ttft_s": float, "seed": int},

@@ -20,15 +20,14 @@ def run_point(kind: str, point: dict[str, Any]) -> dict[str, Any]:
 
 
 def _replay(p: dict[str, Any]) -> dict[str, Any]:
-    from ..replay import ReplayConfig
-    from ..replay.api import replay_totals
+    from dataclasses import fields
+
+    from ..replay import ReplayConfig, replay
     from ..trace import open_trace
 
     trace = open_trace(p["trace"])  # each worker reads the shared file itself, a stream at a time
-    cfg = ReplayConfig(policy=p.get("policy", "lru"), buffer=p.get("buffer", 4096),
-                       semantics=p.get("semantics", "batched"), initial=p.get("initial", "prefix"),
-                       reserve_newest=p.get("reserve_newest", True), seed=p.get("seed", 0))
-    (record,), _ = replay_totals(trace, [cfg], k=trace.meta.k, workers=1)
+    cfg = ReplayConfig(**{f.name: p[f.name] for f in fields(ReplayConfig) if f.name in p})
+    (record,) = replay(trace, cfg, workers=1).records
     return {k: record[k] for k in ("streams", "steps", "accesses", "misses", "miss_ratio")}
 
 

@@ -11,7 +11,8 @@ from typing import Any
 _EXPORTS = {
     "FORMAT_VERSION": ".stream", "Stream": ".stream", "StreamKey": ".stream", "TraceMeta": ".stream",
     "TraceReader": ".format", "TraceWriter": ".format", "write_trace": ".format",
-    "NpyTrace": ".sources", "TraceSource": ".sources", "open_trace": ".sources",
+    "NpyTrace": ".sources", "TraceSource": ".sources", "CodedSource": ".sources", "open_trace": ".sources",
+    "CodedChunk": ".format",
 }
 __all__ = sorted(_EXPORTS)
 

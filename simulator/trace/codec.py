@@ -17,21 +17,10 @@ from typing import TYPE_CHECKING
 
 from .. import native
 from ..errors import TraceError
+from .problems import DECODE_MESSAGES, ROW_MESSAGES, DecodeProblem, RowProblem
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
     import numpy as np
-
-# Problems _check_rows can find, by code.
-_PROBLEMS = {
-    1: "negative index {value} (only -1 may pad a step)",
-    2: "index {value} out of range for ctx_len {extra}",
-    3: "index {value} selected twice in one step",
-    4: "{value} entries in one step, more than k = {extra}",
-    5: "ctx_len goes down, to {value} from {extra}",
-    6: "ctx_len {value} is not positive",
-    7: "padding -1 before a real entry",
-}
-
 
 def _first_problem(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> tuple[int, int, int, int]:
     import numpy as np
@@ -51,7 +40,7 @@ def check_stream(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> None:
         raise TraceError(f"ctx_len has shape {ctx_len.shape}, expected ({indices.shape[0]},)")
     code, step, value, extra = _first_problem(indices, ctx_len, k)
     if code:
-        raise TraceError(_PROBLEMS[code].format(value=value, extra=extra), step=int(step))
+        raise TraceError(ROW_MESSAGES[RowProblem(code)].format(value=value, extra=extra), step=int(step))
 
 
 def encode_stream(indices: np.ndarray, ctx_len: np.ndarray, *, keep_order: bool) -> tuple[bytes, bool]:
@@ -74,9 +63,6 @@ def encode_stream(indices: np.ndarray, ctx_len: np.ndarray, *, keep_order: bool)
     return zlib.compress(buf.tobytes(), 6), ordered
 
 
-_DECODE_PROBLEMS = {1: "coded data ends early", 2: "coded data is inconsistent", 3: "coded data has trailing bytes"}
-
-
 def decode_stream(payload: bytes, steps: int, width: int, ordered: bool,
                   out: np.ndarray | None = None, ctx_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of encode_stream: (indices int32 [steps, width], ctx_len int64 [steps]).
@@ -97,5 +83,7 @@ def decode_stream(payload: bytes, steps: int, width: int, ordered: bool,
 
         code, step = decode(raw, steps, width, ordered, out, ctx)
     if code:
-        raise TraceError(f"corrupt stream data: {_DECODE_PROBLEMS[code]}", step=int(step) if code != 3 else None)
+        problem = DecodeProblem(code)
+        raise TraceError(f"corrupt stream data: {DECODE_MESSAGES[problem]}",
+                         step=None if problem is DecodeProblem.TRAILING_BYTES else int(step))
     return out, ctx

@@ -9,10 +9,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .problems import DecodeProblem, RowProblem
+
+# The codes as plain ints: numba freezes them into the compiled code.
+_NEGATIVE = RowProblem.NEGATIVE.value
+_OUT_OF_RANGE = RowProblem.OUT_OF_RANGE.value
+_REPEATED = RowProblem.REPEATED.value
+_TOO_MANY = RowProblem.TOO_MANY.value
+_CTX_DOWN = RowProblem.CTX_DOWN.value
+_CTX_NOT_POSITIVE = RowProblem.CTX_NOT_POSITIVE.value
+_PAD_BEFORE_ENTRY = RowProblem.PAD_BEFORE_ENTRY.value
+_ENDS_EARLY = DecodeProblem.ENDS_EARLY.value
+_INCONSISTENT = DecodeProblem.INCONSISTENT.value
+_TRAILING_BYTES = DecodeProblem.TRAILING_BYTES.value
+
 
 @njit(cache=True)
 def check_rows(indices, ctx_len, k):  # pragma: no cover - compiled
-    """First problem in a stream as (code, step, value, extra), or code 0."""
+    """First problem in a stream as (code, step, value, extra), or code 0 (codes: problems.RowProblem)."""
     steps, width = indices.shape
     cmax = 1
     for t in range(steps):
@@ -22,9 +36,9 @@ def check_rows(indices, ctx_len, k):  # pragma: no cover - compiled
     for t in range(steps):
         c = ctx_len[t]
         if c < 1:
-            return 6, t, c, 0
+            return _CTX_NOT_POSITIVE, t, c, 0
         if t > 0 and c < ctx_len[t - 1]:
-            return 5, t, c, ctx_len[t - 1]
+            return _CTX_DOWN, t, c, ctx_len[t - 1]
         n = 0
         padded = False
         for j in range(width):
@@ -33,17 +47,17 @@ def check_rows(indices, ctx_len, k):  # pragma: no cover - compiled
                 padded = True
                 continue
             if v < 0:
-                return 1, t, v, 0
+                return _NEGATIVE, t, v, 0
             if padded:
-                return 7, t, v, 0
+                return _PAD_BEFORE_ENTRY, t, v, 0
             if v >= c:
-                return 2, t, v, c
+                return _OUT_OF_RANGE, t, v, c
             if seen[v] == t + 1:
-                return 3, t, v, 0
+                return _REPEATED, t, v, 0
             seen[v] = t + 1
             n += 1
         if n > k:
-            return 4, t, n, k
+            return _TOO_MANY, t, n, k
     return 0, 0, 0, 0
 
 
@@ -147,7 +161,7 @@ def _get(buf, pos):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def decode(buf, steps, width, ordered, out, ctx_out):  # pragma: no cover - compiled
-    """Fill out [steps, width] and ctx_out; return (0, 0) or (error code, step)."""
+    """Fill out [steps, width] and ctx_out; return (0, 0) or (problems.DecodeProblem code, step)."""
     pos = 0
     prev = np.empty(width, dtype=np.int64)
     cur = np.empty(width, dtype=np.int64)
@@ -158,36 +172,36 @@ def decode(buf, steps, width, ordered, out, ctx_out):  # pragma: no cover - comp
     for t in range(steps):
         z, pos = _get(buf, pos)
         if pos < 0:
-            return 1, t
+            return _ENDS_EARLY, t
         prev_ctx += (z >> 1) ^ -(z & 1)
         ctx_out[t] = prev_ctx
         n_rem, pos = _get(buf, pos)
         if pos < 0:
-            return 1, t
+            return _ENDS_EARLY, t
         n_add, pos = _get(buf, pos)
         if pos < 0:
-            return 1, t
+            return _ENDS_EARLY, t
         if n_rem > prev_n or n_add > width:
-            return 2, t
+            return _INCONSISTENT, t
         last = -1
         for r in range(n_rem):
             g, pos = _get(buf, pos)
             if pos < 0:
-                return 1, t
+                return _ENDS_EARLY, t
             last += g + 1
             if last >= prev_n:
-                return 2, t
+                return _INCONSISTENT, t
             rem[r] = last
         last = -1
         for a in range(n_add):
             g, pos = _get(buf, pos)
             if pos < 0:
-                return 1, t
+                return _ENDS_EARLY, t
             last += g + 1
             add[a] = last
         n = prev_n - n_rem + n_add
         if n > width:
-            return 2, t
+            return _INCONSISTENT, t
         # cur = merge(prev without the leavers, arrivals), ascending, no duplicates.
         i = 0
         r = 0
@@ -205,16 +219,16 @@ def decode(buf, steps, width, ordered, out, ctx_out):  # pragma: no cover - comp
                 v = add[a]
                 a += 1
             else:
-                return 2, t
+                return _INCONSISTENT, t
             cur[m] = v
             m += 1
         if ordered:
             for j in range(n):
                 rk, pos = _get(buf, pos)
                 if pos < 0:
-                    return 1, t
+                    return _ENDS_EARLY, t
                 if rk >= n:
-                    return 2, t
+                    return _INCONSISTENT, t
                 out[t, j] = cur[rk]
         else:
             for j in range(n):
@@ -225,5 +239,5 @@ def decode(buf, steps, width, ordered, out, ctx_out):  # pragma: no cover - comp
             prev[j] = cur[j]
         prev_n = n
     if pos != buf.shape[0]:
-        return 3, steps
+        return _TRAILING_BYTES, steps
     return 0, 0

@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import TraceError
 from ..fileio import replace_into, temp_beside
@@ -78,6 +78,37 @@ def _chunk_header(info: ChunkInfo, payload_len: int, payload_crc: int) -> bytes:
     head = _CHUNK_HEAD.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps, info.width,
                             info.ordered, info.accesses, info.ctx_last, payload_len, payload_crc)
     return head + _U32.pack(zlib.crc32(head))
+
+
+class CodedChunk(NamedTuple):
+    """One chunk of a stream as stored: its steps still coded (``codec.py``), for consumers that
+    work on the coded form directly (the compiled batched-LRU replay reads the step changes)."""
+
+    steps: int
+    width: int
+    ordered: bool
+    payload: bytes  # compressed, checksum verified
+
+    def coded(self) -> bytes | None:
+        """The coded steps (``codec.py``'s varint stream), or None when the payload does not
+        decompress (``TraceReader.read`` of the stream then raises the error).
+
+        The reader has checked every byte of the payload against its crc32, so the deflate data
+        is inflated raw, past the 2-byte zlib header, without computing the adler32 of the
+        output a second time (a tenth of inflating); the deflate stream must still end exactly
+        4 bytes (the adler32) before the payload does."""
+        p = self.payload
+        if len(p) < 6 or p[0] & 0x0F != 8 or p[1] & 0x20 or (p[0] << 8 | p[1]) % 31:
+            try:  # not a plain zlib header: zlib decides
+                return zlib.decompress(p)
+            except zlib.error:
+                return None
+        inflater = zlib.decompressobj(-15)
+        try:
+            out = inflater.decompress(memoryview(p)[2:])
+        except zlib.error:
+            return None
+        return out if inflater.eof and len(inflater.unused_data) == 4 else None
 
 
 class TraceWriter:
@@ -395,6 +426,12 @@ class TraceReader:
                 raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
             out.append((c, payload))
         return out
+
+    def coded_chunks(self, key: StreamKey | tuple[int, int]) -> list[CodedChunk]:
+        """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
+        that lets a consumer skip materialising rows). File reads happen here, in the caller's
+        thread; ``CodedChunk.coded`` may then run in any thread."""
+        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key)]
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import TraceError
 from .codec import check_stream
-from .format import TraceReader
+from .format import CodedChunk, TraceReader
 from .stream import Stream, StreamKey, TraceMeta
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -34,6 +34,15 @@ class TraceSource(Protocol):
     def __iter__(self) -> Iterator[Stream]: ...
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream: ...
+
+
+@runtime_checkable
+class CodedSource(Protocol):
+    """The optional extra of a source whose streams are stored coded (the ``.hst`` reader): each
+    stream's chunks still coded, so that a consumer can work on the step changes without
+    materialising rows. ``isinstance(source, CodedSource)`` tells whether a source has it."""
+
+    def coded_chunks(self, key: StreamKey | tuple[int, int]) -> list[CodedChunk]: ...
 
 
 class NpyTrace:

@@ -52,3 +52,15 @@ def take_oldest_unmarked(prev, nxt, head, g, mark, stamp):  # pragma: no cover -
     g[1] = stamp
     unlink(prev, nxt, v)
     return v
+
+
+@njit(cache=True)
+def walk(nxt, head, out):  # pragma: no cover - compiled
+    """The list's nodes, oldest first, into out; returns their number (at most len(out))."""
+    n = 0
+    x = nxt[head]
+    while x != head and n < out.shape[0]:
+        out[n] = x
+        n += 1
+        x = nxt[x]
+    return n

@@ -1,5 +1,8 @@
 """A lazy min-heap of (key, slot) over two word rows, for key-ordered policies (LFU, OPT).
 
+A policy using it declares 5 slot rows (0 current keys, 1-2 heap, 3-4 stash), g[0] for the heap
+size and two more scalars for the stash (passed as ``gs``).
+
 Entries go stale when a slot's key changes: each slot's current key lives in ``cur`` and a
 popped entry counts only if it still matches. When the rows fill up, the heap is rebuilt from
 the current keys of the ``n_slots`` slots (``cur`` = EMPTY marks a slot with nothing in it).
@@ -69,19 +72,20 @@ def push(keys, vals, g, gi, cur, n_slots, key, slot):  # pragma: no cover - comp
 
 
 @njit(cache=True)
-def pop_victim(sw, g, mark, stamp):  # pragma: no cover - compiled
+def pop_victim(sw, g, gs, mark, stamp):  # pragma: no cover - compiled
     """The unprotected slot with the smallest live key (heap in word rows 1-2, current keys in
     row 0, size in g[0]); the slot's key becomes EMPTY. Protected entries (marked with
     ``stamp``) popped on the way are set aside in rows 3-4 until the next step's first call
-    (g[14] of them, g[15] their stamp), so a batched step passes over each protected entry once,
-    not once per victim; then the live ones go back."""
+    (g[gs] of them, g[gs + 1] their stamp: the caller's two scalars), so a batched step passes
+    over each protected entry once, not once per victim; then the live ones go back."""
     keys, vals, cur, stash_k, stash_v = sw[1], sw[2], sw[0], sw[3], sw[4]
-    if g[15] != stamp:
-        for i in range(g[14]):
+    ns, st = gs, gs + 1
+    if g[st] != stamp:
+        for i in range(g[ns]):
             if cur[stash_v[i]] == stash_k[i]:  # still live
                 push(keys, vals, g, 0, cur, cur.shape[0], stash_k[i], stash_v[i])
-        g[14] = 0
-        g[15] = stamp
+        g[ns] = 0
+        g[st] = stamp
     found = -1
     while g[0] > 0:
         k = keys[0]
@@ -95,9 +99,9 @@ def pop_victim(sw, g, mark, stamp):  # pragma: no cover - compiled
         if cur[s] != k:
             continue  # stale
         if mark[s] == stamp:
-            stash_k[g[14]] = k
-            stash_v[g[14]] = s
-            g[14] += 1
+            stash_k[g[ns]] = k
+            stash_v[g[ns]] = s
+            g[ns] += 1
             continue
         found = s
         break

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from . import _dlist
+from . import PolicyState, _dlist
 
-NAME = "arc"
+STATE = PolicyState(slot_rows=3, position_rows=3, scalars=5)
 
 
 @njit(cache=True)
@@ -98,3 +98,8 @@ def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no 
             g[2] += 1
             sw[2][s] = 2
         _dlist.push_tail(sw[0], sw[1], B + 1, s)
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    return 0  # no recency order to report

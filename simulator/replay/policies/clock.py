@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from numba import njit
 
-NAME = "clock"
+from . import PolicyState
+
+STATE = PolicyState(slot_rows=1, position_rows=0, scalars=1)
 
 
 @njit(cache=True)
@@ -39,3 +41,8 @@ def insert(sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - comp
 def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover - compiled
     for i in range(nh):
         sw[0][hit_slots[i]] = 1
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    return 0  # no recency order to report

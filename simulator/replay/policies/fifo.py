@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from . import _dlist
+from . import PolicyState, _dlist
 
-NAME = "fifo"
+STATE = PolicyState(slot_rows=2, position_rows=0, scalars=2)
 
 
 @njit(cache=True)
@@ -31,3 +31,9 @@ def insert(sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - comp
 @njit(cache=True)
 def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover - compiled
     pass
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    """Queue order, oldest first."""
+    return _dlist.walk(sw[1], B, out)

@@ -2,16 +2,16 @@
 
 A slot's count starts at 1 when loaded and grows with each hit. Words: 0 current key
 (count * 2**40 + tick, EMPTY when free), 1-2 heap keys/slots, 3-4 stash; g[0] heap size,
-g[1] tick.
+g[1] tick, g[2]-g[3] the heap's stash.
 """
 
 from __future__ import annotations
 
 from numba import njit
 
-from . import _heap
+from . import PolicyState, _heap
 
-NAME = "lfu"
+STATE = PolicyState(slot_rows=5, position_rows=0, scalars=4)
 _SHIFT = 2**40
 
 
@@ -24,7 +24,7 @@ def init(sw, pw, g, B, cmax):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
-    return _heap.pop_victim(sw, g, mark, stamp)
+    return _heap.pop_victim(sw, g, 2, mark, stamp)
 
 
 @njit(cache=True)
@@ -45,3 +45,8 @@ def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no 
     for i in range(nh):
         s = hit_slots[i]
         _set(sw, g, B, s, sw[0][s] // _SHIFT + 1)
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    return 0  # no recency order to report

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from . import _dlist
+from . import PolicyState, _dlist
 
-NAME = "lru"
+STATE = PolicyState(slot_rows=2, position_rows=0, scalars=4)
 
 
 @njit(cache=True)
@@ -54,3 +54,9 @@ def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no 
             _dlist.push_tail(sw[0], sw[1], B, x)
             moved += 1
         x = n
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    """Recency order, least recent first."""
+    return _dlist.walk(sw[1], B, out)

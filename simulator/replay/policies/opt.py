@@ -2,16 +2,16 @@
 
 Next uses are access numbers (vtime) over the whole stream, so ties only happen between entries
 never used again. Words: 0 current key (-next use; EMPTY when free), 1-2 heap, 3-4 stash;
-g[0] heap size.
+g[0] heap size, g[1]-g[2] the heap's stash.
 """
 
 from __future__ import annotations
 
 from numba import njit
 
-from . import _heap
+from . import PolicyState, _heap
 
-NAME = "opt"
+STATE = PolicyState(slot_rows=5, position_rows=0, scalars=3, next_use=True)
 
 
 @njit(cache=True)
@@ -22,7 +22,7 @@ def init(sw, pw, g, B, cmax):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover - compiled
-    return _heap.pop_victim(sw, g, mark, stamp)
+    return _heap.pop_victim(sw, g, 1, mark, stamp)
 
 
 @njit(cache=True)
@@ -37,3 +37,8 @@ def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no 
         s = hit_slots[i]
         sw[0][s] = -hit_nu[i]
         _heap.push(sw[1], sw[2], g, 0, sw[0], B, -hit_nu[i], s)
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    return 0  # no recency order to report

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-NAME = "random"
+from . import PolicyState
+
+STATE = PolicyState(slot_rows=0, position_rows=0, scalars=0)
 
 
 @njit(cache=True)
@@ -29,3 +31,8 @@ def insert(sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - comp
 @njit(cache=True)
 def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover - compiled
     pass
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    return 0  # no recency order to report

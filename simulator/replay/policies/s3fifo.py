@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from . import _dlist
+from . import PolicyState, _dlist
 
-NAME = "s3fifo"
+STATE = PolicyState(slot_rows=4, position_rows=3, scalars=8)
 
 
 @njit(cache=True)
@@ -124,3 +124,8 @@ def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no 
         s = hit_slots[i]
         if sw[3][s] < 3:
             sw[3][s] += 1
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    return 0  # no recency order to report

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from numba import njit
 
-from . import _dlist
+from . import PolicyState, _dlist
 
-NAME = "sieve"
+STATE = PolicyState(slot_rows=3, position_rows=0, scalars=1)
 
 
 @njit(cache=True)
@@ -52,3 +52,8 @@ def insert(sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover - comp
 def hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma: no cover - compiled
     for i in range(nh):
         sw[2][hit_slots[i]] = 1
+
+
+@njit(cache=True)
+def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
+    return 0  # no recency order to report

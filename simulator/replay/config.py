@@ -1,0 +1,94 @@
+"""What one replay is: a policy, a buffer size and the step rules, checked once when made.
+
+This module imports neither numpy nor numba (the CLI builds configs before any replay).
+"""
+
+from __future__ import annotations
+
+import operator
+import typing
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+from ..errors import HisparseError
+from .policies import POLICY_IDS, Policy
+
+
+class Semantics(StrEnum):
+    """How a step's entries meet the buffer."""
+
+    BATCHED = "batched"  # HiSparse: looked up at once, hits protected, miss i takes the i-th victim
+    SEQUENTIAL = "sequential"  # one access at a time, in stored order (classic, as libCacheSim)
+
+
+class Initial(StrEnum):
+    """What the buffer holds when the context first outgrows it."""
+
+    PREFIX = "prefix"  # colocated prefill: the first positions of the prompt
+    EMPTY = "empty"  # disaggregated decode: nothing
+
+
+def _member(enum: type[StrEnum], value: Any, what: str) -> StrEnum:
+    try:
+        return enum(value)
+    except ValueError:
+        raise HisparseError(f"unknown {what} {value!r} (one of: {', '.join(enum)})") from None
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """One replay: a policy, a buffer size (slots per request and layer) and the step rules.
+
+    Strings are accepted for the enum fields and become members; a bad value raises here."""
+
+    policy: Policy = Policy.LRU
+    buffer: int = 4096
+    semantics: Semantics = Semantics.BATCHED
+    initial: Initial = Initial.PREFIX
+    reserve_newest: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", _member(Policy, self.policy, "policy"))
+        object.__setattr__(self, "semantics", _member(Semantics, self.semantics, "semantics"))
+        object.__setattr__(self, "initial", _member(Initial, self.initial, "initial buffer"))
+        try:
+            buffer = operator.index(self.buffer)  # numpy integers too
+        except TypeError:
+            raise HisparseError(f"buffer must be a whole number of slots, got {self.buffer!r}") from None
+        if buffer < 1:
+            raise HisparseError(f"buffer must be >= 1 slot, got {buffer}")
+        object.__setattr__(self, "buffer", buffer)
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the engine replays it (else it is counted directly: none, static-prefix)."""
+        return self.policy in POLICY_IDS
+
+    @property
+    def batched(self) -> bool:
+        return self.semantics is Semantics.BATCHED
+
+    @property
+    def prefix(self) -> bool:
+        return self.initial is Initial.PREFIX
+
+    def check_k(self, k: int) -> None:
+        """A batched step needs room for all its entries: HiSparse requires buffer >= top_k."""
+        if self.batched and self.stateful and self.buffer < k:
+            raise HisparseError(f"buffer {self.buffer} is smaller than k = {k}: a batched step needs "
+                                f"room for all its entries (HiSparse requires device_buffer_size >= top_k)")
+
+
+def option_types() -> dict[str, type]:
+    """Each field's plain type (an enum field as ``str``), for options read from files (sweeps)."""
+    hints = typing.get_type_hints(ReplayConfig)
+    return {f.name: (str if isinstance(hints[f.name], type) and issubclass(hints[f.name], StrEnum)
+                     else hints[f.name]) for f in fields(ReplayConfig)}
+
+
+def expand_configs(policies: typing.Iterable[str], buffers: typing.Iterable[int], **common: Any) -> list[ReplayConfig]:
+    """Every policy x buffer, with the other fields in common."""
+    buffers = list(buffers)
+    return [ReplayConfig(policy=p, buffer=int(b), **common) for p in policies for b in buffers]

@@ -1,0 +1,193 @@
+"""The step loop every policy shares: exact per-step misses of one stream (the replay engine's semantics).
+
+Step structure (shared by every policy; BRIEF section 1):
+- While ``ctx_len <= buffer`` nothing misses (HiSparse's fast path: the buffer holds the whole
+  context). Leaving it, the buffer holds positions [0, buffer), oldest first by position.
+- The newest token (``ctx_len - 1``) sits in a reserved slot: never a miss, never in the buffer
+  (``reserve_newest=False`` treats it as an ordinary access).
+- Initial buffer: ``prefix`` (colocated: the first positions of the prompt) or ``empty``
+  (disaggregated decode). Free slots are taken first, in slot order.
+- ``batched`` (HiSparse): a step's entries are looked up at once; hits are protected; miss i
+  takes the policy's i-th victim in stored order; hits are then reported to the policy.
+  ``sequential``: the step's entries one at a time, in stored order (classic cache simulation).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import literally, njit
+
+from .policies import dispatch
+
+INF = 2**61
+
+
+@njit(cache=True, inline="always")
+def _load(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, free_next, p, nu):  # pragma: no cover
+    """Load missed position p: a free slot while any is left (in slot order), else the policy's
+    victim; the slot is protected for the rest of the step. Returns the next free slot."""
+    if free_next < B:
+        v = free_next
+        free_next += 1
+    else:
+        v = dispatch.victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
+        pos_slot[slot_pos[v]] = -1
+    slot_pos[v] = p
+    pos_slot[p] = v
+    mark[v] = stamp
+    dispatch.insert(pid, sw, pw, g, B, cmax, v, p, nu, stamp)
+    return free_next
+
+
+@njit(cache=True)
+def _walk_back(indices, t0, cmax, out, fill):  # pragma: no cover - compiled
+    """Walk the accesses from the last back to step t0 (access numbers = vtime). With ``fill``,
+    out[t, j] = the next access number of the same position (INF if none). Returns each
+    position's first access number at or after step t0 (INF if none)."""
+    steps, width = indices.shape
+    last = np.full(cmax, INF, dtype=np.int64)
+    vt = 0
+    for t in range(steps):
+        for j in range(width):
+            if indices[t, j] >= 0:
+                vt += 1
+    for t in range(steps - 1, t0 - 1, -1):
+        n = 0
+        for j in range(width):
+            if indices[t, j] >= 0:
+                n += 1
+        for j in range(n - 1, -1, -1):
+            vt -= 1
+            p = indices[t, j]
+            if fill:
+                out[t, j] = last[p]
+            last[p] = vt
+    return last
+
+
+@njit(cache=True)
+def next_uses(indices, cmax):  # pragma: no cover - compiled
+    """Next access number (vtime) of the same position for every entry; INF if none."""
+    out = np.full(indices.shape, INF, dtype=np.int64)
+    _walk_back(indices, 0, cmax, out, True)
+    return out
+
+
+@njit(cache=True)
+def _first_uses(indices, t0, cmax):  # pragma: no cover - compiled
+    """First access number at or after step t0 of every position (INF if none)."""
+    return _walk_back(indices, t0, cmax, np.empty((1, 1), dtype=np.int64), False)
+
+
+@njit(cache=True, nogil=True)
+def run(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, want_nu, misses_out, record, slots_out,
+        n_sw, n_pw, n_g):  # pragma: no cover - compiled
+    """Replay one stream through policy ``pid`` (a constant: see entries.py); the policy's state
+    is n_sw slot rows, n_pw position rows and n_g scalars. Returns (slot_pos, order)."""
+    literally(pid)
+    steps, width = indices.shape
+    cmax = 1
+    for t in range(steps):
+        cmax = max(cmax, ctx_len[t])
+    L = 8 * (B + 4)
+    sw = np.zeros((n_sw, L), dtype=np.int64)
+    pw = np.zeros((n_pw, cmax + 4), dtype=np.int64)
+    g = np.zeros(n_g, dtype=np.int64)
+    slot_pos = np.full(B, -1, dtype=np.int64)
+    pos_slot = np.full(cmax, -1, dtype=np.int64)
+    mark = np.zeros(B, dtype=np.int64)
+    hit_slots = np.empty(width, dtype=np.int64)
+    hit_nu = np.empty(width, dtype=np.int64)
+    one_slot = np.empty(1, dtype=np.int64)
+    one_nu = np.empty(1, dtype=np.int64)
+    np.random.seed(seed)
+    stamp = 0
+    free_next = 0
+    fast = False  # the previous step took the fast path
+    started = False
+    for t in range(steps):
+        ctx = ctx_len[t]
+        if ctx <= B:
+            misses_out[t] = 0
+            fast = True
+            if record:  # the buffer holds the whole context, position p in slot p
+                for j in range(width):
+                    p = indices[t, j]
+                    slots_out[t, j] = -1 if p < 0 else (B if reserve and p == ctx - 1 else p)
+            continue
+        if not started or fast:
+            # Fresh state: empty, or the first positions (prefix initial buffer / leaving the
+            # fast path, when the buffer held the whole context).
+            sw[:] = 0
+            pw[:] = 0
+            g[:] = 0
+            slot_pos[:] = -1
+            pos_slot[:] = -1
+            dispatch.init(pid, sw, pw, g, B, cmax)
+            free_next = 0
+            if prefix or fast:
+                n_pre = B  # ctx > B here, so the prompt fills every slot
+                first = _first_uses(indices, t, cmax) if want_nu else np.zeros(0, dtype=np.int64)
+                stamp += 1
+                for p in range(n_pre):
+                    slot_pos[p] = p
+                    pos_slot[p] = p
+                    dispatch.insert(pid, sw, pw, g, B, cmax, p, p, first[p] if want_nu else INF, stamp)
+                free_next = n_pre
+            started = True
+            fast = False
+        newest = ctx - 1
+        n_miss = 0
+        if batched:
+            stamp += 1
+            nh = 0
+            for j in range(width):
+                p = indices[t, j]
+                if p < 0:
+                    break
+                if reserve and p == newest:
+                    continue
+                s = pos_slot[p]
+                if s >= 0:
+                    mark[s] = stamp
+                    hit_slots[nh] = s
+                    hit_nu[nh] = nu_all[t, j] if want_nu else INF
+                    nh += 1
+            for j in range(width):
+                p = indices[t, j]
+                if p < 0:
+                    break
+                if (reserve and p == newest) or pos_slot[p] >= 0:
+                    continue
+                free_next = _load(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, free_next, p,
+                                  nu_all[t, j] if want_nu else INF)
+                n_miss += 1
+            if nh:
+                dispatch.hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+        else:
+            for j in range(width):
+                p = indices[t, j]
+                if p < 0:
+                    break
+                if reserve and p == newest:
+                    continue
+                stamp += 1
+                nu = nu_all[t, j] if want_nu else INF
+                s = pos_slot[p]
+                if s >= 0:
+                    mark[s] = stamp
+                    one_slot[0] = s
+                    one_nu[0] = nu
+                    dispatch.hits(pid, sw, pw, g, B, cmax, mark, stamp, one_slot, one_nu, 1)
+                    continue
+                free_next = _load(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, free_next, p, nu)
+                n_miss += 1
+        misses_out[t] = n_miss
+        if record:  # where attention reads each entry: its slot, B for the reserved newest slot
+            for j in range(width):
+                p = indices[t, j]
+                slots_out[t, j] = -1 if p < 0 else (B if reserve and p == newest else pos_slot[p])
+    # The policy's recency (or queue) order of the slots, oldest first (empty if it has none).
+    order = np.empty(B if started else 0, dtype=np.int64)
+    n = dispatch.order(pid, sw, pw, g, B, cmax, order) if started else 0
+    return slot_pos, order[:n]
