@@ -314,7 +314,8 @@ def test_batched_lru_orders_stale_hits_whose_keys_lie_far_apart():
 def _chunked_trace(tmp_path, monkeypatch=None, *, corrupt_chunk: int | None = None):
     """A 200-step stream in 29 chunks of 7 steps; with ``corrupt_chunk``, that chunk's coded bytes
     are damaged before compression (so its checksums hold and only decoding finds it)."""
-    from simulator.trace import TraceWriter, format as trace_format
+    from simulator.trace import TraceWriter
+    from simulator.trace import format as trace_format
 
     rng = np.random.default_rng(3)
     stream = wandering_stream(rng, steps=200, k=16, ctx0=20, overlap=0.6)
@@ -375,3 +376,17 @@ def test_a_chunk_that_fails_to_decode_while_inflated_ahead_is_still_named(tmp_pa
         replay(TraceReader(path), [ReplayConfig(buffer=16)])
     assert err.value.path == str(path) and (err.value.request, err.value.layer) == (0, 0)
     assert err.value.step is not None and 21 <= err.value.step <= 27, str(err.value)
+
+
+def test_coded_chunk_inflates_raw_as_zlib_would():
+    """CodedChunk.coded() reads the deflate data past the zlib header (the payload's crc32 is
+    checked by the reader): the same bytes as zlib.decompress, at any level; None when the
+    stream is cut short or has bytes after its adler32."""
+    raw = np.random.default_rng(1).integers(0, 40, size=50_000).astype(np.uint8).tobytes()
+    for level in (0, 1, 6, 9):
+        payload = zlib.compress(raw, level)
+        assert CodedChunk(1, 1, False, payload).coded() == zlib.decompress(payload) == raw
+    payload = zlib.compress(raw)
+    assert CodedChunk(1, 1, False, payload[:-5]).coded() is None
+    assert CodedChunk(1, 1, False, payload + b"\0").coded() is None
+    assert CodedChunk(1, 1, False, b"\x00\x01" + payload[2:]).coded() is None  # not a zlib header
