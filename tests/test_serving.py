@@ -148,14 +148,16 @@ def test_tp_attention_all_reduces_twice_per_layer():
 
 
 def test_single_request_timeline_is_the_cost_model():
-    """One closed-loop client, one request: TTFT is the prefill chunks, TPOT the step costs."""
+    """One closed-loop client, one request: TTFT is the prefill chunks (one rank prefilling: its
+    attention side, the MLP on its chunk, the collectives), TPOT the decode steps' costs."""
     sc = _scenario(input_tokens=20000, output_tokens=50, requests_per_client=1)
     r = simulate(sc, System.BASELINE, concurrency=1)
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params)
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
     chunks, done = [], 0
     while done < 20000:
         n = min(8192, 20000 - done)
-        chunks.append(c.prefill_chunk(n, done, False, n))
+        chunks.append(c.prefill_attention_side(n, done) + c.mlp_time(n, head_rows=1)
+                      + sc.model.layers * c.comm_layer(n, n))
         done += n
     ttft = sum(chunks)
     steps = c.decode_steps(1, 1, 20001 + np.arange(49)).total_s
@@ -265,7 +267,9 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
         assert not math.isnan(row["tpot_p99_ms"])
     assert {r["device_buffer_size"] for r in rows if r["system"] == "hisparse"} == {4096, 6144}
     assert [k["device_buffer_size"] for k in report["misses"]] == [4096, 6144]
-    assert report["scenario"]["unsourced_terms"] == ["per_layer_overhead_us"]
+    assert report["scenario"]["unsourced_terms"] == []  # every term has its source now
+    assert report["scenario"]["step_terms"]["source"].startswith("measured on this GPU")
+    assert not report["scenario"]["step_terms"]["scaled_from_h200"]
     assert sorted(p.name for p in out.iterdir()) == ["plan.csv", "plan.json", "throughput.png"]
 
 
@@ -273,8 +277,9 @@ def test_plan_cli_text_and_errors(tmp_path, capsys):
     assert main(["plan", "--concurrency", "2", "--quiet", "--calibration", "uncalibrated"]) == 0
     text = capsys.readouterr().out
     assert "== baseline" in text and "recommendation" in text and "UNCALIBRATED" in text
-    assert "UNSOURCED terms (no measurement yet): per_layer_overhead_us" in text
-    assert "lru miss ratio" in text and "synthetic-dsa-like" in text  # the trace and its miss ratio
+    assert "UNSOURCED" not in text
+    assert "cost model: step kernels H200 measurements" in text and "bandwidths x 1.000" in text
+    assert "lru miss ratio" in text and "glm51-longbench" in text  # the trace and its miss ratio
     assert "memory per GPU (SGLang's accounting)" in text
     assert main(["plan", "--concurrency", "2", "--quiet"]) == 0  # auto: the packaged H200 calibration
     assert "calibration" in capsys.readouterr().out
@@ -317,7 +322,7 @@ def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
     bundled = miss_profiles(None, top_k=2048, buffer=4096, use_cache=False)
     monkeypatch.setattr(misses, "_default_trace_path", lambda: None)
     generated = miss_profiles(None, top_k=2048, buffer=4096, use_cache=False)
-    assert generated.source == "generated dsa-like"
+    assert generated.source == "generated glm51-longbench"
     for a, b in zip(bundled.shares, generated.shares, strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -344,3 +349,24 @@ def test_the_packaged_calibration_is_the_committed_run():
     committed = Path(__file__).resolve().parents[1] / "calibration" / "h200.json"
     packaged = P.PRESET_DIR / "calibration" / "h200.json"
     assert json.loads(packaged.read_text()) == json.loads(committed.read_text())
+
+
+def test_a_prompt_chunk_on_one_rank_stalls_every_ranks_decode():
+    """DP attention runs every forward pass collectively (SGLang prepare_mlp_sync_batch): while one
+    rank prefills a chunk, a rank that decodes gets one token per pass, and the pass lasts as long
+    as the chunk. Two clients with different output lengths desynchronise: the second client's
+    first request decodes on rank 1 while the first client's next request prefills on rank 2."""
+    sc = _scenario(input_tokens=8192, output_tokens=64, requests_per_client=2)
+    sim = RankSim(sc, System.BASELINE, concurrency=2)
+    sim.w = dataclasses.replace(sim.w, length_jitter=0.5)
+    sim.run()
+    c = sim.cost
+    chunk = c.prefill_attention_side(8192, 0)
+    step = float(c.decode_steps(1, 2, 8192 + 64).total_s)
+    gaps = np.concatenate(sim.itl)
+    stalled = gaps[gaps > chunk]
+    assert stalled.size >= 1  # a decode gap as long as another rank's prompt chunk
+    assert np.all(gaps > 0.5 * step)
+    # each stalled gap is one mixed pass: the chunk's attention side, the MLP on every rank's tokens
+    want = chunk + c.mlp_time(8192 + 1, head_rows=2) + sc.model.layers * c.comm_layer(8193, 8193)
+    assert stalled.min() == pytest.approx(want, rel=1e-6)

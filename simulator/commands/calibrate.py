@@ -266,10 +266,13 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
     from ..fileio import atomic_output
     from ..serving import presets as P
     from ..serving.costs import CostModel
+    from ..serving.step_costs import terms_for
 
     gpu = P.load_gpu(args.gpu, calibration)
+    cal = P.load_calibration(calibration)
+    # the attention fit of the calibration being checked (its `fit` group), not the packaged one
     cost = CostModel(P.load("models", "glm-5.1-fp8"), gpu, P.load("deployments", "8xh200-colocated-dp8"),
-                     P.load("calibration", calibration))
+                     cal.params, terms_for(gpu, cal.terms, cal.label))
     path = os.path.join(args.out, f"validation-{args.gpu}.json")
     if args.repredict:
         stored = _read_json(path, ("configs",), "--repredict needs a previous hisparse validate run")

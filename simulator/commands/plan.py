@@ -131,9 +131,30 @@ def _scenario_summary(sc) -> dict:
                       "workload": sc.workload.where, "hisparse": sc.hisparse.where},
             "calibration": sc.calibration, "calibrated": sc.params.calibrated,
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
+            "step_terms": _step_terms_summary(sc),
+            "decode_step_ms": _step_report(sc, base),
             "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
                        "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
             "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
+
+
+def _step_report(sc, base) -> dict:
+    """A baseline decode step at its full batch (the running cap or the pool, per scheduler), every
+    request at the workload's mean context, by term group (ms)."""
+    from ..serving.costs import CostModel
+
+    w = sc.workload
+    ctx = w.input_tokens + w.output_tokens / 2
+    full = max(1, min(base.max_running, base.pool_tokens // (w.input_tokens + w.output_tokens)))
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return {"requests_per_scheduler": full, "context_tokens": ctx, **c.step_report(full, ctx)}
+
+
+def _step_terms_summary(sc) -> dict:
+    from ..serving.step_costs import terms_for
+
+    t = sc.terms or terms_for(sc.gpu)
+    return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio}
 
 
 def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
@@ -184,7 +205,14 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
     if sc.params.calibrated:
         print(f"cost model: calibration {sc.calibration}")
     else:
-        print(f"cost model: UNCALIBRATED ({sc.calibration}); see simulator/presets/calibration/")
+        print(f"cost model: UNCALIBRATED for this GPU ({sc.calibration}): no kernel of it was timed; "
+              "see simulator/presets/calibration/")
+    print(f"cost model: step kernels {summary['step_terms']['source']}")
+    rep = dict(summary["decode_step_ms"])
+    n, ctx, total = rep.pop("requests_per_scheduler"), rep.pop("context_tokens"), rep.pop("total")
+    terms = ", ".join(f"{k} {v:.1f}" for k, v in sorted(rep.items(), key=lambda kv: -kv[1]))
+    print(f"decode step, baseline at its full batch ({n} requests per scheduler, {ctx:.0f}-token contexts): "
+          f"{total:.1f} ms = {terms}")
     if sc.params.unsourced:
         print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
     for note in sc.notes:

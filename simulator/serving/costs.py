@@ -1,18 +1,23 @@
 """The cost model: time of one decode step and of one prefill chunk on one attention rank.
 
 All GPUs of an instance run each forward pass in lockstep, so a rank's step time is one GPU's time
-for its share of every op. Per layer, in the order SGLang's DSA decode runs them (model_shapes.md
-section 3), each op is its own roofline (``max(bytes / HBM rate, FLOPs / tensor rate)``, kernels run
-one after another):
+for its share of every op. A decode step is the sum of its kernels, one after another, each priced by
+the term measured for its kind and dtype on the H200 (``step_costs.py``; scaled by datasheet ratios
+on other GPUs), op by op as ``simulator/calibration/layer_work.py`` lists them from the model's
+shapes and the deployment's layout (``step_costs.layout_for``):
 
-- attention GEMMs and the indexer projections, on the rank's own tokens, weights split over the
-  rank's ``attn_tp`` GPUs (replicated on every GPU under DP attention with attn_tp 1);
-- the indexer scoring each request's whole context (132 B keys per token, FP8);
-- sparse MLA attention over top-k rows, heads split over attn_tp (a launch + roofline / efficiency,
-  the terms ``hisparse calibrate`` fits);
-- the MLP: dense layers and MoE (shared + routed experts) over the instance's tokens, weights spread
-  over the instance (a 1/tp slice of each expert, or E/tp whole experts under EP); weight reads count
-  only the experts the step's tokens touch;
+- per layer: norms, the fused q_a/kv_a projection, q_b, the absorbed w_kc/w_vc batched GEMMs, rope
+  and the KV store, the indexer projections, **the lightning indexer** scoring every context token of
+  the rank's requests and selecting the top-k (its own fit), **sparse MLA attention** over the top-k
+  rows (launch + roofline / efficiency, fitted), o_proj; the MLP: dense layers, or the router, the
+  shared expert and the routed experts as grouped GEMMs at the step's tokens per expert;
+- once per step: the final norm, the lm_head, the sampler;
+- each op's fitted intercept is its fixed cost per launch as timed back to back on the GPU (GEMMs,
+  grouped GEMMs) or inside a CUDA graph (elementwise), so a CUDA-graph replay adds nothing more;
+- under CUDA graphs (SGLang decode) the batch is padded to the captured size: every GEMM and
+  elementwise op of the attention side, the dense layers and the head run on the padded rows; the
+  indexer and attention work follow the real requests; routed experts see only real tokens (SGLang
+  masks pad rows' top-k ids);
 - communication (``comm.py``): DP attention gathers the instance's tokens before the MLP and
   reduce-scatters after it; TP attention all-reduces after attention and after the MLP; EP
   dispatches and combines tokens all-to-all;
@@ -26,8 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..calibration.layer_work import Op, attention_ops, dense_mlp_ops, moe_ops, step_head_ops
+from ..calibration.step_terms import IndexerTerm, StepTerms
 from .comm import Collective
 from .specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
+from .step_costs import GpuTerms, layout_for, terms_for
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
 
@@ -52,6 +60,20 @@ def cuda_graph_batch(batch: int, max_bs: int = 512) -> int:
 _GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range(512, 4097, 32))
 
 
+_REPORT_GROUPS = {
+    **{n: "routed experts" for n in ("routed_gate_up", "routed_down", "routed_silu_mul_quant", "moe_combine",
+                                     "moe_align_sort")},
+    **{n: "attention-side GEMMs" for n in ("qkv_a_proj", "q_b_proj", "o_proj", "indexer_wq_b", "indexer_wk",
+                                           "indexer_weights_proj")},
+    "w_kc_absorbed": "absorbed bmm", "w_vc_absorbed": "absorbed bmm",
+    **{n: "shared expert, router, dense MLP" for n in ("shared_gate_up", "shared_down", "shared_silu_mul",
+                                                       "router_gate", "router_topk", "dense_gate_up", "dense_down",
+                                                       "silu_mul_quant")},
+    "indexer_score_topk": "lightning indexer", "sparse_attention": "sparse attention",
+    "lm_head": "lm_head, sampler", "sampler": "lm_head, sampler", "final_norm": "lm_head, sampler",
+}
+
+
 @dataclass(frozen=True)
 class StepTime:
     """Seconds per decode step (arrays over consecutive steps)."""
@@ -67,16 +89,25 @@ class StepTime:
 
 
 class CostModel:
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, params: CostParams) -> None:
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, params: CostParams,
+                 terms: GpuTerms | None = None) -> None:
         self.m, self.g, self.d, self.p = model, gpu, dep, params
-        self._hbm = gpu.hbm_bw * params.hbm_efficiency
-        self._fp8 = gpu.fp8_flops * params.matmul_efficiency
-        self._bf16 = gpu.bf16_flops
+        self.terms = terms or terms_for(gpu)
+        self.t: StepTerms = self.terms.terms
+        self.layout = layout_for(dep, model)
+        self._fixed_cache: dict[tuple, float] = {}
 
-    # -- helpers --------------------------------------------------------------------------------
-    def _gemm(self, weight_bytes, flops, rate: float | None = None):
-        return np.maximum(np.asarray(weight_bytes, dtype=float) / self._hbm,
-                          np.asarray(flops, dtype=float) / (rate or self._fp8))
+    # -- ops --------------------------------------------------------------------------------------
+    def op_time(self, op: Op) -> float:
+        """Seconds of one op (all its launches) from its fitted term; FP8 grouped and batched GEMMs,
+        whose fits never met their compute roof at decode shapes, are also bounded by the FP8 GEMM
+        rate (it matters only at prefill token counts: an extrapolation)."""
+        t = self.t.op_time(op)
+        if op.kind in ("grouped_gemm", "batched_gemm"):
+            rate = self.t.rates.get(("gemm", op.dtype))
+            if rate is not None:
+                t = max(t, (rate.launch_s + op.flops / rate.flops_rate) * op.count)
+        return t
 
     def experts_touched(self, instance_tokens: float) -> float:
         """Share of routed experts at least one of the step's tokens uses (uniform routing)."""
@@ -87,48 +118,130 @@ class CostModel:
         """Tokens one attention rank computes attention for: its own (DP) or the instance's (TP)."""
         return instance_tokens if self.d.attention == Attention.TP else batch
 
-    # -- per-layer terms ------------------------------------------------------------------------
-    def attention_gemms(self, tokens: float) -> float:
-        """One layer's MLA and indexer projections for ``tokens`` on one GPU of the rank."""
-        m, tp = self.m, self.d.attn_tp
-        params = (m.attention_params + m.indexer_params) / tp
-        return float(self._gemm(params * m.weight_bytes_per_param, 2 * tokens * params))
+    def _mlp_batch(self, instance_tokens: float) -> float:
+        """The per-rank batch whose MLP side sees ``instance_tokens`` (layer_work multiplies by dp)."""
+        return max(float(instance_tokens) / self.layout.attention_dp, 1e-9)
 
-    def mlp(self, instance_tokens: float, dense: bool) -> float:
-        """One layer's dense MLP or MoE block on one GPU: the instance's tokens, weights spread."""
-        m, tp = self.m, self.d.tp
-        if dense:
-            p = m.dense_mlp_params / tp
-            return float(self._gemm(p * m.weight_bytes_per_param, 2 * instance_tokens * p))
-        shared = m.shared_experts * m.expert_params / tp
-        routed_read = m.experts * m.expert_params / tp * self.experts_touched(instance_tokens)
-        read = (shared + routed_read) * m.weight_bytes_per_param + m.router_params * 2  # router gate in bf16
-        flops = 2 * instance_tokens * ((m.experts_per_token * m.expert_params / tp) + shared + m.router_params)
-        return float(self._gemm(read, flops))
-
-    def indexer(self, ctx_sum):
-        """One layer's indexer scores over every context token of the rank's requests (FP8)."""
+    def attention_side_ops(self, padded: int) -> list[tuple[int, Op]]:
+        """(repeat, op) of one rank's attention-side kernels other than the indexer and attention,
+        at its (padded) batch: these run on each DP rank's own requests."""
         m = self.m
-        ctx_sum = np.asarray(ctx_sum, dtype=float)
-        return self._gemm(ctx_sum * m.indexer_row_bytes, 2 * ctx_sum * m.indexer_heads * m.indexer_head_dim)
+        ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes)
+        return [(m.layers, o) for o in ops if o.kind not in ("indexer", "attention")]
 
-    def attention_roofline(self, batch: int, heads: int | None = None, k: int | None = None,
-                           row_bytes: int | None = None) -> float:
-        """Roofline time of one layer's sparse MLA attention: rows over HBM or FLOPs over the GEMM rate."""
+    def mlp_side_ops(self, instance_tokens: float, rows: float | None = None,
+                     head_rows: float | None = None) -> list[tuple[int, Op]]:
+        """(repeat, op) of the kernels that see the whole instance's tokens: dense MLP layers on
+        ``rows`` (every rank's padded batch under CUDA graphs; default the tokens), the MoE layers
+        on the real tokens (pad rows are masked out of routing), and the head once per step on
+        ``head_rows`` (default ``rows``; a prefill chunk samples only a request's last token)."""
+        m, lay = self.m, self.layout
+        rows = float(instance_tokens if rows is None else rows)
+        head_rows = rows if head_rows is None else float(head_rows)
+        out: list[tuple[int, Op]] = []
+        if m.dense_layers:
+            out += [(m.dense_layers, o) for o in dense_mlp_ops(m, self._mlp_batch(rows), lay)]
+        if m.moe_layers:
+            out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay)]
+        out += [(1, o) for o in step_head_ops(m, self._mlp_batch(head_rows), lay)]
+        return out
+
+    def fixed_ops(self, padded: int, instance_tokens: float) -> list[tuple[int, Op]]:
+        """(repeat, op) of a decode step's kernels other than the indexer and attention: attention
+        side, dense layers and head at the padded rank batch, MoE layers at the instance's real tokens."""
+        return self.attention_side_ops(padded) + self.mlp_side_ops(instance_tokens, padded * self.layout.attention_dp)
+
+    def _ops_time(self, ops: list[tuple[int, Op]]) -> float:
+        return sum(n * self.op_time(o) for n, o in ops)
+
+    def fixed_time(self, padded: int, instance_tokens: float) -> float:
+        return self.attention_fixed(padded) + self.mlp_time(instance_tokens, padded * self.layout.attention_dp)
+
+    def attention_fixed(self, padded: int) -> float:
+        """Seconds of a rank's attention-side GEMMs and elementwise ops at its (padded) batch."""
+        key = ("att", padded)
+        if key not in self._fixed_cache:
+            self._fixed_cache[key] = self._ops_time(self.attention_side_ops(padded))
+        return self._fixed_cache[key]
+
+    def mlp_time(self, instance_tokens: float, rows: float | None = None, head_rows: float | None = None) -> float:
+        """Seconds of the instance-wide kernels (dense MLPs, MoE, head) for these tokens."""
+        key = ("mlp", float(instance_tokens), rows, head_rows)
+        if key not in self._fixed_cache:
+            self._fixed_cache[key] = self._ops_time(self.mlp_side_ops(instance_tokens, rows, head_rows))
+        return self._fixed_cache[key]
+
+    def attention_side(self, batch: int, ctx_sum, padded: int | None = None):
+        """One rank's attention-side time per step: its GEMMs and elementwise ops at ``padded`` rows
+        (CUDA graph; default the real batch), the indexer and sparse attention on its requests."""
+        if batch <= 0:
+            return np.asarray(ctx_sum, dtype=float) * 0.0
+        ctx = np.asarray(ctx_sum, dtype=float)
+        per_layer = self.indexer(ctx, batch) + self.attention(batch, ctx)
+        return self.attention_fixed(padded or batch) + self.m.layers * per_layer
+
+    def breakdown(self, batch: int, instance_tokens: float, ctx_sum: float) -> dict[str, float]:
+        """Seconds per op name of one decode step (for reports): compute only."""
+        padded = cuda_graph_batch(batch)
+        out: dict[str, float] = {}
+        for n, o in self.fixed_ops(padded, instance_tokens):
+            out[o.name] = out.get(o.name, 0.0) + n * self.op_time(o)
+        rank = int(self._rank_tokens(batch, instance_tokens))
+        out["indexer_score_topk"] = self.m.layers * float(self.indexer(ctx_sum, rank))
+        out["sparse_attention"] = self.m.layers * float(self.attention(rank, ctx_sum))
+        return out
+
+    def step_report(self, batch: int, ctx_per_request: float) -> dict[str, float]:
+        """Milliseconds of one decode step with ``batch`` requests on every scheduler of the
+        instance, each at ``ctx_per_request`` tokens, by term group (and the total)."""
+        inst = batch * self.layout.attention_dp
+        out: dict[str, float] = {}
+        for name, sec in self.breakdown(batch, inst, batch * ctx_per_request).items():
+            group = _REPORT_GROUPS.get(name, "norms, rope, quantisation")
+            out[group] = out.get(group, 0.0) + sec * 1e3
+        out["collectives"] = self.comm(batch, inst) * 1e3
+        out["total"] = sum(out.values())
+        return out
+
+    # -- context-dependent per-layer terms ------------------------------------------------------------
+    def _indexer_term(self) -> IndexerTerm:
+        heads = max(1, self.m.indexer_heads // self.layout.attention_tp)
+        name = f"fp8_h{heads}"
+        if name in self.t.indexer:
+            return self.t.indexer[name]
+        # heads split under TP attention: the key reads (the bandwidth term) do not shrink with
+        # heads; the nearest measured head count stands in (an extrapolation)
+        measured = sorted(self.t.indexer, key=lambda k: abs(int(k.split("_h")[-1]) - heads))
+        return self.t.indexer[measured[0]]
+
+    def indexer(self, ctx_sum, requests: int):
+        """One layer's lightning indexer over every context token of the rank's requests (the
+        measured kernel: launch + key bytes / bandwidth + the per-request top-k select)."""
+        if requests <= 0:
+            return np.asarray(ctx_sum, dtype=float) * 0.0
+        return self._indexer_term().time(requests, np.asarray(ctx_sum, dtype=float))
+
+    def attention_roofline(self, batch: int, heads: int | None = None, k=None,
+                           row_bytes: int | None = None):
+        """Roofline time of one layer's sparse MLA attention: rows over HBM or FLOPs over the GEMM
+        rate (the rates the attention fit divided by, scaled to this GPU)."""
         m = self.m
         heads = heads or max(1, m.attention_heads // self.d.attn_tp)
-        k, row_bytes = k or m.top_k, row_bytes or m.kv_row_bytes
-        att_bytes = batch * k * row_bytes
-        att_flops = 2 * batch * heads * k * (m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank)
-        return max(att_bytes / self.g.hbm_bw, att_flops / self.g.bf16_flops)
+        k = m.top_k if k is None else k
+        row_bytes = row_bytes or m.kv_row_bytes
+        att_bytes = batch * np.asarray(k, dtype=float) * row_bytes
+        att_flops = 2 * batch * heads * np.asarray(k, dtype=float) * (m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank)
+        return np.maximum(att_bytes / self.terms.hbm_bw, att_flops / self.terms.bf16_flops)
 
-    def attention(self, batch: int) -> float:
-        """One layer's sparse attention for ``batch`` requests: a launch plus roofline / efficiency."""
+    def attention(self, batch: int, ctx_sum=None):
+        """One layer's sparse attention for ``batch`` requests: a launch plus roofline / efficiency
+        (fitted per KV row layout); each request reads min(top-k, its context) rows."""
         if batch == 0:
             return 0.0
-        eff = self._pick_fp8(self.p.attention_efficiency_fp8, self.p.attention_efficiency)
-        launch = self._pick_fp8(self.p.attention_launch_fp8_us, self.p.attention_launch_us)
-        return launch * 1e-6 + self.attention_roofline(batch) / eff
+        launch, eff = self.t.attention["bf16" if self.m.kv_row_bytes >= 1024 else "fp8"]
+        k = self.m.top_k if ctx_sum is None else np.minimum(self.m.top_k, np.asarray(ctx_sum, dtype=float) / batch)
+        out = launch + self.attention_roofline(batch, k=k) / eff
+        return float(out) if np.ndim(out) == 0 else out
 
     def _pick_fp8(self, fp8_value: float, value: float) -> float:
         """A calibrated FP8-row (656 B) figure where the model has such rows and one was fitted."""
@@ -160,22 +273,15 @@ class CostModel:
             t += ic.time_s(Collective.ALL_REDUCE, d.tp, msg)  # after the row-parallel MLP
         return t
 
-    def lm_head(self, instance_tokens: float) -> float:
-        """Final projection once per step, vocab split over the instance (bf16 weights)."""
-        m = self.m
-        p = m.embedding_params / self.d.tp
-        return float(self._gemm(p * m.embedding_bytes_per_param, 2 * instance_tokens * p, self._bf16))
-
     # -- a decode step ----------------------------------------------------------------------------
     def decode_compute(self, batch: int, instance_tokens: float, ctx_sum):
         """Compute time of decode steps; ``ctx_sum`` (the rank's context tokens) may be an array."""
-        m = self.m
-        tokens = self._rank_tokens(batch, instance_tokens)
-        per_layer = self.attention_gemms(tokens) + self.attention(tokens) + self.p.per_layer_overhead_us * 1e-6
-        dense = self.mlp(instance_tokens, dense=True)
-        moe = self.mlp(instance_tokens, dense=False)
-        fixed = m.layers * per_layer + m.dense_layers * dense + m.moe_layers * moe + self.lm_head(instance_tokens)
-        return (fixed + m.layers * self.indexer(ctx_sum)) * (batch > 0)
+        if batch <= 0:
+            return np.asarray(ctx_sum, dtype=float) * 0.0
+        rank = int(self._rank_tokens(batch, instance_tokens))
+        padded = cuda_graph_batch(rank)
+        return (self.attention_side(rank, ctx_sum, padded)
+                + self.mlp_time(instance_tokens, padded * self.layout.attention_dp))
 
     def comm(self, batch: int, instance_tokens: float) -> float:
         """A decode step's collectives (CUDA-graph replay: the batch padded to a captured size)."""
@@ -210,30 +316,38 @@ class CostModel:
         return StepTime(compute, comm, swap, np.full_like(compute, self.backup(batch)))
 
     # -- a prefill chunk --------------------------------------------------------------------------
+    def prefill_attention_side(self, tokens: int, prior_ctx: int) -> float:
+        """One rank's attention side of a prompt chunk, from the same ops at the chunk's token count:
+        every GEMM and elementwise op by its measured term (compute-bound here: the fitted FP8/BF16
+        rates; grouped and batched GEMMs, timed only at decode shapes, bounded by the FP8 GEMM rate:
+        an extrapolation); the indexer as an FP8 GEMM of each query against every earlier key
+        (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate);
+        sparse attention over min(top-k, position) rows per query at FlashMLA's prefill rate
+        (``prefill_attention_efficiency``)."""
+        m, p, lay = self.m, self.p, self.layout
+        t = self._ops_time(self.attention_side_ops(tokens))
+        ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
+        fp8 = self.t.rates[("gemm", "fp8")]
+        heads_idx = max(1, m.indexer_heads // lay.attention_tp)
+        idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
+        idx_bytes = (prior_ctx + tokens) * m.indexer_row_bytes
+        t += m.layers * fp8.time(idx_bytes, idx_flops)
+        k = min(m.top_k, prior_ctx + tokens / 2)
+        heads = max(1, m.attention_heads // lay.attention_tp)
+        att_flops = 2.0 * tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        return t + m.layers * att_flops / (self.terms.bf16_flops * p.prefill_attention_efficiency)
+
     def prefill_chunk(self, tokens: int, prior_ctx: int, hisparse: bool, instance_tokens: float | None = None) -> float:
-        """One chunk of a prompt on its rank: projections, sparse attention over up to k earlier
-        tokens per query (MHA form), the indexer over the context so far (quadratic), the MLP over
-        the instance's prefill tokens (every rank prefills alike), the collectives; HiSparse also
-        copies the chunk's KV to host (``backup_overlap`` of it hidden)."""
-        m, p = self.m, self.p
+        """One chunk of a prompt on its rank when every rank of the instance prefills alike (the
+        MLP over ``instance_tokens``), with the collectives; HiSparse also copies the chunk's KV to
+        host (``backup_overlap`` of it hidden)."""
         inst = float(tokens if instance_tokens is None else instance_tokens)
-        rank_tokens = self._rank_tokens(tokens, inst)
-        rate = self._fp8 * p.prefill_efficiency
-        heads = m.attention_heads / self.d.attn_tp
-        proj_params = (m.attention_params + m.indexer_params) / self.d.attn_tp
-        proj = float(self._gemm(proj_params * m.weight_bytes_per_param, 2 * rank_tokens * proj_params, rate))
-        k = min(m.top_k, prior_ctx + tokens)
-        head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
-        att = 2 * rank_tokens * heads * k * head_dim / (self._bf16 * p.prefill_attention_efficiency)
-        idx = 2 * rank_tokens * (prior_ctx + tokens / 2) * m.indexer_heads * m.indexer_head_dim / rate
-        tp = self.d.tp
-        moe_p = (m.experts_per_token + m.shared_experts) * m.expert_params / tp
-        moe_read = (m.experts + m.shared_experts) * m.expert_params / tp * m.weight_bytes_per_param
-        moe = float(self._gemm(moe_read, 2 * inst * moe_p, rate))
-        dense = float(self._gemm(m.dense_mlp_params / tp * m.weight_bytes_per_param,
-                                 2 * inst * m.dense_mlp_params / tp, rate))
-        t = (m.layers * (proj + att + idx + p.per_layer_overhead_us * 1e-6 + self.comm_layer(tokens, inst))
-             + m.dense_layers * dense + m.moe_layers * moe)
+        rank_tokens = int(self._rank_tokens(tokens, inst))
+        t = self.prefill_attention_side(rank_tokens, prior_ctx) + self.mlp_time(inst, head_rows=self.layout.attention_dp)
+        t += self.m.layers * self.comm_layer(tokens, inst)
         if hisparse:
-            t += tokens * m.kv_bytes_per_token() / self.g.link_bw * (1 - p.backup_overlap)
+            t += self.prefill_backup(tokens)
         return t
+
+    def prefill_backup(self, tokens: int) -> float:
+        return tokens * self.m.kv_bytes_per_token() / self.g.link_bw * (1 - self.p.backup_overlap)

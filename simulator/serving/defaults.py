@@ -21,5 +21,8 @@ class DefaultTrace:
     seed: int
 
 
-DEFAULT_TRACE = DefaultTrace(generator_preset="dsa-like", file="traces/synthetic-dsa-like.hst",
-                             steps=512, layers=4, requests=2, k=2048, ctx0=32768, seed=0)
+# The grounded GLM-5.1 trace: the glm51-longbench preset (fitted to the HiSparse paper's LRU misses on
+# LongBenchV2: 0.300 / 0.134 / 0.067 at B = k / 2k / 4k, all 78 layers; traces/README.md), 1 request x
+# 78 layers x 128 steps at a 100,384-token context, as bundled in traces/glm51-longbench.hst.
+DEFAULT_TRACE = DefaultTrace(generator_preset="glm51-longbench", file="traces/glm51-longbench.hst",
+                             steps=128, layers=78, requests=1, k=2048, ctx0=100384, seed=0)

@@ -1,19 +1,27 @@
-"""The SimPy serving model: one representative attention rank (one scheduler) of a deployment.
+"""The SimPy serving model: one instance of a deployment, its schedulers in lockstep.
 
-Requests are spread evenly over the deployment's ranks (``DeploymentSpec.ranks``); the ranks of an
-instance run every forward pass together and share its MoE, so a step's MLP and collectives see the
-tokens of every active rank of the instance (the model assumes every active rank runs the same
-batch). One rank is simulated with ceil(concurrency / ranks) clients; deployment figures are the
-rank's scaled by concurrency / clients (open loop: by the number of ranks).
+Under DP attention an instance's ``dp`` schedulers (SGLang's DP ranks) each admit and batch their own
+requests, but every forward pass is collective: before each one the ranks exchange their token
+counts and forward modes (``managers/scheduler_dp_attn_mixin.py``, ``prepare_mlp_sync_batch_raw``; a
+rank with nothing to do runs an idle batch), the MLP runs on every rank's tokens gathered together,
+and CUDA graphs replay only when every rank decodes. So a pass lasts as long as its slowest rank's
+attention side plus the instance-wide MLP and collectives, and a prompt chunk on one rank stalls the
+decode of all the others for that pass (they decode one step inside it; SGLang's
+``--enable-prefill-delayer``, off by default and not among the blog's flags, would hold a rank's
+prefill for up to 30 passes so that ranks prefill together: not modelled). The model simulates every
+scheduler of one instance explicitly (requests dispatched round robin, SGLang's default
+``load_balance_method``) and scales the instance's figures to the deployment; TP attention has one
+scheduler per instance. Instances are identical and independent.
 
-A rank loops, as SGLang's scheduler does: admit waiting requests (FIFO) while their slots fit the
-pools (``MemoryPlan.footprint``) and the running-request cap allows; in ``colocated`` mode run one
-prefill chunk if a request is prefilling (prefill batches before decode batches); else one decode
-step for every running request. In ``pd-decode`` mode there is no prefill on the rank: a request
-arrives after the prefill side has processed it (a FIFO server of ``prefill_tok_s`` input tokens/s
-for the whole deployment, or at once when that is 0), its first token already made, its KV in HBM
-(baseline) or in the host pool (HiSparse: the buffer starts empty, so its first step misses every
-top-k entry of every layer; SGLang ``hisparse_coordinator.admit_request_direct``).
+A scheduler loops, as SGLang's does: admit waiting requests (FIFO) while their slots fit its pools
+(``MemoryPlan.footprint``) and the running-request cap allows; in ``colocated`` mode run one prefill
+chunk if a request is prefilling (prefill batches before decode batches; its running requests wait);
+else one decode step for every running request. In ``pd-decode`` mode there is no prefill on the
+instance: a request arrives after the prefill side has processed it (a FIFO server of
+``prefill_tok_s`` input tokens/s for the whole deployment, or at once when that is 0), its first
+token already made, its KV in HBM (baseline) or in the host pool (HiSparse: the buffer starts empty,
+so its first step misses every top-k entry of every layer; SGLang
+``hisparse_coordinator.admit_request_direct``).
 
 A request whose context is at most ``device_buffer_size`` takes SGLang's fast path: no swap-in.
 """
@@ -21,14 +29,14 @@ A request whose context is at most ``device_buffer_size`` takes SGLang's fast pa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 import simpy
 
 from ..errors import HisparseError
-from .costs import CostModel
+from .costs import CostModel, cuda_graph_batch
 from .memory import MemoryPlan, check_fits, plan_memory
 from .misses import MissProfiles
 from .scenario import Scenario
@@ -89,8 +97,20 @@ class RunResult:
     sim_time_s: float
 
 
-class RankSim:
-    """One attention rank serving ``system`` at one load point."""
+@dataclass
+class _Rank:
+    """One scheduler's queues and free pool slots."""
+
+    free_device: int
+    free_host: int
+    waiting: list[Request] = field(default_factory=list)
+    prefilling: list[Request] = field(default_factory=list)
+    running: list[Request] = field(default_factory=list)
+    gap_carry: float = 0.0  # time its running requests waited on its own prefill since their last token
+
+
+class InstanceSim:
+    """One instance serving ``system`` at one load point (every scheduler of it simulated)."""
 
     def __init__(self, scenario: Scenario, system: System | str, *, concurrency: int = 0, rate_per_s: float = 0.0,
                  profiles: MissProfiles | None = None, seed: int = 0) -> None:
@@ -105,14 +125,11 @@ class RankSim:
         if not self.open_loop and concurrency < 1:
             raise HisparseError("a closed-loop point needs concurrency >= 1")
         self.profiles = profiles
-        self.cost = CostModel(m, scenario.gpu, d, scenario.params)
+        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms)
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s
-        ranks = d.ranks
-        self.clients = 1 if self.open_loop else max(1, math.ceil(concurrency / ranks))
-        busy = ranks if self.open_loop else min(concurrency, ranks)
-        self.active_per_instance = max(1, min(d.ranks_per_instance, math.ceil(busy / d.instances)))
-        self.scale = ranks if self.open_loop else concurrency / self.clients
+        self.clients = 1 if self.open_loop else max(1, math.ceil(concurrency / d.instances))
+        self.scale = d.instances if self.open_loop else concurrency / self.clients
         self.rng = np.random.default_rng(seed)
         self.plan: MemoryPlan = plan_memory(m, scenario.gpu, d, self.hs, where=scenario.files)
         check_fits(self.plan, _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter),
@@ -120,26 +137,23 @@ class RankSim:
         self.pd = d.mode == Mode.PD_DECODE
         self.env = simpy.Environment()
         self.wake = self.env.event()
-        self.waiting: list[Request] = []
-        self.prefilling: list[Request] = []
-        self.running: list[Request] = []
+        self.ranks = [_Rank(self.plan.pool_tokens, self.plan.host_tokens) for _ in range(d.ranks_per_instance)]
         self.finished: list[Request] = []
-        self.free_device = self.plan.pool_tokens
-        self.free_host = self.plan.host_tokens
-        self.peak_device = self.peak_host = 0
-        self.busy_running_time = 0.0
-        self.decode_time = self.swap_time = self.comm_time = 0.0
+        self.peak_device = self.peak_host = 0  # the fullest rank's slots in use
+        self.busy_running_time = 0.0  # running requests x time, all ranks
+        self.decode_time = self.swap_time = self.comm_time = 0.0  # instance time in decode passes
         self.miss_rows = self.looked_up = 0.0
         self.steps = 0
-        self.blocks: list[tuple[float, float, float]] = []  # (start, end, tokens) of each decode block
-        self.itl: list[np.ndarray] = []  # inter-token gaps (s) of decode steps
+        self.blocks: list[tuple[float, float, float]] = []  # (start, end, tokens) of each decode pass or block
+        self.itl: list[np.ndarray] = []  # inter-token gaps (s)
         self.itl_weight: list[np.ndarray] = []  # requests that saw each gap
-        self._gap_carry = 0.0  # prefill time since the last decode step, added to the next gap
         self.last_arrival = 0.0
         self.queue_at_last_arrival = 0
         self._rid = 0
+        self._next_rank = 0
+        # the prefill side: one server per scheduler (a prefill instance's DP ranks prefill in parallel)
         self.prefill_rate = prefill_tok_s(scenario) / d.ranks if self.pd else 0.0
-        self.prefill_side = simpy.Resource(self.env, capacity=1) if self.pd else None
+        self.prefill_side = simpy.Resource(self.env, capacity=d.ranks_per_instance) if self.pd else None
 
     # -- requests ----------------------------------------------------------------------------
     def _lengths(self) -> tuple[int, int]:
@@ -156,7 +170,7 @@ class RankSim:
         return r
 
     def _arrive(self, r: Request):
-        """Into the rank's queue: at once (colocated), or after the prefill side (pd-decode)."""
+        """Into a scheduler's queue, round robin: at once (colocated), or after the prefill side (pd-decode)."""
         if self.pd:
             if self.prefill_side is not None:
                 with self.prefill_side.request() as slot:
@@ -166,8 +180,11 @@ class RankSim:
             r.first_token = self.env.now
             r.generated = 1
         self.last_arrival = self.env.now
-        self.waiting.append(r)
-        queued = len(self.waiting) + (len(self.prefill_side.queue) if self.prefill_side is not None else 0)
+        rank = self.ranks[self._next_rank % len(self.ranks)]
+        self._next_rank += 1
+        rank.waiting.append(r)
+        queued = sum(len(k.waiting) for k in self.ranks)
+        queued += len(self.prefill_side.queue) if self.prefill_side is not None else 0
         self.queue_at_last_arrival = queued
         if not self.wake.triggered:
             self.wake.succeed()
@@ -178,67 +195,113 @@ class RankSim:
             yield from self._arrive(r)
             yield r.done
 
-    def open_arrivals(self, rate_per_rank: float, n: int):
+    def open_arrivals(self, rate: float, n: int):
         for _ in range(n):
-            yield self.env.timeout(self.rng.exponential(1.0 / rate_per_rank))
+            yield self.env.timeout(self.rng.exponential(1.0 / rate))
             self.env.process(self._arrive(self._new_request()))
 
-    # -- the scheduler ---------------------------------------------------------------------------
-    def _admit(self) -> None:
-        while self.waiting:
-            r = self.waiting[0]
-            if len(self.running) + len(self.prefilling) >= self.plan.max_running:
+    # -- the schedulers ------------------------------------------------------------------------------
+    def _admit(self, k: _Rank) -> None:
+        while k.waiting:
+            r = k.waiting[0]
+            if len(k.running) + len(k.prefilling) >= self.plan.max_running:
                 break
-            if r.slots_device > self.free_device or r.slots_host > self.free_host:
+            if r.slots_device > k.free_device or r.slots_host > k.free_host:
                 break
-            self.waiting.pop(0)
+            k.waiting.pop(0)
             r.admitted = self.env.now
-            self.free_device -= r.slots_device
-            self.free_host -= r.slots_host
+            k.free_device -= r.slots_device
+            k.free_host -= r.slots_host
             if self.pd:
                 if r.generated >= r.output_tokens:
-                    self._finish(r)
+                    self._finish(k, r)
                 else:
-                    self.running.append(r)
+                    k.running.append(r)
             else:
-                self.prefilling.append(r)
-        self.peak_device = max(self.peak_device, self.plan.pool_tokens - self.free_device)
-        self.peak_host = max(self.peak_host, self.plan.host_tokens - self.free_host)
+                k.prefilling.append(r)
+        self.peak_device = max(self.peak_device, self.plan.pool_tokens - k.free_device)
+        self.peak_host = max(self.peak_host, self.plan.host_tokens - k.free_host)
 
     def scheduler(self):
         env = self.env
-        chunk = self.d.prefill_chunk_tokens
         while True:
-            self._admit()
-            if self.prefilling:
-                r = self.prefilling[0]
-                n = min(chunk, r.input_tokens - r.prefilled)
-                t = self.cost.prefill_chunk(n, r.prefilled, self.hs is not None, n * self.active_per_instance)
-                self.busy_running_time += t * len(self.running)
-                if self.running:
-                    self._gap_carry += t
-                yield env.timeout(t)
-                r.prefilled += n
-                if r.prefilled >= r.input_tokens:
-                    self.prefilling.pop(0)
-                    r.first_token = env.now
-                    r.generated = 1
-                    self._after_prefill(r)
-                    if r.generated >= r.output_tokens:
-                        self._finish(r)
-                    else:
-                        self.running.append(r)
+            for k in self.ranks:
+                self._admit(k)
+            if any(k.prefilling for k in self.ranks):
+                yield from self._mixed_pass()
                 continue
-            if self.running:
+            if any(k.running for k in self.ranks):
                 yield from self._decode_block()
                 continue
             self.wake = env.event()
             yield self.wake
 
-    def _after_prefill(self, r: Request) -> None:
+    def _mixed_pass(self):
+        """One forward pass in which some ranks run a prompt chunk (extend mode, no CUDA graph) and
+        the others a decode step of their running requests: each rank's attention side, the slowest
+        one setting the pace, then the MLP and collectives over every rank's tokens."""
+        chunk = self.d.prefill_chunk_tokens
+        c = self.cost
+        sides, tokens, decoding, prefills = [], 0.0, [], 0
+        for k in self.ranks:
+            if k.prefilling:
+                r = k.prefilling[0]
+                n = min(chunk, r.input_tokens - r.prefilled)
+                t = c.prefill_attention_side(n, r.prefilled)
+                if self.hs is not None:
+                    t += c.prefill_backup(n)
+                sides.append(t)
+                tokens += n
+                prefills += 1
+            elif k.running:
+                b = len(k.running)
+                ctx = float(sum(q.input_tokens + q.generated for q in k.running))
+                t = float(c.attention_side(b, ctx))
+                if self.hs is not None:
+                    share = sum(float(self._step_misses(q, 1)[0]) for q in k.running)
+                    t += float(c.swap_in(share * self.hs.top_k * self.m.layers, b))
+                    self.miss_rows += share
+                    self.looked_up += b
+                sides.append(t)
+                tokens += b
+                decoding.append(k)
+        decode_tokens = sum(len(k.running) for k in decoding)
+        t = (max(sides) + c.mlp_time(tokens, head_rows=decode_tokens + prefills)  # a chunk samples its last token
+             + self.m.layers * c.comm_layer(tokens, tokens))  # extend mode: the gather of every rank's tokens
+        for k in self.ranks:
+            self.busy_running_time += t * len(k.running)
+            if k.prefilling and k.running:
+                k.gap_carry += t
+        yield self.env.timeout(t)
+        done_tokens = 0.0
+        for k in decoding:
+            gaps = np.array([t + k.gap_carry])
+            k.gap_carry = 0.0
+            self.itl.append(gaps)
+            self.itl_weight.append(np.full(1, len(k.running), dtype=float))
+            done_tokens += len(k.running)
+            self._advance(k, 1)
+        if done_tokens:
+            self.blocks.append((self.env.now - t, self.env.now, done_tokens))
+        for k in self.ranks:
+            if not k.prefilling:
+                continue
+            r = k.prefilling[0]
+            r.prefilled += min(chunk, r.input_tokens - r.prefilled)
+            if r.prefilled >= r.input_tokens:
+                k.prefilling.pop(0)
+                r.first_token = self.env.now
+                r.generated = 1
+                self._after_prefill(k, r)
+                if r.generated >= r.output_tokens:
+                    self._finish(k, r)
+                else:
+                    k.running.append(r)
+
+    def _after_prefill(self, k: _Rank, r: Request) -> None:
         """Colocated HiSparse: the prompt's device slots shrink to the hot buffer once it is on the host."""
         keep = self.plan.footprint(r.input_tokens, r.output_tokens, prefilling=False, prefill_on_device=True).device
-        self.free_device += r.slots_device - keep
+        k.free_device += r.slots_device - keep
         r.slots_device = keep
 
     def _step_misses(self, r: Request, n: int) -> np.ndarray:
@@ -251,20 +314,34 @@ class RankSim:
         return np.where(ctx <= self.hs.device_buffer_size, 0.0, shares)  # fast path: the whole context fits
 
     def _decode_block(self):
-        """Decode steps until the next request finishes (the batch is fixed until then), cut short
-        after the step in flight when a new request arrives. Each step is costed on its own."""
-        env = self.env
-        batch = len(self.running)
-        n = min(r.output_tokens - r.generated for r in self.running)
-        ctx_sum = sum(r.input_tokens + r.generated for r in self.running) + batch * np.arange(n)
-        missed = share = None
-        if self.hs is not None:
-            share = np.zeros(n)
-            for r in self.running:
-                share += self._step_misses(r, n)
-            missed = share * self.hs.top_k * self.m.layers
-        st = self.cost.decode_steps(batch, batch * self.active_per_instance, ctx_sum, missed)
-        step_s = np.broadcast_to(st.total_s, (n,))
+        """Decode steps on every rank until the next request finishes (the batches are fixed until
+        then), cut short after the step in flight when a new request arrives. Each step is costed on
+        its own: the slowest rank's attention side (CUDA graphs: every rank padded to the largest
+        batch's captured size, SGLang's MAX_LEN mode), the MLP over every rank's tokens, the collectives."""
+        env, c = self.env, self.cost
+        active = [k for k in self.ranks if k.running]
+        n = min(r.output_tokens - r.generated for k in active for r in k.running)
+        biggest = max(len(k.running) for k in active)
+        padded = cuda_graph_batch(biggest)
+        tokens = float(sum(len(k.running) for k in active))
+        side = np.zeros(n)
+        swap = np.zeros(n)
+        shares = []
+        for k in active:
+            b = len(k.running)
+            ctx = sum(r.input_tokens + r.generated for r in k.running) + b * np.arange(n)
+            t = np.broadcast_to(np.asarray(c.attention_side(b, ctx, padded), dtype=float), (n,))
+            if self.hs is not None:
+                share = np.zeros(n)
+                for r in k.running:
+                    share += self._step_misses(r, n)
+                shares.append((b, share))
+                sw = np.broadcast_to(np.asarray(c.swap_in(share * self.hs.top_k * self.m.layers, b), dtype=float), (n,))
+                t = t + sw
+                swap = np.maximum(swap, sw)
+            side = np.maximum(side, t)
+        comm = c.comm(biggest, tokens)
+        step_s = side + c.mlp_time(tokens, padded * c.layout.attention_dp) + comm
         cum = np.cumsum(step_s)
         start = env.now
         if self.wake.triggered:
@@ -273,38 +350,43 @@ class RankSim:
         yield done | self.wake
         steps = n
         if not done.processed:
-            # a request arrived: finish the step in flight, then let the scheduler admit it
+            # a request arrived: finish the step in flight, then let the schedulers admit it
             elapsed = env.now - start
             steps = min(n, int(np.searchsorted(cum, elapsed, side="right")) + 1)
             yield env.timeout(max(0.0, float(cum[steps - 1]) - elapsed))
         spent = float(cum[steps - 1])
-        self.busy_running_time += spent * batch
         self.decode_time += spent
-        self.swap_time += float(np.broadcast_to(st.swap_s, (n,))[:steps].sum())
-        self.comm_time += float(np.broadcast_to(st.comm_s, (n,))[:steps].sum())
-        gaps = np.array(step_s[:steps], dtype=float)
-        gaps[0] += self._gap_carry
-        self._gap_carry = 0.0
-        self.itl.append(gaps)
-        self.itl_weight.append(np.full(steps, batch, dtype=float))
-        self.blocks.append((start, start + spent, float(batch * steps)))
-        if share is not None:
-            self.miss_rows += float(share[:steps].sum())
-            self.looked_up += batch * steps
+        self.swap_time += float(swap[:steps].sum())
+        self.comm_time += comm * steps
         self.steps += steps
+        self.blocks.append((start, start + spent, tokens * steps))
+        for b, share in shares:
+            self.miss_rows += float(share[:steps].sum())
+            self.looked_up += b * steps
+        for k in self.ranks:
+            self.busy_running_time += spent * len(k.running)
+        for k in active:
+            gaps = np.array(step_s[:steps], dtype=float)
+            gaps[0] += k.gap_carry
+            k.gap_carry = 0.0
+            self.itl.append(gaps)
+            self.itl_weight.append(np.full(steps, len(k.running), dtype=float))
+            self._advance(k, steps)
+
+    def _advance(self, k: _Rank, steps: int) -> None:
         still = []
-        for r in self.running:
+        for r in k.running:
             r.generated += steps
             if r.generated >= r.output_tokens:
-                self._finish(r)
+                self._finish(k, r)
             else:
                 still.append(r)
-        self.running = still
+        k.running = still
 
-    def _finish(self, r: Request) -> None:
+    def _finish(self, k: _Rank, r: Request) -> None:
         r.finish = self.env.now
-        self.free_device += r.slots_device
-        self.free_host += r.slots_host
+        k.free_device += r.slots_device
+        k.free_host += r.slots_host
         self.finished.append(r)
         r.done.succeed()
 
@@ -317,8 +399,8 @@ class RankSim:
                 env.process(self.closed_client(self.w.requests_per_client))
             total = self.clients * self.w.requests_per_client
         else:
-            total = self.w.requests_per_client * 16
-            env.process(self.open_arrivals(self.rate / self.d.ranks, total))
+            total = self.w.requests_per_client * 16 * len(self.ranks)
+            env.process(self.open_arrivals(self.rate / self.d.instances, total))
         while len(self.finished) < total:
             if not env.peek() < float("inf"):
                 break
@@ -326,9 +408,9 @@ class RankSim:
         return self._result()
 
     def _steady(self, makespan: float, out_tokens: float) -> tuple[float, float]:
-        """(output tokens/s of the rank, window length) while the running set is steady: from the
-        first finish (the rank has filled) to the last arrival (the drain starts). Without such a
-        window (a single wave), the makespan figure."""
+        """(output tokens/s of the instance, window length) while the running set is steady: from
+        the first finish (the instance has filled) to the last arrival (the drain starts). Without
+        such a window (a single wave), the makespan figure."""
         done = self.finished
         if not done:
             return 0.0, 0.0
@@ -385,12 +467,15 @@ class RankSim:
         return bool(self.concurrency > min(self.plan.max_running, self._memory_limit()) * self.d.ranks)
 
     def _memory_limit(self) -> int:
-        """Requests of the nominal lengths the pools hold at once (decoding)."""
+        """Requests of the nominal lengths one scheduler's pools hold at once (decoding)."""
         w = self.w
         fp = self.plan.footprint(w.input_tokens, w.output_tokens, prefilling=False, prefill_on_device=False)
         by_device = self.plan.pool_tokens // max(fp.device, 1)
         by_host = self.plan.host_tokens // max(fp.host, 1) if fp.host else by_device
         return int(min(by_device, by_host))
+
+
+RankSim = InstanceSim  # the name issue 13 gave it (it simulated one representative rank then)
 
 
 def prefill_tok_s(scenario: Scenario) -> float:
@@ -400,7 +485,7 @@ def prefill_tok_s(scenario: Scenario) -> float:
     d = scenario.deployment
     if d.prefill_tok_s > 0:
         return d.prefill_tok_s
-    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params)
+    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms)
     n_in, t, done = scenario.workload.input_tokens, 0.0, 0
     while done < n_in:
         n = min(d.prefill_chunk_tokens, n_in - done)
@@ -428,4 +513,4 @@ def _wpct(values: np.ndarray, weights: np.ndarray, q: float) -> float:
 
 def simulate(scenario: Scenario, system: System | str, *, concurrency: int = 0, rate_per_s: float = 0.0,
              profiles: MissProfiles | None = None, seed: int = 0) -> RunResult:
-    return RankSim(scenario, system, concurrency=concurrency, rate_per_s=rate_per_s, profiles=profiles, seed=seed).run()
+    return InstanceSim(scenario, system, concurrency=concurrency, rate_per_s=rate_per_s, profiles=profiles, seed=seed).run()

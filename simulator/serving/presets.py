@@ -30,6 +30,8 @@ KINDS: dict[str, type] = {"models": ModelSpec, "gpus": GpuSpec, "deployments": D
 UNCALIBRATED = "uncalibrated"
 # top-level groups of a calibration JSON the serving model reads; any other group is carried along
 _CALIBRATION_READ = ("params", "gpu", "comm", "source")
+# fitted parameters the serving model reads from the calibration's ``fit`` group (step_costs.py) instead
+_READ_FROM_FIT = ("attention_efficiency", "attention_efficiency_fp8", "attention_launch_us", "attention_launch_fp8_us")
 
 
 PUBLISHED_DIR = PRESET_DIR / "published"
@@ -164,7 +166,7 @@ def load_calibration(spec: str) -> Calibration:
         raise HisparseError(f"{where}: gpu.{bad[0]} is not a GPU figure (known: {', '.join(sorted(gpu_known))})")
     return Calibration(where, build(CostParams, params, where), dict(gpu), dict(comm),
                        {k: v for k, v in data.items() if k not in _CALIBRATION_READ},
-                       {k: v for k, v in data["params"].items() if k not in known})
+                       {k: v for k, v in data["params"].items() if k not in known and k not in _READ_FROM_FIT})
 
 
 def calibration_params(path: str | Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ..errors import HisparseError
 from . import presets as P
 from .comm import COMM_META
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
+from .step_costs import GpuTerms, terms_for
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Scenario:
     calibration: str = "uncalibrated"  # the calibration file that applies
     trace: str | None = None  # the trace whose replay gives the misses (None: the default)
     notes: tuple[str, ...] = ()  # how the inputs were combined (calibration figures replacing the GPU file's)
+    terms: GpuTerms | None = None  # the measured step terms (None: the H200's scaled to ``gpu``)
 
     def __post_init__(self) -> None:
         if self.hisparse.top_k != self.model.top_k:
@@ -76,9 +78,11 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     if cal.unknown_params:
         notes.append(f"{cal.label}: parameters not used by this model, carried: {', '.join(sorted(cal.unknown_params))}")
     gpu_spec = P.apply_calibration(gpu_spec, cal)
+    terms = terms_for(gpu_spec, cal.terms, cal.label)
     return Scenario(model=P.load("models", model), gpu=gpu_spec, deployment=dep,
                     workload=P.load("workloads", workload), hisparse=P.load("hisparse", hisparse),
-                    params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes))
+                    params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes),
+                    terms=terms)
 
 
 def _fmt(v) -> str:

@@ -265,6 +265,10 @@ class GpuSpec(Spec):
     gather_efficiency_large_rows: float = num(gt=0, le=1)
     interconnect: Interconnect
     gpus_per_node: int = num(ge=1, default=8)
+    # datasheet rates where hbm_bw / bf16_flops hold measured ones (the H200): the ratios that scale
+    # its measured step terms to other GPUs are datasheet over datasheet (step_costs.py); 0: same
+    datasheet_hbm_bw: float = num(ge=0, default=0.0)
+    datasheet_bf16_flops: float = num(ge=0, default=0.0)
     calibration: str = ""  # the packaged calibration that applies to this GPU ("" none)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # per-key source notes
     where: str = field(default="<gpu>", compare=False)
@@ -382,25 +386,19 @@ class WorkloadSpec(Spec):
 
 @dataclass(frozen=True)
 class CostParams(Spec):
-    """Cost-model terms. Each carries its source in the preset file; terms without one are named
-    in ``unsourced`` and the plan output lists them."""
+    """The cost terms that are not kernels of the step (those are the measured step terms,
+    ``step_costs.py``): the swap-in's fitted launch and per-request bookkeeping, how much of the
+    swap-in and the backup overlap compute, the prefill attention rate. Each carries its source in
+    the preset file; terms without one are named in ``unsourced`` and the plan output lists them."""
 
     kind: ClassVar[str] = "calibration"
     calibrated: bool
     source: str
-    attention_efficiency: float = num(gt=0, le=1)
-    per_layer_overhead_us: float = num(ge=0)
     swap_in_launch_us: float = num(ge=0)
     swap_in_overlap: float = num(ge=0, le=1)
     backup_overlap: float = num(ge=0, le=1)
-    hbm_efficiency: float = num(gt=0, le=1, default=1.0)
-    matmul_efficiency: float = num(gt=0, le=1, default=1.0)
-    prefill_efficiency: float = num(gt=0, le=1, default=1.0)
     prefill_attention_efficiency: float = num(gt=0, le=1, default=1.0)
-    attention_launch_us: float = num(ge=0, default=0.0)  # fixed cost of one attention launch (fitted)
     swap_in_per_request_us: float = num(ge=0, default=0.0)  # swap-in bookkeeping per request per launch
-    attention_efficiency_fp8: float = num(ge=0, le=1, default=0.0)  # 656 B rows; 0: attention_efficiency
-    attention_launch_fp8_us: float = num(ge=0, default=0.0)  # 0: attention_launch_us
     swap_in_launch_fp8_us: float = num(ge=0, default=0.0)  # 0: swap_in_launch_us
     swap_in_per_request_fp8_us: float = num(ge=0, default=0.0)  # 0: swap_in_per_request_us
     unsourced: tuple[str, ...] = ()  # names of terms with no measurement, datasheet or derivation behind them

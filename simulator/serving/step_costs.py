@@ -1,0 +1,124 @@
+"""The measured decode-step terms a deployment's cost model prices each op with.
+
+``hisparse calibrate`` times every kernel of a DSA decode step on the H200 (GEMMs at GLM-5.1's
+and DeepSeek-V3.2's per-GPU shapes, elementwise kernels in CUDA graphs, the lightning indexer,
+sparse attention) and fits ``launch + max(bytes / bandwidth, FLOPs / rate)`` per kind and dtype
+(``simulator/calibration/step_terms.py``; stored under ``step_terms`` and ``fit`` in
+``calibration/h200.json``). A calibration that holds these groups prices its own GPU. Any other GPU
+takes the H200's terms with each rate scaled by a datasheet ratio, target / H200:
+
+- every bandwidth term (GEMM weight reads, elementwise, grouped GEMMs, the indexer's key reads,
+  the sparse-attention roofline's row reads) by the HBM bandwidth ratio;
+- every FLOP-rate term (dense BF16 and FP8 GEMMs, the attention roofline) by the dense BF16 tensor
+  rate ratio (FP8 is twice BF16 on every shipped GPU, ``GpuSpec.fp8_flops``, so the ratio is the same);
+- launch costs, the indexer's per-request select time and the attention efficiency unchanged
+  (INFERRED: per-kernel fixed costs and one-block-per-request kernels follow clocks and SM counts
+  that the datasheet ratios do not describe; the plan output says the terms are scaled).
+
+The GPU presets' ``hbm_bw`` and ``bf16_flops`` are datasheet figures except the H200's (measured
+here); the H200 preset keeps its datasheet figures in ``datasheet_hbm_bw`` / ``datasheet_bf16_flops``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..calibration.layer_work import Layout
+from ..calibration.step_terms import StepTerms
+from ..errors import HisparseError
+from .specs import Attention, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
+
+REFERENCE_GPU = "h200"  # the GPU whose measured step terms other GPUs scale (simulator/presets/calibration/h200.json)
+
+
+@dataclass(frozen=True)
+class GpuTerms:
+    """Step terms for one GPU: the fitted kernels, the roofline the attention fit divides by, and
+    where they come from."""
+
+    terms: StepTerms
+    hbm_bw: float  # attention roofline: row bytes / this
+    bf16_flops: float  # attention roofline: FLOPs / this
+    source: str
+    hbm_ratio: float = 1.0
+    flops_ratio: float = 1.0
+
+    @property
+    def scaled(self) -> bool:
+        return self.hbm_ratio != 1.0 or self.flops_ratio != 1.0
+
+
+def datasheet_rates(gpu: GpuSpec) -> tuple[float, float]:
+    """(HBM bytes/s, dense BF16 FLOP/s) from the GPU's datasheet."""
+    return (gpu.datasheet_hbm_bw or gpu.hbm_bw, gpu.datasheet_bf16_flops or gpu.bf16_flops)
+
+
+@lru_cache(maxsize=4)
+def _reference_json() -> tuple[str, str]:
+    from . import presets as P
+
+    path = P.resolve("calibration", REFERENCE_GPU)
+    return str(path), path.read_text()
+
+
+def measured_terms(groups: Mapping[str, Any], label: str) -> GpuTerms | None:
+    """The step terms a calibration file holds (``step_terms`` and ``fit``), or None."""
+    if "step_terms" not in groups or "fit" not in groups:
+        return None
+    try:
+        terms = StepTerms.from_calibration(dict(groups))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise HisparseError(f"{label}: step_terms: missing or bad entry {exc}") from None
+    return GpuTerms(terms, terms.roofline["hbm_bw"], terms.roofline["bf16_flops"], f"measured on this GPU ({label})")
+
+
+def reference_terms() -> GpuTerms:
+    where, text = _reference_json()
+    found = measured_terms(json.loads(text), where)
+    if found is None:
+        raise HisparseError(f"{where}: no step_terms group (run hisparse calibrate --terms step)")
+    return found
+
+
+def scaled_terms(ref: GpuTerms, ref_gpu: GpuSpec, gpu: GpuSpec) -> GpuTerms:
+    """The reference GPU's terms with bandwidths and FLOP rates scaled by datasheet ratios."""
+    ref_bw, ref_fl = datasheet_rates(ref_gpu)
+    bw, fl = datasheet_rates(gpu)
+    hr, fr = bw / ref_bw, fl / ref_fl
+    terms = ref.terms.scaled(hr, fr)  # swap-in is priced from the GPU's own link (costs.py), not scaled here
+    src = (f"H200 measurements ({ref.source.split('(')[-1].rstrip(')')}) scaled to {gpu.name}: bandwidths x {hr:.3f} "
+           f"(HBM {bw / 1e12:.3g} / {ref_bw / 1e12:.3g} TB/s), FLOP rates x {fr:.3f} (dense BF16 "
+           f"{fl / 1e12:.4g} / {ref_fl / 1e12:.4g} TFLOP/s; datasheets: {gpu.where}, {ref_gpu.where}); "
+           "launch costs as measured on the H200")
+    return GpuTerms(terms, terms.roofline["hbm_bw"], terms.roofline["bf16_flops"], src, hr, fr)
+
+
+def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str = "") -> GpuTerms:
+    """The calibration's own step terms when it has them, else the H200's scaled to ``gpu``."""
+    if groups:
+        found = measured_terms(groups, label)
+        if found is not None:
+            return found
+    from . import presets as P
+
+    return scaled_terms(reference_terms(), P.load("gpus", REFERENCE_GPU), gpu)
+
+
+def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
+    """layer_work's Layout for a deployment (one GPU's share of a step), ``Layout.of`` SGLang's flags.
+
+    DP attention (``--dp dp --enable-dp-attention``): attention on the rank's ``tp / dp`` GPUs, the
+    MLP side sees the tokens of the instance's ``dp`` ranks. TP attention: heads over the instance's
+    ``tp`` GPUs, one scheduler (``dp`` 1). Dense MLPs, the shared expert and the lm_head split over
+    ``tp``. Routed experts: ``moe = "tp"`` (SGLang's default fused MoE) splits each expert's
+    intermediate over the ``tp`` GPUs; ``"ep"`` places E/tp whole experts per GPU. Both move the same
+    weight bytes per GPU; the fitted grouped-GEMM term (timed on whole experts, bandwidth-bound at
+    decode shapes) prices both, so the TP slices (N 512, K 256 for GLM-5.1) are an extrapolation.
+    """
+    dtype = "fp8" if model.weight_bytes_per_param < 1.5 else "bf16"
+    dp = dep.dp if dep.attention == Attention.DP else 1
+    return Layout.of(dep.tp, dp, "ep" if dep.moe == MoeLayout.EP else "tp", weight_dtype=dtype)
