@@ -75,11 +75,11 @@ static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
 {
     d->buf = buf; d->n = n; d->pos = 0; d->width = width;
     d->prev_n = d->cnt = d->n_rem = d->n_add = d->ctx = 0;
-    int64_t w = (width > 0 ? width : 1) + 2; /* + 2: the merge's sentinels */
+    int64_t w = (width > 0 ? width : 1) + 4; /* + 4: the merge's sentinels, two at each end */
     d->work = (int64_t *)malloc(sizeof(int64_t) * 5 * (size_t)w);
     if (!d->work) return 0;
-    d->prev = d->work; d->cur = d->work + w; d->rem = d->work + 2 * w; d->add = d->work + 3 * w;
-    d->kept = d->work + 4 * w;
+    d->prev = d->work; d->cur = d->work + w; d->rem = d->work + 2 * w; d->add = d->work + 3 * w + 2;
+    d->kept = d->work + 4 * w + 2;
     d->stamp = 0;
     d->gone = (int32_t *)calloc((size_t)(width > 0 ? width : 1), sizeof(int32_t));
     if (!d->gone) { free(d->work); return 0; }
@@ -123,20 +123,35 @@ static int dec_step(decoder *d)
     if (8 * (n_add + n_rem) > prev_n) { /* many changes: compact, then a branch-free merge */
         int64_t nk = 0, *kept = d->kept;
         for (int64_t i = 0; i < prev_n; i++) { kept[nk] = prev[i]; nk += gone[i] != stamp; }
-        /* Two sentinels past each input: the loop runs cnt times with no bounds to test, and the
-         * next values are loaded before the comparison that picks between them is known. */
-        int64_t *kp = d->kept, *ad = d->add;
+        /* Merged from both ends at once: two independent dependency chains, the smallest half
+         * from the front and the largest from the back. Two sentinels beyond each end of each
+         * input: no bounds to test, and the next values load before the comparison that picks
+         * between them is known. A value in both inputs is seen as both heads (or both tails)
+         * by one of the two chains. */
+        int64_t *kp = kept, *ad = d->add;
         kp[nk] = kp[nk + 1] = ad[n_add] = ad[n_add + 1] = INT64_MAX;
+        kp[-1] = kp[-2] = ad[-1] = ad[-2] = INT64_MIN;
         int64_t a = 0, j = 0, dup = 0, x = kp[0], y = ad[0];
-        for (int64_t m = 0; m < cnt; m++) {
-            int64_t xn = kp[j + 1], yn = ad[a + 1];
-            int take = y < x;
-            dup |= x == y;
+        int64_t ab = n_add - 1, jb = nk - 1, xb = kp[jb], yb = ad[ab];
+        int64_t half = cnt >> 1;
+        for (int64_t m = 0; m < half; m++) {
+            int64_t xn = kp[j + 1], yn = ad[a + 1], xbn = kp[jb - 1], ybn = ad[ab - 1];
+            int take = y < x, takeb = yb > xb;
+            dup |= (x == y) | (xb == yb);
             cur[m] = take ? y : x;
+            cur[cnt - 1 - m] = takeb ? yb : xb;
             x = take ? x : xn;
             y = take ? yn : y;
+            xb = takeb ? xb : xbn;
+            yb = takeb ? ybn : yb;
             a += take;
             j += !take;
+            ab -= takeb;
+            jb -= !takeb;
+        }
+        if (cnt & 1) { /* the middle one */
+            dup |= x == y;
+            cur[half] = y < x ? y : x;
         }
         if (dup) return DECODE_INCONSISTENT;
         d->cnt = cnt;
