@@ -11,10 +11,11 @@ For each: whole-process wall time of `hisparse replay --policy lru --buffer 4096
 file (compiled fast path; once with HISPARSE_NATIVE=0, the numba engine, whose misses must be
 the same) against a process running libCacheSim's LRU `process_trace` on the same stream as
 oracleGeneral records. Runs are interleaved (hisparse, libCacheSim, hisparse, ...) on this
-noisy shared machine; the table gives medians and the ratio of the medians. Then accesses/s
-per policy, in-process, both semantics.
+noisy shared machine; the table gives medians and the ratio of the medians, then hisparse's CPU
+time by phase (start-up, reading, inflating, decoding + LRU). Then accesses/s per policy,
+in-process, both semantics (``--policy-steps 0`` skips it).
 
-    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 5]
+    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 5] [--policy-steps 0]
 """
 
 from __future__ import annotations
