@@ -23,7 +23,10 @@ INDEXER_ROW_BYTES = 132  # 128 fp8 codes + fp32 scale (BRIEF 2; cupy_kernels/ind
 
 FP8_BYTES = {"fp8": 1, "bf16": 2}
 ACT_BYTES = 2  # bf16 activations between kernels
-KINDS = ("gemm", "batched_gemm", "grouped_gemm", "elementwise", "indexer", "attention")
+# grouped_gemm: routed experts whole (EP, E / ep experts per GPU); grouped_gemm_tp: every expert's
+# intermediate split over moe_tp GPUs (SGLang's fused MoE under --tp): narrow slices, own term
+KINDS = ("gemm", "batched_gemm", "grouped_gemm", "grouped_gemm_tp", "elementwise", "indexer", "attention")
+GROUPED_KINDS = ("grouped_gemm", "grouped_gemm_tp")
 
 
 class ModelShape(Protocol):
@@ -193,10 +196,9 @@ def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
     if shared:
         ops += [gemm("shared_gate_up", t, d, 2 * shared, w), elementwise("shared_silu_mul", t * shared, passes=3),
                 gemm("shared_down", t, shared, d, w)]
-    up = gemm("routed_gate_up", math.ceil(per_expert), d, 2 * inter, w, groups=local, weight_groups=touched,
-              kind="grouped_gemm")
-    down = gemm("routed_down", math.ceil(per_expert), inter, d, w, groups=local, weight_groups=touched,
-                kind="grouped_gemm")
+    kind = "grouped_gemm_tp" if layout.moe_tp > 1 else "grouped_gemm"
+    up = gemm("routed_gate_up", math.ceil(per_expert), d, 2 * inter, w, groups=local, weight_groups=touched, kind=kind)
+    down = gemm("routed_down", math.ceil(per_expert), inter, d, w, groups=local, weight_groups=touched, kind=kind)
     # FLOPs and activations from the expected rows, not the rounded-up rows per expert
     scale = rows / max(math.ceil(per_expert) * local, 1e-9)
     ops += [Op(up.name, up.kind, up.dtype, up.flops * scale, d * 2 * inter * FP8_BYTES[w] * touched
@@ -242,4 +244,4 @@ def step_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(
 def weight_params(ops: list[Op]) -> float:
     """Weight elements the GEMMs of ``ops`` read (each touched group once)."""
     return float(sum(o.k * o.n * (o.weight_groups or o.groups) for o in ops
-                     if o.kind in ("gemm", "batched_gemm", "grouped_gemm")))
+                     if o.kind in ("gemm", "batched_gemm", *GROUPED_KINDS)))

@@ -112,7 +112,15 @@ class StepTerms:
         if op.kind == "elementwise":
             r = self.rates.get(("elementwise", "bf16"))
             return (r.time(op.bytes) if r else self.graph_launch_s) * op.count
-        return self.rates[(op.kind, op.dtype)].time(op.bytes, op.flops) * op.count
+        return self.rate(op.kind, op.dtype).time(op.bytes, op.flops) * op.count
+
+    def rate(self, kind: str, dtype: str) -> Rate:
+        """The fitted term of a GEMM kind; TP-sliced routed experts (``grouped_gemm_tp``) fall back
+        to the whole-expert ``grouped_gemm`` term in a calibration that never timed them (an
+        extrapolation: the slices' efficiency differs)."""
+        if (kind, dtype) not in self.rates and kind == "grouped_gemm_tp":
+            kind = "grouped_gemm"
+        return self.rates[(kind, dtype)]
 
     def swap_in_time(self, missed_rows: float, requests: int, row_bytes: int) -> float:
         """One layer's swap-in launch (issue 8's fit for this row size)."""

@@ -103,7 +103,7 @@ class CostModel:
         whose fits never met their compute roof at decode shapes, are also bounded by the FP8 GEMM
         rate (it matters only at prefill token counts: an extrapolation)."""
         t = self.t.op_time(op)
-        if op.kind in ("grouped_gemm", "batched_gemm"):
+        if op.kind in ("grouped_gemm", "grouped_gemm_tp", "batched_gemm"):
             rate = self.t.rates.get(("gemm", op.dtype))
             if rate is not None:
                 t = max(t, (rate.launch_s + op.flops / rate.flops_rate) * op.count)
