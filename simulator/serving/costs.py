@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..calibration.layer_work import Op, attention_ops, dense_mlp_ops, moe_ops, step_head_ops
+from ..calibration.layer_work import GROUPED_KINDS, Op, attention_ops, dense_mlp_ops, moe_ops, step_head_ops
 from ..calibration.step_terms import IndexerTerm, StepTerms
 from .comm import Collective
 from .specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
@@ -103,7 +103,7 @@ class CostModel:
         whose fits never met their compute roof at decode shapes, are also bounded by the FP8 GEMM
         rate (it matters only at prefill token counts: an extrapolation)."""
         t = self.t.op_time(op)
-        if op.kind in ("grouped_gemm", "grouped_gemm_tp", "batched_gemm"):
+        if op.kind in (*GROUPED_KINDS, "batched_gemm"):
             rate = self.t.rates.get(("gemm", op.dtype))
             if rate is not None:
                 t = max(t, (rate.launch_s + op.flops / rate.flops_rate) * op.count)
