@@ -31,7 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..calibration.layer_work import GROUPED_KINDS, Op, attention_ops, dense_mlp_ops, moe_ops, step_head_ops
+from ..calibration.layer_work import (
+    GROUPED_KINDS,
+    Op,
+    attention_ops,
+    dense_mlp_ops,
+    moe_ops,
+    step_head_ops,
+)
 from ..calibration.step_terms import IndexerTerm, StepTerms
 from .comm import Collective
 from .specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
