@@ -10,7 +10,8 @@ shapes and the deployment's layout (``step_costs.layout_for``):
   and the KV store, the indexer projections, **the lightning indexer** scoring every context token of
   the rank's requests and selecting the top-k (its own fit), **sparse MLA attention** over the top-k
   rows (launch + roofline / efficiency, fitted), o_proj; the MLP: dense layers, or the router, the
-  shared expert and the routed experts as grouped GEMMs at the step's tokens per expert;
+  shared expert and the routed experts as grouped GEMMs at the step's tokens per expert (whole
+  experts under EP, each expert's TP slices under the fused MoE: a measured term each);
 - once per step: the final norm, the lm_head, the sampler;
 - each op's fitted intercept is its fixed cost per launch as timed back to back on the GPU (GEMMs,
   grouped GEMMs) or inside a CUDA graph (elementwise), so a CUDA-graph replay adds nothing more;
