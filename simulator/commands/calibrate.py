@@ -198,7 +198,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
             _write_tables(args.out, args.gpu, step_tables)
             step_source = (f"hisparse calibrate on {name}: every GEMM of GLM-5.1/DeepSeek-V3.2 decode layers at "
                            "per-GPU shapes (FP8 torch._scaled_mm / _scaled_grouped_mm, bf16 as fp16 cuBLAS via CuPy), "
-                           "elementwise kernels and tiny kernels in CUDA graphs, the lightning indexer kernel")
+                           "elementwise kernels and tiny kernels in CUDA graphs, the lightning indexer kernel; "
+                           "routed experts in the TP fused-MoE layout: torch._scaled_grouped_mm at the slice shapes "
+                           "over node tokens")
         elif old and os.path.exists(_csv(args.out, "gemm", args.gpu)):
             step_tables = _read_tables(args.out, args.gpu, STEP_TABLES)
             if args.terms == "moe-tp":
