@@ -139,6 +139,10 @@ def test_moe_tensor_parallel_layout_reads_the_same_expert_bytes():
         assert sum(o.flops for o in _names(b, *routed)) == pytest.approx(sum(o.flops for o in _names(a, *routed)))
         (up,) = _names(b, "routed_gate_up")
         assert up.groups == 256 and up.n == 2 * 2048 // 8
+        # each slice its own measured kind; the EP layout keeps the whole-expert one
+        assert [o.kind for o in _names(b, *routed)] == ["grouped_gemm_tp_up", "grouped_gemm_tp_down"]
+        assert {o.kind for o in _names(a, *routed)} == {"grouped_gemm"}
+        assert sum(o.weight_bytes for o in _names(b, *routed)) == pytest.approx(weight_params(_names(b, *routed)))
 
 
 def test_layout_of_sglang_flags():
