@@ -152,3 +152,14 @@ def test_layout_of_sglang_flags():
     assert Layout.of(8, 1).attention_tp == 8
     with pytest.raises(ValueError, match="multiple"):
         Layout.of(8, 3)
+
+
+def test_calibration_shapes_are_the_model_presets_and_the_configs():
+    """The calibration reads its shapes from the model presets (one table); both equal the configs."""
+    from dataclasses import asdict
+
+    from simulator.calibration.model_shapes import DEEPSEEK_V3_2, GLM_5_1
+
+    for config, shapes in ((GLM, GLM_5_1), (DSV32, DEEPSEEK_V3_2)):
+        got = {k: v for k, v in asdict(shapes).items() if k != "name"}
+        assert got == asdict(config)
