@@ -5,4 +5,4 @@ numba references."""
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("simulator.native._native", ["simulator/native/_native.c"],
-                             extra_compile_args=["-O3"], optional=True)])
+                             extra_compile_args=["-O3", "-funroll-loops"], optional=True)])

@@ -11,10 +11,11 @@ For each: whole-process wall time of `hisparse replay --policy lru --buffer 4096
 file (compiled fast path; once with HISPARSE_NATIVE=0, the numba engine, whose misses must be
 the same) against a process running libCacheSim's LRU `process_trace` on the same stream as
 oracleGeneral records. Runs are interleaved (hisparse, libCacheSim, hisparse, ...) on this
-noisy shared machine; the table gives medians and the ratio of the medians. Then accesses/s
-per policy, in-process, both semantics.
+noisy shared machine; the table gives medians and the ratio of the medians, then hisparse's CPU
+time by phase (start-up, reading, inflating, decoding + LRU). Then accesses/s per policy,
+in-process, both semantics (``--policy-steps 0`` skips it).
 
-    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 5]
+    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 5] [--policy-steps 0]
 """
 
 from __future__ import annotations
@@ -28,6 +29,16 @@ import sys
 import time
 from pathlib import Path
 
+PHASES = """import sys, time
+from simulator import native
+from simulator.trace import open_trace
+from simulator.trace.format import TraceReader
+t = time.process_time(); r = TraceReader(sys.argv[1]); chunks = r.coded_chunks(r.keys[0]); read = time.process_time() - t
+t = time.process_time(); coded = [c.coded() for c in chunks]; inflate = time.process_time() - t
+work = [(c.steps, c.width, c.ordered, (lambda b=b: b)) for c, b in zip(chunks, coded)]
+t = time.process_time(); native.lru_replay_chunks(work, [(4096, True, True)], r.meta.k, per_step=False)
+print(read, inflate, time.process_time() - t)
+"""
 LCS = """import sys, libcachesim as lcs
 r = lcs.TraceReader(trace=sys.argv[1], trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
 print(lcs.LRU(cache_size=int(sys.argv[2])).process_trace(r)[0])
@@ -80,7 +91,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20000, help="steps per stream (default 20000)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved whole-process runs of each (default 5)")
     parser.add_argument("--streams", default="high-overlap,glm51-longbench", help="streams to time (default both)")
-    parser.add_argument("--policy-steps", type=int, default=4000, help="stream length for the per-policy table")
+    parser.add_argument("--policy-steps", type=int, default=4000,
+                        help="stream length for the per-policy table (default 4000; 0 skips the table)")
     args = parser.parse_args()
     from simulator import native
     from simulator.serving.misses import cache_dir
@@ -90,6 +102,11 @@ def main() -> int:
     if not native.available():
         print("the compiled fast path is not built (pip install -e . with a C compiler); timing the numba engine")
     hisparse = [sys.executable, "-m", "simulator.cli", "replay", "--policy", "lru", "--buffer", "4096", "--quiet"]
+    # Byte-compiled as an installed package is (pip compiles; libCacheSim's Python side is too):
+    # with PYTHONDONTWRITEBYTECODE set, an editable checkout would recompile ~30 modules per run.
+    import compileall
+
+    compileall.compile_dir(Path(native.__file__).parent.parent, quiet=1)
     rows, streams = [], {}
     for name in args.streams.split(","):
         hst, oracle, stream = make_stream(name, args.steps, data)
@@ -105,8 +122,15 @@ def main() -> int:
             t_lcs.append(t)
             c_lcs.append(c)
         med = statistics.median
+        # Where hisparse's CPU time goes: interpreter and imports (a process that only imports the
+        # CLI), then in one process reading the chunks (with their crc32), inflating them, and
+        # decoding + replaying the inflated bytes (the inflate-ahead thread is not used here).
+        startup = med([run([sys.executable, "-c", "import simulator.cli"])[1] for _ in range(args.repeats)])
+        phases = [[float(v) for v in run([sys.executable, "-c", PHASES, str(hst)])[2].split()]
+                  for _ in range(args.repeats)]
+        parts = (startup, *(med(p[i] for p in phases) for i in range(3)))
         rows.append((name, stream, misses_of(ref), float(lcs_ratio), med(t_ours), med(t_lcs), med(c_ours), med(c_lcs),
-                     t_ours, t_lcs))
+                     t_ours, t_lcs, parts))
 
     print(f"buffer 4096, k 2048; medians of {args.repeats} interleaved whole-process runs (wall; CPU = user + "
           "system)\n")
@@ -117,9 +141,14 @@ def main() -> int:
         print(f"| {name} | {stream.accesses:,} | {misses:,} ({misses / stream.accesses:.4f}) | {lcs_ratio:.4f} | "
               f"{w_ours:.2f} / {c_ours:.2f} | {w_lcs:.2f} / {c_lcs:.2f} | **{w_lcs / w_ours:.1f}x** | "
               f"{c_lcs / c_ours:.1f}x |")
-    for name, *_, t_ours, t_lcs in rows:
+    for name, *_, t_ours, t_lcs, _ in rows:
         print(f"\n{name}: hisparse runs {', '.join(f'{t:.2f}' for t in t_ours)} s; "
               f"libCacheSim runs {', '.join(f'{t:.2f}' for t in t_lcs)} s")
+    print("\nhisparse CPU s by phase (medians): start-up and imports | read + crc32 | inflate | decode + LRU\n")
+    for name, *_, parts in rows:
+        print(f"| {name} | " + " | ".join(f"{v:.3f}" for v in parts) + " |")
+    if not args.policy_steps:
+        return 0
 
     from simulator.replay import POLICIES, ReplayConfig, replay_stream
     from simulator.trace import Stream

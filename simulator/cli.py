@@ -7,7 +7,7 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .commands.common import Parser, check_io
 from .errors import HisparseError
@@ -30,25 +30,37 @@ def _add_trace_commands(sub: argparse._SubParsersAction) -> None:
     cmd.add_parsers(tsub)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _add_module_commands(name: str) -> Callable[[argparse._SubParsersAction], None]:
+    def add(sub: argparse._SubParsersAction) -> None:
+        import importlib
+
+        importlib.import_module(f".commands.{name}", __package__).add_parsers(sub)
+
+    return add
+
+
+# The module adding each command's parser, in --help order. `hisparse replay ...` builds only
+# the replay parsers: the others import the serving model and the sweep grid (~25 ms of CPU,
+# a seventh of replaying a 41 M-access stream; BENCHMARKS.md "Replay engine").
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "trace": _add_trace_commands,
+    **dict.fromkeys(("replay", "mrc"), _add_module_commands("replay")),
+    "plan": _add_module_commands("plan"),
+    "sweep": _add_module_commands("sweep"),
+    **dict.fromkeys(("calibrate", "validate"), _add_module_commands("calibrate")),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (``command``) only the parsers of that command's module."""
     parser = Parser(prog="hisparse", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"hisparse-sim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_trace_commands(sub)
-    from .commands import replay
-
-    replay.add_parsers(sub)
-    from .commands import plan
-
-    plan.add_parsers(sub)
-    from .commands import sweep
-
-    sweep.add_parsers(sub)
-    from .commands import calibrate
-
-    calibrate.add_parsers(sub)
+    adders = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for add in adders:
+        add(sub)
     return parser
 
 
@@ -90,7 +102,8 @@ def _one_line_warnings() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user errors print one line and exit 2, with no traceback."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad option (one line, status 2)

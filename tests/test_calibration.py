@@ -97,7 +97,7 @@ def test_committed_fit_and_validation_rebuild_on_the_cpu(tmp_path, capsys):
 
     for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "validation-h200.json",
                  "gemm-h200.csv", "elementwise-h200.csv", "indexer-h200.csv", "graph-h200.csv",
-                 "validation-layer-h200.json"):
+                 "validation-layer-h200.json", "grouped_tp-h200.csv"):
         shutil.copy(f"calibration/{name}", tmp_path / name)
     committed = json.loads(open("calibration/h200.json").read())
     other = json.loads((tmp_path / "h200.json").read_text()) | {"other_group": {"kept": "as another command wrote it"}}
@@ -143,3 +143,26 @@ def test_layer_validation_prediction_is_layer_work_priced_by_the_terms():
     # more context costs more (the indexer reads every key), more misses cost more
     assert predicted_step_s(terms, cfg, 80000, misses) > predicted_step_s(terms, cfg, 20000, misses)
     assert predicted_step_s(terms, cfg, 20000, [3000.0, 3000.0]) > predicted_step_s(terms, cfg, 20000, misses)
+
+
+def test_tp_moe_term_refits_from_its_committed_csv():
+    """The TP fused-MoE slices' term (``calibrate --terms moe-tp``) from the committed CSV alone:
+    one fit per slice on weight bytes, close on its points; the EP controls timed beside it agree
+    with the step run's whole-expert fit; a table naming an unknown op is refused."""
+    from simulator.calibration.fitting import fit_step_terms
+
+    tables = {n: pd.read_csv(f"calibration/{n}-h200.csv") for n in ("gemm", "elementwise", "indexer", "graph",
+                                                                     "grouped_tp")}
+    st = fit_step_terms(*(tables[n] for n in ("gemm", "elementwise", "indexer", "graph", "grouped_tp")))
+    committed = json.loads(open("calibration/h200.json").read())["step_terms"]
+    for kind in ("grouped_gemm_tp_up", "grouped_gemm_tp_down"):
+        fit = st["rates"][kind]["fp8"]
+        assert fit["bytes"] == "weights" and fit["points"] == 20
+        assert fit == pytest.approx(committed["rates"][kind]["fp8"])
+        assert fit["median_rel_err"] < 0.05 and fit["max_rel_err"] < 0.10
+    # the K-sliced down projection is the slow one (measured), gate_up near the whole experts' rate
+    assert st["rates"]["grouped_gemm_tp_down"]["fp8"]["gbps"] < 0.5 * st["rates"]["grouped_gemm_tp_up"]["fp8"]["gbps"]
+    assert abs(st["tp_moe_ep_controls"]["fp8"]["median_rel_err"]) < 0.05
+    bad = tables["grouped_tp"].assign(name="routed_other")
+    with pytest.raises(ValueError, match="routed_other"):
+        fit_step_terms(tables["gemm"], tables["elementwise"], tables["indexer"], tables["graph"], bad)

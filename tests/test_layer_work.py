@@ -139,6 +139,10 @@ def test_moe_tensor_parallel_layout_reads_the_same_expert_bytes():
         assert sum(o.flops for o in _names(b, *routed)) == pytest.approx(sum(o.flops for o in _names(a, *routed)))
         (up,) = _names(b, "routed_gate_up")
         assert up.groups == 256 and up.n == 2 * 2048 // 8
+        # each slice its own measured kind; the EP layout keeps the whole-expert one
+        assert [o.kind for o in _names(b, *routed)] == ["grouped_gemm_tp_up", "grouped_gemm_tp_down"]
+        assert {o.kind for o in _names(a, *routed)} == {"grouped_gemm"}
+        assert sum(o.weight_bytes for o in _names(b, *routed)) == pytest.approx(weight_params(_names(b, *routed)))
 
 
 def test_layout_of_sglang_flags():
@@ -148,3 +152,14 @@ def test_layout_of_sglang_flags():
     assert Layout.of(8, 1).attention_tp == 8
     with pytest.raises(ValueError, match="multiple"):
         Layout.of(8, 3)
+
+
+def test_calibration_shapes_are_the_model_presets_and_the_configs():
+    """The calibration reads its shapes from the model presets (one table); both equal the configs."""
+    from dataclasses import asdict
+
+    from simulator.calibration.model_shapes import DEEPSEEK_V3_2, GLM_5_1
+
+    for config, shapes in ((GLM, GLM_5_1), (DSV32, DEEPSEEK_V3_2)):
+        got = {k: v for k, v in asdict(shapes).items() if k != "name"}
+        assert got == asdict(config)

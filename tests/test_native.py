@@ -289,3 +289,104 @@ def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):
         assert out[1:].sum() > 0  # there is churn to replay
         slot_pos, order = lru.result()
         assert np.array_equal(slot_pos, ref.slot_pos) and np.array_equal(order, ref.order), cfg
+
+
+def test_batched_lru_orders_stale_hits_whose_keys_lie_far_apart():
+    """A stale hit's place in the new block comes from its queue key; keys spanning less than a
+    few buffers are ordered by a bitmap, wider spans by a radix sort. Here position 0 leaves
+    the block at step 1 and returns at step 150 while 59 others rotate through 64 slots without
+    a miss (each step drops ~15, pushing their keys on): its key is ~2,000 below theirs, past the
+    bitmap's reach, and the order still matches the engine's."""
+    rng = np.random.default_rng(12)
+    steps, k = 160, 32
+    rows = np.full((steps, k), -1, dtype=np.int32)
+    for t in range(steps):
+        pick = rng.choice(np.arange(1, 60), size=31, replace=False)
+        rows[t, :31] = np.r_[0, pick[:30]] if t in (0, 150) else pick
+    stream = Stream(0, 0, np.full(steps, 200, dtype=np.int64), rows)
+    for reserve, prefix in itertools.product([True, False], repeat=2):
+        ref = _engine(stream, 64, reserve, prefix)
+        got = native.lru_batched(stream.indices, stream.ctx_len, 64, reserve=reserve, prefix=prefix, record=True)
+        assert np.array_equal(got.misses, ref.misses) and np.array_equal(got.slots, ref.slots)
+        assert np.array_equal(got.slot_pos, ref.slot_pos) and np.array_equal(got.order, ref.order)
+
+
+def _chunked_trace(tmp_path, monkeypatch=None, *, corrupt_chunk: int | None = None):
+    """A 200-step stream in 29 chunks of 7 steps; with ``corrupt_chunk``, that chunk's coded bytes
+    are damaged before compression (so its checksums hold and only decoding finds it)."""
+    from simulator.trace import TraceWriter
+    from simulator.trace import format as trace_format
+
+    rng = np.random.default_rng(3)
+    stream = wandering_stream(rng, steps=200, k=16, ctx0=20, overlap=0.6)
+    if corrupt_chunk is not None:
+        real, calls = trace_format.encode_stream, []
+
+        def damaged(*args, **kw):
+            payload, ordered = real(*args, **kw)
+            calls.append(1)
+            if len(calls) - 1 == corrupt_chunk:
+                raw = bytearray(zlib.decompress(payload))
+                raw[len(raw) // 2:] = b"\xff" * (len(raw) - len(raw) // 2)
+                payload = zlib.compress(bytes(raw))
+            return payload, ordered
+
+        monkeypatch.setattr(trace_format, "encode_stream", damaged)
+    path = tmp_path / f"c{corrupt_chunk}.hst"
+    with TraceWriter(path, k=16, source={"kind": "test"}, chunk_steps=7) as w:
+        w.write_stream(stream)
+    if corrupt_chunk is not None:
+        monkeypatch.undo()
+    return path, stream
+
+
+def test_inflating_ahead_gives_the_results_of_inflating_in_turn(tmp_path, monkeypatch):
+    """The next chunk inflates on a second thread while the current one replays: the same misses
+    as chunks made one after the other, and no thread left behind."""
+    import threading
+
+    path, _ = _chunked_trace(tmp_path)
+    reader = TraceReader(path)
+    chunks, stream = reader.coded_chunks((0, 0)), reader.read((0, 0))  # rows come back sorted
+    configs = [ReplayConfig(buffer=b, initial=i) for b in (16, 24) for i in ("prefix", "empty")]
+    before = threading.active_count()
+    ahead = coded_misses(chunks, configs, 16, per_step=True)
+    assert threading.active_count() == before
+    monkeypatch.setattr(native, "_ahead", lambda makers: (make() for make in makers))
+    in_turn = coded_misses(chunks, configs, 16, per_step=True)
+    for cfg, a, b in zip(configs, ahead.misses, in_turn.misses, strict=True):
+        assert np.array_equal(a, b)
+        assert np.array_equal(a, _engine(stream, cfg.buffer, True, cfg.initial == "prefix").misses)
+
+
+def test_a_chunk_that_fails_to_decode_while_inflated_ahead_is_still_named(tmp_path, monkeypatch):
+    """Chunk 3 of 29 (steps 21-27) decodes wrong though its checksums hold: the fast path gives up
+    (its inflate thread ends) and replay() raises the reader's error with file, request, layer and
+    step."""
+    import threading
+
+    from simulator.errors import TraceError
+
+    path, _ = _chunked_trace(tmp_path, monkeypatch, corrupt_chunk=3)
+    reader = TraceReader(path)
+    before = threading.active_count()
+    assert coded_misses(reader.coded_chunks((0, 0)), [ReplayConfig(buffer=16)], 16, per_step=False) is None
+    assert threading.active_count() == before
+    with pytest.raises(TraceError) as err:
+        replay(TraceReader(path), [ReplayConfig(buffer=16)])
+    assert err.value.path == str(path) and (err.value.request, err.value.layer) == (0, 0)
+    assert err.value.step is not None and 21 <= err.value.step <= 27, str(err.value)
+
+
+def test_coded_chunk_inflates_raw_as_zlib_would():
+    """CodedChunk.coded() reads the deflate data past the zlib header (the payload's crc32 is
+    checked by the reader): the same bytes as zlib.decompress, at any level; None when the
+    stream is cut short or has bytes after its adler32."""
+    raw = np.random.default_rng(1).integers(0, 40, size=50_000).astype(np.uint8).tobytes()
+    for level in (0, 1, 6, 9):
+        payload = zlib.compress(raw, level)
+        assert CodedChunk(1, 1, False, payload).coded() == zlib.decompress(payload) == raw
+    payload = zlib.compress(raw)
+    assert CodedChunk(1, 1, False, payload[:-5]).coded() is None
+    assert CodedChunk(1, 1, False, payload + b"\0").coded() is None
+    assert CodedChunk(1, 1, False, b"\x00\x01" + payload[2:]).coded() is None  # not a zlib header

@@ -84,3 +84,23 @@ def test_mrc_cli_json_csv_plot(small_trace, tmp_path, capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["methods"] == {"lru": "one-pass"} and len(out["curve"]) == 300 - 128 + 1
+
+
+def test_a_command_builds_only_its_own_parsers_and_they_are_the_full_ones():
+    """`hisparse replay ...` skips the other commands' imports (start-up is part of the replay
+    speed target): COMMANDS names every command, and each command's parser built alone prints
+    the same help as in the whole command line."""
+    import argparse
+
+    from simulator.cli import COMMANDS, build_parser
+
+    def commands(parser):
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return sub.choices
+
+    full = commands(build_parser())
+    assert list(full) == list(COMMANDS)
+    for name in COMMANDS:
+        alone = commands(build_parser(name))
+        assert set(alone) == {other for other, add in COMMANDS.items() if add is COMMANDS[name]}
+        assert alone[name].format_help() == full[name].format_help(), name

@@ -329,11 +329,11 @@ def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
 
 def test_open_loop_rates(tmp_path, capsys):
     out = tmp_path / "open"
-    assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "1,64", "--quiet", "--json",
+    assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "0.5,64", "--quiet", "--json",
                  "--out", str(out)]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["system"], r["rate_per_s"], r["concurrency"]) for r in rows] == [
-        ("baseline", 1.0, 0), ("baseline", 64.0, 0), ("hisparse", 1.0, 0), ("hisparse", 64.0, 0)]
+        ("baseline", 0.5, 0), ("baseline", 64.0, 0), ("hisparse", 0.5, 0), ("hisparse", 64.0, 0)]
     base = [r for r in rows if r["system"] == "baseline"]
     assert base[1]["makespan_tok_s_deployment"] > base[0]["makespan_tok_s_deployment"]  # more load, more tokens
     assert not base[0]["overloaded"] and base[1]["overloaded"]  # 64 requests/s is more than it serves

@@ -13,6 +13,7 @@ import pytest
 
 from simulator.calibration.layer_work import Layout, attention_ops, moe_ops, step_ops
 from simulator.calibration.model_shapes import DEEPSEEK_V3_2, GLM_5_1
+from simulator.calibration.step_terms import StepTerms
 from simulator.serving import presets as P
 from simulator.serving.costs import CostModel, cuda_graph_batch
 from simulator.serving.scenario import load_scenario
@@ -102,7 +103,7 @@ def test_decode_step_is_the_sum_of_its_ops_plus_comm():
     assert sum(c.breakdown(batch, 8 * batch, ctx).values()) == pytest.approx(by_ops)
     # every op kind of a layer is there (the indexer and attention priced apart)
     kinds = {o.kind for _, o in ops}
-    assert kinds == {"gemm", "batched_gemm", "grouped_gemm", "elementwise"}
+    assert kinds == {"gemm", "batched_gemm", "grouped_gemm_tp_up", "grouped_gemm_tp_down", "elementwise"}  # TP MoE
     names = {o.name for _, o in ops}
     assert {"routed_gate_up", "routed_down", "shared_gate_up", "dense_gate_up", "lm_head", "sampler"} <= names
 
@@ -139,7 +140,7 @@ def test_other_gpus_scale_the_h200_terms_by_datasheet_ratios():
 
 def test_a_calibration_with_step_terms_prices_its_own_gpu(tmp_path):
     cal = json.loads(H200_JSON.read_text())
-    cal["step_terms"]["rates"]["grouped_gemm"]["fp8"]["gbps"] /= 2
+    cal["step_terms"]["rates"]["grouped_gemm_tp_down"]["fp8"]["gbps"] /= 2  # the blog's TP fused MoE
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(cal))
     sc = load_scenario(calibration=str(path))
@@ -179,3 +180,28 @@ def test_step_report_groups_add_up_to_the_step():
     assert sum(v for k, v in rep.items() if k != "total") == pytest.approx(rep["total"])
     assert rep["collectives"] == pytest.approx(float(step.comm_s) * 1e3)
     assert max((v, k) for k, v in rep.items() if k != "total")[1] == "routed experts"
+
+
+def test_tp_moe_routed_experts_use_their_own_measured_term_and_ep_keeps_its_own():
+    """The blog's TP fused MoE prices its slices with grouped_gemm_tp_*, from weight bytes; the EP
+    deployment keeps the whole-expert grouped_gemm term; a calibration without the TP term falls
+    back to the EP one."""
+    cal = json.loads(H200_JSON.read_text())
+    tp_cost = _cost()
+    ops = {o.name: o for _, o in tp_cost.fixed_ops(8, 64)}
+    down = ops["routed_down"]
+    r = cal["step_terms"]["rates"]["grouped_gemm_tp_down"]["fp8"]
+    by_hand = r["launch_us"] * 1e-6 + down.k * down.n * down.weight_groups / (r["gbps"] * 1e9)
+    assert down.kind == "grouped_gemm_tp_down" and tp_cost.op_time(down) == pytest.approx(by_hand)
+    ep = load_scenario(deployment="8xh200-colocated-dp8-ep8")
+    ep_cost = CostModel(ep.model, ep.gpu, ep.deployment, ep.params, ep.terms)
+    ep_down = next(o for _, o in ep_cost.fixed_ops(8, 64) if o.name == "routed_down")
+    g = cal["step_terms"]["rates"]["grouped_gemm"]["fp8"]
+    assert ep_down.kind == "grouped_gemm"
+    assert ep_cost.op_time(ep_down) == pytest.approx(g["launch_us"] * 1e-6 + ep_down.bytes / (g["gbps"] * 1e9))
+    # measured: the K-sliced down projection streams its weights at about a third of the whole experts' rate
+    assert tp_cost.op_time(down) > 2 * ep_cost.op_time(ep_down)
+    for kind in ("grouped_gemm_tp_up", "grouped_gemm_tp_down"):
+        del cal["step_terms"]["rates"][kind]
+    old = StepTerms.from_calibration(cal)
+    assert old.op_time(down) == pytest.approx(g["launch_us"] * 1e-6 + down.bytes / (g["gbps"] * 1e9))

@@ -126,14 +126,48 @@ def fit_indexer(df: pd.DataFrame, sms: int = 132) -> dict:
             "median_rel_err": float(np.median(rel)), "max_rel_err": float(rel.max()), "points": len(t)}
 
 
-def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.DataFrame, graph: pd.DataFrame) -> dict:
-    """The ``step_terms`` group of the calibration JSON from the raw tables (CPU only)."""
+def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.DataFrame, graph: pd.DataFrame,
+                   grouped_tp: pd.DataFrame | None = None) -> dict:
+    """The ``step_terms`` group of the calibration JSON from the raw tables (CPU only); with
+    ``grouped_tp`` (``step_measure.grouped_tp_table``) also the TP fused-MoE routed experts'
+    term ``grouped_gemm_tp`` and how the EP controls timed beside it compare with the
+    ``grouped_gemm`` fit."""
     rates: dict[str, dict] = {}
     for (kind, dtype), g in gemm.groupby(["kind", "dtype"]):
         rates.setdefault(kind, {})[dtype] = fit_roofline(g["bytes"], g["flops"], g["us"])
+    extra: dict = {}
+    if grouped_tp is not None:
+        from .layer_work import FP8_BYTES, TP_MOE_KINDS
+
+        tp = grouped_tp[grouped_tp["layout"] == "tp"]
+        for (name, dtype), g in tp.groupby(["name", "dtype"]):
+            if name not in TP_MOE_KINDS:
+                raise ValueError(f"grouped_tp table: unknown routed-expert op {name!r} (known: {', '.join(TP_MOE_KINDS)})")
+            # the slices' time follows the experts touched (weight bytes), not the rows: fitted on those
+            wbytes = g["k"] * g["n"] * g["weight_groups"] * FP8_BYTES[dtype]
+            fit = fit_roofline(wbytes, g["flops"], g["us"]) | {"bytes": "weights"}
+            rates.setdefault(TP_MOE_KINDS[name], {})[dtype] = fit
+        extra["tp_moe_ep_controls"] = ep_controls(grouped_tp[grouped_tp["layout"] == "ep"], rates)
     ew = fit_roofline(elementwise["bytes"], np.zeros(len(elementwise)), elementwise["us"])
     rates["elementwise"] = {"bf16": ew}
     idx = {f"{qd}_h{h}": fit_indexer(g) for (qd, h), g in indexer.groupby(["q_dtype", "heads"])}
     # per-kernel cost inside a CUDA graph: slope of replay time over the number of kernels
     _, slope, r2 = linear_fit(graph["kernels"].to_numpy(float), graph["us"].to_numpy(float))
-    return {"rates": rates, "indexer": idx, "graph_launch_us": slope, "graph_launch_r2": r2}
+    return {"rates": rates, "indexer": idx, "graph_launch_us": slope, "graph_launch_r2": r2, **extra}
+
+
+def ep_controls(ep: pd.DataFrame, rates: dict) -> dict:
+    """EP-layout grouped GEMMs re-timed beside the TP ones against the ``grouped_gemm`` fit (from
+    the step run's table): signed relative error, so a drift between the two runs shows."""
+    out = {}
+    for dtype, g in ep.groupby("dtype"):
+        r = rates.get("grouped_gemm", {}).get(dtype)
+        if r is None:
+            continue
+        pred = r["launch_us"] * 1e-6 + g["bytes"].to_numpy(float) / (r["gbps"] * 1e9)
+        if r.get("tflops"):
+            pred = np.maximum(pred, r["launch_us"] * 1e-6 + g["flops"].to_numpy(float) / (r["tflops"] * 1e12))
+        rel = (pred - g["us"].to_numpy(float) * 1e-6) / (g["us"].to_numpy(float) * 1e-6)
+        out[dtype] = {"points": len(g), "median_rel_err": float(np.median(rel)),
+                      "max_abs_rel_err": float(np.abs(rel).max())}
+    return out

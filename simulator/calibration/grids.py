@@ -15,6 +15,12 @@ STEP_BATCHES = (1, 2, 8, 32, 64, 128)
 INDEXER_GRID = dict(batch=(1, 8, 32, 128), ctx=(8192, 32768, 163840), heads=(32, 64), q_dtype=("fp8",))
 ELEMENTWISE_BYTES = (4 << 10, 32 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20)
 GRAPH_KERNELS = (8, 32, 128, 512)
+# TP-sharded routed experts (SGLang's fused MoE under --tp 8: every expert on every GPU, its
+# intermediate split 8 ways) over the node tokens a decode step gathers (8 ranks x batch);
+# EP-layout controls at the node tokens STEP_BATCHES give (re-timed in the same run)
+TP_MOE_TOKENS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+TP_MOE_EP_CONTROL_TOKENS = (8, 64, 256, 1024)
+TP_MOE_TP = 8
 
 # issue 8's validation: swap-in + attention, batches and buffers the fit did not see
 VALIDATE_KERNELS = (dict(requests=16, layers=4, hot=6144, heads=64, row_bytes=1152),

@@ -23,7 +23,13 @@ INDEXER_ROW_BYTES = 132  # 128 fp8 codes + fp32 scale (BRIEF 2; cupy_kernels/ind
 
 FP8_BYTES = {"fp8": 1, "bf16": 2}
 ACT_BYTES = 2  # bf16 activations between kernels
-KINDS = ("gemm", "batched_gemm", "grouped_gemm", "elementwise", "indexer", "attention")
+# grouped_gemm: routed experts whole (EP, E / ep experts per GPU). Under SGLang's fused MoE with
+# --tp every expert's intermediate is split over moe_tp GPUs, and the two slices behave unlike whole
+# experts and unlike each other (measured: gate_up N = 2 x inter / tp streams its weights near the
+# whole experts' rate, down with K = inter / tp at about a third of it): one kind each.
+TP_MOE_KINDS = {"routed_gate_up": "grouped_gemm_tp_up", "routed_down": "grouped_gemm_tp_down"}
+GROUPED_KINDS = ("grouped_gemm", *TP_MOE_KINDS.values())
+KINDS = ("gemm", "batched_gemm", *GROUPED_KINDS, "elementwise", "indexer", "attention")
 
 
 class ModelShape(Protocol):
@@ -102,6 +108,11 @@ class Op:
     count: int = 1
     tokens: float = 0.0  # indexer: tokens scored; attention: requests; grouped GEMM: rows
     weight_groups: float = 0.0  # grouped GEMM: groups whose weights are read (experts touched)
+
+    @property
+    def weight_bytes(self) -> float:
+        """HBM bytes of the weights a GEMM reads (each touched group once)."""
+        return float(self.k * self.n * FP8_BYTES[self.dtype] * (self.weight_groups or self.groups))
 
 
 def gemm(name: str, m: int, k: int, n: int, dtype: str, groups: int = 1, weight_groups: float | None = None,
@@ -193,10 +204,11 @@ def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
     if shared:
         ops += [gemm("shared_gate_up", t, d, 2 * shared, w), elementwise("shared_silu_mul", t * shared, passes=3),
                 gemm("shared_down", t, shared, d, w)]
+    tp = layout.moe_tp > 1
     up = gemm("routed_gate_up", math.ceil(per_expert), d, 2 * inter, w, groups=local, weight_groups=touched,
-              kind="grouped_gemm")
+              kind=TP_MOE_KINDS["routed_gate_up"] if tp else "grouped_gemm")
     down = gemm("routed_down", math.ceil(per_expert), inter, d, w, groups=local, weight_groups=touched,
-                kind="grouped_gemm")
+                kind=TP_MOE_KINDS["routed_down"] if tp else "grouped_gemm")
     # FLOPs and activations from the expected rows, not the rounded-up rows per expert
     scale = rows / max(math.ceil(per_expert) * local, 1e-9)
     ops += [Op(up.name, up.kind, up.dtype, up.flops * scale, d * 2 * inter * FP8_BYTES[w] * touched
@@ -242,4 +254,4 @@ def step_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(
 def weight_params(ops: list[Op]) -> float:
     """Weight elements the GEMMs of ``ops`` read (each touched group once)."""
     return float(sum(o.k * o.n * (o.weight_groups or o.groups) for o in ops
-                     if o.kind in ("gemm", "batched_gemm", "grouped_gemm")))
+                     if o.kind in ("gemm", "batched_gemm", *GROUPED_KINDS)))

@@ -68,7 +68,7 @@ class OpKernels:
             return self._fp8_gemm(op, rotate)
         if op.kind in ("gemm", "batched_gemm") and op.dtype == "bf16":
             return self._fp16_gemm(op, rotate)
-        if op.kind == "grouped_gemm" and op.dtype == "fp8":
+        if op.kind in ("grouped_gemm", "grouped_gemm_tp") and op.dtype == "fp8":
             return self._fp8_grouped(op, rotate)
         if op.kind == "batched_gemm" and op.dtype == "fp8":  # one group per head, every head's weights
             return self._fp8_grouped(op, rotate, touched=op.groups, rows_total=op.m * op.groups)

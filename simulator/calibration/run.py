@@ -15,6 +15,7 @@ from . import grids
 # raw tables, by the CSV name they are saved under (``<name>-<gpu>.csv``)
 KERNEL_TABLES = ("swap_in", "attention")
 STEP_TABLES = ("gemm", "elementwise", "indexer", "graph")
+TP_MOE_TABLE = "grouped_tp"  # routed experts in the TP fused-MoE layout (optional: older runs lack it)
 
 
 def gpu_name(cp: Any) -> str:
@@ -70,4 +71,16 @@ def measure_step(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     return {"graph": sm.graph_launch_table(cp, reps=args.iters),
             "elementwise": sm.elementwise_table(cp, reps=args.iters),
             "indexer": sm.indexer_table(cp, reps=args.iters),
-            "gemm": sm.gemm_table(cp, torch, reps=args.iters)}
+            "gemm": sm.gemm_table(cp, torch, reps=args.iters),
+            **measure_tp_moe(args)}
+
+
+def measure_tp_moe(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
+    """The routed experts' grouped FP8 GEMMs at the TP fused-MoE slice shapes over node tokens
+    (with EP-layout controls), at least 10 timed launches each."""
+    import cupy as cp
+    import torch
+
+    from . import step_measure as sm
+
+    return {TP_MOE_TABLE: sm.grouped_tp_table(cp, torch, reps=max(args.iters, 10))}

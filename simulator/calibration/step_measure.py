@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 from . import grids
-from .layer_work import Layout, layer_ops, step_head_ops
+from .layer_work import GROUPED_KINDS, Layout, layer_ops, moe_ops, step_head_ops
 from .measure import time_queued
 from .model_shapes import SHAPES
 from .op_kernels import OpKernels, copy_kernel
 
-GEMM_KINDS = ("gemm", "batched_gemm", "grouped_gemm")
+GEMM_KINDS = ("gemm", "batched_gemm", "grouped_gemm", "grouped_gemm_tp")
 
 
 def _progress(msg: str) -> None:
@@ -48,6 +48,38 @@ def gemm_table(cp: Any, torch: Any, batches=grids.STEP_BATCHES, models=grids.STE
                 _progress(f"{model:13s} B {b:3d} {op.name:22s} {op.kind:12s} {op.dtype}: {us:8.1f} us "
                           f"({op.bytes / us / 1e3:6.0f} GB/s, {op.flops / us / 1e6:6.1f} TFLOP/s)")
                 del fn
+    return pd.DataFrame(rows)
+
+
+def grouped_tp_table(cp: Any, torch: Any, tokens=grids.TP_MOE_TOKENS, ep_tokens=grids.TP_MOE_EP_CONTROL_TOKENS,
+                     models=grids.STEP_MODELS, reps: int = 20, tp: int = grids.TP_MOE_TP) -> pd.DataFrame:
+    """Median us of the routed experts' grouped FP8 GEMMs (gate_up, down) in SGLang's TP fused-MoE
+    layout (``Layout.of(tp, tp, "tp")``: all experts on every GPU, each expert's intermediate split
+    ``tp`` ways) over the node tokens of a decode step (the DP-attention gather: ``tp`` ranks x
+    batch), uniform top-k routing; plus EP-layout (whole experts, E / tp per GPU) controls at
+    ``ep_tokens``, timed the same way in the same run (``layout`` column)."""
+    rows = []
+    kernels = OpKernels(cp, torch, seed=11)
+    for model in models:
+        m = SHAPES[model]
+        for layout_name, grid, layout in (("tp", tokens, Layout.of(tp, tp, "tp")), ("ep", ep_tokens, Layout.of(tp, tp, "ep"))):
+            for t in grid:
+                if t % layout.attention_dp:
+                    raise ValueError(f"grouped_tp_table: node tokens {t} is not a multiple of {layout.attention_dp} ranks")
+                for op in moe_ops(m, t // layout.attention_dp, layout):
+                    if op.kind not in GROUPED_KINDS:
+                        continue
+                    fn = kernels.build(op)
+                    us = time_queued(cp, fn, reps)
+                    rows.append(dict(model=model, layout=layout_name, node_tokens=t, name=op.name, kind=op.kind,
+                                     dtype=op.dtype, m=op.m, k=op.k, n=op.n, groups=op.groups,
+                                     weight_groups=op.weight_groups, tokens=op.tokens, flops=op.flops, bytes=op.bytes,
+                                     us=us, reps=reps, impl=kernels.impl[op.name]))
+                    _progress(f"{model:13s} {layout_name} T {t:5d} {op.name:15s} K {op.k:5d} N {op.n:5d} "
+                              f"experts {op.weight_groups:6.1f}: {us:8.1f} us ({op.bytes / us / 1e3:6.0f} GB/s, "
+                              f"{op.flops / us / 1e6:6.1f} TFLOP/s) [{kernels.impl[op.name]}]")
+                    del fn
+                    torch.cuda.empty_cache()
     return pd.DataFrame(rows)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layer_work import Op
+from .layer_work import TP_MOE_KINDS, Op
 
 # The roofline the attention fit divided by (``fitting.fit_attention``; h200.toml's figures,
 # BRIEF 3: measured HBM copy and 8192^3 GEMM on this workplace's H200).
@@ -27,18 +27,25 @@ ATTENTION_ROOFLINE = {"hbm_bw": 4.266e12, "bf16_flops": 7.69e14}
 
 @dataclass(frozen=True)
 class Rate:
-    """launch (s) + max(bytes / bw, flops / flops_rate); a rate of inf means 'never the limit'."""
+    """launch (s) + max(bytes / bw, flops / flops_rate); a rate of inf means 'never the limit'.
+    ``weights_only``: the bytes are the op's weight bytes, not weights + activations (the TP
+    fused-MoE slices: fitted so, their time follows the experts touched, not the rows)."""
 
     launch_s: float
     bw: float
     flops_rate: float = math.inf
+    weights_only: bool = False
 
     def time(self, nbytes: float, flops: float = 0.0) -> float:
         return self.launch_s + max(nbytes / self.bw, flops / self.flops_rate)
 
+    def op_time(self, op: Op) -> float:
+        return self.time(op.weight_bytes if self.weights_only else op.bytes, op.flops)
+
     @classmethod
     def from_json(cls, d: dict) -> Rate:
-        return cls(d["launch_us"] * 1e-6, d["gbps"] * 1e9, (d.get("tflops") or math.inf) * 1e12)
+        return cls(d["launch_us"] * 1e-6, d["gbps"] * 1e9, (d.get("tflops") or math.inf) * 1e12,
+                   d.get("bytes") == "weights")
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ class StepTerms:
         bandwidth x ``link``; launch costs, efficiencies and the indexer's select (one block per
         request, latency-bound) unchanged. A derivation, not a
         measurement: say so where it is used."""
-        rates = {k: Rate(r.launch_s, r.bw * hbm, r.flops_rate * flops) for k, r in self.rates.items()}
+        rates = {k: dataclasses.replace(r, bw=r.bw * hbm, flops_rate=r.flops_rate * flops) for k, r in self.rates.items()}
         idx = {k: dataclasses.replace(t, bw=t.bw * hbm) for k, t in self.indexer.items()}
         sw = {r: (a, b, bw * link) for r, (a, b, bw) in self.swap_in.items()}
         return dataclasses.replace(self, rates=rates, indexer=idx, swap_in=sw,
@@ -112,7 +119,15 @@ class StepTerms:
         if op.kind == "elementwise":
             r = self.rates.get(("elementwise", "bf16"))
             return (r.time(op.bytes) if r else self.graph_launch_s) * op.count
-        return self.rates[(op.kind, op.dtype)].time(op.bytes, op.flops) * op.count
+        return self.rate(op.kind, op.dtype).op_time(op) * op.count
+
+    def rate(self, kind: str, dtype: str) -> Rate:
+        """The fitted term of a GEMM kind; TP-sliced routed experts (``grouped_gemm_tp_*``) fall
+        back to the whole-expert ``grouped_gemm`` term in a calibration that never timed them (an
+        extrapolation: the measured slices are up to 3x slower per weight byte)."""
+        if (kind, dtype) not in self.rates and kind in TP_MOE_KINDS.values():
+            kind = "grouped_gemm"
+        return self.rates[(kind, dtype)]
 
     def swap_in_time(self, missed_rows: float, requests: int, row_bytes: int) -> float:
         """One layer's swap-in launch (issue 8's fit for this row size)."""

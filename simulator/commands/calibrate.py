@@ -9,7 +9,7 @@ import os
 
 from .common import Output, declare_io, positive_float, positive_int, seed_int
 
-TERMS = ("all", "kernels", "step")
+TERMS = ("all", "kernels", "step", "moe-tp")
 LOOPS = ("both", "layer", "kernels")
 
 
@@ -22,7 +22,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "GLM-5.1 and a DeepSeek-V3.2 decode layer at per-GPU shapes over batch sizes, "
                                    "elementwise kernels, the lightning indexer (batch x context) and the per-kernel "
                                    "cost inside a CUDA graph, each fitted as launch + max(bytes/bandwidth, "
-                                   "FLOPs/rate) per dtype (the JSON's step_terms). `hisparse plan` uses "
+                                   "FLOPs/rate) per dtype (the JSON's step_terms), and the routed experts' grouped GEMMs at the TP "
+                                   "fused-MoE slice shapes (every expert's intermediate split over 8 GPUs) over "
+                                   "node tokens; 'moe-tp' = only that last table. `hisparse plan` uses "
                                    "OUT/<gpu>.json for that GPU by default.")
     c.add_argument("--gpu", default="h200", help="GPU preset the fit refines (default h200)")
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
@@ -154,7 +156,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..calibration import grids
     from ..calibration.fitting import fit_step_terms, fitted_params
     from ..calibration.layer_work import Layout
-    from ..calibration.run import KERNEL_TABLES, STEP_TABLES
+    from ..calibration.run import KERNEL_TABLES, STEP_TABLES, TP_MOE_TABLE
     from ..errors import HisparseError
     from ..fileio import atomic_output
 
@@ -172,12 +174,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
         kernel_tables = _read_tables(args.out, args.gpu, KERNEL_TABLES)
         has_step = all(os.path.exists(_csv(args.out, n, args.gpu)) for n in STEP_TABLES)
         step_tables = _read_tables(args.out, args.gpu, STEP_TABLES) if has_step else None
+        if step_tables is not None and os.path.exists(_csv(args.out, TP_MOE_TABLE, args.gpu)):
+            step_tables |= _read_tables(args.out, args.gpu, (TP_MOE_TABLE,))
         link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
         step_source = (old.get("step_terms") or {}).get("source")
     else:
         import cupy as cp
 
-        from ..calibration.run import gpu_name, measure_kernels, measure_step
+        from ..calibration.run import gpu_name, measure_kernels, measure_step, measure_tp_moe
 
         name = gpu_name(cp)
         if want_kernels:
@@ -194,9 +198,22 @@ def run_calibrate(args: argparse.Namespace) -> int:
             _write_tables(args.out, args.gpu, step_tables)
             step_source = (f"hisparse calibrate on {name}: every GEMM of GLM-5.1/DeepSeek-V3.2 decode layers at "
                            "per-GPU shapes (FP8 torch._scaled_mm / _scaled_grouped_mm, bf16 as fp16 cuBLAS via CuPy), "
-                           "elementwise kernels and tiny kernels in CUDA graphs, the lightning indexer kernel")
+                           "elementwise kernels and tiny kernels in CUDA graphs, the lightning indexer kernel; "
+                           "routed experts in the TP fused-MoE layout: torch._scaled_grouped_mm at the slice shapes "
+                           "over node tokens")
         elif old and os.path.exists(_csv(args.out, "gemm", args.gpu)):
             step_tables = _read_tables(args.out, args.gpu, STEP_TABLES)
+            if args.terms == "moe-tp":
+                step_tables |= measure_tp_moe(args)
+                _write_tables(args.out, args.gpu, {TP_MOE_TABLE: step_tables[TP_MOE_TABLE]})
+                step_source = (f"{(step_source or '').split('; routed experts in the TP')[0]}; routed experts in the "
+                               f"TP fused-MoE layout on {name}: torch._scaled_grouped_mm at the slice shapes over "
+                               "node tokens (calibrate --terms moe-tp)")
+            elif os.path.exists(_csv(args.out, TP_MOE_TABLE, args.gpu)):
+                step_tables |= _read_tables(args.out, args.gpu, (TP_MOE_TABLE,))
+        elif args.terms == "moe-tp":
+            raise HisparseError(f"{_csv(args.out, 'gemm', args.gpu)}: missing; --terms moe-tp adds to a previous "
+                                "hisparse calibrate --terms step run")
     params, gpu, fits = fitted_params(kernel_tables["swap_in"], kernel_tables["attention"], link)
     # sections other groups write (e.g. `comm`, calibrate --comm) are kept as they are
     report = dict(old or {}) | {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu,
@@ -211,7 +228,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
             "grid": {"batches": list(grids.STEP_BATCHES), "indexer": grids.INDEXER_GRID,
                      "elementwise_bytes": list(grids.ELEMENTWISE_BYTES), "graph_kernels": list(grids.GRAPH_KERNELS)},
             **fit_step_terms(step_tables["gemm"], step_tables["elementwise"], step_tables["indexer"],
-                             step_tables["graph"])}
+                             step_tables["graph"], step_tables.get(TP_MOE_TABLE))}
+        if TP_MOE_TABLE in step_tables:
+            report["step_terms"]["grid"]["tp_moe_tokens"] = list(grids.TP_MOE_TOKENS)
+            report["step_terms"]["grid"]["tp_moe_ep_control_tokens"] = list(grids.TP_MOE_EP_CONTROL_TOKENS)
     with atomic_output(out_json) as fh:
         fh.write(json.dumps(report, indent=2).encode())
     summary = {"params": params, "gpu": report["gpu"],

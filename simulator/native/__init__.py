@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -117,12 +118,13 @@ class CodedLruRun(NamedTuple):
     misses: list[np.ndarray] | None  # int64 [steps] per buffer (with per_step)
 
 
-def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, bytes]], buffers: Sequence[tuple[int, bool, bool]],
-                      k: int, *, per_step: bool) -> CodedLruRun | None:
-    """The engine's batched LRU over one stream given as coded chunks (steps, width, ordered,
-    coded bytes), for each (buffer, reserve, prefix): one decoding pass per 64 buffers. None when
-    a chunk is corrupt or breaks a rule of the trace model: the caller reads the stream the
-    ordinary way, which raises the error with its context."""
+def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]],
+                      buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool) -> CodedLruRun | None:
+    """The engine's batched LRU over one stream given as coded chunks (steps, width, ordered, a
+    function giving the coded bytes or None), for each (buffer, reserve, prefix): one decoding
+    pass per 64 buffers. None when a chunk is corrupt or breaks a rule of the trace model: the
+    caller reads the stream the ordinary way, which raises the error with its context. The next
+    chunk's bytes are made (inflated) on a second thread while the current one replays."""
     steps = sum(c[0] for c in chunks)
     ctx = array("q", bytes(8 * steps))
     misses = [array("q", bytes(8 * steps)) for _ in buffers]
@@ -131,7 +133,9 @@ def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, bytes]], buffers: S
         lrus = [BatchedLru(b, reserve=r, prefix=p) for b, r, p in buffers[g:g + GROUP]]
         outs = misses[g:g + GROUP]
         row, prev_ctx, accesses = 0, 0, 0
-        for n, width, ordered, raw in chunks:
+        for (n, width, ordered, _), raw in zip(chunks, _ahead([c[3] for c in chunks]), strict=True):
+            if raw is None:
+                return None
             end = row + n
             code, _, acc = _native.lru_replay_coded(tuple(x.state for x in lrus), tuple(memoryview(m)[row:end] for m in outs),
                                                     raw, n, width, ordered, int(k), prev_ctx, memoryview(ctx)[row:end])
@@ -146,3 +150,20 @@ def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, bytes]], buffers: S
     import numpy as np
     return CodedLruRun(steps, accesses, totals, np.frombuffer(ctx, dtype=np.int64),
                        [np.frombuffer(m, dtype=np.int64) for m in misses])
+
+
+def _ahead(makers: Sequence[Callable[[], bytes | None]]) -> Iterator[bytes | None]:
+    """Each maker's result in order, the next one running on a second thread while the caller
+    works on the current one. zlib releases the GIL while it inflates and the C replay releases
+    it while it runs, so with a free core the inflating (a third of a churning replay's CPU
+    time) hides behind the replay; the results are the same either way."""
+    if len(makers) < 2:
+        yield from (make() for make in makers)
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inflate") as pool:
+        ahead = pool.submit(makers[0])
+        for i in range(len(makers)):
+            current = ahead.result()
+            if i + 1 < len(makers):
+                ahead = pool.submit(makers[i + 1])
+            yield current

@@ -68,18 +68,20 @@ typedef struct {
     Py_ssize_t n, pos;
     int64_t width, prev_n, cnt, n_rem, n_add, ctx;
     int64_t *prev, *cur, *rem, *add, *kept, *work;
-    uint8_t *gone; /* [width] zero between steps: marks the leavers' ranks while compacting */
+    int32_t *gone, stamp; /* [width] gone[rank] == stamp: a leaver of this step (for compacting) */
 } decoder;
 
 static int dec_init(decoder *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
 {
     d->buf = buf; d->n = n; d->pos = 0; d->width = width;
     d->prev_n = d->cnt = d->n_rem = d->n_add = d->ctx = 0;
-    d->work = (int64_t *)malloc(sizeof(int64_t) * 5 * (size_t)(width > 0 ? width : 1));
+    int64_t w = (width > 0 ? width : 1) + 4; /* + 4: the merge's sentinels, two at each end */
+    d->work = (int64_t *)malloc(sizeof(int64_t) * 5 * (size_t)w);
     if (!d->work) return 0;
-    d->prev = d->work; d->cur = d->work + width; d->rem = d->work + 2 * width; d->add = d->work + 3 * width;
-    d->kept = d->work + 4 * width;
-    d->gone = (uint8_t *)calloc((size_t)(width > 0 ? width : 1), 1);
+    d->prev = d->work; d->cur = d->work + w; d->rem = d->work + 2 * w; d->add = d->work + 3 * w + 2;
+    d->kept = d->work + 4 * w + 2;
+    d->stamp = 0;
+    d->gone = (int32_t *)calloc((size_t)(width > 0 ? width : 1), sizeof(int32_t));
     if (!d->gone) { free(d->work); return 0; }
     return 1;
 }
@@ -94,41 +96,64 @@ static int dec_step(decoder *d)
     if (!get_varint(d->buf, d->n, &d->pos, &d->n_rem) || !get_varint(d->buf, d->n, &d->pos, &d->n_add)) return DECODE_ENDS_EARLY;
     int64_t prev_n = d->prev_n, n_rem = d->n_rem, n_add = d->n_add, *prev = d->prev, *cur = d->cur;
     if (n_rem > prev_n || n_add > d->width) return DECODE_INCONSISTENT;
+    /* Locals for the hot loops: d->pos (a Py_ssize_t) could alias the int64_t stores. */
+    const uint8_t *buf = d->buf;
+    Py_ssize_t n = d->n, q = d->pos;
+    int64_t *rem = d->rem, *add = d->add;
+    int32_t *gone = d->gone, stamp = d->stamp == INT32_MAX ? 1 : d->stamp + 1;
+    if (stamp == 1) memset(gone, 0, sizeof(int32_t) * (size_t)(d->width > 0 ? d->width : 1));
+    d->stamp = stamp;
     int64_t last = -1;
     for (int64_t r = 0; r < n_rem; r++) {
-        if (!get_varint(d->buf, d->n, &d->pos, &g)) return DECODE_ENDS_EARLY;
+        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return DECODE_ENDS_EARLY; }
         last += g + 1;
-        if (last >= prev_n) return DECODE_INCONSISTENT;
-        d->rem[r] = last;
+        if (last >= prev_n) { d->pos = q; return DECODE_INCONSISTENT; }
+        rem[r] = last;
+        gone[last] = stamp;
     }
     last = -1;
     for (int64_t a = 0; a < n_add; a++) {
-        if (!get_varint(d->buf, d->n, &d->pos, &g)) return DECODE_ENDS_EARLY;
+        if (!get_varint(buf, n, &q, &g)) { d->pos = q; return DECODE_ENDS_EARLY; }
         last += g + 1;
-        d->add[a] = last;
+        add[a] = last;
     }
+    d->pos = q;
     int64_t cnt = prev_n - n_rem + n_add;
     if (cnt > d->width) return DECODE_INCONSISTENT;
     if (8 * (n_add + n_rem) > prev_n) { /* many changes: compact, then a branch-free merge */
-        int64_t nk = 0;
-        uint8_t *gone = d->gone;
-        for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 1;
-        for (int64_t i = 0; i < prev_n; i++) { d->kept[nk] = prev[i]; nk += !gone[i]; }
-        for (int64_t r = 0; r < n_rem; r++) gone[d->rem[r]] = 0;
-        const int64_t *kp = d->kept, *ad = d->add;
-        int64_t a = 0, j = 0, m = 0, dup = 0;
-        while (j < nk && a < n_add) {
-            int64_t x = kp[j], y = ad[a];
-            int take = y < x;
-            dup |= x == y;
-            cur[m++] = take ? y : x;
+        int64_t nk = 0, *kept = d->kept;
+        for (int64_t i = 0; i < prev_n; i++) { kept[nk] = prev[i]; nk += gone[i] != stamp; }
+        /* Merged from both ends at once: two independent dependency chains, the smallest half
+         * from the front and the largest from the back. Two sentinels beyond each end of each
+         * input: no bounds to test, and the next values load before the comparison that picks
+         * between them is known. A value in both inputs is seen as both heads (or both tails)
+         * by one of the two chains. */
+        int64_t *kp = kept, *ad = d->add;
+        kp[nk] = kp[nk + 1] = ad[n_add] = ad[n_add + 1] = INT64_MAX;
+        kp[-1] = kp[-2] = ad[-1] = ad[-2] = INT64_MIN;
+        int64_t a = 0, j = 0, dup = 0, x = kp[0], y = ad[0];
+        int64_t ab = n_add - 1, jb = nk - 1, xb = kp[jb], yb = ad[ab];
+        int64_t half = cnt >> 1;
+        for (int64_t m = 0; m < half; m++) {
+            int64_t xn = kp[j + 1], yn = ad[a + 1], xbn = kp[jb - 1], ybn = ad[ab - 1];
+            int take = y < x, takeb = yb > xb;
+            dup |= (x == y) | (xb == yb);
+            cur[m] = take ? y : x;
+            cur[cnt - 1 - m] = takeb ? yb : xb;
+            x = take ? x : xn;
+            y = take ? yn : y;
+            xb = takeb ? xb : xbn;
+            yb = takeb ? ybn : yb;
             a += take;
             j += !take;
+            ab -= takeb;
+            jb -= !takeb;
+        }
+        if (cnt & 1) { /* the middle one */
+            dup |= x == y;
+            cur[half] = y < x ? y : x;
         }
         if (dup) return DECODE_INCONSISTENT;
-        memcpy(cur + m, kp + j, sizeof(int64_t) * (size_t)(nk - j));
-        m += nk - j;
-        memcpy(cur + m, ad + a, sizeof(int64_t) * (size_t)(n_add - a));
         d->cnt = cnt;
         return 0;
     }
@@ -251,11 +276,11 @@ done:
  *     stale part and the kept entries);
  *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
  * Stale entries live in a FIFO queue (a doubly linked list over the slots: a stale hit leaves it
- * in O(1), and skey, a push counter, orders them). Block
- * order is kept as keys: new block entries get keys below every kept key, so ascending key is
- * block order, and D is sorted by key before it joins the queue. A step costs O(|A| + |D| log |D|)
- * once A and D are known: from the coded stream's own changes (lru_replay_coded), or from a
- * pass over the row and X (lru_rows). */
+ * in O(1), and skey, a push counter, orders them). The block is an array of slots in block
+ * order (oldest first); one branch-free pass over it splits D (in block order, to the queue)
+ * from the kept entries (to the new block's newest end). A step costs O(|A| log |A| + |X|) once
+ * A and D are known: from the coded stream's own changes (lru_replay_coded), or from a pass over
+ * the row and the block (lru_rows). */
 
 typedef struct {
     uint64_t key;
@@ -315,39 +340,35 @@ static void sort_kv_radix(kv_t *a, kv_t *tmp, int64_t n)
     if (src != a) memcpy(a, src, sizeof(kv_t) * (size_t)n);
 }
 
-enum { FREE = 0, STALE = 1, BLOCK = 2 };
+enum { FREE = 0, STALE = 1, BLOCK = 2, DROPPED = 3 }; /* DROPPED: in the block, leaving it this step */
 enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
-
-typedef struct { /* one position's entries, together: a step touches both for each change */
-    int32_t slot; /* slot holding the position, -1 */
-    int32_t xi;   /* index in xlist while in X, -1 */
-} pos_entry;
 
 typedef struct {
     int64_t B, cap, Q;
     int reserve, prefix, fast, started;
-    pos_entry *pos;     /* [cap] per position */
+    int32_t *pos;       /* [cap] slot holding each position, -1 (a position is in X iff its slot is BLOCK) */
     int32_t *prow;      /* [cap] stamp of the last row listing the position (lru_row) */
     int32_t *slot_pos;  /* [B] position held by a slot, -1 */
     uint8_t *region;    /* [B] FREE, STALE or BLOCK */
     int64_t *skey;      /* [B] push count of a stale slot: ascending = queue order */
-    uint64_t *bkey;     /* [B] block key: ascending = block order */
     int32_t *qprev, *qnext; /* [B + 1] the stale queue, oldest first; B is the list's head and tail */
     int64_t qseq;
-    int64_t *xlist, nx; /* [B] X, the last step's selected set (any order) */
-    int64_t *A, *D, *miss; /* [B + 2] scratch */
+    int32_t *blk, *blk_next, nb; /* [B + 2] X, the last step's selected set, as slots in block order */
+    int64_t *A, *miss; /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
     kv_t *kv, *kv_tmp;  /* [B + 2] */
+    uint64_t *bits;     /* [nbits] and */
+    int32_t *at;        /* [64 nbits]: ordering the stale hits when their keys span < 64 nbits */
+    int64_t nbits;
     int64_t free_next, last_ctx;
-    uint64_t next_key;  /* block keys count down */
     int32_t stamp;
 } lru_state;
 
 static void lru_free(lru_state *s)
 {
     if (!s) return;
-    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->bkey); free(s->qprev); free(s->qnext);
-    free(s->xlist); free(s->A); free(s->D); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp);
+    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->qprev); free(s->qnext);
+    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp); free(s->bits); free(s->at);
     free(s);
 }
 
@@ -360,24 +381,25 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->slot_pos = (int32_t *)malloc(sizeof(int32_t) * n);
     s->region = (uint8_t *)calloc(n, 1);
     s->skey = (int64_t *)calloc(n, sizeof(int64_t));
-    s->bkey = (uint64_t *)calloc(n, sizeof(uint64_t));
     s->qprev = (int32_t *)malloc(sizeof(int32_t) * n);
     s->qnext = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->xlist = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->blk = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->blk_next = (int32_t *)malloc(sizeof(int32_t) * n);
     s->A = (int64_t *)malloc(sizeof(int64_t) * n);
-    s->D = (int64_t *)malloc(sizeof(int64_t) * n);
     s->miss = (int64_t *)malloc(sizeof(int64_t) * n);
     s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
     s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
     s->kv_tmp = (kv_t *)malloc(sizeof(kv_t) * n);
-    if (!s->kv_tmp || !s->slot_pos || !s->region || !s->skey || !s->bkey || !s->qprev || !s->qnext || !s->xlist || !s->A || !s->D ||
+    s->nbits = ((int64_t)n + 63) / 64 * 4; /* spans up to ~4 B keys: a stale entry lives a few steps */
+    s->bits = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)s->nbits);
+    s->at = (int32_t *)malloc(sizeof(int32_t) * 64 * (size_t)s->nbits);
+    if (!s->kv_tmp || !s->bits || !s->at || !s->slot_pos || !s->region || !s->skey || !s->qprev || !s->qnext || !s->blk || !s->blk_next || !s->A ||
         !s->miss || !s->hit_s || !s->kv) {
         lru_free(s);
         return NULL;
     }
     for (int64_t x = 0; x < B; x++) s->slot_pos[x] = -1;
     s->qprev[B] = s->qnext[B] = (int32_t)B;
-    s->next_key = (uint64_t)1 << 62;
     return s;
 }
 
@@ -386,13 +408,13 @@ static int lru_reserve(lru_state *s, int64_t c)
 {
     if (c <= s->cap) return 1;
     int64_t cap = c > 2 * s->cap ? c : 2 * s->cap;
-    pos_entry *p = (pos_entry *)realloc(s->pos, sizeof(pos_entry) * (size_t)cap);
+    int32_t *p = (int32_t *)realloc(s->pos, sizeof(int32_t) * (size_t)cap);
     if (!p) return 0;
     s->pos = p;
     int32_t *q = (int32_t *)realloc(s->prow, sizeof(int32_t) * (size_t)cap);
     if (!q) return 0;
     s->prow = q;
-    for (int64_t i = s->cap; i < cap; i++) { p[i].slot = -1; p[i].xi = -1; q[i] = 0; }
+    for (int64_t i = s->cap; i < cap; i++) { p[i] = -1; q[i] = 0; }
     s->cap = cap;
     return 1;
 }
@@ -431,18 +453,17 @@ static int lru_begin(lru_state *s, int64_t c)
     if (c <= s->B) { s->fast = 1; return BEGIN_FAST; }
     if (s->started && !s->fast) return BEGIN_NEXT;
     for (int64_t x = 0; x < s->B; x++) {
-        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]].slot = -1;
+        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]] = -1;
         s->slot_pos[x] = -1;
         s->region[x] = FREE;
     }
-    for (int64_t i = 0; i < s->nx; i++) s->pos[s->xlist[i]].xi = -1;
-    s->nx = 0;
+    s->nb = 0;
     s->qprev[s->B] = s->qnext[s->B] = (int32_t)s->B;
     s->free_next = 0;
     if (s->prefix || s->fast) {
         for (int64_t p = 0; p < s->B; p++) {
             s->slot_pos[p] = (int32_t)p;
-            s->pos[p].slot = (int32_t)p;
+            s->pos[p] = (int32_t)p;
             queue_push(s, (int32_t)p);
         }
         s->free_next = s->B;
@@ -452,55 +473,113 @@ static int lru_begin(lru_state *s, int64_t c)
     return BEGIN_FRESH;
 }
 
-/* One step from its changes: A (stored order) and D; returns the misses. */
+/* One step from its changes: A (positions, stored order) and D (nD block slots already marked
+ * DROPPED); returns the misses. */
 static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
 {
+    /* Everything in locals: the int stores below could alias the state's int fields. */
+    const int32_t B = (int32_t)s->B;
+    int32_t *pos = s->pos, *slot_pos = s->slot_pos, *qprev = s->qprev, *qnext = s->qnext, *hit_s = s->hit_s;
+    uint8_t *region = s->region;
+    int64_t *skey = s->skey, *miss = s->miss, qseq = s->qseq, free_next = s->free_next, nb = s->nb;
+    const int64_t *A = s->A;
     int64_t nhs = 0, nm = 0;
-    for (int64_t i = 0; i < nA; i++) {
-        int64_t p = s->A[i];
-        int32_t x = s->pos[p].slot;
-        if (x >= 0) { s->region[x] = BLOCK; queue_unlink(s, x); s->hit_s[nhs++] = x; } /* stale hit */
-        else s->miss[nm++] = p;
+    for (int64_t i = 0; i < nA; i++) { /* hit or miss is a coin toss here: no branch */
+        int64_t p = A[i];
+        int32_t x = pos[p];
+        int hit = x >= 0;
+        hit_s[nhs] = x;
+        miss[nm] = p;
+        nhs += hit;
+        nm += !hit;
     }
-    if (nD) { /* dropped entries join the queue's young end, in block order */
-        for (int64_t i = 0; i < nD; i++) {
-            int32_t x = s->pos[s->D[i]].slot;
-            s->kv[i].key = s->bkey[x];
-            s->kv[i].slot = x;
+    for (int64_t i = 0; i < nhs; i++) { /* stale hits leave the queue */
+        int32_t x = hit_s[i], a = qprev[x], b = qnext[x];
+        region[x] = BLOCK;
+        qnext[a] = b;
+        qprev[b] = a;
+    }
+    /* The new block: misses (stored order), stale hits (stale order), kept (block order). One
+     * pass over the old block puts the kept entries in place and the dropped ones, in block
+     * order, at the young end of the queue. */
+    int32_t *blk = s->blk, *next = s->blk_next, *kept = next + nm + nhs, *drop = hit_s + nhs;
+    if (nD) {
+        int64_t nk = 0, nd = 0;
+        for (int64_t i = 0; i < nb; i++) {
+            int32_t x = blk[i];
+            int gone = region[x] == DROPPED;
+            kept[nk] = x;
+            drop[nd] = x;
+            nk += !gone;
+            nd += gone;
         }
-        sort_kv_radix(s->kv, s->kv_tmp, nD);
-        for (int64_t i = 0; i < nD; i++) queue_push(s, (int32_t)s->kv[i].slot);
+        int32_t last = qprev[B];
+        for (int64_t i = 0; i < nd; i++) { /* queue_push, chained */
+            int32_t x = drop[i];
+            region[x] = STALE;
+            skey[x] = qseq++;
+            qprev[x] = last;
+            qnext[last] = x;
+            last = x;
+        }
+        qnext[last] = B;
+        qprev[B] = last;
+    } else {
+        memcpy(kept, blk, sizeof(int32_t) * (size_t)nb);
     }
     for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
-        int64_t p = s->miss[i];
+        int64_t p = miss[i];
         int32_t x;
-        if (s->free_next < s->B) x = (int32_t)s->free_next++;
-        else { x = queue_pop(s); s->pos[s->slot_pos[x]].slot = -1; }
-        s->slot_pos[x] = (int32_t)p;
-        s->pos[p].slot = x;
-        s->region[x] = BLOCK;
-        s->miss[i] = x;
+        if (free_next < B) x = (int32_t)free_next++;
+        else {
+            x = qnext[B]; /* queue_pop: the queue holds B - |X| >= 1 entries here */
+            int32_t b = qnext[x];
+            qnext[B] = b;
+            qprev[b] = B;
+            pos[slot_pos[x]] = -1;
+        }
+        slot_pos[x] = (int32_t)p;
+        pos[p] = x;
+        region[x] = BLOCK;
+        next[i] = x;
     }
-    if (nhs > 1) { /* block keys, counting down from the newest end: stale hits in stale order */
-        for (int64_t i = 0; i < nhs; i++) { s->kv[i].key = (uint64_t)s->skey[s->hit_s[i]]; s->kv[i].slot = s->hit_s[i]; }
-        sort_kv_radix(s->kv, s->kv_tmp, nhs);
-        for (int64_t i = nhs - 1; i >= 0; i--) s->bkey[s->kv[i].slot] = --s->next_key;
+    if (nhs > 1) { /* stale hits in stale order (ascending skey; push counts are distinct) */
+        int64_t lo = skey[hit_s[0]], hi = lo;
+        for (int64_t i = 1; i < nhs; i++) {
+            int64_t key = skey[hit_s[i]];
+            lo = key < lo ? key : lo;
+            hi = key > hi ? key : hi;
+        }
+        if (hi - lo < 64 * s->nbits) { /* a bitmap over the keys' span, read in order */
+            int64_t words = ((hi - lo) >> 6) + 1;
+            uint64_t *bits = s->bits;
+            int32_t *at = s->at, *out = next + nm;
+            memset(bits, 0, sizeof(uint64_t) * (size_t)words);
+            for (int64_t i = 0; i < nhs; i++) {
+                int64_t off = skey[hit_s[i]] - lo;
+                bits[off >> 6] |= (uint64_t)1 << (off & 63);
+                at[off] = hit_s[i];
+            }
+            for (int64_t w = 0; w < words; w++)
+                for (uint64_t b = bits[w]; b; b &= b - 1) *out++ = at[(w << 6) + __builtin_ctzll(b)];
+        } else { /* a wide span: radix sort */
+            kv_t *kv = s->kv;
+            for (int64_t i = 0; i < nhs; i++) { kv[i].key = (uint64_t)skey[hit_s[i]]; kv[i].slot = hit_s[i]; }
+            sort_kv_radix(kv, s->kv_tmp, nhs);
+            for (int64_t i = 0; i < nhs; i++) next[nm + i] = (int32_t)kv[i].slot;
+        }
     } else if (nhs == 1) {
-        s->bkey[s->hit_s[0]] = --s->next_key;
+        next[nm] = hit_s[0];
     }
-    for (int64_t i = nm - 1; i >= 0; i--) s->bkey[s->miss[i]] = --s->next_key; /* then misses */
-    for (int64_t i = 0; i < nD; i++) { /* X <- X - D + A */
-        pos_entry *e = s->pos + s->D[i];
-        int64_t last = s->xlist[--s->nx];
-        s->xlist[e->xi] = last;
-        s->pos[last].xi = e->xi;
-        e->xi = -1;
-    }
-    for (int64_t i = 0; i < nA; i++) { s->pos[s->A[i]].xi = (int32_t)s->nx; s->xlist[s->nx++] = s->A[i]; }
+    s->qseq = qseq;
+    s->free_next = free_next;
+    s->blk_next = blk;
+    s->blk = next;
+    s->nb = nb - nD + nA;
     return nm;
 }
 
-/* One step of a row in stored order (-1 pads): A and D from a pass over the row and X. */
+/* One step of a row in stored order (-1 pads): A and D from a pass over the row and the block. */
 static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t c)
 {
     int32_t cur = ++s->stamp;
@@ -512,10 +591,13 @@ static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t 
         if (p >= s->cap) return STEP_RANGE;
         if (n++ >= s->B) return STEP_FULL;
         s->prow[p] = cur;
-        if (s->pos[p].xi < 0) s->A[nA++] = p;
+        int32_t x = s->pos[p];
+        if (x < 0 || s->region[x] != BLOCK) s->A[nA++] = p;
     }
-    for (int64_t i = 0; i < s->nx; i++)
-        if (s->prow[s->xlist[i]] != cur) s->D[nD++] = s->xlist[i];
+    for (int64_t i = 0; i < s->nb; i++) {
+        int32_t x = s->blk[i];
+        if (s->prow[s->slot_pos[x]] != cur) { s->region[x] = DROPPED; nD++; }
+    }
     return lru_apply(s, nA, nD);
 }
 
@@ -533,9 +615,9 @@ static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
     if (!s->reserve) {
         memcpy(s->A, d->add, sizeof(int64_t) * (size_t)d->n_add);
         nA = d->n_add;
-        for (int64_t r = 0; r < d->n_rem; r++) s->D[nD++] = d->prev[d->rem[r]];
         if (d->cnt > s->B) return STEP_FULL;
-        return lru_apply(s, nA, nD);
+        for (int64_t r = 0; r < d->n_rem; r++) s->region[s->pos[d->prev[d->rem[r]]]] = DROPPED;
+        return lru_apply(s, nA, d->n_rem);
     }
     /* X' = R' - {nw}, X = R - {old}: the old newest joins A if it stays selected past it. (The
      * new newest cannot have been selected before unless nw == old: ctx never goes down.) */
@@ -546,11 +628,11 @@ static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
         if (p != nw) s->A[nA++] = p;
     }
     if (both_old) s->A[nA++] = old;
+    if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
     for (int64_t r = 0; r < d->n_rem; r++) {
         int64_t p = d->prev[d->rem[r]];
-        if (p != old) s->D[nD++] = p;
+        if (p != old) { s->region[s->pos[p]] = DROPPED; nD++; }
     }
-    if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
     return lru_apply(s, nA, nD);
 }
 
@@ -559,15 +641,9 @@ static int64_t lru_result(lru_state *s, int64_t *slot_pos, int64_t *order)
 {
     for (int64_t x = 0; x < s->B; x++) slot_pos[x] = s->slot_pos[x];
     if (!s->started) return 0;
-    int64_t n = 0, nb = 0;
+    int64_t n = 0;
     for (int32_t x = s->qnext[s->B]; x != (int32_t)s->B; x = s->qnext[x]) order[n++] = x;
-    kv_t *kv = (kv_t *)malloc(sizeof(kv_t) * (size_t)(s->B + 1));
-    if (!kv) return -1;
-    for (int64_t x = 0; x < s->B; x++)
-        if (s->region[x] == BLOCK) { kv[nb].key = s->bkey[x]; kv[nb].slot = x; nb++; }
-    sort_kv(kv, nb);
-    for (int64_t i = 0; i < nb; i++) order[n++] = kv[i].slot;
-    free(kv);
+    for (int64_t i = 0; i < s->nb; i++) order[n++] = s->blk[i];
     return n;
 }
 
@@ -590,7 +666,7 @@ static int lru_rows(lru_state *s, const int32_t *idx, int64_t steps, int64_t wid
             for (int64_t j = 0; j < width; j++) {
                 int64_t p = row[j];
                 slots[t * width + j] = p < 0 ? -1 : (s->reserve && p == c - 1 ? (int32_t)s->B
-                                                     : (c <= s->B ? (int32_t)p : s->pos[p].slot));
+                                                     : (c <= s->B ? (int32_t)p : s->pos[p]));
             }
     }
     return 0;

@@ -38,14 +38,8 @@ def coded_misses(chunks: Sequence[CodedChunk], configs: Sequence[ReplayConfig], 
                  per_step: bool) -> native.CodedLruRun | None:
     """Batched LRU of one stream, given as its coded chunks, under each config; None when a chunk
     is not clean (read the stream the ordinary way to get the error)."""
-    coded = []
-    for c in chunks:
-        data = c.coded()
-        if data is None:
-            return None
-        coded.append((c.steps, c.width, c.ordered, data))
-    return native.lru_replay_chunks(coded, [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k,
-                                    per_step=per_step)
+    return native.lru_replay_chunks([(c.steps, c.width, c.ordered, c.coded) for c in chunks],
+                                    [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k, per_step=per_step)
 
 
 def _stateless_misses(cfg: ReplayConfig, stream: Stream) -> np.ndarray:

@@ -10,7 +10,8 @@ shapes and the deployment's layout (``step_costs.layout_for``):
   and the KV store, the indexer projections, **the lightning indexer** scoring every context token of
   the rank's requests and selecting the top-k (its own fit), **sparse MLA attention** over the top-k
   rows (launch + roofline / efficiency, fitted), o_proj; the MLP: dense layers, or the router, the
-  shared expert and the routed experts as grouped GEMMs at the step's tokens per expert;
+  shared expert and the routed experts as grouped GEMMs at the step's tokens per expert (whole
+  experts under EP, each expert's TP slices under the fused MoE: a measured term each);
 - once per step: the final norm, the lm_head, the sampler;
 - each op's fitted intercept is its fixed cost per launch as timed back to back on the GPU (GEMMs,
   grouped GEMMs) or inside a CUDA graph (elementwise), so a CUDA-graph replay adds nothing more;
@@ -31,7 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..calibration.layer_work import Op, attention_ops, dense_mlp_ops, moe_ops, step_head_ops
+from ..calibration.layer_work import (
+    GROUPED_KINDS,
+    Op,
+    attention_ops,
+    dense_mlp_ops,
+    moe_ops,
+    step_head_ops,
+)
 from ..calibration.step_terms import IndexerTerm, StepTerms
 from .comm import Collective
 from .specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
@@ -103,7 +111,7 @@ class CostModel:
         whose fits never met their compute roof at decode shapes, are also bounded by the FP8 GEMM
         rate (it matters only at prefill token counts: an extrapolation)."""
         t = self.t.op_time(op)
-        if op.kind in ("grouped_gemm", "batched_gemm"):
+        if op.kind in (*GROUPED_KINDS, "batched_gemm"):
             rate = self.t.rates.get(("gemm", op.dtype))
             if rate is not None:
                 t = max(t, (rate.launch_s + op.flops / rate.flops_rate) * op.count)

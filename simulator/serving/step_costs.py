@@ -116,8 +116,9 @@ def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
     ``tp`` GPUs, one scheduler (``dp`` 1). Dense MLPs, the shared expert and the lm_head split over
     ``tp``. Routed experts: ``moe = "tp"`` (SGLang's default fused MoE) splits each expert's
     intermediate over the ``tp`` GPUs; ``"ep"`` places E/tp whole experts per GPU. Both move the same
-    weight bytes per GPU; the fitted grouped-GEMM term (timed on whole experts, bandwidth-bound at
-    decode shapes) prices both, so the TP slices (N 512, K 256 for GLM-5.1) are an extrapolation.
+    weight bytes per GPU, at different rates: each layout's routed experts have their own measured
+    term (``grouped_gemm`` whole experts; ``grouped_gemm_tp_up`` / ``_down`` the TP slices, N 512 and
+    K 256 for GLM-5.1, timed at those shapes: ``calibrate --terms moe-tp``).
     """
     dtype = "fp8" if model.weight_bytes_per_param < 1.5 else "bf16"
     dp = dep.dp if dep.attention == Attention.DP else 1
