@@ -252,3 +252,50 @@ def test_plan_and_sweep_refuse_a_trace_with_nothing_to_replay(tmp_path, capsys):
         code, _, err = run_cli(["sweep", str(grid), "--no-ray", "--quiet", "--out", str(tmp_path / kind)], capsys)
         assert_clean_error(code, err, str(grid), "no accesses")
         assert not (tmp_path / kind).exists()
+
+
+@pytest.fixture()
+def no_plan_work(monkeypatch):
+    """Fail the test if plan loads its scenario or replays (the option check must come first)."""
+    import simulator.serving.planner as planner
+    import simulator.serving.published as published
+
+    def forbidden(*a, **k):
+        raise AssertionError("plan started work before its options were checked")
+
+    monkeypatch.setattr(planner, "run_plan_full", forbidden)
+    monkeypatch.setattr(planner.PlanInputs, "scenario", forbidden)
+    monkeypatch.setattr(published, "validate", forbidden)
+
+
+def test_plan_refuses_concurrency_with_rate(no_plan_work, capsys):
+    # the planner sweeps rates instead of concurrencies: --concurrency would be dropped
+    code, _, err = run_cli(["plan", "--concurrency", "4", "--rate", "1", "--quiet"], capsys)
+    assert_clean_error(code, err, "--concurrency", "--rate", "not both")
+
+
+def test_plan_refuses_concurrency_with_an_open_loop_workload(capsys):
+    code, _, err = run_cli(["plan", "--workload", "8k-in-1k-out-open", "--concurrency", "4", "--quiet"], capsys)
+    assert_clean_error(code, err, "--concurrency", "open loop", "--rate")
+
+
+@pytest.mark.parametrize("extra, names", [
+    (["--concurrency", "4"], ["--concurrency"]),
+    (["--sweep-buffer", "2048"], ["--sweep-buffer"]),
+    (["--sweep-host-ratio", "4"], ["--sweep-host-ratio"]),
+    (["--rate", "1"], ["--rate"]),
+    (["--slo-tpot-ms", "50"], ["--slo-tpot-ms"]),
+    (["--slo-ttft-s", "5"], ["--slo-ttft-s"]),
+    (["--model", "glm-5.1-fp8"], ["--model"]),  # the default's value, given: still refused
+    (["--gpu", "h200"], ["--gpu"]),
+    (["--deployment", "8xh200-colocated-dp8", "--workload", "32k-in-8k-out"], ["--deployment", "--workload"]),
+    (["--hisparse-config", "blog-8xh200"], ["--hisparse-config"]),
+])
+def test_plan_validate_refuses_options_it_ignores(no_plan_work, capsys, extra, names):
+    code, _, err = run_cli(["plan", "--validate", "all", *extra, "--quiet"], capsys)
+    assert_clean_error(code, err, "--validate", "not apply", *names)
+
+
+def test_plan_validate_names_a_folder(tmp_path, capsys):
+    code, _, err = run_cli(["plan", "--validate", str(tmp_path), "--quiet"], capsys)
+    assert_clean_error(code, err, str(tmp_path), "is a folder")

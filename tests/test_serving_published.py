@@ -108,5 +108,69 @@ def test_validate_takes_another_trace_and_calibration(capsys):
     uncal = json.loads(capsys.readouterr().out)["rows"]
     assert main(["plan", "--validate", "paper-glm51-8xh200", "--quiet", "--json"]) == 0
     cal = json.loads(capsys.readouterr().out)["rows"]
-    hi = [i for i, r in enumerate(cal) if "HiSparse" in r["label"] and r["predicted"] == r["predicted"]]
+    hi = [i for i, r in enumerate(cal) if "HiSparse" in r["label"] and r["predicted"] is not None]  # null: cannot run
     assert hi and all(uncal[i]["predicted"] != cal[i]["predicted"] for i in hi)
+
+
+def _strict_json(text: str):
+    """json.loads that refuses NaN and Infinity (not JSON; strict parsers reject them)."""
+    def refuse(name):
+        raise ValueError(f"{name} in the JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_validate_json_has_null_not_nan_for_a_point_the_model_cannot_run(tmp_path, capsys):
+    path = tmp_path / "mine.toml"
+    path.write_text("""name = "mine"
+source = "test"
+[[point]]
+label = "too long"
+system = "baseline"
+metric = "makespan_tok_s"
+concurrency = 1
+input_tokens = 900000
+output_tokens = 10
+measured = 1.0
+""")
+    out = tmp_path / "v"
+    assert main(["plan", "--validate", str(path), "--quiet", "--json", "--out", str(out)]) == 0
+    for report in (_strict_json(capsys.readouterr().out), _strict_json((out / "validation.json").read_text())):
+        (row,) = report["rows"]
+        assert row["predicted"] is None and row["error"] is None and "MODEL CANNOT RUN IT" in row["note"]
+        assert report["all"]["median_abs_error"] is None and report["all"]["predicted"] == 0
+    # the text table still says n/a and why
+    assert main(["plan", "--validate", str(path), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "n/a" in text and "MODEL CANNOT RUN IT" in text
+
+
+def test_json_safe_replaces_every_non_finite_number():
+    import numpy as np
+
+    from simulator.commands.common import json_safe
+
+    value = {"a": float("nan"), "b": [1.0, float("inf"), np.float32("nan"), np.float64(2.5)], "c": (np.int64(3), "x"),
+             "d": {"e": -float("inf"), "f": None, "g": True}}
+    safe = json_safe(value)
+    assert _strict_json(json.dumps(safe, default=lambda v: v.item())) == {
+        "a": None, "b": [1.0, None, None, 2.5], "c": [3, "x"], "d": {"e": None, "f": None, "g": True}}
+
+
+def test_plan_json_is_strict_and_the_miss_line_says_which_steps(tmp_path, capsys):
+    from simulator.serving.misses import miss_profiles
+
+    out = tmp_path / "p"
+    assert main(["plan", "--concurrency", "1", "--quiet", "--json", "--out", str(out)]) == 0
+    report = _strict_json(capsys.readouterr().out)
+    _strict_json((out / "plan.json").read_text())
+    (knob,) = report["misses"]
+    prof = miss_profiles(None, top_k=2048, buffer=knob["device_buffer_size"], policy="lru")
+    assert knob["trace_steps"] == prof.steps and knob["steady_from"] == 16
+    assert knob["miss_ratio"] == pytest.approx(statistics.mean(float(f.mean()) for f in prof.shares))
+    assert knob["steady_miss_ratio"] == pytest.approx(statistics.mean(float(f[16:].mean()) for f in prof.shares))
+    assert knob["steady_miss_ratio"] != pytest.approx(knob["miss_ratio"], abs=1e-4)  # the cold start counts
+    assert main(["plan", "--concurrency", "1", "--quiet"]) == 0
+    line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("trace:"))
+    assert (f"{knob['miss_ratio']:.1%} over all {prof.steps} steps incl. the cold start; "
+            f"{knob['steady_miss_ratio']:.1%} from step 16") in line

@@ -165,3 +165,28 @@ def test_grid_expansion():
     assert grid.kind == "replay" and grid.axes == ("buffer", "policy") and len(grid.points) == 6
     assert {(p["policy"], p["buffer"]) for p in grid.points} == {(a, b) for a in ("lru", "fifo")
                                                                  for b in (1024, 2048, 4096)}
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('model = ["glm-5.1-fp8", "nope"]', "model = 'nope': unknown model preset 'nope' (presets: "),
+    ('gpu = ["nope"]', "gpu = 'nope': unknown gpu preset"),
+    ('deployment = ["nope"]', "deployment = 'nope': unknown deployment preset"),
+    ('workload = ["nope"]', "workload = 'nope': unknown workload preset"),
+    ('hisparse = ["nope"]', "hisparse = 'nope': unknown hisparse preset"),
+    ('calibration = ["auto", "nope"]', "calibration = 'nope': unknown calibration preset"),
+    ('model = ["mine.toml"]', "model = 'mine.toml': mine.toml: no such file"),
+])
+def test_plan_grid_presets_fail_before_any_point(tmp_path, capsys, entry, message):
+    grid = _grid(tmp_path, f'kind = "plan"\n[fixed]\nconcurrency = 1\n[grid]\n{entry}\n')
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and grid in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+def test_plan_grid_preset_names_come_from_the_presets(tmp_path, capsys):
+    from simulator.serving.presets import preset_names
+
+    grid = _grid(tmp_path, 'kind = "plan"\n[grid]\nworkload = ["nope"]\n')
+    assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 2
+    assert ", ".join(preset_names("workloads")) in capsys.readouterr().err

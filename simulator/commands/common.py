@@ -227,6 +227,19 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinity (Python or numpy) as None: JSON has no NaN, and
+    ``json.dumps`` would write a bare ``NaN`` that strict parsers refuse."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) or (hasattr(value, "item") and hasattr(value, "dtype") and value.dtype.kind == "f"):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()

@@ -12,6 +12,7 @@ from .common import (
     buffer_size,
     comma_list,
     declare_io,
+    json_safe,
     positive_float,
     positive_int,
     print_json,
@@ -43,34 +44,35 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "are output tokens/s of the whole deployment unless they say per_gpu; TTFT is in seconds.\n\n"
                     "--validate runs the model on published measurements instead and prints measured against "
                     f"predicted (shipped sets: {', '.join(published_names())}, or all).")
-    p.add_argument("--model", default="glm-5.1-fp8", help=f"model preset or file (default glm-5.1-fp8; presets: {_presets('models')})")
+    p.add_argument("--model", default=None, help=f"model preset or file (default glm-5.1-fp8; presets: {_presets('models')})")
     p.add_argument("--gpu", default=None, help=f"GPU preset or file (default: the deployment's; presets: {_presets('gpus')})")
-    p.add_argument("--deployment", default="8xh200-colocated-dp8",
+    p.add_argument("--deployment", default=None,
                    help=f"deployment preset or file (default 8xh200-colocated-dp8; presets: {_presets('deployments')})")
-    p.add_argument("--workload", default="32k-in-8k-out",
+    p.add_argument("--workload", default=None,
                    help=f"workload preset or file (default 32k-in-8k-out; presets: {_presets('workloads')})")
-    p.add_argument("--hisparse-config", dest="hisparse", default="blog-8xh200",
+    p.add_argument("--hisparse-config", dest="hisparse", default=None,
                    help=f"HiSparse config preset or file (default blog-8xh200; presets: {_presets('hisparse')})")
     p.add_argument("--calibration", default="auto",
                    help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
                         "a calibration JSON from hisparse calibrate (default auto)")
     p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
-    p.add_argument("--concurrency", type=comma_list(positive_int), default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+    p.add_argument("--concurrency", type=comma_list(positive_int), default=None,
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
-    p.add_argument("--rate", type=comma_list(positive_float), default=[],
+    p.add_argument("--rate", type=comma_list(positive_float), default=None,
                    help="open loop: comma-separated arrival rates in requests/s (whole deployment), swept "
-                        "instead of --concurrency; an open-loop workload file without --rate uses its rate_per_s")
-    p.add_argument("--slo-tpot-ms", type=positive_float, default=100.0,
+                        "instead of --concurrency (give one of the two); an open-loop workload file without --rate uses its rate_per_s")
+    p.add_argument("--slo-tpot-ms", type=positive_float, default=None,
                    help="TPOT p99 target for the recommendation, ms (default 100)")
     p.add_argument("--slo-ttft-s", type=positive_float, default=None,
                    help="TTFT p99 target for the recommendation, s (default: none)")
-    p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=[], help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
-    p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=[], help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
+    p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=None, help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
+    p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=None, help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed for request lengths and arrivals (default 0)")
     p.add_argument("--validate", metavar="SET", default=None,
                    help="check the model against a published set (a shipped name, all, or a TOML file) instead of "
-                        "planning; --trace and --calibration, when given, replace the sets' own")
+                        "planning; --trace and --calibration, when given, replace the sets' own (the scenario, load, "
+                        "SLO and sweep options do not apply and are refused)")
     p.add_argument("--json", action="store_true", help="print rows and recommendation (or the validation) as JSON")
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json) into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -87,9 +89,37 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "miss_share": "miss", "comm_share": "comm", "overloaded": "over"}
 
 
+# Plan options whose argparse default is None, so that a value the user gave can be told apart from
+# the default: (dest, option, the default a plan uses). --validate uses none of them.
+PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
+             ("deployment", "--deployment", "8xh200-colocated-dp8"), ("workload", "--workload", "32k-in-8k-out"),
+             ("hisparse", "--hisparse-config", "blog-8xh200"),
+             ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
+             ("slo_tpot_ms", "--slo-tpot-ms", 100.0), ("slo_ttft_s", "--slo-ttft-s", None),
+             ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []))
+
+
+def _given(args: argparse.Namespace) -> list[str]:
+    """The PLAN_ONLY options the user gave."""
+    return [opt for dest, opt, _ in PLAN_ONLY if getattr(args, dest) is not None]
+
+
 def run_plan_cmd(args: argparse.Namespace) -> int:
+    from ..errors import HisparseError
+
+    given = _given(args)
     if args.validate:
+        if given:
+            raise HisparseError(f"--validate runs each published set's own scenario and load: "
+                                f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply (it takes --trace, --calibration, --seed, "
+                                "--json, --out, --quiet)")
         return _run_validate(args)
+    if "--concurrency" in given and "--rate" in given:
+        raise HisparseError("--concurrency and --rate: give one (closed loop at each concurrency, or open loop "
+                            "at each arrival rate), not both")
+    for dest, _, default in PLAN_ONLY:
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
     if args.trace and os.path.isfile(args.trace):  # a missing one: the scenario's own error
         from ..trace import open_trace
         from .common import require_accesses
@@ -104,6 +134,10 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
                      host_ratios=tuple(args.sweep_host_ratio), seed=args.seed)
     sc = inp.scenario()
+    if "--concurrency" in given and not inp.rates and sc.workload.arrival.value == "open":
+        raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
+                            f"{sc.workload.rate_per_s:g}); give --rate to sweep arrival rates, or a closed-loop "
+                            "workload")
     n_points = (len(inp.rates) or len(inp.concurrency)) * (1 + max(1, len(inp.buffers)) * max(1, len(inp.host_ratios)))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
     plan = run_plan_full(inp, on_point=lambda: next(bar, None), scenario=sc)
@@ -112,6 +146,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec}
+    report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if args.out:
         _write_outputs(args.out, rows, report, rec)
     if args.json:
@@ -183,8 +218,10 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         how = "given" if d.prefill_tok_s > 0 else "derived: a prefill instance of the same GPUs and layout"
         print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment ({how}); TTFT = its queue + prefill")
     for k in plan.knobs:
-        print(f"trace: {k.trace}: {k.policy} miss ratio {k.miss_ratio:.1%} at device_buffer_size "
-              f"{k.device_buffer_size} ({k.device_buffer_size / sc.hisparse.top_k:g} x top_k)")
+        print(f"trace: {k.trace}: {k.policy} miss ratio at device_buffer_size {k.device_buffer_size} "
+              f"({k.device_buffer_size / sc.hisparse.top_k:g} x top_k): {k.miss_ratio:.1%} over all {k.trace_steps} "
+              f"steps incl. the cold start; {k.steady_miss_ratio:.1%} from step {k.steady_from} (trace compare's "
+              "steady state); the miss column is each point's mean over its simulated steps")
         for note in k.notes:
             print(f"  mapped: {note}")
     print()
@@ -242,7 +279,7 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
     with atomic_output(os.path.join(out, "plan.csv")) as fh:
         fh.write(df.to_csv(index=False).encode())
     with atomic_output(os.path.join(out, "plan.json")) as fh:
-        fh.write(json.dumps(report, indent=2, default=str).encode())
+        fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
     from ..serving.plots import plot_throughput
 
     plot_throughput(df, os.path.join(out, "throughput.png"), recommendation=rec)
@@ -266,7 +303,7 @@ def _run_validate(args: argparse.Namespace) -> int:
         set_rows = validate(s, on_point=lambda: next(bar, None), seed=args.seed, overrides=overrides)
         rows += set_rows
         per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
-    report = {"sets": per_set, "all": summary(rows), "rows": rows}
+    report = json_safe({"sets": per_set, "all": summary(rows), "rows": rows})  # NaN -> null; notes say why
     if args.out:
         import pandas as pd
 
@@ -276,7 +313,7 @@ def _run_validate(args: argparse.Namespace) -> int:
         with atomic_output(os.path.join(args.out, "validation.csv")) as fh:
             fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
         with atomic_output(os.path.join(args.out, "validation.json")) as fh:
-            fh.write(json.dumps(report, indent=2, default=str).encode())
+            fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
     if args.json:
         print_json(report)
         return 0
@@ -297,7 +334,7 @@ def _run_validate(args: argparse.Namespace) -> int:
             if r["set"] == s.name and r["note"]:
                 print(f"   {r['label']}: {r['note']}")
         print()
-    a = report["all"]
+    a = summary(rows)
     print(f"all sets: median |error| {a['median_abs_error']:.0%}, max |error| {a['max_abs_error']:.0%} over "
           f"{a['predicted']} of {a['points']} points (no model term is fitted to these runs)")
     return 0

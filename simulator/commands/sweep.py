@@ -14,6 +14,9 @@ RANGES = {"buffer": buffer_size, "seed": seed_int, "concurrency": positive_int, 
           "device_buffer_size": buffer_size, "host_to_device_ratio": positive_float, "slo_tpot_ms": positive_float,
           "slo_ttft_s": positive_float}
 CHOICES = {"semantics": ("batched", "sequential"), "initial": ("prefix", "empty")}
+# plan grid keys that name a preset or a file, and the serving presets' kind each is looked up in
+PRESET_KINDS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
+                "hisparse": "hisparse", "calibration": "calibration"}
 
 
 def _grid_keys() -> str:
@@ -56,7 +59,7 @@ def check_values(grid, path: str) -> None:
     from ..replay.policies import POLICIES
     from .common import check_policies
 
-    checked: set[str] = set()
+    checked: set = set()
     for point in grid.points:
         for key, value in point.items():
             if key in RANGES:
@@ -70,9 +73,26 @@ def check_values(grid, path: str) -> None:
                 check_policies([value], POLICIES, option=f"{path}: policy")
             elif key == "trace":
                 _check_trace(value, path, checked)
+            elif grid.kind == "plan" and key in PRESET_KINDS:
+                _check_preset(key, value, path, checked)
 
 
-def _check_trace(value: str, path: str, checked: set[str]) -> None:
+
+def _check_preset(key: str, value: str, path: str, checked: set) -> None:
+    """A plan grid's preset name is shipped, or its path is a file (the presets' own lookup)."""
+    from ..errors import HisparseError
+    from ..serving.presets import resolve
+
+    if (key, value) in checked or (key == "calibration" and value in ("auto", "none", "")):
+        return
+    try:
+        resolve(PRESET_KINDS[key], value)
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: {key} = {value!r}: {exc}") from None
+    checked.add((key, value))
+
+
+def _check_trace(value: str, path: str, checked: set) -> None:
     """A grid's trace exists, reads, and holds accesses (once per distinct file)."""
     from ..errors import HisparseError
     from ..trace import open_trace

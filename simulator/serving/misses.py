@@ -55,8 +55,16 @@ class MissProfiles:
     def steps(self) -> int:
         return min(len(f) for f in self.shares)
 
-    def mean_share(self) -> float:
-        return float(np.mean([f.mean() for f in self.shares]))
+    def mean_share(self, first: int = 0) -> float:
+        """Mean miss share over the trace's steps from ``first`` on (0: all, the cold start included)."""
+        return float(np.mean([f[first:].mean() for f in self.shares]))
+
+    def steady_from(self) -> int:
+        """The first steady-state step: the warm-up ``hisparse trace compare`` leaves out (``Shape.warmup``),
+        kept to at least two steps of a short trace."""
+        from ..analysis.targets import Shape
+
+        return max(0, min(Shape.warmup, self.steps - 2))
 
     def mapping_notes(self, *, top_k: int, buffer: int, output_tokens: int, input_tokens: int) -> list[str]:
         """How this trace stands in for the workload (the plan prints these)."""

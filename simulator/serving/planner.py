@@ -63,8 +63,11 @@ class KnobResult:
     host_to_device_ratio: float
     trace: str
     policy: str
-    miss_ratio: float
+    miss_ratio: float  # over all the trace's steps, the cold start after prefill included
     notes: tuple[str, ...]
+    trace_steps: int = 0  # decode steps the trace holds (miss_ratio's span)
+    steady_from: int = 0  # the first steady-state step (trace compare's warm-up)
+    steady_miss_ratio: float = float("nan")  # over steps >= steady_from
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,9 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
                                 profiles.mean_share(),
                                 tuple(profiles.mapping_notes(top_k=hs.top_k, buffer=hs.device_buffer_size,
                                                              output_tokens=w.output_tokens,
-                                                             input_tokens=w.input_tokens))))
+                                                             input_tokens=w.input_tokens)),
+                                profiles.steps, profiles.steady_from(),
+                                profiles.mean_share(profiles.steady_from())))
         for c, rate in points:
             r = simulate(hsc, System.HISPARSE, concurrency=c, rate_per_s=rate, profiles=profiles, seed=inp.seed)
             results.append((r, hs.device_buffer_size, hs.host_to_device_ratio))

@@ -91,6 +91,8 @@ def load_published(spec: str) -> PublishedSet:
         if not path.is_file():
             raise HisparseError(f"unknown published set {spec!r} (shipped: {', '.join(published_names())}; "
                                 "or give a .toml file)")
+    elif path.is_dir():
+        raise HisparseError(f"{spec}: is a folder, not a published set (a shipped name, all, or a .toml file)")
     elif not path.is_file():
         raise HisparseError(f"{spec}: no such file")
     where = str(path)
