@@ -166,3 +166,29 @@ def test_tp_moe_term_refits_from_its_committed_csv():
     bad = tables["grouped_tp"].assign(name="routed_other")
     with pytest.raises(ValueError, match="routed_other"):
         fit_step_terms(tables["gemm"], tables["elementwise"], tables["indexer"], tables["graph"], bad)
+
+
+def test_loop_helpers_fill_host_rows_and_order_topk_by_step():
+    """The two GPU validation loops' shared set-up, on numpy: every host byte written from one
+    seeded block (never zero), and the top-k arranged [step, layer, request, k]."""
+    from simulator.calibration.validate import fill_host_rows, topk_by_step
+    from simulator.trace.generator import PRESETS, generate
+
+    class FakeHotBuffer:
+        def __init__(self, layers, size):
+            self.rows = [np.zeros(size, np.uint8) for _ in range(layers)]
+
+        def host_rows(self, layer):
+            return self.rows[layer]
+
+    size = (1 << 24) + 1000  # more than one block: the block repeats
+    hb = FakeHotBuffer(2, size)
+    fill_host_rows(hb, 2, np.random.default_rng(5))
+    block = np.random.default_rng(5).integers(0, 0x3F, 1 << 24, dtype=np.uint8)
+    for rows in hb.rows:
+        assert np.array_equal(rows[: 1 << 24], block) and np.array_equal(rows[1 << 24:], block[:1000])
+    streams = list(generate(PRESETS["high-overlap"], steps=5, layers=3, requests=2, k=64, ctx0=500, seed=1))
+    idx = topk_by_step(streams, 3)
+    assert idx.shape == (5, 3, 2, 64) and idx.flags.c_contiguous
+    for s in streams:
+        assert np.array_equal(idx[:, s.layer, s.request], s.indices)

@@ -66,23 +66,18 @@ def run_layer_config(cp: Any, torch: Any, pool: Any, terms: StepTerms, cfg: Laye
     from ..trace.generator import PRESETS, generate
     from .measure import hold_stream
     from .op_kernels import OpKernels
+    from .validate import fill_host_rows, topk_by_step
 
     m, layout, R, L = GLM_5_1, Layout(), cfg.requests, cfg.layers
     print(f"layer loop: R {R}, ctx0 {cfg.ctx0}, L {L} ({cfg.dense} dense), hot {cfg.hot}, {cfg.row_bytes} B rows",
           flush=True)
     streams = list(generate(PRESETS["high-overlap"], steps=steps, layers=L, requests=R, k=K, ctx0=cfg.ctx0, seed=seed))
-    idx = np.stack([np.stack([s.indices for s in streams if s.layer == lyr]) for lyr in range(L)])  # [L,R,T,K]
-    idx_gpu = cp.asarray(np.ascontiguousarray(idx.transpose(2, 0, 1, 3)).astype(np.int32))  # [T, L, R, K]
+    idx_gpu = cp.asarray(topk_by_step(streams, L).astype(np.int32))  # [T, L, R, K]
     ctx = np.asarray(streams[0].ctx_len, np.int64)
     hb = HotBuffer(layers=L, requests=R, max_ctx=int(ctx[-1]) + 64, device_buffer_size=cfg.hot, top_k=K,
                    row_bytes=cfg.row_bytes, pool=pool)
     rng = np.random.default_rng(seed)
-    block = rng.integers(0, 0x3F, 1 << 24, dtype=np.uint8)  # finite bf16/fp8 bytes, never zeros
-    for lyr in range(L):
-        flat = hb.host_rows(lyr).reshape(-1)
-        for start in range(0, flat.size, block.size):
-            n = min(block.size, flat.size - start)
-            flat[start:start + n] = block[:n]
+    fill_host_rows(hb, L, rng)
     hb.prefill()
     q_att = cp.asarray(rng.integers(0x3C00, 0x3F00, (R, m.attention_heads, D_QK), dtype=np.uint16))
     stride = padded_stride(int(ctx[-1]))

@@ -18,6 +18,24 @@ def predicted_step_s(cost, misses_per_layer: np.ndarray, batch: int) -> float:
     return float(sum(cost.swap_in_layer(m, batch) + cost.attention(batch) for m in misses_per_layer))
 
 
+
+def topk_by_step(streams, layers: int) -> np.ndarray:
+    """Generated streams as one [steps, layers, requests, k] array: each step's rows contiguous, as
+    the decode loops hand them to the kernels."""
+    idx = np.stack([np.stack([s.indices for s in streams if s.layer == lyr]) for lyr in range(layers)])  # [L,R,T,K]
+    return np.ascontiguousarray(idx.transpose(2, 0, 1, 3))
+
+
+def fill_host_rows(hb: Any, layers: int, rng: np.random.Generator) -> None:
+    """Fill every layer's host rows with finite bf16/fp8 bytes (never zeros: zeros hide unwritten
+    rows), one random block repeated, drawn from ``rng`` (the loops draw their queries after it)."""
+    block = rng.integers(0, 0x3F, 1 << 24, dtype=np.uint8)
+    for lyr in range(layers):
+        flat = hb.host_rows(lyr).reshape(-1)
+        for start in range(0, flat.size, block.size):
+            n = min(block.size, flat.size - start)
+            flat[start:start + n] = block[:n]
+
 def run_config(cp: Any, pool: Any, cost, *, requests: int, layers: int, steps: int, hot: int, heads: int,
                row_bytes: int, seed: int) -> dict:
     """One configuration: measured and predicted time of every step, and the miss check."""
@@ -32,19 +50,13 @@ def run_config(cp: Any, pool: Any, cost, *, requests: int, layers: int, steps: i
     ctx0 = 32768
     streams = list(generate(PRESETS["high-overlap"], steps=steps, layers=layers, requests=requests, k=K, ctx0=ctx0,
                             seed=seed))
-    idx = np.stack([np.stack([s.indices for s in streams if s.layer == lyr]) for lyr in range(layers)])  # [L,R,T,K]
-    idx = np.ascontiguousarray(idx.transpose(2, 0, 1, 3))  # [T, L, R, K]: each step's rows contiguous
+    idx = topk_by_step(streams, layers)
     ctx = streams[0].ctx_len
     hb = HotBuffer(
         layers=layers, requests=requests, max_ctx=int(ctx[-1]) + 64, device_buffer_size=hot, top_k=K,
         row_bytes=row_bytes, pool=pool)
     rng = np.random.default_rng(seed)
-    block = rng.integers(0, 0x3F, 1 << 24, dtype=np.uint8)  # finite bf16/fp8 bytes, never zeros
-    for lyr in range(layers):
-        flat = hb.host_rows(lyr).reshape(-1)
-        for start in range(0, flat.size, block.size):
-            n = min(block.size, flat.size - start)
-            flat[start:start + n] = block[:n]
+    fill_host_rows(hb, layers, rng)
     hb.prefill()
     q = cp.asarray(rng.integers(0x3C00, 0x3F00, (requests, heads, D_QK), dtype=np.uint16))
     idx_gpu = cp.asarray(idx.astype(np.int32))
