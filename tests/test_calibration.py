@@ -192,3 +192,17 @@ def test_loop_helpers_fill_host_rows_and_order_topk_by_step():
     assert idx.shape == (5, 3, 2, 64) and idx.flags.c_contiguous
     for s in streams:
         assert np.array_equal(idx[:, s.layer, s.request], s.indices)
+
+
+def test_loop_engine_misses_are_the_replay_engines():
+    """The misses the GPU loops hold the swap-in kernel to: HiSparse's batched LRU per stream."""
+    from simulator.calibration.validate import engine_misses
+    from simulator.replay import ReplayConfig
+    from simulator.replay.api import replay_stream
+    from simulator.trace.generator import PRESETS, generate
+
+    streams = list(generate(PRESETS["high-overlap"], steps=6, layers=2, requests=3, k=64, ctx0=400, seed=3))
+    got = engine_misses(streams, (6, 2, 3), 96)
+    assert got.sum() > 0
+    for s in streams:
+        assert np.array_equal(got[:, s.layer, s.request], replay_stream(s, ReplayConfig(policy="lru", buffer=96)))

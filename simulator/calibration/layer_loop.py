@@ -62,11 +62,10 @@ def run_layer_config(cp: Any, torch: Any, pool: Any, terms: StepTerms, cfg: Laye
     from cupy_kernels.mla_reference import D_QK
     from cupy_kernels.swap_in import HotBuffer
 
-    from ..replay.engine import replay_policy
     from ..trace.generator import PRESETS, generate
     from .measure import hold_stream
     from .op_kernels import OpKernels
-    from .validate import fill_host_rows, topk_by_step
+    from .validate import engine_misses, fill_host_rows, topk_by_step
 
     m, layout, R, L = GLM_5_1, Layout(), cfg.requests, cfg.layers
     print(f"layer loop: R {R}, ctx0 {cfg.ctx0}, L {L} ({cfg.dense} dense), hot {cfg.hot}, {cfg.row_bytes} B rows",
@@ -117,10 +116,7 @@ def run_layer_config(cp: Any, torch: Any, pool: Any, terms: StepTerms, cfg: Laye
         measured.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
         for lyr, res in enumerate(results):
             kernel_misses[t, lyr] = res.misses.get()
-    engine = np.zeros_like(kernel_misses)
-    for s in streams:
-        engine[:, s.layer, s.request] = replay_policy("lru", s.indices, s.ctx_len, cfg.hot, reserve=True, prefix=True,
-                                                      batched=True, seed=0).misses
+    engine = engine_misses(streams, kernel_misses.shape, cfg.hot)
     del hb
     result = {"requests": R, "ctx0": cfg.ctx0, "layers": L, "dense": cfg.dense, "hot": cfg.hot,
               "row_bytes": cfg.row_bytes, "steps": steps, "misses_exact": bool((kernel_misses == engine).all()),

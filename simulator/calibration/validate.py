@@ -36,6 +36,18 @@ def fill_host_rows(hb: Any, layers: int, rng: np.random.Generator) -> None:
             n = min(block.size, flat.size - start)
             flat[start:start + n] = block[:n]
 
+
+def engine_misses(streams, shape: tuple[int, int, int], hot: int) -> np.ndarray:
+    """The replay engine's misses [step, layer, request] for the loops' streams under HiSparse's
+    batched LRU (reserved newest slot, prefix start): what the swap-in kernel must count."""
+    from ..replay.engine import replay_policy
+
+    engine = np.zeros(shape, np.int64)
+    for s in streams:
+        engine[:, s.layer, s.request] = replay_policy("lru", s.indices, s.ctx_len, hot, reserve=True, prefix=True,
+                                                      batched=True, seed=0).misses
+    return engine
+
 def run_config(cp: Any, pool: Any, cost, *, requests: int, layers: int, steps: int, hot: int, heads: int,
                row_bytes: int, seed: int) -> dict:
     """One configuration: measured and predicted time of every step, and the miss check."""
@@ -43,7 +55,6 @@ def run_config(cp: Any, pool: Any, cost, *, requests: int, layers: int, steps: i
     from cupy_kernels.mla_reference import D_QK
     from cupy_kernels.swap_in import HotBuffer
 
-    from ..replay.engine import replay_policy
     from ..trace.generator import PRESETS, generate
     from .measure import hold_stream
 
@@ -72,10 +83,7 @@ def run_config(cp: Any, pool: Any, cost, *, requests: int, layers: int, steps: i
         measured.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
         for lyr, res in enumerate(results):
             kernel_misses[t, lyr] = res.misses.get()
-    engine = np.zeros_like(kernel_misses)
-    for s in streams:
-        engine[:, s.layer, s.request] = replay_policy("lru", s.indices, s.ctx_len, hot, reserve=True, prefix=True,
-                                                      batched=True, seed=0).misses
+    engine = engine_misses(streams, kernel_misses.shape, hot)
     warm = 2  # the first steps include module loads and allocations
     result = {"requests": requests, "layers": layers, "steps": steps, "hot": hot, "heads": heads,
               "row_bytes": row_bytes, "misses_exact": bool((kernel_misses == engine).all()),
