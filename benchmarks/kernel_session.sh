@@ -67,7 +67,7 @@ step_bench_swap_new() {
     [ -n "${BASELINE_CU:-}" ] && base=(--baseline-cu "$BASELINE_CU")
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv
     timeout 100 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
-        --copy-orders early flat --dup-checks bitmap hash "${base[@]}" --after-kernel --rowcopy --phases \
+        --copy-orders early flat --dup-checks bitmap hash "${base[@]}" --after-kernel --after-max-regs 120 --rowcopy --phases \
         --pool-gib 4 --iters 11 --out "$OUT/swap_in_fixed.csv" --variants-out "$OUT/swap_in_variants.csv" \
         --after-out "$OUT/swap_in_after.csv" --rowcopy-out "$OUT/rowcopy.csv"
     nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv

@@ -233,12 +233,15 @@ def time_config(cp: Any, hb: HotBuffer, rng: np.random.Generator, miss: int, ite
 
 
 def time_after_kernel(cp: Any, hb: HotBuffer | None, rng: np.random.Generator, miss: int, iters: int,
-                      kern: Kernels, *, pdl: bool, trigger: bool, busy_us: float) -> float:
+                      kern: Kernels, *, pdl: bool, trigger: bool, busy_us: float, cooperative: bool = True,
+                      busy_smem: int = 0) -> float:
     """Median us from the start of a `busy` kernel (every SM, busy_us) to the end of the launch
     after it (a swap-in, or the empty kernel when hb is None), minus the busy kernel alone: what
     the launch adds behind a kernel in the same stream, as in a decode step. pdl: the launch
     uses programmatic dependent launch (it may start before busy ends: at once with trigger, at
-    busy's end without)."""
+    busy's end without); cooperative=False asks for it without the cooperative attribute.
+    busy_smem: dynamic shared memory of each busy block (200 KB leaves no room for a swap-in
+    block beside it, as a large preceding kernel would; 0 leaves room if the registers fit)."""
     from cupy_kernels._launch import launch_ex
 
     stream = cp.cuda.Stream(non_blocking=True)
@@ -248,18 +251,19 @@ def time_after_kernel(cp: Any, hb: HotBuffer | None, rng: np.random.Generator, m
         for what in ("busy", "launch"):
             times = []
             for i in range(iters + 2):
-                if hb is not None:
+                if hb is not None and what == "launch":
                     g = hb.geometry
                     ctx = cp.full(g.requests, CTX, cp.int64)
                     layer = int(rng.integers(0, g.layers))
                     idx = cp.asarray(draw_step(rng, hb.state(layer).slot_pos, miss))
                     hb.pdl = pdl
+                    hb._pdl_cooperative = cooperative
                     hb._last_layer = -1  # the kernel before is `busy`, which writes no tables
                 stream.synchronize()
                 e0, e1 = cp.cuda.Event(), cp.cuda.Event()
                 kern.hold()
                 e0.record(stream)
-                kern.busy((kern.n_sms,), (128,), busy_args)
+                kern.busy((kern.n_sms,), (128,), busy_args, shared_mem=busy_smem)
                 if what == "launch":
                     if hb is not None:
                         res = hb.swap_in(layer, idx, ctx, check=False)
@@ -279,7 +283,7 @@ def time_after_kernel(cp: Any, hb: HotBuffer | None, rng: np.random.Generator, m
                     times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
             out[what] = statistics.median(times)
     if hb is not None:
-        hb.pdl = False
+        hb.pdl, hb._pdl_cooperative = False, True
     return out["launch"] - out["busy"]
 
 
@@ -422,37 +426,50 @@ def baseline_kernel(cp: Any, source: Path) -> _HeadKernel:
     return _HeadKernel(kern)
 
 
+BUSY_KINDS = (("light, trigger at start", 1, 0), ("light, no trigger", 0, 0),
+              ("200 KB smem, trigger at start", 1, 200_000))
+
+
 def time_after_kernels(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern: Kernels,
                        args: argparse.Namespace) -> list[dict[str, Any]]:
     """What a launch adds behind a `busy` kernel (every SM, --busy-us) in the same stream, plain
-    and with programmatic dependent launch, busy triggering its dependents at its start or only
-    at its end: the empty kernel (the floor), then the swap-in (656 B rows, hot 4096)."""
+    and with programmatic dependent launch, for BUSY_KINDS (busy triggers its dependents at its
+    start or only at its end; its blocks leave room for one of the swap-in's or not): the empty
+    kernel (the floor), then the swap-in (656 B rows, hot 4096) as built by default, and with
+    --after-max-regs (lowest miss rate only)."""
+    kern.busy.max_dynamic_shared_size_bytes = 200_000
     out = []
-    for trigger in (0, 1):
+    for name, trigger, smem in BUSY_KINDS:
         for pdl in (False, True):
             us = time_after_kernel(cp, None, rng, 0, args.iters, kern, pdl=pdl, trigger=bool(trigger),
-                                   busy_us=args.busy_us)
-            out.append(dict(what="empty", bs=0, miss_rate=0.0, copy_order="", pdl=int(pdl), trigger=trigger,
-                            added_us=round(us, 2)))
-            print(f"after busy {args.busy_us:g} us, trigger {trigger}: empty kernel {'pdl  ' if pdl else 'plain'} "
+                                   busy_us=args.busy_us, busy_smem=smem)
+            out.append(dict(what="empty", busy=name, bs=0, miss_rate=0.0, copy_order="", max_regs=0,
+                            launch="pdl" if pdl else "plain", added_us=round(us, 2)))
+            print(f"after busy {args.busy_us:g} us ({name}): empty kernel {'pdl  ' if pdl else 'plain'} "
                   f"adds {us:6.1f} us", flush=True)
+    builds = [(0, [r for r in args.miss_rates if r < 1.0])]
+    if args.after_max_regs:
+        builds.append((args.after_max_regs, [min(args.miss_rates)]))
     for bs in args.batches:
         layers = pool.nbytes // (bs * MAX_CTX * 656)
         for order in args.after_orders:
-            hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=4096, top_k=K,
-                           row_bytes=656, pool=pool, copy_order=order)
-            hb.prefill()
-            for rate in [r for r in args.miss_rates if r < 1.0]:
-                for trigger in (0, 1):
-                    for pdl in (False, True):
-                        us = time_after_kernel(cp, hb, rng, n_misses(rate), args.iters, kern, pdl=pdl,
-                                               trigger=bool(trigger), busy_us=args.busy_us)
-                        out.append(dict(what="swap_in", bs=bs, miss_rate=rate, copy_order=order, pdl=int(pdl),
-                                        trigger=trigger, added_us=round(us, 2), launch=hb.launch_mode if pdl else "plain"))
-                        print(f"after busy, trigger {trigger}: swap-in bs {bs:3d} miss {rate:5.3f} {order:7s} "
-                              f"{hb.launch_mode if pdl else 'plain':16s} adds {us:6.1f} us", flush=True)
-            del hb
-            cp.get_default_memory_pool().free_all_blocks()
+            for max_regs, rates in builds:
+                hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=4096, top_k=K,
+                               row_bytes=656, pool=pool, copy_order=order, max_regs=max_regs)
+                hb.prefill()
+                for rate in rates:
+                    for name, trigger, smem in BUSY_KINDS:
+                        for pdl, coop in ((False, True), (True, True), (True, False)):
+                            us = time_after_kernel(cp, hb, rng, n_misses(rate), args.iters, kern, pdl=pdl,
+                                                   trigger=bool(trigger), busy_us=args.busy_us, cooperative=coop,
+                                                   busy_smem=smem)
+                            mode = hb.launch_mode if pdl else "plain"
+                            out.append(dict(what="swap_in", busy=name, bs=bs, miss_rate=rate, copy_order=order,
+                                            max_regs=max_regs, launch=mode, added_us=round(us, 2)))
+                            print(f"after busy ({name}): swap-in bs {bs:3d} miss {rate:5.3f} {order:6s} "
+                                  f"regs<={max_regs or 128} {mode:16s} adds {us:6.1f} us", flush=True)
+                del hb
+                cp.get_default_memory_pool().free_all_blocks()
     return out
 
 
@@ -535,6 +552,9 @@ def main() -> None:
     ap.add_argument("--busy-us", type=float, default=20.0, help="length of that busy kernel, us (default 20)")
     ap.add_argument("--after-orders", nargs="+", default=["early"], choices=list(COPY_ORDERS),
                     help="copy orders timed behind the busy kernel (default early)")
+    ap.add_argument("--after-max-regs", type=int, default=0,
+                    help="also time behind the busy kernel a build capped at this many registers "
+                         "(room for a busy block beside a swap-in block; 0 = no such build)")
     ap.add_argument("--rowcopy", action="store_true", help="also run the row-alignment gather study")
     ap.add_argument("--baseline-cu", type=Path, default=None,
                     help="also time the kernel built from this older swap_in.cu (e.g. the last commit's), "

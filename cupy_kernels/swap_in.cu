@@ -46,6 +46,9 @@
         if (threadIdx.x == 0) s_sc[SC_NCOPY] = 0;     \
         return;                                       \
     }
+#ifndef MAX_REGS  // 0: registers as the launch bounds allow (128 at 1 block of 512 per SM)
+#define MAX_REGS 0
+#endif
 #ifndef MIN_BLOCKS  // resident blocks per SM the register budget is cut for (launch bounds)
 #define MIN_BLOCKS 1
 #endif
@@ -746,7 +749,12 @@ __device__ void copy_flat_early(const Args& a, int* pre_e, int* pre_x) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+#if MAX_REGS  // a register cap below the launch bounds' 128 (room for another kernel's block beside)
+#define SWAP_IN_BOUNDS __maxnreg__(MAX_REGS)
+#else
+#define SWAP_IN_BOUNDS __launch_bounds__(THREADS, MIN_BLOCKS)
+#endif
+extern "C" __global__ void SWAP_IN_BOUNDS
 swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* order, int* pos_slot,
             int* meta, int* slots_out, int* misses_out, int* errors, int2* copy_list,
             unsigned long long* ready, const unsigned char* host, unsigned char* dev, int R, int k, int B,

@@ -228,25 +228,30 @@ def decode_errors(geom: SwapInGeometry, errors: np.ndarray, indices: np.ndarray,
 # Build and load
 # --------------------------------------------------------------------------------------------
 def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-                   stop_after: int = 0) -> Path:
+                   stop_after: int = 0, max_regs: int = 0) -> Path:
     """Build (once, cached by source hash and flags) and return the kernel's cubin.
-    stop_after 1..6 builds a timing-breakdown variant whose bookkeeping ends after that phase."""
+    stop_after 1..6 builds a timing-breakdown variant whose bookkeeping ends after that phase;
+    max_regs > 0 caps the registers per thread (benchmarks: room for a preceding kernel's block
+    on the same SM, which programmatic dependent launch needs to overlap it)."""
     flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}", f"-DMIN_BLOCKS={int(blocks_per_sm)}")
     if stop_after:
         flags = (*flags, f"-DSTOP_AFTER={int(stop_after)}")
+    if max_regs:
+        flags = (*flags, f"-DMAX_REGS={int(max_regs)}")
     return build_cubin(_SOURCE, flags, "swap_in")
 
 
 @cache
 def _kernel(device_id: int, unroll: int, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-            stop_after: int = 0) -> tuple[Any, int, int]:
+            stop_after: int = 0, max_regs: int = 0) -> tuple[Any, int, int]:
     """(kernel, SM count, opt-in shared memory limit) on a device; needs sm_90."""
     import cupy as cp
 
     dev = cp.cuda.Device(device_id)
     if int(dev.compute_capability) < 90:
         raise RuntimeError(f"the swap-in kernel is built for sm_90; device has sm_{dev.compute_capability}")
-    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after)), enable_cooperative_groups=True)
+    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after, max_regs)),
+                       enable_cooperative_groups=True)
     kern = mod.get_function("swap_in_lru")
     optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
     kern.max_dynamic_shared_size_bytes = optin - kern.shared_size_bytes
@@ -308,14 +313,14 @@ class HotBuffer:
     set-up (shared-memory clears, this layer's table loads) overlaps the kernel before it in the
     stream; that kernel must not write this layer's tables (in a decode step it is the indexer;
     two launches on the same layer back to back are launched plainly). ``unroll`` and
-    ``blocks_per_sm`` select kernel builds (benchmarks).
+    ``blocks_per_sm`` and ``max_regs`` select kernel builds (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
                  blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "flat",
-                 dup_check: str = "bitmap", pdl: bool = False) -> None:
+                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0) -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -352,7 +357,7 @@ class HotBuffer:
         self._ready = cp.zeros(2 * R, cp.uint64)
         self._epoch = 0
         self.unroll, self.blocks_per_sm = int(unroll), int(blocks_per_sm)
-        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm)
+        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, 0, int(max_regs))
         self.max_grid = _grid_size(self._kern, n_sms, smem_bytes(g.buffer, g.top_k, self.dup_words))
         self.reset()
 
