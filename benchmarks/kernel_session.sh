@@ -61,12 +61,12 @@ step_bench_swap_variants() {
 # benchmark of the new kernel beside the committed one (BASELINE_CU: that commit's swap_in.cu),
 # behind a busy kernel with and without PDL, the alignment gather study and the phase cuts;
 # then memcheck and racecheck of the flat and early orders, PDL launches included.
-step_test_swap_new() { timeout 75 $PY -m pytest -q -p no:cacheprovider -rf tests/test_swap_in_gpu.py; }
+step_test_swap_new() { timeout 60 $PY -m pytest -q -p no:cacheprovider -rf tests/test_swap_in_gpu.py; }
 step_bench_swap_new() {
     local base=()
     [ -n "${BASELINE_CU:-}" ] && base=(--baseline-cu "$BASELINE_CU")
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv
-    timeout 100 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
+    timeout 95 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
         --copy-orders early flat --dup-checks bitmap hash "${base[@]}" --after-kernel --after-max-regs 120 --rowcopy --phases \
         --pool-gib 4 --iters 11 --out "$OUT/swap_in_fixed.csv" --variants-out "$OUT/swap_in_variants.csv" \
         --after-out "$OUT/swap_in_after.csv" --rowcopy-out "$OUT/rowcopy.csv"
@@ -74,10 +74,10 @@ step_bench_swap_new() {
 }
 step_sanitize_new() {
     local sel="small_for_sanitizer and (early or flat)"
-    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+    timeout 45 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
         tests/test_swap_in_gpu.py -k "$sel"
     echo "memcheck rc=$?"
-    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+    timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
         tests/test_swap_in_gpu.py -k "$sel"
     echo "racecheck rc=$?"
 }
