@@ -150,6 +150,23 @@ def launch_floor(cp: Any, kern: Kernels, iters: int = 21) -> dict[str, float]:
             if i >= 2:
                 times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
         out[f"empty_{blocks}"] = statistics.median(times)
+    # launched as the swap-in is: cooperative, one block per SM, 74 KB of dynamic shared memory
+    from cupy_kernels._launch import launch_ex
+
+    kern.empty.max_dynamic_shared_size_bytes = 80_000
+    times = []
+    for i in range(iters + 2):
+        cp.cuda.Device().synchronize()
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        kern.hold()
+        e0.record()
+        launch_ex(kern.empty.kernel.ptr, kern.n_sms, 512, 74_000, cp.cuda.get_current_stream().ptr, (kern.sink,),
+                  cooperative=True, programmatic=False)
+        e1.record()
+        e1.synchronize()
+        if i >= 2:
+            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+    out[f"empty_{kern.n_sms}_cooperative"] = statistics.median(times)
     out["sm_mhz"] = kern.mhz()
     return out
 
@@ -287,18 +304,29 @@ def time_after_kernel(cp: Any, hb: HotBuffer | None, rng: np.random.Generator, m
     return out["launch"] - out["busy"]
 
 
-def rowcopy(cp: Any, pool: PinnedPool, kern: Kernels, memcpy: float, n: int = 100_000, reps: int = 7) -> list[dict]:
+def rowcopy(cp: Any, pool: PinnedPool, kern: Kernels, memcpy: float, n: int = 204_700, reps: int = 7) -> list[dict]:
     """Alignment study: gather n random rows from the pinned pool with the swap-in's loads, for
     row sizes, row strides (a 768 B stride starts every 656 B row on a 128 B line) and load
     granules (0: the row's own 16 B chunks; 64 / 128: whole aligned sectors / lines, the extra
-    bytes discarded). GB/s of row bytes, against cudaMemcpy."""
+    bytes discarded). Rows are drawn as the swap-in at 100% misses reads them (window "request":
+    2047 rows from each 32832-row region in turn, regions in order) or anywhere in the pool
+    (window "pool"). GB/s of row bytes, against cudaMemcpy."""
     rng = np.random.default_rng(1)
-    cases = [(512, 512, 0), (576, 576, 0), (640, 640, 0), (656, 656, 0), (656, 656, 64), (656, 656, 128),
-             (656, 768, 0), (704, 704, 0), (768, 768, 0), (1152, 1152, 0)]
+    cases = [(w, rb, stride, mode) for w in ("request",) for rb, stride, mode in
+             [(512, 512, 0), (576, 576, 0), (640, 640, 0), (656, 656, 0), (656, 656, 64), (656, 656, 128),
+              (656, 768, 0), (704, 704, 0), (768, 768, 0), (1152, 1152, 0)]]
+    cases += [("pool", 640, 640, 0), ("pool", 656, 656, 0)]
     dst = cp.empty(n * 1152, cp.uint8)
     out = []
-    for rb, stride, mode in cases:
-        src = cp.asarray(rng.integers(0, pool.nbytes // stride - 2, n).astype(np.int32))
+    for window, rb, stride, mode in cases:
+        if window == "pool":
+            pos = rng.integers(0, pool.nbytes // stride - 2, n)
+        else:  # as the flat order reads 100 requests x 2047 misses
+            per = 2047
+            regions = np.arange(n // per + 1)[:, None] * MAX_CTX
+            pos = (regions + np.sort(rng.integers(0, MAX_CTX, (regions.shape[0], per)), axis=1)).reshape(-1)[:n]
+            pos = np.minimum(pos, pool.nbytes // stride - 2)
+        src = cp.asarray(pos.astype(np.int32))
         times = []
         for i in range(reps + 2):
             e0, e1 = cp.cuda.Event(), cp.cuda.Event()
@@ -317,10 +345,10 @@ def rowcopy(cp: Any, pool: PinnedPool, kern: Kernels, memcpy: float, n: int = 10
         if not np.array_equal(got, want):
             raise RuntimeError(f"gather rows differ (row {rb}, stride {stride}, mode {mode})")
         gbps = n * rb / statistics.median(times) / 1e9
-        out.append(dict(row_bytes=rb, stride=stride, granule=mode, gbps=round(gbps, 2),
+        out.append(dict(window=window, row_bytes=rb, stride=stride, granule=mode, gbps=round(gbps, 2),
                         pct_memcpy=round(gbps / memcpy, 4)))
-        print(f"rowcopy row {rb:4d} stride {stride:4d} granule {mode:3d}: {gbps:5.1f} GB/s ({gbps / memcpy:5.1%} of memcpy)",
-              flush=True)
+        print(f"rowcopy {window:7s} row {rb:4d} stride {stride:4d} granule {mode:3d}: {gbps:5.1f} GB/s "
+              f"({gbps / memcpy:5.1%} of memcpy)", flush=True)
     return out
 
 
@@ -447,7 +475,7 @@ def time_after_kernels(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern
                             launch="pdl" if pdl else "plain", added_us=round(us, 2)))
             print(f"after busy {args.busy_us:g} us ({name}): empty kernel {'pdl  ' if pdl else 'plain'} "
                   f"adds {us:6.1f} us", flush=True)
-    builds = [(0, [r for r in args.miss_rates if r < 1.0])]
+    builds = [(0, args.after_rates or [r for r in args.miss_rates if r < 1.0])]
     if args.after_max_regs:
         builds.append((args.after_max_regs, [min(args.miss_rates)]))
     for bs in args.batches:
@@ -475,15 +503,16 @@ def time_after_kernels(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern
 
 def time_phases(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern: Kernels, iters: int,
                 dup_checks: list[str]) -> None:
-    """Bookkeeping cut after phase 1..6 (loads, duplicate check, hit lookup, miss ranking, order
-    ranking, miss assignment) and whole (7), copy=False, 656 B rows, hot 4096: where the fixed
-    cost goes. State-changing phases make the later draws approximate; timing only."""
+    """Bookkeeping cut after phase 0..6 (0: before its first load, i.e. the launch and the
+    publishing; loads, duplicate check, hit lookup, miss ranking, order ranking, miss assignment)
+    and whole (7), copy=False, 656 B rows, hot 4096: where the fixed cost goes. State-changing
+    phases make the later draws approximate; timing only."""
     for dup in dup_checks:
         for bs in (1, 100):
             layers = pool.nbytes // (bs * MAX_CTX * 656)
             line = []
             for miss in (n_misses(0.001), n_misses(0.2)):
-                for stop in range(1, 8):
+                for stop in range(0, 8):
                     hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=4096, top_k=K,
                                    row_bytes=656, pool=pool, dup_check=dup)
                     hb.prefill()
@@ -506,7 +535,7 @@ def time_phases(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern: Kerne
                             hb.prefill()
                     line.append(f"{stop}:{statistics.median(times):.1f}")
                     del hb
-                print(f"phases {dup} bs {bs} misses {miss}: " + " ".join(line[-7:]) + " us", flush=True)
+                print(f"phases {dup} bs {bs} misses {miss}: " + " ".join(line[-8:]) + " us", flush=True)
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
@@ -535,8 +564,8 @@ def main() -> None:
     ap.add_argument("--unrolls", type=int, nargs="+", default=[4], help="loads in flight per thread (variants)")
     ap.add_argument("--max-grids", type=int, nargs="+", default=[0],
                     help="caps on blocks per launch, 0 = as many as fit (variants)")
-    ap.add_argument("--copy-orders", nargs="+", default=["flat"], choices=list(COPY_ORDERS),
-                    help="copy phase orders (variants; see HotBuffer); default flat")
+    ap.add_argument("--copy-orders", nargs="+", default=["early"], choices=list(COPY_ORDERS),
+                    help="copy phase orders (variants; see HotBuffer); default early")
     ap.add_argument("--dup-checks", nargs="+", default=["bitmap"], choices=list(DUP_CHECKS),
                     help="duplicate checks (variants; see HotBuffer); default bitmap")
     ap.add_argument("--blocks-per-sm", type=int, nargs="+", default=[1],
@@ -552,6 +581,8 @@ def main() -> None:
     ap.add_argument("--busy-us", type=float, default=20.0, help="length of that busy kernel, us (default 20)")
     ap.add_argument("--after-orders", nargs="+", default=["early"], choices=list(COPY_ORDERS),
                     help="copy orders timed behind the busy kernel (default early)")
+    ap.add_argument("--after-rates", type=float, nargs="+", default=None,
+                    help="miss rates timed behind the busy kernel (default: those of --miss-rates under 1)")
     ap.add_argument("--after-max-regs", type=int, default=0,
                     help="also time behind the busy kernel a build capped at this many registers "
                          "(room for a busy block beside a swap-in block; 0 = no such build)")

@@ -38,7 +38,7 @@
 #ifndef UNROLL
 #define UNROLL 4
 #endif
-#ifndef STOP_AFTER  // timing breakdowns only: end the bookkeeping after phase STOP_AFTER (1..6)
+#ifndef STOP_AFTER  // timing breakdowns only: end the bookkeeping after phase STOP_AFTER (0..6)
 #define STOP_AFTER 99
 #endif
 #define PHASE_END(n)                                  \
@@ -259,6 +259,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         s_sc[SC_EARLY] = 0;        // early word published (ORDER_EARLY)
         s_sc[SC_SELF] = 0;         // rows loaded and stored by this block (ORDER_EARLY)
     }
+    PHASE_END(0)  // timing: the launch and the publishing alone
     // Before the grid-dependency wait: this layer's own tables and shared-memory clears only.
     const int4 m = *reinterpret_cast<const int4*>(a.meta + 4 * r);  // n_used, started, fast, filled
     for (int i0 = tid; i0 < B; i0 += TABLE_BATCH * THREADS) {  // TABLE_BATCH x 2 loads in flight

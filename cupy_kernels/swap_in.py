@@ -228,13 +228,14 @@ def decode_errors(geom: SwapInGeometry, errors: np.ndarray, indices: np.ndarray,
 # Build and load
 # --------------------------------------------------------------------------------------------
 def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-                   stop_after: int = 0, max_regs: int = 0) -> Path:
+                   stop_after: int | None = None, max_regs: int = 0) -> Path:
     """Build (once, cached by source hash and flags) and return the kernel's cubin.
-    stop_after 1..6 builds a timing-breakdown variant whose bookkeeping ends after that phase;
+    stop_after 0..6 builds a timing-breakdown variant whose bookkeeping ends after that phase
+    (0: before its first load);
     max_regs > 0 caps the registers per thread (benchmarks: room for a preceding kernel's block
     on the same SM, which programmatic dependent launch needs to overlap it)."""
     flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}", f"-DMIN_BLOCKS={int(blocks_per_sm)}")
-    if stop_after:
+    if stop_after is not None:
         flags = (*flags, f"-DSTOP_AFTER={int(stop_after)}")
     if max_regs:
         flags = (*flags, f"-DMAX_REGS={int(max_regs)}")
@@ -243,7 +244,7 @@ def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BL
 
 @cache
 def _kernel(device_id: int, unroll: int, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-            stop_after: int = 0, max_regs: int = 0) -> tuple[Any, int, int]:
+            stop_after: int | None = None, max_regs: int = 0) -> tuple[Any, int, int]:
     """(kernel, SM count, opt-in shared memory limit) on a device; needs sm_90."""
     import cupy as cp
 
@@ -319,7 +320,7 @@ class HotBuffer:
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
-                 blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "flat",
+                 blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "early",
                  dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0) -> None:
         import cupy as cp
 
@@ -336,7 +337,9 @@ class HotBuffer:
         self.dup_check = "bitmap" if self.dup_words else "hash"
         self.pdl = bool(pdl)
         self.launch_mode = "plain"  # how the last launch went: plain, pdl+cooperative or pdl
-        self._pdl_cooperative = True  # cleared if the driver refuses PDL with a cooperative launch
+        # PDL launches are not cooperative: measured on the H200 (BENCHMARKS.md), the pair ran
+        # slower than either (bs 100: 52 us against 17; 20% misses 737 against 609 us)
+        self._pdl_cooperative = False
         self._last_layer = -1
         self.initial, self.load_newest = initial, bool(load_newest)
         # flat / hybrid keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
@@ -357,7 +360,7 @@ class HotBuffer:
         self._ready = cp.zeros(2 * R, cp.uint64)
         self._epoch = 0
         self.unroll, self.blocks_per_sm = int(unroll), int(blocks_per_sm)
-        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, 0, int(max_regs))
+        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, None, int(max_regs))
         self.max_grid = _grid_size(self._kern, n_sms, smem_bytes(g.buffer, g.top_k, self.dup_words))
         self.reset()
 
@@ -458,8 +461,10 @@ class HotBuffer:
         return SwapInResult(slots, misses)
 
     def _launch_pdl(self, args: tuple, shared: int) -> None:
-        """Programmatic dependent launch, cooperative too unless the driver refuses the pair (the
-        grid never exceeds what can be resident, so the blocks are co-resident either way)."""
+        """Programmatic dependent launch, not cooperative (``_pdl_cooperative`` asks for both,
+        benchmarks only). The grid never exceeds what can be resident at once, so every block
+        becomes resident once the kernels before it leave the SMs; a block waiting on another
+        cannot keep that one out."""
         import cupy as cp
 
         from ._launch import launch_ex
