@@ -12,14 +12,14 @@
 //      slot outputs, and the request's (host row, device row) copies written to the request's own
 //      segment of the copy list; the owner then publishes (launch epoch, copy count) in one 64-bit
 //      release store;
-//   B. copy, in one of three orders (argument `flat`: 1 flat, 0 per request, 2 hybrid):
-//      flat (default): once every request's word is published (the grid's only wait), the whole
+//   B. copy, in one of four orders (argument `flat`: 1 flat, 0 per request, 2 hybrid, 3 early):
+//      flat: once every request's word is published (the grid's only wait), the whole
 //        grid copies the segments as one list in request order, grid-stride;
 //      per request: request r's rows are copied by its owner and, when the grid has more blocks
 //        than requests, by the blocks b = r + R, r + 2R, ..., which wait for r's word alone;
 //      hybrid: flat, except that a request of at most one pass of rows (SELF_CHUNKS) is copied
 //        by its owner right after its bookkeeping and skipped by the flat phase;
-//      early (3): the copy starts before the bookkeeping ends. Once its misses are ranked the
+//      early (3, the default): the copy starts before the bookkeeping ends. Once its misses are ranked the
 //        owner publishes their sources (a second word per request, `ready[R + r]`); a request of
 //        at most one pass of rows is loaded by its owner into registers right then and stored
 //        once its slots are chosen (no other block waits for it); the others are prefetched by

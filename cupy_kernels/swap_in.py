@@ -342,7 +342,7 @@ class HotBuffer:
         self._pdl_cooperative = False
         self._last_layer = -1
         self.initial, self.load_newest = initial, bool(load_newest)
-        # flat / hybrid keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
+        # flat / hybrid / early keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
         self.copy_order = copy_order if g.requests + 1 <= g.buffer else "request"
         self.pool = pool if pool is not None else PinnedPool(g.host_bytes)
         if self.pool.nbytes < g.host_bytes:
