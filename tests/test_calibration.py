@@ -201,6 +201,25 @@ def test_fused_moe_term_refits_from_its_committed_csv():
         fit_fused_moe_tp(df.drop(columns=["best"]))
 
 
+def test_refit_with_a_broken_fused_moe_csv_is_a_clear_error(tmp_path, capsys):
+    """--refit on a fused_moe_tp CSV missing a column: exit 2 naming the CSVs and the column, the
+    calibration JSON left as it was."""
+    import shutil
+
+    from simulator.cli import main
+
+    for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "gemm-h200.csv", "elementwise-h200.csv",
+                 "indexer-h200.csv", "graph-h200.csv", "grouped_tp-h200.csv"):
+        shutil.copy(f"calibration/{name}", tmp_path / name)
+    pd.read_csv("calibration/fused_moe_tp-h200.csv").drop(columns=["weight_bytes"]).to_csv(
+        tmp_path / "fused_moe_tp-h200.csv", index=False)
+    before = (tmp_path / "h200.json").read_bytes()
+    assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "fused_moe_tp-h200.csv" in err and "weight_bytes" in err and "Traceback" not in err
+    assert (tmp_path / "h200.json").read_bytes() == before
+
+
 def test_loop_helpers_fill_host_rows_and_order_topk_by_step():
     """The two GPU validation loops' shared set-up, on numpy: every host byte written from one
     seeded block (never zero), and the top-k arranged [step, layer, request, k]."""

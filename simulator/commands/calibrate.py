@@ -257,14 +257,20 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if step_tables is not None:
         import dataclasses
 
+        try:
+            step_fit = fit_step_terms(step_tables["gemm"], step_tables["elementwise"], step_tables["indexer"],
+                                      step_tables["graph"], step_tables.get(TP_MOE_TABLE),
+                                      step_tables.get(FUSED_MOE_TABLE))
+        except (KeyError, ValueError) as exc:
+            raise HisparseError(f"{args.out}: the step CSVs ({', '.join(f'{n}-{args.gpu}.csv' for n in step_tables)}) "
+                                f"do not fit: {exc}") from None
         report["step_terms"] = {
             "source": step_source, "model": "t = launch + max(bytes / bandwidth, FLOPs / rate) per kind and dtype; "
             "indexer: launch + key bytes / bandwidth + select x waves x tokens per request",
             "layout": dataclasses.asdict(Layout()), "models": list(grids.STEP_MODELS),
             "grid": {"batches": list(grids.STEP_BATCHES), "indexer": grids.INDEXER_GRID,
                      "elementwise_bytes": list(grids.ELEMENTWISE_BYTES), "graph_kernels": list(grids.GRAPH_KERNELS)},
-            **fit_step_terms(step_tables["gemm"], step_tables["elementwise"], step_tables["indexer"],
-                             step_tables["graph"], step_tables.get(TP_MOE_TABLE), step_tables.get(FUSED_MOE_TABLE))}
+            **step_fit}
         if TP_MOE_TABLE in step_tables:
             report["step_terms"]["grid"]["tp_moe_tokens"] = list(grids.TP_MOE_TOKENS)
             report["step_terms"]["grid"]["tp_moe_ep_control_tokens"] = list(grids.TP_MOE_EP_CONTROL_TOKENS)
