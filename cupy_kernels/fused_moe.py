@@ -56,8 +56,12 @@ def _kernel():
     global _KERNEL
     if _KERNEL is not None:
         return _KERNEL
-    import triton
-    import triton.language as tl
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError as exc:
+        raise RuntimeError(f"the fused-MoE kernel needs Triton with a CUDA PyTorch ({exc}); PyTorch's CUDA "
+                           "wheels ship it") from None
 
     @triton.jit
     def fused_moe_fp8(a_ptr, a_scale_ptr, b_ptr, b_scale_ptr, c_ptr, rw_ptr, sorted_ptr, expert_ptr, padded_ptr,

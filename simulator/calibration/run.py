@@ -94,6 +94,13 @@ def measure_fused_moe_tp(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     import cupy as cp
     import torch
 
+    from ..errors import HisparseError
     from .fused_moe_measure import fused_moe_tp_table
+
+    try:
+        import triton  # noqa: F401  (the kernel's compiler; PyTorch's CUDA wheels ship it)
+    except ImportError:
+        raise HisparseError("calibrate: the fused-MoE table needs Triton (pip install triton, or a CUDA build "
+                            "of PyTorch, which ships it)") from None
 
     return {FUSED_MOE_TABLE: fused_moe_tp_table(torch, reps=max(args.iters, 10), seed=args.seed, cp=cp)}
