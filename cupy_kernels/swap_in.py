@@ -307,14 +307,17 @@ class HotBuffer:
     ``copy_order``: "flat" (the grid copies all requests' rows as one list once every request's
     bookkeeping is published), "request" (each request's rows as soon as its own bookkeeping
     is), "hybrid" (flat, but requests of a few rows copied by their owner at once) or "early"
-    (the copy starts before the bookkeeping ends: sources published once the misses are ranked,
-    small requests loaded by their owner meanwhile); see swap_in.cu. ``dup_check``: "bitmap"
+    (the default, fastest on the H200: the copy starts before the bookkeeping ends, sources
+    published once the misses are ranked, small requests loaded by their owner meanwhile); see
+    swap_in.cu. flat, hybrid and early need requests + 1 <= device_buffer_size, else the
+    request order is used. ``dup_check``: "bitmap"
     (one bit per position in shared memory; falls back to the hash table when max_ctx bits do
     not fit) or "hash". ``pdl``: launch with programmatic dependent launch, so that the kernel's
     set-up (shared-memory clears, this layer's table loads) overlaps the kernel before it in the
     stream; that kernel must not write this layer's tables (in a decode step it is the indexer;
-    two launches on the same layer back to back are launched plainly). ``unroll`` and
-    ``blocks_per_sm`` and ``max_regs`` select kernel builds (benchmarks).
+    two launches on the same layer back to back are launched plainly; measured gain about 1 us,
+    BENCHMARKS.md). ``unroll``, ``blocks_per_sm`` and ``max_regs`` select kernel builds
+    (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
