@@ -52,6 +52,41 @@ SMEM_BYTES_NARROW = {
     "fp8": _SMEM_NARROW_FIXED + _SMEM_TILE,
 }
 NARROW_CTAS_PER_SM = {"bf16": 1, "fp8": 2}
+# warp-specialised wide kernel: Q, two bf16 tiles, P, row scales + slots + mbarriers, align
+# (mirrors mla_ws_body in sparse_attention.cu)
+WS_THREADS = 384
+_SMEM_WS = _SMEM_Q + 2 * _SMEM_TILE + HEADS_PER_CTA * 128 + (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 32) + 1024
+
+
+class WideVariant(NamedTuple):
+    """One implementation of the wide kernel (H a multiple of 64): kernel-name prefix, threads, smem."""
+
+    prefix: str
+    threads: int
+    smem: int
+    doc: str
+
+
+# The wide-kernel implementations, selectable so a benchmark can time them side by side.
+WIDE_VARIANTS = {
+    "ws": WideVariant("mla_decode_ws_", WS_THREADS, _SMEM_WS,
+                      "warp-specialised: producer warpgroup + two consumer warpgroups (S N=64, P V split)"),
+    "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
+                          "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
+}
+DEFAULT_WIDE_VARIANT = "ws"
+VARIANT_ENV = "HISPARSE_MLA_VARIANT"
+
+
+def resolve_variant(variant: str | None) -> str:
+    """The wide-kernel variant to run: the argument, else $HISPARSE_MLA_VARIANT, else the default."""
+    import os
+
+    name = variant if variant is not None else os.environ.get(VARIANT_ENV, DEFAULT_WIDE_VARIANT)
+    if name not in WIDE_VARIANTS:
+        src = "variant" if variant is not None else f"${VARIANT_ENV}"
+        raise ValueError(f"{src} must be one of {tuple(WIDE_VARIANTS)}, got {name!r}")
+    return name
 
 
 class MLADims(NamedTuple):
@@ -145,8 +180,9 @@ def _kernels(device_id: int) -> dict[str, Any]:
     mod = cp.RawModule(path=str(compiled_cubin()))
     kerns: dict[str, Any] = {}
     for name in KV_DTYPES:
-        kerns[name] = mod.get_function(f"mla_decode_{name}")
-        kerns[name].max_dynamic_shared_size_bytes = SMEM_BYTES[name]
+        for var, spec in WIDE_VARIANTS.items():
+            kerns[f"{var}_{name}"] = mod.get_function(f"{spec.prefix}{name}")
+            kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = spec.smem
         kerns[f"narrow_{name}"] = mod.get_function(f"mla_decode_narrow_{name}")
         kerns[f"narrow_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
     kerns["combine"] = mod.get_function("mla_combine")
@@ -168,6 +204,7 @@ def sparse_mla_decode(
     lse: Any | None = None,
     n_splits: int | None = None,
     workspace: Any | None = None,
+    variant: str | None = None,
 ) -> MLADecodeResult:
     """Sparse absorbed-MLA decode attention for one layer.
 
@@ -181,12 +218,15 @@ def sparse_mla_decode(
     workspace: optional float32 cupy array of at least `workspace_elems(B, H, k)` elements
     (B x T and T x H as folded) for the split partials; pass one when capturing the call into a
     CUDA graph (no allocation inside).
+    variant: wide-kernel implementation (H a multiple of 64), a key of WIDE_VARIANTS; default
+    $HISPARSE_MLA_VARIANT, else DEFAULT_WIDE_VARIANT.  The narrow kernel has one implementation.
     """
     import cupy as cp
 
     for name, a in (("q", q), ("kv", kv), ("slots", slots)):
         if not isinstance(a, cp.ndarray):
             raise ValueError(f"{name} must be a cupy array on the GPU")
+    var = resolve_variant(variant)
     q3, slots2, out_shape = fold_query_tokens(q, slots)
     dims = validate_inputs(q3, kv, slots2, kv_dtype)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
@@ -207,7 +247,8 @@ def sparse_mla_decode(
     args = (q3, kv, slots2, np.int64(dims.n_rows), np.int32(dims.heads), np.int32(dims.k),
             np.float32(scale * math.log2(math.e)), np.int32(per), out, lse, part_o, part_lse)
     if hpc == HEADS_PER_CTA:
-        kerns[kv_dtype](grid, (THREADS,), args, shared_mem=SMEM_BYTES[kv_dtype])
+        spec = WIDE_VARIANTS[var]
+        kerns[f"{var}_{kv_dtype}"](grid, (spec.threads,), args, shared_mem=spec.smem)
     else:
         kerns[f"narrow_{kv_dtype}"](grid, (NARROW_THREADS,), args, shared_mem=SMEM_BYTES_NARROW[kv_dtype])
     if splits > 1:

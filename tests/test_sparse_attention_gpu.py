@@ -22,6 +22,7 @@ from cupy_kernels.mla_reference import (
 
 pytestmark = pytest.mark.gpu
 REL_TOL = 1e-2
+WIDE = ["ws", "serial"]  # wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS)
 N_ROWS = 6000
 
 
@@ -59,13 +60,13 @@ def _make_case(seed: int, batch: int, heads: int, k: int, kv_dtype: str, tokens:
 
 
 def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, workspace=False, tokens=0,
-                   own_slots=False):
+                   own_slots=False, variant=None):
     import cupy as cp
 
     from cupy_kernels.sparse_attention import sparse_mla_decode, workspace_elems
 
     msg = (f"seed={seed} B={batch} H={heads} k={k} kv={kv_dtype} n_splits={n_splits} T={tokens} "
-           f"own_slots={own_slots}")
+           f"own_slots={own_slots} variant={variant}")
     q_bits, kv, rows_seen, slots = _make_case(seed, batch, heads, k, kv_dtype, tokens, own_slots)
     scale = scale if scale is not None else D_QK**-0.5
     lead = q_bits.shape[:-1]
@@ -74,7 +75,7 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
     n_q = int(np.prod(lead))
     ws = cp.full(workspace_elems(n_q // heads, heads, k), np.nan, cp.float32) if workspace else None
     res = sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), scale, kv_dtype,
-                            out=out, lse=lse, n_splits=n_splits, workspace=ws)
+                            out=out, lse=lse, n_splits=n_splits, workspace=ws, variant=variant)
     cp.cuda.Device().synchronize()
     assert res.out.shape == lead + (512,) and res.lse.shape == lead, msg
     got = (cp.asnumpy(out).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -97,17 +98,27 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
             assert rb <= 2 * REL_TOL, f"request {b} rel err {rb:.2e} ({msg})"
 
 
+@pytest.mark.parametrize("variant", WIDE)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("heads", [64, 128])
-def test_matches_reference_k2048(kv_dtype, heads):
-    _run_and_check(_fresh_seed(), 3, heads, 2048, kv_dtype)
+def test_matches_reference_k2048(kv_dtype, heads, variant):
+    _run_and_check(_fresh_seed(), 3, heads, 2048, kv_dtype, variant=variant)
 
 
+@pytest.mark.parametrize("variant", WIDE)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("n_splits", [1, 5])
-def test_split_paths_and_ragged_k(kv_dtype, n_splits):
+def test_split_paths_and_ragged_k(kv_dtype, n_splits, variant):
     # k = 1000 is not a multiple of the 64-token tile; splits 1 (direct) and 5 (combine kernel)
-    _run_and_check(_fresh_seed(), 4, 128, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1)
+    _run_and_check(_fresh_seed(), 4, 128, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1, variant=variant)
+
+
+@pytest.mark.parametrize("variant", WIDE)
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("k", [64, 100, 192])
+def test_few_tiles(kv_dtype, k, variant):
+    # 1, 2 and 3 tiles: the warp-specialised kernel's buffer ring before it reaches steady state
+    _run_and_check(_fresh_seed(), 3, 64, k, kv_dtype, n_splits=1, variant=variant)
 
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
@@ -124,10 +135,12 @@ def test_narrow_split_paths_and_ragged_k(kv_dtype, n_splits):
 
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
-@pytest.mark.parametrize("heads, own_slots", [(8, False), (8, True), (64, False), (64, True), (16, True)])
-def test_mtp_two_tokens(kv_dtype, heads, own_slots):
+@pytest.mark.parametrize("heads, own_slots, variant", [(8, False, None), (8, True, None), (16, True, None),
+                                                       (64, False, "ws"), (64, True, "ws"),
+                                                       (64, False, "serial"), (64, True, "serial")])
+def test_mtp_two_tokens(kv_dtype, heads, own_slots, variant):
     # 2 query tokens per request: shared selection (T x H heads) or one selection per token
-    _run_and_check(_fresh_seed(), 3, heads, 1024, kv_dtype, tokens=2, own_slots=own_slots)
+    _run_and_check(_fresh_seed(), 3, heads, 1024, kv_dtype, tokens=2, own_slots=own_slots, variant=variant)
 
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
@@ -139,15 +152,21 @@ def test_narrow_all_masked_batch():
     _run_and_check(_fresh_seed(), 2, 8, 256, "fp8")  # request 1 fully masked
 
 
+@pytest.mark.parametrize("variant", WIDE)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
-def test_sharp_softmax(kv_dtype):
+@pytest.mark.parametrize("n_splits", [None, 1])
+def test_sharp_softmax(kv_dtype, variant, n_splits):
     # a larger scale makes the softmax peaky: exercises the running-max rescale.  (Much sharper
     # softmaxes amplify the bf16 rounding of dequantised fp8 values past 1e-2: scale 0.4 gave 1.07e-2.)
-    _run_and_check(_fresh_seed(), 2, 64, 2048, kv_dtype, scale=0.1)
+    # n_splits=1: all 32 tiles in one CTA, so the running-max rescale runs inside the kernel
+    _run_and_check(_fresh_seed(), 2, 64, 2048, kv_dtype, scale=0.1, n_splits=n_splits, variant=variant)
 
 
-def test_all_masked_batch():
-    _run_and_check(_fresh_seed(), 2, 64, 256, "bf16")  # request 1 fully masked
+@pytest.mark.parametrize("variant", WIDE)
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("n_splits", [None, 1])
+def test_all_masked_batch(kv_dtype, variant, n_splits):
+    _run_and_check(_fresh_seed(), 2, 64, 256, kv_dtype, n_splits=n_splits, variant=variant)  # request 1 fully masked
 
 
 def test_rejects_host_arrays():
