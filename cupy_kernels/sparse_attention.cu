@@ -564,6 +564,35 @@ __device__ __forceinline__ void dequant_row_smem(uint32_t tile, const RawRegs<2>
     }
 }
 
+// FP8 producer, rolling: unit m of this tile is dequantised into shared memory, then the same
+// registers take unit m of the next tile's row (slot s_next; -1 loads zeros), so the next tile's
+// loads are in flight while this tile converts instead of after it.
+__device__ __forceinline__ void dequant_row_roll(uint32_t tile, RawRegs<2>& r, int row, int q, const uint8_t* kv,
+                                                 int s_next) {
+    constexpr int MS = 16;
+    float sc[4];
+    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, 2));
+    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, 2));
+    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, 2));
+    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, 2));
+    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(s_next, 0) * FP8_ROW) + q;
+#pragma unroll
+    for (int m = 0; m < RawRegs<2>::N; ++m) {
+        const int u = q + 2 * m;
+        if (m < MS) {
+            uint4 lo, hi;
+            e4m3x16_to_bf16(r.v[m], sc[(2 * m) >> 3], lo, hi);
+            const uint32_t chunk = tile + ((2 * m) >> 2) * CHUNK_BYTES;
+            st_shared16(chunk + swz(row, (u & 3) * 2), lo);
+            st_shared16(chunk + swz(row, (u & 3) * 2 + 1), hi);
+        } else if (u >= 33 && u <= 40) {
+            st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
+        }
+        const bool ok = s_next >= 0 && u < FP8_ROW / 16;
+        r.v[m] = ok ? __ldg(src + 2 * m) : make_uint4(0, 0, 0, 0);
+    }
+}
+
 // One warpgroup's half of O (columns 256 wg .. 256 wg + 255), normalised by inv, to out (bf16)
 // or to the split partials (fp32).
 __device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
@@ -594,7 +623,10 @@ __device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const fl
     }
 }
 
-template <bool FP8>
+// PROD selects the producer: 0 = bf16 by two 64-thread halves (one per buffer, cp.async, wait
+// for all), FP8 dequantised after the next tile's loads land; 1 = bf16 by all 128 threads with the
+// next tile issued before this one is waited on (cp.async groups), FP8 rolling (dequant_row_roll).
+template <bool FP8, int PROD>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -621,8 +653,8 @@ __device__ __forceinline__ void mla_ws_body(
     const int cq = (lane & 3) * 2;
 
     if (tid == 0) {
-        mbar_init(full0, FP8 ? 128 : 64);
-        mbar_init(full0 + 8, FP8 ? 128 : 64);
+        mbar_init(full0, (FP8 || PROD == 1) ? 128 : 64);
+        mbar_init(full0 + 8, (FP8 || PROD == 1) ? 128 : 64);
         mbar_init(empty0, 256);
         mbar_init(empty0 + 8, 256);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -802,7 +834,33 @@ __device__ __forceinline__ void mla_ws_body(
     } else {
         // ------------------------------ producer: gather (and dequantise) tiles ---------------
         reg_dealloc<120>();
-        if (!FP8) {
+        if (!FP8 && PROD == 1) {
+            const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
+            int nxt = ltid < TILE ? fetch_slot(slots_b, tok_begin + ltid, tok_end, n_rows) : -1;
+            if (n_tiles > 0) {
+                if (ltid < TILE) slot_sm[ltid] = nxt;
+                named_sync(BAR_PROD0, 128);
+                nxt = ltid < TILE ? fetch_slot(slots_b, tok_begin + TILE + ltid, tok_end, n_rows) : -1;
+                load_tile_bf16<128>(kv_s0, kv16, slot_sm, ltid);
+                cp_async_commit();
+            }
+            for (int it = 0; it < n_tiles; ++it) {
+                if (it + 1 < n_tiles) {  // tile it+1 in flight before tile it is waited on
+                    const int b1 = (it + 1) & 1;
+                    if (it + 1 >= 2) mbar_wait(empty0 + 8 * b1, (((it + 1) >> 1) - 1) & 1);
+                    if (ltid < TILE) slot_sm[b1 * TILE + ltid] = nxt;
+                    named_sync(BAR_PROD0, 128);
+                    nxt = ltid < TILE ? fetch_slot(slots_b, tok_begin + (it + 2) * TILE + ltid, tok_end, n_rows) : -1;
+                    load_tile_bf16<128>(kv_s0 + b1 * TILE_BYTES, kv16, slot_sm + b1 * TILE, ltid);
+                    cp_async_commit();
+                    cp_async_wait1();
+                } else {
+                    cp_async_wait_all();
+                }
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * (it & 1));
+            }
+        } else if (!FP8) {
             const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
             const int half = ltid >> 6, lt = ltid & 63;  // half h fills buffer h with tiles h, h + 2, ...
             const uint32_t kvb = kv_s0 + half * TILE_BYTES;
@@ -818,6 +876,23 @@ __device__ __forceinline__ void mla_ws_body(
                 cp_async_wait_all();
                 fence_proxy_async();
                 mbar_arrive(full0 + 8 * half);
+            }
+        } else if (PROD == 1) {
+            const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
+            const int row = ltid >> 1, qq = ltid & 1;
+            RawRegs<2> raw;
+            int s_cur = fetch_slot(slots_b, tok_begin + row, tok_end, n_rows);
+            int s_nxt = fetch_slot(slots_b, tok_begin + TILE + row, tok_end, n_rows);
+            load_raw_row(raw, kv8, s_cur, qq);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int buf = it & 1;
+                if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
+                if (qq == 0) slot_sm[buf * TILE + row] = s_cur;
+                dequant_row_roll(kv_s0 + buf * TILE_BYTES, raw, row, qq, kv8, s_nxt);  // loads tile it+1
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * buf);
+                s_cur = s_nxt;
+                s_nxt = fetch_slot(slots_b, tok_begin + (it + 2) * TILE + row, tok_end, n_rows);
             }
         } else {
             const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
@@ -844,11 +919,19 @@ __device__ __forceinline__ void mla_ws_body(
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_bf16(MLA_ARGS) {
-    mla_ws_body<false>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+    mla_ws_body<false, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_fp8(MLA_ARGS) {
-    mla_ws_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+    mla_ws_body<true, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws1_bf16(MLA_ARGS) {
+    mla_ws_body<false, 0>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws1_fp8(MLA_ARGS) {
+    mla_ws_body<true, 0>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -70,19 +70,25 @@ class WideVariant(NamedTuple):
 # The wide-kernel implementations, selectable so a benchmark can time them side by side.
 WIDE_VARIANTS = {
     "ws": WideVariant("mla_decode_ws_", WS_THREADS, _SMEM_WS,
-                      "warp-specialised: producer warpgroup + two consumer warpgroups (S N=64, P V split)"),
+                      "warp-specialised: producer warpgroup + two consumer warpgroups (S N=64, P V split); "
+                      "bf16 tiles by all 128 producer threads, next tile issued first; FP8 rows dequantised "
+                      "while the next tile's rows load"),
+    "ws1": WideVariant("mla_decode_ws1_", WS_THREADS, _SMEM_WS,
+                       "ws with the first producer: bf16 by two 64-thread halves, one per buffer; FP8 "
+                       "dequantised after the next tile's rows have landed"),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
-DEFAULT_WIDE_VARIANT = "ws"
+DEFAULT_WIDE_VARIANT = {"bf16": "serial", "fp8": "ws"}  # the fastest correct one per layout, measured
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 
-def resolve_variant(variant: str | None) -> str:
-    """The wide-kernel variant to run: the argument, else $HISPARSE_MLA_VARIANT, else the default."""
+def resolve_variant(variant: str | None, kv_dtype: str = "bf16") -> str:
+    """The wide-kernel variant to run: the argument, else $HISPARSE_MLA_VARIANT, else the
+    layout's default (DEFAULT_WIDE_VARIANT)."""
     import os
 
-    name = variant if variant is not None else os.environ.get(VARIANT_ENV, DEFAULT_WIDE_VARIANT)
+    name = variant if variant is not None else os.environ.get(VARIANT_ENV, DEFAULT_WIDE_VARIANT.get(kv_dtype, "ws"))
     if name not in WIDE_VARIANTS:
         src = "variant" if variant is not None else f"${VARIANT_ENV}"
         raise ValueError(f"{src} must be one of {tuple(WIDE_VARIANTS)}, got {name!r}")
@@ -226,7 +232,7 @@ def sparse_mla_decode(
     for name, a in (("q", q), ("kv", kv), ("slots", slots)):
         if not isinstance(a, cp.ndarray):
             raise ValueError(f"{name} must be a cupy array on the GPU")
-    var = resolve_variant(variant)
+    var = resolve_variant(variant, kv_dtype)
     q3, slots2, out_shape = fold_query_tokens(q, slots)
     dims = validate_inputs(q3, kv, slots2, kv_dtype)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):

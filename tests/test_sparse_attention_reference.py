@@ -245,7 +245,8 @@ def test_fold_query_tokens_matches_reference_semantics():
 def test_wide_variant_selection(monkeypatch):
     # the argument wins over $HISPARSE_MLA_VARIANT, which wins over the default; bad names are refused
     monkeypatch.delenv(VARIANT_ENV, raising=False)
-    assert resolve_variant(None) == DEFAULT_WIDE_VARIANT
+    for kv_dtype in ("bf16", "fp8"):
+        assert resolve_variant(None, kv_dtype) == DEFAULT_WIDE_VARIANT[kv_dtype] in WIDE_VARIANTS
     monkeypatch.setenv(VARIANT_ENV, "serial")
     assert resolve_variant(None) == "serial"
     assert resolve_variant("ws") == "ws"
@@ -258,6 +259,6 @@ def test_wide_variant_selection(monkeypatch):
 
 def test_wide_variants_fit_one_block_of_shared_memory():
     # sm_90 gives one block at most 227 KB of dynamic shared memory
-    assert set(WIDE_VARIANTS) == {"ws", "serial"}
+    assert set(WIDE_VARIANTS) == {"ws", "ws1", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
