@@ -477,14 +477,19 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
 }
+// BOUNDED (variant ws2, not yet run on a GPU): a handoff that never comes ends the wait after
+// 2^20 polls (a legitimate wait is a few hundred), so a protocol bug gives wrong outputs,
+// which the tests catch, instead of a hung GPU.
+template <bool BOUNDED = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     uint32_t ok = 0;
-    while (!ok) {
+    for (uint32_t n = 0; !ok; ++n) {
         asm volatile(
             "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
             : "=r"(ok)
             : "r"(bar), "r"(parity)
             : "memory");
+        if (BOUNDED && n > (1u << 20)) break;
     }
 }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
@@ -623,9 +628,13 @@ __device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const fl
     }
 }
 
-// PROD selects the producer: 0 = bf16 by two 64-thread halves (one per buffer, cp.async, wait
-// for all), FP8 dequantised after the next tile's loads land; 1 = bf16 by all 128 threads with the
-// next tile issued before this one is waited on (cp.async groups), FP8 rolling (dequant_row_roll).
+// PROD selects the producer: 0 (variant "ws", run and measured) = bf16 by two 64-thread halves,
+// one per buffer, cp.async then wait for all; FP8 dequantised after the next tile's loads land.
+// 1 (variant "ws2", NOT yet run on a GPU in its present form) = bf16 by all 128 threads with the
+// next tile issued before this one is waited on (cp.async groups); FP8 rolling (dequant_row_roll).
+// With PROD 1 bf16 the producer waits for tile t-1's buffer before it signals tile t, so WG0 must
+// free tile t-1 before it waits for tile t (EARLY_FREE): the first version freed it only after
+// issuing S of tile t and deadlocked on the GPU with more than one tile per CTA.
 template <bool FP8, int PROD>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
@@ -685,10 +694,15 @@ __device__ __forceinline__ void mla_ws_body(
         float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
         const uint64_t dq = make_desc(q_s, 16, 1024);
 
+        constexpr bool EARLY_FREE = PROD == 1 && !FP8;
         for (int it = 0; it < n_tiles; ++it) {
             const int buf = it & 1;
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
-            mbar_wait(full0 + 8 * buf, (it >> 1) & 1);
+            if (EARLY_FREE && it > 0) {
+                wgmma_wait0();  // P V of tile it-1 done: its buffer is free
+                mbar_arrive(empty0 + 8 * (buf ^ 1));
+            }
+            mbar_wait<PROD == 1>(full0 + 8 * buf, (it >> 1) & 1);
 
             // ---- S = Q K^T: 64 heads x 64 tokens, 36 k-steps ----
             const uint64_t dk = make_desc(kv_cur, 16, 1024);
@@ -705,7 +719,7 @@ __device__ __forceinline__ void mla_ws_body(
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int c = 0; c < 2; ++c) valid |= (slot_sm[buf * TILE + j * 8 + cq + c] >= 0 ? 1u : 0u) << (j * 2 + c);
-            if (it > 0) {
+            if (!EARLY_FREE && it > 0) {
                 wgmma_wait1();  // P V of tile it-1 done: its buffer is free
                 mbar_arrive(empty0 + 8 * (buf ^ 1));
             }
@@ -808,7 +822,7 @@ __device__ __forceinline__ void mla_ws_body(
         for (int it = 0; it < n_tiles; ++it) {
             const int buf = it & 1;
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
-            mbar_wait(full0 + 8 * buf, (it >> 1) & 1);
+            mbar_wait<PROD == 1>(full0 + 8 * buf, (it >> 1) & 1);
             named_sync(BAR_P_READY, 256);
             const float a0 = s_scale[r0], a1 = s_scale[r0 + 8];
 #pragma unroll
@@ -847,7 +861,7 @@ __device__ __forceinline__ void mla_ws_body(
             for (int it = 0; it < n_tiles; ++it) {
                 if (it + 1 < n_tiles) {  // tile it+1 in flight before tile it is waited on
                     const int b1 = (it + 1) & 1;
-                    if (it + 1 >= 2) mbar_wait(empty0 + 8 * b1, (((it + 1) >> 1) - 1) & 1);
+                    if (it + 1 >= 2) mbar_wait<PROD == 1>(empty0 + 8 * b1, (((it + 1) >> 1) - 1) & 1);
                     if (ltid < TILE) slot_sm[b1 * TILE + ltid] = nxt;
                     named_sync(BAR_PROD0, 128);
                     nxt = ltid < TILE ? fetch_slot(slots_b, tok_begin + (it + 2) * TILE + ltid, tok_end, n_rows) : -1;
@@ -867,7 +881,7 @@ __device__ __forceinline__ void mla_ws_body(
             int* sl = slot_sm + half * TILE;
             int nxt = fetch_slot(slots_b, tok_begin + half * TILE + lt, tok_end, n_rows);
             for (int it = half, use = 0; it < n_tiles; it += 2, ++use) {
-                if (use > 0) mbar_wait(empty0 + 8 * half, (use - 1) & 1);
+                if (use > 0) mbar_wait<PROD == 1>(empty0 + 8 * half, (use - 1) & 1);
                 sl[lt] = nxt;
                 named_sync(BAR_PROD0 + half, 64);
                 nxt = fetch_slot(slots_b, tok_begin + (it + 2) * TILE + lt, tok_end, n_rows);
@@ -886,7 +900,7 @@ __device__ __forceinline__ void mla_ws_body(
             load_raw_row(raw, kv8, s_cur, qq);
             for (int it = 0; it < n_tiles; ++it) {
                 const int buf = it & 1;
-                if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
+                if (it >= 2) mbar_wait<PROD == 1>(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
                 if (qq == 0) slot_sm[buf * TILE + row] = s_cur;
                 dequant_row_roll(kv_s0 + buf * TILE_BYTES, raw, row, qq, kv8, s_nxt);  // loads tile it+1
                 fence_proxy_async();
@@ -903,7 +917,7 @@ __device__ __forceinline__ void mla_ws_body(
             load_raw_row(raw, kv8, s_cur, qq);
             for (int it = 0; it < n_tiles; ++it) {
                 const int buf = it & 1;
-                if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
+                if (it >= 2) mbar_wait<PROD == 1>(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
                 if (qq == 0) slot_sm[buf * TILE + row] = s_cur;
                 dequant_row_smem(kv_s0 + buf * TILE_BYTES, raw, row, qq);
                 fence_proxy_async();
@@ -919,19 +933,19 @@ __device__ __forceinline__ void mla_ws_body(
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_bf16(MLA_ARGS) {
-    mla_ws_body<false, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-
-extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_fp8(MLA_ARGS) {
-    mla_ws_body<true, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-
-extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws1_bf16(MLA_ARGS) {
     mla_ws_body<false, 0>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
-extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws1_fp8(MLA_ARGS) {
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_fp8(MLA_ARGS) {
     mla_ws_body<true, 0>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {
+    mla_ws_body<false, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_fp8(MLA_ARGS) {
+    mla_ws_body<true, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 // ---------------------------------------------------------------------------------------------

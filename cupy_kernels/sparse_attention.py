@@ -8,6 +8,9 @@ cubin (cached) rather than through NVRTC's default architecture.
 Two kernels share one contract: H a multiple of 64 runs the wide kernel (64 heads per CTA, heads
 as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the narrow kernel
 (16 heads per CTA, the tile's tokens as M), so no tensor-core work goes to padding heads.
+The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a producer
+warpgroup, the two-warpgroup "serial"), chosen per call, by $HISPARSE_MLA_VARIANT, or per KV
+layout by default (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests).
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
 share one top-k selection (slots [B, k]) are folded into the heads, tokens with their own
 selection (slots [B, T, k]) into the batch.
@@ -71,15 +74,17 @@ class WideVariant(NamedTuple):
 WIDE_VARIANTS = {
     "ws": WideVariant("mla_decode_ws_", WS_THREADS, _SMEM_WS,
                       "warp-specialised: producer warpgroup + two consumer warpgroups (S N=64, P V split); "
-                      "bf16 tiles by all 128 producer threads, next tile issued first; FP8 rows dequantised "
-                      "while the next tile's rows load"),
-    "ws1": WideVariant("mla_decode_ws1_", WS_THREADS, _SMEM_WS,
-                       "ws with the first producer: bf16 by two 64-thread halves, one per buffer; FP8 "
-                       "dequantised after the next tile's rows have landed"),
+                      "bf16 tiles by two 64-thread producer halves, one per buffer; FP8 rows dequantised "
+                      "once the next tile's rows have landed"),
+    "ws2": WideVariant("mla_decode_ws2_", WS_THREADS, _SMEM_WS,
+                       "ws with a second producer, not yet run on a GPU: bf16 by all 128 threads, the next "
+                       "tile issued before this one is waited on; FP8 rows dequantised while the next "
+                       "tile's rows load"),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
-DEFAULT_WIDE_VARIANT = {"bf16": "serial", "fp8": "ws"}  # the fastest correct one per layout, measured
+# the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md)
+DEFAULT_WIDE_VARIANT = {"bf16": "serial", "fp8": "ws"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 

@@ -22,7 +22,7 @@ from cupy_kernels.mla_reference import (
 
 pytestmark = pytest.mark.gpu
 REL_TOL = 1e-2
-WIDE = ["ws", "ws1", "serial"]  # wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS)
+WIDE = ["ws", "ws2", "serial"]  # wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS)
 N_ROWS = 6000
 
 
