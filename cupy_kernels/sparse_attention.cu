@@ -598,6 +598,19 @@ __device__ __forceinline__ void dequant_row_roll(uint32_t tile, RawRegs<2>& r, i
     }
 }
 
+// bf16 rows rg + 16 p (p < 4) of a tile, units sub + 8 c (c < 9) of each, by cp.async into the
+// swizzled tile at `tile`; slot < 0 writes zeros.  36 copies per thread, addresses from registers.
+__device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* kv, const int (&sl)[4], int rg, int sub) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const int row = rg + 16 * p, slot = sl[p];
+        const uint16_t* src = kv + (slot >= 0 ? (long long)slot * D_QK : 0) + sub * 8;
+#pragma unroll
+        for (int c = 0; c < NCHUNK; ++c)
+            cp_async16(tile + c * CHUNK_BYTES + swz(row, sub), src + c * 64, slot >= 0 ? 16 : 0);
+    }
+}
+
 // One warpgroup's half of O (columns 256 wg .. 256 wg + 255), normalised by inv, to out (bf16)
 // or to the split partials (fp32).
 __device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
@@ -630,8 +643,9 @@ __device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const fl
 
 // PROD selects the producer: 0 (variant "ws", run and measured) = bf16 by two 64-thread halves,
 // one per buffer, cp.async then wait for all; FP8 dequantised after the next tile's loads land.
-// 1 (variant "ws2", NOT yet run on a GPU in its present form) = bf16 by all 128 threads with the
-// next tile issued before this one is waited on (cp.async groups); FP8 rolling (dequant_row_roll).
+// 1 (variant "ws2", NOT yet run on a GPU in its present form) = bf16 by all 128 threads, slots
+// in registers (issue_rows_bf16), the next tile issued before this one is waited on (cp.async
+// groups); FP8 rolling (dequant_row_roll); shared memory addressed as such (LDS/STS, see smem).
 // With PROD 1 bf16 the producer waits for tile t-1's buffer before it signals tile t, so WG0 must
 // free tile t-1 before it waits for tile t (EARLY_FREE): the first version freed it only after
 // issuing S of tile t and deadlocked on the GPU with more than one tile per CTA.
@@ -642,7 +656,10 @@ __device__ __forceinline__ void mla_ws_body(
     uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
     float* __restrict__ part_lse) {
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    // PROD 1: aligned by pointer arithmetic, so the compiler keeps the shared address space and
+    // emits LDS/STS (the integer round trip of PROD 0 turns every access into a generic LD/ST)
+    uint8_t* smem = PROD == 1 ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u)
+                              : reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     uint8_t* p_sm = smem + Q_BYTES + 2 * TILE_BYTES;
     float* s_scale = reinterpret_cast<float*>(p_sm + P_BYTES);  // [64] alpha of the current tile (WG0 -> WG1)
     float* s_oscale = s_scale + HEADS_PER_CTA;                   // [64] 1 / row sum (epilogue)
@@ -849,24 +866,38 @@ __device__ __forceinline__ void mla_ws_body(
         // ------------------------------ producer: gather (and dequantise) tiles ---------------
         reg_dealloc<120>();
         if (!FP8 && PROD == 1) {
+            // thread = (row group rg, unit sub): rows rg + 16 p (p < 4), units sub + 8 c of each
+            // (c < 9: chunk c, unit sub), so 8 lanes read one 128-byte piece of a row; the slots
+            // stay in registers (read from global a tile ahead), no dependent load before a copy
             const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
-            int nxt = ltid < TILE ? fetch_slot(slots_b, tok_begin + ltid, tok_end, n_rows) : -1;
+            const int sub = ltid & 7, rg = ltid >> 3;
+            int sa[4], sb[4];
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                sa[p] = fetch_slot(slots_b, tok_begin + rg + 16 * p, tok_end, n_rows);
+                sb[p] = fetch_slot(slots_b, tok_begin + TILE + rg + 16 * p, tok_end, n_rows);
+            }
             if (n_tiles > 0) {
-                if (ltid < TILE) slot_sm[ltid] = nxt;
-                named_sync(BAR_PROD0, 128);
-                nxt = ltid < TILE ? fetch_slot(slots_b, tok_begin + TILE + ltid, tok_end, n_rows) : -1;
-                load_tile_bf16<128>(kv_s0, kv16, slot_sm, ltid);
+                issue_rows_bf16(kv_s0, kv16, sa, rg, sub);
+                if (sub == 0) {
+#pragma unroll
+                    for (int p = 0; p < 4; ++p) slot_sm[rg + 16 * p] = sa[p];
+                }
                 cp_async_commit();
             }
             for (int it = 0; it < n_tiles; ++it) {
                 if (it + 1 < n_tiles) {  // tile it+1 in flight before tile it is waited on
                     const int b1 = (it + 1) & 1;
                     if (it + 1 >= 2) mbar_wait<PROD == 1>(empty0 + 8 * b1, (((it + 1) >> 1) - 1) & 1);
-                    if (ltid < TILE) slot_sm[b1 * TILE + ltid] = nxt;
-                    named_sync(BAR_PROD0, 128);
-                    nxt = ltid < TILE ? fetch_slot(slots_b, tok_begin + (it + 2) * TILE + ltid, tok_end, n_rows) : -1;
-                    load_tile_bf16<128>(kv_s0 + b1 * TILE_BYTES, kv16, slot_sm + b1 * TILE, ltid);
+                    if (sub == 0) {
+#pragma unroll
+                        for (int p = 0; p < 4; ++p) slot_sm[b1 * TILE + rg + 16 * p] = sb[p];
+                    }
+                    issue_rows_bf16(kv_s0 + b1 * TILE_BYTES, kv16, sb, rg, sub);
                     cp_async_commit();
+#pragma unroll
+                    for (int p = 0; p < 4; ++p)
+                        sb[p] = fetch_slot(slots_b, tok_begin + (it + 2) * TILE + rg + 16 * p, tok_end, n_rows);
                     cp_async_wait1();
                 } else {
                     cp_async_wait_all();

@@ -77,9 +77,9 @@ WIDE_VARIANTS = {
                       "bf16 tiles by two 64-thread producer halves, one per buffer; FP8 rows dequantised "
                       "once the next tile's rows have landed"),
     "ws2": WideVariant("mla_decode_ws2_", WS_THREADS, _SMEM_WS,
-                       "ws with a second producer, not yet run on a GPU: bf16 by all 128 threads, the next "
-                       "tile issued before this one is waited on; FP8 rows dequantised while the next "
-                       "tile's rows load"),
+                       "ws with a second producer, not yet run on a GPU: bf16 by all 128 threads, slots in "
+                       "registers, the next tile issued before this one is waited on; FP8 rows dequantised "
+                       "while the next tile's rows load; shared memory addressed as such (LDS/STS)"),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
