@@ -36,8 +36,10 @@ from cupy_kernels.mla_reference import (  # noqa: E402
     gathered_kv_bytes,
 )
 from cupy_kernels.sparse_attention import (  # noqa: E402
+    DEFAULT_NARROW_VARIANT,
     DEFAULT_WIDE_VARIANT,
     HEADS_PER_CTA,
+    NARROW_VARIANTS,
     WIDE_VARIANTS,
     sparse_mla_decode,
     workspace_elems,
@@ -128,12 +130,13 @@ def _bf16_bits(cp: Any, x: Any) -> Any:
 
 
 def time_kernel(cp: Any, pool: Any, sets: list, kv_dtype: str, scale: float, reps: int, graph: bool,
-                variant: str | None = None) -> float:
+                variant: str | None = None, narrow_variant: str | None = None) -> float:
     """Median us per call: a CUDA graph of one call per input set (or plain launches), replayed."""
 
     def run_all() -> None:
         for q, slots, out, lse, ws in sets:
-            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws, variant=variant)
+            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws, variant=variant,
+                              narrow_variant=narrow_variant)
 
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
@@ -231,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="wide-kernel variants to time side by side on the same inputs (H a multiple of "
                          f"64; default: all, {', '.join(WIDE_VARIANTS)}); the PyTorch reference is "
                          "compared with the first")
+    ap.add_argument("--narrow-variants", nargs="+", choices=list(NARROW_VARIANTS), default=list(NARROW_VARIANTS),
+                    help=f"narrow-kernel variants likewise (other H; default: all, {', '.join(NARROW_VARIANTS)})")
     args = ap.parse_args(argv)
     import cupy as cp  # after the arguments: --help works without a GPU, as in the other benchmarks
     import torch
@@ -245,10 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             for heads in args.heads:
                 pool, sets = make_sets(cp, batch, heads, kv_dtype, args.sets)
                 cp.cuda.Device().synchronize()  # inputs are made on the null stream
-                variants = args.variants if heads % HEADS_PER_CTA == 0 else ["narrow"]
+                wide = heads % HEADS_PER_CTA == 0
+                variants = args.variants if wide else args.narrow_variants
                 for vi, variant in enumerate(variants):
                     us = time_kernel(cp, pool, sets, kv_dtype, scale, args.reps, not args.no_graph,
-                                     None if variant == "narrow" else variant)
+                                     variant if wide else None, None if wide else variant)
                     # the reference once per shape, against the first variant's output
                     ref_us, rel = (float("nan"), float("nan")) if args.no_ref or vi > 0 else time_reference(
                         torch, cp, pool, sets, kv_dtype, scale, args.ref_reps)
@@ -270,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         for b, h, k, d, v, us, ref_us, roof, tf, tb in rows:
             w.writerow([b, h, k, d, v, f"{us:.1f}", f"{ref_us:.1f}", f"{roof:.1f}", f"{tf:.1f}", f"{tb:.2f}"])
     print(f"\nwrote {args.out}\n")
-    print(f"(default wide variant: {DEFAULT_WIDE_VARIANT})")
+    print(f"(default variants: wide {DEFAULT_WIDE_VARIANT}, narrow {DEFAULT_NARROW_VARIANT})")
     print("| B | H | kv | variant | kernel us | torch us | roofline us | % roofline | speed-up | TFLOP/s | KV TB/s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for b, h, _, d, v, us, ref_us, roof, tf, tb in rows:

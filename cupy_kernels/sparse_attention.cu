@@ -1032,14 +1032,34 @@ __device__ __forceinline__ void load_q_narrow(uint32_t q_s, const uint16_t* q_ro
 }
 
 // grid = (ceil(H / 16), n_splits, B)
-template <bool FP8>
+// One bf16 tile by the narrow kernel's 128 threads: G2 = false the original mapping
+// (load_tile_bf16), G2 = true rows tid/8 + 16 p with their slots read once (issue_rows_bf16).
+template <bool G2>
+__device__ __forceinline__ void narrow_tile_bf16(uint32_t kv_s, const uint16_t* kv, const int* slot_tile, int tid) {
+    if (G2) {
+        const int rg = tid >> 3, sub = tid & 7;
+        int sl[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) sl[p] = slot_tile[rg + 16 * p];
+        issue_rows_bf16(kv_s, kv, sl, rg, sub);
+    } else {
+        load_tile_bf16<NT_NARROW>(kv_s, kv, slot_tile, tid);
+    }
+}
+
+// G2 (variant "narrow2", NOT yet run on a GPU): the shared-memory base aligned by pointer
+// arithmetic, so shared accesses are LDS/STS instead of generic LD/ST, and the bf16 gather
+// reads each thread's 4 row slots once (issue_rows_bf16) instead of one generic load before
+// every cp.async (the SASS of G2 = false shows LD.E, LDGSTS, LD.E, ...).
+template <bool FP8, bool G2 = false>
 __device__ __forceinline__ void mla_narrow_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
     uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
     float* __restrict__ part_lse) {
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = G2 ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u)
+                       : reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     uint8_t* kv_sm0 = smem + QN_BYTES;
     uint8_t* p_sm = smem + QN_BYTES + (FP8 ? 1 : 2) * TILE_BYTES;
     float* xm = reinterpret_cast<float*>(p_sm + PN_BYTES);  // [4 warps][16 heads] tile max
@@ -1092,7 +1112,7 @@ __device__ __forceinline__ void mla_narrow_body(
         fence_proxy_async();
         if (n_tiles > 1) load_raw_regs(raw, kv8, ring + TILE, tid);
     } else {
-        load_tile_bf16<NT_NARROW>(kv_s0, kv16, ring, tid);
+        narrow_tile_bf16<G2>(kv_s0, kv16, ring, tid);
         cp_async_commit();
     }
 
@@ -1118,7 +1138,7 @@ __device__ __forceinline__ void mla_narrow_body(
         }
         wgmma_commit();
         if (!FP8 && it + 1 < n_tiles) {  // the next tile into the other buffer while S runs
-            load_tile_bf16<NT_NARROW>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
+            narrow_tile_bf16<G2>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
             cp_async_commit();
         }
         const bool v0 = sl_cur[tr0] >= 0, v1 = sl_cur[tr0 + 8] >= 0;
@@ -1258,6 +1278,14 @@ extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow_bf1
 
 extern "C" __global__ void __launch_bounds__(NT_NARROW, 2) mla_decode_narrow_fp8(MLA_ARGS) {
     mla_narrow_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow2_bf16(MLA_ARGS) {
+    mla_narrow_body<false, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 2) mla_decode_narrow2_fp8(MLA_ARGS) {
+    mla_narrow_body<true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 // Merge split partials: lse = logsumexp_s(lse_s), out = sum_s exp(lse_s - lse) * o_s.

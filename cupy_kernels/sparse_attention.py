@@ -88,6 +88,26 @@ DEFAULT_WIDE_VARIANT = {"bf16": "serial", "fp8": "ws"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 
+# The narrow-kernel implementations (any other H): kernel-name prefix and what differs.
+NARROW_VARIANTS = {
+    "narrow": "mla_decode_narrow_",
+    "narrow2": "mla_decode_narrow2_",  # LDS/STS, slots read once per bf16 gather; not yet run on a GPU
+}
+DEFAULT_NARROW_VARIANT = "narrow"
+NARROW_VARIANT_ENV = "HISPARSE_MLA_NARROW_VARIANT"
+
+
+def resolve_narrow_variant(variant: str | None) -> str:
+    """The narrow-kernel variant: the argument, else $HISPARSE_MLA_NARROW_VARIANT, else the default."""
+    import os
+
+    name = variant if variant is not None else os.environ.get(NARROW_VARIANT_ENV, DEFAULT_NARROW_VARIANT)
+    if name not in NARROW_VARIANTS:
+        src = "narrow_variant" if variant is not None else f"${NARROW_VARIANT_ENV}"
+        raise ValueError(f"{src} must be one of {tuple(NARROW_VARIANTS)}, got {name!r}")
+    return name
+
+
 def resolve_variant(variant: str | None, kv_dtype: str = "bf16") -> str:
     """The wide-kernel variant to run: the argument, else $HISPARSE_MLA_VARIANT, else the
     layout's default (DEFAULT_WIDE_VARIANT)."""
@@ -194,8 +214,9 @@ def _kernels(device_id: int) -> dict[str, Any]:
         for var, spec in WIDE_VARIANTS.items():
             kerns[f"{var}_{name}"] = mod.get_function(f"{spec.prefix}{name}")
             kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = spec.smem
-        kerns[f"narrow_{name}"] = mod.get_function(f"mla_decode_narrow_{name}")
-        kerns[f"narrow_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
+        for var, prefix in NARROW_VARIANTS.items():
+            kerns[f"{var}_{name}"] = mod.get_function(f"{prefix}{name}")
+            kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
     kerns["combine"] = mod.get_function("mla_combine")
     kerns["n_sms"] = cp.cuda.Device(device_id).attributes["MultiProcessorCount"]
     return kerns
@@ -216,6 +237,7 @@ def sparse_mla_decode(
     n_splits: int | None = None,
     workspace: Any | None = None,
     variant: str | None = None,
+    narrow_variant: str | None = None,
 ) -> MLADecodeResult:
     """Sparse absorbed-MLA decode attention for one layer.
 
@@ -230,7 +252,8 @@ def sparse_mla_decode(
     (B x T and T x H as folded) for the split partials; pass one when capturing the call into a
     CUDA graph (no allocation inside).
     variant: wide-kernel implementation (H a multiple of 64), a key of WIDE_VARIANTS; default
-    $HISPARSE_MLA_VARIANT, else DEFAULT_WIDE_VARIANT.  The narrow kernel has one implementation.
+    $HISPARSE_MLA_VARIANT, else DEFAULT_WIDE_VARIANT[kv_dtype].  narrow_variant: the same for the
+    narrow kernel (NARROW_VARIANTS; $HISPARSE_MLA_NARROW_VARIANT, else DEFAULT_NARROW_VARIANT).
     """
     import cupy as cp
 
@@ -238,6 +261,7 @@ def sparse_mla_decode(
         if not isinstance(a, cp.ndarray):
             raise ValueError(f"{name} must be a cupy array on the GPU")
     var = resolve_variant(variant, kv_dtype)
+    nvar = resolve_narrow_variant(narrow_variant)
     q3, slots2, out_shape = fold_query_tokens(q, slots)
     dims = validate_inputs(q3, kv, slots2, kv_dtype)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
@@ -261,7 +285,7 @@ def sparse_mla_decode(
         spec = WIDE_VARIANTS[var]
         kerns[f"{var}_{kv_dtype}"](grid, (spec.threads,), args, shared_mem=spec.smem)
     else:
-        kerns[f"narrow_{kv_dtype}"](grid, (NARROW_THREADS,), args, shared_mem=SMEM_BYTES_NARROW[kv_dtype])
+        kerns[f"{nvar}_{kv_dtype}"](grid, (NARROW_THREADS,), args, shared_mem=SMEM_BYTES_NARROW[kv_dtype])
     if splits > 1:
         kerns["combine"]((rows,), (128,), (part_o, part_lse, np.int32(splits), np.int64(rows), out, lse))
     return MLADecodeResult(out.reshape(out_shape + (D_LATENT,)), lse.reshape(out_shape))

@@ -20,12 +20,16 @@ from cupy_kernels.mla_reference import (
     unpack_fp8_rows,
 )
 from cupy_kernels.sparse_attention import (
+    DEFAULT_NARROW_VARIANT,
     DEFAULT_WIDE_VARIANT,
+    NARROW_VARIANT_ENV,
+    NARROW_VARIANTS,
     VARIANT_ENV,
     WIDE_VARIANTS,
     fold_query_tokens,
     heads_per_cta,
     plan_splits,
+    resolve_narrow_variant,
     resolve_variant,
     validate_inputs,
 )
@@ -262,3 +266,16 @@ def test_wide_variants_fit_one_block_of_shared_memory():
     assert set(WIDE_VARIANTS) == {"ws", "ws2", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
+
+
+def test_narrow_variant_selection(monkeypatch):
+    monkeypatch.delenv(NARROW_VARIANT_ENV, raising=False)
+    assert resolve_narrow_variant(None) == DEFAULT_NARROW_VARIANT in NARROW_VARIANTS
+    monkeypatch.setenv(NARROW_VARIANT_ENV, "narrow2")
+    assert resolve_narrow_variant(None) == "narrow2"
+    assert resolve_narrow_variant("narrow") == "narrow"
+    with pytest.raises(ValueError, match="narrow_variant must be one of .*'ws'"):
+        resolve_narrow_variant("ws")  # a wide variant is not a narrow one
+    monkeypatch.setenv(NARROW_VARIANT_ENV, "bogus")
+    with pytest.raises(ValueError, match=r"\$HISPARSE_MLA_NARROW_VARIANT must be one of"):
+        resolve_narrow_variant(None)
