@@ -83,7 +83,8 @@ WIDE_VARIANTS = {
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
-# the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md)
+# the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md);
+# it applies where it was measured, one split per (request, head group), else "serial"
 DEFAULT_WIDE_VARIANT = {"bf16": "serial", "fp8": "ws"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
@@ -108,12 +109,14 @@ def resolve_narrow_variant(variant: str | None) -> str:
     return name
 
 
-def resolve_variant(variant: str | None, kv_dtype: str = "bf16") -> str:
+def resolve_variant(variant: str | None, kv_dtype: str = "bf16", one_split: bool = True) -> str:
     """The wide-kernel variant to run: the argument, else $HISPARSE_MLA_VARIANT, else the
-    layout's default (DEFAULT_WIDE_VARIANT)."""
+    layout's default (DEFAULT_WIDE_VARIANT) where it was measured faster, i.e. when each
+    (request, head group) runs as one split (one_split; B 64 and 128 at H 128), else "serial"."""
     import os
 
-    name = variant if variant is not None else os.environ.get(VARIANT_ENV, DEFAULT_WIDE_VARIANT.get(kv_dtype, "ws"))
+    fallback = DEFAULT_WIDE_VARIANT.get(kv_dtype, "serial") if one_split else "serial"
+    name = variant if variant is not None else os.environ.get(VARIANT_ENV, fallback)
     if name not in WIDE_VARIANTS:
         src = "variant" if variant is not None else f"${VARIANT_ENV}"
         raise ValueError(f"{src} must be one of {tuple(WIDE_VARIANTS)}, got {name!r}")
@@ -282,6 +285,7 @@ def sparse_mla_decode(
     args = (q3, kv, slots2, np.int64(dims.n_rows), np.int32(dims.heads), np.int32(dims.k),
             np.float32(scale * math.log2(math.e)), np.int32(per), out, lse, part_o, part_lse)
     if hpc == HEADS_PER_CTA:
+        var = resolve_variant(variant, kv_dtype, one_split=splits == 1)
         spec = WIDE_VARIANTS[var]
         kerns[f"{var}_{kv_dtype}"](grid, (spec.threads,), args, shared_mem=spec.smem)
     else:

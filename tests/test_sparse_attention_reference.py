@@ -251,6 +251,9 @@ def test_wide_variant_selection(monkeypatch):
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for kv_dtype in ("bf16", "fp8"):
         assert resolve_variant(None, kv_dtype) == DEFAULT_WIDE_VARIANT[kv_dtype] in WIDE_VARIANTS
+        # split k (small batches): the regime where only "serial" was measured
+        assert resolve_variant(None, kv_dtype, one_split=False) == "serial"
+        assert resolve_variant("ws", kv_dtype, one_split=False) == "ws"
     monkeypatch.setenv(VARIANT_ENV, "serial")
     assert resolve_variant(None) == "serial"
     assert resolve_variant("ws") == "ws"
