@@ -227,14 +227,14 @@ def test_published_scenario_shape():
     """Default scenario: the baseline plateaus once its pools are full; HiSparse costs a little at
     the lowest concurrency (its extra I/O). Under SGLang's admission as read (bench_serving's
     ignore_eos look-ahead against HiSparse's available_size = min(logical, device) free) HiSparse
-    runs 7 requests per rank, so it does not pull ahead of the baseline's 5: the published 3x is
-    not reproduced (README, validation)."""
+    runs 7 requests per rank to the baseline's 5, so it is only a little ahead: the published 3x
+    is not reproduced (README, validation)."""
     rows = run_plan(PlanInputs(concurrency=(1, 64, 256)))
     t = {(r["system"], r["concurrency"]): r["steady_tok_s_deployment"] for r in rows}
     m = {(r["system"], r["concurrency"]): r["max_running_deployment"] for r in rows}
     assert t["baseline", 256] / t["baseline", 64] < 1.1
     assert m["baseline", 256] == 40 and m["hisparse", 256] == 56
-    assert t["hisparse", 256] < 1.1 * t["baseline", 256]
+    assert t["baseline", 256] < t["hisparse", 256] < 1.5 * t["baseline", 256]
     assert t["hisparse", 1] < t["baseline", 1]
     rec = recommend(rows, 100.0)
     assert not rec["choice"]["overloaded"] and rec["choice"]["concurrency"] == 1  # 64 clients exceed both

@@ -197,3 +197,24 @@ def test_bad_conservativeness_key_exits_2(tmp_path, capsys):
     assert main(["plan", "--deployment", str(bad), "--concurrency", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "dep.toml" in err and "schedule_conservativeness = -0.5 must be >= 0" in err
+
+
+def test_no_token_latches_for_the_baseline_not_for_hisparse():
+    """SGLang clears batch_is_full after a pass whose chunked request continues (the filtered last
+    batch is smaller), not after its last chunk; under HiSparse get_next_batch_to_run resets it every
+    round. Blog config, 32K/8K, one wave: in the round of the 5th prompt's last chunk the look-ahead
+    sees that prompt's 24,576 prefilled device slots plus the chunk: 122,432 - 4 x 4,160 - 24,576 -
+    (8,192 + 64) - 32,768 = 40,192 free for 6 x 8,192 tokens to come: NO_TOKEN. With the latch the
+    wave would stop at 5 per rank; without it HiSparse reaches the 7 an idle scheduler admits one by
+    one. The baseline's look-ahead refuses a 6th anyway (6 x 40,960 > 210,624)."""
+    import numpy as np
+
+    from simulator.serving.misses import MissProfiles
+
+    sc = load_scenario(calibration="uncalibrated")
+    sc = sc.replace(workload=dataclasses.replace(sc.workload, requests_per_client=1))
+    sim = InstanceSim(sc, System.HISPARSE, concurrency=64, profiles=MissProfiles((np.zeros(8),), "t"))
+    r = sim.run()
+    assert sim._memory_limit() == 7 and r.peak_running_deployment == 56 and r.retractions == 0
+    base = InstanceSim(sc, System.BASELINE, concurrency=64).run()
+    assert base.peak_running_deployment == 40 and base.retractions == 0

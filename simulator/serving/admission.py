@@ -43,6 +43,12 @@ Read from sgl-project/sglang (upstream, mid/late 2026; our own code, the names a
   requests (``_add_request_to_queue(req, is_retracted=True)``: the end of the FCFS queue); they
   prefill ``origin_input_ids + output_ids`` again.
 
+* ``Scheduler.get_new_batch_prefill``: a NO_TOKEN answer sets ``running_batch.batch_is_full`` and no
+  waiting request is tried until it clears: when the running batch shrinks (a finish, a retraction)
+  or when ``get_next_batch_to_run`` filters a continuing chunked request out of the last extend
+  batch; with HiSparse it skips that merge (``collect_ready_reqs`` moves staged requests to the
+  running batch) and clears the flag every round. The model applies these in ``model.py``.
+
 HiSparse (``mem_cache/allocator/hisparse.py``, ``HiSparseTokenToKVPoolAllocator.available_size``)
 reports ``min(logical free, device free)``: every reservation above is charged against the smaller
 of the two although decode steps take logical ids only.

@@ -16,7 +16,9 @@ scheduler per instance. Instances are identical and independent.
 A scheduler loops, as SGLang's does: in ``colocated`` mode it forms a prefill batch with SGLang's
 ``PrefillAdder`` arithmetic (``admission.py``: the request mid-prefill's next chunk, then waiting
 requests in FIFO order while the chunk budget, the running-request cap and the token budget allow;
-a NO_TOKEN answer marks the batch full until a running request leaves) and runs it if it has one
+a NO_TOKEN answer sets ``batch_is_full``, which stops admission until a running request leaves or
+a pass whose chunked request continues; HiSparse's ``get_next_batch_to_run`` clears it every round)
+and runs it if it has one
 (prefill batches before decode batches; its running requests wait); else one decode step for every
 running request, after SGLang's ``check_decode_mem`` (a page for every request whose next token
 opens one): when that fails, ``retract_decode`` frees requests, which go back to the end of the
@@ -313,6 +315,10 @@ class InstanceSim:
         chunked request's next chunk, then waiting requests while ``PrefillBudget`` admits them."""
         if not (k.running or k.waiting or k.prefilling):
             k.ratio = self.ratios.init  # self_check_during_idle
+        if self.hs is not None:
+            # get_next_batch_to_run under HiSparse skips the last_batch merge (collect_ready_reqs moves
+            # staged requests to the running batch) and resets batch_is_full every round
+            k.batch_is_full = False
         budget = PrefillBudget(self._available(k), [self._seq(r) for r in k.running], k.ratio,
                                self.d.prefill_chunk_tokens, self._page, self.w.ignore_eos)
         batch: list[tuple[Request, int]] = []
@@ -456,6 +462,9 @@ class InstanceSim:
                 r.prefilled += n
                 self.prefill_tokens += n
                 if r.prefilled < r.target:
+                    # get_next_batch_to_run filters the chunked request out of the last extend batch;
+                    # the smaller batch clears running_batch.batch_is_full
+                    k.batch_is_full = False
                     continue
                 k.prefilling.remove(r)
                 if math.isnan(r.first_token):
