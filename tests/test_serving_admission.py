@@ -191,7 +191,8 @@ def test_never_admitted_is_an_error_naming_the_files():
 
 def test_bad_conservativeness_key_exits_2(tmp_path, capsys):
     src = load_scenario().deployment.where
-    text = open(src).read() + "\nschedule_conservativeness = -0.5\n"
+    lines = [ln for ln in open(src).read().splitlines() if not ln.startswith("schedule_conservativeness")]
+    text = "\n".join(lines) + "\nschedule_conservativeness = -0.5\n"
     bad = tmp_path / "dep.toml"
     bad.write_text(text)
     assert main(["plan", "--deployment", str(bad), "--concurrency", "1", "--quiet"]) == 2
