@@ -725,6 +725,144 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* lru_replay_coded in two halves that can run on two threads: decode_changes turns a coded
+ * chunk into each step's changes as positions (what lru_delta reads from the decoder), checked
+ * as lru_replay_coded checks them, into a changes buffer; lru_apply_changes replays a buffer
+ * through the states. The halves only split that function's loop, so decoding chunk i + 1 while
+ * chunk i replays gives its misses, bit for bit (tests/test_native.py).
+ *
+ * A buffer is int32 words, per step: flags, cnt (entries in the step), n_add, n_rem, then n_add
+ * positions and n_rem positions. CH_FULL: the positions are the whole row (sorted), for a step
+ * that some state replays from its row (a chunk's first step, where the decoder has no previous
+ * row; the step where a buffer's ctx first exceeds its B). CH_OLD_BOTH: the previous step's
+ * newest position stays selected past it; CH_NW_IN: the newest position is selected (for
+ * reserved buffers, as in lru_delta). */
+
+enum { CH_FULL = 1, CH_OLD_BOTH = 2, CH_NW_IN = 4 };
+enum { CH_HEAD = 4 };
+enum { STEP_NOROW = -4 };
+
+typedef struct {
+    int32_t *w;
+    int64_t cap, steps; /* steps: of the last clean decode, 0 after a failed one */
+} changes_t;
+
+static int decode_changes(changes_t *ch, const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int64_t k,
+                          int64_t prev_ctx, const int64_t *Bs, int64_t nbs, int64_t *ctx_out, int64_t *accesses,
+                          int64_t *bad_step)
+{
+    int64_t w = width > 0 ? width : 1, words = steps * (CH_HEAD + 2 * w);
+    ch->steps = 0;
+    *accesses = 0;
+    *bad_step = 0;
+    if (words > ch->cap) {
+        int32_t *p = (int32_t *)realloc(ch->w, sizeof(int32_t) * (size_t)words);
+        if (!p) return STEP_NOMEM;
+        ch->w = p;
+        ch->cap = words;
+    }
+    decoder d;
+    if (!dec_init(&d, buf, n, width)) return STEP_NOMEM;
+    int32_t *out = ch->w;
+    int code = 0;
+    int64_t t, acc = 0;
+    for (t = 0; t < steps; t++) {
+        code = dec_step(&d);
+        if (code) break;
+        int64_t c = d.ctx, cnt = d.cnt;
+        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k ||
+            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = DECODE_BREAKS_RULE; break; }
+        int full = t == 0; /* or the first step past some buffer's B (lru_begin: BEGIN_FRESH) */
+        for (int64_t i = 0; i < nbs && !full; i++) full = prev_ctx <= Bs[i] && Bs[i] < c;
+        int64_t old = prev_ctx - 1, nw = c - 1;
+        ctx_out[t] = c;
+        acc += cnt;
+        prev_ctx = c;
+        int32_t *head = out;
+        out += CH_HEAD;
+        if (full) {
+            for (int64_t j = 0; j < cnt; j++) out[j] = (int32_t)d.cur[j];
+            out += cnt;
+            head[0] = CH_FULL; head[1] = (int32_t)cnt; head[2] = (int32_t)cnt; head[3] = 0;
+            continue;
+        }
+        int32_t flags = 0;
+        if (nw != old && sorted_has(d.prev, d.prev_n, old) && sorted_has(d.cur, d.cnt, old)) flags |= CH_OLD_BOTH;
+        if (sorted_has(d.cur, d.cnt, nw)) flags |= CH_NW_IN;
+        const int64_t *add = d.add, *rem = d.rem, *prev = d.prev;
+        int64_t na = d.n_add, nr = d.n_rem;
+        for (int64_t a = 0; a < na; a++) out[a] = (int32_t)add[a];
+        out += na;
+        for (int64_t r = 0; r < nr; r++) out[r] = (int32_t)prev[rem[r]];
+        out += nr;
+        head[0] = flags; head[1] = (int32_t)cnt; head[2] = (int32_t)na; head[3] = (int32_t)nr;
+    }
+    if (!code && d.pos != n) code = DECODE_TRAILING_BYTES;
+    free(d.work); free(d.gone);
+    ch->steps = code ? 0 : steps;
+    *accesses = acc;
+    *bad_step = t;
+    return code;
+}
+
+/* lru_delta on a changes buffer's step. */
+static int64_t lru_delta_changes(lru_state *s, int32_t flags, int64_t cnt, const int32_t *add, int64_t na,
+                                 const int32_t *rem, int64_t nr, int64_t c)
+{
+    int64_t nA = 0, nD = 0, nw = c - 1, old = s->last_ctx - 1, *A = s->A;
+    int32_t *pos = s->pos;
+    uint8_t *region = s->region;
+    if (!s->reserve) {
+        for (int64_t a = 0; a < na; a++) A[a] = add[a];
+        if (cnt > s->B) return STEP_FULL;
+        for (int64_t r = 0; r < nr; r++) region[pos[rem[r]]] = DROPPED;
+        return lru_apply(s, na, nr);
+    }
+    int both_old = (flags & CH_OLD_BOTH) != 0;
+    for (int64_t a = 0; a < na; a++) {
+        int64_t p = add[a];
+        if (both_old && old < p) { A[nA++] = old; both_old = 0; }
+        if (p != nw) A[nA++] = p;
+    }
+    if (both_old) A[nA++] = old;
+    if (cnt - ((flags & CH_NW_IN) ? 1 : 0) > s->B) return STEP_FULL;
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t p = rem[r];
+        if (p != old) { region[pos[p]] = DROPPED; nD++; }
+    }
+    return lru_apply(s, nA, nD);
+}
+
+/* A changes buffer through several states, as lru_replay_coded's loop. 0, or STEP_FULL /
+ * STEP_NOMEM / STEP_NOROW (a buffer decoded for other buffers' B) with *bad_step. */
+static int lru_apply_changes(lru_state **st, int64_t ns, const changes_t *ch, int64_t steps, const int64_t *ctx,
+                             int64_t **misses, int64_t *bad_step)
+{
+    const int32_t *r = ch->w;
+    for (int64_t t = 0; t < steps; t++) {
+        int32_t flags = r[0];
+        int64_t cnt = r[1], na = r[2], nr = r[3], c = ctx[t];
+        const int32_t *add = r + CH_HEAD, *rem = add + na;
+        *bad_step = t;
+        for (int64_t i = 0; i < ns; i++) {
+            lru_state *s = st[i];
+            int64_t m = 0;
+            if (!lru_reserve(s, c)) return STEP_NOMEM;
+            int how = lru_begin(s, c);
+            if (how == BEGIN_FAST) m = 0;
+            else if (flags & CH_FULL) m = lru_row(s, add, cnt, c);
+            else if (how == BEGIN_NEXT) m = lru_delta_changes(s, flags, cnt, add, na, rem, nr, c);
+            else return STEP_NOROW;
+            if (m < 0) return (int)m;
+            misses[i][t] = m;
+            s->last_ctx = c;
+        }
+        r = rem + nr;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Python bindings                                                                            */
 
 static int need_len(Py_buffer *b, Py_ssize_t bytes, const char *name)
@@ -902,6 +1040,106 @@ out:
     return res;
 }
 
+static const char *CHANGES_CAPSULE = "hisparse.changes";
+
+static void changes_capsule_free(PyObject *cap)
+{
+    changes_t *c = (changes_t *)PyCapsule_GetPointer(cap, CHANGES_CAPSULE);
+    if (c) { free(c->w); free(c); }
+}
+
+static PyObject *py_changes_new(PyObject *self, PyObject *args)
+{
+    changes_t *c = (changes_t *)calloc(1, sizeof(changes_t));
+    if (!c) return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(c, CHANGES_CAPSULE, changes_capsule_free);
+    if (!cap) free(c);
+    return cap;
+}
+
+static PyObject *py_decode_changes(PyObject *self, PyObject *args)
+{
+    PyObject *cap, *bufs;
+    Py_buffer raw, ctx;
+    long long steps, width, k, prev_ctx;
+    if (!PyArg_ParseTuple(args, "Oy*LLLLO!w*", &cap, &raw, &steps, &width, &k, &prev_ctx, &PyTuple_Type, &bufs, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    int64_t Bs[MAX_STATES];
+    Py_ssize_t nbs = PyTuple_GET_SIZE(bufs);
+    changes_t *ch = (changes_t *)PyCapsule_GetPointer(cap, CHANGES_CAPSULE);
+    if (!ch || !need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) goto out;
+    if (nbs > MAX_STATES) { PyErr_SetString(PyExc_ValueError, "decode_changes: at most 64 buffers"); goto out; }
+    for (Py_ssize_t i = 0; i < nbs; i++) {
+        Bs[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(bufs, i));
+        if (Bs[i] == -1 && PyErr_Occurred()) goto out;
+    }
+    {
+        int64_t acc = 0, bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = decode_changes(ch, (const uint8_t *)raw.buf, raw.len, steps, width, k, prev_ctx, Bs, nbs,
+                              (int64_t *)ctx.buf, &acc, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else res = Py_BuildValue("(iLL)", code, (long long)bad, (long long)acc);
+    }
+out:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+static PyObject *py_lru_apply_changes(PyObject *self, PyObject *args)
+{
+    PyObject *caps, *outs, *cap;
+    Py_buffer ctx;
+    long long steps;
+    if (!PyArg_ParseTuple(args, "O!O!OLy*", &PyTuple_Type, &caps, &PyTuple_Type, &outs, &cap, &steps, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t ns = PyTuple_GET_SIZE(caps);
+    lru_state *st[MAX_STATES];
+    int64_t *mis[MAX_STATES];
+    Py_buffer bufs[MAX_STATES];
+    Py_ssize_t got = 0;
+    changes_t *ch = (changes_t *)PyCapsule_GetPointer(cap, CHANGES_CAPSULE);
+    if (!ch) goto out;
+    if (ns > MAX_STATES || PyTuple_GET_SIZE(outs) != ns) {
+        PyErr_SetString(PyExc_ValueError, "lru_apply_changes: one misses array per state, at most 64");
+        goto out;
+    }
+    if (ch->steps != steps || steps < 0) {
+        PyErr_Format(PyExc_ValueError, "lru_apply_changes: the buffer holds %lld clean steps, not %lld",
+                     (long long)ch->steps, steps);
+        goto out;
+    }
+    if (!need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx")) goto out;
+    for (; got < ns; got++) {
+        st[got] = (lru_state *)PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, got), CAPSULE);
+        if (!st[got]) goto out;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, got), &bufs[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
+        if (!need_len(&bufs[got], (Py_ssize_t)(steps * 8), "misses")) { got++; goto out; }
+        mis[got] = (int64_t *)bufs[got].buf;
+    }
+    {
+        int64_t bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_apply_changes(st, ns, ch, steps, (const int64_t *)ctx.buf, mis, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOROW)
+            PyErr_Format(PyExc_ValueError, "lru_apply_changes: step %lld needs its row, decoded for other buffers",
+                         (long long)bad);
+        else if (code) step_error(code, bad, st[0]);
+        else res = Py_NewRef(Py_None);
+    }
+out:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
     {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
@@ -910,6 +1148,10 @@ static PyMethodDef methods[] = {
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
     {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
      "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},
+    {"changes_new", py_changes_new, METH_NOARGS, "changes_new() -> a changes buffer"},
+    {"decode_changes", py_decode_changes, METH_VARARGS,
+     "decode_changes(changes, raw, steps, width, k, prev_ctx, buffers, ctx_out) -> (code, step, accesses)"},
+    {"lru_apply_changes", py_lru_apply_changes, METH_VARARGS, "lru_apply_changes(states, misses, changes, steps, ctx)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import TraceError
 from ..fileio import replace_into, temp_beside
-from .codec import check_stream, decode_stream, encode_stream
+from .codec import COMPRESSION_LEVELS, check_stream, decode_stream, encode_stream
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -120,14 +120,18 @@ class TraceWriter:
     ``atomic=True`` (the default) writes a temp file and renames it to ``path`` on close, so a
     failed run leaves nothing. A hook in a live server should pass ``atomic=False``: every
     complete chunk is then flushed to ``path`` as it is written, and if the process dies the file
-    still reads with ``recover=True``.
+    still reads with ``recover=True``. ``compression="stored"`` writes the coded steps in
+    deflate's uncompressed blocks (codec.COMPRESSION_LEVELS): larger, much faster to read.
     """
 
     def __init__(self, path: str | os.PathLike, *, k: int, source: dict[str, Any],
                  extra: dict[str, Any] | None = None, keep_order: bool = False,
-                 atomic: bool = True, chunk_steps: int = 1024) -> None:
+                 atomic: bool = True, chunk_steps: int = 1024, compression: str = "zlib") -> None:
         if k < 1:
             raise TraceError(f"k must be positive, got {k}", path=path)
+        if compression not in COMPRESSION_LEVELS:
+            raise TraceError(f"unknown compression {compression!r} (one of {', '.join(COMPRESSION_LEVELS)})", path=path)
+        self.compression = compression
         self.path = Path(path)
         self.meta = TraceMeta(k=int(k), source=dict(source), extra=dict(extra or {}))
         self.keep_order = keep_order
@@ -213,7 +217,7 @@ class TraceWriter:
         if len(ctx_len) and ctx_len[0] < last_ctx:
             raise TraceError(f"ctx_len goes down, to {int(ctx_len[0])} from {last_ctx}",
                              path=self.path, request=key.request, layer=key.layer, step=start)
-        payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order)
+        payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order, compression=self.compression)
         info = ChunkInfo(key.request, key.layer, start, int(indices.shape[0]), int(indices.shape[1]),
                          ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell(),
                          int(ctx_len[-1]) if len(ctx_len) else last_ctx)
@@ -470,8 +474,10 @@ class TraceReader:
         self.close()
 
 
-def write_trace(path: str | os.PathLike, meta: TraceMeta, streams, *, keep_order: bool = False) -> None:
-    """Write streams (any iterable) to ``path`` atomically."""
-    with TraceWriter(path, k=meta.k, source=meta.source, extra=meta.extra, keep_order=keep_order) as w:
+def write_trace(path: str | os.PathLike, meta: TraceMeta, streams, *, keep_order: bool = False,
+                compression: str = "zlib") -> None:
+    """Write streams (any iterable) to ``path`` atomically (``compression``: COMPRESSION_LEVELS)."""
+    with TraceWriter(path, k=meta.k, source=meta.source, extra=meta.extra, keep_order=keep_order,
+                     compression=compression) as w:
         for s in streams:
             w.write_stream(s)
