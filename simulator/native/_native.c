@@ -275,8 +275,9 @@ done:
  *   - victims are the oldest stale entries not hit, then D in block order (D sits between the
  *     stale part and the kept entries);
  *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
- * Stale entries live in a FIFO queue (a doubly linked list over the slots: a stale hit leaves it
- * in O(1), and skey, a push counter, orders them). The block is an array of slots in block
+ * Stale entries live in a FIFO queue: a ring of slots in push order with lazy deletion (the
+ * entry at push count q is live while its slot is STALE with skey == q; a stale hit only turns
+ * its slot BLOCK, and the head sweeps past dead entries when victims are taken, branch-free). The block is an array of slots in block
  * order (oldest first); one branch-free pass over it splits D (in block order, to the queue)
  * from the kept entries (to the new block's newest end). A step costs O(|A| log |A| + |X|) once
  * A and D are known: from the coded stream's own changes (lru_replay_coded), or from a pass over
@@ -351,8 +352,9 @@ typedef struct {
     int32_t *slot_pos;  /* [B] position held by a slot, -1 */
     uint8_t *region;    /* [B] FREE, STALE or BLOCK */
     int64_t *skey;      /* [B] push count of a stale slot: ascending = queue order */
-    int32_t *qprev, *qnext; /* [B + 1] the stale queue, oldest first; B is the list's head and tail */
-    int64_t qseq;
+    int32_t *ring;      /* [qmask + 1] the stale queue's slots by push count (mod its size), oldest first */
+    int64_t qmask, qhead, qseq; /* pushes in [qhead, qseq) are in the ring, live or dead */
+    int32_t *victims;   /* [B + 2] scratch */
     int32_t *blk, *blk_next, nb; /* [B + 2] X, the last step's selected set, as slots in block order */
     int64_t *A, *miss; /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
@@ -367,7 +369,7 @@ typedef struct {
 static void lru_free(lru_state *s)
 {
     if (!s) return;
-    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->qprev); free(s->qnext);
+    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->ring); free(s->victims);
     free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp); free(s->bits); free(s->at);
     free(s);
 }
@@ -381,8 +383,11 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->slot_pos = (int32_t *)malloc(sizeof(int32_t) * n);
     s->region = (uint8_t *)calloc(n, 1);
     s->skey = (int64_t *)calloc(n, sizeof(int64_t));
-    s->qprev = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->qnext = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->qmask = 1;
+    while (s->qmask < 4 * (int64_t)n) s->qmask <<= 1; /* room for B live entries and >= 3 B dead ones */
+    s->ring = (int32_t *)malloc(sizeof(int32_t) * (size_t)s->qmask);
+    s->qmask -= 1;
+    s->victims = (int32_t *)malloc(sizeof(int32_t) * n);
     s->blk = (int32_t *)malloc(sizeof(int32_t) * n);
     s->blk_next = (int32_t *)malloc(sizeof(int32_t) * n);
     s->A = (int64_t *)malloc(sizeof(int64_t) * n);
@@ -393,13 +398,12 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->nbits = ((int64_t)n + 63) / 64 * 4; /* spans up to ~4 B keys: a stale entry lives a few steps */
     s->bits = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)s->nbits);
     s->at = (int32_t *)malloc(sizeof(int32_t) * 64 * (size_t)s->nbits);
-    if (!s->kv_tmp || !s->bits || !s->at || !s->slot_pos || !s->region || !s->skey || !s->qprev || !s->qnext || !s->blk || !s->blk_next || !s->A ||
+    if (!s->kv_tmp || !s->bits || !s->at || !s->slot_pos || !s->region || !s->skey || !s->ring || !s->victims || !s->blk || !s->blk_next || !s->A ||
         !s->miss || !s->hit_s || !s->kv) {
         lru_free(s);
         return NULL;
     }
     for (int64_t x = 0; x < B; x++) s->slot_pos[x] = -1;
-    s->qprev[B] = s->qnext[B] = (int32_t)B;
     return s;
 }
 
@@ -419,29 +423,24 @@ static int lru_reserve(lru_state *s, int64_t c)
     return 1;
 }
 
+/* The ring's live entries moved together at its head, in order, with new push counts (the
+ * relative order of every live key is kept): room for B more pushes. */
+static void queue_compact(lru_state *s)
+{
+    int64_t w = s->qhead, mask = s->qmask;
+    for (int64_t q = s->qhead; q < s->qseq; q++) {
+        int32_t x = s->ring[q & mask];
+        if (s->region[x] == STALE && s->skey[x] == q) { s->ring[w & mask] = x; s->skey[x] = w++; }
+    }
+    s->qseq = w;
+}
+
 static inline void queue_push(lru_state *s, int32_t slot)
 {
-    int32_t end = (int32_t)s->B, last = s->qprev[end];
+    if (s->qseq - s->qhead > s->qmask) queue_compact(s);
     s->region[slot] = STALE;
+    s->ring[s->qseq & s->qmask] = slot;
     s->skey[slot] = s->qseq++;
-    s->qprev[slot] = last;
-    s->qnext[slot] = end;
-    s->qnext[last] = slot;
-    s->qprev[end] = slot;
-}
-
-static inline void queue_unlink(lru_state *s, int32_t slot)
-{
-    int32_t a = s->qprev[slot], b = s->qnext[slot];
-    s->qnext[a] = b;
-    s->qprev[b] = a;
-}
-
-static inline int32_t queue_pop(lru_state *s) /* the oldest stale slot (the queue is not empty) */
-{
-    int32_t x = s->qnext[s->B];
-    queue_unlink(s, x);
-    return x;
 }
 
 enum { BEGIN_FAST = 0, BEGIN_FRESH = 1, BEGIN_NEXT = 2 };
@@ -458,7 +457,7 @@ static int lru_begin(lru_state *s, int64_t c)
         s->region[x] = FREE;
     }
     s->nb = 0;
-    s->qprev[s->B] = s->qnext[s->B] = (int32_t)s->B;
+    s->qhead = s->qseq = 0; /* every slot FREE: every entry dead */
     s->free_next = 0;
     if (s->prefix || s->fast) {
         for (int64_t p = 0; p < s->B; p++) {
@@ -479,7 +478,7 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
 {
     /* Everything in locals: the int stores below could alias the state's int fields. */
     const int32_t B = (int32_t)s->B;
-    int32_t *pos = s->pos, *slot_pos = s->slot_pos, *qprev = s->qprev, *qnext = s->qnext, *hit_s = s->hit_s;
+    int32_t *pos = s->pos, *slot_pos = s->slot_pos, *ring = s->ring, *hit_s = s->hit_s;
     uint8_t *region = s->region;
     int64_t *skey = s->skey, *miss = s->miss, qseq = s->qseq, free_next = s->free_next, nb = s->nb;
     const int64_t *A = s->A;
@@ -493,12 +492,7 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
         nhs += hit;
         nm += !hit;
     }
-    for (int64_t i = 0; i < nhs; i++) { /* stale hits leave the queue */
-        int32_t x = hit_s[i], a = qprev[x], b = qnext[x];
-        region[x] = BLOCK;
-        qnext[a] = b;
-        qprev[b] = a;
-    }
+    for (int64_t i = 0; i < nhs; i++) region[hit_s[i]] = BLOCK; /* stale hits leave the queue: dead entries */
     /* The new block: misses (stored order), stale hits (stale order), kept (block order). One
      * pass over the old block puts the kept entries in place and the dropped ones, in block
      * order, at the young end of the queue. */
@@ -513,29 +507,38 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
             nk += !gone;
             nd += gone;
         }
-        int32_t last = qprev[B];
-        for (int64_t i = 0; i < nd; i++) { /* queue_push, chained */
+        if (qseq + nd - s->qhead > s->qmask + 1) { s->qseq = qseq; queue_compact(s); qseq = s->qseq; }
+        const int64_t mask = s->qmask;
+        for (int64_t i = 0; i < nd; i++) { /* queue_push */
             int32_t x = drop[i];
             region[x] = STALE;
+            ring[qseq & mask] = x;
             skey[x] = qseq++;
-            qprev[x] = last;
-            qnext[last] = x;
-            last = x;
         }
-        qnext[last] = B;
-        qprev[B] = last;
     } else {
         memcpy(kept, blk, sizeof(int32_t) * (size_t)nb);
     }
-    for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
+    /* Victims: free slots first (slot order), then the oldest live stale entries, taken by one
+     * branch-free sweep of the ring's head (the queue holds B - |X| >= 1 live entries here). */
+    int64_t nfree = B - free_next < nm ? B - free_next : nm, need = nm - nfree;
+    int32_t *victims = s->victims;
+    if (need > 0) {
+        const int64_t mask = s->qmask;
+        int64_t q = s->qhead, nv = 0;
+        while (nv < need) {
+            int32_t x = ring[q & mask];
+            victims[nv] = x;
+            nv += (region[x] == STALE) & (skey[x] == q);
+            q++;
+        }
+        s->qhead = q;
+    }
+    for (int64_t i = 0; i < nm; i++) {
         int64_t p = miss[i];
         int32_t x;
-        if (free_next < B) x = (int32_t)free_next++;
+        if (i < nfree) x = (int32_t)free_next++;
         else {
-            x = qnext[B]; /* queue_pop: the queue holds B - |X| >= 1 entries here */
-            int32_t b = qnext[x];
-            qnext[B] = b;
-            qprev[b] = B;
+            x = victims[i - nfree];
             pos[slot_pos[x]] = -1;
         }
         slot_pos[x] = (int32_t)p;
@@ -642,7 +645,10 @@ static int64_t lru_result(lru_state *s, int64_t *slot_pos, int64_t *order)
     for (int64_t x = 0; x < s->B; x++) slot_pos[x] = s->slot_pos[x];
     if (!s->started) return 0;
     int64_t n = 0;
-    for (int32_t x = s->qnext[s->B]; x != (int32_t)s->B; x = s->qnext[x]) order[n++] = x;
+    for (int64_t q = s->qhead; q < s->qseq; q++) {
+        int32_t x = s->ring[q & s->qmask];
+        if (s->region[x] == STALE && s->skey[x] == q) order[n++] = x;
+    }
     for (int64_t i = 0; i < s->nb; i++) order[n++] = s->blk[i];
     return n;
 }
