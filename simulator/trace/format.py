@@ -409,8 +409,13 @@ class TraceReader:
         for key in self._streams:
             yield self.read(key)
 
-    def chunks(self, key: StreamKey | tuple[int, int]) -> list[tuple[ChunkInfo, bytes]]:
-        """A stream's chunks in step order, each with its checksummed, still compressed payload."""
+    def chunks(self, key: StreamKey | tuple[int, int], *, views: bool = False) -> list[tuple[ChunkInfo, bytes]]:
+        """A stream's chunks in step order, each with its checksummed, still compressed payload.
+
+        ``views``: payloads as read-only memoryviews of the file mapped into memory rather than
+        bytes read into new memory (a 41 MB stream's payloads: 0.006 s against 0.023 s with their
+        crc32, most of it the kernel's page-zeroing for the copies); the mapping lives as long as
+        a view does. Files that cannot be mapped are read."""
         key = StreamKey(*key)
         if key not in self._streams:
             raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
@@ -423,7 +428,12 @@ class TraceReader:
                 raise TraceError(f"{problem} at step {c.first_step}", **fail)
             if info != c:  # the index and the chunk's own header must tell the same story
                 raise TraceError(f"corrupt chunk header at step {c.first_step} (disagrees with the index)", **fail)
-            payload = self._fh.read(plen)
+            mapped = self._mapped() if views else None
+            if mapped is not None:
+                start = c.offset + self._chunk_struct.size
+                payload = mapped[start:start + plen]
+            else:
+                payload = self._fh.read(plen)
             if len(payload) != plen:
                 raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
             if zlib.crc32(payload) != crc:
@@ -435,7 +445,19 @@ class TraceReader:
         """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
         that lets a consumer skip materialising rows). File reads happen here, in the caller's
         thread; ``CodedChunk.coded`` may then run in any thread."""
-        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key)]
+        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key, views=True)]
+
+    def _mapped(self) -> memoryview | None:
+        """The whole file mapped read-only, or None where it cannot be (made once). The file is
+        not closed under the views: close() closes the handle, the mapping goes with its last view."""
+        if not hasattr(self, "_map"):
+            import mmap
+
+            try:
+                self._map = memoryview(mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ))
+            except (OSError, ValueError):
+                self._map = None
+        return self._map
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""
