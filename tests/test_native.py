@@ -485,3 +485,26 @@ def test_queue_compaction_keeps_the_recency_order():
         assert np.array_equal(out, ref.misses)
         slot_pos, order = lru.result()
         assert np.array_equal(slot_pos, ref.slot_pos) and np.array_equal(order, ref.order)
+
+
+def test_stored_payloads_are_copied_out_as_zlib_would_inflate_them():
+    """--compression stored writes deflate's uncompressed blocks: unstore copies their data
+    (CodedChunk.coded(into)) and must give zlib's bytes; a compressed block is left to zlib (-1),
+    broken framing (cut short, bytes after the adler32, a bad length) is refused (-2)."""
+    rng = np.random.default_rng(4)
+    for n in (0, 1, 65535, 65536, 200_001):
+        raw = rng.integers(0, 30, size=n).astype(np.uint8).tobytes()
+        payload = zlib.compress(raw, 0)
+        assert native.unstore(payload) == n
+        into = bytearray(3)  # grown as needed
+        assert bytes(CodedChunk(1, 1, False, payload).coded(into)) == raw == zlib.decompress(payload)
+        if n:
+            assert native.unstore(payload[:-1]) == -2
+            assert CodedChunk(1, 1, False, payload[:-1]).coded(bytearray()) is None
+        assert native.unstore(payload + b"\0") == -2
+    payload = zlib.compress(bytes(5000), 6)
+    assert native.unstore(payload) == -1  # compressed: zlib inflates it
+    assert CodedChunk(1, 1, False, payload).coded(bytearray()) == bytes(5000)
+    bad = bytearray(zlib.compress(bytes(100), 0))
+    bad[3] ^= 1  # LEN no longer the complement of NLEN
+    assert native.unstore(bytes(bad)) == -2

@@ -35,6 +35,12 @@ def available() -> bool:
     return _native is not None and os.environ.get("HISPARSE_NATIVE", "1") != "0"
 
 
+def unstore(payload: bytes | memoryview, out: bytearray | None = None) -> int:
+    """A zlib payload of stored deflate blocks only: its data's size (copied into ``out``); -1 when
+    a block is compressed, -2 when the framing is broken (``format.CodedChunk.coded``)."""
+    return _native.unstore(payload, out)
+
+
 def decode(raw: np.ndarray | bytes, steps: int, width: int, ordered: bool, out: np.ndarray,
            ctx_out: np.ndarray) -> tuple[int, int]:
     """codec_jit.decode: fill out (int32 [steps, >= width], C-contiguous) and ctx_out (int64)."""
@@ -121,7 +127,8 @@ class CodedLruRun(NamedTuple):
 def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]],
                       buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool) -> CodedLruRun | None:
     """The engine's batched LRU over one stream given as coded chunks (steps, width, ordered, a
-    function giving the coded bytes or None), for each (buffer, reserve, prefix): one decoding
+    function giving the coded bytes or None, taking a bytearray it may inflate into: e.g.
+    ``CodedChunk.coded``), for each (buffer, reserve, prefix): one decoding
     pass per 64 buffers. None when a chunk is corrupt or breaks a rule of the trace model: the
     caller reads the stream the ordinary way, which raises the error with its context.
 
@@ -168,15 +175,17 @@ def _replay_split(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | No
                   outs: list[array], bufs: tuple[int, ...], k: int, ctx: array) -> int | None:
     """Unordered chunks through ``states``: chunk i + 1 inflated and decoded into one of two
     changes buffers on a second thread while chunk i's buffer replays here. The accesses, or
-    None when a chunk is not clean."""
+    None when a chunk is not clean. A chunk's maker takes a bytearray it may inflate into."""
     spaces = (_native.changes_new(), _native.changes_new())
     starts = [0]
     for c in chunks:
         starts.append(starts[-1] + c[0])
 
+    into = (bytearray(), bytearray())  # what stored payloads are copied into, reused
+
     def make(i: int) -> int | None:  # the makers run one after another, in chunk order
         n, width, _, coded = chunks[i]
-        raw = coded()
+        raw = coded(into[i % 2])
         if raw is None:
             return None
         row = starts[i]

@@ -1146,6 +1146,57 @@ out:
     return res;
 }
 
+/* A zlib stream made of stored (uncompressed) deflate blocks only, as zlib level 0 writes it
+ * (`--compression stored`): the size of its data, copied to out when out is not NULL; -1 when
+ * some block is compressed (the caller inflates it with zlib), -2 when the framing is broken
+ * (block lengths, a final block, exactly the 4-byte adler32 after it). The adler32 itself is not
+ * recomputed: the reader has checked the payload's crc32 (format.py CodedChunk.coded). */
+static int64_t unstore(const uint8_t *p, Py_ssize_t n, uint8_t *out)
+{
+    Py_ssize_t pos = 2; /* past the zlib header, which the caller has checked */
+    int64_t size = 0;
+    for (;;) {
+        if (pos + 5 > n) return -2;
+        uint8_t head = p[pos];
+        if (head & 0x06) return -1; /* BTYPE != 00 */
+        unsigned len = p[pos + 1] | (unsigned)p[pos + 2] << 8, nlen = p[pos + 3] | (unsigned)p[pos + 4] << 8;
+        if ((len ^ 0xFFFFu) != nlen || pos + 5 + (Py_ssize_t)len > n) return -2;
+        if (out) memcpy(out + size, p + pos + 5, len);
+        size += len;
+        pos += 5 + len;
+        if (head & 1) return pos + 4 == n ? size : -2;
+    }
+}
+
+static PyObject *py_unstore(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, out;
+    int have_out = 0;
+    PyObject *target = Py_None;
+    if (!PyArg_ParseTuple(args, "y*|O", &raw, &target)) return NULL;
+    PyObject *res = NULL;
+    if (raw.len < 6) { res = PyLong_FromLongLong(-2); goto done; }
+    if (target != Py_None) {
+        if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
+        have_out = 1;
+    }
+    int64_t size = unstore((const uint8_t *)raw.buf, raw.len, NULL);
+    if (size >= 0 && have_out) {
+        if (out.len < size) {
+            PyErr_Format(PyExc_ValueError, "unstore: out has %zd bytes, the data %lld", out.len, (long long)size);
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        unstore((const uint8_t *)raw.buf, raw.len, (uint8_t *)out.buf);
+        Py_END_ALLOW_THREADS
+    }
+    res = PyLong_FromLongLong(size);
+done:
+    if (have_out) PyBuffer_Release(&out);
+    PyBuffer_Release(&raw);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
     {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
@@ -1154,6 +1205,8 @@ static PyMethodDef methods[] = {
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
     {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
      "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},
+    {"unstore", py_unstore, METH_VARARGS,
+     "unstore(zlib_payload, out=None) -> size of its stored blocks' data (copied into out); -1 compressed, -2 broken"},
     {"changes_new", py_changes_new, METH_NOARGS, "changes_new() -> a changes buffer"},
     {"decode_changes", py_decode_changes, METH_VARARGS,
      "decode_changes(changes, raw, steps, width, k, prev_ctx, buffers, ctx_out) -> (code, step, accesses)"},

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import native
 from ..errors import TraceError
 from ..fileio import replace_into, temp_beside
 from .codec import COMPRESSION_LEVELS, check_stream, decode_stream, encode_stream
@@ -89,20 +90,34 @@ class CodedChunk(NamedTuple):
     ordered: bool
     payload: bytes  # compressed, checksum verified
 
-    def coded(self) -> bytes | None:
+    def coded(self, into: bytearray | None = None) -> bytes | memoryview | None:
         """The coded steps (``codec.py``'s varint stream), or None when the payload does not
         decompress (``TraceReader.read`` of the stream then raises the error).
 
         The reader has checked every byte of the payload against its crc32, so the deflate data
         is inflated raw, past the 2-byte zlib header, without computing the adler32 of the
         output a second time (a tenth of inflating); the deflate stream must still end exactly
-        4 bytes (the adler32) before the payload does."""
+        4 bytes (the adler32) before the payload does. With ``into`` (and the compiled module),
+        a payload of stored blocks only (``--compression stored``) is copied into that buffer,
+        grown as needed, and a view of it returned: no new memory for the kernel to zero."""
         p = self.payload
         if len(p) < 6 or p[0] & 0x0F != 8 or p[1] & 0x20 or (p[0] << 8 | p[1]) % 31:
             try:  # not a plain zlib header: zlib decides
                 return zlib.decompress(p)
             except zlib.error:
                 return None
+        if into is not None and native.available():
+            size = native.unstore(p)
+            if size == -2:
+                return None
+            if size >= 0:
+                try:
+                    if len(into) < size:
+                        into.extend(bytes(size - len(into)))
+                    native.unstore(p, into)
+                    return memoryview(into)[:size]
+                except BufferError:  # still viewed by an earlier caller: inflate into new memory
+                    pass
         inflater = zlib.decompressobj(-15)
         try:
             out = inflater.decompress(memoryview(p)[2:])
