@@ -524,13 +524,14 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
     int32_t *victims = s->victims;
     if (need > 0) {
         const int64_t mask = s->qmask;
-        int64_t q = s->qhead, nv = 0;
-        while (nv < need) {
+        int64_t q = s->qhead, nv = 0, end = qseq;
+        while (nv < need && q < end) {
             int32_t x = ring[q & mask];
             victims[nv] = x;
             nv += (region[x] == STALE) & (skey[x] == q);
             q++;
         }
+        if (nv < need) return STEP_FULL; /* cannot happen: |X| <= B leaves B - |X| >= need live */
         s->qhead = q;
     }
     for (int64_t i = 0; i < nm; i++) {
