@@ -356,7 +356,8 @@ typedef struct {
     int64_t qmask, qhead, qseq; /* pushes in [qhead, qseq) are in the ring, live or dead */
     int32_t *victims;   /* [B + 2] scratch */
     int32_t *blk, *blk_next, nb; /* [B + 2] X, the last step's selected set, as slots in block order */
-    int64_t *A, *miss; /* [B + 2] scratch */
+    int32_t *A;         /* [B + 2] scratch: a step's arrivals */
+    int64_t *miss;      /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
     kv_t *kv, *kv_tmp;  /* [B + 2] */
     uint64_t *bits;     /* [nbits] and */
@@ -390,7 +391,7 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->victims = (int32_t *)malloc(sizeof(int32_t) * n);
     s->blk = (int32_t *)malloc(sizeof(int32_t) * n);
     s->blk_next = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->A = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->A = (int32_t *)malloc(sizeof(int32_t) * n);
     s->miss = (int64_t *)malloc(sizeof(int64_t) * n);
     s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
     s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
@@ -472,16 +473,15 @@ static int lru_begin(lru_state *s, int64_t c)
     return BEGIN_FRESH;
 }
 
-/* One step from its changes: A (positions, stored order) and D (nD block slots already marked
+/* One step from its changes: A (nA positions, stored order) and D (nD block slots already marked
  * DROPPED); returns the misses. */
-static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
+static int64_t lru_apply(lru_state *s, const int32_t *A, int64_t nA, int64_t nD)
 {
     /* Everything in locals: the int stores below could alias the state's int fields. */
     const int32_t B = (int32_t)s->B;
     int32_t *pos = s->pos, *slot_pos = s->slot_pos, *ring = s->ring, *hit_s = s->hit_s;
     uint8_t *region = s->region;
     int64_t *skey = s->skey, *miss = s->miss, qseq = s->qseq, free_next = s->free_next, nb = s->nb;
-    const int64_t *A = s->A;
     int64_t nhs = 0, nm = 0;
     for (int64_t i = 0; i < nA; i++) { /* hit or miss is a coin toss here: no branch */
         int64_t p = A[i];
@@ -596,13 +596,13 @@ static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t 
         if (n++ >= s->B) return STEP_FULL;
         s->prow[p] = cur;
         int32_t x = s->pos[p];
-        if (x < 0 || s->region[x] != BLOCK) s->A[nA++] = p;
+        if (x < 0 || s->region[x] != BLOCK) s->A[nA++] = (int32_t)p;
     }
     for (int64_t i = 0; i < s->nb; i++) {
         int32_t x = s->blk[i];
         if (s->prow[s->slot_pos[x]] != cur) { s->region[x] = DROPPED; nD++; }
     }
-    return lru_apply(s, nA, nD);
+    return lru_apply(s, s->A, nA, nD);
 }
 
 static inline int sorted_has(const int64_t *a, int64_t n, int64_t v)
@@ -617,27 +617,27 @@ static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
 {
     int64_t nA = 0, nD = 0, nw = c - 1, old = s->last_ctx - 1;
     if (!s->reserve) {
-        memcpy(s->A, d->add, sizeof(int64_t) * (size_t)d->n_add);
+        for (int64_t a = 0; a < d->n_add; a++) s->A[a] = (int32_t)d->add[a];
         nA = d->n_add;
         if (d->cnt > s->B) return STEP_FULL;
         for (int64_t r = 0; r < d->n_rem; r++) s->region[s->pos[d->prev[d->rem[r]]]] = DROPPED;
-        return lru_apply(s, nA, d->n_rem);
+        return lru_apply(s, s->A, nA, d->n_rem);
     }
     /* X' = R' - {nw}, X = R - {old}: the old newest joins A if it stays selected past it. (The
      * new newest cannot have been selected before unless nw == old: ctx never goes down.) */
     int both_old = nw != old && sorted_has(d->prev, d->prev_n, old) && sorted_has(d->cur, d->cnt, old);
     for (int64_t a = 0; a < d->n_add; a++) {
         int64_t p = d->add[a];
-        if (both_old && old < p) { s->A[nA++] = old; both_old = 0; }
-        if (p != nw) s->A[nA++] = p;
+        if (both_old && old < p) { s->A[nA++] = (int32_t)old; both_old = 0; }
+        if (p != nw) s->A[nA++] = (int32_t)p;
     }
-    if (both_old) s->A[nA++] = old;
+    if (both_old) s->A[nA++] = (int32_t)old;
     if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
     for (int64_t r = 0; r < d->n_rem; r++) {
         int64_t p = d->prev[d->rem[r]];
         if (p != old) { s->region[s->pos[p]] = DROPPED; nD++; }
     }
-    return lru_apply(s, nA, nD);
+    return lru_apply(s, s->A, nA, nD);
 }
 
 /* Final slot -> position and recency order (oldest first); returns the order's length. */
@@ -812,32 +812,32 @@ static int decode_changes(changes_t *ch, const uint8_t *buf, Py_ssize_t n, int64
     return code;
 }
 
-/* lru_delta on a changes buffer's step. */
+/* lru_delta on a changes buffer's step. Positions are below c and ascending, so the newest
+ * position, if it arrived, is the last arrival, and the old newest, if it left, the last leaver:
+ * they are cut from the ends, and the arrivals replay in place unless the old newest joins them. */
 static int64_t lru_delta_changes(lru_state *s, int32_t flags, int64_t cnt, const int32_t *add, int64_t na,
                                  const int32_t *rem, int64_t nr, int64_t c)
 {
-    int64_t nA = 0, nD = 0, nw = c - 1, old = s->last_ctx - 1, *A = s->A;
+    int64_t nw = c - 1, old = s->last_ctx - 1;
     int32_t *pos = s->pos;
     uint8_t *region = s->region;
-    if (!s->reserve) {
-        for (int64_t a = 0; a < na; a++) A[a] = add[a];
-        if (cnt > s->B) return STEP_FULL;
-        for (int64_t r = 0; r < nr; r++) region[pos[rem[r]]] = DROPPED;
-        return lru_apply(s, na, nr);
-    }
-    int both_old = (flags & CH_OLD_BOTH) != 0;
-    for (int64_t a = 0; a < na; a++) {
-        int64_t p = add[a];
-        if (both_old && old < p) { A[nA++] = old; both_old = 0; }
-        if (p != nw) A[nA++] = p;
-    }
-    if (both_old) A[nA++] = old;
-    if (cnt - ((flags & CH_NW_IN) ? 1 : 0) > s->B) return STEP_FULL;
-    for (int64_t r = 0; r < nr; r++) {
-        int64_t p = rem[r];
-        if (p != old) { region[pos[p]] = DROPPED; nD++; }
-    }
-    return lru_apply(s, nA, nD);
+    if (s->reserve) {
+        if (cnt - ((flags & CH_NW_IN) ? 1 : 0) > s->B) return STEP_FULL;
+        na -= na > 0 && add[na - 1] == nw;
+        nr -= nr > 0 && rem[nr - 1] == old;
+        if (flags & CH_OLD_BOTH) { /* old among the arrivals, in order (it is none of them) */
+            int64_t lo = 0, hi = na;
+            while (lo < hi) { int64_t md = (lo + hi) >> 1; if (add[md] < old) lo = md + 1; else hi = md; }
+            int32_t *A = s->A;
+            memcpy(A, add, sizeof(int32_t) * (size_t)lo);
+            A[lo] = (int32_t)old;
+            memcpy(A + lo + 1, add + lo, sizeof(int32_t) * (size_t)(na - lo));
+            add = A;
+            na++;
+        }
+    } else if (cnt > s->B) return STEP_FULL;
+    for (int64_t r = 0; r < nr; r++) region[pos[rem[r]]] = DROPPED;
+    return lru_apply(s, add, na, nr);
 }
 
 /* A changes buffer through several states, as lru_replay_coded's loop. 0, or STEP_FULL /
