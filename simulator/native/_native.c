@@ -360,8 +360,7 @@ typedef struct {
     int64_t *miss;      /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
     kv_t *kv, *kv_tmp;  /* [B + 2] */
-    uint64_t *bits;     /* [nbits] and */
-    int32_t *at;        /* [64 nbits]: ordering the stale hits when their keys span < 64 nbits */
+    uint64_t *bits;     /* [nbits]: ordering the stale hits when their keys span < 64 nbits */
     int64_t nbits;
     int64_t free_next, last_ctx;
     int32_t stamp;
@@ -371,7 +370,7 @@ static void lru_free(lru_state *s)
 {
     if (!s) return;
     free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->ring); free(s->victims);
-    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp); free(s->bits); free(s->at);
+    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp); free(s->bits);
     free(s);
 }
 
@@ -398,8 +397,7 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->kv_tmp = (kv_t *)malloc(sizeof(kv_t) * n);
     s->nbits = ((int64_t)n + 63) / 64 * 4; /* spans up to ~4 B keys: a stale entry lives a few steps */
     s->bits = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)s->nbits);
-    s->at = (int32_t *)malloc(sizeof(int32_t) * 64 * (size_t)s->nbits);
-    if (!s->kv_tmp || !s->bits || !s->at || !s->slot_pos || !s->region || !s->skey || !s->ring || !s->victims || !s->blk || !s->blk_next || !s->A ||
+    if (!s->kv_tmp || !s->bits || !s->slot_pos || !s->region || !s->skey || !s->ring || !s->victims || !s->blk || !s->blk_next || !s->A ||
         !s->miss || !s->hit_s || !s->kv) {
         lru_free(s);
         return NULL;
@@ -492,7 +490,39 @@ static int64_t lru_apply(lru_state *s, const int32_t *A, int64_t nA, int64_t nD)
         nhs += hit;
         nm += !hit;
     }
-    for (int64_t i = 0; i < nhs; i++) region[hit_s[i]] = BLOCK; /* stale hits leave the queue: dead entries */
+    /* Stale hits leave the queue (their entries die) and take their places in the new block in
+     * stale order (ascending skey; push counts are distinct), ordered now, while the ring still
+     * holds them: a bitmap over the keys' span, read in order, or a radix sort when it is wide. */
+    kv_t *kv = s->kv;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t i = 0; i < nhs; i++) {
+        int32_t x = hit_s[i];
+        int64_t key = skey[x];
+        region[x] = BLOCK;
+        kv[i].key = (uint64_t)key;
+        kv[i].slot = x;
+        lo = key < lo ? key : lo;
+        hi = key > hi ? key : hi;
+    }
+    if (nhs > 1) {
+        int32_t *out = s->blk_next + nm;
+        if (hi - lo < 64 * s->nbits) {
+            int64_t words = ((hi - lo) >> 6) + 1, mask = s->qmask;
+            uint64_t *bits = s->bits;
+            memset(bits, 0, sizeof(uint64_t) * (size_t)words);
+            for (int64_t i = 0; i < nhs; i++) {
+                int64_t off = (int64_t)kv[i].key - lo;
+                bits[off >> 6] |= (uint64_t)1 << (off & 63);
+            }
+            for (int64_t w = 0; w < words; w++)
+                for (uint64_t b = bits[w]; b; b &= b - 1) *out++ = ring[(lo + (w << 6) + __builtin_ctzll(b)) & mask];
+        } else {
+            sort_kv_radix(kv, s->kv_tmp, nhs);
+            for (int64_t i = 0; i < nhs; i++) out[i] = (int32_t)kv[i].slot;
+        }
+    } else if (nhs == 1) {
+        s->blk_next[nm] = hit_s[0];
+    }
     /* The new block: misses (stored order), stale hits (stale order), kept (block order). One
      * pass over the old block puts the kept entries in place and the dropped ones, in block
      * order, at the young end of the queue. */
@@ -546,34 +576,6 @@ static int64_t lru_apply(lru_state *s, const int32_t *A, int64_t nA, int64_t nD)
         pos[p] = x;
         region[x] = BLOCK;
         next[i] = x;
-    }
-    if (nhs > 1) { /* stale hits in stale order (ascending skey; push counts are distinct) */
-        int64_t lo = skey[hit_s[0]], hi = lo;
-        for (int64_t i = 1; i < nhs; i++) {
-            int64_t key = skey[hit_s[i]];
-            lo = key < lo ? key : lo;
-            hi = key > hi ? key : hi;
-        }
-        if (hi - lo < 64 * s->nbits) { /* a bitmap over the keys' span, read in order */
-            int64_t words = ((hi - lo) >> 6) + 1;
-            uint64_t *bits = s->bits;
-            int32_t *at = s->at, *out = next + nm;
-            memset(bits, 0, sizeof(uint64_t) * (size_t)words);
-            for (int64_t i = 0; i < nhs; i++) {
-                int64_t off = skey[hit_s[i]] - lo;
-                bits[off >> 6] |= (uint64_t)1 << (off & 63);
-                at[off] = hit_s[i];
-            }
-            for (int64_t w = 0; w < words; w++)
-                for (uint64_t b = bits[w]; b; b &= b - 1) *out++ = at[(w << 6) + __builtin_ctzll(b)];
-        } else { /* a wide span: radix sort */
-            kv_t *kv = s->kv;
-            for (int64_t i = 0; i < nhs; i++) { kv[i].key = (uint64_t)skey[hit_s[i]]; kv[i].slot = hit_s[i]; }
-            sort_kv_radix(kv, s->kv_tmp, nhs);
-            for (int64_t i = 0; i < nhs; i++) next[nm + i] = (int32_t)kv[i].slot;
-        }
-    } else if (nhs == 1) {
-        next[nm] = hit_s[0];
     }
     s->qseq = qseq;
     s->free_next = free_next;
