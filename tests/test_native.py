@@ -292,11 +292,12 @@ def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):
 
 
 def test_batched_lru_orders_stale_hits_whose_keys_lie_far_apart():
-    """A stale hit's place in the new block comes from its queue key; keys spanning less than a
-    few buffers are ordered by a bitmap, wider spans by a radix sort. Here position 0 leaves
-    the block at step 1 and returns at step 150 while 59 others rotate through 64 slots without
-    a miss (each step drops ~15, pushing their keys on): its key is ~2,000 below theirs, past the
-    bitmap's reach, and the order still matches the engine's."""
+    """A stale hit's place in the new block comes from its queue key, ordered by a bitmap over
+    the keys' span, which the queue's ring bounds by compacting. Here position 0 leaves the block
+    at step 1 and returns at step 150 while 59 others rotate through 64 slots without a miss
+    (each step drops ~15, pushing their keys on): its key would lie ~2,000 below theirs, past
+    the ring's 512 entries, so the ring compacts under it, and the order still matches the
+    engine's."""
     rng = np.random.default_rng(12)
     steps, k = 160, 32
     rows = np.full((steps, k), -1, dtype=np.int32)

@@ -283,64 +283,6 @@ done:
  * A and D are known: from the coded stream's own changes (lru_replay_coded), or from a pass over
  * the row and the block (lru_rows). */
 
-typedef struct {
-    uint64_t key;
-    int64_t slot;
-} kv_t;
-
-static void sort_kv(kv_t *a, int64_t n)
-{
-    while (n > 16) {
-        kv_t *mid = a + n / 2, *hi = a + n - 1, tmp;
-        if (mid->key < a->key) { tmp = *mid; *mid = *a; *a = tmp; }
-        if (hi->key < a->key) { tmp = *hi; *hi = *a; *a = tmp; }
-        if (hi->key < mid->key) { tmp = *hi; *hi = *mid; *mid = tmp; }
-        uint64_t pivot = mid->key;
-        int64_t i = 0, j = n - 1;
-        for (;;) {
-            while (a[i].key < pivot) i++;
-            while (a[j].key > pivot) j--;
-            if (i >= j) break;
-            tmp = a[i]; a[i] = a[j]; a[j] = tmp;
-            i++; j--;
-        }
-        int64_t left = j + 1; /* [0, left) <= pivot <= [left, n) */
-        if (left < n - left) { sort_kv(a, left); a += left; n -= left; }
-        else { sort_kv(a + left, n - left); n = left; }
-    }
-    for (int64_t i = 1; i < n; i++) {
-        kv_t x = a[i];
-        int64_t j = i - 1;
-        while (j >= 0 && a[j].key > x.key) { a[j + 1] = a[j]; j--; }
-        a[j + 1] = x;
-    }
-}
-
-/* Ascending by key, for the larger sorts of a step (hundreds of entries when a step changes a
- * third of its set): LSD radix sort on key - min, 8 bits a pass, passes where every key has the
- * same digit skipped. Keys are distinct, so any correct sort gives the same order as sort_kv. */
-static void sort_kv_radix(kv_t *a, kv_t *tmp, int64_t n)
-{
-    if (n <= 48) { sort_kv(a, n); return; }
-    uint64_t lo = a[0].key, hi = a[0].key;
-    for (int64_t i = 1; i < n; i++) {
-        if (a[i].key < lo) lo = a[i].key;
-        if (a[i].key > hi) hi = a[i].key;
-    }
-    uint64_t span = hi - lo;
-    kv_t *src = a, *dst = tmp;
-    for (int shift = 0; shift < 64 && (span >> shift); shift += 8) {
-        int64_t count[257];
-        memset(count, 0, sizeof(count));
-        for (int64_t i = 0; i < n; i++) count[((src[i].key - lo) >> shift & 0xFF) + 1]++;
-        if (count[((src[0].key - lo) >> shift & 0xFF) + 1] == n) continue; /* one digit for all */
-        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
-        for (int64_t i = 0; i < n; i++) dst[count[(src[i].key - lo) >> shift & 0xFF]++] = src[i];
-        kv_t *sw = src; src = dst; dst = sw;
-    }
-    if (src != a) memcpy(a, src, sizeof(kv_t) * (size_t)n);
-}
-
 enum { FREE = 0, STALE = 1, BLOCK = 2, DROPPED = 3 }; /* DROPPED: in the block, leaving it this step */
 enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
 
@@ -359,9 +301,8 @@ typedef struct {
     int32_t *A;         /* [B + 2] scratch: a step's arrivals */
     int64_t *miss;      /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
-    kv_t *kv, *kv_tmp;  /* [B + 2] */
-    uint64_t *bits;     /* [nbits]: ordering the stale hits when their keys span < 64 nbits */
-    int64_t nbits;
+    int64_t *hkey;      /* [B + 2] scratch: the stale hits' keys */
+    uint64_t *bits;     /* [ring size / 64]: ordering the stale hits (their keys span less than the ring) */
     int64_t free_next, last_ctx;
     int32_t stamp;
 } lru_state;
@@ -370,7 +311,7 @@ static void lru_free(lru_state *s)
 {
     if (!s) return;
     free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->ring); free(s->victims);
-    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp); free(s->bits);
+    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->hkey); free(s->bits);
     free(s);
 }
 
@@ -393,12 +334,10 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->A = (int32_t *)malloc(sizeof(int32_t) * n);
     s->miss = (int64_t *)malloc(sizeof(int64_t) * n);
     s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
-    s->kv_tmp = (kv_t *)malloc(sizeof(kv_t) * n);
-    s->nbits = ((int64_t)n + 63) / 64 * 4; /* spans up to ~4 B keys: a stale entry lives a few steps */
-    s->bits = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)s->nbits);
-    if (!s->kv_tmp || !s->bits || !s->slot_pos || !s->region || !s->skey || !s->ring || !s->victims || !s->blk || !s->blk_next || !s->A ||
-        !s->miss || !s->hit_s || !s->kv) {
+    s->hkey = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->bits = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)((s->qmask + 64) / 64));
+    if (!s->hkey || !s->bits || !s->slot_pos || !s->region || !s->skey || !s->ring || !s->victims || !s->blk || !s->blk_next || !s->A ||
+        !s->miss || !s->hit_s) {
         lru_free(s);
         return NULL;
     }
@@ -492,34 +431,28 @@ static int64_t lru_apply(lru_state *s, const int32_t *A, int64_t nA, int64_t nD)
     }
     /* Stale hits leave the queue (their entries die) and take their places in the new block in
      * stale order (ascending skey; push counts are distinct), ordered now, while the ring still
-     * holds them: a bitmap over the keys' span, read in order, or a radix sort when it is wide. */
-    kv_t *kv = s->kv;
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
+     * holds them: a bitmap over the keys' span, read in order (live keys lie in [qhead, qseq),
+     * which the ring's size bounds). */
+    int64_t *hkey = s->hkey, lo = INT64_MAX, hi = INT64_MIN;
     for (int64_t i = 0; i < nhs; i++) {
         int32_t x = hit_s[i];
         int64_t key = skey[x];
         region[x] = BLOCK;
-        kv[i].key = (uint64_t)key;
-        kv[i].slot = x;
+        hkey[i] = key;
         lo = key < lo ? key : lo;
         hi = key > hi ? key : hi;
     }
     if (nhs > 1) {
         int32_t *out = s->blk_next + nm;
-        if (hi - lo < 64 * s->nbits) {
-            int64_t words = ((hi - lo) >> 6) + 1, mask = s->qmask;
-            uint64_t *bits = s->bits;
-            memset(bits, 0, sizeof(uint64_t) * (size_t)words);
-            for (int64_t i = 0; i < nhs; i++) {
-                int64_t off = (int64_t)kv[i].key - lo;
-                bits[off >> 6] |= (uint64_t)1 << (off & 63);
-            }
-            for (int64_t w = 0; w < words; w++)
-                for (uint64_t b = bits[w]; b; b &= b - 1) *out++ = ring[(lo + (w << 6) + __builtin_ctzll(b)) & mask];
-        } else {
-            sort_kv_radix(kv, s->kv_tmp, nhs);
-            for (int64_t i = 0; i < nhs; i++) out[i] = (int32_t)kv[i].slot;
+        int64_t words = ((hi - lo) >> 6) + 1, mask = s->qmask;
+        uint64_t *bits = s->bits;
+        memset(bits, 0, sizeof(uint64_t) * (size_t)words);
+        for (int64_t i = 0; i < nhs; i++) {
+            int64_t off = hkey[i] - lo;
+            bits[off >> 6] |= (uint64_t)1 << (off & 63);
         }
+        for (int64_t w = 0; w < words; w++)
+            for (uint64_t b = bits[w]; b; b &= b - 1) *out++ = ring[(lo + (w << 6) + __builtin_ctzll(b)) & mask];
     } else if (nhs == 1) {
         s->blk_next[nm] = hit_s[0];
     }
