@@ -277,11 +277,13 @@ done:
  *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
  * Stale entries live in a FIFO queue: a ring of slots in push order with lazy deletion (the
  * entry at push count q is live while its slot is STALE with skey == q; a stale hit only turns
- * its slot BLOCK, and the head sweeps past dead entries when victims are taken, branch-free). The block is an array of slots in block
- * order (oldest first); one branch-free pass over it splits D (in block order, to the queue)
- * from the kept entries (to the new block's newest end). A step costs O(|A| log |A| + |X|) once
- * A and D are known: from the coded stream's own changes (lru_replay_coded), or from a pass over
- * the row and the block (lru_rows). */
+ * its slot BLOCK, and the head sweeps past dead entries when victims are taken, branch-free; a
+ * full ring compacts its live entries). Stale hits are put in stale order by a bitmap over
+ * their keys' span, which the ring bounds. The block is an array of slots in block order
+ * (oldest first); one branch-free pass over it splits D (in block order, to the queue) from the
+ * kept entries (to the new block's newest end). A step costs O(|A| + |X| + span / 64) once A
+ * and D are known: from the coded stream's own changes (lru_replay_coded, lru_apply_changes),
+ * or from a pass over the row and the block (lru_rows). */
 
 enum { FREE = 0, STALE = 1, BLOCK = 2, DROPPED = 3 }; /* DROPPED: in the block, leaving it this step */
 enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
