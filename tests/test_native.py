@@ -436,6 +436,10 @@ def test_changes_replay_matches_engine_across_chunks_and_fresh_starts(tmp_path, 
         chunks = reader.coded_chunks((0, 0))
         outs, lrus = _replay_changes(chunks, configs, k)
         split = coded_misses(chunks, configs, k, per_step=True)  # the same halves on two threads
+        with pytest.MonkeyPatch.context() as mp:  # one CPU: each chunk in one call instead
+            mp.setattr(native, "_cpus", lambda: 1)
+            whole = coded_misses(chunks, configs, k, per_step=True)
+        assert all(np.array_equal(a, b) for a, b in zip(split.misses, whole.misses, strict=True))
         for cfg, out, lru, threaded in zip(configs, outs, lrus, split.misses, strict=True):
             ref = _engine(stored, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
             assert np.array_equal(out, ref.misses), (cfg, overlap)
