@@ -695,22 +695,25 @@ static int decode_changes(changes_t *ch, const uint8_t *buf, Py_ssize_t n, int64
                           int64_t prev_ctx, const int64_t *Bs, int64_t nbs, int64_t *ctx_out, int64_t *accesses,
                           int64_t *bad_step)
 {
-    int64_t w = width > 0 ? width : 1, words = steps * (CH_HEAD + 2 * w);
+    int64_t w = width > 0 ? width : 1, most = CH_HEAD + 2 * w; /* the most words one step takes */
     ch->steps = 0;
     *accesses = 0;
     *bad_step = 0;
-    if (words > ch->cap) {
-        int32_t *p = (int32_t *)realloc(ch->w, sizeof(int32_t) * (size_t)words);
-        if (!p) return STEP_NOMEM;
-        ch->w = p;
-        ch->cap = words;
-    }
     decoder d;
     if (!dec_init(&d, buf, n, width)) return STEP_NOMEM;
     int32_t *out = ch->w;
     int code = 0;
     int64_t t, acc = 0;
     for (t = 0; t < steps; t++) {
+        int64_t used = out - ch->w;
+        if (used + most > ch->cap) { /* grown as the steps need it: a step rarely changes all of k */
+            int64_t cap = 2 * ch->cap > used + most ? 2 * ch->cap : used + most + steps * CH_HEAD;
+            int32_t *p = (int32_t *)realloc(ch->w, sizeof(int32_t) * (size_t)cap);
+            if (!p) { code = STEP_NOMEM; break; }
+            ch->w = p;
+            ch->cap = cap;
+            out = p + used;
+        }
         code = dec_step(&d);
         if (code) break;
         int64_t c = d.ctx, cnt = d.cnt;
