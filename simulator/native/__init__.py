@@ -3,7 +3,8 @@
 Each function reproduces a numba reference of the package bit for bit (tests/test_native.py):
 the stream decoder and checker of ``simulator.trace.codec_jit``, and the replay engine's
 batched LRU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
-O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows.
+O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows, in two
+halves on two threads (a chunk decoded into its step changes while the one before replays).
 Without the build, or with ``HISPARSE_NATIVE=0``, callers use the references.
 
 The C functions fill caller-owned int64 buffers; the wrappers here hand back numpy arrays (or
