@@ -97,7 +97,7 @@ def test_committed_fit_and_validation_rebuild_on_the_cpu(tmp_path, capsys):
 
     for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "validation-h200.json",
                  "gemm-h200.csv", "elementwise-h200.csv", "indexer-h200.csv", "graph-h200.csv",
-                 "validation-layer-h200.json", "grouped_tp-h200.csv"):
+                 "validation-layer-h200.json", "grouped_tp-h200.csv", "fused_moe_tp-h200.csv"):
         shutil.copy(f"calibration/{name}", tmp_path / name)
     committed = json.loads(open("calibration/h200.json").read())
     other = json.loads((tmp_path / "h200.json").read_text()) | {"other_group": {"kept": "as another command wrote it"}}
@@ -166,6 +166,58 @@ def test_tp_moe_term_refits_from_its_committed_csv():
     bad = tables["grouped_tp"].assign(name="routed_other")
     with pytest.raises(ValueError, match="routed_other"):
         fit_step_terms(tables["gemm"], tables["elementwise"], tables["indexer"], tables["graph"], bad)
+
+
+def test_fused_moe_term_refits_from_its_committed_csv():
+    """The TP slices' Triton fused-MoE terms (``calibrate --terms fused-moe-tp``) from the committed
+    CSV: one fit per slice over the fastest tile config per node-token count, as committed; the
+    same run's torch._scaled_grouped_mm rows reproduce the moe-tp table's timings (a control of the
+    setup); the committed fit prices the TP ops by default; a table naming an unknown op is refused."""
+    from simulator.calibration.fitting import fit_fused_moe_tp
+
+    df = pd.read_csv("calibration/fused_moe_tp-h200.csv")
+    committed = json.loads(open("calibration/h200.json").read())["step_terms"]
+    rates, summary = fit_fused_moe_tp(df)
+    tokens = sorted(set(df["node_tokens"]))
+    for name, kind in (("routed_gate_up", "fused_moe_tp_up"), ("routed_down", "fused_moe_tp_down")):
+        fit = rates[kind]["fp8"]
+        assert fit == pytest.approx(committed["rates"][kind]["fp8"])
+        assert fit["bytes"] == "weights" and fit["points"] == len(tokens)
+        assert fit["median_rel_err"] < 0.10 and fit["max_rel_err"] < 0.30
+        best = df[(df["name"] == name) & df["best"]]
+        tri = df[(df["name"] == name) & (df["impl"] == "triton_fused_moe")]
+        assert list(best["us"]) == list(tri.groupby("node_tokens")["us"].min().loc[best["node_tokens"]])
+        assert [p["node_tokens"] for p in summary[name]["points"]] == tokens
+    assert committed["tp_moe_kernel"] == "triton_fused_moe"
+    old = pd.read_csv("calibration/grouped_tp-h200.csv")
+    old = old[(old["layout"] == "tp") & (old["model"] == "glm-5.1")].set_index(["name", "node_tokens"])["us"]
+    sg = df[df["impl"] == "torch._scaled_grouped_mm"].set_index(["name", "node_tokens"])["us"]
+    both = old.index.intersection(sg.index)
+    assert len(both) >= 10
+    assert float(np.median(np.abs(sg[both] / old[both] - 1))) < 0.05  # same tool, same shapes, another run
+    with pytest.raises(ValueError, match="routed_other"):
+        fit_fused_moe_tp(df.assign(name="routed_other"))
+    with pytest.raises(ValueError, match="missing columns"):
+        fit_fused_moe_tp(df.drop(columns=["best"]))
+
+
+def test_refit_with_a_broken_fused_moe_csv_is_a_clear_error(tmp_path, capsys):
+    """--refit on a fused_moe_tp CSV missing a column: exit 2 naming the CSVs and the column, the
+    calibration JSON left as it was."""
+    import shutil
+
+    from simulator.cli import main
+
+    for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "gemm-h200.csv", "elementwise-h200.csv",
+                 "indexer-h200.csv", "graph-h200.csv", "grouped_tp-h200.csv"):
+        shutil.copy(f"calibration/{name}", tmp_path / name)
+    pd.read_csv("calibration/fused_moe_tp-h200.csv").drop(columns=["weight_bytes"]).to_csv(
+        tmp_path / "fused_moe_tp-h200.csv", index=False)
+    before = (tmp_path / "h200.json").read_bytes()
+    assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "fused_moe_tp-h200.csv" in err and "weight_bytes" in err and "Traceback" not in err
+    assert (tmp_path / "h200.json").read_bytes() == before
 
 
 def test_loop_helpers_fill_host_rows_and_order_topk_by_step():

@@ -14,10 +14,11 @@ import pytest
 from simulator.calibration.layer_work import Layout, attention_ops, moe_ops, step_ops
 from simulator.calibration.model_shapes import DEEPSEEK_V3_2, GLM_5_1
 from simulator.calibration.step_terms import StepTerms
+from simulator.errors import HisparseError
 from simulator.serving import presets as P
 from simulator.serving.costs import CostModel, cuda_graph_batch
 from simulator.serving.scenario import load_scenario
-from simulator.serving.step_costs import layout_for, terms_for
+from simulator.serving.step_costs import layout_for, measured_terms, terms_for
 
 H200_JSON = P.PRESET_DIR / "calibration" / "h200.json"
 
@@ -140,7 +141,7 @@ def test_other_gpus_scale_the_h200_terms_by_datasheet_ratios():
 
 def test_a_calibration_with_step_terms_prices_its_own_gpu(tmp_path):
     cal = json.loads(H200_JSON.read_text())
-    cal["step_terms"]["rates"]["grouped_gemm_tp_down"]["fp8"]["gbps"] /= 2  # the blog's TP fused MoE
+    cal["step_terms"]["rates"]["fused_moe_tp_down"]["fp8"]["gbps"] /= 2  # the blog's TP fused MoE
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(cal))
     sc = load_scenario(calibration=str(path))
@@ -183,25 +184,44 @@ def test_step_report_groups_add_up_to_the_step():
 
 
 def test_tp_moe_routed_experts_use_their_own_measured_term_and_ep_keeps_its_own():
-    """The blog's TP fused MoE prices its slices with grouped_gemm_tp_*, from weight bytes; the EP
-    deployment keeps the whole-expert grouped_gemm term; a calibration without the TP term falls
-    back to the EP one."""
+    """The blog's TP fused MoE prices its slices with the Triton fused-MoE terms (fused_moe_tp_*,
+    the kernel SGLang runs), from weight bytes; tp_moe_kernel 'torch_scaled_grouped_mm' selects the
+    older grouped_gemm_tp_* terms; a calibration without the chosen kernel's term falls back along
+    fused -> scaled_grouped_mm -> whole experts; the EP deployment keeps the grouped_gemm term."""
     cal = json.loads(H200_JSON.read_text())
     tp_cost = _cost()
     ops = {o.name: o for _, o in tp_cost.fixed_ops(8, 64)}
-    down = ops["routed_down"]
-    r = cal["step_terms"]["rates"]["grouped_gemm_tp_down"]["fp8"]
-    by_hand = r["launch_us"] * 1e-6 + down.k * down.n * down.weight_groups / (r["gbps"] * 1e9)
-    assert down.kind == "grouped_gemm_tp_down" and tp_cost.op_time(down) == pytest.approx(by_hand)
+    down, up = ops["routed_down"], ops["routed_gate_up"]
+
+    def by_hand(kind, op):
+        r = cal["step_terms"]["rates"][kind]["fp8"]
+        t = r["launch_us"] * 1e-6 + op.k * op.n * op.weight_groups / (r["gbps"] * 1e9)
+        return max(t, r["launch_us"] * 1e-6 + op.flops / (r["tflops"] * 1e12)) if r.get("tflops") else t
+
+    assert down.kind == "grouped_gemm_tp_down" and up.kind == "grouped_gemm_tp_up"
+    assert tp_cost.t.tp_moe_kernel == "triton_fused_moe"
+    assert tp_cost.op_time(down) == pytest.approx(by_hand("fused_moe_tp_down", down))
+    assert tp_cost.op_time(up) == pytest.approx(by_hand("fused_moe_tp_up", up))
+    old = dataclasses.replace(tp_cost.t, tp_moe_kernel="torch_scaled_grouped_mm")
+    assert old.op_time(down) == pytest.approx(by_hand("grouped_gemm_tp_down", down))
+    # measured: the Triton kernel streams the K-sliced down weights far faster than _scaled_grouped_mm
+    assert old.op_time(down) > 2 * tp_cost.op_time(down)
+    with pytest.raises(ValueError, match="tp_moe_kernel"):
+        dataclasses.replace(tp_cost.t, tp_moe_kernel="cutlass")
     ep = load_scenario(deployment="8xh200-colocated-dp8-ep8")
     ep_cost = CostModel(ep.model, ep.gpu, ep.deployment, ep.params, ep.terms)
     ep_down = next(o for _, o in ep_cost.fixed_ops(8, 64) if o.name == "routed_down")
     g = cal["step_terms"]["rates"]["grouped_gemm"]["fp8"]
     assert ep_down.kind == "grouped_gemm"
     assert ep_cost.op_time(ep_down) == pytest.approx(g["launch_us"] * 1e-6 + ep_down.bytes / (g["gbps"] * 1e9))
-    # measured: the K-sliced down projection streams its weights at about a third of the whole experts' rate
-    assert tp_cost.op_time(down) > 2 * ep_cost.op_time(ep_down)
+    for kind in ("fused_moe_tp_up", "fused_moe_tp_down"):
+        del cal["step_terms"]["rates"][kind]
+    no_fused = StepTerms.from_calibration(cal)
+    assert no_fused.op_time(down) == pytest.approx(by_hand("grouped_gemm_tp_down", down))
     for kind in ("grouped_gemm_tp_up", "grouped_gemm_tp_down"):
         del cal["step_terms"]["rates"][kind]
-    old = StepTerms.from_calibration(cal)
-    assert old.op_time(down) == pytest.approx(g["launch_us"] * 1e-6 + down.bytes / (g["gbps"] * 1e9))
+    neither = StepTerms.from_calibration(cal)
+    assert neither.op_time(down) == pytest.approx(g["launch_us"] * 1e-6 + down.bytes / (g["gbps"] * 1e9))
+    cal["step_terms"]["tp_moe_kernel"] = "cutlass"
+    with pytest.raises(HisparseError, match="tp_moe_kernel"):
+        measured_terms(cal, "mine.json")

@@ -127,11 +127,13 @@ def fit_indexer(df: pd.DataFrame, sms: int = 132) -> dict:
 
 
 def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.DataFrame, graph: pd.DataFrame,
-                   grouped_tp: pd.DataFrame | None = None) -> dict:
+                   grouped_tp: pd.DataFrame | None = None, fused_moe_tp: pd.DataFrame | None = None) -> dict:
     """The ``step_terms`` group of the calibration JSON from the raw tables (CPU only); with
     ``grouped_tp`` (``step_measure.grouped_tp_table``) also the TP fused-MoE routed experts'
     term ``grouped_gemm_tp`` and how the EP controls timed beside it compare with the
-    ``grouped_gemm`` fit."""
+    ``grouped_gemm`` fit; with ``fused_moe_tp`` (``fused_moe_measure.fused_moe_tp_table``) the
+    same slices' terms from the Triton fused MoE SGLang runs (``fused_moe_tp_*``, which then
+    price them: ``tp_moe_kernel``)."""
     rates: dict[str, dict] = {}
     for (kind, dtype), g in gemm.groupby(["kind", "dtype"]):
         rates.setdefault(kind, {})[dtype] = fit_roofline(g["bytes"], g["flops"], g["us"])
@@ -148,6 +150,12 @@ def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.Da
             fit = fit_roofline(wbytes, g["flops"], g["us"]) | {"bytes": "weights"}
             rates.setdefault(TP_MOE_KINDS[name], {})[dtype] = fit
         extra["tp_moe_ep_controls"] = ep_controls(grouped_tp[grouped_tp["layout"] == "ep"], rates)
+    if fused_moe_tp is not None:
+        fused, summary = fit_fused_moe_tp(fused_moe_tp)
+        for kind, per in fused.items():
+            rates.setdefault(kind, {}).update(per)
+        extra["fused_moe_tp"] = summary
+        extra["tp_moe_kernel"] = "triton_fused_moe"
     ew = fit_roofline(elementwise["bytes"], np.zeros(len(elementwise)), elementwise["us"])
     rates["elementwise"] = {"bf16": ew}
     idx = {f"{qd}_h{h}": fit_indexer(g) for (qd, h), g in indexer.groupby(["q_dtype", "heads"])}
@@ -171,3 +179,37 @@ def ep_controls(ep: pd.DataFrame, rates: dict) -> dict:
         out[dtype] = {"points": len(g), "median_rel_err": float(np.median(rel)),
                       "max_abs_rel_err": float(np.abs(rel).max())}
     return out
+
+
+def fit_fused_moe_tp(df: pd.DataFrame) -> tuple[dict, dict]:
+    """Per slice op, launch + weight bytes / bandwidth (``fit_roofline`` on the touched experts'
+    weight bytes, as the ``grouped_gemm_tp`` terms) over the fastest Triton tile config at each
+    node-token count (what a tuned deployment runs). Returns (rates by kind and dtype, a summary
+    per op: the best config and its time per token count beside ``torch._scaled_grouped_mm``)."""
+    from .layer_work import TP_MOE_KERNELS
+
+    kinds = TP_MOE_KERNELS["triton_fused_moe"]
+    missing = {"impl", "best", "name", "dtype", "node_tokens", "weight_bytes", "flops", "us"} - set(df.columns)
+    if missing:
+        raise ValueError(f"fused_moe_tp table: missing columns {', '.join(sorted(missing))}")
+    rates: dict[str, dict] = {}
+    summary: dict[str, dict] = {}
+    best = df[(df["impl"] == "triton_fused_moe") & df["best"].astype(bool)]
+    for (name, dtype), g in best.groupby(["name", "dtype"]):
+        if name not in kinds:
+            raise ValueError(f"fused_moe_tp table: unknown routed-expert op {name!r} (known: {', '.join(kinds)})")
+        g = g.sort_values("node_tokens")
+        fit = fit_roofline(g["weight_bytes"], g["flops"], g["us"]) | {
+            "bytes": "weights", "kernel": "triton fused MoE (cupy_kernels/fused_moe.py), best tile config per node-token count"}
+        rates.setdefault(kinds[name], {})[dtype] = fit
+        sg = df[(df["impl"] == "torch._scaled_grouped_mm") & (df["name"] == name) & (df["dtype"] == dtype)]
+        sg_us = dict(zip(sg["node_tokens"], sg["us"], strict=True))
+        summary[name] = {"points": [{"node_tokens": int(r.node_tokens), "experts_touched": float(r.experts_touched),
+                                     "config": r.config, "us": float(r.us),
+                                     "scaled_grouped_mm_us": _finite(sg_us.get(r.node_tokens))}
+                                    for r in g.itertuples()]}
+    return rates, summary
+
+
+def _finite(x) -> float | None:
+    return float(x) if x is not None and np.isfinite(x) else None

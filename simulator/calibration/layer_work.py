@@ -28,6 +28,12 @@ ACT_BYTES = 2  # bf16 activations between kernels
 # experts and unlike each other (measured: gate_up N = 2 x inter / tp streams its weights near the
 # whole experts' rate, down with K = inter / tp at about a third of it): one kind each.
 TP_MOE_KINDS = {"routed_gate_up": "grouped_gemm_tp_up", "routed_down": "grouped_gemm_tp_down"}
+# The kernel that times (and prices) those slices. SGLang runs its Triton fused MoE there (block-FP8,
+# tokens sorted and padded per expert: cupy_kernels/fused_moe.py, calibrate --terms fused-moe-tp);
+# the older terms timed torch._scaled_grouped_mm at the same shapes (calibrate --terms moe-tp).
+TP_MOE_KERNELS = {"triton_fused_moe": {"routed_gate_up": "fused_moe_tp_up", "routed_down": "fused_moe_tp_down"},
+                  "torch_scaled_grouped_mm": TP_MOE_KINDS}
+DEFAULT_TP_MOE_KERNEL = "triton_fused_moe"
 GROUPED_KINDS = ("grouped_gemm", *TP_MOE_KINDS.values())
 KINDS = ("gemm", "batched_gemm", *GROUPED_KINDS, "elementwise", "indexer", "attention")
 

@@ -16,6 +16,8 @@ from . import grids
 KERNEL_TABLES = ("swap_in", "attention")
 STEP_TABLES = ("gemm", "elementwise", "indexer", "graph")
 TP_MOE_TABLE = "grouped_tp"  # routed experts in the TP fused-MoE layout (optional: older runs lack it)
+FUSED_MOE_TABLE = "fused_moe_tp"  # the same slices through the Triton fused MoE SGLang runs (optional)
+OPTIONAL_STEP_TABLES = (TP_MOE_TABLE, FUSED_MOE_TABLE)
 
 
 def gpu_name(cp: Any) -> str:
@@ -72,7 +74,7 @@ def measure_step(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
             "elementwise": sm.elementwise_table(cp, reps=args.iters),
             "indexer": sm.indexer_table(cp, reps=args.iters),
             "gemm": sm.gemm_table(cp, torch, reps=args.iters),
-            **measure_tp_moe(args)}
+            **measure_tp_moe(args), **measure_fused_moe_tp(args)}
 
 
 def measure_tp_moe(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
@@ -84,3 +86,21 @@ def measure_tp_moe(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
     from . import step_measure as sm
 
     return {TP_MOE_TABLE: sm.grouped_tp_table(cp, torch, reps=max(args.iters, 10))}
+
+
+def measure_fused_moe_tp(args: argparse.Namespace) -> dict[str, pd.DataFrame]:
+    """The TP slices through our Triton fused-MoE kernel (several tile configs) and
+    ``torch._scaled_grouped_mm`` on the same data, over node tokens (at least 10 timed launches)."""
+    import cupy as cp
+    import torch
+
+    from ..errors import HisparseError
+    from .fused_moe_measure import fused_moe_tp_table
+
+    try:
+        import triton  # noqa: F401  (the kernel's compiler; PyTorch's CUDA wheels ship it)
+    except ImportError:
+        raise HisparseError("calibrate: the fused-MoE table needs Triton (pip install triton, or a CUDA build "
+                            "of PyTorch, which ships it)") from None
+
+    return {FUSED_MOE_TABLE: fused_moe_tp_table(torch, reps=max(args.iters, 10), seed=args.seed, cp=cp)}

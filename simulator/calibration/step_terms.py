@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layer_work import TP_MOE_KINDS, Op
+from .layer_work import DEFAULT_TP_MOE_KERNEL, TP_MOE_KERNELS, TP_MOE_KINDS, Op
 
 # The roofline the attention fit divided by (``fitting.fit_attention``; h200.toml's figures,
 # BRIEF 3: measured HBM copy and 8192^3 GEMM on this workplace's H200).
@@ -74,6 +74,12 @@ class StepTerms:
     attention: dict[str, tuple[float, float]]  # kv dtype -> (launch s, efficiency)
     swap_in: dict[int, tuple[float, float, float]]  # row bytes -> (launch s, per-request s, bytes/s)
     roofline: dict[str, float] = dataclasses.field(default_factory=lambda: dict(ATTENTION_ROOFLINE))
+    # which kernel's term prices the TP fused-MoE slices (layer_work.TP_MOE_KERNELS)
+    tp_moe_kernel: str = DEFAULT_TP_MOE_KERNEL
+
+    def __post_init__(self) -> None:
+        if self.tp_moe_kernel not in TP_MOE_KERNELS:
+            raise ValueError(f"tp_moe_kernel must be one of {', '.join(TP_MOE_KERNELS)}, got {self.tp_moe_kernel!r}")
 
     @classmethod
     def from_calibration(cls, cal: dict) -> StepTerms:
@@ -88,7 +94,8 @@ class StepTerms:
         att = {dt: (v["attention_launch_us"] * 1e-6, v["attention_efficiency"]) for dt, v in cal["fit"]["attention"].items()}
         sw = {int(r): (v["launch_us"] * 1e-6, v["per_request_us"] * 1e-6, v["gbps"] * 1e9)
               for r, v in cal["fit"]["swap_in"]["per_row"].items()}
-        return cls(rates, idx, st["graph_launch_us"] * 1e-6, att, sw)
+        return cls(rates, idx, st["graph_launch_us"] * 1e-6, att, sw,
+                   tp_moe_kernel=st.get("tp_moe_kernel", DEFAULT_TP_MOE_KERNEL))
 
     def scaled(self, hbm: float, flops: float, link: float = 1.0) -> StepTerms:
         """These terms for another GPU from datasheet ratios (its figure / the H200's): every
@@ -122,12 +129,22 @@ class StepTerms:
         return self.rate(op.kind, op.dtype).op_time(op) * op.count
 
     def rate(self, kind: str, dtype: str) -> Rate:
-        """The fitted term of a GEMM kind; TP-sliced routed experts (``grouped_gemm_tp_*``) fall
-        back to the whole-expert ``grouped_gemm`` term in a calibration that never timed them (an
-        extrapolation: the measured slices are up to 3x slower per weight byte)."""
-        if (kind, dtype) not in self.rates and kind in TP_MOE_KINDS.values():
-            kind = "grouped_gemm"
+        """The fitted term of a GEMM kind. TP-sliced routed experts (``grouped_gemm_tp_*``) take the
+        term of ``tp_moe_kernel``: by default SGLang's Triton fused MoE (``fused_moe_tp_*``), else
+        ``torch._scaled_grouped_mm`` at the slice shapes (``grouped_gemm_tp_*``); a calibration
+        without the chosen kernel's term falls back along that order, then to the whole-expert
+        ``grouped_gemm`` term (an extrapolation: the slices run slower per weight byte)."""
+        if kind in TP_MOE_KINDS.values():
+            for cand in self.tp_moe_candidates(kind):
+                if (cand, dtype) in self.rates:
+                    return self.rates[(cand, dtype)]
         return self.rates[(kind, dtype)]
+
+    def tp_moe_candidates(self, kind: str) -> list[str]:
+        """Term kinds tried for a TP slice op of ``kind``, first found prices it."""
+        name = next(n for n, k in TP_MOE_KINDS.items() if k == kind)
+        order = [self.tp_moe_kernel] + [k for k in TP_MOE_KERNELS if k != self.tp_moe_kernel]
+        return [TP_MOE_KERNELS[k][name] for k in order] + ["grouped_gemm"]
 
     def swap_in_time(self, missed_rows: float, requests: int, row_bytes: int) -> float:
         """One layer's swap-in launch (issue 8's fit for this row size)."""

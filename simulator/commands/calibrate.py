@@ -9,7 +9,7 @@ import os
 
 from .common import Output, declare_io, positive_float, positive_int, seed_int
 
-TERMS = ("all", "kernels", "step", "moe-tp")
+TERMS = ("all", "kernels", "step", "moe-tp", "fused-moe-tp")
 LOOPS = ("both", "layer", "kernels")
 
 
@@ -24,7 +24,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "cost inside a CUDA graph, each fitted as launch + max(bytes/bandwidth, "
                                    "FLOPs/rate) per dtype (the JSON's step_terms), and the routed experts' grouped GEMMs at the TP "
                                    "fused-MoE slice shapes (every expert's intermediate split over 8 GPUs) over "
-                                   "node tokens; 'moe-tp' = only that last table. `hisparse plan` uses "
+                                   "node tokens, both through torch._scaled_grouped_mm and through our Triton "
+                                   "fused-MoE kernel (the mechanism SGLang runs there; several tile configs, the "
+                                   "fastest per token count is fitted and prices the slices); 'moe-tp' / "
+                                   "'fused-moe-tp' = only the first / the second of those tables, refitting the "
+                                   "step terms with the saved step CSVs. `hisparse plan` uses "
                                    "OUT/<gpu>.json for that GPU by default.")
     c.add_argument("--gpu", default="h200", help="GPU preset the fit refines (default h200)")
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
@@ -138,6 +142,22 @@ def _read_tables(out: str, gpu: str, names) -> dict:
     return tables
 
 
+_FUSED_SOURCE = ("TP fused-MoE slices through our Triton fused-MoE kernel (block-FP8, rows sorted and padded per "
+                 "expert; best tile config per node-token count; the kernel SGLang runs there), timed beside "
+                 "torch._scaled_grouped_mm on the same data: calibrate --terms fused-moe-tp")
+
+
+def _source_with(source: str | None, prefix: str, part: str) -> str:
+    """``source``'s '; '-separated parts with the one starting with ``prefix`` replaced by ``part``."""
+    parts = [p for p in (source or "").split("; ") if p and not p.startswith(prefix)]
+    return "; ".join([*parts, part])
+
+
+def _read_optional(out: str, gpu: str, names) -> dict:
+    """The tables among ``names`` that a previous run saved (older runs lack some)."""
+    return _read_tables(out, gpu, [n for n in names if os.path.exists(_csv(out, n, gpu))])
+
+
 def _write_tables(out: str, gpu: str, tables: dict) -> None:
     from ..fileio import atomic_output
 
@@ -156,7 +176,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..calibration import grids
     from ..calibration.fitting import fit_step_terms, fitted_params
     from ..calibration.layer_work import Layout
-    from ..calibration.run import KERNEL_TABLES, STEP_TABLES, TP_MOE_TABLE
+    from ..calibration.run import (
+        FUSED_MOE_TABLE,
+        KERNEL_TABLES,
+        OPTIONAL_STEP_TABLES,
+        STEP_TABLES,
+        TP_MOE_TABLE,
+    )
     from ..errors import HisparseError
     from ..fileio import atomic_output
 
@@ -174,14 +200,20 @@ def run_calibrate(args: argparse.Namespace) -> int:
         kernel_tables = _read_tables(args.out, args.gpu, KERNEL_TABLES)
         has_step = all(os.path.exists(_csv(args.out, n, args.gpu)) for n in STEP_TABLES)
         step_tables = _read_tables(args.out, args.gpu, STEP_TABLES) if has_step else None
-        if step_tables is not None and os.path.exists(_csv(args.out, TP_MOE_TABLE, args.gpu)):
-            step_tables |= _read_tables(args.out, args.gpu, (TP_MOE_TABLE,))
+        if step_tables is not None:
+            step_tables |= _read_optional(args.out, args.gpu, OPTIONAL_STEP_TABLES)
         link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
         step_source = (old.get("step_terms") or {}).get("source")
     else:
         import cupy as cp
 
-        from ..calibration.run import gpu_name, measure_kernels, measure_step, measure_tp_moe
+        from ..calibration.run import (
+            gpu_name,
+            measure_fused_moe_tp,
+            measure_kernels,
+            measure_step,
+            measure_tp_moe,
+        )
 
         name = gpu_name(cp)
         if want_kernels:
@@ -200,20 +232,24 @@ def run_calibrate(args: argparse.Namespace) -> int:
                            "per-GPU shapes (FP8 torch._scaled_mm / _scaled_grouped_mm, bf16 as fp16 cuBLAS via CuPy), "
                            "elementwise kernels and tiny kernels in CUDA graphs, the lightning indexer kernel; "
                            "routed experts in the TP fused-MoE layout: torch._scaled_grouped_mm at the slice shapes "
-                           "over node tokens")
+                           f"over node tokens; {_FUSED_SOURCE}")
         elif old and os.path.exists(_csv(args.out, "gemm", args.gpu)):
             step_tables = _read_tables(args.out, args.gpu, STEP_TABLES)
             if args.terms == "moe-tp":
                 step_tables |= measure_tp_moe(args)
                 _write_tables(args.out, args.gpu, {TP_MOE_TABLE: step_tables[TP_MOE_TABLE]})
-                step_source = (f"{(step_source or '').split('; routed experts in the TP')[0]}; routed experts in the "
-                               f"TP fused-MoE layout on {name}: torch._scaled_grouped_mm at the slice shapes over "
-                               "node tokens (calibrate --terms moe-tp)")
-            elif os.path.exists(_csv(args.out, TP_MOE_TABLE, args.gpu)):
-                step_tables |= _read_tables(args.out, args.gpu, (TP_MOE_TABLE,))
-        elif args.terms == "moe-tp":
-            raise HisparseError(f"{_csv(args.out, 'gemm', args.gpu)}: missing; --terms moe-tp adds to a previous "
-                                "hisparse calibrate --terms step run")
+                step_source = _source_with(step_source, "routed experts in the TP",
+                                           f"routed experts in the TP fused-MoE layout on {name}: "
+                                           "torch._scaled_grouped_mm at the slice shapes over node tokens "
+                                           "(calibrate --terms moe-tp)")
+            elif args.terms == "fused-moe-tp":
+                step_tables |= measure_fused_moe_tp(args)
+                _write_tables(args.out, args.gpu, {FUSED_MOE_TABLE: step_tables[FUSED_MOE_TABLE]})
+                step_source = _source_with(step_source, _FUSED_SOURCE.split(":")[0], f"{_FUSED_SOURCE} on {name}")
+            step_tables |= _read_optional(args.out, args.gpu, [t for t in OPTIONAL_STEP_TABLES if t not in step_tables])
+        elif args.terms in ("moe-tp", "fused-moe-tp"):
+            raise HisparseError(f"{_csv(args.out, 'gemm', args.gpu)}: missing; --terms {args.terms} adds to a "
+                                "previous hisparse calibrate --terms step run")
     params, gpu, fits = fitted_params(kernel_tables["swap_in"], kernel_tables["attention"], link)
     # sections other groups write (e.g. `comm`, calibrate --comm) are kept as they are
     report = dict(old or {}) | {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu,
@@ -221,17 +257,27 @@ def run_calibrate(args: argparse.Namespace) -> int:
     if step_tables is not None:
         import dataclasses
 
+        try:
+            step_fit = fit_step_terms(step_tables["gemm"], step_tables["elementwise"], step_tables["indexer"],
+                                      step_tables["graph"], step_tables.get(TP_MOE_TABLE),
+                                      step_tables.get(FUSED_MOE_TABLE))
+        except (KeyError, ValueError) as exc:
+            raise HisparseError(f"{args.out}: the step CSVs ({', '.join(f'{n}-{args.gpu}.csv' for n in step_tables)}) "
+                                f"do not fit: {exc}") from None
         report["step_terms"] = {
             "source": step_source, "model": "t = launch + max(bytes / bandwidth, FLOPs / rate) per kind and dtype; "
             "indexer: launch + key bytes / bandwidth + select x waves x tokens per request",
             "layout": dataclasses.asdict(Layout()), "models": list(grids.STEP_MODELS),
             "grid": {"batches": list(grids.STEP_BATCHES), "indexer": grids.INDEXER_GRID,
                      "elementwise_bytes": list(grids.ELEMENTWISE_BYTES), "graph_kernels": list(grids.GRAPH_KERNELS)},
-            **fit_step_terms(step_tables["gemm"], step_tables["elementwise"], step_tables["indexer"],
-                             step_tables["graph"], step_tables.get(TP_MOE_TABLE))}
+            **step_fit}
         if TP_MOE_TABLE in step_tables:
             report["step_terms"]["grid"]["tp_moe_tokens"] = list(grids.TP_MOE_TOKENS)
             report["step_terms"]["grid"]["tp_moe_ep_control_tokens"] = list(grids.TP_MOE_EP_CONTROL_TOKENS)
+        if FUSED_MOE_TABLE in step_tables:
+            fused = step_tables[FUSED_MOE_TABLE]
+            report["step_terms"]["grid"]["fused_moe_tp_tokens"] = sorted(int(t) for t in set(fused["node_tokens"]))
+            report["step_terms"]["grid"]["fused_moe_tp_configs"] = sorted(set(fused["config"].dropna()) - {""})
     with atomic_output(out_json) as fh:
         fh.write(json.dumps(report, indent=2).encode())
     summary = {"params": params, "gpu": report["gpu"],

@@ -117,8 +117,10 @@ def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
     ``tp``. Routed experts: ``moe = "tp"`` (SGLang's default fused MoE) splits each expert's
     intermediate over the ``tp`` GPUs; ``"ep"`` places E/tp whole experts per GPU. Both move the same
     weight bytes per GPU, at different rates: each layout's routed experts have their own measured
-    term (``grouped_gemm`` whole experts; ``grouped_gemm_tp_up`` / ``_down`` the TP slices, N 512 and
-    K 256 for GLM-5.1, timed at those shapes: ``calibrate --terms moe-tp``).
+    term (``grouped_gemm`` whole experts; the TP slices, N 512 and K 256 for GLM-5.1, by the Triton
+    fused MoE SGLang runs there, ``fused_moe_tp_up`` / ``_down``: ``calibrate --terms fused-moe-tp``;
+    the earlier ``torch._scaled_grouped_mm`` terms ``grouped_gemm_tp_*`` stay selectable through
+    ``step_terms.tp_moe_kernel``: ``StepTerms.rate``).
     """
     dtype = "fp8" if model.weight_bytes_per_param < 1.5 else "bf16"
     dp = dep.dp if dep.attention == Attention.DP else 1
