@@ -464,7 +464,9 @@ class TraceReader:
 
     def _mapped(self) -> memoryview | None:
         """The whole file mapped read-only, or None where it cannot be (made once). The file is
-        not closed under the views: close() closes the handle, the mapping goes with its last view."""
+        not closed under the views: close() closes the handle, the mapping goes with its last view.
+        (Writers here replace a file by renaming a new one into place, which leaves a mapping of
+        the old one intact; a file truncated in place while mapped would fault.)"""
         if not hasattr(self, "_map"):
             import mmap
 
