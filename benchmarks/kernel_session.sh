@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session for the kernels: build report, GPU tests, sanitizer, benchmarks.
 # Usage (on the H200, from the repository root):  bash benchmarks/kernel_session.sh STEP...
-# Steps: build, test-att, test-swap, sanitize, bench-att, bench-att-full, bench-swap,
+# Steps: build, test-att, test-swap, sanitize, bench-att, bench-att-full, profile-att, bench-swap,
 #        bench-swap-full, bench-swap-variants, test-swap-gpu, bench-swap-fixed, test-swap-new,
 #        bench-swap-new, sanitize-new.  Logs and CSVs go to $OUT (default ./session-out); a short summary
 #        is printed last.  Every step has its own time limit, so one hang cannot eat the session.
@@ -45,6 +45,15 @@ step_sanitize() {
 step_bench_att() {
     timeout 300 $PY benchmarks/sparse_attention.py --batches 64 128 --heads 8 16 128 --no-ref --reps 20 \
         --out "$OUT/sparse_attention.csv"
+}
+step_profile_att() {  # counters of each variant: wide at B 64 H 128, narrow at B 128 H 8 (one launch each)
+    timeout 120 ncu --clock-control none -k regex:mla_decode --metrics \
+gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,smsp__inst_executed.sum \
+        $PY benchmarks/profile_attention.py
+    timeout 60 ncu --clock-control none -k regex:mla_decode --metrics gpu__time_duration.sum,\
+dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,smsp__inst_executed.sum \
+        $PY benchmarks/profile_attention.py --batch 128 --heads 8
 }
 step_bench_att_full() { timeout 420 $PY benchmarks/sparse_attention.py --ref-reps 5 --out "$OUT/sparse_attention.csv"; }
 step_bench_swap() {

@@ -8,14 +8,15 @@ Two streams of 20,000 steps x k = 2048 (41 M accesses each):
   misses 13-17% at B = 2k (the preset's layer average is 13.4%).
 
 For each: whole-process wall time of `hisparse replay --policy lru --buffer 4096` on the .hst
-file (compiled fast path; once with HISPARSE_NATIVE=0, the numba engine, whose misses must be
+file, written with ``--compression stored`` unless told otherwise (compiled fast path; once with HISPARSE_NATIVE=0, the numba engine, whose misses must be
 the same) against a process running libCacheSim's LRU `process_trace` on the same stream as
 oracleGeneral records. Runs are interleaved (hisparse, libCacheSim, hisparse, ...) on this
 noisy shared machine; the table gives medians and the ratio of the medians, then hisparse's CPU
-time by phase (start-up, reading, inflating, decoding + LRU). Then accesses/s per policy,
+time by phase (start-up, reading, inflating, decoding into step changes, LRU). Then accesses/s per policy,
 in-process, both semantics (``--policy-steps 0`` skips it).
 
-    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 5] [--policy-steps 0]
+    python benchmarks/replay_vs_libcachesim.py [--steps 20000] [--repeats 5] [--compression stored|zlib]
+        [--policy-steps 0]
 """
 
 from __future__ import annotations
@@ -30,14 +31,22 @@ import time
 from pathlib import Path
 
 PHASES = """import sys, time
+from array import array
 from simulator import native
-from simulator.trace import open_trace
 from simulator.trace.format import TraceReader
-t = time.process_time(); r = TraceReader(sys.argv[1]); chunks = r.coded_chunks(r.keys[0]); read = time.process_time() - t
-t = time.process_time(); coded = [c.coded() for c in chunks]; inflate = time.process_time() - t
-work = [(c.steps, c.width, c.ordered, (lambda b=b: b)) for c, b in zip(chunks, coded)]
-t = time.process_time(); native.lru_replay_chunks(work, [(4096, True, True)], r.meta.k, per_step=False)
-print(read, inflate, time.process_time() - t)
+clock = time.process_time
+t = clock(); r = TraceReader(sys.argv[1]); chunks = r.coded_chunks(r.keys[0]); read = clock() - t
+steps = sum(c.steps for c in chunks); ctx = array("q", bytes(8 * steps)); misses = array("q", bytes(8 * steps))
+lru = native.BatchedLru(4096, reserve=True, prefix=True); spaces = [native._native.changes_new() for _ in range(2)]
+inflate = decode = replay = 0.0; row = 0; into = (bytearray(), bytearray())
+for i, c in enumerate(chunks):  # the two halves one after the other, in this thread
+    t0 = clock(); raw = c.coded(into[i % 2]); t1 = clock()
+    end = row + c.steps; view = memoryview(ctx)[row:end]
+    native._native.decode_changes(spaces[i % 2], raw, c.steps, c.width, r.meta.k, ctx[row - 1] if row else 0, (4096,), view)
+    t2 = clock()
+    native._native.lru_apply_changes((lru.state,), (memoryview(misses)[row:end],), spaces[i % 2], c.steps, view)
+    t3 = clock(); inflate += t1 - t0; decode += t2 - t1; replay += t3 - t2; row = end
+print(read, inflate, decode, replay)
 """
 LCS = """import sys, libcachesim as lcs
 r = lcs.TraceReader(trace=sys.argv[1], trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
@@ -63,13 +72,14 @@ def misses_of(replay_output: str) -> int:
     return int(row.split()[header.split().index("misses")])
 
 
-def make_stream(name: str, steps: int, data: Path):
-    """The benchmark stream ``name`` as .hst and oracleGeneral files (cached under ``data``)."""
+def make_stream(name: str, steps: int, data: Path, compression: str):
+    """The benchmark stream ``name`` as .hst (written with ``compression``) and oracleGeneral
+    files (cached under ``data``)."""
     from simulator.trace import TraceMeta, open_trace, write_trace
     from simulator.trace.generator import PRESETS, generate, knobs_dict, load_knobs
     from simulator.trace.oracle import write_oracle_general
 
-    hst = data / f"{name}-{steps}.hst"
+    hst = data / f"{name}-{steps}-{compression}.hst"
     if not hst.exists():
         if name == "high-overlap":
             knobs, layers, ctx0 = PRESETS["high-overlap"], 1, 32768
@@ -78,9 +88,9 @@ def make_stream(name: str, steps: int, data: Path):
         *_, stream = generate(knobs, steps=steps, layers=layers, requests=1, k=2048, ctx0=ctx0, seed=0)
         source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": name, "knobs": knobs_dict(knobs),
                   "seed": 0, "note": f"benchmark stream: layer {layers - 1} of {layers}"}
-        write_trace(hst, TraceMeta(k=2048, source=source), [stream])
+        write_trace(hst, TraceMeta(k=2048, source=source), [stream], compression=compression)
     stream = open_trace(hst).read(open_trace(hst).keys[0])
-    oracle = data / f"{name}-{steps}.oracleGeneral.bin"
+    oracle = data / f"{name}-{steps}.oracleGeneral.bin"  # the same records whatever the compression
     if not oracle.exists():
         write_oracle_general(stream, oracle)
     return hst, oracle, stream
@@ -91,6 +101,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20000, help="steps per stream (default 20000)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved whole-process runs of each (default 5)")
     parser.add_argument("--streams", default="high-overlap,glm51-longbench", help="streams to time (default both)")
+    parser.add_argument("--compression", choices=["stored", "zlib"], default="stored",
+                        help="how the .hst streams are written (default stored: deflate's uncompressed blocks, "
+                             "~1.5x the zlib file, read ~10x faster; `hisparse trace gen --compression`)")
     parser.add_argument("--policy-steps", type=int, default=4000,
                         help="stream length for the per-policy table (default 4000; 0 skips the table)")
     args = parser.parse_args()
@@ -109,7 +122,7 @@ def main() -> int:
     compileall.compile_dir(Path(native.__file__).parent.parent, quiet=1)
     rows, streams = [], {}
     for name in args.streams.split(","):
-        hst, oracle, stream = make_stream(name, args.steps, data)
+        hst, oracle, stream = make_stream(name, args.steps, data, args.compression)
         streams[name] = stream
         *_, ref = run(hisparse + [str(hst)], env={**os.environ, "HISPARSE_NATIVE": "0"})
         t_ours, t_lcs, c_ours, c_lcs = [], [], [], []
@@ -128,23 +141,25 @@ def main() -> int:
         startup = med([run([sys.executable, "-c", "import simulator.cli"])[1] for _ in range(args.repeats)])
         phases = [[float(v) for v in run([sys.executable, "-c", PHASES, str(hst)])[2].split()]
                   for _ in range(args.repeats)]
-        parts = (startup, *(med(p[i] for p in phases) for i in range(3)))
+        parts = (startup, *(med(p[i] for p in phases) for i in range(4)))
         rows.append((name, stream, misses_of(ref), float(lcs_ratio), med(t_ours), med(t_lcs), med(c_ours), med(c_lcs),
                      t_ours, t_lcs, parts))
 
-    print(f"buffer 4096, k 2048; medians of {args.repeats} interleaved whole-process runs (wall; CPU = user + "
-          "system)\n")
-    print("| stream | accesses | hisparse batched LRU misses (= numba engine) | libCacheSim LRU miss ratio "
+    print(f"buffer 4096, k 2048, .hst written with --compression {args.compression}; medians of {args.repeats} "
+          "interleaved whole-process runs (wall; CPU = user + system)\n")
+    print("| stream | accesses | .hst MB | hisparse batched LRU misses (= numba engine) | libCacheSim LRU miss ratio "
           "(sequential) | hisparse wall / CPU s | libCacheSim wall / CPU s | libCacheSim / hisparse, wall | CPU |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, stream, misses, lcs_ratio, w_ours, w_lcs, c_ours, c_lcs, *_ in rows:
-        print(f"| {name} | {stream.accesses:,} | {misses:,} ({misses / stream.accesses:.4f}) | {lcs_ratio:.4f} | "
+        mb = (data / f"{name}-{args.steps}-{args.compression}.hst").stat().st_size / 1e6
+        print(f"| {name} | {stream.accesses:,} | {mb:.1f} | {misses:,} ({misses / stream.accesses:.4f}) | {lcs_ratio:.4f} | "
               f"{w_ours:.2f} / {c_ours:.2f} | {w_lcs:.2f} / {c_lcs:.2f} | **{w_lcs / w_ours:.1f}x** | "
               f"{c_lcs / c_ours:.1f}x |")
     for name, *_, t_ours, t_lcs, _ in rows:
         print(f"\n{name}: hisparse runs {', '.join(f'{t:.2f}' for t in t_ours)} s; "
               f"libCacheSim runs {', '.join(f'{t:.2f}' for t in t_lcs)} s")
-    print("\nhisparse CPU s by phase (medians): start-up and imports | read + crc32 | inflate | decode + LRU\n")
+    print("\nhisparse CPU s by phase (medians; the process runs decode and LRU on two threads, here one after the "
+          "other): start-up and imports | read + crc32 | inflate | decode into step changes | LRU\n")
     for name, *_, parts in rows:
         print(f"| {name} | " + " | ".join(f"{v:.3f}" for v in parts) + " |")
     if not args.policy_steps:

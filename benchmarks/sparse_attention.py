@@ -35,7 +35,15 @@ from cupy_kernels.mla_reference import (  # noqa: E402
     attention_min_bytes,
     gathered_kv_bytes,
 )
-from cupy_kernels.sparse_attention import sparse_mla_decode, workspace_elems  # noqa: E402
+from cupy_kernels.sparse_attention import (  # noqa: E402
+    DEFAULT_NARROW_VARIANT,
+    DEFAULT_WIDE_VARIANT,
+    HEADS_PER_CTA,
+    NARROW_VARIANTS,
+    WIDE_VARIANTS,
+    sparse_mla_decode,
+    workspace_elems,
+)
 
 K = 2048
 REGION = 4096  # hot-buffer slots per request: top-k picks 2048 of them
@@ -121,12 +129,14 @@ def _bf16_bits(cp: Any, x: Any) -> Any:
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
 
 
-def time_kernel(cp: Any, pool: Any, sets: list, kv_dtype: str, scale: float, reps: int, graph: bool) -> float:
+def time_kernel(cp: Any, pool: Any, sets: list, kv_dtype: str, scale: float, reps: int, graph: bool,
+                variant: str | None = None, narrow_variant: str | None = None) -> float:
     """Median us per call: a CUDA graph of one call per input set (or plain launches), replayed."""
 
     def run_all() -> None:
         for q, slots, out, lse, ws in sets:
-            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws)
+            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws, variant=variant,
+                              narrow_variant=narrow_variant)
 
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
@@ -220,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ref-reps", type=int, default=10)
     ap.add_argument("--no-graph", action="store_true", help="time plain launches, not a CUDA graph")
     ap.add_argument("--no-ref", action="store_true", help="skip the PyTorch reference (ref_us = nan)")
+    ap.add_argument("--variants", nargs="+", choices=list(WIDE_VARIANTS), default=list(WIDE_VARIANTS),
+                    help="wide-kernel variants to time side by side on the same inputs (H a multiple of "
+                         f"64; default: all, {', '.join(WIDE_VARIANTS)}); the PyTorch reference is "
+                         "compared with the first")
+    ap.add_argument("--narrow-variants", nargs="+", choices=list(NARROW_VARIANTS), default=list(NARROW_VARIANTS),
+                    help=f"narrow-kernel variants likewise (other H; default: all, {', '.join(NARROW_VARIANTS)})")
     args = ap.parse_args(argv)
     import cupy as cp  # after the arguments: --help works without a GPU, as in the other benchmarks
     import torch
@@ -234,32 +250,39 @@ def main(argv: list[str] | None = None) -> int:
             for heads in args.heads:
                 pool, sets = make_sets(cp, batch, heads, kv_dtype, args.sets)
                 cp.cuda.Device().synchronize()  # inputs are made on the null stream
-                us = time_kernel(cp, pool, sets, kv_dtype, scale, args.reps, not args.no_graph)
-                ref_us, rel = (float("nan"), float("nan")) if args.no_ref else time_reference(
-                    torch, cp, pool, sets, kv_dtype, scale, args.ref_reps)
-                roof = 1e6 * max(attention_min_bytes(batch, heads, K, kv_dtype) / bw, attention_flops(batch, heads, K) / rate)
-                tflops = attention_flops(batch, heads, K) / us * 1e-6
-                tbps = gathered_kv_bytes(batch, K, kv_dtype) / us * 1e-6
-                rows.append((batch, heads, K, kv_dtype, us, ref_us, roof, tflops, tbps))
-                print(f"B={batch:4d} H={heads:3d} {kv_dtype:4s} kernel {us:8.1f} us  torch {ref_us:8.1f} us  "
-                      f"roofline {roof:7.1f} us  {100 * roof / us:5.1f}% roof  x{ref_us / us:5.1f}  "
-                      f"{tflops:6.1f} TFLOP/s  {tbps:5.2f} TB/s KV  |kernel-torch|/|torch| {rel:.1e}", flush=True)
+                wide = heads % HEADS_PER_CTA == 0
+                variants = args.variants if wide else args.narrow_variants
+                for vi, variant in enumerate(variants):
+                    us = time_kernel(cp, pool, sets, kv_dtype, scale, args.reps, not args.no_graph,
+                                     variant if wide else None, None if wide else variant)
+                    # the reference once per shape, against the first variant's output
+                    ref_us, rel = (float("nan"), float("nan")) if args.no_ref or vi > 0 else time_reference(
+                        torch, cp, pool, sets, kv_dtype, scale, args.ref_reps)
+                    roof = 1e6 * max(attention_min_bytes(batch, heads, K, kv_dtype) / bw,
+                                     attention_flops(batch, heads, K) / rate)
+                    tflops = attention_flops(batch, heads, K) / us * 1e-6
+                    tbps = gathered_kv_bytes(batch, K, kv_dtype) / us * 1e-6
+                    rows.append((batch, heads, K, kv_dtype, variant, us, ref_us, roof, tflops, tbps))
+                    print(f"B={batch:4d} H={heads:3d} {kv_dtype:4s} {variant:6s} kernel {us:8.1f} us  torch {ref_us:8.1f} us  "
+                          f"roofline {roof:7.1f} us  {100 * roof / us:5.1f}% roof  x{ref_us / us:5.1f}  "
+                          f"{tflops:6.1f} TFLOP/s  {tbps:5.2f} TB/s KV  |kernel-torch|/|torch| {rel:.1e}", flush=True)
                 del pool, sets
                 cp.get_default_memory_pool().free_all_blocks()
                 torch.cuda.empty_cache()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["B", "H", "K", "kv_dtype", "us", "ref_us", "roofline_us", "tflops", "kv_tbps"])
-        for b, h, k, d, us, ref_us, roof, tf, tb in rows:
-            w.writerow([b, h, k, d, f"{us:.1f}", f"{ref_us:.1f}", f"{roof:.1f}", f"{tf:.1f}", f"{tb:.2f}"])
+        w.writerow(["B", "H", "K", "kv_dtype", "variant", "us", "ref_us", "roofline_us", "tflops", "kv_tbps"])
+        for b, h, k, d, v, us, ref_us, roof, tf, tb in rows:
+            w.writerow([b, h, k, d, v, f"{us:.1f}", f"{ref_us:.1f}", f"{roof:.1f}", f"{tf:.1f}", f"{tb:.2f}"])
     print(f"\nwrote {args.out}\n")
-    print("| B | H | kv | kernel us | torch us | roofline us | % roofline | speed-up | TFLOP/s | KV TB/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for b, h, _, d, us, ref_us, roof, tf, tb in rows:
-        print(f"| {b} | {h} | {d} | {us:.1f} | {ref_us:.1f} | {roof:.1f} | {100 * roof / us:.0f}% | "
+    print(f"(default variants: wide {DEFAULT_WIDE_VARIANT}, narrow {DEFAULT_NARROW_VARIANT})")
+    print("| B | H | kv | variant | kernel us | torch us | roofline us | % roofline | speed-up | TFLOP/s | KV TB/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for b, h, _, d, v, us, ref_us, roof, tf, tb in rows:
+        print(f"| {b} | {h} | {d} | {v} | {us:.1f} | {ref_us:.1f} | {roof:.1f} | {100 * roof / us:.0f}% | "
               f"{ref_us / us:.1f}x | {tf:.0f} | {tb:.2f} |")
-    return 0 if all(math.isfinite(r[4]) for r in rows) else 1
+    return 0 if all(math.isfinite(r[5]) for r in rows) else 1
 
 
 if __name__ == "__main__":

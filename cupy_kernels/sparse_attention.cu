@@ -449,6 +449,537 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARG
 }
 
 // ---------------------------------------------------------------------------------------------
+// Warp-specialised wide kernel (H a multiple of 64): variant "ws", the default
+// ---------------------------------------------------------------------------------------------
+// One CTA = 64 heads of one request x one split, three warpgroups (384 threads).  The division of
+// work follows FlashMLA's sm90 sparse decode (csrc/sm90/decode/sparse_fp8/splitkv_mla.cuh, read
+// for its structure only):
+//   WG0, consumer: S = Q K^T for the whole 64-token tile (wgmma m64n64k16: 4 KB of shared memory
+//        per 64 K MACs instead of 3 KB per 32 K at N = 32), online softmax, P to shared memory for
+//        WG1 and kept in registers as the A operand of its own O[:, 0:256] += P V (register-A
+//        wgmma).  S of tile t+1 is issued before the P V of tile t is waited on.
+//   WG1, consumer: O[:, 256:512] = alpha O + P V, P read from shared memory.
+//   WG2, producer: fills two bf16 tile buffers.  bf16 rows: cp.async, the warpgroup split in two
+//        halves of 64 threads, one per buffer, so both buffers can be in flight at once.  FP8 rows:
+//        the next tile's raw rows are loaded into registers (2 threads per row) as soon as this
+//        tile is dequantised, and dequantised into a buffer as soon as the consumers free it.
+// Handoffs: mbarriers full[2] (producer -> consumers) and empty[2] (consumers -> producer); named
+// barriers between WG0 and WG1 for P and the per-row rescale factors (P_READY, P_FREE).
+// Registers: the launch cap is 168 (384 threads, 1 CTA / SM); setmaxnreg gives WG0 224, WG1 160,
+// WG2 120.  Shared memory: Q 72 KB + two 72 KB tiles + P 8 KB + 1 KB = 226 KB (one CTA per SM).
+#define NT_WS 384
+#define WS_SMEM_SMALL (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 4 * 8)  // row scales, slots, mbarriers
+enum WsBarrier { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPI = 3, BAR_PROD0 = 4, BAR_WG0 = 6 };
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// BOUNDED (variant ws2, not yet run on a GPU): a handoff that never comes ends the wait after
+// 2^20 polls (a legitimate wait is a few hundred), so a protocol bug gives wrong outputs,
+// which the tests catch, instead of a hung GPU.
+template <bool BOUNDED = false>
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+    uint32_t ok = 0;
+    for (uint32_t n = 0; !ok; ++n) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(ok)
+            : "r"(bar), "r"(parity)
+            : "memory");
+        if (BOUNDED && n > (1u << 20)) break;
+    }
+}
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void reg_alloc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void reg_dealloc() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major.
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// D[64 x 256] += A[64 x 16] * B[16 x 256], A from registers (4 x bf16x2 per thread, the
+// accumulator layout of an m64nN product), B from shared memory MN-major.
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                    uint32_t a3, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b));
+}
+
+// FP8 rows of one tile into registers, 2 threads per row (q = 0, 1: units q, q + 2, ...); the
+// row's slot comes in a register; a masked row (slot < 0) reads as zeros.
+__device__ __forceinline__ void load_raw_row(RawRegs<2>& r, const uint8_t* kv, int slot, int q) {
+    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + q;
+#pragma unroll
+    for (int m = 0; m < RawRegs<2>::N; ++m) {
+        const bool ok = slot >= 0 && q + 2 * m < FP8_ROW / 16;
+        r.v[m] = ok ? __ldg(src + 2 * m) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// dequant_regs<2> with shared-memory stores addressed as such (st.shared, not generic stores).
+__device__ __forceinline__ void dequant_row_smem(uint32_t tile, const RawRegs<2>& r, int row, int q) {
+    constexpr int MS = 16;  // m of unit 32 (the scales), held by q = 0
+    float sc[4];
+    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, 2));
+    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, 2));
+    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, 2));
+    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, 2));
+#pragma unroll
+    for (int m = 0; m < MS; ++m) {  // unit u = q + 2m < 32: latent values 16u .. 16u + 15
+        const int u = q + 2 * m;
+        uint4 lo, hi;
+        e4m3x16_to_bf16(r.v[m], sc[(2 * m) >> 3], lo, hi);
+        const uint32_t chunk = tile + ((2 * m) >> 2) * CHUNK_BYTES;
+        st_shared16(chunk + swz(row, (u & 3) * 2), lo);
+        st_shared16(chunk + swz(row, (u & 3) * 2 + 1), hi);
+    }
+#pragma unroll
+    for (int m = MS; m < RawRegs<2>::N; ++m) {  // units 33 .. 40: the bf16 rope values
+        const int u = q + 2 * m;
+        if (u >= 33 && u <= 40) st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
+    }
+}
+
+// FP8 producer, rolling: unit m of this tile is dequantised into shared memory, then the same
+// registers take unit m of the next tile's row (slot s_next; -1 loads zeros), so the next tile's
+// loads are in flight while this tile converts instead of after it.
+__device__ __forceinline__ void dequant_row_roll(uint32_t tile, RawRegs<2>& r, int row, int q, const uint8_t* kv,
+                                                 int s_next) {
+    constexpr int MS = 16;
+    float sc[4];
+    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, 2));
+    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, 2));
+    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, 2));
+    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, 2));
+    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(s_next, 0) * FP8_ROW) + q;
+#pragma unroll
+    for (int m = 0; m < RawRegs<2>::N; ++m) {
+        const int u = q + 2 * m;
+        if (m < MS) {
+            uint4 lo, hi;
+            e4m3x16_to_bf16(r.v[m], sc[(2 * m) >> 3], lo, hi);
+            const uint32_t chunk = tile + ((2 * m) >> 2) * CHUNK_BYTES;
+            st_shared16(chunk + swz(row, (u & 3) * 2), lo);
+            st_shared16(chunk + swz(row, (u & 3) * 2 + 1), hi);
+        } else if (u >= 33 && u <= 40) {
+            st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
+        }
+        const bool ok = s_next >= 0 && u < FP8_ROW / 16;
+        r.v[m] = ok ? __ldg(src + 2 * m) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// bf16 rows rg + 16 p (p < 4) of a tile, units sub + 8 c (c < 9) of each, by cp.async into the
+// swizzled tile at `tile`; slot < 0 writes zeros.  36 copies per thread, addresses from registers.
+__device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* kv, const int (&sl)[4], int rg, int sub) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const int row = rg + 16 * p, slot = sl[p];
+        const uint16_t* src = kv + (slot >= 0 ? (long long)slot * D_QK : 0) + sub * 8;
+#pragma unroll
+        for (int c = 0; c < NCHUNK; ++c)
+            cp_async16(tile + c * CHUNK_BYTES + swz(row, sub), src + c * 64, slot >= 0 ? 16 : 0);
+    }
+}
+
+// One warpgroup's half of O (columns 256 wg .. 256 wg + 255), normalised by inv, to out (bf16)
+// or to the split partials (fp32).
+__device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
+                                             int cq, long long b, int H, int head0, int split, int n_splits,
+                                             uint16_t* out, float* part_o) {
+    if (n_splits == 1) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const long long row = b * H + head0 + r0 + i * 8;
+            uint16_t* orow = out + row * D_V + wg * 256 + cq;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = v;
+            }
+        }
+    } else {
+        const long long B = gridDim.z;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const long long row = ((long long)split * B + b) * H + head0 + r0 + i * 8;
+            float* orow = part_o + row * D_V + wg * 256 + cq;
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+                *reinterpret_cast<float2*>(orow + j * 8) =
+                    make_float2(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+        }
+    }
+}
+
+// PROD selects the producer: 0 (variant "ws", run and measured) = bf16 by two 64-thread halves,
+// one per buffer, cp.async then wait for all; FP8 dequantised after the next tile's loads land.
+// 1 (variant "ws2", NOT yet run on a GPU in its present form) = bf16 by all 128 threads, slots
+// in registers (issue_rows_bf16), the next tile issued before this one is waited on (cp.async
+// groups); FP8 rolling (dequant_row_roll); shared memory addressed as such (LDS/STS, see smem).
+// With PROD 1 bf16 the producer waits for tile t-1's buffer before it signals tile t, so WG0 must
+// free tile t-1 before it waits for tile t (EARLY_FREE): the first version freed it only after
+// issuing S of tile t and deadlocked on the GPU with more than one tile per CTA.
+template <bool FP8, int PROD>
+__device__ __forceinline__ void mla_ws_body(
+    const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
+    long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
+    float* __restrict__ part_lse) {
+    extern __shared__ uint8_t smem_raw[];
+    // PROD 1: aligned by pointer arithmetic, so the compiler keeps the shared address space and
+    // emits LDS/STS (the integer round trip of PROD 0 turns every access into a generic LD/ST)
+    uint8_t* smem = PROD == 1 ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u)
+                              : reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* p_sm = smem + Q_BYTES + 2 * TILE_BYTES;
+    float* s_scale = reinterpret_cast<float*>(p_sm + P_BYTES);  // [64] alpha of the current tile (WG0 -> WG1)
+    float* s_oscale = s_scale + HEADS_PER_CTA;                   // [64] 1 / row sum (epilogue)
+    int* slot_sm = reinterpret_cast<int*>(s_oscale + HEADS_PER_CTA);  // [2 buffers][64] validated slots
+    const uint32_t q_s = smem_u32(smem), kv_s0 = q_s + Q_BYTES, p_s = smem_u32(p_sm);
+    const uint32_t full0 = smem_u32(slot_sm + 2 * TILE), empty0 = full0 + 16;  // full[i] = full0 + 8 i
+
+    const int tid = threadIdx.x, wg = tid >> 7, ltid = tid & 127, warp = ltid >> 5, lane = tid & 31;
+    const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+    const int n_splits = gridDim.y;
+    const int tok_begin = split * tiles_per_split * TILE;
+    const int tok_end = min(K, tok_begin + tiles_per_split * TILE);
+    const int n_tiles = (tok_end - tok_begin + TILE - 1) / TILE;
+    const int* slots_b = slots + (long long)b * K;
+    const int head0 = hg * HEADS_PER_CTA;
+    const int r0 = warp * 16 + (lane >> 2);  // accumulator rows r0, r0 + 8 (heads)
+    const int cq = (lane & 3) * 2;
+
+    if (tid == 0) {
+        mbar_init(full0, (FP8 || PROD == 1) ? 128 : 64);
+        mbar_init(full0 + 8, (FP8 || PROD == 1) ? 128 : 64);
+        mbar_init(empty0, 256);
+        mbar_init(empty0 + 8, 256);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // ------------------------------ consumer 0: S, softmax, P V (left half) ---------------
+        reg_alloc<224>();
+        const uint16_t* q_rows = q + ((long long)b * H + head0) * D_QK;
+#pragma unroll
+        for (int i = 0; i < (HEADS_PER_CTA * 72) / 128; ++i) {
+            const int idx = ltid + i * 128, h = idx / 72, ci = idx - h * 72;
+            cp_async16(q_s + (ci >> 3) * (HEADS_PER_CTA * 128) + swz(h, ci & 7), q_rows + h * D_QK + ci * 8, 16);
+        }
+        cp_async_commit();
+        cp_async_wait_all();
+        fence_proxy_async();
+        named_sync(BAR_WG0, 128);
+
+        float o_acc[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
+        float s_acc[32];
+        uint32_t pa[16];  // P as bf16x2 A fragments: k-step s holds pa[4 s .. 4 s + 3]
+#pragma unroll
+        for (int i = 0; i < 16; ++i) pa[i] = 0u;
+        float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+        const uint64_t dq = make_desc(q_s, 16, 1024);
+
+        constexpr bool EARLY_FREE = PROD == 1 && !FP8;
+        for (int it = 0; it < n_tiles; ++it) {
+            const int buf = it & 1;
+            const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
+            if (EARLY_FREE && it > 0) {
+                wgmma_wait0();  // P V of tile it-1 done: its buffer is free
+                mbar_arrive(empty0 + 8 * (buf ^ 1));
+            }
+            mbar_wait<PROD == 1>(full0 + 8 * buf, (it >> 1) & 1);
+
+            // ---- S = Q K^T: 64 heads x 64 tokens, 36 k-steps ----
+            const uint64_t dk = make_desc(kv_cur, 16, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 36; ++s) {
+                const uint32_t off = (s >> 2) * (HEADS_PER_CTA * 128) + (s & 3) * 32;
+                const uint32_t offk = (s >> 2) * CHUNK_BYTES + (s & 3) * 32;
+                wgmma_m64n64k16(s_acc, dq + (off >> 4), dk + (offk >> 4), s > 0);
+            }
+            wgmma_commit();
+            uint32_t valid = 0;  // this thread's 16 score columns: 8 j + cq + c
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) valid |= (slot_sm[buf * TILE + j * 8 + cq + c] >= 0 ? 1u : 0u) << (j * 2 + c);
+            if (!EARLY_FREE && it > 0) {
+                wgmma_wait1();  // P V of tile it-1 done: its buffer is free
+                mbar_arrive(empty0 + 8 * (buf ^ 1));
+            }
+            wgmma_wait0();
+
+            // ---- online softmax over the tile (log2 domain), rows whole in this warpgroup ----
+            float m_loc[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const float v = ((valid >> (j * 2 + c)) & 1) ? s_acc[j * 4 + i * 2 + c] * scale_log2 : -INFINITY;
+                        s_acc[j * 4 + i * 2 + c] = v;
+                        m_loc[i] = fmaxf(m_loc[i], v);
+                    }
+            float alpha[2], m_use[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                m_loc[i] = fmaxf(m_loc[i], __shfl_xor_sync(0xffffffff, m_loc[i], 1));
+                m_loc[i] = fmaxf(m_loc[i], __shfl_xor_sync(0xffffffff, m_loc[i], 2));
+                const float m_new = fmaxf(m_run[i], m_loc[i]);
+                m_use[i] = m_new == -INFINITY ? 0.f : m_new;  // all masked so far: p = 0, no NaN
+                alpha[i] = exp2f(m_run[i] - m_use[i]);
+                m_run[i] = m_new;
+                l_part[i] *= alpha[i];
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const float p0 = exp2f(s_acc[j * 4 + i * 2] - m_use[i]);
+                    const float p1 = exp2f(s_acc[j * 4 + i * 2 + 1] - m_use[i]);
+                    __nv_bfloat162 pb = __floats2bfloat162_rn(p0, p1);
+                    const float2 pr = __bfloat1622float2(pb);  // sum what the MMA will see
+                    l_part[i] += pr.x + pr.y;
+                    pa[(j >> 1) * 4 + (j & 1) * 2 + i] = *reinterpret_cast<uint32_t*>(&pb);
+                }
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                o_acc[j * 4 + 0] *= alpha[0];
+                o_acc[j * 4 + 1] *= alpha[0];
+                o_acc[j * 4 + 2] *= alpha[1];
+                o_acc[j * 4 + 3] *= alpha[1];
+            }
+            if (it > 0) named_sync(BAR_P_FREE, 256);  // WG1 done with the previous P and scales
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const int r = r0 + i * 8, col = j * 8 + cq;
+                    *reinterpret_cast<uint32_t*>(p_sm + swz(r, col >> 3) + (col & 7) * 2) = pa[(j >> 1) * 4 + (j & 1) * 2 + i];
+                }
+            if ((lane & 3) == 0) {
+                s_scale[r0] = alpha[0];
+                s_scale[r0 + 8] = alpha[1];
+            }
+            fence_proxy_async();
+            named_arrive(BAR_P_READY, 256);
+
+            // ---- O[:, 0:256] += P V, P from registers ----
+            const uint64_t dv = make_desc(kv_cur, CHUNK_BYTES, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 4; ++s)
+                wgmma_m64n256k16_rs(o_acc, pa[s * 4], pa[s * 4 + 1], pa[s * 4 + 2], pa[s * 4 + 3],
+                                    dv + ((s * 16 * 128) >> 4));
+            wgmma_commit();
+        }
+        wgmma_wait0();
+
+        // ---- epilogue: full row sums are here; hand 1 / l to WG1, write lse and the left half ----
+        float inv[2], lse_row[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            l_part[i] += __shfl_xor_sync(0xffffffff, l_part[i], 1);
+            l_part[i] += __shfl_xor_sync(0xffffffff, l_part[i], 2);
+            inv[i] = l_part[i] > 0.f ? 1.f / l_part[i] : 0.f;
+            lse_row[i] = l_part[i] > 0.f ? (m_run[i] + log2f(l_part[i])) * LN2 : -INFINITY;
+        }
+        if ((lane & 3) == 0) {
+            s_oscale[r0] = inv[0];
+            s_oscale[r0 + 8] = inv[1];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                if (n_splits == 1) lse[(long long)b * H + head0 + r0 + i * 8] = lse_row[i];
+                else part_lse[((long long)split * gridDim.z + b) * H + head0 + r0 + i * 8] = lse_row[i];
+            }
+        }
+        named_sync(BAR_EPI, 256);
+        store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
+    } else if (wg == 1) {
+        // ------------------------------ consumer 1: P V (right half) --------------------------
+        reg_dealloc<160>();
+        float o_acc[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
+        const uint64_t dp = make_desc(p_s, 16, 1024);
+        for (int it = 0; it < n_tiles; ++it) {
+            const int buf = it & 1;
+            const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
+            mbar_wait<PROD == 1>(full0 + 8 * buf, (it >> 1) & 1);
+            named_sync(BAR_P_READY, 256);
+            const float a0 = s_scale[r0], a1 = s_scale[r0 + 8];
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                o_acc[j * 4 + 0] *= a0;
+                o_acc[j * 4 + 1] *= a0;
+                o_acc[j * 4 + 2] *= a1;
+                o_acc[j * 4 + 3] *= a1;
+            }
+            const uint64_t dv = make_desc(kv_cur + 4 * CHUNK_BYTES, CHUNK_BYTES, 1024);
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 4; ++s)
+                wgmma_m64n256k16<1>(o_acc, dp + ((s * 32) >> 4), dv + ((s * 16 * 128) >> 4), 1);
+            wgmma_commit();
+            wgmma_wait0();
+            if (it + 1 < n_tiles) named_arrive(BAR_P_FREE, 256);
+            mbar_arrive(empty0 + 8 * buf);
+        }
+        named_sync(BAR_EPI, 256);
+        const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
+        store_o_half(o_acc, inv, 1, r0, cq, b, H, head0, split, n_splits, out, part_o);
+    } else {
+        // ------------------------------ producer: gather (and dequantise) tiles ---------------
+        reg_dealloc<120>();
+        if (!FP8 && PROD == 1) {
+            // thread = (row group rg, unit sub): rows rg + 16 p (p < 4), units sub + 8 c of each
+            // (c < 9: chunk c, unit sub), so 8 lanes read one 128-byte piece of a row; the slots
+            // stay in registers (read from global a tile ahead), no dependent load before a copy
+            const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
+            const int sub = ltid & 7, rg = ltid >> 3;
+            int sa[4], sb[4];
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                sa[p] = fetch_slot(slots_b, tok_begin + rg + 16 * p, tok_end, n_rows);
+                sb[p] = fetch_slot(slots_b, tok_begin + TILE + rg + 16 * p, tok_end, n_rows);
+            }
+            if (n_tiles > 0) {
+                issue_rows_bf16(kv_s0, kv16, sa, rg, sub);
+                if (sub == 0) {
+#pragma unroll
+                    for (int p = 0; p < 4; ++p) slot_sm[rg + 16 * p] = sa[p];
+                }
+                cp_async_commit();
+            }
+            for (int it = 0; it < n_tiles; ++it) {
+                if (it + 1 < n_tiles) {  // tile it+1 in flight before tile it is waited on
+                    const int b1 = (it + 1) & 1;
+                    if (it + 1 >= 2) mbar_wait<PROD == 1>(empty0 + 8 * b1, (((it + 1) >> 1) - 1) & 1);
+                    if (sub == 0) {
+#pragma unroll
+                        for (int p = 0; p < 4; ++p) slot_sm[b1 * TILE + rg + 16 * p] = sb[p];
+                    }
+                    issue_rows_bf16(kv_s0 + b1 * TILE_BYTES, kv16, sb, rg, sub);
+                    cp_async_commit();
+#pragma unroll
+                    for (int p = 0; p < 4; ++p)
+                        sb[p] = fetch_slot(slots_b, tok_begin + (it + 2) * TILE + rg + 16 * p, tok_end, n_rows);
+                    cp_async_wait1();
+                } else {
+                    cp_async_wait_all();
+                }
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * (it & 1));
+            }
+        } else if (!FP8) {
+            const uint16_t* kv16 = static_cast<const uint16_t*>(kv_raw);
+            const int half = ltid >> 6, lt = ltid & 63;  // half h fills buffer h with tiles h, h + 2, ...
+            const uint32_t kvb = kv_s0 + half * TILE_BYTES;
+            int* sl = slot_sm + half * TILE;
+            int nxt = fetch_slot(slots_b, tok_begin + half * TILE + lt, tok_end, n_rows);
+            for (int it = half, use = 0; it < n_tiles; it += 2, ++use) {
+                if (use > 0) mbar_wait<PROD == 1>(empty0 + 8 * half, (use - 1) & 1);
+                sl[lt] = nxt;
+                named_sync(BAR_PROD0 + half, 64);
+                nxt = fetch_slot(slots_b, tok_begin + (it + 2) * TILE + lt, tok_end, n_rows);
+                load_tile_bf16<64>(kvb, kv16, sl, lt);
+                cp_async_commit();
+                cp_async_wait_all();
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * half);
+            }
+        } else if (PROD == 1) {
+            const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
+            const int row = ltid >> 1, qq = ltid & 1;
+            RawRegs<2> raw;
+            int s_cur = fetch_slot(slots_b, tok_begin + row, tok_end, n_rows);
+            int s_nxt = fetch_slot(slots_b, tok_begin + TILE + row, tok_end, n_rows);
+            load_raw_row(raw, kv8, s_cur, qq);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int buf = it & 1;
+                if (it >= 2) mbar_wait<PROD == 1>(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
+                if (qq == 0) slot_sm[buf * TILE + row] = s_cur;
+                dequant_row_roll(kv_s0 + buf * TILE_BYTES, raw, row, qq, kv8, s_nxt);  // loads tile it+1
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * buf);
+                s_cur = s_nxt;
+                s_nxt = fetch_slot(slots_b, tok_begin + (it + 2) * TILE + row, tok_end, n_rows);
+            }
+        } else {
+            const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
+            const int row = ltid >> 1, qq = ltid & 1;
+            RawRegs<2> raw;
+            int s_cur = fetch_slot(slots_b, tok_begin + row, tok_end, n_rows);
+            int s_nxt = fetch_slot(slots_b, tok_begin + TILE + row, tok_end, n_rows);
+            load_raw_row(raw, kv8, s_cur, qq);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int buf = it & 1;
+                if (it >= 2) mbar_wait<PROD == 1>(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
+                if (qq == 0) slot_sm[buf * TILE + row] = s_cur;
+                dequant_row_smem(kv_s0 + buf * TILE_BYTES, raw, row, qq);
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * buf);
+                if (it + 1 < n_tiles) {
+                    s_cur = s_nxt;
+                    load_raw_row(raw, kv8, s_cur, qq);
+                    s_nxt = fetch_slot(slots_b, tok_begin + (it + 2) * TILE + row, tok_end, n_rows);
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_bf16(MLA_ARGS) {
+    mla_ws_body<false, 0>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_fp8(MLA_ARGS) {
+    mla_ws_body<true, 0>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {
+    mla_ws_body<false, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_fp8(MLA_ARGS) {
+    mla_ws_body<true, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Narrow kernel: any H (8 or 16 heads per GPU under TP attention, MTP tokens folded into heads)
 // ---------------------------------------------------------------------------------------------
 // One CTA = one warpgroup (128 threads) = up to 16 query heads of one request x one split.
@@ -501,14 +1032,34 @@ __device__ __forceinline__ void load_q_narrow(uint32_t q_s, const uint16_t* q_ro
 }
 
 // grid = (ceil(H / 16), n_splits, B)
-template <bool FP8>
+// One bf16 tile by the narrow kernel's 128 threads: G2 = false the original mapping
+// (load_tile_bf16), G2 = true rows tid/8 + 16 p with their slots read once (issue_rows_bf16).
+template <bool G2>
+__device__ __forceinline__ void narrow_tile_bf16(uint32_t kv_s, const uint16_t* kv, const int* slot_tile, int tid) {
+    if (G2) {
+        const int rg = tid >> 3, sub = tid & 7;
+        int sl[4];
+#pragma unroll
+        for (int p = 0; p < 4; ++p) sl[p] = slot_tile[rg + 16 * p];
+        issue_rows_bf16(kv_s, kv, sl, rg, sub);
+    } else {
+        load_tile_bf16<NT_NARROW>(kv_s, kv, slot_tile, tid);
+    }
+}
+
+// G2 (variant "narrow2", NOT yet run on a GPU): the shared-memory base aligned by pointer
+// arithmetic, so shared accesses are LDS/STS instead of generic LD/ST, and the bf16 gather
+// reads each thread's 4 row slots once (issue_rows_bf16) instead of one generic load before
+// every cp.async (the SASS of G2 = false shows LD.E, LDGSTS, LD.E, ...).
+template <bool FP8, bool G2 = false>
 __device__ __forceinline__ void mla_narrow_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
     uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o,
     float* __restrict__ part_lse) {
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = G2 ? smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u)
+                       : reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     uint8_t* kv_sm0 = smem + QN_BYTES;
     uint8_t* p_sm = smem + QN_BYTES + (FP8 ? 1 : 2) * TILE_BYTES;
     float* xm = reinterpret_cast<float*>(p_sm + PN_BYTES);  // [4 warps][16 heads] tile max
@@ -561,7 +1112,7 @@ __device__ __forceinline__ void mla_narrow_body(
         fence_proxy_async();
         if (n_tiles > 1) load_raw_regs(raw, kv8, ring + TILE, tid);
     } else {
-        load_tile_bf16<NT_NARROW>(kv_s0, kv16, ring, tid);
+        narrow_tile_bf16<G2>(kv_s0, kv16, ring, tid);
         cp_async_commit();
     }
 
@@ -587,7 +1138,7 @@ __device__ __forceinline__ void mla_narrow_body(
         }
         wgmma_commit();
         if (!FP8 && it + 1 < n_tiles) {  // the next tile into the other buffer while S runs
-            load_tile_bf16<NT_NARROW>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
+            narrow_tile_bf16<G2>((it & 1) ? kv_s0 : kv_s1, kv16, ring + ((it + 1) & 3) * TILE, tid);
             cp_async_commit();
         }
         const bool v0 = sl_cur[tr0] >= 0, v1 = sl_cur[tr0 + 8] >= 0;
@@ -727,6 +1278,14 @@ extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow_bf1
 
 extern "C" __global__ void __launch_bounds__(NT_NARROW, 2) mla_decode_narrow_fp8(MLA_ARGS) {
     mla_narrow_body<true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 1) mla_decode_narrow2_bf16(MLA_ARGS) {
+    mla_narrow_body<false, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+extern "C" __global__ void __launch_bounds__(NT_NARROW, 2) mla_decode_narrow2_fp8(MLA_ARGS) {
+    mla_narrow_body<true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 // Merge split partials: lse = logsumexp_s(lse_s), out = sum_s exp(lse_s - lse) * o_s.

@@ -8,6 +8,9 @@ cubin (cached) rather than through NVRTC's default architecture.
 Two kernels share one contract: H a multiple of 64 runs the wide kernel (64 heads per CTA, heads
 as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the narrow kernel
 (16 heads per CTA, the tile's tokens as M), so no tensor-core work goes to padding heads.
+The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a producer
+warpgroup, the two-warpgroup "serial"), chosen per call, by $HISPARSE_MLA_VARIANT, or per KV
+layout by default (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests).
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
 share one top-k selection (slots [B, k]) are folded into the heads, tokens with their own
 selection (slots [B, T, k]) into the batch.
@@ -52,6 +55,72 @@ SMEM_BYTES_NARROW = {
     "fp8": _SMEM_NARROW_FIXED + _SMEM_TILE,
 }
 NARROW_CTAS_PER_SM = {"bf16": 1, "fp8": 2}
+# warp-specialised wide kernel: Q, two bf16 tiles, P, row scales + slots + mbarriers, align
+# (mirrors mla_ws_body in sparse_attention.cu)
+WS_THREADS = 384
+_SMEM_WS = _SMEM_Q + 2 * _SMEM_TILE + HEADS_PER_CTA * 128 + (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 32) + 1024
+
+
+class WideVariant(NamedTuple):
+    """One implementation of the wide kernel (H a multiple of 64): kernel-name prefix, threads, smem."""
+
+    prefix: str
+    threads: int
+    smem: int
+    doc: str
+
+
+# The wide-kernel implementations, selectable so a benchmark can time them side by side.
+WIDE_VARIANTS = {
+    "ws": WideVariant("mla_decode_ws_", WS_THREADS, _SMEM_WS,
+                      "warp-specialised: producer warpgroup + two consumer warpgroups (S N=64, P V split); "
+                      "bf16 tiles by two 64-thread producer halves, one per buffer; FP8 rows dequantised "
+                      "once the next tile's rows have landed"),
+    "ws2": WideVariant("mla_decode_ws2_", WS_THREADS, _SMEM_WS,
+                       "ws with a second producer, not yet run on a GPU: bf16 by all 128 threads, slots in "
+                       "registers, the next tile issued before this one is waited on; FP8 rows dequantised "
+                       "while the next tile's rows load; shared memory addressed as such (LDS/STS)"),
+    "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
+                          "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
+}
+# the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md);
+# it applies where it was measured, one split per (request, head group), else "serial"
+DEFAULT_WIDE_VARIANT = {"bf16": "serial", "fp8": "ws"}
+VARIANT_ENV = "HISPARSE_MLA_VARIANT"
+
+
+# The narrow-kernel implementations (any other H): kernel-name prefix and what differs.
+NARROW_VARIANTS = {
+    "narrow": "mla_decode_narrow_",
+    "narrow2": "mla_decode_narrow2_",  # LDS/STS, slots read once per bf16 gather; not yet run on a GPU
+}
+DEFAULT_NARROW_VARIANT = "narrow"
+NARROW_VARIANT_ENV = "HISPARSE_MLA_NARROW_VARIANT"
+
+
+def resolve_narrow_variant(variant: str | None) -> str:
+    """The narrow-kernel variant: the argument, else $HISPARSE_MLA_NARROW_VARIANT, else the default."""
+    import os
+
+    name = variant if variant is not None else os.environ.get(NARROW_VARIANT_ENV, DEFAULT_NARROW_VARIANT)
+    if name not in NARROW_VARIANTS:
+        src = "narrow_variant" if variant is not None else f"${NARROW_VARIANT_ENV}"
+        raise ValueError(f"{src} must be one of {tuple(NARROW_VARIANTS)}, got {name!r}")
+    return name
+
+
+def resolve_variant(variant: str | None, kv_dtype: str = "bf16", one_split: bool = True) -> str:
+    """The wide-kernel variant to run: the argument, else $HISPARSE_MLA_VARIANT, else the
+    layout's default (DEFAULT_WIDE_VARIANT) where it was measured faster, i.e. when each
+    (request, head group) runs as one split (one_split; B 64 and 128 at H 128), else "serial"."""
+    import os
+
+    fallback = DEFAULT_WIDE_VARIANT.get(kv_dtype, "serial") if one_split else "serial"
+    name = variant if variant is not None else os.environ.get(VARIANT_ENV, fallback)
+    if name not in WIDE_VARIANTS:
+        src = "variant" if variant is not None else f"${VARIANT_ENV}"
+        raise ValueError(f"{src} must be one of {tuple(WIDE_VARIANTS)}, got {name!r}")
+    return name
 
 
 class MLADims(NamedTuple):
@@ -145,10 +214,12 @@ def _kernels(device_id: int) -> dict[str, Any]:
     mod = cp.RawModule(path=str(compiled_cubin()))
     kerns: dict[str, Any] = {}
     for name in KV_DTYPES:
-        kerns[name] = mod.get_function(f"mla_decode_{name}")
-        kerns[name].max_dynamic_shared_size_bytes = SMEM_BYTES[name]
-        kerns[f"narrow_{name}"] = mod.get_function(f"mla_decode_narrow_{name}")
-        kerns[f"narrow_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
+        for var, spec in WIDE_VARIANTS.items():
+            kerns[f"{var}_{name}"] = mod.get_function(f"{spec.prefix}{name}")
+            kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = spec.smem
+        for var, prefix in NARROW_VARIANTS.items():
+            kerns[f"{var}_{name}"] = mod.get_function(f"{prefix}{name}")
+            kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
     kerns["combine"] = mod.get_function("mla_combine")
     kerns["n_sms"] = cp.cuda.Device(device_id).attributes["MultiProcessorCount"]
     return kerns
@@ -168,6 +239,8 @@ def sparse_mla_decode(
     lse: Any | None = None,
     n_splits: int | None = None,
     workspace: Any | None = None,
+    variant: str | None = None,
+    narrow_variant: str | None = None,
 ) -> MLADecodeResult:
     """Sparse absorbed-MLA decode attention for one layer.
 
@@ -181,12 +254,17 @@ def sparse_mla_decode(
     workspace: optional float32 cupy array of at least `workspace_elems(B, H, k)` elements
     (B x T and T x H as folded) for the split partials; pass one when capturing the call into a
     CUDA graph (no allocation inside).
+    variant: wide-kernel implementation (H a multiple of 64), a key of WIDE_VARIANTS; default
+    $HISPARSE_MLA_VARIANT, else DEFAULT_WIDE_VARIANT[kv_dtype].  narrow_variant: the same for the
+    narrow kernel (NARROW_VARIANTS; $HISPARSE_MLA_NARROW_VARIANT, else DEFAULT_NARROW_VARIANT).
     """
     import cupy as cp
 
     for name, a in (("q", q), ("kv", kv), ("slots", slots)):
         if not isinstance(a, cp.ndarray):
             raise ValueError(f"{name} must be a cupy array on the GPU")
+    var = resolve_variant(variant, kv_dtype)
+    nvar = resolve_narrow_variant(narrow_variant)
     q3, slots2, out_shape = fold_query_tokens(q, slots)
     dims = validate_inputs(q3, kv, slots2, kv_dtype)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
@@ -207,9 +285,11 @@ def sparse_mla_decode(
     args = (q3, kv, slots2, np.int64(dims.n_rows), np.int32(dims.heads), np.int32(dims.k),
             np.float32(scale * math.log2(math.e)), np.int32(per), out, lse, part_o, part_lse)
     if hpc == HEADS_PER_CTA:
-        kerns[kv_dtype](grid, (THREADS,), args, shared_mem=SMEM_BYTES[kv_dtype])
+        var = resolve_variant(variant, kv_dtype, one_split=splits == 1)
+        spec = WIDE_VARIANTS[var]
+        kerns[f"{var}_{kv_dtype}"](grid, (spec.threads,), args, shared_mem=spec.smem)
     else:
-        kerns[f"narrow_{kv_dtype}"](grid, (NARROW_THREADS,), args, shared_mem=SMEM_BYTES_NARROW[kv_dtype])
+        kerns[f"{nvar}_{kv_dtype}"](grid, (NARROW_THREADS,), args, shared_mem=SMEM_BYTES_NARROW[kv_dtype])
     if splits > 1:
         kerns["combine"]((rows,), (128,), (part_o, part_lse, np.int32(splits), np.int64(rows), out, lse))
     return MLADecodeResult(out.reshape(out_shape + (D_LATENT,)), lse.reshape(out_shape))

@@ -292,11 +292,12 @@ def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):
 
 
 def test_batched_lru_orders_stale_hits_whose_keys_lie_far_apart():
-    """A stale hit's place in the new block comes from its queue key; keys spanning less than a
-    few buffers are ordered by a bitmap, wider spans by a radix sort. Here position 0 leaves
-    the block at step 1 and returns at step 150 while 59 others rotate through 64 slots without
-    a miss (each step drops ~15, pushing their keys on): its key is ~2,000 below theirs, past the
-    bitmap's reach, and the order still matches the engine's."""
+    """A stale hit's place in the new block comes from its queue key, ordered by a bitmap over
+    the keys' span, which the queue's ring bounds by compacting. Here position 0 leaves the block
+    at step 1 and returns at step 150 while 59 others rotate through 64 slots without a miss
+    (each step drops ~15, pushing their keys on): its key would lie ~2,000 below theirs, past
+    the ring's 512 entries, so the ring compacts under it, and the order still matches the
+    engine's."""
     rng = np.random.default_rng(12)
     steps, k = 160, 32
     rows = np.full((steps, k), -1, dtype=np.int32)
@@ -390,3 +391,125 @@ def test_coded_chunk_inflates_raw_as_zlib_would():
     assert CodedChunk(1, 1, False, payload[:-5]).coded() is None
     assert CodedChunk(1, 1, False, payload + b"\0").coded() is None
     assert CodedChunk(1, 1, False, b"\x00\x01" + payload[2:]).coded() is None  # not a zlib header
+
+
+def _replay_changes(chunks, configs, k: int, bufs: tuple[int, ...] | None = None):
+    """decode_changes + lru_apply_changes chunk by chunk in this thread: (misses per config, states)."""
+    from array import array
+
+    steps = sum(c.steps for c in chunks)
+    ctx = array("q", bytes(8 * steps))
+    outs = [np.zeros(steps, np.int64) for _ in configs]
+    lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
+    space, row = native._native.changes_new(), 0
+    for c in chunks:
+        end = row + c.steps
+        code, _, _ = native._native.decode_changes(space, c.coded(), c.steps, c.width, k, ctx[row - 1] if row else 0,
+                                                   tuple(x.buffer for x in lrus) if bufs is None else bufs,
+                                                   memoryview(ctx)[row:end])
+        assert code == 0
+        native._native.lru_apply_changes(tuple(x.state for x in lrus), tuple(o[row:end] for o in outs), space,
+                                         c.steps, memoryview(ctx)[row:end])
+        row = end
+    return outs, lrus
+
+
+@pytest.mark.parametrize("chunk_steps", [1, 5, 64, 1024])
+def test_changes_replay_matches_engine_across_chunks_and_fresh_starts(tmp_path, chunk_steps):
+    """The two halves (a chunk decoded into step changes, then replayed) against the engine:
+    every step's misses, the final slots and the final recency order, for chunk boundaries
+    anywhere, buffers that are not multiples of k, and contexts that pass a buffer's size in
+    the middle of a chunk (its first step past B replays from the row)."""
+    from simulator.trace import TraceWriter
+
+    rng = np.random.default_rng(31 + chunk_steps)
+    k = 24
+    configs = [ReplayConfig(buffer=b, initial=i, reserve_newest=r)
+               for b in (24, 37, 70, 90) for i in ("prefix", "empty") for r in (True, False)]
+    for overlap in (0.4, 0.9):
+        stream = wandering_stream(rng, steps=150, k=k, ctx0=30, overlap=overlap)  # ctx 30 -> ~180
+        path = tmp_path / f"s{overlap}.hst"
+        with TraceWriter(path, k=k, source={"kind": "test"}, chunk_steps=chunk_steps) as w:
+            w.write_stream(stream)
+        reader = TraceReader(path)
+        stored = reader.read((0, 0))  # rows come back sorted
+        chunks = reader.coded_chunks((0, 0))
+        outs, lrus = _replay_changes(chunks, configs, k)
+        split = coded_misses(chunks, configs, k, per_step=True)  # the same halves on two threads
+        with pytest.MonkeyPatch.context() as mp:  # one CPU: each chunk in one call instead
+            mp.setattr(native, "_cpus", lambda: 1)
+            whole = coded_misses(chunks, configs, k, per_step=True)
+        assert all(np.array_equal(a, b) for a, b in zip(split.misses, whole.misses, strict=True))
+        for cfg, out, lru, threaded in zip(configs, outs, lrus, split.misses, strict=True):
+            ref = _engine(stored, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
+            assert np.array_equal(out, ref.misses), (cfg, overlap)
+            assert np.array_equal(threaded, ref.misses), (cfg, overlap)
+            slot_pos, order = lru.result()
+            assert np.array_equal(slot_pos, ref.slot_pos) and np.array_equal(order, ref.order), (cfg, overlap)
+
+
+def test_changes_decoded_for_other_buffers_are_refused():
+    """A step where a buffer's context first passes its size needs the whole row; changes decoded
+    for other buffers lack it, and the replay says so rather than guessing."""
+    rng = np.random.default_rng(2)
+    stream = wandering_stream(rng, steps=40, k=8, ctx0=9, overlap=0.8)
+    payload, _ = encode_stream(stream.indices, stream.ctx_len, keep_order=False)
+    chunk = CodedChunk(stream.steps, 8, False, payload)
+    with pytest.raises(AssertionError):  # decoded for B = 8 only: B = 30 starts fresh mid-chunk
+        _check_refused(chunk, bufs=(8,))
+    _check_refused(chunk, bufs=(8, 30))
+
+
+def _check_refused(chunk: CodedChunk, bufs: tuple[int, ...]) -> None:
+    try:
+        _replay_changes([chunk], [ReplayConfig(buffer=30)], 8, bufs=bufs)
+    except ValueError as exc:
+        raise AssertionError(str(exc)) from None
+
+
+def test_queue_compaction_keeps_the_recency_order():
+    """The stale queue is a ring with lazy deletion; with no victims taken for hundreds of steps
+    (everything fits) its dead entries fill it and it compacts, renumbering live entries. Misses,
+    slots and the final order still match the engine, through the rows and the coded paths."""
+    rng = np.random.default_rng(13)
+    steps, k, B = 400, 16, 40
+    rows = np.full((steps, k), -1, dtype=np.int32)
+    for t in range(steps):  # 36 positions rotate through 40 slots: no victim after the first fills
+        rows[t] = np.sort(rng.choice(36, size=k, replace=False))
+    stream = Stream(0, 0, np.full(steps, 100, dtype=np.int64), rows)
+    for reserve, prefix in itertools.product([True, False], repeat=2):
+        ref = _engine(stream, B, reserve, prefix)
+        got = native.lru_batched(stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix, record=True)
+        assert np.array_equal(got.misses, ref.misses) and np.array_equal(got.slots, ref.slots)
+        assert np.array_equal(got.slot_pos, ref.slot_pos) and np.array_equal(got.order, ref.order)
+    payload, _ = encode_stream(stream.indices, stream.ctx_len, keep_order=False)
+    configs = [ReplayConfig(buffer=B, initial=i) for i in ("prefix", "empty")]
+    outs, lrus = _replay_changes([CodedChunk(steps, k, False, payload)], configs, k)
+    for cfg, out, lru in zip(configs, outs, lrus, strict=True):
+        ref = _engine(stream, B, True, cfg.initial == "prefix")
+        assert np.array_equal(out, ref.misses)
+        slot_pos, order = lru.result()
+        assert np.array_equal(slot_pos, ref.slot_pos) and np.array_equal(order, ref.order)
+
+
+def test_stored_payloads_are_copied_out_as_zlib_would_inflate_them():
+    """--compression stored writes deflate's uncompressed blocks: unstore copies their data
+    (CodedChunk.coded(into)) and must give zlib's bytes; a compressed block is left to zlib (-1),
+    broken framing (cut short, bytes after the adler32, a bad length) is refused (-2)."""
+    rng = np.random.default_rng(4)
+    for n in (0, 1, 65535, 65536, 200_001):
+        raw = rng.integers(0, 30, size=n).astype(np.uint8).tobytes()
+        payload = zlib.compress(raw, 0)
+        assert native.unstore(payload) == n
+        into = bytearray(3)  # grown as needed
+        assert bytes(CodedChunk(1, 1, False, payload).coded(into)) == raw == zlib.decompress(payload)
+        if n:
+            assert native.unstore(payload[:-1]) == -2
+            assert CodedChunk(1, 1, False, payload[:-1]).coded(bytearray()) is None
+        assert native.unstore(payload + b"\0") == -2
+    payload = zlib.compress(bytes(5000), 6)
+    assert native.unstore(payload) == -1  # compressed: zlib inflates it
+    assert CodedChunk(1, 1, False, payload).coded(bytearray()) == bytes(5000)
+    bad = bytearray(zlib.compress(bytes(100), 0))
+    bad[3] ^= 1  # LEN no longer the complement of NLEN
+    assert native.unstore(bytes(bad)) == -2

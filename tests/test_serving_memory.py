@@ -131,7 +131,8 @@ def test_pd_decode_first_step_misses_everything():
     # no prefill on the decode instance: TTFT is the prefill side's, the decode time is only decode steps
     assert r.ttft_p50_s > 0 and sim.decode_time == pytest.approx(sum(g.sum() for g in sim.itl))
     base = RankSim(sc, System.BASELINE, concurrency=1).run()
-    assert base.kv_used_gb_per_gpu == pytest.approx((32768 + 40) * 78 * 1152 / 1e9)  # its KV arrived in HBM
+    # its KV arrived in HBM, held in whole 64-token pages
+    assert base.kv_used_gb_per_gpu == pytest.approx(-(-(32768 + 40) // 64) * 64 * 78 * 1152 / 1e9)
 
 
 def test_pd_decode_prefill_capacity_limits_arrivals():

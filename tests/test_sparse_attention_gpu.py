@@ -22,6 +22,8 @@ from cupy_kernels.mla_reference import (
 
 pytestmark = pytest.mark.gpu
 REL_TOL = 1e-2
+WIDE = ["ws", "ws2", "serial"]  # wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS)
+NARROW = ["narrow", "narrow2"]  # narrow-kernel variants (NARROW_VARIANTS)
 N_ROWS = 6000
 
 
@@ -59,13 +61,13 @@ def _make_case(seed: int, batch: int, heads: int, k: int, kv_dtype: str, tokens:
 
 
 def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, workspace=False, tokens=0,
-                   own_slots=False):
+                   own_slots=False, variant=None, narrow_variant=None):
     import cupy as cp
 
     from cupy_kernels.sparse_attention import sparse_mla_decode, workspace_elems
 
     msg = (f"seed={seed} B={batch} H={heads} k={k} kv={kv_dtype} n_splits={n_splits} T={tokens} "
-           f"own_slots={own_slots}")
+           f"own_slots={own_slots} variant={variant} narrow_variant={narrow_variant}")
     q_bits, kv, rows_seen, slots = _make_case(seed, batch, heads, k, kv_dtype, tokens, own_slots)
     scale = scale if scale is not None else D_QK**-0.5
     lead = q_bits.shape[:-1]
@@ -74,7 +76,8 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
     n_q = int(np.prod(lead))
     ws = cp.full(workspace_elems(n_q // heads, heads, k), np.nan, cp.float32) if workspace else None
     res = sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), scale, kv_dtype,
-                            out=out, lse=lse, n_splits=n_splits, workspace=ws)
+                            out=out, lse=lse, n_splits=n_splits, workspace=ws, variant=variant,
+                            narrow_variant=narrow_variant)
     cp.cuda.Device().synchronize()
     assert res.out.shape == lead + (512,) and res.lse.shape == lead, msg
     got = (cp.asnumpy(out).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -97,57 +100,87 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
             assert rb <= 2 * REL_TOL, f"request {b} rel err {rb:.2e} ({msg})"
 
 
+@pytest.mark.parametrize("variant", WIDE)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("heads", [64, 128])
-def test_matches_reference_k2048(kv_dtype, heads):
-    _run_and_check(_fresh_seed(), 3, heads, 2048, kv_dtype)
+def test_matches_reference_k2048(kv_dtype, heads, variant):
+    _run_and_check(_fresh_seed(), 3, heads, 2048, kv_dtype, variant=variant)
 
 
+@pytest.mark.parametrize("variant", WIDE)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("n_splits", [1, 5])
-def test_split_paths_and_ragged_k(kv_dtype, n_splits):
+def test_split_paths_and_ragged_k(kv_dtype, n_splits, variant):
     # k = 1000 is not a multiple of the 64-token tile; splits 1 (direct) and 5 (combine kernel)
-    _run_and_check(_fresh_seed(), 4, 128, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1)
+    _run_and_check(_fresh_seed(), 4, 128, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1, variant=variant)
 
 
+@pytest.mark.parametrize("variant", WIDE)
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("k", [64, 128, 192])
+def test_few_tiles(kv_dtype, k, variant):
+    # 1, 2 and 3 tiles: the warp-specialised kernel's buffer ring before it reaches steady state
+    _run_and_check(_fresh_seed(), 3, 64, k, kv_dtype, n_splits=1, variant=variant)
+
+
+@pytest.mark.parametrize("narrow_variant", NARROW)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("heads", [8, 16, 24, 1])
-def test_narrow_heads_match_reference(kv_dtype, heads):
+def test_narrow_heads_match_reference(kv_dtype, heads, narrow_variant):
     # H not a multiple of 64: the narrow kernel (16 heads per CTA; 24 = a full and a partial group)
-    _run_and_check(_fresh_seed(), 3, heads, 2048, kv_dtype)
+    _run_and_check(_fresh_seed(), 3, heads, 2048, kv_dtype, narrow_variant=narrow_variant)
 
 
+@pytest.mark.parametrize("narrow_variant", NARROW)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
 @pytest.mark.parametrize("n_splits", [1, 5])
-def test_narrow_split_paths_and_ragged_k(kv_dtype, n_splits):
-    _run_and_check(_fresh_seed(), 4, 8, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1)
+def test_narrow_split_paths_and_ragged_k(kv_dtype, n_splits, narrow_variant):
+    _run_and_check(_fresh_seed(), 4, 8, 1000, kv_dtype, n_splits=n_splits, workspace=n_splits > 1,
+                   narrow_variant=narrow_variant)
 
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
-@pytest.mark.parametrize("heads, own_slots", [(8, False), (8, True), (64, False), (64, True), (16, True)])
-def test_mtp_two_tokens(kv_dtype, heads, own_slots):
+@pytest.mark.parametrize("heads, own_slots, variant", [(8, False, None), (8, True, None), (16, True, None),
+                                                       (8, False, "narrow2"), (16, True, "narrow2"),
+                                                       (64, False, "ws"), (64, True, "ws"),
+                                                       (64, False, "ws2"), (64, True, "ws2"),
+                                                       (64, False, "serial"), (64, True, "serial")])
+def test_mtp_two_tokens(kv_dtype, heads, own_slots, variant):
     # 2 query tokens per request: shared selection (T x H heads) or one selection per token
-    _run_and_check(_fresh_seed(), 3, heads, 1024, kv_dtype, tokens=2, own_slots=own_slots)
+    narrow = variant in NARROW
+    _run_and_check(_fresh_seed(), 3, heads, 1024, kv_dtype, tokens=2, own_slots=own_slots,
+                   variant=None if narrow else variant, narrow_variant=variant if narrow else None)
 
 
+@pytest.mark.parametrize("narrow_variant", NARROW)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
-def test_narrow_sharp_softmax(kv_dtype):
-    _run_and_check(_fresh_seed(), 2, 16, 2048, kv_dtype, scale=0.1)
+def test_narrow_sharp_softmax(kv_dtype, narrow_variant):
+    _run_and_check(_fresh_seed(), 2, 16, 2048, kv_dtype, scale=0.1, narrow_variant=narrow_variant)
 
 
-def test_narrow_all_masked_batch():
-    _run_and_check(_fresh_seed(), 2, 8, 256, "fp8")  # request 1 fully masked
-
-
+@pytest.mark.parametrize("narrow_variant", NARROW)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
-def test_sharp_softmax(kv_dtype):
+@pytest.mark.parametrize("n_splits", [None, 1])
+def test_narrow_all_masked_batch(kv_dtype, n_splits, narrow_variant):
+    # request 1 fully masked
+    _run_and_check(_fresh_seed(), 2, 8, 256, kv_dtype, n_splits=n_splits, narrow_variant=narrow_variant)
+
+
+@pytest.mark.parametrize("variant", WIDE)
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("n_splits", [None, 1])
+def test_sharp_softmax(kv_dtype, variant, n_splits):
     # a larger scale makes the softmax peaky: exercises the running-max rescale.  (Much sharper
     # softmaxes amplify the bf16 rounding of dequantised fp8 values past 1e-2: scale 0.4 gave 1.07e-2.)
-    _run_and_check(_fresh_seed(), 2, 64, 2048, kv_dtype, scale=0.1)
+    # n_splits=1: all 32 tiles in one CTA, so the running-max rescale runs inside the kernel
+    _run_and_check(_fresh_seed(), 2, 64, 2048, kv_dtype, scale=0.1, n_splits=n_splits, variant=variant)
 
 
-def test_all_masked_batch():
-    _run_and_check(_fresh_seed(), 2, 64, 256, "bf16")  # request 1 fully masked
+@pytest.mark.parametrize("variant", WIDE)
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("n_splits", [None, 1])
+def test_all_masked_batch(kv_dtype, variant, n_splits):
+    _run_and_check(_fresh_seed(), 2, 64, 256, kv_dtype, n_splits=n_splits, variant=variant)  # request 1 fully masked
 
 
 def test_rejects_host_arrays():

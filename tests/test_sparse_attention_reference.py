@@ -20,9 +20,17 @@ from cupy_kernels.mla_reference import (
     unpack_fp8_rows,
 )
 from cupy_kernels.sparse_attention import (
+    DEFAULT_NARROW_VARIANT,
+    DEFAULT_WIDE_VARIANT,
+    NARROW_VARIANT_ENV,
+    NARROW_VARIANTS,
+    VARIANT_ENV,
+    WIDE_VARIANTS,
     fold_query_tokens,
     heads_per_cta,
     plan_splits,
+    resolve_narrow_variant,
+    resolve_variant,
     validate_inputs,
 )
 
@@ -236,3 +244,41 @@ def test_fold_query_tokens_matches_reference_semantics():
     assert fold_query_tokens(q3, shared)[2] == (2, 3)
     with pytest.raises(ValueError, match=r"slots for q \[B=2, T=2"):
         fold_query_tokens(q, own[:1])
+
+
+def test_wide_variant_selection(monkeypatch):
+    # the argument wins over $HISPARSE_MLA_VARIANT, which wins over the default; bad names are refused
+    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    for kv_dtype in ("bf16", "fp8"):
+        assert resolve_variant(None, kv_dtype) == DEFAULT_WIDE_VARIANT[kv_dtype] in WIDE_VARIANTS
+        # split k (small batches): the regime where only "serial" was measured
+        assert resolve_variant(None, kv_dtype, one_split=False) == "serial"
+        assert resolve_variant("ws", kv_dtype, one_split=False) == "ws"
+    monkeypatch.setenv(VARIANT_ENV, "serial")
+    assert resolve_variant(None) == "serial"
+    assert resolve_variant("ws") == "ws"
+    monkeypatch.setenv(VARIANT_ENV, "fastest")
+    with pytest.raises(ValueError, match=r"\$HISPARSE_MLA_VARIANT must be one of .*'fastest'"):
+        resolve_variant(None)
+    with pytest.raises(ValueError, match="variant must be one of .*'nope'"):
+        resolve_variant("nope")
+
+
+def test_wide_variants_fit_one_block_of_shared_memory():
+    # sm_90 gives one block at most 227 KB of dynamic shared memory
+    assert set(WIDE_VARIANTS) == {"ws", "ws2", "serial"}
+    for spec in WIDE_VARIANTS.values():
+        assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
+
+
+def test_narrow_variant_selection(monkeypatch):
+    monkeypatch.delenv(NARROW_VARIANT_ENV, raising=False)
+    assert resolve_narrow_variant(None) == DEFAULT_NARROW_VARIANT in NARROW_VARIANTS
+    monkeypatch.setenv(NARROW_VARIANT_ENV, "narrow2")
+    assert resolve_narrow_variant(None) == "narrow2"
+    assert resolve_narrow_variant("narrow") == "narrow"
+    with pytest.raises(ValueError, match="narrow_variant must be one of .*'ws'"):
+        resolve_narrow_variant("ws")  # a wide variant is not a narrow one
+    monkeypatch.setenv(NARROW_VARIANT_ENV, "bogus")
+    with pytest.raises(ValueError, match=r"\$HISPARSE_MLA_NARROW_VARIANT must be one of"):
+        resolve_narrow_variant(None)

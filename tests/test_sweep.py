@@ -118,9 +118,10 @@ device_buffer_size = [4096, 8192]
     df = pd.read_parquet(tmp_path / "o" / "results.parquet")
     assert len(df) == 4 and (df.error == "").all()
     at256 = df[df.concurrency == 256].set_index("device_buffer_size")
-    assert at256.hisparse_over_baseline[4096] > 1.5  # the published config: HiSparse well ahead at 256
-    # bigger buffers, fewer requests
-    assert at256.hisparse_max_running_deployment[8192] < at256.hisparse_max_running_deployment[4096]
+    # bigger buffers, fewer requests: SGLang's admission charges every running request's remaining
+    # output to HiSparse's device slots (available_size = min(logical, device)), 7 then 5 per rank
+    assert at256.hisparse_max_running_deployment[4096] == 56
+    assert at256.hisparse_max_running_deployment[8192] == 40
     assert set(df.columns) >= {"point", "concurrency", "device_buffer_size", "baseline_steady_tok_s_deployment",
                                "hisparse_steady_tok_s_deployment", "hisparse_tpot_p99_ms"}
 

@@ -212,6 +212,17 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
           f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
           f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
           f"-> {h['host_tokens'] // ctx} requests")
+    if d.mode.value == "colocated" and rows:
+        from ..serving.admission import RatioSchedule
+
+        ratios = RatioSchedule(d.schedule_conservativeness, d.attention.value == "dp")
+        adm = {r["system"]: r["max_running_deployment"] // max(d.ranks, 1) for r in rows}
+        how = ("the ignore_eos look-ahead (bench_serving's default)" if w.ignore_eos else
+               f"new_token_ratio {ratios.init:.3g} -> {ratios.min:.3g} over {600} steps")
+        print(f"admission (SGLang's PrefillAdder, {how}; schedule_conservativeness {d.schedule_conservativeness:g}"
+              f"{' x 0.3 under DP attention' if d.attention.value == 'dp' else ''}): a wave from empty admits "
+              + ", ".join(f"{s} {n}" for s, n in adm.items()) + " per scheduler (HiSparse: against min(logical, "
+              "device) free, as its allocator reports)")
     if d.mode.value == "pd-decode":
         from ..serving.model import prefill_tok_s
 

@@ -47,6 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                      help="context length at step 0 (default: a fitted preset's, e.g. 100384, else 32768)")
     gen.add_argument("--seed", type=seed_int, default=None, help="random seed (default: a fitted preset's, else 0)")
     gen.add_argument("--out", required=True, metavar="PATH", help="output .hst path (written atomically)")
+    add_compression(gen)
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(run=run_gen)
     declare_io(gen, inputs=["knobs"], outputs=[HST_OUT])
@@ -74,6 +75,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     conv.add_argument("--out", required=True, metavar="PATH", help="output .hst path (written atomically)")
     conv.add_argument("--keep-order", action="store_true",
                       help="keep each step's stored order (larger files); default stores steps sorted")
+    add_compression(conv)
     conv.set_defaults(run=run_convert)
     declare_io(conv, inputs=["trace"], outputs=[HST_OUT])
 
@@ -111,6 +113,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     trace_record.add_parsers(sub)
 
 
+def add_compression(parser: argparse.ArgumentParser) -> None:
+    from ..trace.codec import COMPRESSION_LEVELS
+
+    parser.add_argument("--compression", choices=list(COMPRESSION_LEVELS), default="zlib",
+                        help="how chunk payloads are compressed (default zlib): stored writes deflate's "
+                             "uncompressed blocks, ~1.5x larger on a churning trace but read ~10x faster "
+                             "(a replay of a 41 M-access stream spends 0.16 s inflating zlib, 0.003 s copying stored blocks); "
+                             "every reader reads both")
+
+
 def run_gen(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
     from ..progress import progress
@@ -130,7 +142,7 @@ def run_gen(args: argparse.Namespace) -> int:
               "knobs": knobs_dict(knobs), "seed": args.seed}
     streams = generate(knobs, steps=args.steps, layers=args.layers, requests=args.requests,
                        k=args.topk, ctx0=args.ctx0, seed=args.seed)
-    with TraceWriter(args.out, k=args.topk, source=source) as writer:
+    with TraceWriter(args.out, k=args.topk, source=source, compression=args.compression) as writer:
         for s in progress(streams, total=args.requests * args.layers, desc="streams", quiet=args.quiet):
             writer.write_stream(s)
     return 0
@@ -235,7 +247,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
     trace = open_input(args)
     with TraceWriter(args.out, k=trace.meta.k, source=trace.meta.source, extra=trace.meta.extra,
-                     keep_order=args.keep_order) as writer:
+                     keep_order=args.keep_order, compression=args.compression) as writer:
         for s in trace:
             writer.write_stream(s)
     return 0

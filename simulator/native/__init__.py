@@ -3,7 +3,8 @@
 Each function reproduces a numba reference of the package bit for bit (tests/test_native.py):
 the stream decoder and checker of ``simulator.trace.codec_jit``, and the replay engine's
 batched LRU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
-O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows.
+O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows, in two
+halves on two threads (a chunk decoded into its step changes while the one before replays).
 Without the build, or with ``HISPARSE_NATIVE=0``, callers use the references.
 
 The C functions fill caller-owned int64 buffers; the wrappers here hand back numpy arrays (or
@@ -33,6 +34,12 @@ except ImportError:  # not built (no compiler at install time)
 def available() -> bool:
     """Whether the compiled module is built and not switched off (HISPARSE_NATIVE=0)."""
     return _native is not None and os.environ.get("HISPARSE_NATIVE", "1") != "0"
+
+
+def unstore(payload: bytes | memoryview, out: bytearray | None = None) -> int:
+    """A zlib payload of stored deflate blocks only: its data's size (copied into ``out``); -1 when
+    a block is compressed, -2 when the framing is broken (``format.CodedChunk.coded``)."""
+    return _native.unstore(payload, out)
 
 
 def decode(raw: np.ndarray | bytes, steps: int, width: int, ordered: bool, out: np.ndarray,
@@ -121,23 +128,38 @@ class CodedLruRun(NamedTuple):
 def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]],
                       buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool) -> CodedLruRun | None:
     """The engine's batched LRU over one stream given as coded chunks (steps, width, ordered, a
-    function giving the coded bytes or None), for each (buffer, reserve, prefix): one decoding
+    function giving the coded bytes or None, taking a bytearray it may inflate into: e.g.
+    ``CodedChunk.coded``), for each (buffer, reserve, prefix): one decoding
     pass per 64 buffers. None when a chunk is corrupt or breaks a rule of the trace model: the
-    caller reads the stream the ordinary way, which raises the error with its context. The next
-    chunk's bytes are made (inflated) on a second thread while the current one replays."""
+    caller reads the stream the ordinary way, which raises the error with its context.
+
+    Two threads share the work: the next chunk is inflated and decoded into its step changes
+    (``decode_changes``) on a second thread while the current one's changes replay
+    (``lru_apply_changes``); both release the GIL. Streams stored in their own order (``ordered``
+    chunks), or a process allowed one CPU, replay each chunk in one call (``lru_replay_coded``)
+    instead, its inflating ahead: the halves cost ~0.02 s more CPU on a 41 M-access stream (the
+    changes buffer), which only a second core pays back. The results are the same either way
+    (tests/test_native.py)."""
     steps = sum(c[0] for c in chunks)
     ctx = array("q", bytes(8 * steps))
     misses = [array("q", bytes(8 * steps)) for _ in buffers]
     accesses = 0
+    split = not any(c[2] for c in chunks) and _cpus() > 1
     for g in range(0, len(buffers), GROUP):
         lrus = [BatchedLru(b, reserve=r, prefix=p) for b, r, p in buffers[g:g + GROUP]]
+        states = tuple(x.state for x in lrus)
         outs = misses[g:g + GROUP]
+        if split:
+            accesses = _replay_split(chunks, states, outs, tuple(x.buffer for x in lrus), k, ctx)
+            if accesses is None:
+                return None
+            continue
         row, prev_ctx, accesses = 0, 0, 0
         for (n, width, ordered, _), raw in zip(chunks, _ahead([c[3] for c in chunks]), strict=True):
             if raw is None:
                 return None
             end = row + n
-            code, _, acc = _native.lru_replay_coded(tuple(x.state for x in lrus), tuple(memoryview(m)[row:end] for m in outs),
+            code, _, acc = _native.lru_replay_coded(states, tuple(memoryview(m)[row:end] for m in outs),
                                                     raw, n, width, ordered, int(k), prev_ctx, memoryview(ctx)[row:end])
             if code:
                 return None
@@ -150,6 +172,48 @@ def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes 
     import numpy as np
     return CodedLruRun(steps, accesses, totals, np.frombuffer(ctx, dtype=np.int64),
                        [np.frombuffer(m, dtype=np.int64) for m in misses])
+
+
+def _cpus() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _replay_split(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]], states: tuple,
+                  outs: list[array], bufs: tuple[int, ...], k: int, ctx: array) -> int | None:
+    """Unordered chunks through ``states``: chunk i + 1 inflated and decoded into one of two
+    changes buffers on a second thread while chunk i's buffer replays here. The accesses, or
+    None when a chunk is not clean. A chunk's maker takes a bytearray it may inflate into."""
+    spaces = (_native.changes_new(), _native.changes_new())
+    starts = [0]
+    for c in chunks:
+        starts.append(starts[-1] + c[0])
+
+    into = (bytearray(), bytearray())  # what stored payloads are copied into, reused
+
+    def make(i: int) -> int | None:  # the makers run one after another, in chunk order
+        n, width, _, coded = chunks[i]
+        raw = coded(into[i % 2])
+        if raw is None:
+            return None
+        row = starts[i]
+        prev_ctx = ctx[row - 1] if row else 0  # written by chunk i - 1's maker
+        code, _, acc = _native.decode_changes(spaces[i % 2], raw, n, width, int(k), prev_ctx, bufs,
+                                              memoryview(ctx)[row:row + n])
+        return None if code else acc
+
+    accesses = 0
+    for i, acc in enumerate(_ahead([lambda i=i: make(i) for i in range(len(chunks))])):
+        if acc is None:
+            return None
+        row, end = starts[i], starts[i + 1]
+        _native.lru_apply_changes(states, tuple(memoryview(m)[row:end] for m in outs), spaces[i % 2], end - row,
+                                  memoryview(ctx)[row:end])
+        accesses += acc
+    return accesses
 
 
 def _ahead(makers: Sequence[Callable[[], bytes | None]]) -> Iterator[bytes | None]:

@@ -275,70 +275,15 @@ done:
  *   - victims are the oldest stale entries not hit, then D in block order (D sits between the
  *     stale part and the kept entries);
  *   - the new block is misses (stored order), stale hits (stale order), kept (block order).
- * Stale entries live in a FIFO queue (a doubly linked list over the slots: a stale hit leaves it
- * in O(1), and skey, a push counter, orders them). The block is an array of slots in block
- * order (oldest first); one branch-free pass over it splits D (in block order, to the queue)
- * from the kept entries (to the new block's newest end). A step costs O(|A| log |A| + |X|) once
- * A and D are known: from the coded stream's own changes (lru_replay_coded), or from a pass over
- * the row and the block (lru_rows). */
-
-typedef struct {
-    uint64_t key;
-    int64_t slot;
-} kv_t;
-
-static void sort_kv(kv_t *a, int64_t n)
-{
-    while (n > 16) {
-        kv_t *mid = a + n / 2, *hi = a + n - 1, tmp;
-        if (mid->key < a->key) { tmp = *mid; *mid = *a; *a = tmp; }
-        if (hi->key < a->key) { tmp = *hi; *hi = *a; *a = tmp; }
-        if (hi->key < mid->key) { tmp = *hi; *hi = *mid; *mid = tmp; }
-        uint64_t pivot = mid->key;
-        int64_t i = 0, j = n - 1;
-        for (;;) {
-            while (a[i].key < pivot) i++;
-            while (a[j].key > pivot) j--;
-            if (i >= j) break;
-            tmp = a[i]; a[i] = a[j]; a[j] = tmp;
-            i++; j--;
-        }
-        int64_t left = j + 1; /* [0, left) <= pivot <= [left, n) */
-        if (left < n - left) { sort_kv(a, left); a += left; n -= left; }
-        else { sort_kv(a + left, n - left); n = left; }
-    }
-    for (int64_t i = 1; i < n; i++) {
-        kv_t x = a[i];
-        int64_t j = i - 1;
-        while (j >= 0 && a[j].key > x.key) { a[j + 1] = a[j]; j--; }
-        a[j + 1] = x;
-    }
-}
-
-/* Ascending by key, for the larger sorts of a step (hundreds of entries when a step changes a
- * third of its set): LSD radix sort on key - min, 8 bits a pass, passes where every key has the
- * same digit skipped. Keys are distinct, so any correct sort gives the same order as sort_kv. */
-static void sort_kv_radix(kv_t *a, kv_t *tmp, int64_t n)
-{
-    if (n <= 48) { sort_kv(a, n); return; }
-    uint64_t lo = a[0].key, hi = a[0].key;
-    for (int64_t i = 1; i < n; i++) {
-        if (a[i].key < lo) lo = a[i].key;
-        if (a[i].key > hi) hi = a[i].key;
-    }
-    uint64_t span = hi - lo;
-    kv_t *src = a, *dst = tmp;
-    for (int shift = 0; shift < 64 && (span >> shift); shift += 8) {
-        int64_t count[257];
-        memset(count, 0, sizeof(count));
-        for (int64_t i = 0; i < n; i++) count[((src[i].key - lo) >> shift & 0xFF) + 1]++;
-        if (count[((src[0].key - lo) >> shift & 0xFF) + 1] == n) continue; /* one digit for all */
-        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
-        for (int64_t i = 0; i < n; i++) dst[count[(src[i].key - lo) >> shift & 0xFF]++] = src[i];
-        kv_t *sw = src; src = dst; dst = sw;
-    }
-    if (src != a) memcpy(a, src, sizeof(kv_t) * (size_t)n);
-}
+ * Stale entries live in a FIFO queue: a ring of slots in push order with lazy deletion (the
+ * entry at push count q is live while its slot is STALE with skey == q; a stale hit only turns
+ * its slot BLOCK, and the head sweeps past dead entries when victims are taken, branch-free; a
+ * full ring compacts its live entries). Stale hits are put in stale order by a bitmap over
+ * their keys' span, which the ring bounds. The block is an array of slots in block order
+ * (oldest first); one branch-free pass over it splits D (in block order, to the queue) from the
+ * kept entries (to the new block's newest end). A step costs O(|A| + |X| + span / 64) once A
+ * and D are known: from the coded stream's own changes (lru_replay_coded, lru_apply_changes),
+ * or from a pass over the row and the block (lru_rows). */
 
 enum { FREE = 0, STALE = 1, BLOCK = 2, DROPPED = 3 }; /* DROPPED: in the block, leaving it this step */
 enum { STEP_OK = 0, STEP_FULL = -2, STEP_NOMEM = -1, STEP_RANGE = -3 };
@@ -351,15 +296,15 @@ typedef struct {
     int32_t *slot_pos;  /* [B] position held by a slot, -1 */
     uint8_t *region;    /* [B] FREE, STALE or BLOCK */
     int64_t *skey;      /* [B] push count of a stale slot: ascending = queue order */
-    int32_t *qprev, *qnext; /* [B + 1] the stale queue, oldest first; B is the list's head and tail */
-    int64_t qseq;
+    int32_t *ring;      /* [qmask + 1] the stale queue's slots by push count (mod its size), oldest first */
+    int64_t qmask, qhead, qseq; /* pushes in [qhead, qseq) are in the ring, live or dead */
+    int32_t *victims;   /* [B + 2] scratch */
     int32_t *blk, *blk_next, nb; /* [B + 2] X, the last step's selected set, as slots in block order */
-    int64_t *A, *miss; /* [B + 2] scratch */
+    int32_t *A;         /* [B + 2] scratch: a step's arrivals */
+    int64_t *miss;      /* [B + 2] scratch */
     int32_t *hit_s;     /* [B + 2] */
-    kv_t *kv, *kv_tmp;  /* [B + 2] */
-    uint64_t *bits;     /* [nbits] and */
-    int32_t *at;        /* [64 nbits]: ordering the stale hits when their keys span < 64 nbits */
-    int64_t nbits;
+    int64_t *hkey;      /* [B + 2] scratch: the stale hits' keys */
+    uint64_t *bits;     /* [ring size / 64]: ordering the stale hits (their keys span less than the ring) */
     int64_t free_next, last_ctx;
     int32_t stamp;
 } lru_state;
@@ -367,8 +312,8 @@ typedef struct {
 static void lru_free(lru_state *s)
 {
     if (!s) return;
-    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->qprev); free(s->qnext);
-    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->kv); free(s->kv_tmp); free(s->bits); free(s->at);
+    free(s->pos); free(s->prow); free(s->slot_pos); free(s->region); free(s->skey); free(s->ring); free(s->victims);
+    free(s->blk); free(s->blk_next); free(s->A); free(s->miss); free(s->hit_s); free(s->hkey); free(s->bits);
     free(s);
 }
 
@@ -381,25 +326,24 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     s->slot_pos = (int32_t *)malloc(sizeof(int32_t) * n);
     s->region = (uint8_t *)calloc(n, 1);
     s->skey = (int64_t *)calloc(n, sizeof(int64_t));
-    s->qprev = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->qnext = (int32_t *)malloc(sizeof(int32_t) * n);
+    s->qmask = 1;
+    while (s->qmask < 4 * (int64_t)n) s->qmask <<= 1; /* room for B live entries and >= 3 B dead ones */
+    s->ring = (int32_t *)malloc(sizeof(int32_t) * (size_t)s->qmask);
+    s->qmask -= 1;
+    s->victims = (int32_t *)malloc(sizeof(int32_t) * n);
     s->blk = (int32_t *)malloc(sizeof(int32_t) * n);
     s->blk_next = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->A = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->A = (int32_t *)malloc(sizeof(int32_t) * n);
     s->miss = (int64_t *)malloc(sizeof(int64_t) * n);
     s->hit_s = (int32_t *)malloc(sizeof(int32_t) * n);
-    s->kv = (kv_t *)malloc(sizeof(kv_t) * n);
-    s->kv_tmp = (kv_t *)malloc(sizeof(kv_t) * n);
-    s->nbits = ((int64_t)n + 63) / 64 * 4; /* spans up to ~4 B keys: a stale entry lives a few steps */
-    s->bits = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)s->nbits);
-    s->at = (int32_t *)malloc(sizeof(int32_t) * 64 * (size_t)s->nbits);
-    if (!s->kv_tmp || !s->bits || !s->at || !s->slot_pos || !s->region || !s->skey || !s->qprev || !s->qnext || !s->blk || !s->blk_next || !s->A ||
-        !s->miss || !s->hit_s || !s->kv) {
+    s->hkey = (int64_t *)malloc(sizeof(int64_t) * n);
+    s->bits = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)((s->qmask + 64) / 64));
+    if (!s->hkey || !s->bits || !s->slot_pos || !s->region || !s->skey || !s->ring || !s->victims || !s->blk || !s->blk_next || !s->A ||
+        !s->miss || !s->hit_s) {
         lru_free(s);
         return NULL;
     }
     for (int64_t x = 0; x < B; x++) s->slot_pos[x] = -1;
-    s->qprev[B] = s->qnext[B] = (int32_t)B;
     return s;
 }
 
@@ -419,29 +363,24 @@ static int lru_reserve(lru_state *s, int64_t c)
     return 1;
 }
 
+/* The ring's live entries moved together at its head, in order, with new push counts (the
+ * relative order of every live key is kept): room for B more pushes. */
+static void queue_compact(lru_state *s)
+{
+    int64_t w = s->qhead, mask = s->qmask;
+    for (int64_t q = s->qhead; q < s->qseq; q++) {
+        int32_t x = s->ring[q & mask];
+        if (s->region[x] == STALE && s->skey[x] == q) { s->ring[w & mask] = x; s->skey[x] = w++; }
+    }
+    s->qseq = w;
+}
+
 static inline void queue_push(lru_state *s, int32_t slot)
 {
-    int32_t end = (int32_t)s->B, last = s->qprev[end];
+    if (s->qseq - s->qhead > s->qmask) queue_compact(s);
     s->region[slot] = STALE;
+    s->ring[s->qseq & s->qmask] = slot;
     s->skey[slot] = s->qseq++;
-    s->qprev[slot] = last;
-    s->qnext[slot] = end;
-    s->qnext[last] = slot;
-    s->qprev[end] = slot;
-}
-
-static inline void queue_unlink(lru_state *s, int32_t slot)
-{
-    int32_t a = s->qprev[slot], b = s->qnext[slot];
-    s->qnext[a] = b;
-    s->qprev[b] = a;
-}
-
-static inline int32_t queue_pop(lru_state *s) /* the oldest stale slot (the queue is not empty) */
-{
-    int32_t x = s->qnext[s->B];
-    queue_unlink(s, x);
-    return x;
 }
 
 enum { BEGIN_FAST = 0, BEGIN_FRESH = 1, BEGIN_NEXT = 2 };
@@ -458,7 +397,7 @@ static int lru_begin(lru_state *s, int64_t c)
         s->region[x] = FREE;
     }
     s->nb = 0;
-    s->qprev[s->B] = s->qnext[s->B] = (int32_t)s->B;
+    s->qhead = s->qseq = 0; /* every slot FREE: every entry dead */
     s->free_next = 0;
     if (s->prefix || s->fast) {
         for (int64_t p = 0; p < s->B; p++) {
@@ -473,16 +412,15 @@ static int lru_begin(lru_state *s, int64_t c)
     return BEGIN_FRESH;
 }
 
-/* One step from its changes: A (positions, stored order) and D (nD block slots already marked
+/* One step from its changes: A (nA positions, stored order) and D (nD block slots already marked
  * DROPPED); returns the misses. */
-static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
+static int64_t lru_apply(lru_state *s, const int32_t *A, int64_t nA, int64_t nD)
 {
     /* Everything in locals: the int stores below could alias the state's int fields. */
     const int32_t B = (int32_t)s->B;
-    int32_t *pos = s->pos, *slot_pos = s->slot_pos, *qprev = s->qprev, *qnext = s->qnext, *hit_s = s->hit_s;
+    int32_t *pos = s->pos, *slot_pos = s->slot_pos, *ring = s->ring, *hit_s = s->hit_s;
     uint8_t *region = s->region;
     int64_t *skey = s->skey, *miss = s->miss, qseq = s->qseq, free_next = s->free_next, nb = s->nb;
-    const int64_t *A = s->A;
     int64_t nhs = 0, nm = 0;
     for (int64_t i = 0; i < nA; i++) { /* hit or miss is a coin toss here: no branch */
         int64_t p = A[i];
@@ -493,11 +431,32 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
         nhs += hit;
         nm += !hit;
     }
-    for (int64_t i = 0; i < nhs; i++) { /* stale hits leave the queue */
-        int32_t x = hit_s[i], a = qprev[x], b = qnext[x];
+    /* Stale hits leave the queue (their entries die) and take their places in the new block in
+     * stale order (ascending skey; push counts are distinct), ordered now, while the ring still
+     * holds them: a bitmap over the keys' span, read in order (live keys lie in [qhead, qseq),
+     * which the ring's size bounds). */
+    int64_t *hkey = s->hkey, lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t i = 0; i < nhs; i++) {
+        int32_t x = hit_s[i];
+        int64_t key = skey[x];
         region[x] = BLOCK;
-        qnext[a] = b;
-        qprev[b] = a;
+        hkey[i] = key;
+        lo = key < lo ? key : lo;
+        hi = key > hi ? key : hi;
+    }
+    if (nhs > 1) {
+        int32_t *out = s->blk_next + nm;
+        int64_t words = ((hi - lo) >> 6) + 1, mask = s->qmask;
+        uint64_t *bits = s->bits;
+        memset(bits, 0, sizeof(uint64_t) * (size_t)words);
+        for (int64_t i = 0; i < nhs; i++) {
+            int64_t off = hkey[i] - lo;
+            bits[off >> 6] |= (uint64_t)1 << (off & 63);
+        }
+        for (int64_t w = 0; w < words; w++)
+            for (uint64_t b = bits[w]; b; b &= b - 1) *out++ = ring[(lo + (w << 6) + __builtin_ctzll(b)) & mask];
+    } else if (nhs == 1) {
+        s->blk_next[nm] = hit_s[0];
     }
     /* The new block: misses (stored order), stale hits (stale order), kept (block order). One
      * pass over the old block puts the kept entries in place and the dropped ones, in block
@@ -513,63 +472,45 @@ static int64_t lru_apply(lru_state *s, int64_t nA, int64_t nD)
             nk += !gone;
             nd += gone;
         }
-        int32_t last = qprev[B];
-        for (int64_t i = 0; i < nd; i++) { /* queue_push, chained */
+        if (qseq + nd - s->qhead > s->qmask + 1) { s->qseq = qseq; queue_compact(s); qseq = s->qseq; }
+        const int64_t mask = s->qmask;
+        for (int64_t i = 0; i < nd; i++) { /* queue_push */
             int32_t x = drop[i];
             region[x] = STALE;
+            ring[qseq & mask] = x;
             skey[x] = qseq++;
-            qprev[x] = last;
-            qnext[last] = x;
-            last = x;
         }
-        qnext[last] = B;
-        qprev[B] = last;
     } else {
         memcpy(kept, blk, sizeof(int32_t) * (size_t)nb);
     }
-    for (int64_t i = 0; i < nm; i++) { /* free slots first (slot order), then the oldest stale */
+    /* Victims: free slots first (slot order), then the oldest live stale entries, taken by one
+     * branch-free sweep of the ring's head (the queue holds B - |X| >= 1 live entries here). */
+    int64_t nfree = B - free_next < nm ? B - free_next : nm, need = nm - nfree;
+    int32_t *victims = s->victims;
+    if (need > 0) {
+        const int64_t mask = s->qmask;
+        int64_t q = s->qhead, nv = 0, end = qseq;
+        while (nv < need && q < end) {
+            int32_t x = ring[q & mask];
+            victims[nv] = x;
+            nv += (region[x] == STALE) & (skey[x] == q);
+            q++;
+        }
+        if (nv < need) return STEP_FULL; /* cannot happen: |X| <= B leaves B - |X| >= need live */
+        s->qhead = q;
+    }
+    for (int64_t i = 0; i < nm; i++) {
         int64_t p = miss[i];
         int32_t x;
-        if (free_next < B) x = (int32_t)free_next++;
+        if (i < nfree) x = (int32_t)free_next++;
         else {
-            x = qnext[B]; /* queue_pop: the queue holds B - |X| >= 1 entries here */
-            int32_t b = qnext[x];
-            qnext[B] = b;
-            qprev[b] = B;
+            x = victims[i - nfree];
             pos[slot_pos[x]] = -1;
         }
         slot_pos[x] = (int32_t)p;
         pos[p] = x;
         region[x] = BLOCK;
         next[i] = x;
-    }
-    if (nhs > 1) { /* stale hits in stale order (ascending skey; push counts are distinct) */
-        int64_t lo = skey[hit_s[0]], hi = lo;
-        for (int64_t i = 1; i < nhs; i++) {
-            int64_t key = skey[hit_s[i]];
-            lo = key < lo ? key : lo;
-            hi = key > hi ? key : hi;
-        }
-        if (hi - lo < 64 * s->nbits) { /* a bitmap over the keys' span, read in order */
-            int64_t words = ((hi - lo) >> 6) + 1;
-            uint64_t *bits = s->bits;
-            int32_t *at = s->at, *out = next + nm;
-            memset(bits, 0, sizeof(uint64_t) * (size_t)words);
-            for (int64_t i = 0; i < nhs; i++) {
-                int64_t off = skey[hit_s[i]] - lo;
-                bits[off >> 6] |= (uint64_t)1 << (off & 63);
-                at[off] = hit_s[i];
-            }
-            for (int64_t w = 0; w < words; w++)
-                for (uint64_t b = bits[w]; b; b &= b - 1) *out++ = at[(w << 6) + __builtin_ctzll(b)];
-        } else { /* a wide span: radix sort */
-            kv_t *kv = s->kv;
-            for (int64_t i = 0; i < nhs; i++) { kv[i].key = (uint64_t)skey[hit_s[i]]; kv[i].slot = hit_s[i]; }
-            sort_kv_radix(kv, s->kv_tmp, nhs);
-            for (int64_t i = 0; i < nhs; i++) next[nm + i] = (int32_t)kv[i].slot;
-        }
-    } else if (nhs == 1) {
-        next[nm] = hit_s[0];
     }
     s->qseq = qseq;
     s->free_next = free_next;
@@ -592,13 +533,13 @@ static int64_t lru_row(lru_state *s, const int32_t *row, int64_t width, int64_t 
         if (n++ >= s->B) return STEP_FULL;
         s->prow[p] = cur;
         int32_t x = s->pos[p];
-        if (x < 0 || s->region[x] != BLOCK) s->A[nA++] = p;
+        if (x < 0 || s->region[x] != BLOCK) s->A[nA++] = (int32_t)p;
     }
     for (int64_t i = 0; i < s->nb; i++) {
         int32_t x = s->blk[i];
         if (s->prow[s->slot_pos[x]] != cur) { s->region[x] = DROPPED; nD++; }
     }
-    return lru_apply(s, nA, nD);
+    return lru_apply(s, s->A, nA, nD);
 }
 
 static inline int sorted_has(const int64_t *a, int64_t n, int64_t v)
@@ -613,27 +554,27 @@ static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
 {
     int64_t nA = 0, nD = 0, nw = c - 1, old = s->last_ctx - 1;
     if (!s->reserve) {
-        memcpy(s->A, d->add, sizeof(int64_t) * (size_t)d->n_add);
+        for (int64_t a = 0; a < d->n_add; a++) s->A[a] = (int32_t)d->add[a];
         nA = d->n_add;
         if (d->cnt > s->B) return STEP_FULL;
         for (int64_t r = 0; r < d->n_rem; r++) s->region[s->pos[d->prev[d->rem[r]]]] = DROPPED;
-        return lru_apply(s, nA, d->n_rem);
+        return lru_apply(s, s->A, nA, d->n_rem);
     }
     /* X' = R' - {nw}, X = R - {old}: the old newest joins A if it stays selected past it. (The
      * new newest cannot have been selected before unless nw == old: ctx never goes down.) */
     int both_old = nw != old && sorted_has(d->prev, d->prev_n, old) && sorted_has(d->cur, d->cnt, old);
     for (int64_t a = 0; a < d->n_add; a++) {
         int64_t p = d->add[a];
-        if (both_old && old < p) { s->A[nA++] = old; both_old = 0; }
-        if (p != nw) s->A[nA++] = p;
+        if (both_old && old < p) { s->A[nA++] = (int32_t)old; both_old = 0; }
+        if (p != nw) s->A[nA++] = (int32_t)p;
     }
-    if (both_old) s->A[nA++] = old;
+    if (both_old) s->A[nA++] = (int32_t)old;
     if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
     for (int64_t r = 0; r < d->n_rem; r++) {
         int64_t p = d->prev[d->rem[r]];
         if (p != old) { s->region[s->pos[p]] = DROPPED; nD++; }
     }
-    return lru_apply(s, nA, nD);
+    return lru_apply(s, s->A, nA, nD);
 }
 
 /* Final slot -> position and recency order (oldest first); returns the order's length. */
@@ -642,7 +583,10 @@ static int64_t lru_result(lru_state *s, int64_t *slot_pos, int64_t *order)
     for (int64_t x = 0; x < s->B; x++) slot_pos[x] = s->slot_pos[x];
     if (!s->started) return 0;
     int64_t n = 0;
-    for (int32_t x = s->qnext[s->B]; x != (int32_t)s->B; x = s->qnext[x]) order[n++] = x;
+    for (int64_t q = s->qhead; q < s->qseq; q++) {
+        int32_t x = s->ring[q & s->qmask];
+        if (s->region[x] == STALE && s->skey[x] == q) order[n++] = x;
+    }
     for (int64_t i = 0; i < s->nb; i++) order[n++] = s->blk[i];
     return n;
 }
@@ -722,6 +666,147 @@ done:
     *accesses = acc;
     *bad_step = t;
     return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* lru_replay_coded in two halves that can run on two threads: decode_changes turns a coded
+ * chunk into each step's changes as positions (what lru_delta reads from the decoder), checked
+ * as lru_replay_coded checks them, into a changes buffer; lru_apply_changes replays a buffer
+ * through the states. The halves only split that function's loop, so decoding chunk i + 1 while
+ * chunk i replays gives its misses, bit for bit (tests/test_native.py).
+ *
+ * A buffer is int32 words, per step: flags, cnt (entries in the step), n_add, n_rem, then n_add
+ * positions and n_rem positions. CH_FULL: the positions are the whole row (sorted), for a step
+ * that some state replays from its row (a chunk's first step, where the decoder has no previous
+ * row; the step where a buffer's ctx first exceeds its B). CH_OLD_BOTH: the previous step's
+ * newest position stays selected past it; CH_NW_IN: the newest position is selected (for
+ * reserved buffers, as in lru_delta). */
+
+enum { CH_FULL = 1, CH_OLD_BOTH = 2, CH_NW_IN = 4 };
+enum { CH_HEAD = 4 };
+enum { STEP_NOROW = -4 };
+
+typedef struct {
+    int32_t *w;
+    int64_t cap, steps; /* steps: of the last clean decode, 0 after a failed one */
+} changes_t;
+
+static int decode_changes(changes_t *ch, const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int64_t k,
+                          int64_t prev_ctx, const int64_t *Bs, int64_t nbs, int64_t *ctx_out, int64_t *accesses,
+                          int64_t *bad_step)
+{
+    int64_t w = width > 0 ? width : 1, most = CH_HEAD + 2 * w; /* the most words one step takes */
+    ch->steps = 0;
+    *accesses = 0;
+    *bad_step = 0;
+    decoder d;
+    if (!dec_init(&d, buf, n, width)) return STEP_NOMEM;
+    int32_t *out = ch->w;
+    int code = 0;
+    int64_t t, acc = 0;
+    for (t = 0; t < steps; t++) {
+        int64_t used = out - ch->w;
+        if (used + most > ch->cap) { /* grown as the steps need it: a step rarely changes all of k */
+            int64_t cap = 2 * ch->cap > used + most ? 2 * ch->cap : used + most + steps * CH_HEAD;
+            int32_t *p = (int32_t *)realloc(ch->w, sizeof(int32_t) * (size_t)cap);
+            if (!p) { code = STEP_NOMEM; break; }
+            ch->w = p;
+            ch->cap = cap;
+            out = p + used;
+        }
+        code = dec_step(&d);
+        if (code) break;
+        int64_t c = d.ctx, cnt = d.cnt;
+        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k ||
+            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = DECODE_BREAKS_RULE; break; }
+        int full = t == 0; /* or the first step past some buffer's B (lru_begin: BEGIN_FRESH) */
+        for (int64_t i = 0; i < nbs && !full; i++) full = prev_ctx <= Bs[i] && Bs[i] < c;
+        int64_t old = prev_ctx - 1, nw = c - 1;
+        ctx_out[t] = c;
+        acc += cnt;
+        prev_ctx = c;
+        int32_t *head = out;
+        out += CH_HEAD;
+        if (full) {
+            for (int64_t j = 0; j < cnt; j++) out[j] = (int32_t)d.cur[j];
+            out += cnt;
+            head[0] = CH_FULL; head[1] = (int32_t)cnt; head[2] = (int32_t)cnt; head[3] = 0;
+            continue;
+        }
+        int32_t flags = 0;
+        if (nw != old && sorted_has(d.prev, d.prev_n, old) && sorted_has(d.cur, d.cnt, old)) flags |= CH_OLD_BOTH;
+        if (sorted_has(d.cur, d.cnt, nw)) flags |= CH_NW_IN;
+        const int64_t *add = d.add, *rem = d.rem, *prev = d.prev;
+        int64_t na = d.n_add, nr = d.n_rem;
+        for (int64_t a = 0; a < na; a++) out[a] = (int32_t)add[a];
+        out += na;
+        for (int64_t r = 0; r < nr; r++) out[r] = (int32_t)prev[rem[r]];
+        out += nr;
+        head[0] = flags; head[1] = (int32_t)cnt; head[2] = (int32_t)na; head[3] = (int32_t)nr;
+    }
+    if (!code && d.pos != n) code = DECODE_TRAILING_BYTES;
+    free(d.work); free(d.gone);
+    ch->steps = code ? 0 : steps;
+    *accesses = acc;
+    *bad_step = t;
+    return code;
+}
+
+/* lru_delta on a changes buffer's step. Positions are below c and ascending, so the newest
+ * position, if it arrived, is the last arrival, and the old newest, if it left, the last leaver:
+ * they are cut from the ends, and the arrivals replay in place unless the old newest joins them. */
+static int64_t lru_delta_changes(lru_state *s, int32_t flags, int64_t cnt, const int32_t *add, int64_t na,
+                                 const int32_t *rem, int64_t nr, int64_t c)
+{
+    int64_t nw = c - 1, old = s->last_ctx - 1;
+    int32_t *pos = s->pos;
+    uint8_t *region = s->region;
+    if (s->reserve) {
+        if (cnt - ((flags & CH_NW_IN) ? 1 : 0) > s->B) return STEP_FULL;
+        na -= na > 0 && add[na - 1] == nw;
+        nr -= nr > 0 && rem[nr - 1] == old;
+        if (flags & CH_OLD_BOTH) { /* old among the arrivals, in order (it is none of them) */
+            int64_t lo = 0, hi = na;
+            while (lo < hi) { int64_t md = (lo + hi) >> 1; if (add[md] < old) lo = md + 1; else hi = md; }
+            int32_t *A = s->A;
+            memcpy(A, add, sizeof(int32_t) * (size_t)lo);
+            A[lo] = (int32_t)old;
+            memcpy(A + lo + 1, add + lo, sizeof(int32_t) * (size_t)(na - lo));
+            add = A;
+            na++;
+        }
+    } else if (cnt > s->B) return STEP_FULL;
+    for (int64_t r = 0; r < nr; r++) region[pos[rem[r]]] = DROPPED;
+    return lru_apply(s, add, na, nr);
+}
+
+/* A changes buffer through several states, as lru_replay_coded's loop. 0, or STEP_FULL /
+ * STEP_NOMEM / STEP_NOROW (a buffer decoded for other buffers' B) with *bad_step. */
+static int lru_apply_changes(lru_state **st, int64_t ns, const changes_t *ch, int64_t steps, const int64_t *ctx,
+                             int64_t **misses, int64_t *bad_step)
+{
+    const int32_t *r = ch->w;
+    for (int64_t t = 0; t < steps; t++) {
+        int32_t flags = r[0];
+        int64_t cnt = r[1], na = r[2], nr = r[3], c = ctx[t];
+        const int32_t *add = r + CH_HEAD, *rem = add + na;
+        *bad_step = t;
+        for (int64_t i = 0; i < ns; i++) {
+            lru_state *s = st[i];
+            int64_t m = 0;
+            if (!lru_reserve(s, c)) return STEP_NOMEM;
+            int how = lru_begin(s, c);
+            if (how == BEGIN_FAST) m = 0;
+            else if (flags & CH_FULL) m = lru_row(s, add, cnt, c);
+            else if (how == BEGIN_NEXT) m = lru_delta_changes(s, flags, cnt, add, na, rem, nr, c);
+            else return STEP_NOROW;
+            if (m < 0) return (int)m;
+            misses[i][t] = m;
+            s->last_ctx = c;
+        }
+        r = rem + nr;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -902,6 +987,157 @@ out:
     return res;
 }
 
+static const char *CHANGES_CAPSULE = "hisparse.changes";
+
+static void changes_capsule_free(PyObject *cap)
+{
+    changes_t *c = (changes_t *)PyCapsule_GetPointer(cap, CHANGES_CAPSULE);
+    if (c) { free(c->w); free(c); }
+}
+
+static PyObject *py_changes_new(PyObject *self, PyObject *args)
+{
+    changes_t *c = (changes_t *)calloc(1, sizeof(changes_t));
+    if (!c) return PyErr_NoMemory();
+    PyObject *cap = PyCapsule_New(c, CHANGES_CAPSULE, changes_capsule_free);
+    if (!cap) free(c);
+    return cap;
+}
+
+static PyObject *py_decode_changes(PyObject *self, PyObject *args)
+{
+    PyObject *cap, *bufs;
+    Py_buffer raw, ctx;
+    long long steps, width, k, prev_ctx;
+    if (!PyArg_ParseTuple(args, "Oy*LLLLO!w*", &cap, &raw, &steps, &width, &k, &prev_ctx, &PyTuple_Type, &bufs, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    int64_t Bs[MAX_STATES];
+    Py_ssize_t nbs = PyTuple_GET_SIZE(bufs);
+    changes_t *ch = (changes_t *)PyCapsule_GetPointer(cap, CHANGES_CAPSULE);
+    if (!ch || !need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) goto out;
+    if (nbs > MAX_STATES) { PyErr_SetString(PyExc_ValueError, "decode_changes: at most 64 buffers"); goto out; }
+    for (Py_ssize_t i = 0; i < nbs; i++) {
+        Bs[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(bufs, i));
+        if (Bs[i] == -1 && PyErr_Occurred()) goto out;
+    }
+    {
+        int64_t acc = 0, bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = decode_changes(ch, (const uint8_t *)raw.buf, raw.len, steps, width, k, prev_ctx, Bs, nbs,
+                              (int64_t *)ctx.buf, &acc, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else res = Py_BuildValue("(iLL)", code, (long long)bad, (long long)acc);
+    }
+out:
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+static PyObject *py_lru_apply_changes(PyObject *self, PyObject *args)
+{
+    PyObject *caps, *outs, *cap;
+    Py_buffer ctx;
+    long long steps;
+    if (!PyArg_ParseTuple(args, "O!O!OLy*", &PyTuple_Type, &caps, &PyTuple_Type, &outs, &cap, &steps, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t ns = PyTuple_GET_SIZE(caps);
+    lru_state *st[MAX_STATES];
+    int64_t *mis[MAX_STATES];
+    Py_buffer bufs[MAX_STATES];
+    Py_ssize_t got = 0;
+    changes_t *ch = (changes_t *)PyCapsule_GetPointer(cap, CHANGES_CAPSULE);
+    if (!ch) goto out;
+    if (ns > MAX_STATES || PyTuple_GET_SIZE(outs) != ns) {
+        PyErr_SetString(PyExc_ValueError, "lru_apply_changes: one misses array per state, at most 64");
+        goto out;
+    }
+    if (ch->steps != steps || steps < 0) {
+        PyErr_Format(PyExc_ValueError, "lru_apply_changes: the buffer holds %lld clean steps, not %lld",
+                     (long long)ch->steps, steps);
+        goto out;
+    }
+    if (!need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx")) goto out;
+    for (; got < ns; got++) {
+        st[got] = (lru_state *)PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, got), CAPSULE);
+        if (!st[got]) goto out;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, got), &bufs[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
+        if (!need_len(&bufs[got], (Py_ssize_t)(steps * 8), "misses")) { got++; goto out; }
+        mis[got] = (int64_t *)bufs[got].buf;
+    }
+    {
+        int64_t bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_apply_changes(st, ns, ch, steps, (const int64_t *)ctx.buf, mis, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOROW)
+            PyErr_Format(PyExc_ValueError, "lru_apply_changes: step %lld needs its row, decoded for other buffers",
+                         (long long)bad);
+        else if (code) step_error(code, bad, st[0]);
+        else res = Py_NewRef(Py_None);
+    }
+out:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+/* A zlib stream made of stored (uncompressed) deflate blocks only, as zlib level 0 writes it
+ * (`--compression stored`): the size of its data, copied to out when out is not NULL; -1 when
+ * some block is compressed (the caller inflates it with zlib), -2 when the framing is broken
+ * (block lengths, a final block, exactly the 4-byte adler32 after it). The adler32 itself is not
+ * recomputed: the reader has checked the payload's crc32 (format.py CodedChunk.coded). */
+static int64_t unstore(const uint8_t *p, Py_ssize_t n, uint8_t *out)
+{
+    Py_ssize_t pos = 2; /* past the zlib header, which the caller has checked */
+    int64_t size = 0;
+    for (;;) {
+        if (pos + 5 > n) return -2;
+        uint8_t head = p[pos];
+        if (head & 0x06) return -1; /* BTYPE != 00 */
+        unsigned len = p[pos + 1] | (unsigned)p[pos + 2] << 8, nlen = p[pos + 3] | (unsigned)p[pos + 4] << 8;
+        if ((len ^ 0xFFFFu) != nlen || pos + 5 + (Py_ssize_t)len > n) return -2;
+        if (out) memcpy(out + size, p + pos + 5, len);
+        size += len;
+        pos += 5 + len;
+        if (head & 1) return pos + 4 == n ? size : -2;
+    }
+}
+
+static PyObject *py_unstore(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, out;
+    int have_out = 0;
+    PyObject *target = Py_None;
+    if (!PyArg_ParseTuple(args, "y*|O", &raw, &target)) return NULL;
+    PyObject *res = NULL;
+    if (raw.len < 6) { res = PyLong_FromLongLong(-2); goto done; }
+    if (target != Py_None) {
+        if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
+        have_out = 1;
+    }
+    int64_t size = unstore((const uint8_t *)raw.buf, raw.len, NULL);
+    if (size >= 0 && have_out) {
+        if (out.len < size) {
+            PyErr_Format(PyExc_ValueError, "unstore: out has %zd bytes, the data %lld", out.len, (long long)size);
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        unstore((const uint8_t *)raw.buf, raw.len, (uint8_t *)out.buf);
+        Py_END_ALLOW_THREADS
+    }
+    res = PyLong_FromLongLong(size);
+done:
+    if (have_out) PyBuffer_Release(&out);
+    PyBuffer_Release(&raw);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
     {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
@@ -910,6 +1146,12 @@ static PyMethodDef methods[] = {
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
     {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
      "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},
+    {"unstore", py_unstore, METH_VARARGS,
+     "unstore(zlib_payload, out=None) -> size of its stored blocks' data (copied into out); -1 compressed, -2 broken"},
+    {"changes_new", py_changes_new, METH_NOARGS, "changes_new() -> a changes buffer"},
+    {"decode_changes", py_decode_changes, METH_VARARGS,
+     "decode_changes(changes, raw, steps, width, k, prev_ctx, buffers, ctx_out) -> (code, step, accesses)"},
+    {"lru_apply_changes", py_lru_apply_changes, METH_VARARGS, "lru_apply_changes(states, misses, changes, steps, ctx)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -332,8 +332,18 @@ class CostModel:
         (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate);
         sparse attention over min(top-k, position) rows per query at FlashMLA's prefill rate
         (``prefill_attention_efficiency``)."""
+        return self.prefill_batch_attention_side([(tokens, prior_ctx)])
+
+    def prefill_batch_attention_side(self, chunks: list[tuple[int, int]]) -> float:
+        """One rank's attention side of an extend batch of several prompt chunks ``(tokens,
+        prior_ctx)`` (SGLang's PrefillAdder packs requests up to the chunk budget): the GEMMs and
+        elementwise ops once at the batch's total tokens, the indexer and attention per chunk."""
+        t = self._ops_time(self.attention_side_ops(sum(n for n, _ in chunks)))
+        return t + sum(self._prefill_context_terms(n, prior) for n, prior in chunks)
+
+    def _prefill_context_terms(self, tokens: int, prior_ctx: int) -> float:
         m, p, lay = self.m, self.p, self.layout
-        t = self._ops_time(self.attention_side_ops(tokens))
+        t = 0.0
         ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
         fp8 = self.t.rates[("gemm", "fp8")]
         heads_idx = max(1, m.indexer_heads // lay.attention_tp)

@@ -23,9 +23,9 @@ Read from sgl-project/sglang (current upstream; files named at each step):
    ``ratio x`` the device slots, and a request holds its whole context there. The host pool must fit
    the node's memory less 10 GiB (``pool_host``: "preserve at least 10GB").
 
-Requests reserve their whole context (input + output) when admitted. SGLang admits on an estimate of
-the output still to come (``new_token_ratio``) and retracts a request when the pool runs out; whole-
-context reservation never retracts and runs at most output/(input + output) fewer requests.
+Which requests run is SGLang's scheduler arithmetic (``admission.py``), not a footprint here;
+``footprint`` gives the whole-context reservation used by pd-decode admission and the check that a
+request fits at all.
 """
 
 from __future__ import annotations
@@ -159,7 +159,10 @@ def check_fits(plan: MemoryPlan, input_tokens: int, output_tokens: int, mode: Mo
         raise HisparseError(
             f"{where}: one request of {input_tokens} + {output_tokens} tokens needs {fp.device} KV slots on the GPU "
             f"but the {plan.system} pool holds {plan.pool_tokens} ({plan.budget_bytes / 1e9:.1f} GB after "
-            f"{plan.weights_bytes / 1e9:.1f} GB of weights per GPU)")
+            f"{plan.weights_bytes / 1e9:.1f} GB of weights per GPU)"
+            + ("; a colocated prompt keeps every chunk's device slots until its last chunk, then "
+               "admit_request_into_staging copies it to the host (hisparse_coordinator.py)"
+               if plan.system == "hisparse" and mode == Mode.COLOCATED else ""))
     if plan.system == "hisparse" and fp.host > plan.host_tokens:
         raise HisparseError(
             f"{where}: one request of {input_tokens + output_tokens} tokens exceeds the HiSparse logical/host pool "

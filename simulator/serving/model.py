@@ -13,11 +13,21 @@ scheduler of one instance explicitly (requests dispatched round robin, SGLang's 
 ``load_balance_method``) and scales the instance's figures to the deployment; TP attention has one
 scheduler per instance. Instances are identical and independent.
 
-A scheduler loops, as SGLang's does: admit waiting requests (FIFO) while their slots fit its pools
-(``MemoryPlan.footprint``) and the running-request cap allows; in ``colocated`` mode run one prefill
-chunk if a request is prefilling (prefill batches before decode batches; its running requests wait);
-else one decode step for every running request. In ``pd-decode`` mode there is no prefill on the
-instance: a request arrives after the prefill side has processed it (a FIFO server of
+A scheduler loops, as SGLang's does: in ``colocated`` mode it forms a prefill batch with SGLang's
+``PrefillAdder`` arithmetic (``admission.py``: the request mid-prefill's next chunk, then waiting
+requests in FIFO order while the chunk budget, the running-request cap and the token budget allow;
+a NO_TOKEN answer sets ``batch_is_full``, which stops admission until a running request leaves or
+a pass whose chunked request continues; HiSparse's ``get_next_batch_to_run`` clears it every round)
+and runs it if it has one
+(prefill batches before decode batches; its running requests wait); else one decode step for every
+running request, after SGLang's ``check_decode_mem`` (a page for every request whose next token
+opens one): when that fails, ``retract_decode`` frees requests, which go back to the end of the
+queue and later prefill their prompt and generated tokens again. KV slots are held page by page
+(a prompt's pages as its chunks run, a decode page every ``page_size`` tokens); under HiSparse the
+prompt's device pages shrink to the hot buffer after its last chunk and decode takes logical ids
+only, while admission reads ``min(logical, device)`` free as SGLang's allocator reports it. In ``pd-decode`` mode there is no prefill on the
+instance (admission there reserves the request's whole context, not SGLang's decode pre-allocation
+queue, which is not modelled): a request arrives after the prefill side has processed it (a FIFO server of
 ``prefill_tok_s`` input tokens/s for the whole deployment, or at once when that is 0), its first
 token already made, its KV in HBM (baseline) or in the host pool (HiSparse: the buffer starts empty,
 so its first step misses every top-k entry of every layer; SGLang
@@ -36,11 +46,20 @@ import numpy as np
 import simpy
 
 from ..errors import HisparseError
+from .admission import (
+    AddResult,
+    PrefillBudget,
+    RatioSchedule,
+    Seq,
+    ceil_page,
+    ratio_after_retract,
+    retract_order,
+)
 from .costs import CostModel, cuda_graph_batch
 from .memory import MemoryPlan, check_fits, plan_memory
 from .misses import MissProfiles
 from .scenario import Scenario
-from .specs import Mode
+from .specs import Attention, Mode
 
 
 class System(StrEnum):
@@ -55,10 +74,13 @@ class Request:
     output_tokens: int
     profile: int
     arrival: float
-    slots_device: int = 0
-    slots_host: int = 0
-    prefilled: int = 0
-    generated: int = 0
+    slots_device: int = 0  # device KV slots held (page-granular)
+    slots_host: int = 0  # HiSparse logical/host slots held (page-granular)
+    prefilled: int = 0  # tokens of the current prefill done
+    target: int = 0  # tokens the current prefill covers: the prompt, plus the generated ones after a retraction
+    generated: int = 0  # output tokens so far (the first comes with the prefill's last chunk)
+    retractions: int = 0
+    reserved: bool = False  # pd-decode: the whole context reserved at admission
     first_token: float = math.nan
     admitted: float = math.nan
     finish: float = math.nan
@@ -95,6 +117,9 @@ class RunResult:
     miss_share: float  # mean share of top-k missed per request step
     requests: int
     sim_time_s: float
+    retractions: int = 0  # requests SGLang's retract_decode sent back to the queue (deployment)
+    reprefill_tokens: float = 0.0  # prompt + generated tokens prefilled again after retractions (deployment)
+    peak_running_deployment: int = 0  # most requests decoding at once (the fullest moment)
 
 
 @dataclass
@@ -103,9 +128,11 @@ class _Rank:
 
     free_device: int
     free_host: int
+    ratio: float  # SGLang's new_token_ratio of this scheduler
     waiting: list[Request] = field(default_factory=list)
-    prefilling: list[Request] = field(default_factory=list)
+    prefilling: list[Request] = field(default_factory=list)  # the chunked request (at most one) mid-prefill
     running: list[Request] = field(default_factory=list)
+    batch_is_full: bool = False  # SGLang's running_batch.batch_is_full: no admission until a request leaves
     gap_carry: float = 0.0  # time its running requests waited on its own prefill since their last token
 
 
@@ -132,12 +159,20 @@ class InstanceSim:
         self.scale = d.instances if self.open_loop else concurrency / self.clients
         self.rng = np.random.default_rng(seed)
         self.plan: MemoryPlan = plan_memory(m, scenario.gpu, d, self.hs, where=scenario.files)
+        self.ratios = RatioSchedule(d.schedule_conservativeness, d.attention == Attention.DP)
+        self.pd = d.mode == Mode.PD_DECODE
         check_fits(self.plan, _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter),
                    d.mode, scenario.files)
-        self.pd = d.mode == Mode.PD_DECODE
+        if not self.pd:
+            self._check_admissible(_max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter))
         self.env = simpy.Environment()
         self.wake = self.env.event()
-        self.ranks = [_Rank(self.plan.pool_tokens, self.plan.host_tokens) for _ in range(d.ranks_per_instance)]
+        self.ranks = [_Rank(self.plan.pool_tokens, self.plan.host_tokens, self.ratios.init)
+                      for _ in range(d.ranks_per_instance)]
+        self.retractions = 0
+        self.reprefill_tokens = 0.0
+        self.prefill_tokens = 0  # tokens run through prefill passes (first prefills and re-prefills)
+        self.peak_running = 0
         self.finished: list[Request] = []
         self.peak_device = self.peak_host = 0  # the fullest rank's slots in use
         self.busy_running_time = 0.0  # running requests x time, all ranks
@@ -165,8 +200,7 @@ class InstanceSim:
         n_in, n_out = self._lengths()
         r = Request(self._rid, n_in, n_out, profile=self._rid, arrival=self.env.now, done=self.env.event())
         self._rid += 1
-        fp = self.plan.footprint(n_in, n_out, prefilling=not self.pd, prefill_on_device=not self.pd)
-        r.slots_device, r.slots_host = fp.device, fp.host
+        r.target = n_in
         return r
 
     def _arrive(self, r: Request):
@@ -200,60 +234,199 @@ class InstanceSim:
             yield self.env.timeout(self.rng.exponential(1.0 / rate))
             self.env.process(self._arrive(self._new_request()))
 
+    # -- memory (page-granular, as SGLang's paged allocators) ---------------------------------------------
+    @property
+    def _page(self) -> int:
+        return self.d.page_size
+
+    def _available(self, k: _Rank) -> int:
+        """SGLang's ``available_size()``: the device pool; under HiSparse min(logical, device) free
+        (``HiSparseTokenToKVPoolAllocator.available_size``)."""
+        return k.free_device if self.hs is None else min(k.free_device, k.free_host)
+
+    def _seq(self, r: Request) -> Seq:
+        return Seq(max_new=r.output_tokens, out=r.generated, prompt=r.input_tokens)
+
+    def _note_peaks(self, k: _Rank) -> None:
+        self.peak_device = max(self.peak_device, self.plan.pool_tokens - k.free_device)
+        self.peak_host = max(self.peak_host, self.plan.host_tokens - k.free_host)
+
+    def _check_admissible(self, n_in: int, n_out: int) -> None:
+        """A request SGLang's PrefillAdder refuses even on an empty scheduler can never run: the
+        user's error, named with the files."""
+        budget = PrefillBudget(self._empty_available(), [], self.ratios.init, self.d.prefill_chunk_tokens,
+                               self._page, self.w.ignore_eos)
+        took, _ = budget.add_new(Seq(n_out, 0, n_in), n_in)
+        if not took:
+            rule = ("prompt + all output tokens (PrefillAdder.add_one_req_ignore_eos)" if self.w.ignore_eos else
+                    "prompt + min(output, 4096) + a page (PrefillAdder.add_one_req)")
+            raise HisparseError(
+                f"{self.sc.files}: SGLang never admits a request of {n_in} + {n_out} tokens: its {rule} exceed "
+                f"the {self._empty_available()} free KV slots of an idle scheduler"
+                + (" (HiSparse: available_size = min(logical, device) free; allocator/hisparse.py)"
+                   if self.hs is not None else ""))
+
+    def _empty_available(self) -> int:
+        return self.plan.pool_tokens if self.hs is None else min(self.plan.pool_tokens, self.plan.host_tokens)
+
+    def _alloc_prefill(self, k: _Rank, r: Request, n: int) -> bool:
+        """The pages of a prompt chunk (``alloc_extend``: logical and device ids under HiSparse)."""
+        pages = ceil_page(r.prefilled + n, self._page) - ceil_page(r.prefilled, self._page)
+        if pages > k.free_device or (self.hs is not None and pages > k.free_host):
+            return False
+        k.free_device -= pages
+        r.slots_device += pages
+        if self.hs is not None:
+            k.free_host -= pages
+            r.slots_host += pages
+        self._note_peaks(k)
+        return True
+
+    def _release(self, k: _Rank, r: Request) -> None:
+        k.free_device += r.slots_device
+        k.free_host += r.slots_host
+        r.slots_device = r.slots_host = 0
+
     # -- the schedulers ------------------------------------------------------------------------------
-    def _admit(self, k: _Rank) -> None:
+    def _admit_pd(self, k: _Rank) -> None:
+        """pd-decode: a transferred request is admitted when its whole context fits (not SGLang's
+        pre-allocation queue)."""
         while k.waiting:
             r = k.waiting[0]
-            if len(k.running) + len(k.prefilling) >= self.plan.max_running:
+            if len(k.running) >= self.plan.max_running:
                 break
-            if r.slots_device > k.free_device or r.slots_host > k.free_host:
+            fp = self.plan.footprint(r.input_tokens, r.output_tokens, prefilling=False, prefill_on_device=False)
+            dev, host = ceil_page(fp.device, self._page), ceil_page(fp.host, self._page)
+            if dev > k.free_device or host > k.free_host:
                 break
             k.waiting.pop(0)
             r.admitted = self.env.now
-            k.free_device -= r.slots_device
-            k.free_host -= r.slots_host
-            if self.pd:
-                if r.generated >= r.output_tokens:
-                    self._finish(k, r)
-                else:
-                    k.running.append(r)
+            k.free_device -= dev
+            k.free_host -= host
+            r.slots_device, r.slots_host, r.reserved = dev, host, True
+            if r.generated >= r.output_tokens:
+                self._finish(k, r)
             else:
-                k.prefilling.append(r)
-        self.peak_device = max(self.peak_device, self.plan.pool_tokens - k.free_device)
-        self.peak_host = max(self.peak_host, self.plan.host_tokens - k.free_host)
+                k.running.append(r)
+        self._note_peaks(k)
+
+    def _prefill_batch(self, k: _Rank) -> list[tuple[Request, int]]:
+        """This round's extend batch of one scheduler (``Scheduler.get_new_batch_prefill``): the
+        chunked request's next chunk, then waiting requests while ``PrefillBudget`` admits them."""
+        if not (k.running or k.waiting or k.prefilling):
+            k.ratio = self.ratios.init  # self_check_during_idle
+        if self.hs is not None:
+            # get_next_batch_to_run under HiSparse skips the last_batch merge (collect_ready_reqs moves
+            # staged requests to the running batch) and resets batch_is_full every round
+            k.batch_is_full = False
+        budget = PrefillBudget(self._available(k), [self._seq(r) for r in k.running], k.ratio,
+                               self.d.prefill_chunk_tokens, self._page, self.w.ignore_eos)
+        batch: list[tuple[Request, int]] = []
+        for r in k.prefilling:
+            batch.append((r, budget.add_chunked(self._seq(r), r.target - r.prefilled)))
+        if k.batch_is_full or not k.waiting:
+            return batch
+        for r in k.waiting:
+            if len(k.running) + len(batch) >= self.plan.max_running:
+                k.batch_is_full = True
+                break
+            n, res = budget.add_new(self._seq(r), r.target)
+            if n:
+                batch.append((r, n))
+            if res != AddResult.CONTINUE:
+                if res == AddResult.NO_TOKEN:
+                    k.batch_is_full = True
+                break
+        for r, _n in batch[len(k.prefilling):]:
+            k.waiting.remove(r)
+            if math.isnan(r.admitted):
+                r.admitted = self.env.now
+            k.prefilling.append(r)
+        return batch
 
     def scheduler(self):
         env = self.env
         while True:
-            for k in self.ranks:
-                self._admit(k)
-            if any(k.prefilling for k in self.ranks):
-                yield from self._mixed_pass()
+            if self.pd:
+                for k in self.ranks:
+                    self._admit_pd(k)
+                batches = {}
+            else:
+                batches = {id(k): self._prefill_batch(k) for k in self.ranks}
+                for k in self.ranks:  # a chunk that cannot get its pages waits (SGLang: "Prefill out of memory")
+                    kept = [(r, n) for r, n in batches[id(k)] if self._alloc_prefill(k, r, n)]
+                    batches[id(k)] = kept
+            if any(batches.values()):
+                yield from self._mixed_pass(batches)
                 continue
             if any(k.running for k in self.ranks):
                 yield from self._decode_block()
                 continue
+            if not self.pd and any(k.prefilling or k.waiting for k in self.ranks):
+                raise HisparseError(f"{self.sc.files}: the scheduler is stuck: requests wait but none can be "
+                                    "prefilled and none runs (the pool cannot hold the next prompt chunk)")
             self.wake = env.event()
             yield self.wake
 
-    def _mixed_pass(self):
-        """One forward pass in which some ranks run a prompt chunk (extend mode, no CUDA graph) and
-        the others a decode step of their running requests: each rank's attention side, the slowest
-        one setting the pace, then the MLP and collectives over every rank's tokens."""
-        chunk = self.d.prefill_chunk_tokens
+    def _decode_check(self, k: _Rank) -> None:
+        """``update_running_batch`` before a decode pass: ``check_decode_mem``, and on failure
+        ``retract_decode``; else the ratio decays one step (``_decode_block`` decays the rest)."""
+        if not k.running:
+            return
+        if self._pages_needed(k.running) <= self._available(k):
+            return
+        seqs = [self._seq(r) for r in k.running]
+        order = retract_order(seqs)
+        kept = list(k.running)
+        for i in order:
+            if len(kept) == 1:
+                break
+            r = k.running[i]
+            kept.remove(r)
+            self._retract(k, r)
+            if self._pages_needed(kept) <= self._available(k):
+                break
+        k.running = kept
+        k.ratio = ratio_after_retract([self._seq(r) for r in kept])
+        k.batch_is_full = False
+        if self._pages_needed(kept) > self._available(k):
+            raise HisparseError(f"{self.sc.files}: out of KV memory with one request left (SGLang aborts it: "
+                                "'Out of memory even after retracting all other requests')")
+
+    def _pages_needed(self, reqs: list[Request]) -> int:
+        """Tokens the next decode step allocates: a page for each request whose next KV position opens one."""
+        return self._page * sum(1 for r in reqs if not r.reserved and (r.input_tokens + r.generated - 1) % self._page == 0)
+
+    def _retract(self, k: _Rank, r: Request) -> None:
+        """``release_req``: free the request's slots (HiSparse: ``retract_req`` frees its buffer and
+        host slots); it waits at the end of the queue to prefill its prompt and output so far."""
+        self._release(k, r)
+        r.retractions += 1
+        self.retractions += 1
+        r.prefilled = 0
+        r.target = r.input_tokens + r.generated
+        self.reprefill_tokens += r.target
+        k.waiting.append(r)
+
+    def _mixed_pass(self, batches: dict[int, list[tuple[Request, int]]]):
+        """One forward pass in which some ranks run an extend batch (no CUDA graph) and the others a
+        decode step of their running requests: each rank's attention side, the slowest one setting
+        the pace, then the MLP and collectives over every rank's tokens."""
         c = self.cost
-        sides, tokens, decoding, prefills = [], 0.0, [], 0
+        sides, tokens, decoding, samples = [], 0.0, [], 0
         for k in self.ranks:
-            if k.prefilling:
-                r = k.prefilling[0]
-                n = min(chunk, r.input_tokens - r.prefilled)
-                t = c.prefill_attention_side(n, r.prefilled)
+            batch = batches.get(id(k), [])
+            if batch:
+                chunks = [(n, r.prefilled) for r, n in batch]
+                n_sum = sum(n for n, _ in chunks)
+                t = c.prefill_batch_attention_side(chunks)
                 if self.hs is not None:
-                    t += c.prefill_backup(n)
+                    t += c.prefill_backup(n_sum)
                 sides.append(t)
-                tokens += n
-                prefills += 1
+                tokens += n_sum
+                samples += len(batch)  # logits for every request of an extend batch
             elif k.running:
+                self._decode_check(k)
                 b = len(k.running)
                 ctx = float(sum(q.input_tokens + q.generated for q in k.running))
                 t = float(c.attention_side(b, ctx))
@@ -266,11 +439,11 @@ class InstanceSim:
                 tokens += b
                 decoding.append(k)
         decode_tokens = sum(len(k.running) for k in decoding)
-        t = (max(sides) + c.mlp_time(tokens, head_rows=decode_tokens + prefills)  # a chunk samples its last token
+        t = (max(sides) + c.mlp_time(tokens, head_rows=decode_tokens + max(samples, 1))
              + self.m.layers * c.comm_layer(tokens, tokens))  # extend mode: the gather of every rank's tokens
         for k in self.ranks:
             self.busy_running_time += t * len(k.running)
-            if k.prefilling and k.running:
+            if batches.get(id(k)) and k.running:
                 k.gap_carry += t
         yield self.env.timeout(t)
         done_tokens = 0.0
@@ -281,28 +454,45 @@ class InstanceSim:
             self.itl_weight.append(np.full(1, len(k.running), dtype=float))
             done_tokens += len(k.running)
             self._advance(k, 1)
+            k.ratio = self.ratios.after_steps(k.ratio, 1)
         if done_tokens:
             self.blocks.append((self.env.now - t, self.env.now, done_tokens))
         for k in self.ranks:
-            if not k.prefilling:
-                continue
-            r = k.prefilling[0]
-            r.prefilled += min(chunk, r.input_tokens - r.prefilled)
-            if r.prefilled >= r.input_tokens:
-                k.prefilling.pop(0)
-                r.first_token = self.env.now
-                r.generated = 1
+            for r, n in batches.get(id(k), []):
+                r.prefilled += n
+                self.prefill_tokens += n
+                if r.prefilled < r.target:
+                    # get_next_batch_to_run filters the chunked request out of the last extend batch;
+                    # the smaller batch clears running_batch.batch_is_full
+                    k.batch_is_full = False
+                    continue
+                k.prefilling.remove(r)
+                if math.isnan(r.first_token):
+                    r.first_token = self.env.now
+                r.generated += 1
                 self._after_prefill(k, r)
                 if r.generated >= r.output_tokens:
                     self._finish(k, r)
                 else:
                     k.running.append(r)
+        self._note_running()
 
     def _after_prefill(self, k: _Rank, r: Request) -> None:
-        """Colocated HiSparse: the prompt's device slots shrink to the hot buffer once it is on the host."""
-        keep = self.plan.footprint(r.input_tokens, r.output_tokens, prefilling=False, prefill_on_device=True).device
+        """Colocated HiSparse: once the prompt is on the host its device pages shrink to the hot
+        buffer (``alloc_device_buffer``: min(ceil_page(length), device_buffer_size), plus the
+        reserved page when it reaches device_buffer_size)."""
+        if self.hs is None:
+            return
+        dbs = self.hs.device_buffer_size
+        keep = min(ceil_page(r.target, self._page), dbs)
+        if keep == dbs:
+            keep = self.plan.buffer_slots
+        keep = min(keep, r.slots_device) if keep != self.plan.buffer_slots else keep
         k.free_device += r.slots_device - keep
         r.slots_device = keep
+
+    def _note_running(self) -> None:
+        self.peak_running = max(self.peak_running, sum(len(k.running) for k in self.ranks))
 
     def _step_misses(self, r: Request, n: int) -> np.ndarray:
         """Top-k share missed by request r over its next n decode steps."""
@@ -313,14 +503,33 @@ class InstanceSim:
         ctx = r.input_tokens + r.generated + np.arange(n)
         return np.where(ctx <= self.hs.device_buffer_size, 0.0, shares)  # fast path: the whole context fits
 
+    def _room_steps(self, k: _Rank, n: int) -> int:
+        """Decode steps the rank's free slots allow before ``check_decode_mem`` fails (<= n)."""
+        counts = np.zeros(n, dtype=np.int64)
+        for r in k.running:
+            if not r.reserved:
+                counts[(-(r.input_tokens + r.generated - 1)) % self._page::self._page] += 1
+        need = np.cumsum(counts) * self._page
+        return int(np.searchsorted(need, self._available(k), side="right"))
+
     def _decode_block(self):
         """Decode steps on every rank until the next request finishes (the batches are fixed until
-        then), cut short after the step in flight when a new request arrives. Each step is costed on
-        its own: the slowest rank's attention side (CUDA graphs: every rank padded to the largest
-        batch's captured size, SGLang's MAX_LEN mode), the MLP over every rank's tokens, the collectives."""
+        then), a rank's next step would fail SGLang's decode memory check, or a request arrives
+        (cut after the step in flight). Each step is costed on its own: the slowest rank's attention
+        side (CUDA graphs: every rank padded to the largest batch's captured size, SGLang's MAX_LEN
+        mode), the MLP over every rank's tokens, the collectives."""
         env, c = self.env, self.cost
+        for k in self.ranks:
+            self._decode_check(k)
+        if not self.pd and any(k.waiting and not k.batch_is_full for k in self.ranks):
+            n_limit = 1  # a retraction freed room: the next round may admit
+        else:
+            n_limit = None
         active = [k for k in self.ranks if k.running]
         n = min(r.output_tokens - r.generated for k in active for r in k.running)
+        if n_limit:
+            n = min(n, n_limit)
+        n = max(1, min([n] + [max(1, self._room_steps(k, n)) for k in active]))
         biggest = max(len(k.running) for k in active)
         padded = cuda_graph_batch(biggest)
         tokens = float(sum(len(k.running) for k in active))
@@ -365,6 +574,7 @@ class InstanceSim:
             self.looked_up += b * steps
         for k in self.ranks:
             self.busy_running_time += spent * len(k.running)
+        self._note_running()
         for k in active:
             gaps = np.array(step_s[:steps], dtype=float)
             gaps[0] += k.gap_carry
@@ -372,11 +582,25 @@ class InstanceSim:
             self.itl.append(gaps)
             self.itl_weight.append(np.full(steps, len(k.running), dtype=float))
             self._advance(k, steps)
+            k.ratio = self.ratios.after_steps(k.ratio, steps)
 
     def _advance(self, k: _Rank, steps: int) -> None:
+        """``steps`` decode steps of every running request: the KV of each step's input token takes
+        a new page whenever it opens one (logical ids only under HiSparse)."""
         still = []
         for r in k.running:
+            if not r.reserved:
+                first = r.input_tokens + r.generated - 1  # KV position the first of these steps writes
+                pages = ceil_page(first + steps, self._page) - ceil_page(first, self._page)
+                if self.hs is None:
+                    k.free_device -= pages
+                    r.slots_device += pages
+                else:
+                    k.free_host -= pages
+                    r.slots_host += pages
             r.generated += steps
+        self._note_peaks(k)  # before the finished requests free their slots
+        for r in k.running:
             if r.generated >= r.output_tokens:
                 self._finish(k, r)
             else:
@@ -385,8 +609,8 @@ class InstanceSim:
 
     def _finish(self, k: _Rank, r: Request) -> None:
         r.finish = self.env.now
-        k.free_device += r.slots_device
-        k.free_host += r.slots_host
+        self._release(k, r)
+        k.batch_is_full = False
         self.finished.append(r)
         r.done.succeed()
 
@@ -457,7 +681,9 @@ class InstanceSim:
             swap_share=self.swap_time / self.decode_time if self.decode_time else 0.0,
             comm_share=self.comm_time / self.decode_time if self.decode_time else 0.0,
             miss_share=self.miss_rows / self.looked_up if self.looked_up else 0.0,
-            requests=len(done), sim_time_s=makespan)
+            requests=len(done), sim_time_s=makespan,
+            retractions=int(round(self.retractions * self.scale)), reprefill_tokens=self.reprefill_tokens * self.scale,
+            peak_running_deployment=int(round(self.peak_running * self.scale)))
 
     def _overloaded(self) -> bool:
         """Offered load beyond what the deployment serves: arrivals faster than completions (open
@@ -467,12 +693,30 @@ class InstanceSim:
         return bool(self.concurrency > min(self.plan.max_running, self._memory_limit()) * self.d.ranks)
 
     def _memory_limit(self) -> int:
-        """Requests of the nominal lengths one scheduler's pools hold at once (decoding)."""
-        w = self.w
-        fp = self.plan.footprint(w.input_tokens, w.output_tokens, prefilling=False, prefill_on_device=False)
-        by_device = self.plan.pool_tokens // max(fp.device, 1)
-        by_host = self.plan.host_tokens // max(fp.host, 1) if fp.host else by_device
-        return int(min(by_device, by_host))
+        """Requests of the nominal lengths one scheduler admits in one wave from empty (SGLang's
+        admission arithmetic, each admitted request holding its prompt's pages and one output
+        token); pd-decode: whole contexts that fit its pools."""
+        w, page = self.w, self._page
+        if self.pd:
+            fp = self.plan.footprint(w.input_tokens, w.output_tokens, prefilling=False, prefill_on_device=False)
+            by_device = self.plan.pool_tokens // max(ceil_page(fp.device, page), 1)
+            by_host = self.plan.host_tokens // max(ceil_page(fp.host, page), 1) if fp.host else by_device
+            return int(min(by_device, by_host))
+        dev, log, running = self.plan.pool_tokens, self.plan.host_tokens, []
+        prompt = ceil_page(w.input_tokens, page)
+        for _ in range(self.plan.max_running):
+            avail = dev if self.hs is None else min(dev, log)
+            budget = PrefillBudget(avail, running, self.ratios.init, 1 << 62, page, w.ignore_eos)
+            took, _ = budget.add_new(Seq(w.output_tokens, 0, w.input_tokens), w.input_tokens)
+            if not took:
+                break
+            running.append(Seq(w.output_tokens, 1, w.input_tokens))
+            if self.hs is None:
+                dev -= prompt
+            else:
+                dev -= min(prompt, self.plan.buffer_slots) if prompt < self.hs.device_buffer_size else self.plan.buffer_slots
+                log -= prompt
+        return len(running)
 
 
 RankSim = InstanceSim  # the name issue 13 gave it (it simulated one representative rank then)

@@ -312,6 +312,10 @@ class DeploymentSpec(Spec):
     prefill_tok_s: float = num(ge=0, default=0.0,
                                help="pd-decode: input tokens/s the prefill side delivers; 0: unlimited")
     page_size: int = num(ge=1, default=64, help="KV pool page size (SGLang's DSA backends use 64)")
+    schedule_conservativeness: float = num(
+        ge=0, default=1.0, help="SGLang --schedule-conservativeness (default 1.0; x0.3 under DP attention, "
+        "server_args._handle_data_parallelism): scales new_token_ratio, the share of each running request's "
+        "remaining output the scheduler reserves (admission.py)")
     where: str = field(default="<deployment>", compare=False)
 
     def _check(self, where: str) -> None:
@@ -377,6 +381,11 @@ class WorkloadSpec(Spec):
     arrival: Arrival
     rate_per_s: float = num(ge=0)
     requests_per_client: int = num(ge=1)
+    # bench_serving sends "ignore_eos": not args.disable_ignore_eos (True unless --disable-ignore-eos):
+    # every request runs to its max_new_tokens and, with the radix cache off, SGLang admits it through
+    # PrefillAdder.add_one_req_ignore_eos (an exact look-ahead); False: the new_token_ratio estimate
+    # (requests still run to output_tokens here, so SGLang may retract)
+    ignore_eos: bool = True
     where: str = field(default="<workload>", compare=False)
 
     def _check(self, where: str) -> None:

@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import native
 from ..errors import TraceError
 from ..fileio import replace_into, temp_beside
-from .codec import check_stream, decode_stream, encode_stream
+from .codec import COMPRESSION_LEVELS, check_stream, decode_stream, encode_stream
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -89,20 +90,34 @@ class CodedChunk(NamedTuple):
     ordered: bool
     payload: bytes  # compressed, checksum verified
 
-    def coded(self) -> bytes | None:
+    def coded(self, into: bytearray | None = None) -> bytes | memoryview | None:
         """The coded steps (``codec.py``'s varint stream), or None when the payload does not
         decompress (``TraceReader.read`` of the stream then raises the error).
 
         The reader has checked every byte of the payload against its crc32, so the deflate data
         is inflated raw, past the 2-byte zlib header, without computing the adler32 of the
         output a second time (a tenth of inflating); the deflate stream must still end exactly
-        4 bytes (the adler32) before the payload does."""
+        4 bytes (the adler32) before the payload does. With ``into`` (and the compiled module),
+        a payload of stored blocks only (``--compression stored``) is copied into that buffer,
+        grown as needed, and a view of it returned: no new memory for the kernel to zero."""
         p = self.payload
         if len(p) < 6 or p[0] & 0x0F != 8 or p[1] & 0x20 or (p[0] << 8 | p[1]) % 31:
             try:  # not a plain zlib header: zlib decides
                 return zlib.decompress(p)
             except zlib.error:
                 return None
+        if into is not None and native.available():
+            size = native.unstore(p)
+            if size == -2:
+                return None
+            if size >= 0:
+                try:
+                    if len(into) < size:
+                        into.extend(bytes(size - len(into)))
+                    native.unstore(p, into)
+                    return memoryview(into)[:size]
+                except BufferError:  # still viewed by an earlier caller: inflate into new memory
+                    pass
         inflater = zlib.decompressobj(-15)
         try:
             out = inflater.decompress(memoryview(p)[2:])
@@ -120,14 +135,18 @@ class TraceWriter:
     ``atomic=True`` (the default) writes a temp file and renames it to ``path`` on close, so a
     failed run leaves nothing. A hook in a live server should pass ``atomic=False``: every
     complete chunk is then flushed to ``path`` as it is written, and if the process dies the file
-    still reads with ``recover=True``.
+    still reads with ``recover=True``. ``compression="stored"`` writes the coded steps in
+    deflate's uncompressed blocks (codec.COMPRESSION_LEVELS): larger, much faster to read.
     """
 
     def __init__(self, path: str | os.PathLike, *, k: int, source: dict[str, Any],
                  extra: dict[str, Any] | None = None, keep_order: bool = False,
-                 atomic: bool = True, chunk_steps: int = 1024) -> None:
+                 atomic: bool = True, chunk_steps: int = 1024, compression: str = "zlib") -> None:
         if k < 1:
             raise TraceError(f"k must be positive, got {k}", path=path)
+        if compression not in COMPRESSION_LEVELS:
+            raise TraceError(f"unknown compression {compression!r} (one of {', '.join(COMPRESSION_LEVELS)})", path=path)
+        self.compression = compression
         self.path = Path(path)
         self.meta = TraceMeta(k=int(k), source=dict(source), extra=dict(extra or {}))
         self.keep_order = keep_order
@@ -213,7 +232,7 @@ class TraceWriter:
         if len(ctx_len) and ctx_len[0] < last_ctx:
             raise TraceError(f"ctx_len goes down, to {int(ctx_len[0])} from {last_ctx}",
                              path=self.path, request=key.request, layer=key.layer, step=start)
-        payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order)
+        payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order, compression=self.compression)
         info = ChunkInfo(key.request, key.layer, start, int(indices.shape[0]), int(indices.shape[1]),
                          ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell(),
                          int(ctx_len[-1]) if len(ctx_len) else last_ctx)
@@ -405,8 +424,13 @@ class TraceReader:
         for key in self._streams:
             yield self.read(key)
 
-    def chunks(self, key: StreamKey | tuple[int, int]) -> list[tuple[ChunkInfo, bytes]]:
-        """A stream's chunks in step order, each with its checksummed, still compressed payload."""
+    def chunks(self, key: StreamKey | tuple[int, int], *, views: bool = False) -> list[tuple[ChunkInfo, bytes]]:
+        """A stream's chunks in step order, each with its checksummed, still compressed payload.
+
+        ``views``: payloads as read-only memoryviews of the file mapped into memory rather than
+        bytes read into new memory (a 41 MB stream's payloads: 0.006 s against 0.023 s with their
+        crc32, most of it the kernel's page-zeroing for the copies); the mapping lives as long as
+        a view does. Files that cannot be mapped are read."""
         key = StreamKey(*key)
         if key not in self._streams:
             raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
@@ -419,7 +443,12 @@ class TraceReader:
                 raise TraceError(f"{problem} at step {c.first_step}", **fail)
             if info != c:  # the index and the chunk's own header must tell the same story
                 raise TraceError(f"corrupt chunk header at step {c.first_step} (disagrees with the index)", **fail)
-            payload = self._fh.read(plen)
+            mapped = self._mapped() if views else None
+            if mapped is not None:
+                start = c.offset + self._chunk_struct.size
+                payload = mapped[start:start + plen]
+            else:
+                payload = self._fh.read(plen)
             if len(payload) != plen:
                 raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
             if zlib.crc32(payload) != crc:
@@ -431,7 +460,21 @@ class TraceReader:
         """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
         that lets a consumer skip materialising rows). File reads happen here, in the caller's
         thread; ``CodedChunk.coded`` may then run in any thread."""
-        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key)]
+        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key, views=True)]
+
+    def _mapped(self) -> memoryview | None:
+        """The whole file mapped read-only, or None where it cannot be (made once). The file is
+        not closed under the views: close() closes the handle, the mapping goes with its last view.
+        (Writers here replace a file by renaming a new one into place, which leaves a mapping of
+        the old one intact; a file truncated in place while mapped would fault.)"""
+        if not hasattr(self, "_map"):
+            import mmap
+
+            try:
+                self._map = memoryview(mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ))
+            except (OSError, ValueError):
+                self._map = None
+        return self._map
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""
@@ -470,8 +513,10 @@ class TraceReader:
         self.close()
 
 
-def write_trace(path: str | os.PathLike, meta: TraceMeta, streams, *, keep_order: bool = False) -> None:
-    """Write streams (any iterable) to ``path`` atomically."""
-    with TraceWriter(path, k=meta.k, source=meta.source, extra=meta.extra, keep_order=keep_order) as w:
+def write_trace(path: str | os.PathLike, meta: TraceMeta, streams, *, keep_order: bool = False,
+                compression: str = "zlib") -> None:
+    """Write streams (any iterable) to ``path`` atomically (``compression``: COMPRESSION_LEVELS)."""
+    with TraceWriter(path, k=meta.k, source=meta.source, extra=meta.extra, keep_order=keep_order,
+                     compression=compression) as w:
         for s in streams:
             w.write_stream(s)

@@ -1,0 +1,221 @@
+"""SGLang's admission (PrefillAdder), new_token_ratio and decode retraction, in the serving model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import HisparseError
+from simulator.serving.admission import (
+    AddResult,
+    PrefillBudget,
+    RatioSchedule,
+    Seq,
+    ratio_after_retract,
+    retract_order,
+)
+from simulator.serving.model import InstanceSim, System
+from simulator.serving.scenario import load_scenario
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+
+
+# -- the arithmetic, by hand --------------------------------------------------------------------------
+def test_ratio_schedule_defaults_and_dp_attention_factor():
+    dp = RatioSchedule(1.0, dp_attention=True)  # the blog's colocated flags: no --schedule-conservativeness
+    assert dp.effective_conservativeness == pytest.approx(0.3)
+    assert dp.init == pytest.approx(0.21) and dp.min == pytest.approx(0.21 * 0.14)
+    assert dp.decay == pytest.approx((0.21 - 0.0294) / 600)
+    assert dp.after_steps(dp.init, 10) == pytest.approx(0.21 - 10 * dp.decay)
+    assert dp.after_steps(dp.init, 10**6) == pytest.approx(dp.min)
+    tp = RatioSchedule(1.0, dp_attention=False)
+    assert tp.init == pytest.approx(0.7)
+    assert RatioSchedule(2.0, dp_attention=False).init == 1.0  # clipped at 1
+    with pytest.raises(HisparseError, match="schedule_conservativeness = -1"):
+        RatioSchedule(-1.0, dp_attention=False)
+
+
+def test_estimate_path_hand_computed():
+    """add_one_req: prompt + min(max_new - out, 4096) + page against the pool less the running
+    requests' reservation at new_token_ratio."""
+    running = [Seq(max_new=8192, out=100, prompt=1000)]
+    b = PrefillBudget(available=10_000, running=running, ratio=0.5, chunk_tokens=8192, page=64, ignore_eos=False)
+    assert b.rem_total == pytest.approx(10_000 - 4096 * 0.5)
+    n, res = b.add_new(Seq(8192, 0, 3000), 3000)  # 3000 + 4096 + 64 = 7160 < 7952
+    assert (n, res) == (3000, AddResult.CONTINUE)
+    assert b.rem_total == pytest.approx(7952 - (3008 + 4096 + 64))  # 784 left
+    n, res = b.add_new(Seq(8192, 0, 100), 100)  # 100 + 4096 + 64 >= 784
+    assert (n, res) == (0, AddResult.NO_TOKEN)
+
+
+def test_ignore_eos_look_ahead_hand_computed():
+    """add_one_req_ignore_eos: the pool must hold every request's remaining output up to the
+    moment each one finishes (sorted by tokens left)."""
+    running = [Seq(max_new=100, out=50, prompt=200)]  # 50 left, 250 occupied
+    # cur = 1000 - 300 = 700; i=0 (bs 2): 700 - 2 x 50 = 600 > 2; i=1 (bs 1): 700 + 250 - 100 = 850 > 1
+    b = PrefillBudget(available=1000, running=running, ratio=0.0, chunk_tokens=10_000, page=1, ignore_eos=True)
+    assert b.add_new(Seq(100, 0, 300), 300) == (300, AddResult.CONTINUE)
+    # the same with 500 of output: i=1 needs 700 + 250 - 500 = 450 > 1 (fits); with 960 it does not
+    b = PrefillBudget(available=1000, running=running, ratio=0.0, chunk_tokens=10_000, page=1, ignore_eos=True)
+    assert b.add_new(Seq(500, 0, 300), 300)[0] == 300
+    b = PrefillBudget(available=1000, running=running, ratio=0.0, chunk_tokens=10_000, page=1, ignore_eos=True)
+    assert b.add_new(Seq(950, 0, 300), 300) == (0, AddResult.NO_TOKEN)  # 700 + 250 - 950 = 0 <= 1
+    # the estimate path admits it (300 + min(950, 4096) + 1 < 1000 at ratio 0): it would retract later
+    b = PrefillBudget(available=1000, running=running, ratio=0.0, chunk_tokens=10_000, page=1, ignore_eos=False)
+    assert b.add_new(Seq(600, 0, 300), 300)[0] == 300
+
+
+def test_chunks_page_floor_and_chunked_request():
+    b = PrefillBudget(available=1 << 20, running=[], ratio=0.2, chunk_tokens=1000, page=64, ignore_eos=False)
+    assert b.add_new(Seq(10, 0, 5000), 5000) == (960, AddResult.CONTINUE)  # floored to a page; 40 left
+    assert b.add_new(Seq(10, 0, 500), 500) == (0, AddResult.OTHER)  # no page of chunk budget left
+    b = PrefillBudget(available=1 << 20, running=[], ratio=0.2, chunk_tokens=1000, page=64, ignore_eos=True)
+    assert b.add_new(Seq(10, 0, 5000), 5000) == (1000, AddResult.OTHER)  # the ignore-eos path does not floor
+    b = PrefillBudget(available=1 << 20, running=[], ratio=0.2, chunk_tokens=8192, page=64, ignore_eos=True)
+    assert b.add_chunked(Seq(10, 0, 20000), 20000 - 16384) == 3616  # the last chunk of a chunked request
+    assert b.add_new(Seq(10, 0, 4000), 4000)[0] == 4000  # a second request packs into the same batch
+    assert b.add_new(Seq(10, 0, 4000), 4000) == (512, AddResult.OTHER)  # and a third gets the rest
+
+
+def test_retract_order_and_new_ratio():
+    seqs = [Seq(100, 10, 500), Seq(100, 40, 100), Seq(100, 10, 900), Seq(100, 70, 100)]
+    # fewest generated first; among equals the longest prompt first
+    assert retract_order(seqs) == [2, 0, 1, 3]
+    kept = [seqs[1], seqs[3]]
+    assert ratio_after_retract(kept) == pytest.approx((40 + 70 + 20 * 2) / (200 + 1))
+
+
+# -- in the simulation ---------------------------------------------------------------------------------
+def _small_pool(pool_tokens: int, *, ignore_eos: bool, conservativeness: float = 1.0, n_in=1024, n_out=2048,
+                jitter=0.0, requests=3, deployment="8xh200-tp8"):
+    sc = load_scenario(deployment=deployment, calibration="uncalibrated")
+    dep = dataclasses.replace(sc.deployment, max_total_tokens=pool_tokens, max_running_requests=0,
+                              schedule_conservativeness=conservativeness)
+    w = dataclasses.replace(sc.workload, input_tokens=n_in, output_tokens=n_out, ignore_eos=ignore_eos,
+                            length_jitter=jitter, requests_per_client=requests)
+    return sc.replace(deployment=dep, workload=w)
+
+
+def test_over_admission_retracts_and_reprefills():
+    """The new_token_ratio estimate reserves only part of each running request's output, so with
+    staggered requests the pool overfills; the decode memory check then retracts requests, which
+    prefill their prompt and output so far again (the prefill passes run every re-prefilled token).
+    The exact look-ahead of ignore_eos never retracts."""
+    sc = _small_pool(4 * 3136, ignore_eos=False, jitter=0.3)
+    sim = InstanceSim(sc, System.BASELINE, concurrency=8)
+    r = sim.run()
+    assert r.requests == 8 * 3 and all(q.generated == q.output_tokens for q in sim.finished)
+    assert r.retractions > 0
+    assert sim.prefill_tokens == sum(q.input_tokens for q in sim.finished) + r.reprefill_tokens
+    retracted = [q for q in sim.finished if q.retractions]
+    assert retracted and r.reprefill_tokens > sum(q.input_tokens * q.retractions for q in retracted)  # + output
+    assert sim.peak_device <= sim.plan.pool_tokens
+    exact = InstanceSim(_small_pool(4 * 3136, ignore_eos=True, jitter=0.3), System.BASELINE, concurrency=8)
+    e = exact.run()
+    assert e.retractions == 0 and e.requests == 24
+    assert exact.prefill_tokens == sum(q.input_tokens for q in exact.finished)
+
+
+def test_ratio_decays_per_decode_step():
+    class Recording(InstanceSim):
+        seen: list[float] = []
+
+        def _prefill_batch(self, k):
+            self.seen.append(k.ratio)  # what each scheduling round starts from
+            return super()._prefill_batch(k)
+
+    sc = _small_pool(1 << 20, ignore_eos=False, n_out=300, requests=1)
+    sim = Recording(sc, System.BASELINE, concurrency=1)
+    sim.run()
+    # the round after the request finished (before the idle reset): 299 decode steps of decay
+    assert sim.seen[-1] == pytest.approx(sim.ratios.after_steps(0.7, 299))
+    assert sim.seen[0] == pytest.approx(0.7)
+
+
+def test_conservativeness_changes_the_running_set():
+    """Two running requests with 2000 tokens to go reserve 2 x 2000 x 0.7 = 2800 slots at
+    conservativeness 1.0 (init ratio 0.7, TP attention) and 840 at 0.3; a waiting 1024 + 2048
+    request needs 1024 + 2048 + 64 = 3136 below 5000 free minus that: only 0.3 admits it."""
+    from simulator.serving.model import Request
+
+    admitted = {}
+    for c in (1.0, 0.3):
+        sim = InstanceSim(_small_pool(1 << 20, ignore_eos=False, conservativeness=c), System.BASELINE,
+                          concurrency=1)
+        k = sim.ranks[0]
+        k.running = [Request(i, 1024, 2048, i, 0.0, generated=48) for i in range(2)]
+        k.waiting = [Request(9, 1024, 2048, 9, 0.0, target=1024)]
+        k.free_device = 5000
+        admitted[c] = [r.rid for r, _ in sim._prefill_batch(k)]
+    assert admitted == {1.0: [], 0.3: [9]}
+    runs = [InstanceSim(_small_pool(4 * 3136, ignore_eos=False, conservativeness=c, jitter=0.3), System.BASELINE,
+                        concurrency=16).run() for c in (1.0, 0.3)]
+    assert runs[0] != runs[1]
+
+
+def test_deterministic_with_a_seed():
+    sc = _small_pool(5 * 3136, ignore_eos=False, jitter=0.3)
+    runs = [InstanceSim(sc, System.BASELINE, concurrency=12, seed=7).run() for _ in range(2)]
+    assert runs[0] == runs[1] and runs[0].retractions > 0
+    assert InstanceSim(sc, System.BASELINE, concurrency=12, seed=8).run() != runs[0]
+
+
+def test_hisparse_admission_reads_the_device_pool():
+    """HiSparse's allocator reports min(logical, device) free: the look-ahead charges every running
+    request's remaining output to the device slots. Blog config, 32K/8K: n running requests hold
+    4160 slots each; the next one fits while free - 32768 - 8192 (n + 1) > n + 1."""
+    sc = load_scenario(calibration="uncalibrated")
+    import numpy as np
+
+    from simulator.serving.misses import MissProfiles
+    sim = InstanceSim(sc, System.HISPARSE, concurrency=1, profiles=MissProfiles((np.zeros(8),), "t"))
+    plan, out, prompt = sim.plan, 8192, 32768
+    n = 0
+    while plan.pool_tokens - plan.buffer_slots * n - prompt - out * (n + 1) > n + 1:
+        n += 1
+    assert sim._memory_limit() == n == 7
+    base = InstanceSim(sc, System.BASELINE, concurrency=1)
+    assert base._memory_limit() == base.plan.pool_tokens // (prompt + out + 1)  # 5
+
+
+def test_never_admitted_is_an_error_naming_the_files():
+    sc = _small_pool(3072, ignore_eos=True)  # 3072 - 1024 - 2048 = 0 <= 1 (the old whole-context check passed)
+    with pytest.raises(HisparseError, match=r"8xh200-tp8.toml.*never admits a request of 1024 \+ 2048"):
+        InstanceSim(sc, System.BASELINE, concurrency=1)
+
+
+def test_bad_conservativeness_key_exits_2(tmp_path, capsys):
+    src = load_scenario().deployment.where
+    lines = [ln for ln in open(src).read().splitlines() if not ln.startswith("schedule_conservativeness")]
+    text = "\n".join(lines) + "\nschedule_conservativeness = -0.5\n"
+    bad = tmp_path / "dep.toml"
+    bad.write_text(text)
+    assert main(["plan", "--deployment", str(bad), "--concurrency", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "dep.toml" in err and "schedule_conservativeness = -0.5 must be >= 0" in err
+
+
+def test_no_token_latches_for_the_baseline_not_for_hisparse():
+    """SGLang clears batch_is_full after a pass whose chunked request continues (the filtered last
+    batch is smaller), not after its last chunk; under HiSparse get_next_batch_to_run resets it every
+    round. Blog config, 32K/8K, one wave: in the round of the 5th prompt's last chunk the look-ahead
+    sees that prompt's 24,576 prefilled device slots plus the chunk: 122,432 - 4 x 4,160 - 24,576 -
+    (8,192 + 64) - 32,768 = 40,192 free for 6 x 8,192 tokens to come: NO_TOKEN. With the latch the
+    wave would stop at 5 per rank; without it HiSparse reaches the 7 an idle scheduler admits one by
+    one. The baseline's look-ahead refuses a 6th anyway (6 x 40,960 > 210,624)."""
+    import numpy as np
+
+    from simulator.serving.misses import MissProfiles
+
+    sc = load_scenario(calibration="uncalibrated")
+    sc = sc.replace(workload=dataclasses.replace(sc.workload, requests_per_client=1))
+    sim = InstanceSim(sc, System.HISPARSE, concurrency=64, profiles=MissProfiles((np.zeros(8),), "t"))
+    r = sim.run()
+    assert sim._memory_limit() == 7 and r.peak_running_deployment == 56 and r.retractions == 0
+    base = InstanceSim(sc, System.BASELINE, concurrency=64).run()
+    assert base.peak_running_deployment == 40 and base.retractions == 0
