@@ -2,7 +2,8 @@
 # One GPU session for the kernels: build report, GPU tests, sanitizer, benchmarks.
 # Usage (on the H200, from the repository root):  bash benchmarks/kernel_session.sh STEP...
 # Steps: build, test-att, test-swap, sanitize, bench-att, bench-att-full, profile-att, bench-swap,
-#        bench-swap-full, bench-swap-variants, test-swap-gpu, bench-swap-fixed.  Logs and CSVs go to $OUT (default ./session-out); a short summary
+#        bench-swap-full, bench-swap-variants, test-swap-gpu, bench-swap-fixed, test-swap-new,
+#        bench-swap-new, sanitize-new.  Logs and CSVs go to $OUT (default ./session-out); a short summary
 #        is printed last.  Every step has its own time limit, so one hang cannot eat the session.
 set -u
 export PYTHONUNBUFFERED=1
@@ -63,6 +64,31 @@ step_bench_swap_full() { timeout 300 $PY benchmarks/swap_in.py --hots 4096 --poo
 step_bench_swap_variants() {
     timeout 200 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
         --copy-orders flat request hybrid --breakdown --pool-gib 4 --iters 11 --out "$OUT/swap_in_variants.csv"
+}
+
+# Issue 18 swap-in session: GPU tests (every copy order, both duplicate checks, PDL), the
+# benchmark of the new kernel beside the committed one (BASELINE_CU: that commit's swap_in.cu),
+# behind a busy kernel with and without PDL, the alignment gather study and the phase cuts;
+# then memcheck and racecheck of the flat and early orders, PDL launches included.
+step_test_swap_new() { timeout 60 $PY -m pytest -q -p no:cacheprovider -rf tests/test_swap_in_gpu.py; }
+step_bench_swap_new() {
+    local base=()
+    [ -n "${BASELINE_CU:-}" ] && base=(--baseline-cu "$BASELINE_CU")
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv
+    timeout 95 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
+        --copy-orders early flat --dup-checks bitmap hash "${base[@]}" --after-kernel --after-max-regs 120 --rowcopy --phases \
+        --pool-gib 4 --iters 11 --out "$OUT/swap_in_fixed.csv" --variants-out "$OUT/swap_in_variants.csv" \
+        --after-out "$OUT/swap_in_after.csv" --rowcopy-out "$OUT/rowcopy.csv"
+    nvidia-smi --query-gpu=clocks.sm,clocks.mem,power.draw --format=csv
+}
+step_sanitize_new() {
+    local sel="small_for_sanitizer and (early or flat)"
+    timeout 45 compute-sanitizer --tool memcheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+        tests/test_swap_in_gpu.py -k "$sel"
+    echo "memcheck rc=$?"
+    timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
+        tests/test_swap_in_gpu.py -k "$sel"
+    echo "racecheck rc=$?"
 }
 
 # Logs of the steps named in $NOLOG stay out of $OUT (at most 8 files come back); their key lines

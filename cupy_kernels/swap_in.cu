@@ -12,23 +12,33 @@
 //      slot outputs, and the request's (host row, device row) copies written to the request's own
 //      segment of the copy list; the owner then publishes (launch epoch, copy count) in one 64-bit
 //      release store;
-//   B. copy, in one of three orders (argument `flat`: 1 flat, 0 per request, 2 hybrid):
-//      flat (default): once every request's word is published (the grid's only wait), the whole
+//   B. copy, in one of four orders (argument `flat`: 1 flat, 0 per request, 2 hybrid, 3 early):
+//      flat: once every request's word is published (the grid's only wait), the whole
 //        grid copies the segments as one list in request order, grid-stride;
 //      per request: request r's rows are copied by its owner and, when the grid has more blocks
 //        than requests, by the blocks b = r + R, r + 2R, ..., which wait for r's word alone;
 //      hybrid: flat, except that a request of at most one pass of rows (SELF_CHUNKS) is copied
-//        by its owner right after its bookkeeping and skipped by the flat phase.
+//        by its owner right after its bookkeeping and skipped by the flat phase;
+//      early (3, the default): the copy starts before the bookkeeping ends. Once its misses are ranked the
+//        owner publishes their sources (a second word per request, `ready[R + r]`); a request of
+//        at most one pass of rows is loaded by its owner into registers right then and stored
+//        once its slots are chosen (no other block waits for it); the others are prefetched by
+//        the whole grid (first pass, flat order) while their owners choose victims, and stored
+//        once the final words are published. Requests count with a parallel prefix.
 //      Either way the rows are cut into 16-byte chunks, UNROLL zero-copy loads (ld.global.nc)
 //      in flight per thread before the stores.
 // The launch is cooperative only so that all blocks are resident together (a helper spinning on
 // a word must not keep the owner from being scheduled).
+// Programmatic dependent launch (optional, swap_in.py): everything before griddepcontrol.wait
+// reads only this layer's tables (meta, order, slot_pos) and clears shared memory, so it may
+// overlap the kernel before it in the stream, which must not write this layer's tables.
+// Duplicate check: a bitmap of max_ctx bits in shared memory (dup_words > 0), else a hash table.
 #include <climits>
 
 #ifndef UNROLL
 #define UNROLL 4
 #endif
-#ifndef STOP_AFTER  // timing breakdowns only: end the bookkeeping after phase STOP_AFTER (1..6)
+#ifndef STOP_AFTER  // timing breakdowns only: end the bookkeeping after phase STOP_AFTER (0..6)
 #define STOP_AFTER 99
 #endif
 #define PHASE_END(n)                                  \
@@ -36,8 +46,14 @@
         if (threadIdx.x == 0) s_sc[SC_NCOPY] = 0;     \
         return;                                       \
     }
+#ifndef MAX_REGS  // 0: registers as the launch bounds allow (128 at 1 block of 512 per SM)
+#define MAX_REGS 0
+#endif
 #ifndef MIN_BLOCKS  // resident blocks per SM the register budget is cut for (launch bounds)
 #define MIN_BLOCKS 1
+#endif
+#ifndef TABLE_BATCH  // table entries per thread loaded before any is stored (loads in flight)
+#define TABLE_BATCH 4
 #endif
 #define THREADS 512
 #define WARPS (THREADS / 32)
@@ -46,8 +62,9 @@
 
 enum { ERR_NONE = 0, ERR_CTX = 1, ERR_POS = 2, ERR_PAD = 3, ERR_DUP = 4 };
 enum {  // per-request scalars in shared memory
-    SC_MINLOAD, SC_NLOAD, SC_PCOUNT, SC_DUP, SC_NCOPY, SC_N
+    SC_MINLOAD, SC_NLOAD, SC_PCOUNT, SC_DUP, SC_NCOPY, SC_EARLY, SC_SELF, SC_N
 };
+enum { ORDER_REQUEST = 0, ORDER_FLAT = 1, ORDER_HYBRID = 2, ORDER_EARLY = 3 };
 
 struct Smem {
     int* idx;       // [k]  the step's positions
@@ -57,10 +74,11 @@ struct Smem {
     int* order;     // [B]  old recency order
     int* slotpos;   // [B]  old slot -> position
     unsigned* ballot;
+    unsigned* dupbm;     // [dup_words] duplicate-check bitmap of positions (empty if dup_words 0)
     unsigned char* hit;  // [B] 0 stale, 1 hit, 2 loaded this step
 };
 
-__device__ __forceinline__ Smem carve(unsigned char* base, int k, int B) {
+__device__ __forceinline__ Smem carve(unsigned char* base, int k, int B, int dup_words) {
     Smem s;
     int nb = (max(B, k) + 31) / 32 + WARPS;
     s.idx = reinterpret_cast<int*>(base);
@@ -70,7 +88,8 @@ __device__ __forceinline__ Smem carve(unsigned char* base, int k, int B) {
     s.order = s.victim + k;
     s.slotpos = s.order + B;
     s.ballot = reinterpret_cast<unsigned*>(s.slotpos + B);
-    s.hit = reinterpret_cast<unsigned char*>(s.ballot + nb);
+    s.dupbm = s.ballot + nb;
+    s.hit = reinterpret_cast<unsigned char*>(s.dupbm + dup_words);
     return s;
 }
 
@@ -115,6 +134,31 @@ __device__ __forceinline__ int block_rank(int n, unsigned* s_ballot, int* s_warp
     return total;
 }
 
+__device__ __forceinline__ uint4 ld_host(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void st_release(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.release.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+// Programmatic dependent launch: wait for the kernel before this one (a no-op without PDL), and
+// let the next kernel's blocks be scheduled.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 struct Args {
     const int* indices;
     const long long* ctx_len;
@@ -126,9 +170,14 @@ struct Args {
     int* misses_out;
     int* errors;
     int2* copy_list;
+    unsigned long long* ready;  // [2R]: final words, then early words (ORDER_EARLY)
+    const unsigned char* host;
+    unsigned char* dev;
     int R, k, B;
     long long C;
     int prefix, load_newest, global_rows, seg;
+    int row_bytes, order_mode, do_copy, dup_words;
+    unsigned epoch;
 };
 
 __device__ void write_outputs_idle(const Args& a, int r, int err, int errj, int* s_sc) {
@@ -182,11 +231,22 @@ __device__ void find_duplicates(const Smem& s, int len, int k, int* s_sc) {
     }
 }
 
-__device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int* s_warp, int* s_red) {
+// The same check with a bitmap of C bits (dup_words = ceil(C / 32) words, cleared by the
+// caller): the second arrival of a position finds its bit set. Positions >= C are out of range,
+// an error reported before a duplicate, so they are skipped.
+__device__ void find_duplicates_bitmap(const Smem& s, int len, long long C, int* s_sc) {
+    for (int j = threadIdx.x; j < len; j += THREADS) {
+        const int p = s.idx[j];
+        if (p < 0 || p >= C) continue;
+        const unsigned bit = 1u << (p & 31);
+        if (atomicOr(s.dupbm + (p >> 5), bit) & bit) atomicMin(&s_sc[SC_DUP], p);
+    }
+}
+
+__device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int* s_warp, int* s_red,
+                             bool wait_first) {
     const int tid = threadIdx.x, B = a.B, k = a.k;
     const long long C = a.C;
-    const long long ctx = a.ctx_len[r];
-    const int4 m = *reinterpret_cast<const int4*>(a.meta + 4 * r);  // n_used, started, fast, filled
     int* pos_slot = a.pos_slot + (size_t)r * C;
     int* slot_pos = a.slot_pos + (size_t)r * B;
     int* order = a.order + (size_t)r * B;
@@ -196,30 +256,61 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         s_sc[SC_NLOAD] = 0;        // slots loaded in the fresh-prefix range
         s_sc[SC_PCOUNT] = 0;       // prefix copies appended
         s_sc[SC_DUP] = INT_MAX;    // smallest repeated position
+        s_sc[SC_EARLY] = 0;        // early word published (ORDER_EARLY)
+        s_sc[SC_SELF] = 0;         // rows loaded and stored by this block (ORDER_EARLY)
     }
-    // All loads at once: the step, the tables (whatever the path), hit flags and hash cleared.
+    PHASE_END(0)  // timing: the launch and the publishing alone
+    // Before the grid-dependency wait: this layer's own tables and shared-memory clears only.
+    const int4 m = *reinterpret_cast<const int4*>(a.meta + 4 * r);  // n_used, started, fast, filled
+    for (int i0 = tid; i0 < B; i0 += TABLE_BATCH * THREADS) {  // TABLE_BATCH x 2 loads in flight
+        int o[TABLE_BATCH], q[TABLE_BATCH];
+#pragma unroll
+        for (int u = 0; u < TABLE_BATCH; ++u) {
+            const int i = i0 + u * THREADS;
+            if (i < B) {
+                o[u] = order[i];
+                q[u] = slot_pos[i];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TABLE_BATCH; ++u) {
+            const int i = i0 + u * THREADS;
+            if (i < B) {
+                s.order[i] = o[u];
+                s.slotpos[i] = q[u];
+                s.hit[i] = 0;
+            }
+        }
+    }
+    for (int i = tid; i < a.dup_words; i += THREADS) s.dupbm[i] = 0u;
+    if (wait_first) {
+        grid_dependency_wait();
+        allow_dependents();
+    }
+    const long long ctx = a.ctx_len[r];
+    // All loads at once: the step and the hit lookup (hash cleared when no bitmap).
     // First padding entry, last real entry, first entry out of [0, ctx): warp reductions, then
     // one value per warp in s_red (no same-address shared atomics).
-    // The hit lookup goes out with the step's loads (one dependent round trip fewer); a step that
-    // resets the tables (first long step, leaving the fast path) looks its hits up again below.
+    // The hit lookup goes out with the step's loads (one dependent round trip fewer) and does not
+    // wait for ctx_len (the newest, never a hit, is cleared after; positions >= ctx_len are an
+    // error); a step that resets the tables (first long step, leaving the fast path) looks its
+    // hits up again below.
     int w_len = k, w_last = -1, w_bad = k;
     for (int j = tid; j < k; j += THREADS) {
         const int p = a.indices[(size_t)r * k + j];
         s.idx[j] = p;
-        s.res[j] = (p >= 0 && p < ctx - 1 && p < C) ? __ldcg(pos_slot + p) : -1;  // newest: never a hit
-        s.miss_j[j] = -1;
-        s.victim[j] = -1;
+        const int sl = (p >= 0 && p < C) ? __ldcg(pos_slot + p) : -1;
+        s.res[j] = p == ctx - 1 ? -1 : sl;  // newest: never a hit
+        if (!a.dup_words) {
+            s.miss_j[j] = -1;
+            s.victim[j] = -1;
+        }
         if (p < 0) {
             w_len = min(w_len, j);
         } else {
             w_last = max(w_last, j);
             if (p >= ctx) w_bad = min(w_bad, j);
         }
-    }
-    for (int i = tid; i < B; i += THREADS) {
-        s.order[i] = order[i];
-        s.slotpos[i] = slot_pos[i];
-        s.hit[i] = 0;
     }
     w_len = __reduce_min_sync(0xffffffffu, w_len);
     w_last = __reduce_max_sync(0xffffffffu, w_last);
@@ -238,7 +329,8 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         bad = min(bad, s_red[3 * w + 2]);
     }
     PHASE_END(1)
-    find_duplicates(s, len, k, s_sc);
+    if (a.dup_words) find_duplicates_bitmap(s, len, C, s_sc);
+    else find_duplicates(s, len, k, s_sc);
     __syncthreads();
     PHASE_END(2)
     const int dup = s_sc[SC_DUP];
@@ -303,6 +395,40 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     const int n_from_free = min(n_miss, n_free);
     const int n_victims = n_miss - n_from_free;
     const int n_head = n_miss + (a.load_newest ? 1 : 0);  // misses + newest, then prefix rows
+    const int base = r * a.seg;
+    const int rc = r * (int)C, rd = r * (B + 1);
+
+    // ---- early order: the copy starts now (sources are known; slots are chosen below) --------
+    const unsigned cpr = (unsigned)a.row_bytes >> 4;
+    const bool self = a.order_mode == ORDER_EARLY && a.do_copy && !load_prefix &&
+                      (unsigned)n_head * cpr <= SELF_CHUNKS;
+    uint4 pv[UNROLL];  // self: this thread's chunks (c = tid + u * THREADS), in flight meanwhile
+    if (self) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const unsigned c = tid + u * THREADS;
+            if (c < (unsigned)n_head * cpr) {
+                const unsigned e = c / cpr, off = (c - e * cpr) << 4;
+                const int p = (int)e < n_miss ? s.idx[s.miss_j[e]] : newest;
+                pv[u] = ld_host(a.host + (size_t)(rc + p) * a.row_bytes + off);
+            }
+        }
+        if (tid == 0) {  // nothing for other blocks: count 0, no data to release
+            st_relaxed(a.ready + a.R + r, (unsigned long long)a.epoch << 32);
+            s_sc[SC_EARLY] = 1;
+            s_sc[SC_SELF] = 1;
+        }
+    } else if (a.order_mode == ORDER_EARLY) {
+        int* src = reinterpret_cast<int*>(a.copy_list);
+        for (int i = tid; i < n_miss; i += THREADS) src[2 * (base + i)] = rc + s.idx[s.miss_j[i]];
+        if (tid == 0 && a.load_newest) src[2 * (base + n_miss)] = rc + newest;
+        __syncthreads();  // every source written before the release
+        if (tid == 0) {
+            __threadfence();
+            st_release(a.ready + a.R + r, ((unsigned long long)a.epoch << 32) | (unsigned)n_head);
+            s_sc[SC_EARLY] = 1;
+        }
+    }
 
     // ---- new recency order: stale (old order), loaded misses (stored order), hits (old order) --
     const int n_nonhit = block_rank(
@@ -345,14 +471,30 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     }
     __syncthreads();
     PHASE_END(6)
-    const int base = r * a.seg;
-    const int rc = r * (int)C, rd = r * (B + 1);
+    if (self) {  // the rows loaded after the miss ranking, into their slots
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const unsigned c = tid + u * THREADS;
+            if (c < (unsigned)n_head * cpr) {
+                const unsigned e = c / cpr, off = (c - e * cpr) << 4;
+                const int sl = (int)e < n_miss ? s.res[s.miss_j[e]] : B;
+                *reinterpret_cast<uint4*>(a.dev + (size_t)(rd + sl) * a.row_bytes + off) = pv[u];
+            }
+        }
+    }
+    // early order: the sources are out already (other blocks may be reading them): slots only
+    const bool early_src = a.order_mode == ORDER_EARLY && !self;
+    int* cl = reinterpret_cast<int*>(a.copy_list);
     for (int i = tid; i < n_miss; i += THREADS) {
         const int j = s.miss_j[i];
-        a.copy_list[base + i] = make_int2(rc + s.idx[j], rd + s.res[j]);
+        if (early_src) cl[2 * (base + i) + 1] = rd + s.res[j];
+        else a.copy_list[base + i] = make_int2(rc + s.idx[j], rd + s.res[j]);
     }
     if (tid == 0) {
-        if (a.load_newest) a.copy_list[base + n_miss] = make_int2(rc + newest, rd + B);
+        if (a.load_newest) {
+            if (early_src) cl[2 * (base + n_miss) + 1] = rd + B;
+            else a.copy_list[base + n_miss] = make_int2(rc + newest, rd + B);
+        }
         a.misses_out[r] = n_miss;
         a.errors[2 * r] = ERR_NONE;
         a.errors[2 * r + 1] = -1;
@@ -374,23 +516,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         if (j < len) out = (s.idx[j] == newest ? B : s.res[j]) + rbase;
         a.slots_out[(size_t)r * k + j] = out;
     }
-}
-
-__device__ __forceinline__ uint4 ld_host(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ void st_release(unsigned long long* p, unsigned long long v) {
-    asm volatile("st.release.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
-    unsigned long long v;
-    asm volatile("ld.acquire.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
 }
 
 // Copy part `part` of `parts` of request r's segment (n rows).
@@ -496,34 +621,186 @@ __device__ void copy_flat(const Args& a, const unsigned long long* ready, unsign
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+// Early order's helpers. Exclusive prefix (times cpr) of R counts in place, total in v[R]: one
+// warp, 32 counts per step.
+__device__ void scan_chunks(int* v, int R, unsigned cpr) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        unsigned carry = 0;
+        for (int base = 0; base < R; base += 32) {
+            const int i = base + lane;
+            const unsigned x = i < R ? (unsigned)v[i] * cpr : 0u;
+            unsigned incl = x;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const unsigned y = __shfl_up_sync(0xffffffffu, incl, d);
+                if (lane >= d) incl += y;
+            }
+            if (i < R) v[i] = (int)(carry + incl - x);
+            carry += __shfl_sync(0xffffffffu, incl, 31);
+        }
+        if (lane == 0) v[R] = (int)carry;
+    }
+    __syncthreads();
+}
+
+// Last request whose segment starts at or before chunk c (pre: exclusive prefix, R entries).
+__device__ __forceinline__ int find_request(const int* pre, int R, unsigned c) {
+    int lo = 0, hi = R - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if ((unsigned)pre[mid] <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Early order's copy (every block, after its own bookkeeping). The early words give each
+// request's sources (misses + newest, or a fast path's whole list); their first pass, flat in
+// request order, is loaded at once and stored when the final words give the slots; then the
+// rest of the early entries, then the entries only the final words add (fresh-prefix rows).
+// pre_e / pre_x: R + 1 ints of shared memory each (the bookkeeping's B-slot arrays).
+__device__ void copy_flat_early(const Args& a, int* pre_e, int* pre_x) {
+    const int R = a.R;
+    const unsigned cpr = (unsigned)a.row_bytes >> 4;
+    const int* cl = reinterpret_cast<const int*>(a.copy_list);
+    for (;;) {
+        int ok = 1;
+        for (int i = threadIdx.x; i < R; i += THREADS) {
+            const unsigned long long w = ld_acquire(a.ready + R + i);
+            if ((unsigned)(w >> 32) != a.epoch) ok = 0;
+            else pre_e[i] = (int)(unsigned)(w & 0x7fffffffu);
+        }
+        if (__syncthreads_and(ok)) break;
+        __nanosleep(64);
+    }
+    scan_chunks(pre_e, R, cpr);
+    const unsigned chunks = (unsigned)pre_e[R];
+    const unsigned T = gridDim.x * THREADS, step = T * UNROLL;
+    const unsigned c0 = blockIdx.x * THREADS + threadIdx.x;
+    uint4 v[UNROLL];
+    int ent[UNROLL];
+    unsigned offs[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        const unsigned c = c0 + u * T;
+        ent[u] = -1;
+        if (c < chunks) {
+            const int lo = find_request(pre_e, R, c);
+            const unsigned in = c - (unsigned)pre_e[lo], e = in / cpr;
+            offs[u] = (in - e * cpr) << 4;
+            ent[u] = lo * a.seg + (int)e;
+            v[u] = ld_host(a.host + (size_t)__ldcg(cl + 2 * ent[u]) * a.row_bytes + offs[u]);
+        }
+    }
+    for (;;) {  // final words: slots chosen; extras = entries past the early ones
+        int ok = 1;
+        for (int i = threadIdx.x; i < R; i += THREADS) {
+            const unsigned long long w = ld_acquire(a.ready + i);
+            if ((unsigned)(w >> 32) != a.epoch) ok = 0;
+            else pre_x[i] = (w & SELF_COPIED) ? 0
+                                              : (int)(unsigned)(w & 0x7fffffffu) -
+                                                    (int)((unsigned)(pre_e[i + 1] - pre_e[i]) / cpr);
+        }
+        if (__syncthreads_and(ok)) break;
+        __nanosleep(64);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u)
+        if (ent[u] >= 0)
+            *reinterpret_cast<uint4*>(a.dev + (size_t)__ldcg(cl + 2 * ent[u] + 1) * a.row_bytes + offs[u]) = v[u];
+    for (unsigned cb = c0 + step; cb < chunks; cb += step) {  // early entries past the first pass
+        unsigned char* dst[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const unsigned c = cb + u * T;
+            dst[u] = nullptr;
+            if (c < chunks) {
+                const int lo = find_request(pre_e, R, c);
+                const unsigned in = c - (unsigned)pre_e[lo], e = in / cpr, off = (in - e * cpr) << 4;
+                const int2 en = __ldcg(a.copy_list + (size_t)lo * a.seg + e);
+                dst[u] = a.dev + (size_t)en.y * a.row_bytes + off;
+                v[u] = ld_host(a.host + (size_t)en.x * a.row_bytes + off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
+    }
+    scan_chunks(pre_x, R, cpr);
+    const unsigned extra = (unsigned)pre_x[R];
+    for (unsigned cb = c0; cb < extra; cb += step) {  // fresh-prefix rows (steps that reset)
+        unsigned char* dst[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const unsigned c = cb + u * T;
+            dst[u] = nullptr;
+            if (c < extra) {
+                const int lo = find_request(pre_x, R, c);
+                const unsigned in = c - (unsigned)pre_x[lo], off = (in % cpr) << 4;
+                const unsigned e = (unsigned)(pre_e[lo + 1] - pre_e[lo]) / cpr + in / cpr;
+                const int2 en = __ldcg(a.copy_list + (size_t)lo * a.seg + e);
+                dst[u] = a.dev + (size_t)en.y * a.row_bytes + off;
+                v[u] = ld_host(a.host + (size_t)en.x * a.row_bytes + off);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
+    }
+}
+
+#if MAX_REGS  // a register cap below the launch bounds' 128 (room for another kernel's block beside)
+#define SWAP_IN_BOUNDS __maxnreg__(MAX_REGS)
+#else
+#define SWAP_IN_BOUNDS __launch_bounds__(THREADS, MIN_BLOCKS)
+#endif
+extern "C" __global__ void SWAP_IN_BOUNDS
 swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* order, int* pos_slot,
             int* meta, int* slots_out, int* misses_out, int* errors, int2* copy_list,
             unsigned long long* ready, const unsigned char* host, unsigned char* dev, int R, int k, int B,
             long long C, int row_bytes, int prefix, int load_newest, int global_rows, int seg,
-            unsigned epoch, int do_copy, int flat) {
+            unsigned epoch, int do_copy, int flat, int dup_words) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int s_sc[SC_N];
     __shared__ int s_warp[WARPS + 1];
     __shared__ int s_red[3 * WARPS];
     const Args a{indices, ctx_len, slot_pos, order, pos_slot, meta, slots_out, misses_out, errors,
-                 copy_list, R, k, B, C, prefix, load_newest, global_rows, seg};
-    const Smem s = carve(smem, k, B);
+                 copy_list, ready, host, dev, R, k, B, C, prefix, load_newest, global_rows, seg,
+                 row_bytes, flat, do_copy, dup_words, epoch};
+    const Smem s = carve(smem, k, B, dup_words);
+    if ((int)blockIdx.x >= R) {  // a helper block: nothing of its own to prepare
+        grid_dependency_wait();
+        allow_dependents();
+    }
     for (int r = blockIdx.x; r < R; r += gridDim.x) {
-        book_request(a, r, s, s_sc, s_warp, s_red);
+        book_request(a, r, s, s_sc, s_warp, s_red, r == (int)blockIdx.x);
         __syncthreads();  // the segment and every write of the request done
         const unsigned n = (unsigned)s_sc[SC_NCOPY];
-        // hybrid order: a request with at most one pass of rows is copied by its owner at once
-        const bool self = flat == 2 && do_copy && n * ((unsigned)row_bytes >> 4) <= SELF_CHUNKS;
+        // hybrid order: a request with at most one pass of rows is copied by its owner at once;
+        // early order: such a request's rows were loaded and stored in book_request
+        const bool hybrid_self = flat == ORDER_HYBRID && do_copy && n * ((unsigned)row_bytes >> 4) <= SELF_CHUNKS;
+        const bool early_self = flat == ORDER_EARLY && s_sc[SC_SELF];
         if (threadIdx.x == 0) {
-            __threadfence();
-            st_release(ready + r, ((unsigned long long)epoch << 32) | n | (self ? SELF_COPIED : 0ull));
+            const unsigned long long word = ((unsigned long long)epoch << 32) | n;
+            if (flat == ORDER_EARLY && !s_sc[SC_EARLY]) {  // fast path, idle or bad: the whole list
+                __threadfence();
+                st_release(ready + R + r, word);
+            }
+            if (early_self) {
+                st_relaxed(ready + r, word | SELF_COPIED);  // nothing for other blocks to read
+            } else {
+                __threadfence();
+                st_release(ready + r, word | (hybrid_self ? SELF_COPIED : 0ull));
+            }
         }
         __syncthreads();  // s_sc read before the next request rewrites it
-        if (self) copy_segment(a, r, n, 0, 1, host, dev, row_bytes);
+        if (hybrid_self) copy_segment(a, r, n, 0, 1, host, dev, row_bytes);
     }
     if (!do_copy) return;  // bookkeeping only (timing breakdowns)
-    if (flat) {
+    if (flat == ORDER_EARLY) {
+        copy_flat_early(a, s.order, s.slotpos);  // needs R + 1 <= B
+    } else if (flat) {
         copy_flat(a, ready, epoch, host, dev, row_bytes, s.order, s.slotpos);  // needs R + 1 <= B
     } else if ((int)gridDim.x > R) {  // blocks r, r + R, r + 2R, ... copy request r
         const int r = blockIdx.x % R;

@@ -31,8 +31,9 @@ THREADS = 512
 WARPS = THREADS // 32
 DEFAULT_UNROLL = 4
 DEFAULT_BLOCKS_PER_SM = 1  # measured: 1 block of 512 threads per SM (no register spills) beats 2
-COPY_ORDERS = ("flat", "request", "hybrid")
-_COPY_ORDER_ARG = {"request": 0, "flat": 1, "hybrid": 2}
+COPY_ORDERS = ("flat", "request", "hybrid", "early")
+_COPY_ORDER_ARG = {"request": 0, "flat": 1, "hybrid": 2, "early": 3}
+DUP_CHECKS = ("bitmap", "hash")  # duplicate check: a max_ctx-bit bitmap in shared memory, or a hash table
 INITIAL_MODES = ("prefix", "empty")
 SMEM_LIMIT = 227 * 1024
 _INT32_MAX = 2**31 - 1
@@ -84,6 +85,12 @@ class SwapInGeometry(NamedTuple):
     def smem_bytes(self) -> int:
         return smem_bytes(self.buffer, self.top_k)
 
+    @property
+    def dup_bitmap_words(self) -> int:
+        """Words of the duplicate-check bitmap (one bit per position), 0 if it does not fit."""
+        words = -(-self.max_ctx // 32)
+        return words if smem_bytes(self.buffer, self.top_k, words) <= SMEM_LIMIT else 0
+
 
 class SwapInResult(NamedTuple):
     """slots: int32 [R, k] where attention reads each entry (B: reserved newest slot, -1: padding;
@@ -104,10 +111,11 @@ class HotBufferState(NamedTuple):
     filled: np.ndarray  # int32 [R]: slots [0, filled) hold rows [0, filled)
 
 
-def smem_bytes(buffer: int, top_k: int) -> int:
-    """Dynamic shared memory of the kernel (mirrors ``carve`` in swap_in.cu)."""
+def smem_bytes(buffer: int, top_k: int, dup_words: int = 0) -> int:
+    """Dynamic shared memory of the kernel (mirrors ``carve`` in swap_in.cu); dup_words: the
+    duplicate-check bitmap's 32-bit words (0: hash table in the bookkeeping's arrays)."""
     ballots = (max(buffer, top_k) + 31) // 32 + WARPS
-    return 4 * (4 * top_k + 2 * buffer + ballots) + buffer
+    return 4 * (4 * top_k + 2 * buffer + ballots + dup_words) + buffer
 
 
 def make_geometry(*, layers: int, requests: int, max_ctx: int, device_buffer_size: int, top_k: int,
@@ -220,25 +228,31 @@ def decode_errors(geom: SwapInGeometry, errors: np.ndarray, indices: np.ndarray,
 # Build and load
 # --------------------------------------------------------------------------------------------
 def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-                   stop_after: int = 0) -> Path:
+                   stop_after: int | None = None, max_regs: int = 0) -> Path:
     """Build (once, cached by source hash and flags) and return the kernel's cubin.
-    stop_after 1..6 builds a timing-breakdown variant whose bookkeeping ends after that phase."""
+    stop_after 0..6 builds a timing-breakdown variant whose bookkeeping ends after that phase
+    (0: before its first load);
+    max_regs > 0 caps the registers per thread (benchmarks: room for a preceding kernel's block
+    on the same SM, which programmatic dependent launch needs to overlap it)."""
     flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}", f"-DMIN_BLOCKS={int(blocks_per_sm)}")
-    if stop_after:
+    if stop_after is not None:
         flags = (*flags, f"-DSTOP_AFTER={int(stop_after)}")
+    if max_regs:
+        flags = (*flags, f"-DMAX_REGS={int(max_regs)}")
     return build_cubin(_SOURCE, flags, "swap_in")
 
 
 @cache
 def _kernel(device_id: int, unroll: int, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-            stop_after: int = 0) -> tuple[Any, int, int]:
+            stop_after: int | None = None, max_regs: int = 0) -> tuple[Any, int, int]:
     """(kernel, SM count, opt-in shared memory limit) on a device; needs sm_90."""
     import cupy as cp
 
     dev = cp.cuda.Device(device_id)
     if int(dev.compute_capability) < 90:
         raise RuntimeError(f"the swap-in kernel is built for sm_90; device has sm_{dev.compute_capability}")
-    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after)), enable_cooperative_groups=True)
+    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after, max_regs)),
+                       enable_cooperative_groups=True)
     kern = mod.get_function("swap_in_lru")
     optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
     kern.max_dynamic_shared_size_bytes = optin - kern.shared_size_bytes
@@ -292,15 +306,25 @@ class HotBuffer:
     the kernel also copies the newest token's row into slot B each step (no miss counted).
     ``copy_order``: "flat" (the grid copies all requests' rows as one list once every request's
     bookkeeping is published), "request" (each request's rows as soon as its own bookkeeping
-    is) or "hybrid" (flat, but requests of a few rows copied by their owner at once; checked bit
-    for bit on the GPU, not yet timed); see swap_in.cu. ``unroll`` and ``blocks_per_sm`` select
-    kernel builds (benchmarks).
+    is), "hybrid" (flat, but requests of a few rows copied by their owner at once) or "early"
+    (the default, fastest on the H200: the copy starts before the bookkeeping ends, sources
+    published once the misses are ranked, small requests loaded by their owner meanwhile); see
+    swap_in.cu. flat, hybrid and early need requests + 1 <= device_buffer_size, else the
+    request order is used. ``dup_check``: "bitmap"
+    (one bit per position in shared memory; falls back to the hash table when max_ctx bits do
+    not fit) or "hash". ``pdl``: launch with programmatic dependent launch, so that the kernel's
+    set-up (shared-memory clears, this layer's table loads) overlaps the kernel before it in the
+    stream; that kernel must not write this layer's tables (in a decode step it is the indexer;
+    two launches on the same layer back to back are launched plainly; measured gain about 1 us,
+    BENCHMARKS.md). ``unroll``, ``blocks_per_sm`` and ``max_regs`` select kernel builds
+    (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
-                 blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "flat") -> None:
+                 blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "early",
+                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0) -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -310,8 +334,18 @@ class HotBuffer:
             raise ValueError(f"initial must be one of {INITIAL_MODES}, got {initial!r}")
         if copy_order not in COPY_ORDERS:
             raise ValueError(f"copy_order must be one of {COPY_ORDERS}, got {copy_order!r}")
+        if dup_check not in DUP_CHECKS:
+            raise ValueError(f"dup_check must be one of {DUP_CHECKS}, got {dup_check!r}")
+        self.dup_words = g.dup_bitmap_words if dup_check == "bitmap" else 0
+        self.dup_check = "bitmap" if self.dup_words else "hash"
+        self.pdl = bool(pdl)
+        self.launch_mode = "plain"  # how the last launch went: plain, pdl+cooperative or pdl
+        # PDL launches are not cooperative: measured on the H200 (BENCHMARKS.md), the pair ran
+        # slower than either (bs 100: 52 us against 17; 20% misses 737 against 609 us)
+        self._pdl_cooperative = False
+        self._last_layer = -1
         self.initial, self.load_newest = initial, bool(load_newest)
-        # flat / hybrid keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
+        # flat / hybrid / early keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
         self.copy_order = copy_order if g.requests + 1 <= g.buffer else "request"
         self.pool = pool if pool is not None else PinnedPool(g.host_bytes)
         if self.pool.nbytes < g.host_bytes:
@@ -325,11 +359,12 @@ class HotBuffer:
         self._meta = cp.empty((L, R, 4), cp.int32)
         self._errors = cp.zeros((R, 2), cp.int32)
         self._copy_list = cp.zeros((g.copy_capacity, 2), cp.int32)
-        self._ready = cp.zeros(R, cp.uint64)  # per request: (launch epoch << 32) | copies queued
+        # per request: (launch epoch << 32) | copies queued; then the early order's source words
+        self._ready = cp.zeros(2 * R, cp.uint64)
         self._epoch = 0
         self.unroll, self.blocks_per_sm = int(unroll), int(blocks_per_sm)
-        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm)
-        self.max_grid = _grid_size(self._kern, n_sms, g.smem_bytes)
+        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, None, int(max_regs))
+        self.max_grid = _grid_size(self._kern, n_sms, smem_bytes(g.buffer, g.top_k, self.dup_words))
         self.reset()
 
     # ---- views -----------------------------------------------------------------------------
@@ -353,6 +388,7 @@ class HotBuffer:
     def reset(self, layers: Any = None) -> None:
         """Fresh requests: nothing loaded; the first long step starts from ``initial``."""
         sel = self._layers(layers)
+        self._last_layer = -2  # the tables were just written by other kernels: next launch plain
         self._slot_pos[sel] = -1
         self._pos_slot[sel] = -1
         self._meta[sel] = 0
@@ -365,6 +401,7 @@ class HotBuffer:
         if g.max_ctx < g.buffer:
             raise ValueError(f"prefill needs max_ctx >= device_buffer_size ({g.max_ctx} < {g.buffer})")
         B = g.buffer
+        self._last_layer = -2  # the tables were just written by other kernels: next launch plain
         for lyr in range(g.layers) if layers is None else [self._layer(layers)]:
             ramp = cp.arange(B, dtype=cp.int32)
             self._slot_pos[lyr] = ramp
@@ -413,11 +450,40 @@ class HotBuffer:
                 self._dev[lyr], np.int32(g.requests), np.int32(width), np.int32(g.buffer),
                 np.int64(g.max_ctx), np.int32(g.row_bytes), np.int32(self.initial == "prefix"),
                 np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(g.copy_segment),
-                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(_COPY_ORDER_ARG[self.copy_order]))
-        self._kern((self.grid(width),), (THREADS,), args, shared_mem=smem_bytes(g.buffer, width))
+                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(_COPY_ORDER_ARG[self.copy_order]),
+                np.int32(self.dup_words))
+        shared = smem_bytes(g.buffer, width, self.dup_words)
+        if self.pdl and self._last_layer not in (lyr, -2):
+            self._launch_pdl(args, shared)
+        else:
+            self.launch_mode = "plain"
+            self._kern((self.grid(width),), (THREADS,), args, shared_mem=shared)
+        self._last_layer = lyr
         if check:
             self.raise_errors(idx, ctx)
         return SwapInResult(slots, misses)
+
+    def _launch_pdl(self, args: tuple, shared: int) -> None:
+        """Programmatic dependent launch, not cooperative (``_pdl_cooperative`` asks for both,
+        benchmarks only). The grid never exceeds what can be resident at once, so every block
+        becomes resident once the kernels before it leave the SMs; a block waiting on another
+        cannot keep that one out."""
+        import cupy as cp
+
+        from ._launch import launch_ex
+
+        stream = cp.cuda.get_current_stream().ptr
+        grid = self.grid(int(args[0].shape[1]))
+        if self._pdl_cooperative:
+            try:
+                launch_ex(self._kern.kernel.ptr, grid, THREADS, shared, stream, args, cooperative=True,
+                          programmatic=True)
+                self.launch_mode = "pdl+cooperative"
+                return
+            except RuntimeError:
+                self._pdl_cooperative = False
+        launch_ex(self._kern.kernel.ptr, grid, THREADS, shared, stream, args, cooperative=False, programmatic=True)
+        self.launch_mode = "pdl"
 
     def raise_errors(self, indices: Any, ctx_len: Any) -> None:
         """Raise SwapInError if the last launch (on these inputs) found bad requests."""

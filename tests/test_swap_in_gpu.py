@@ -26,12 +26,14 @@ def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat"):
+def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat",
+            dup_check="bitmap", pdl=False):
     import cupy as cp
 
     hb = HotBuffer(layers=layers, requests=requests, max_ctx=max_ctx, device_buffer_size=buffer, top_k=k,
-                   row_bytes=row_bytes, initial=initial, copy_order=copy_order)
+                   row_bytes=row_bytes, initial=initial, copy_order=copy_order, dup_check=dup_check, pdl=pdl)
     assert hb.copy_order == copy_order
+    assert hb.dup_check == dup_check
     for lyr in range(layers):
         hb.host_rows(lyr)[:] = rng.integers(0, 256, hb.host_rows(lyr).shape, dtype=np.uint8)
     hb._dev.fill(0xA5)  # poison: an unwritten slot fails the row checks
@@ -61,15 +63,22 @@ def _run_and_check(hb, layer, idx, ctx, initial, msg, *, check_rows=True):
             got = dev[r_idx, cp.where(live, slots[t], 0)]
             want = host_dev[r_idx, cp.where(live, d_idx[t], 0)]
             bad_rows += cp.count_nonzero((got != want).any(axis=2) & live)
-    ref = reference_swap_in(idx, ctx, g.buffer, initial=initial)
     assert int(errors) == 0, f"kernel reported input errors ({msg})"
-    got_slots, got_misses = slots.get(), misses.get()
+    assert int(bad_rows) == 0, f"{int(bad_rows)} selected entries read a wrong row ({msg})"
+    return _compare(hb, layer, idx, ctx, initial, slots.get(), misses.get(), msg)
+
+
+def _compare(hb, layer, idx, ctx, initial, got_slots, got_misses, msg):
+    """Slots, miss counts, final tables, LRU orders and resident rows against the engine."""
+    g = hb.geometry
+    steps, n_req, _ = idx.shape
+    dev = hb.device_rows(layer).reshape(n_req, g.buffer + 1, g.row_bytes)
+    ref = reference_swap_in(idx, ctx, g.buffer, initial=initial)
     for t in range(steps):  # first differing step, for a readable failure
         if not (np.array_equal(got_slots[t], ref.slots[t]) and np.array_equal(got_misses[t], ref.misses[t])):
             r = int(np.flatnonzero((got_slots[t] != ref.slots[t]).any(axis=1) | (got_misses[t] != ref.misses[t]))[0])
             raise AssertionError(f"step {t} request {r}: misses {got_misses[t, r]} vs {ref.misses[t, r]}, "
                                  f"slots {got_slots[t, r][:16]} vs {ref.slots[t, r][:16]} ({msg})")
-    assert int(bad_rows) == 0, f"{int(bad_rows)} selected entries read a wrong row ({msg})"
     state = hb.state(layer)
     for r in range(n_req):
         np.testing.assert_array_equal(state.slot_pos[r], ref.slot_pos[r], err_msg=f"slot_pos r={r} ({msg})")
@@ -83,28 +92,33 @@ def _run_and_check(hb, layer, idx, ctx, initial, msg, *, check_rows=True):
     return got_misses
 
 
-@pytest.mark.parametrize("initial, row_bytes, copy_order",
-                         [("prefix", 656, "flat"), ("empty", 512, "flat"), ("prefix", 656, "request"),
-                          ("prefix", 656, "hybrid"), ("empty", 512, "hybrid")])
-def test_random_streams_bit_exact(initial, row_bytes, copy_order):
+@pytest.mark.parametrize("initial, row_bytes, copy_order, dup_check",
+                         [("prefix", 656, "flat", "bitmap"), ("empty", 512, "flat", "bitmap"),
+                          ("prefix", 656, "flat", "hash"), ("prefix", 656, "request", "bitmap"),
+                          ("prefix", 656, "hybrid", "bitmap"), ("empty", 512, "hybrid", "hash"),
+                          ("prefix", 656, "early", "bitmap"), ("empty", 512, "early", "bitmap"),
+                          ("prefix", 1152, "early", "hash")])
+def test_random_streams_bit_exact(initial, row_bytes, copy_order, dup_check):
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
     idx, ctx = random_batch(rng, steps=1500, requests=4, k=48, buffer=64, max_ctx=300)
     hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=row_bytes, initial=initial,
-                 copy_order=copy_order)
+                 copy_order=copy_order, dup_check=dup_check)
     misses = _run_and_check(hb, 1, idx, ctx, initial,
-                            f"seed={seed} initial={initial} row={row_bytes} order={copy_order}")
+                            f"seed={seed} initial={initial} row={row_bytes} order={copy_order} dup={dup_check}")
     assert misses.sum() > 10_000  # the streams really exercise evictions
     assert (hb.state(0).started == 0).all()  # layer 0 untouched
 
 
-def test_more_requests_than_blocks():
+@pytest.mark.parametrize("buffer, copy_order", [(32, "request"), (320, "early")])
+def test_more_requests_than_blocks(buffer, copy_order):
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
-    idx, ctx = random_batch(rng, steps=40, requests=300, k=16, buffer=32, max_ctx=120)
-    hb = _buffer(rng, requests=300, max_ctx=120, buffer=32, k=16, row_bytes=1152, layers=1, copy_order="request")
-    assert hb.max_grid < 300  # blocks loop over requests (R + 1 > B: the per-request copy order)
-    _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} R=300")
+    idx, ctx = random_batch(rng, steps=40, requests=300, k=16, buffer=buffer, max_ctx=buffer + 100)
+    hb = _buffer(rng, requests=300, max_ctx=buffer + 100, buffer=buffer, k=16, row_bytes=1152, layers=1,
+                 copy_order=copy_order)
+    assert hb.max_grid < 300  # blocks loop over requests (R + 1 > B 32: the per-request copy order)
+    _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} R=300 B={buffer} order={copy_order}")
 
 
 def _trace_batch(max_streams: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -201,7 +215,7 @@ def test_bad_inputs_reported_and_state_kept():
         hb.swap_in(0, cp.asarray(idx, cp.int64), cp.asarray(ctx))
 
 
-@pytest.mark.parametrize("copy_order", ["flat", "request", "hybrid"])
+@pytest.mark.parametrize("copy_order", ["flat", "request", "hybrid", "early"])
 def test_small_for_sanitizer(copy_order):
     """Small: the case run under compute-sanitizer memcheck and racecheck (fast path and long)."""
     seed = _fresh_seed()
@@ -210,3 +224,44 @@ def test_small_for_sanitizer(copy_order):
     ctx[20:] += 100  # the later steps past the buffer (their positions stay valid)
     hb = _buffer(rng, requests=3, max_ctx=300, buffer=64, k=32, row_bytes=656, layers=1, copy_order=copy_order)
     _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} sanitizer order={copy_order}")
+
+
+@pytest.mark.parametrize("copy_order", ["early", "flat"])
+def test_pdl_small_for_sanitizer(copy_order):
+    """Programmatic dependent launches: two layers stepped in turn (each launch follows the other
+    layer's, so each may overlap it), then both compared with the engine."""
+    import cupy as cp
+
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
+    steps, n_req, k, B, C = 60, 3, 32, 64, 300
+    batches = [random_batch(rng, steps=steps, requests=n_req, k=k, buffer=B, max_ctx=C) for _ in range(2)]
+    hb = _buffer(rng, requests=n_req, max_ctx=C, buffer=B, k=k, row_bytes=656, layers=2, copy_order=copy_order,
+                 pdl=True)
+    d = [(cp.asarray(i), cp.asarray(c)) for i, c in batches]
+    slots = [cp.full(batches[0][0].shape, -7, cp.int32) for _ in range(2)]
+    misses = [cp.full((steps, n_req), -7, cp.int32) for _ in range(2)]
+    errors = cp.zeros((), cp.int64)
+    bad_rows = cp.zeros((), cp.int64)
+    host_dev = [cp.asarray(hb.host_rows(lyr)) for lyr in (0, 1)]
+    dev = [hb.device_rows(lyr).reshape(n_req, B + 1, 656) for lyr in (0, 1)]
+    r_idx = cp.arange(n_req)[:, None]
+    modes = []
+    for t in range(steps):
+        for lyr in (0, 1):  # layer 1's launch follows layer 0's directly; the error word is shared
+            hb.swap_in(lyr, d[lyr][0][t], d[lyr][1][t], slots_out=slots[lyr][t], misses_out=misses[lyr][t],
+                       check=False)
+            modes.append(hb.launch_mode)
+        errors += cp.count_nonzero(hb._errors[:, 0])
+        if t % 2:  # rows byte-equal (on even steps layer 0's launch follows layer 1's directly too)
+            for lyr in (0, 1):
+                live = d[lyr][0][t] >= 0
+                got = dev[lyr][r_idx, cp.where(live, slots[lyr][t], 0)]
+                want = host_dev[lyr][r_idx, cp.where(live, d[lyr][0][t], 0)]
+                bad_rows += cp.count_nonzero((got != want).any(axis=2) & live)
+    assert int(errors) == 0, f"kernel reported input errors (seed={seed})"
+    assert int(bad_rows) == 0, f"{int(bad_rows)} selected entries read a wrong row (seed={seed})"
+    assert modes[0] == "plain" and set(modes[1:]) <= {"pdl+cooperative", "pdl"}, set(modes)
+    for lyr in (0, 1):
+        _compare(hb, lyr, batches[lyr][0], batches[lyr][1], "prefix", slots[lyr].get(), misses[lyr].get(),
+                 f"seed={seed} pdl layer={lyr} order={copy_order} ({modes[-1]})")

@@ -104,6 +104,30 @@ def test_deployment_geometries_fit():
                       row_bytes=1152)
 
 
+def test_duplicate_bitmap_fits_or_falls_back():
+    g = _geom(max_ctx=32832, device_buffer_size=4096, top_k=2048)
+    assert g.dup_bitmap_words == 1026  # one bit per position
+    assert smem_bytes(4096, 2048, 1026) == smem_bytes(4096, 2048) + 4 * 1026 <= SMEM_LIMIT
+    huge = _geom(max_ctx=4_000_000, device_buffer_size=8192, top_k=2048)
+    assert huge.dup_bitmap_words == 0  # 500 KB of bits do not fit: the hash table instead
+
+
+def test_launch_ex_structs_and_arguments():
+    """The ctypes mirrors of CUlaunchConfig / CUlaunchAttribute and the argument packing."""
+    import ctypes
+
+    from cupy_kernels import _launch
+
+    assert ctypes.sizeof(_launch._Attr) == 72 and _launch._Attr.value.offset == 8
+    assert ctypes.sizeof(_launch._Config) == 56 and _launch._Config.hStream.offset == 32
+    assert _launch._Config.attrs.offset == 40 and _launch._Config.numAttrs.offset == 48
+    assert _launch._param(np.int32(-3)).value == -3
+    assert _launch._param(np.uint64(2**40)).value == 2**40
+    assert isinstance(_launch._param(np.uint32(7)), ctypes.c_uint32)
+    with pytest.raises(TypeError, match="float"):
+        _launch._param(1.5)
+
+
 def test_validate_step_shapes_and_dtypes():
     g = _geom()
     ok_idx, ok_ctx = np.tile(np.arange(64, dtype=np.int32), (3, 1)), np.full(3, 500, np.int64)
