@@ -77,32 +77,37 @@ WIDE_VARIANTS = {
                       "bf16 tiles by two 64-thread producer halves, one per buffer; FP8 rows dequantised "
                       "once the next tile's rows have landed"),
     "ws2": WideVariant("mla_decode_ws2_", WS_THREADS, _SMEM_WS,
-                       "ws with a second producer, not yet run on a GPU: bf16 by all 128 threads, slots in "
+                       "ws with a second producer (149 GPU tests passed on the H200): bf16 by all 128 threads, slots in "
                        "registers, the next tile issued before this one is waited on; FP8 rows dequantised "
                        "while the next tile's rows load; shared memory addressed as such (LDS/STS)"),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
-# the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md);
-# it applies where it was measured, one split per (request, head group), else "serial"
-DEFAULT_WIDE_VARIANT = {"bf16": "serial", "fp8": "ws"}
+# the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md:
+# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6, FP8 ws 123.3 vs ws2 142.0 / serial 147.6); it
+# applies where it was measured, one split per (request, head group), else "serial"
+DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "ws"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 
 # The narrow-kernel implementations (any other H): kernel-name prefix and what differs.
 NARROW_VARIANTS = {
     "narrow": "mla_decode_narrow_",
-    "narrow2": "mla_decode_narrow2_",  # LDS/STS, slots read once per bf16 gather; not yet run on a GPU
+    "narrow2": "mla_decode_narrow2_",  # LDS/STS, slots read once per bf16 gather
 }
-DEFAULT_NARROW_VARIANT = "narrow"
+# per layout, measured side by side (BENCHMARKS.md): bf16 narrow2 3.0-3.5 TB/s of gathered KV at
+# B 64/128 H 8/16 against narrow's 2.2-2.5; FP8 narrow2 2-3% slower than narrow
+DEFAULT_NARROW_VARIANT = {"bf16": "narrow2", "fp8": "narrow"}
 NARROW_VARIANT_ENV = "HISPARSE_MLA_NARROW_VARIANT"
 
 
-def resolve_narrow_variant(variant: str | None) -> str:
-    """The narrow-kernel variant: the argument, else $HISPARSE_MLA_NARROW_VARIANT, else the default."""
+def resolve_narrow_variant(variant: str | None, kv_dtype: str = "bf16") -> str:
+    """The narrow-kernel variant: the argument, else $HISPARSE_MLA_NARROW_VARIANT, else the
+    layout's default (DEFAULT_NARROW_VARIANT)."""
     import os
 
-    name = variant if variant is not None else os.environ.get(NARROW_VARIANT_ENV, DEFAULT_NARROW_VARIANT)
+    fallback = DEFAULT_NARROW_VARIANT.get(kv_dtype, "narrow")
+    name = variant if variant is not None else os.environ.get(NARROW_VARIANT_ENV, fallback)
     if name not in NARROW_VARIANTS:
         src = "narrow_variant" if variant is not None else f"${NARROW_VARIANT_ENV}"
         raise ValueError(f"{src} must be one of {tuple(NARROW_VARIANTS)}, got {name!r}")
@@ -256,7 +261,7 @@ def sparse_mla_decode(
     CUDA graph (no allocation inside).
     variant: wide-kernel implementation (H a multiple of 64), a key of WIDE_VARIANTS; default
     $HISPARSE_MLA_VARIANT, else DEFAULT_WIDE_VARIANT[kv_dtype].  narrow_variant: the same for the
-    narrow kernel (NARROW_VARIANTS; $HISPARSE_MLA_NARROW_VARIANT, else DEFAULT_NARROW_VARIANT).
+    narrow kernel (NARROW_VARIANTS; $HISPARSE_MLA_NARROW_VARIANT, else DEFAULT_NARROW_VARIANT[kv_dtype]).
     """
     import cupy as cp
 
@@ -264,7 +269,7 @@ def sparse_mla_decode(
         if not isinstance(a, cp.ndarray):
             raise ValueError(f"{name} must be a cupy array on the GPU")
     var = resolve_variant(variant, kv_dtype)
-    nvar = resolve_narrow_variant(narrow_variant)
+    nvar = resolve_narrow_variant(narrow_variant, kv_dtype)
     q3, slots2, out_shape = fold_query_tokens(q, slots)
     dims = validate_inputs(q3, kv, slots2, kv_dtype)
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):

@@ -273,7 +273,8 @@ def test_wide_variants_fit_one_block_of_shared_memory():
 
 def test_narrow_variant_selection(monkeypatch):
     monkeypatch.delenv(NARROW_VARIANT_ENV, raising=False)
-    assert resolve_narrow_variant(None) == DEFAULT_NARROW_VARIANT in NARROW_VARIANTS
+    for kv_dtype in ("bf16", "fp8"):
+        assert resolve_narrow_variant(None, kv_dtype) == DEFAULT_NARROW_VARIANT[kv_dtype] in NARROW_VARIANTS
     monkeypatch.setenv(NARROW_VARIANT_ENV, "narrow2")
     assert resolve_narrow_variant(None) == "narrow2"
     assert resolve_narrow_variant("narrow") == "narrow"
