@@ -258,3 +258,26 @@ def test_loop_engine_misses_are_the_replay_engines():
     assert got.sum() > 0
     for s in streams:
         assert np.array_equal(got[:, s.layer, s.request], replay_stream(s, ReplayConfig(policy="lru", buffer=96)))
+
+
+def test_kernel_loop_repredict_prices_with_the_calibration_being_checked():
+    """repredict must keep the CostModel's own terms: a calibration whose attention terms differ
+    from the packaged one's gives different predictions (it once fell back to the packaged file)."""
+    import dataclasses
+
+    from simulator.calibration.validate import repredict
+    from simulator.serving import presets as P
+    from simulator.serving.costs import CostModel
+    from simulator.serving.step_costs import terms_for
+
+    cal = P.load_calibration("calibration/h200.json")
+    gpu = P.load_gpu("h200", "calibration/h200.json")
+    model = P.load("models", "glm-5.1-fp8")
+    dep = P.load("deployments", "8xh200-colocated-dp8")
+    terms = terms_for(gpu, cal.terms, cal.label)
+    slow = dataclasses.replace(terms, terms=dataclasses.replace(
+        terms.terms, attention={k: (launch + 100e-6, eff / 2) for k, (launch, eff) in terms.terms.attention.items()}))
+    result = {"layers": 4, "heads": 64, "row_bytes": 1152, "requests": 8, "misses_per_layer": [[10.0, 20.0, 5.0, 0.0]]}
+    base = repredict(CostModel(model, gpu, dep, cal.params, terms), result)["predicted_s"][0]
+    slower = repredict(CostModel(model, gpu, dep, cal.params, slow), result)["predicted_s"][0]
+    assert slower > base + 4 * 100e-6  # four layers, each at least the added launch cost

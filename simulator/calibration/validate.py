@@ -96,6 +96,7 @@ def repredict(cost, result: dict) -> dict:
     """(Re)compute a configuration's predicted step times from its stored misses (no GPU)."""
     model = dataclasses.replace(cost.m, layers=result["layers"], attention_heads=result["heads"],
                                 kv_row_bytes=result["row_bytes"])
-    cfg_cost = type(cost)(model, cost.g, cost.d, cost.p)
+    # the terms of the calibration being checked (cost.terms), never the packaged default's
+    cfg_cost = type(cost)(model, cost.g, cost.d, cost.p, cost.terms)
     predicted = [predicted_step_s(cfg_cost, np.asarray(m, float), result["requests"]) for m in result["misses_per_layer"]]
     return result | {"predicted_s": predicted}
