@@ -942,6 +942,22 @@ static PyObject *py_lru_result(PyObject *self, PyObject *args)
 
 #define MAX_STATES 64
 
+/* The LRU states of `caps` and their writable int64 misses arrays of `outs` (one per state,
+ * `steps` long each); *got counts the buffers taken, which the caller releases even on failure. */
+static int take_states(PyObject *caps, PyObject *outs, Py_ssize_t ns, long long steps, lru_state **st,
+                       int64_t **mis, Py_buffer *bufs, Py_ssize_t *got)
+{
+    for (; *got < ns; (*got)++) {
+        Py_ssize_t i = *got;
+        st[i] = (lru_state *)PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, i), CAPSULE);
+        if (!st[i]) return 0;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, i), &bufs[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) return 0;
+        if (!need_len(&bufs[i], (Py_ssize_t)(steps * 8), "misses")) { (*got)++; return 0; }
+        mis[i] = (int64_t *)bufs[i].buf;
+    }
+    return 1;
+}
+
 static PyObject *py_lru_replay_coded(PyObject *self, PyObject *args)
 {
     PyObject *caps, *outs;
@@ -962,13 +978,7 @@ static PyObject *py_lru_replay_coded(PyObject *self, PyObject *args)
         goto out;
     }
     if (!need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) goto out;
-    for (; got < ns; got++) {
-        st[got] = (lru_state *)PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, got), CAPSULE);
-        if (!st[got]) goto out;
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, got), &bufs[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
-        if (!need_len(&bufs[got], (Py_ssize_t)(steps * 8), "misses")) { got++; goto out; }
-        mis[got] = (int64_t *)bufs[got].buf;
-    }
+    if (!take_states(caps, outs, ns, steps, st, mis, bufs, &got)) goto out;
     {
         int64_t acc = 0, bad = 0;
         int code;
@@ -1062,13 +1072,7 @@ static PyObject *py_lru_apply_changes(PyObject *self, PyObject *args)
         goto out;
     }
     if (!need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx")) goto out;
-    for (; got < ns; got++) {
-        st[got] = (lru_state *)PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, got), CAPSULE);
-        if (!st[got]) goto out;
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(outs, got), &bufs[got], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto out;
-        if (!need_len(&bufs[got], (Py_ssize_t)(steps * 8), "misses")) { got++; goto out; }
-        mis[got] = (int64_t *)bufs[got].buf;
-    }
+    if (!take_states(caps, outs, ns, steps, st, mis, bufs, &got)) goto out;
     {
         int64_t bad = 0;
         int code;
