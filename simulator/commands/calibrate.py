@@ -329,7 +329,6 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
     """Issue 8's loop: swap-in + attention per layer against the serving cost model's terms."""
     from ..calibration import grids
     from ..calibration.validate import repredict, run_config
-    from ..fileio import atomic_output
     from ..serving import presets as P
     from ..serving.costs import CostModel
     from ..serving.step_costs import terms_for
@@ -348,17 +347,10 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
 
         configs = [run_config(cp, pool, cost, steps=args.steps, seed=args.seed + i, **cfg)
                    for i, cfg in enumerate(grids.VALIDATE_KERNELS)]
-    med, p90 = _summary(configs, ("requests", "layers", "hot", "heads", "row_bytes"))
-    report = {"gpu": args.gpu, "calibration": calibration, "misses_exact": all(c["misses_exact"] for c in configs),
-              "step_time_median_abs_err": med, "step_time_p90_abs_err": p90,
-              "targets": {"misses_exact": True, "step_time_median_abs_err": 0.10, "step_time_p90_abs_err": 0.20},
-              "configs": configs}
-    with atomic_output(path) as fh:
-        fh.write(json.dumps(report, indent=1).encode())
     from ..calibration.report import plot_validation
 
-    plot_validation(report, os.path.join(args.out, f"validation-{args.gpu}.png"))
-    print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))
+    _save_validation(args, calibration, path, configs, ("requests", "layers", "hot", "heads", "row_bytes"),
+                     plot_validation, f"validation-{args.gpu}.png")
 
 
 def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
@@ -367,7 +359,6 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
     from ..calibration.layer_loop import repredict_layers, run_layer_config
     from ..calibration.step_terms import StepTerms
     from ..errors import HisparseError
-    from ..fileio import atomic_output
 
     cal = _read_json(calibration, (), "run hisparse calibrate first")
     try:
@@ -386,15 +377,26 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
 
         configs = [run_layer_config(cp, torch, pool, terms, cfg, steps=args.steps, seed=args.seed + i)
                    for i, cfg in enumerate(grids.VALIDATE_LAYERS)]
-    med, p90 = _summary(configs, ("requests", "ctx0", "layers", "dense", "hot", "row_bytes"))
-    report = {"gpu": args.gpu, "calibration": calibration, "model": "glm-5.1", "loop": "full DSA layer",
+    from ..calibration.report import plot_layer_validation
+
+    _save_validation(args, calibration, path, configs, ("requests", "ctx0", "layers", "dense", "hot", "row_bytes"),
+                     plot_layer_validation, f"validation-layer-{args.gpu}.png",
+                     {"model": "glm-5.1", "loop": "full DSA layer"})
+
+
+def _save_validation(args: argparse.Namespace, calibration: str, path: str, configs: list, keys: tuple,
+                     plot, png: str, extra: dict | None = None) -> None:
+    """Either loop's report (summary, targets, configurations) written at once, plotted and its
+    headline printed."""
+    from ..fileio import atomic_output
+
+    med, p90 = _summary(configs, keys)
+    report = {"gpu": args.gpu, "calibration": calibration, **(extra or {}),
               "misses_exact": all(c["misses_exact"] for c in configs),
               "step_time_median_abs_err": med, "step_time_p90_abs_err": p90,
               "targets": {"misses_exact": True, "step_time_median_abs_err": 0.10, "step_time_p90_abs_err": 0.20},
               "configs": configs}
     with atomic_output(path) as fh:
         fh.write(json.dumps(report, indent=1).encode())
-    from ..calibration.report import plot_layer_validation
-
-    plot_layer_validation(report, os.path.join(args.out, f"validation-layer-{args.gpu}.png"))
+    plot(report, os.path.join(args.out, png))
     print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))
