@@ -23,6 +23,7 @@ import csv
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,41 +133,38 @@ class Kernels:
         return float(cyc) / max(1, int(ns)) * 1e3
 
 
-def launch_floor(cp: Any, kern: Kernels, iters: int = 21) -> dict[str, float]:
-    """Median us of an empty kernel timed like a swap-in launch (events after a spin kernel):
-    the floor under any fixed cost, for 1 and 264 blocks of 512 threads with 69 KB of dynamic
-    shared memory (the swap-in's at B 4096, k 2048)."""
-    out = {}
-    for blocks in (1, 264):
-        times = []
-        for i in range(iters + 2):
-            cp.cuda.Device().synchronize()
-            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-            kern.hold()
-            e0.record()
-            kern.empty((blocks,), (512,), (kern.sink,), shared_mem=69_000)
-            e1.record()
-            e1.synchronize()
-            if i >= 2:
-                times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
-        out[f"empty_{blocks}"] = statistics.median(times)
-    # launched as the swap-in is: cooperative, one block per SM, 74 KB of dynamic shared memory
-    from cupy_kernels._launch import launch_ex
-
-    kern.empty.max_dynamic_shared_size_bytes = 80_000
+def held_launch_us(cp: Any, kern: Kernels, launch: Callable[[], None], iters: int) -> float:
+    """Median us of `launch()` timed like a swap-in launch: queued behind the spin kernel, between
+    two events, after 2 warm-up launches."""
     times = []
     for i in range(iters + 2):
         cp.cuda.Device().synchronize()
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
         kern.hold()
         e0.record()
-        launch_ex(kern.empty.kernel.ptr, kern.n_sms, 512, 74_000, cp.cuda.get_current_stream().ptr, (kern.sink,),
-                  cooperative=True, programmatic=False)
+        launch()
         e1.record()
         e1.synchronize()
         if i >= 2:
             times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
-    out[f"empty_{kern.n_sms}_cooperative"] = statistics.median(times)
+    return statistics.median(times)
+
+
+def launch_floor(cp: Any, kern: Kernels, iters: int = 21) -> dict[str, float]:
+    """Median us of an empty kernel timed like a swap-in launch (events after a spin kernel):
+    the floor under any fixed cost, for 1 and 264 blocks of 512 threads with 69 KB of dynamic
+    shared memory (the swap-in's at B 4096, k 2048)."""
+    out = {}
+    for blocks in (1, 264):
+        out[f"empty_{blocks}"] = held_launch_us(
+            cp, kern, lambda n=blocks: kern.empty((n,), (512,), (kern.sink,), shared_mem=69_000), iters)
+    # launched as the swap-in is: cooperative, one block per SM, 74 KB of dynamic shared memory
+    from cupy_kernels._launch import launch_ex
+
+    kern.empty.max_dynamic_shared_size_bytes = 80_000
+    out[f"empty_{kern.n_sms}_cooperative"] = held_launch_us(
+        cp, kern, lambda: launch_ex(kern.empty.kernel.ptr, kern.n_sms, 512, 74_000, cp.cuda.get_current_stream().ptr,
+                                    (kern.sink,), cooperative=True, programmatic=False), iters)
     out["sm_mhz"] = kern.mhz()
     return out
 
