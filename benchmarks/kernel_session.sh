@@ -3,7 +3,7 @@
 # Usage (on the H200, from the repository root):  bash benchmarks/kernel_session.sh STEP...
 # Steps: build, test-att, test-swap, sanitize, bench-att, bench-att-full, profile-att, bench-swap,
 #        bench-swap-full, bench-swap-variants, test-swap-gpu, bench-swap-fixed, test-swap-new,
-#        bench-swap-new, sanitize-new.  Logs and CSVs go to $OUT (default ./session-out); a short summary
+#        bench-swap-new, sanitize-new, profile-swap, bench-swap-pools.  Logs and CSVs go to $OUT (default ./session-out); a short summary
 #        is printed last.  Every step has its own time limit, so one hang cannot eat the session.
 set -u
 export PYTHONUNBUFFERED=1
@@ -89,6 +89,47 @@ step_sanitize_new() {
     timeout 45 compute-sanitizer --tool racecheck --error-exitcode 9 $PY -m pytest -q -p no:cacheprovider \
         tests/test_swap_in_gpu.py -k "$sel"
     echo "racecheck rc=$?"
+}
+
+# Issue 18, what limits the swap-in: ncu counters at bs 100, 656 B rows, 0.1 / 20 / 100% misses
+# (full section set, one launch each, reports and their details pages), and the host pool made
+# three ways (cudaHostAlloc; cudaHostRegister of 4 KB pages, as SGLang pins; of 2 MB transparent
+# huge pages: the page-translation test), each with the gather study; the phase cuts once.
+step_profile_swap() {
+    ncu --query-metrics --chip gh100 2>&1 | grep -iE "pcie|sysmem|tlb|aperture" >"$OUT/profile-swap-metrics.txt"
+    for rate in 0.001 0.2 1.0; do
+        timeout 200 ncu --clock-control none --set full -k regex:swap_in_lru --launch-skip 3 --launch-count 1 \
+            -f -o "$OUT/swap_in_ncu_$rate" $PY benchmarks/swap_in.py --batches 100 --hots 4096 --rows 656 \
+            --miss-rates $rate --pool-gib 3 --iters 4 --out /tmp/ncu_swap.csv >/tmp/ncu_swap_$rate.log 2>&1
+        echo "ncu $rate rc=$?"; tail -3 /tmp/ncu_swap_$rate.log
+        ncu -i "$OUT/swap_in_ncu_$rate.ncu-rep" --page details >"$OUT/swap_in_ncu_$rate.txt" 2>&1
+        grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|L2 Hit|Stall|One or More" \
+            "$OUT/swap_in_ncu_$rate.txt" | head -20
+    done
+    timeout 120 ncu --clock-control none -k regex:swap_in_lru --launch-skip 3 --launch-count 1 --metrics \
+gpu__time_duration.sum,pcie__read_bytes.sum,pcie__write_bytes.sum,lts__t_sectors_aperture_sysmem_op_read.sum,\
+lts__t_sectors_aperture_sysmem_op_read_lookup_miss.sum,lts__d_sectors_fill_sysmem.sum,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,\
+smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warps_active.avg.pct_of_peak_sustained_active \
+        $PY benchmarks/swap_in.py --batches 100 --hots 4096 --rows 656 --miss-rates 0.2 --pool-gib 3 --iters 4 \
+        --out /tmp/ncu_swap.csv 2>&1 | grep -vE "^bs |^pool|^pinned|^launch" | tail -30
+}
+step_bench_swap_pools() {
+    for b in ${POOL_BACKINGS:-alloc register register-thp}; do
+        local extra=()
+        [ "$b" = alloc ] && [ -z "${NO_PHASES:-}" ] && extra=(--phases)
+        timeout 150 $PY benchmarks/swap_in.py --batches 1 100 --hots 4096 --rows 656 --miss-rates 0.001 0.2 1.0 \
+            --rowcopy "${extra[@]}" --pool-gib 4 --iters 11 --pool-backing $b --out "/tmp/swap_in_pool_$b.csv" \
+            --rowcopy-out "/tmp/rowcopy_$b.csv"
+        echo "pool $b rc=$?"
+    done
+    python3 - "$OUT/swap_in_pools.csv" "$OUT/rowcopy_pools.csv" <<'PY'
+import sys, pandas as pd
+for out, stem in zip(sys.argv[1:], ("swap_in_pool", "rowcopy")):
+    parts = [pd.read_csv(f"/tmp/{stem}_{b}.csv") for b in ("alloc", "register", "register-thp")
+             if __import__("os").path.exists(f"/tmp/{stem}_{b}.csv")]
+    if parts:
+        pd.concat(parts).to_csv(out, index=False)
+PY
 }
 
 # Logs of the steps named in $NOLOG stay out of $OUT (at most 8 files come back); their key lines

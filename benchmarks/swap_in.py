@@ -31,7 +31,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cupy_kernels.swap_in import COPY_ORDERS, DUP_CHECKS, HotBuffer, PinnedPool, _kernel  # noqa: E402
+from cupy_kernels.swap_in import (  # noqa: E402
+    COPY_ORDERS,
+    DUP_CHECKS,
+    POOL_BACKINGS,
+    HotBuffer,
+    PinnedPool,
+    _kernel,
+)
 
 K = 2048
 CTX = 32768
@@ -302,6 +309,15 @@ def time_after_kernel(cp: Any, hb: HotBuffer | None, rng: np.random.Generator, m
     return out["launch"] - out["busy"]
 
 
+def thp_setting() -> str:
+    """The kernel's transparent-huge-page mode (the bracketed word), or why it is unknown."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    return text[text.find("[") + 1:text.find("]")] if "[" in text else text.strip()
+
+
 def rowcopy(cp: Any, pool: PinnedPool, kern: Kernels, memcpy: float, n: int = 204_700, reps: int = 7) -> list[dict]:
     """Alignment study: gather n random rows from the pinned pool with the swap-in's loads, for
     row sizes, row strides (a 768 B stride starts every 656 B row on a 128 B line) and load
@@ -368,9 +384,11 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, 
 
     rng = np.random.default_rng(args.seed)
     t0 = time.time()
-    pool = PinnedPool(int(args.pool_gib * (1 << 30)))
+    pool = PinnedPool(int(args.pool_gib * (1 << 30)), backing=args.pool_backing)
     fill_pool(pool, rng)
-    print(f"pool {pool.nbytes / 2**30:.1f} GiB pinned+filled in {time.time() - t0:.1f} s", flush=True)
+    print(f"pool {pool.nbytes / 2**30:.1f} GiB pinned+filled in {time.time() - t0:.1f} s, backing "
+          f"{pool.backing}, {pool.huge_fraction():.1%} in huge pages (transparent_hugepage: {thp_setting()})",
+          flush=True)
     memcpy_start = measure_memcpy(cp, pool)
     print(f"pinned cudaMemcpy H2D (start): {memcpy_start:.1f} GB/s", flush=True)
     kern = Kernels(cp, args.hold_us, args.hold_blocks)
@@ -425,6 +443,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, 
     rc = rowcopy(cp, pool, kern, memcpy) if args.rowcopy else []
     for x in rows + rc:
         x["memcpy_gbps"] = round(memcpy, 2)
+        x["pool_backing"] = pool.backing
     return rows, after, rc
 
 
@@ -585,6 +604,9 @@ def main() -> None:
                     help="also time behind the busy kernel a build capped at this many registers "
                          "(room for a busy block beside a swap-in block; 0 = no such build)")
     ap.add_argument("--rowcopy", action="store_true", help="also run the row-alignment gather study")
+    ap.add_argument("--pool-backing", default="alloc", choices=list(POOL_BACKINGS),
+                    help="how the pinned host pool is made: cudaHostAlloc (default), cudaHostRegister of 4 KB "
+                         "pages, or of 2 MB transparent huge pages (the page-translation test)")
     ap.add_argument("--baseline-cu", type=Path, default=None,
                     help="also time the kernel built from this older swap_in.cu (e.g. the last commit's), "
                          "as copy orders head-<order>, hash duplicate check")

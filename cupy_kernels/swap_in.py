@@ -278,23 +278,78 @@ def _grid_size(kern: Any, n_sms: int, smem: int) -> int:
 # --------------------------------------------------------------------------------------------
 # Host pool and hot buffer
 # --------------------------------------------------------------------------------------------
+POOL_BACKINGS = ("alloc", "register", "register-thp")
+"""How a PinnedPool gets its pages: ``alloc`` (cudaHostAlloc, the driver's own pinned pages),
+``register`` (an anonymous mmap of 4 KB pages (MADV_NOHUGEPAGE) pinned with cudaHostRegister, as
+SGLang pins its host KV tensors) or ``register-thp`` (the same mapping advised MADV_HUGEPAGE first, so the kernel
+backs it with 2 MB transparent huge pages where it can: the test of whether scattered row reads
+are bound by page translation; ``huge_fraction`` says how much of it got huge pages)."""
+_HOST_REGISTER_PORTABLE, _HOST_REGISTER_MAPPED = 1, 2
+_HUGE = 2 << 20
+
+
 class PinnedPool:
-    """Page-locked host memory mapped into the GPU's address space (cudaHostAlloc, mapped).
+    """Page-locked host memory mapped into the GPU's address space (see ``POOL_BACKINGS``).
 
     ``array`` is a numpy uint8 view; ``device_ptr`` is what kernels read through (zero-copy).
     One pool can back several HotBuffers in turn (benchmarks reuse a 16 GB pool).
     """
 
-    def __init__(self, nbytes: int) -> None:
-        import cupy as cp
-
+    def __init__(self, nbytes: int, backing: str = "alloc") -> None:
         if nbytes < 1:
             raise ValueError(f"pool size must be positive, got {nbytes}")
-        self.nbytes = int(nbytes)
-        self._mem = cp.cuda.PinnedMemory(self.nbytes, _HOST_ALLOC_PORTABLE | _HOST_ALLOC_MAPPED)
-        self.array = np.frombuffer(cp.cuda.PinnedMemoryPointer(self._mem, 0), np.uint8, self.nbytes)
-        # Unified addressing (every 64-bit CUDA platform): the host pointer is the device pointer.
-        self.device_ptr = int(self._mem.ptr)
+        if backing not in POOL_BACKINGS:
+            raise ValueError(f"pool backing must be one of {', '.join(POOL_BACKINGS)}, got {backing!r}")
+        import cupy as cp
+
+        self.nbytes, self.backing = int(nbytes), backing
+        self._registered = 0
+        if backing == "alloc":
+            self._mem = cp.cuda.PinnedMemory(self.nbytes, _HOST_ALLOC_PORTABLE | _HOST_ALLOC_MAPPED)
+            self.array = np.frombuffer(cp.cuda.PinnedMemoryPointer(self._mem, 0), np.uint8, self.nbytes)
+            # Unified addressing (every 64-bit CUDA platform): the host pointer is the device pointer.
+            self.device_ptr = int(self._mem.ptr)
+            return
+        import ctypes
+        import mmap
+
+        # one spare huge page so the view can start on a 2 MB boundary (huge pages need it)
+        self._map = mmap.mmap(-1, self.nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        offset = (-base) % _HUGE
+        # before the first touch, so that the faults take 2 MB pages, or surely 4 KB ones (a kernel
+        # set to THP "always" would otherwise give huge pages to "register" too)
+        self._map.madvise(mmap.MADV_HUGEPAGE if backing == "register-thp" else mmap.MADV_NOHUGEPAGE)
+        self.array = np.frombuffer(self._map, np.uint8, self.nbytes, offset)
+        self.array[::4096] = 0  # fault every page in before pinning
+        self._registered = base + offset
+        cp.cuda.runtime.hostRegister(self._registered, self.nbytes, _HOST_REGISTER_PORTABLE | _HOST_REGISTER_MAPPED)
+        # the device address of the registered range (equal to the host one where the GPU can use
+        # host pointers for registered memory, as every Hopper can)
+        self.device_ptr = int(cp.cuda.runtime.pointerGetAttributes(self._registered).devicePointer)
+
+    def huge_fraction(self) -> float:
+        """Share of this process's anonymous memory in transparent huge pages, over the pool's
+        size (Linux ``/proc/self/smaps_rollup``; an upper bound on the pool's own share; 0 for
+        ``alloc``, whose pages the driver owns)."""
+        if self.backing == "alloc":
+            return 0.0
+        try:
+            text = Path("/proc/self/smaps_rollup").read_text()
+        except OSError:
+            return float("nan")
+        kb = next((int(line.split()[1]) for line in text.splitlines() if line.startswith("AnonHugePages:")), 0)
+        return min(1.0, kb * 1024 / self.nbytes)
+
+    def __del__(self) -> None:
+        if getattr(self, "_registered", 0):
+            try:
+                import cupy as cp
+
+                cp.cuda.runtime.hostUnregister(self._registered)
+            except Exception:  # interpreter shutdown: the process exit unpins anyway
+                pass
+            self._registered = 0
 
 
 class HotBuffer:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cupy_kernels.swap_in import HotBuffer, SwapInError
+from cupy_kernels.swap_in import HotBuffer, PinnedPool, SwapInError
 from simulator.replay.swap_in_reference import reference_swap_in
 from tests.test_swap_in_reference import random_batch
 
@@ -27,11 +27,12 @@ def _fresh_seed() -> int:
 
 
 def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat",
-            dup_check="bitmap", pdl=False):
+            dup_check="bitmap", pdl=False, pool=None):
     import cupy as cp
 
     hb = HotBuffer(layers=layers, requests=requests, max_ctx=max_ctx, device_buffer_size=buffer, top_k=k,
-                   row_bytes=row_bytes, initial=initial, copy_order=copy_order, dup_check=dup_check, pdl=pdl)
+                   row_bytes=row_bytes, initial=initial, copy_order=copy_order, dup_check=dup_check, pdl=pdl,
+                   pool=pool)
     assert hb.copy_order == copy_order
     assert hb.dup_check == dup_check
     for lyr in range(layers):
@@ -213,6 +214,20 @@ def test_bad_inputs_reported_and_state_kept():
     np.testing.assert_array_equal(hb.state(0).slot_pos[1], after.slot_pos[1])
     with pytest.raises(ValueError, match="C-contiguous int32"):
         hb.swap_in(0, cp.asarray(idx, cp.int64), cp.asarray(ctx))
+
+
+@pytest.mark.parametrize("backing", ["register", "register-thp"])
+def test_registered_pools_bit_exact(backing):
+    """Host pools pinned with cudaHostRegister (4 KB or transparent 2 MB pages) read through the
+    kernel exactly as the driver-allocated one: same slots and misses as the engine, same rows."""
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
+    idx, ctx = random_batch(rng, steps=400, requests=4, k=48, buffer=64, max_ctx=300)
+    pool = PinnedPool(3 << 20, backing=backing)  # larger than the 2 x 4 x 300 x 656 B the buffer uses
+    assert pool.backing == backing and pool.device_ptr != 0
+    hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=656, copy_order="early", pool=pool)
+    misses = _run_and_check(hb, 1, idx, ctx, "prefix", f"seed={seed} backing={backing}")
+    assert misses.sum() > 1000
 
 
 @pytest.mark.parametrize("copy_order", ["flat", "request", "hybrid", "early"])

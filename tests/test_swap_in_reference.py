@@ -16,7 +16,9 @@ from cupy_kernels.swap_in import (
     ERR_DUP,
     ERR_PAD,
     ERR_POS,
+    POOL_BACKINGS,
     SMEM_LIMIT,
+    PinnedPool,
     SwapInError,
     decode_errors,
     host_errors,
@@ -110,6 +112,15 @@ def test_duplicate_bitmap_fits_or_falls_back():
     assert smem_bytes(4096, 2048, 1026) == smem_bytes(4096, 2048) + 4 * 1026 <= SMEM_LIMIT
     huge = _geom(max_ctx=4_000_000, device_buffer_size=8192, top_k=2048)
     assert huge.dup_bitmap_words == 0  # 500 KB of bits do not fit: the hash table instead
+
+
+@pytest.mark.parametrize("kw, match", [(dict(nbytes=0), "must be positive"),
+                                       (dict(nbytes=1 << 20, backing="hugetlb"), "alloc, register, register-thp")])
+def test_pinned_pool_arguments_checked_before_cuda(kw, match):
+    """A bad size or backing is refused by name before CuPy is needed (this runs without a GPU)."""
+    assert POOL_BACKINGS == ("alloc", "register", "register-thp")
+    with pytest.raises(ValueError, match=match):
+        PinnedPool(**kw)
 
 
 def test_launch_ex_structs_and_arguments():
