@@ -226,18 +226,20 @@ def test_profiles_scale_the_buffer_to_the_trace_k_and_say_so(tmp_path):
 def test_published_scenario_shape():
     """Default scenario: the baseline plateaus once its pools are full; HiSparse costs a little at
     the lowest concurrency (its extra I/O). Under SGLang's admission as read (bench_serving's
-    ignore_eos look-ahead against HiSparse's available_size = min(logical, device) free) HiSparse
-    runs 7 requests per rank to the baseline's 5, so it is only a little ahead: the published 3x
-    is not reproduced (README, validation)."""
+    ignore_eos look-ahead against HiSparse's available_size = min(logical, device) free, retried
+    every round under HiSparse) HiSparse runs 20 requests per rank in steady state to the
+    baseline's 5, and more than twice its throughput at 256 clients (published: 3x; README,
+    validation)."""
     rows = run_plan(PlanInputs(concurrency=(1, 64, 256)))
     t = {(r["system"], r["concurrency"]): r["steady_tok_s_deployment"] for r in rows}
     m = {(r["system"], r["concurrency"]): r["max_running_deployment"] for r in rows}
     assert t["baseline", 256] / t["baseline", 64] < 1.1
-    assert m["baseline", 256] == 40 and m["hisparse", 256] == 56
-    assert t["baseline", 256] < t["hisparse", 256] < 1.5 * t["baseline", 256]
+    assert m["baseline", 256] == 40 and m["hisparse", 256] == 160
+    assert 2 * t["baseline", 256] < t["hisparse", 256] < 3 * t["baseline", 256]
     assert t["hisparse", 1] < t["baseline", 1]
     rec = recommend(rows, 100.0)
-    assert not rec["choice"]["overloaded"] and rec["choice"]["concurrency"] == 1  # 64 clients exceed both
+    # 64 clients overload the baseline's 40 slots, not HiSparse's 160: HiSparse at 64 is the best that holds
+    assert not rec["choice"]["overloaded"] and (rec["choice"]["system"], rec["choice"]["concurrency"]) == ("hisparse", 64)
 
 
 def test_recommendation_respects_ttft_and_load():

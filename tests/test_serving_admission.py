@@ -167,20 +167,46 @@ def test_deterministic_with_a_seed():
 
 def test_hisparse_admission_reads_the_device_pool():
     """HiSparse's allocator reports min(logical, device) free: the look-ahead charges every running
-    request's remaining output to the device slots. Blog config, 32K/8K: n running requests hold
-    4160 slots each; the next one fits while free - 32768 - 8192 (n + 1) > n + 1."""
+    request's remaining output to the device slots. Blog config, 32K/8K: in a first wave n running
+    requests hold 4160 slots each and all have ~8192 outputs to go, so the next one fits while
+    free - 32768 - 8192 (n + 1) > n + 1: 7. Once outputs are evenly staggered (batch_is_full is
+    cleared every round, so admission is retried each step) only the request nearest its end binds:
+    free - 32768 - t_min (n + 1) > n + 1 with t_min = 8192 - 8192 (n - 1) // n: 20 per rank."""
     sc = load_scenario(calibration="uncalibrated")
     import numpy as np
 
     from simulator.serving.misses import MissProfiles
     sim = InstanceSim(sc, System.HISPARSE, concurrency=1, profiles=MissProfiles((np.zeros(8),), "t"))
     plan, out, prompt = sim.plan, 8192, 32768
-    n = 0
-    while plan.pool_tokens - plan.buffer_slots * n - prompt - out * (n + 1) > n + 1:
+    first = 0
+    while plan.pool_tokens - plan.buffer_slots * first - prompt - out * (first + 1) > first + 1:
+        first += 1
+    assert first == 7
+    n = first
+    while plan.pool_tokens - plan.buffer_slots * n - prompt - (out - out * (n - 1) // n) * (n + 1) > n + 1:
         n += 1
-    assert sim._memory_limit() == n == 7
+    assert sim._memory_limit() == n == 20
     base = InstanceSim(sc, System.BASELINE, concurrency=1)
     assert base._memory_limit() == base.plan.pool_tokens // (prompt + out + 1)  # 5
+
+
+def test_hisparse_running_set_grows_past_the_first_wave():
+    """Admission retried after every decode step (HiSparse) lets requests in as the running ones
+    near their end: over several waves the ranks run more than the first wave's 7 each, up to the
+    steady limit of about 20 (and the device pool never overfills); the baseline, latched until a
+    request leaves, stays at its 5."""
+    import numpy as np
+
+    from simulator.serving.misses import MissProfiles
+
+    sc = load_scenario(calibration="uncalibrated")
+    sc = sc.replace(workload=dataclasses.replace(sc.workload, requests_per_client=3))
+    sim = InstanceSim(sc, System.HISPARSE, concurrency=256, profiles=MissProfiles((np.zeros(8),), "t"))
+    r = sim.run()
+    assert 7 * 8 < r.peak_running_deployment <= 8 * (sim.plan.pool_tokens // sim.plan.buffer_slots)
+    assert r.retractions == 0 and sim.peak_device <= sim.plan.pool_tokens
+    base = InstanceSim(sc, System.BASELINE, concurrency=256).run()
+    assert base.peak_running_deployment == 40
 
 
 def test_never_admitted_is_an_error_naming_the_files():
@@ -206,8 +232,9 @@ def test_no_token_latches_for_the_baseline_not_for_hisparse():
     round. Blog config, 32K/8K, one wave: in the round of the 5th prompt's last chunk the look-ahead
     sees that prompt's 24,576 prefilled device slots plus the chunk: 122,432 - 4 x 4,160 - 24,576 -
     (8,192 + 64) - 32,768 = 40,192 free for 6 x 8,192 tokens to come: NO_TOKEN. With the latch the
-    wave would stop at 5 per rank; without it HiSparse reaches the 7 an idle scheduler admits one by
-    one. The baseline's look-ahead refuses a 6th anyway (6 x 40,960 > 210,624)."""
+    wave would stop at 5 per rank; without it HiSparse tries again every step, and as the running
+    requests near their end all 8 of each rank's clients run at once. The baseline's look-ahead
+    refuses a 6th anyway (6 x 40,960 > 210,624)."""
     import numpy as np
 
     from simulator.serving.misses import MissProfiles
@@ -216,6 +243,6 @@ def test_no_token_latches_for_the_baseline_not_for_hisparse():
     sc = sc.replace(workload=dataclasses.replace(sc.workload, requests_per_client=1))
     sim = InstanceSim(sc, System.HISPARSE, concurrency=64, profiles=MissProfiles((np.zeros(8),), "t"))
     r = sim.run()
-    assert sim._memory_limit() == 7 and r.peak_running_deployment == 56 and r.retractions == 0
+    assert r.peak_running_deployment == 64 and r.retractions == 0
     base = InstanceSim(sc, System.BASELINE, concurrency=64).run()
     assert base.peak_running_deployment == 40 and base.retractions == 0

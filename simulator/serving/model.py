@@ -512,6 +512,33 @@ class InstanceSim:
         need = np.cumsum(counts) * self._page
         return int(np.searchsorted(need, self._available(k), side="right"))
 
+    def _steps_to_admit(self, k: _Rank, n: int) -> int | None:
+        """Under HiSparse SGLang clears ``batch_is_full`` every round, so the first waiting request
+        is tried again after every decode step: the fewest of the next ``n`` steps after which this
+        rank's ``PrefillBudget`` would take it (None: not within ``n``). Waiting only makes it easier
+        (the running requests' remaining outputs and ``new_token_ratio`` shrink; decode takes no
+        device slots, only logical ones), so that step is found by bisection."""
+        if not k.waiting or k.prefilling or len(k.running) >= self.plan.max_running:
+            return None
+        r = k.waiting[0]
+        firsts = [q.input_tokens + q.generated - 1 for q in k.running if not q.reserved]
+
+        def admits(steps: int) -> bool:
+            opened = sum(ceil_page(f + steps, self._page) - ceil_page(f, self._page) for f in firsts)
+            available = min(k.free_device, k.free_host - opened)
+            running = [Seq(q.output_tokens, q.generated + steps, q.input_tokens) for q in k.running]
+            budget = PrefillBudget(available, running, self.ratios.after_steps(k.ratio, steps),
+                                   self.d.prefill_chunk_tokens, self._page, self.w.ignore_eos)
+            return budget.add_new(self._seq(r), r.target)[0] > 0
+
+        if not admits(n):
+            return None
+        lo, hi = 0, n  # admits(hi); lo: not known to admit (this round's try failed)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if admits(mid) else (mid, hi)
+        return hi
+
     def _decode_block(self):
         """Decode steps on every rank until the next request finishes (the batches are fixed until
         then), a rank's next step would fail SGLang's decode memory check, or a request arrives
@@ -530,6 +557,8 @@ class InstanceSim:
         if n_limit:
             n = min(n, n_limit)
         n = max(1, min([n] + [max(1, self._room_steps(k, n)) for k in active]))
+        if self.hs is not None and not self.pd:  # batch_is_full is cleared every round: retried each step
+            n = min([n] + [s for k in active if (s := self._steps_to_admit(k, n)) is not None])
         biggest = max(len(k.running) for k in active)
         padded = cuda_graph_batch(biggest)
         tokens = float(sum(len(k.running) for k in active))
@@ -693,9 +722,10 @@ class InstanceSim:
         return bool(self.concurrency > min(self.plan.max_running, self._memory_limit()) * self.d.ranks)
 
     def _memory_limit(self) -> int:
-        """Requests of the nominal lengths one scheduler admits in one wave from empty (SGLang's
-        admission arithmetic, each admitted request holding its prompt's pages and one output
-        token); pd-decode: whole contexts that fit its pools."""
+        """Requests of the nominal lengths one scheduler runs at once: those it admits in one wave from
+        empty (SGLang's admission arithmetic, each admitted request holding its prompt's pages and
+        one output token); under HiSparse the steady state's (below), at least as many;
+        pd-decode: whole contexts that fit its pools."""
         w, page = self.w, self._page
         if self.pd:
             fp = self.plan.footprint(w.input_tokens, w.output_tokens, prefilling=False, prefill_on_device=False)
@@ -716,7 +746,25 @@ class InstanceSim:
             else:
                 dev -= min(prompt, self.plan.buffer_slots) if prompt < self.hs.device_buffer_size else self.plan.buffer_slots
                 log -= prompt
-        return len(running)
+        first_wave = len(running)
+        if self.hs is None:
+            return first_wave
+        # HiSparse clears batch_is_full every round, so admission is retried each step and the running
+        # set grows as the requests' finishes spread out: in steady state the look-ahead sees outputs
+        # evenly staggered, and only the request nearest its end binds (each finish is credited its
+        # whole context, though it frees only a hot buffer of device slots)
+        held = self.plan.buffer_slots if prompt >= self.hs.device_buffer_size else min(prompt, self.plan.buffer_slots)
+        m = first_wave
+        while m < self.plan.max_running:
+            gen = [w.output_tokens * j // m for j in range(m)]  # m running, evenly staggered
+            stag = [Seq(w.output_tokens, max(1, g), w.input_tokens) for g in gen]
+            avail = min(self.plan.pool_tokens - m * held,
+                        self.plan.host_tokens - sum(ceil_page(w.input_tokens + g, page) for g in gen))
+            budget = PrefillBudget(avail, stag, self.ratios.min, 1 << 62, page, w.ignore_eos)
+            if not budget.add_new(Seq(w.output_tokens, 0, w.input_tokens), w.input_tokens)[0]:
+                break
+            m += 1
+        return m
 
 
 RankSim = InstanceSim  # the name issue 13 gave it (it simulated one representative rank then)
