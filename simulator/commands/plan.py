@@ -220,9 +220,10 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         how = ("the ignore_eos look-ahead (bench_serving's default)" if w.ignore_eos else
                f"new_token_ratio {ratios.init:.3g} -> {ratios.min:.3g} over {600} steps")
         print(f"admission (SGLang's PrefillAdder, {how}; schedule_conservativeness {d.schedule_conservativeness:g}"
-              f"{' x 0.3 under DP attention' if d.attention.value == 'dp' else ''}): a wave from empty admits "
-              + ", ".join(f"{s} {n}" for s, n in adm.items()) + " per scheduler (HiSparse: against min(logical, "
-              "device) free, as its allocator reports)")
+              f"{' x 0.3 under DP attention' if d.attention.value == 'dp' else ''}): at most "
+              + ", ".join(f"{s} {n}" for s, n in adm.items()) + " running per scheduler (baseline: a wave from "
+              "empty, retried when a request leaves; HiSparse: retried every step against min(logical, device) "
+              "free, as its allocator reports, the steady state of staggered outputs)")
     if d.mode.value == "pd-decode":
         from ..serving.model import prefill_tok_s
 
