@@ -246,3 +246,75 @@ def test_no_token_latches_for_the_baseline_not_for_hisparse():
     assert r.peak_running_deployment == 64 and r.retractions == 0
     base = InstanceSim(sc, System.BASELINE, concurrency=64).run()
     assert base.peak_running_deployment == 40 and base.retractions == 0
+
+
+# -- PD decode: DecodePreallocQueue ----------------------------------------------------------------
+def test_decode_preallocation_hand_computed():
+    """_allocatable_tokens and pop_preallocated (disaggregation/decode.py @ 712b01d8): two running
+    requests of 1000 + 100/500 out hold retractable 2,600 tokens; allocatable = 10,000 -
+    max(512 x 2, max(min(2048, 4096) + 1000 - 2600) = 448) = 8,976; each 1,000-token prompt needs
+    1,512 (and 1000 + 2048 - 2600 = 448): five fit (7,560), the sixth does not (8,976 - 7,560 =
+    1,416). A retracted request counts its input + out + 512 against it; the device budget caps."""
+    from simulator.serving.admission import decode_allocatable, decode_preallocs
+
+    running = [Seq(2048, 100, 1000), Seq(2048, 500, 1000)]
+    assert decode_allocatable(10_000, running) == 10_000 - 1024
+    queue = [Seq(2048, 1, 1000)] * 8
+    assert decode_preallocs(queue, running, 10_000) == 5
+    assert decode_preallocs(queue, running, 10_000, device_requests=3) == 3
+    assert decode_preallocs(queue, running, 10_000, retracted=[Seq(2048, 300, 1000)]) == 4  # 8,976 - 1,812
+    # nothing running: a request needs its prompt + min(max_new, 4096) as well (need_space_for_single_req 0)
+    assert decode_preallocs([Seq(8192, 1, 1000)], [], 5000) == 0 and decode_preallocs([Seq(8192, 1, 1000)], [], 5200) == 1
+
+
+def _pd_small(pool_tokens: int, requests: int = 3):
+    sc = load_scenario(deployment="2xh20-pd-decode", calibration="uncalibrated")
+    dep = dataclasses.replace(sc.deployment, max_total_tokens=pool_tokens, prefill_tok_s=1e12)
+    w = dataclasses.replace(sc.workload, input_tokens=1024, output_tokens=2048, length_jitter=0.3,
+                            requests_per_client=requests)
+    return sc.replace(deployment=dep, workload=w)
+
+
+def test_pd_decode_over_admits_retracts_and_resumes():
+    """A decode node reserves a prompt + 512 tokens, not the outputs: with a pool of four whole
+    contexts it runs more than four requests, their growth fails the decode memory check, and
+    retract_decode offloads some to host memory; they resume (their KV copied back) and every
+    request finishes with its full output, the pool never overfilled; nothing is prefilled again."""
+    sim = InstanceSim(_pd_small(4 * 3136), System.BASELINE, concurrency=64)
+    r = sim.run()
+    assert r.requests == len(sim.finished) == sim.clients * 3
+    assert all(q.generated == q.output_tokens for q in sim.finished)
+    assert r.peak_running_deployment > 4 * 8
+    assert r.retractions > 0 and r.reprefill_tokens == 0
+    assert sim.peak_device <= sim.plan.pool_tokens
+    assert all(not k.retracted for k in sim.ranks)
+
+
+def test_pd_decode_hisparse_admits_against_the_logical_pool_and_hot_buffers():
+    """HiSparse on a decode node: pre-allocation reads the logical pool (not min(logical, device))
+    and at most device free // padded buffer requests take hot buffers. One round, nothing running:
+    each 32K prompt needs 32,768 + 512 and the round's allocatable must also hold 32,768 + 4,096."""
+    import numpy as np
+
+    from simulator.serving.misses import MissProfiles
+    from simulator.serving.model import Request
+
+    sc = load_scenario(deployment="2xh20-pd-decode", calibration="uncalibrated")
+    for device_bound in (True, False):
+        sim = InstanceSim(sc, System.HISPARSE, concurrency=1, profiles=MissProfiles((np.zeros(8),), "t"))
+        k = sim.ranks[0]
+        if not device_bound:
+            k.free_device = 10**8  # room for any number of hot buffers: the logical pool binds
+        device_before = k.free_device
+        k.waiting = [Request(i, 32768, 8192, i, 0.0, generated=1) for i in range(40)]
+        sim._admit_pd(k)
+        by_logical, alloc = 0, sim.plan.host_tokens
+        while max(32768 + 512, 32768 + 4096) <= alloc:
+            alloc -= 32768 + 512
+            by_logical += 1
+        buffers = device_before // sim.plan.buffer_slots
+        want = min(buffers, by_logical, sim.plan.max_running)
+        assert want == (buffers if device_bound else by_logical) and want > 0
+        assert len(k.running) == want and len(k.waiting) == 40 - want
+        assert k.free_device == device_before - want * sim.plan.buffer_slots
+        assert k.free_host == sim.plan.host_tokens - want * 32768

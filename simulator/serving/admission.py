@@ -52,6 +52,20 @@ Read from sgl-project/sglang (upstream, mid/late 2026; our own code, the names a
 HiSparse (``mem_cache/allocator/hisparse.py``, ``HiSparseTokenToKVPoolAllocator.available_size``)
 reports ``min(logical free, device free)``: every reservation above is charged against the smaller
 of the two although decode steps take logical ids only.
+
+A PD decode instance has no PrefillAdder: ``disaggregation/decode.py`` ``DecodePreallocQueue``
+(read at sgl-project/sglang 712b01d8, 2026-04-20, in a fork's full history; PR #22453 added the
+HiSparse parts on 2026-04-11) pre-allocates a transferred request's prompt when
+``_allocatable_tokens`` allows: the free pool (HiSparse: the **logical** pool, "pre-alloc only
+allocates logical indices") minus ``max(num_reserved_decode_tokens (512) x (running + transfer +
+waiting), need_space_for_single_req)`` (the largest ``min(max_new, CLIP) + input -
+retractable_tokens`` over the running requests, ``retractable_tokens`` their ``input + out`` summed)
+minus each retracted request's ``input + out + 512``; each request needs ``input + 512`` and also
+``input + min(max_new, CLIP) - retractable_tokens``; under HiSparse at most ``device free //
+padded_buffer_size - len(transfer_queue)`` requests (their hot buffers). Outputs are not reserved,
+so a decode node can over-admit and retract: ``retract_decode`` offloads the request's KV to host
+memory and ``resume_retracted_reqs`` brings it back (FIFO) when ``input + out + 512`` fits; no new
+request is pre-allocated while any is retracted.
 """
 
 from __future__ import annotations
@@ -70,6 +84,7 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
 RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 IGNORE_EOS_RESERVE_TOKENS = 1  # schedule_policy.py
+NUM_RESERVED_DECODE_TOKENS = 512  # server_args --num-reserved-decode-tokens (PD decode pre-allocation)
 DP_ATTENTION_CONSERVATIVENESS = 0.3  # server_args._handle_data_parallelism
 
 
@@ -224,3 +239,32 @@ def ratio_after_retract(kept: list[Seq]) -> float:
     decoded = sum(s.out for s in kept)
     max_new = sum(s.max_new for s in kept)
     return min(1.0, (decoded + RETRACT_DECODE_STEPS * len(kept)) / (max_new + 1))
+
+
+def decode_allocatable(available: int, running: list[Seq], *, queued: int = 0, retracted: list[Seq] = (),
+                       reserve: int = NUM_RESERVED_DECODE_TOKENS) -> int:
+    """``DecodePreallocQueue._allocatable_tokens`` with ``retractable_tokens`` (``queued``: requests
+    transferred or in transfer, not yet running; ``retracted``: counted as pop_preallocated counts
+    them, [] for resume_retracted_reqs)."""
+    retractable = sum(s.prompt + s.out for s in running)
+    single = max((min(s.max_new, CLIP_MAX_NEW_TOKENS) + s.prompt - retractable for s in running), default=0)
+    allocatable = available - max(reserve * (len(running) + queued), single)
+    return allocatable - sum(s.prompt + s.out + reserve for s in retracted)
+
+
+def decode_preallocs(queue: list[Seq], running: list[Seq], available: int, *, device_requests: int | None = None,
+                     queued: int = 0, retracted: list[Seq] = (), reserve: int = NUM_RESERVED_DECODE_TOKENS) -> int:
+    """How many of ``queue``'s first requests ``pop_preallocated`` takes this round (FIFO, it stops at
+    the first that does not fit); ``device_requests``: HiSparse's hot-buffer budget."""
+    retractable = sum(s.prompt + s.out for s in running)
+    allocatable = decode_allocatable(available, running, queued=queued, retracted=retracted, reserve=reserve)
+    budget = math.inf if device_requests is None else max(0, device_requests)
+    taken = 0
+    for s in queue:
+        required = s.prompt + reserve
+        if budget <= 0 or max(required, s.prompt + min(s.max_new, CLIP_MAX_NEW_TOKENS) - retractable) > allocatable:
+            break
+        allocatable -= required
+        budget -= 1
+        taken += 1
+    return taken

@@ -367,5 +367,9 @@ class CostModel:
             t += self.prefill_backup(tokens)
         return t
 
+    def kv_copy_time(self, tokens: int) -> float:
+        """Copying ``tokens`` tokens' KV (every layer) between HBM and host memory over the host link."""
+        return tokens * self.m.kv_bytes_per_token() / self.g.link_bw
+
     def prefill_backup(self, tokens: int) -> float:
         return tokens * self.m.kv_bytes_per_token() / self.g.link_bw * (1 - self.p.backup_overlap)

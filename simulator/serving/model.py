@@ -26,8 +26,9 @@ queue and later prefill their prompt and generated tokens again. KV slots are he
 (a prompt's pages as its chunks run, a decode page every ``page_size`` tokens); under HiSparse the
 prompt's device pages shrink to the hot buffer after its last chunk and decode takes logical ids
 only, while admission reads ``min(logical, device)`` free as SGLang's allocator reports it. In ``pd-decode`` mode there is no prefill on the
-instance (admission there reserves the request's whole context, not SGLang's decode pre-allocation
-queue, which is not modelled): a request arrives after the prefill side has processed it (a FIFO server of
+instance (admission there is SGLang's decode pre-allocation queue, ``admission.decode_preallocs``:
+prompts + 512 reserved tokens, outputs not reserved; retracted requests offload their KV to host
+and resume first): a request arrives after the prefill side has processed it (a FIFO server of
 ``prefill_tok_s`` input tokens/s for the whole deployment, or at once when that is 0), its first
 token already made, its KV in HBM (baseline) or in the host pool (HiSparse: the buffer starts empty,
 so its first step misses every top-k entry of every layer; SGLang
@@ -47,11 +48,14 @@ import simpy
 
 from ..errors import HisparseError
 from .admission import (
+    NUM_RESERVED_DECODE_TOKENS,
     AddResult,
     PrefillBudget,
     RatioSchedule,
     Seq,
     ceil_page,
+    decode_allocatable,
+    decode_preallocs,
     ratio_after_retract,
     retract_order,
 )
@@ -80,7 +84,6 @@ class Request:
     target: int = 0  # tokens the current prefill covers: the prompt, plus the generated ones after a retraction
     generated: int = 0  # output tokens so far (the first comes with the prefill's last chunk)
     retractions: int = 0
-    reserved: bool = False  # pd-decode: the whole context reserved at admission
     first_token: float = math.nan
     admitted: float = math.nan
     finish: float = math.nan
@@ -132,6 +135,7 @@ class _Rank:
     waiting: list[Request] = field(default_factory=list)
     prefilling: list[Request] = field(default_factory=list)  # the chunked request (at most one) mid-prefill
     running: list[Request] = field(default_factory=list)
+    retracted: list[Request] = field(default_factory=list)  # pd-decode: KV offloaded to host, resumed first
     batch_is_full: bool = False  # SGLang's running_batch.batch_is_full: no admission until a request leaves
     gap_carry: float = 0.0  # time its running requests waited on its own prefill since their last token
 
@@ -170,6 +174,7 @@ class InstanceSim:
         self.ranks = [_Rank(self.plan.pool_tokens, self.plan.host_tokens, self.ratios.init)
                       for _ in range(d.ranks_per_instance)]
         self.retractions = 0
+        self.pending_copy_s = 0.0  # pd-decode: KV copies of retracted requests not yet waited for
         self.reprefill_tokens = 0.0
         self.prefill_tokens = 0  # tokens run through prefill passes (first prefills and re-prefills)
         self.peak_running = 0
@@ -289,26 +294,61 @@ class InstanceSim:
 
     # -- the schedulers ------------------------------------------------------------------------------
     def _admit_pd(self, k: _Rank) -> None:
-        """pd-decode: a transferred request is admitted when its whole context fits (not SGLang's
-        pre-allocation queue)."""
-        while k.waiting:
-            r = k.waiting[0]
-            if len(k.running) >= self.plan.max_running:
+        """pd-decode: SGLang's ``DecodePreallocQueue`` (``admission.py``): retracted requests resume
+        first (their KV copied back from host memory), and while any waits no new one is taken;
+        then transferred requests, FIFO, while ``decode_preallocs`` admits them, each holding its
+        prompt's slots (HiSparse: logical/host slots and a hot buffer) and growing page by page."""
+        while k.retracted and len(k.running) < self.plan.max_running:
+            r = k.retracted[0]
+            allocatable = decode_allocatable(self._available_logical(k), [self._seq(q) for q in k.running])
+            if r.input_tokens + r.generated + NUM_RESERVED_DECODE_TOKENS > allocatable or not self._pd_fits(k, r):
                 break
-            fp = self.plan.footprint(r.input_tokens, r.output_tokens, prefilling=False, prefill_on_device=False)
-            dev, host = ceil_page(fp.device, self._page), ceil_page(fp.host, self._page)
-            if dev > k.free_device or host > k.free_host:
+            k.retracted.pop(0)
+            self._pd_take(k, r)
+            if self.hs is None:  # load_kv_cache: the offloaded rows back over the host link
+                self.pending_copy_s += self.cost.kv_copy_time(r.input_tokens + r.generated - 1)
+        if k.retracted:
+            return
+        room = self.plan.max_running - len(k.running)
+        if room <= 0 or not k.waiting:
+            return
+        device_requests = None if self.hs is None else k.free_device // self.plan.buffer_slots
+        n = decode_preallocs([self._seq(r) for r in k.waiting[:room]], [self._seq(q) for q in k.running],
+                             self._available_logical(k), device_requests=device_requests)
+        for r in k.waiting[:n]:
+            if not self._pd_fits(k, r):  # the prompt's pages themselves (page rounding)
                 break
-            k.waiting.pop(0)
+            k.waiting.remove(r)
             r.admitted = self.env.now
-            k.free_device -= dev
-            k.free_host -= host
-            r.slots_device, r.slots_host, r.reserved = dev, host, True
-            if r.generated >= r.output_tokens:
-                self._finish(k, r)
-            else:
-                k.running.append(r)
+            self._pd_take(k, r)
         self._note_peaks(k)
+
+    def _available_logical(self, k: _Rank) -> int:
+        """What ``_allocatable_tokens`` starts from: the device pool, or HiSparse's logical pool."""
+        return k.free_device if self.hs is None else k.free_host
+
+    def _pd_slots(self, r: Request) -> tuple[int, int]:
+        """(device, host) slots a transferred request takes: its KV so far (``_pre_alloc``'s fill
+        length, prompt plus generated tokens but the last), or under HiSparse the hot buffer and the
+        logical/host slots."""
+        kv = ceil_page(r.input_tokens + r.generated - 1, self._page)
+        if self.hs is None:
+            return kv, 0
+        return self.plan.buffer_slots, kv
+
+    def _pd_fits(self, k: _Rank, r: Request) -> bool:
+        dev, host = self._pd_slots(r)
+        return dev <= k.free_device and host <= k.free_host
+
+    def _pd_take(self, k: _Rank, r: Request) -> None:
+        dev, host = self._pd_slots(r)
+        k.free_device -= dev
+        k.free_host -= host
+        r.slots_device, r.slots_host = dev, host
+        if r.generated >= r.output_tokens:
+            self._finish(k, r)
+        else:
+            k.running.append(r)
 
     def _prefill_batch(self, k: _Rank) -> list[tuple[Request, int]]:
         """This round's extend batch of one scheduler (``Scheduler.get_new_batch_prefill``): the
@@ -350,6 +390,12 @@ class InstanceSim:
             if self.pd:
                 for k in self.ranks:
                     self._admit_pd(k)
+                if self.pending_copy_s > 0:  # KV offloads / reloads of retracted requests: the ranks wait
+                    for k in self.ranks:
+                        if k.running:
+                            k.gap_carry += self.pending_copy_s
+                    yield env.timeout(self.pending_copy_s)
+                    self.pending_copy_s = 0.0
                 batches = {}
             else:
                 batches = {id(k): self._prefill_batch(k) for k in self.ranks}
@@ -395,14 +441,20 @@ class InstanceSim:
 
     def _pages_needed(self, reqs: list[Request]) -> int:
         """Tokens the next decode step allocates: a page for each request whose next KV position opens one."""
-        return self._page * sum(1 for r in reqs if not r.reserved and (r.input_tokens + r.generated - 1) % self._page == 0)
+        return self._page * sum(1 for r in reqs if (r.input_tokens + r.generated - 1) % self._page == 0)
 
     def _retract(self, k: _Rank, r: Request) -> None:
         """``release_req``: free the request's slots (HiSparse: ``retract_req`` frees its buffer and
-        host slots); it waits at the end of the queue to prefill its prompt and output so far."""
+        host slots); colocated, it waits at the end of the queue to prefill its prompt and output so
+        far; pd-decode, its KV is offloaded to host memory and it waits in the retracted queue."""
         self._release(k, r)
         r.retractions += 1
         self.retractions += 1
+        if self.pd:
+            if self.hs is None:  # offload_kv_cache: the request's rows over the host link
+                self.pending_copy_s += self.cost.kv_copy_time(r.input_tokens + r.generated - 1)
+            k.retracted.append(r)
+            return
         r.prefilled = 0
         r.target = r.input_tokens + r.generated
         self.reprefill_tokens += r.target
@@ -507,8 +559,7 @@ class InstanceSim:
         """Decode steps the rank's free slots allow before ``check_decode_mem`` fails (<= n)."""
         counts = np.zeros(n, dtype=np.int64)
         for r in k.running:
-            if not r.reserved:
-                counts[(-(r.input_tokens + r.generated - 1)) % self._page::self._page] += 1
+            counts[(-(r.input_tokens + r.generated - 1)) % self._page::self._page] += 1
         need = np.cumsum(counts) * self._page
         return int(np.searchsorted(need, self._available(k), side="right"))
 
@@ -521,7 +572,7 @@ class InstanceSim:
         if not k.waiting or k.prefilling or len(k.running) >= self.plan.max_running:
             return None
         r = k.waiting[0]
-        firsts = [q.input_tokens + q.generated - 1 for q in k.running if not q.reserved]
+        firsts = [q.input_tokens + q.generated - 1 for q in k.running]
 
         def admits(steps: int) -> bool:
             opened = sum(ceil_page(f + steps, self._page) - ceil_page(f, self._page) for f in firsts)
@@ -618,15 +669,14 @@ class InstanceSim:
         a new page whenever it opens one (logical ids only under HiSparse)."""
         still = []
         for r in k.running:
-            if not r.reserved:
-                first = r.input_tokens + r.generated - 1  # KV position the first of these steps writes
-                pages = ceil_page(first + steps, self._page) - ceil_page(first, self._page)
-                if self.hs is None:
-                    k.free_device -= pages
-                    r.slots_device += pages
-                else:
-                    k.free_host -= pages
-                    r.slots_host += pages
+            first = r.input_tokens + r.generated - 1  # KV position the first of these steps writes
+            pages = ceil_page(first + steps, self._page) - ceil_page(first, self._page)
+            if self.hs is None:
+                k.free_device -= pages
+                r.slots_device += pages
+            else:
+                k.free_host -= pages
+                r.slots_host += pages
             r.generated += steps
         self._note_peaks(k)  # before the finished requests free their slots
         for r in k.running:
