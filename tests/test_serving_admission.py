@@ -318,3 +318,43 @@ def test_pd_decode_hisparse_admits_against_the_logical_pool_and_hot_buffers():
         assert len(k.running) == want and len(k.waiting) == 40 - want
         assert k.free_device == device_before - want * sim.plan.buffer_slots
         assert k.free_host == sim.plan.host_tokens - want * 32768
+
+
+def test_a_retracted_hisparse_request_restarts_its_trace():
+    """SGLang resets a retracted request's hot buffer and LRU: after its re-prefill (colocated) or
+    its resumption (pd-decode) its misses follow the trace from step 0 again, and on a decode node
+    that first step misses everything (the buffer starts empty)."""
+    import numpy as np
+
+    from simulator.serving.misses import MissProfiles
+    from simulator.serving.model import Request
+
+    ramp = np.linspace(0.9, 0.1, 64)  # a trace whose share falls step by step
+    for deployment in ("8xh200-colocated-dp8", "2xh20-pd-decode"):
+        sc = load_scenario(deployment=deployment, calibration="uncalibrated")
+        sim = InstanceSim(sc, System.HISPARSE, concurrency=1, profiles=MissProfiles((ramp,), "t"))
+        k = sim.ranks[0]
+        r = Request(0, 32768, 8192, 0, 0.0, generated=1, target=32768, prefilled=32768)
+        if sim.pd:
+            sim._pd_take(k, r)
+        else:
+            sim._after_prefill(k, r)  # the prompt's last chunk made its first token
+        first = sim._step_misses(r, 3)
+        r.generated += 20  # 20 steps on, then retracted and back
+        later = sim._step_misses(r, 3)
+        np.testing.assert_allclose(later, ramp[20:23])
+        k.running = [r]
+        sim._retract(k, r)
+        if sim.pd:
+            k.running = []
+            sim._admit_pd(k)
+            assert k.running == [r]
+        else:
+            r.generated += 1  # the re-prefill's token
+            sim._after_prefill(k, r)
+        again = sim._step_misses(r, 3)
+        np.testing.assert_allclose(again, first)
+        if sim.pd:
+            assert first[0] == 1.0 and np.allclose(first[1:], ramp[1:3])
+        else:
+            np.testing.assert_allclose(first, ramp[:3])

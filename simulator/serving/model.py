@@ -84,6 +84,7 @@ class Request:
     target: int = 0  # tokens the current prefill covers: the prompt, plus the generated ones after a retraction
     generated: int = 0  # output tokens so far (the first comes with the prefill's last chunk)
     retractions: int = 0
+    buffer_since: int = 0  # decode steps done when its hot buffer was last set up (the trace restarts there)
     first_token: float = math.nan
     admitted: float = math.nan
     finish: float = math.nan
@@ -342,6 +343,7 @@ class InstanceSim:
 
     def _pd_take(self, k: _Rank, r: Request) -> None:
         dev, host = self._pd_slots(r)
+        r.buffer_since = r.generated - 1  # admit_request_direct: an empty buffer (or the whole context)
         k.free_device -= dev
         k.free_host -= host
         r.slots_device, r.slots_host = dev, host
@@ -535,6 +537,7 @@ class InstanceSim:
         reserved page when it reaches device_buffer_size)."""
         if self.hs is None:
             return
+        r.buffer_since = r.generated - 1  # the buffer holds the prompt's first positions: trace step 0
         dbs = self.hs.device_buffer_size
         keep = min(ceil_page(r.target, self._page), dbs)
         if keep == dbs:
@@ -547,8 +550,10 @@ class InstanceSim:
         self.peak_running = max(self.peak_running, sum(len(k.running) for k in self.ranks))
 
     def _step_misses(self, r: Request, n: int) -> np.ndarray:
-        """Top-k share missed by request r over its next n decode steps."""
-        first = r.generated - 1  # decode steps already done
+        """Top-k share missed by request r over its next n decode steps: its trace from the step its
+        hot buffer was set up (first admission, or again after a retraction: SGLang resets a
+        retracted request's buffer and LRU)."""
+        first = r.generated - 1 - r.buffer_since  # decode steps since the buffer was set up
         shares = self.profiles.shares_from(r.profile, first, n).astype(float)
         if self.pd and first == 0:
             shares[0] = 1.0  # the buffer starts empty: every entry of every layer misses
