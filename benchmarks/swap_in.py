@@ -400,16 +400,14 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, 
         for hot in args.hots:
             for row in args.rows:
                 layers = pool.nbytes // (bs * MAX_CTX * row)
-                variants = [(u, mg, bp, co, dc, nw) for u in args.unrolls for mg in args.max_grids
-                            for bp in args.blocks_per_sm for co in args.copy_orders for dc in args.dup_checks
-                            for nw in args.newest]
+                variants = [(u, mg, bp, co, dc) for u in args.unrolls for mg in args.max_grids
+                            for bp in args.blocks_per_sm for co in args.copy_orders for dc in args.dup_checks]
                 if args.baseline_cu:  # the kernel as it was, same geometry, in the same run
-                    variants = [(4, 0, 1, f"head-{co}", "hash", "list") for co in args.baseline_orders] + variants
-                for unroll, max_grid, bps, order, dup, newest in variants:
+                    variants = [(4, 0, 1, f"head-{co}", "hash") for co in args.baseline_orders] + variants
+                for unroll, max_grid, bps, order, dup in variants:
                     hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=hot, top_k=K,
                                    row_bytes=row, pool=pool, unroll=unroll, blocks_per_sm=bps,
-                                   copy_order=order.removeprefix("head-"), dup_check=dup,
-                                   newest_early=newest == "early")
+                                   copy_order=order.removeprefix("head-"), dup_check=dup)
                     if order.startswith("head-"):
                         hb._kern = baseline_kernel(cp, args.baseline_cu)
                         hb.copy_order = order.removeprefix("head-")
@@ -427,11 +425,10 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, 
                         gbps = bs * miss * row / us / 1e3
                         rows.append(dict(bs=bs, hot=hot, miss_rate=rate, row_bytes=row, us=round(us, 2),
                                          gbps=round(gbps, 2), unroll=unroll, blocks_per_sm=bps, copy_order=order,
-                                         dup_check=hb.dup_check, newest=newest, layers=layers,
-                                         book_us=round(book, 2),
+                                         dup_check=hb.dup_check, layers=layers, book_us=round(book, 2),
                                          grid=hb.grid(K), max_grid=max_grid, sm_mhz=round(statistics.median(mhz))))
                         print(f"bs {bs:3d} hot {hot} miss {rate:5.3f} row {row:4d} u{unroll} b{bps} {order:7s} "
-                              f"{hb.dup_check:6s} newest {newest:5s} grid {hb.grid(K):3d} layers {layers:4d}: {us:8.1f} us {gbps:5.1f} GB/s "
+                              f"{hb.dup_check:6s} grid {hb.grid(K):3d} layers {layers:4d}: {us:8.1f} us {gbps:5.1f} GB/s "
                               f"({gbps / memcpy_start:5.1%}) bookkeeping-only {book:6.1f} us, SM "
                               f"{statistics.median(mhz):5.0f} MHz", flush=True)
                     del hb
@@ -607,9 +604,6 @@ def main() -> None:
                     help="also time behind the busy kernel a build capped at this many registers "
                          "(room for a busy block beside a swap-in block; 0 = no such build)")
     ap.add_argument("--rowcopy", action="store_true", help="also run the row-alignment gather study")
-    ap.add_argument("--newest", nargs="+", default=["list"], choices=["list", "early"],
-                    help="where the newest row is copied: with the misses (default) or read by its owner at "
-                         "the kernel's start (variant)")
     ap.add_argument("--pool-backing", default="alloc", choices=list(POOL_BACKINGS),
                     help="how the pinned host pool is made: cudaHostAlloc (default), cudaHostRegister of 4 KB "
                          "pages, or of 2 MB transparent huge pages (the page-translation test)")
@@ -630,7 +624,7 @@ def main() -> None:
         w.writeheader()
         w.writerows(x for x in rows if x["unroll"] == args.unrolls[0] and x["max_grid"] == args.max_grids[0]
                     and x["blocks_per_sm"] == args.blocks_per_sm[0] and x["copy_order"] == args.copy_orders[0]
-                    and x["dup_check"] == args.dup_checks[0] and x["newest"] == args.newest[0])
+                    and x["dup_check"] == args.dup_checks[0])
     for path, table in ((args.variants_out, rows), (args.after_out, after), (args.rowcopy_out, rc)):
         if path is not None and table:
             path.parent.mkdir(parents=True, exist_ok=True)

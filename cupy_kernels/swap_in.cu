@@ -288,12 +288,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         allow_dependents();
     }
     const long long ctx = a.ctx_len[r];
-    // load_newest 2: a long request's newest row (its slot, B, is fixed) is read now by its owner,
-    // in flight through the bookkeeping, and stored at the end; it leaves the copy list
-    const bool newest_now = a.load_newest == 2 && a.do_copy && ctx > B && ctx <= C;
-    uint4 pn = make_uint4(0u, 0u, 0u, 0u);
-    if (newest_now && tid < (a.row_bytes >> 4))
-        pn = ld_host(a.host + ((size_t)r * C + (size_t)(ctx - 1)) * a.row_bytes + ((size_t)tid << 4));
     // All loads at once: the step and the hit lookup (hash cleared when no bitmap).
     // First padding entry, last real entry, first entry out of [0, ctx): warp reductions, then
     // one value per warp in s_red (no same-address shared atomics).
@@ -400,8 +394,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     const int n_free = B - n_used;
     const int n_from_free = min(n_miss, n_free);
     const int n_victims = n_miss - n_from_free;
-    const bool newest_listed = a.load_newest == 1;  // 2: read at the start (newest_now)
-    const int n_head = n_miss + (newest_listed ? 1 : 0);  // misses + newest, then prefix rows
+    const int n_head = n_miss + (a.load_newest ? 1 : 0);  // misses + newest, then prefix rows
     const int base = r * a.seg;
     const int rc = r * (int)C, rd = r * (B + 1);
 
@@ -428,7 +421,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     } else if (a.order_mode == ORDER_EARLY) {
         int* src = reinterpret_cast<int*>(a.copy_list);
         for (int i = tid; i < n_miss; i += THREADS) src[2 * (base + i)] = rc + s.idx[s.miss_j[i]];
-        if (tid == 0 && newest_listed) src[2 * (base + n_miss)] = rc + newest;
+        if (tid == 0 && a.load_newest) src[2 * (base + n_miss)] = rc + newest;
         __syncthreads();  // every source written before the release
         if (tid == 0) {
             __threadfence();
@@ -498,7 +491,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         else a.copy_list[base + i] = make_int2(rc + s.idx[j], rd + s.res[j]);
     }
     if (tid == 0) {
-        if (newest_listed) {
+        if (a.load_newest) {
             if (early_src) cl[2 * (base + n_miss) + 1] = rd + B;
             else a.copy_list[base + n_miss] = make_int2(rc + newest, rd + B);
         }
@@ -516,9 +509,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         for (int i = m.w + tid; i < B; i += THREADS)
             if (s.hit[i] != 2) a.copy_list[pbase + atomicAdd(&s_sc[SC_PCOUNT], 1)] = make_int2(rc + i, rd + i);
     }
-
-    if (newest_now && tid < (a.row_bytes >> 4))
-        *reinterpret_cast<uint4*>(a.dev + (size_t)(rd + B) * a.row_bytes + ((size_t)tid << 4)) = pn;
 
     // ---- where attention reads each entry -----------------------------------------------------
     for (int j = tid; j < k; j += THREADS) {

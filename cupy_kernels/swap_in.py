@@ -358,9 +358,7 @@ class HotBuffer:
     Device rows: [layers, requests, B + 1, row_bytes] (slot B: the newest token). Host rows:
     [layers, requests, max_ctx, row_bytes] in a PinnedPool. ``initial``: "prefix" (colocated:
     the buffer starts with positions [0, B)) or "empty" (disaggregated decode). ``load_newest``:
-    the kernel also copies the newest token's row into slot B each step (no miss counted);
-    ``newest_early``: a long request's owner block reads that row at the kernel's start (its slot
-    is fixed) and stores it at the end, instead of listing it with the misses (a variant).
+    the kernel also copies the newest token's row into slot B each step (no miss counted).
     ``copy_order``: "flat" (the grid copies all requests' rows as one list once every request's
     bookkeeping is published), "request" (each request's rows as soon as its own bookkeeping
     is), "hybrid" (flat, but requests of a few rows copied by their owner at once) or "early"
@@ -381,8 +379,7 @@ class HotBuffer:
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
                  blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "early",
-                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0,
-                 newest_early: bool = False) -> None:
+                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0) -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -403,7 +400,6 @@ class HotBuffer:
         self._pdl_cooperative = False
         self._last_layer = -1
         self.initial, self.load_newest = initial, bool(load_newest)
-        self.newest_early = bool(newest_early)
         # flat / hybrid / early keep the request counts in the bookkeeping's B-slot arrays: R + 1 <= B
         self.copy_order = copy_order if g.requests + 1 <= g.buffer else "request"
         self.pool = pool if pool is not None else PinnedPool(g.host_bytes)
@@ -508,8 +504,7 @@ class HotBuffer:
                 slots, misses, self._errors, self._copy_list, self._ready, np.uint64(host_ptr),
                 self._dev[lyr], np.int32(g.requests), np.int32(width), np.int32(g.buffer),
                 np.int64(g.max_ctx), np.int32(g.row_bytes), np.int32(self.initial == "prefix"),
-                np.int32(2 if self.load_newest and self.newest_early else int(self.load_newest)),
-                np.int32(bool(global_rows)), np.int32(g.copy_segment),
+                np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(g.copy_segment),
                 np.uint32(self._epoch), np.int32(bool(copy)), np.int32(_COPY_ORDER_ARG[self.copy_order]),
                 np.int32(self.dup_words))
         shared = smem_bytes(g.buffer, width, self.dup_words)

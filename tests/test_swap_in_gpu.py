@@ -27,12 +27,12 @@ def _fresh_seed() -> int:
 
 
 def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat",
-            dup_check="bitmap", pdl=False, pool=None, newest_early=False):
+            dup_check="bitmap", pdl=False, pool=None):
     import cupy as cp
 
     hb = HotBuffer(layers=layers, requests=requests, max_ctx=max_ctx, device_buffer_size=buffer, top_k=k,
                    row_bytes=row_bytes, initial=initial, copy_order=copy_order, dup_check=dup_check, pdl=pdl,
-                   pool=pool, newest_early=newest_early)
+                   pool=pool)
     assert hb.copy_order == copy_order
     assert hb.dup_check == dup_check
     for lyr in range(layers):
@@ -214,20 +214,6 @@ def test_bad_inputs_reported_and_state_kept():
     np.testing.assert_array_equal(hb.state(0).slot_pos[1], after.slot_pos[1])
     with pytest.raises(ValueError, match="C-contiguous int32"):
         hb.swap_in(0, cp.asarray(idx, cp.int64), cp.asarray(ctx))
-
-
-@pytest.mark.parametrize("initial, row_bytes, copy_order", [("prefix", 656, "early"), ("empty", 512, "early"),
-                                                         ("prefix", 656, "flat"), ("prefix", 1152, "request")])
-def test_newest_row_read_at_start_bit_exact(initial, row_bytes, copy_order):
-    """The variant that reads each long request's newest row at the kernel's start: same slots,
-    misses and tables as the engine, every selected row (the newest in slot B included) byte-equal."""
-    seed = _fresh_seed()
-    rng = np.random.default_rng(seed)
-    idx, ctx = random_batch(rng, steps=800, requests=4, k=48, buffer=64, max_ctx=300)
-    hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=row_bytes, initial=initial,
-                 copy_order=copy_order, newest_early=True)
-    misses = _run_and_check(hb, 1, idx, ctx, initial, f"seed={seed} newest_early order={copy_order} {initial}")
-    assert misses.sum() > 1000
 
 
 @pytest.mark.parametrize("backing", ["register", "register-thp"])
