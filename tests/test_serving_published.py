@@ -48,7 +48,8 @@ def test_validate_cli_text_and_json(tmp_path, capsys):
     assert main(["plan", "--validate", "issue-30985-baseline", "--quiet", "--json", "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["sets"]["issue-30985-baseline"]["points"] == 6 and len(report["rows"]) == 6
-    assert sorted(p.name for p in out.iterdir()) == ["validation.csv", "validation.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["validation.csv", "validation.json", "validation.png"]
+    assert (out / "validation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_point_the_model_cannot_run_is_reported_not_fatal(tmp_path):

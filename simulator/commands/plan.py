@@ -74,7 +74,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "planning; --trace and --calibration, when given, replace the sets' own (the scenario, load, "
                         "SLO and sweep options do not apply and are refused)")
     p.add_argument("--json", action="store_true", help="print rows and recommendation (or the validation) as JSON")
-    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json) into DIR")
+    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json/png) into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
     declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate"],
@@ -326,6 +326,9 @@ def _run_validate(args: argparse.Namespace) -> int:
             fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
         with atomic_output(os.path.join(args.out, "validation.json")) as fh:
             fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+        from ..serving.plots import plot_validation
+
+        plot_validation(rows, os.path.join(args.out, "validation.png"))
     if args.json:
         print_json(report)
         return 0

@@ -41,3 +41,60 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike | None = None, rec
     calibrated = bool(df["calibrated"].iloc[0]) if "calibrated" in df else False
     fig.suptitle("Baseline against HiSparse" + ("" if calibrated else " (uncalibrated cost model)"))
     return finish(fig, path)
+
+
+def plot_validation(rows: list[dict], path: str | os.PathLike | None = None, band: float = 0.15):
+    """Measured against predicted for every published point (``hisparse plan --validate``): one
+    panel per metric unit (throughputs; running requests), the y = x line and a +-``band`` band (the
+    accuracy target), markers by set, hollow for HiSparse; points the model cannot run are listed
+    under the panels instead of drawn. Write the figure to ``path``; with no path, return it."""
+    plt = pyplot()
+
+    df = pd.DataFrame(rows)
+    ran = df[df["predicted"].notna()]
+    groups = [("output tokens/s (deployment)", ran[ran["metric"] != "max_running"]),
+              ("running requests (deployment)", ran[ran["metric"] == "max_running"])]
+    groups = [(title, g) for title, g in groups if len(g)]
+    fig, axes = plt.subplots(1, max(len(groups), 1), figsize=(5.6 * max(len(groups), 1), 5.0), squeeze=False)
+    if not groups:
+        axes[0][0].axis("off")
+        axes[0][0].text(0.5, 0.5, "no point the model can run", ha="center", va="center")
+    markers = {name: "osD^vP"[i % 6] for i, name in enumerate(sorted(df["set"].unique()))}
+    for ax, (title, g) in zip(axes[0][:len(groups)], groups, strict=True):
+        lo = 0.8 * min(g["measured"].min(), g["predicted"].min())
+        hi = 1.25 * max(g["measured"].max(), g["predicted"].max())
+        xs = [lo, hi]
+        ax.plot(xs, xs, color="black", lw=1, label="predicted = measured")
+        ax.fill_between(xs, [x * (1 - band) for x in xs], [x * (1 + band) for x in xs], color="grey", alpha=0.2,
+                        label=f"within {band:.0%}")
+        for (name, system), pts in g.groupby(["set", "system"], sort=True):
+            hollow = system == "hisparse"
+            ax.scatter(pts["measured"], pts["predicted"], marker=markers[name], s=36,
+                       facecolors="none" if hollow else None, edgecolors="C0" if hollow else None,
+                       color=None if hollow else "C1", label=f"{name}, {system}")
+            for _, r in pts.iterrows():
+                ax.annotate(f"{r['error']:+.0%}", (r["measured"], r["predicted"]), fontsize=7,
+                            xytext=(4, -3), textcoords="offset points")
+        if hi / lo > 4:  # throughputs span decades: log axes, plain labels
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+                axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+                axis.set_minor_formatter(NullFormatter())
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"measured, {title}")
+        ax.set_ylabel(f"predicted, {title}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper left")
+    missing = df[df["predicted"].isna()]
+    if len(missing):
+        fig.text(0.01, -0.02, "not run by the model: " + "; ".join(f"{r['set']}: {r['label']}" for _, r in
+                                                                 missing.iterrows()), fontsize=7)
+    errs = ran["error"].abs()
+    told = f"median |error| {errs.median():.0%}, max {errs.max():.0%}" if len(ran) else "no prediction"
+    fig.suptitle(f"Published runs: {told} over {len(ran)} of {len(df)} points (nothing fitted to them)")
+    return finish(fig, path)
