@@ -311,7 +311,8 @@ class CostModel:
         return per_layer * self.m.layers * (1 - self.p.swap_in_overlap)
 
     def backup(self, batch: int) -> float:
-        return batch * self.m.layers * self.m.kv_row_bytes / self.g.link_bw * (1 - self.p.backup_overlap)
+        """A decode step's copy of each request's previous token to host (``backup_overlap`` hidden)."""
+        return self.kv_copy_time(batch) * (1 - self.p.backup_overlap)
 
     def decode_steps(self, batch: int, instance_tokens: float, ctx_sum, missed_rows=None) -> StepTime:
         """Time of decode steps (arrays in, arrays out); ``missed_rows`` None: baseline, no host tier."""
@@ -372,4 +373,4 @@ class CostModel:
         return tokens * self.m.kv_bytes_per_token() / self.g.link_bw
 
     def prefill_backup(self, tokens: int) -> float:
-        return tokens * self.m.kv_bytes_per_token() / self.g.link_bw * (1 - self.p.backup_overlap)
+        return self.kv_copy_time(tokens) * (1 - self.p.backup_overlap)
