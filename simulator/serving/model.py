@@ -245,6 +245,10 @@ class InstanceSim:
     def _page(self) -> int:
         return self.d.page_size
 
+    def _pages_opened(self, filled: int, tokens: int) -> int:
+        """Slots (whole pages) that ``tokens`` more tokens take after ``filled`` ones."""
+        return ceil_page(filled + tokens, self._page) - ceil_page(filled, self._page)
+
     def _available(self, k: _Rank) -> int:
         """SGLang's ``available_size()``: the device pool; under HiSparse min(logical, device) free
         (``HiSparseTokenToKVPoolAllocator.available_size``)."""
@@ -277,7 +281,7 @@ class InstanceSim:
 
     def _alloc_prefill(self, k: _Rank, r: Request, n: int) -> bool:
         """The pages of a prompt chunk (``alloc_extend``: logical and device ids under HiSparse)."""
-        pages = ceil_page(r.prefilled + n, self._page) - ceil_page(r.prefilled, self._page)
+        pages = self._pages_opened(r.prefilled, n)
         if pages > k.free_device or (self.hs is not None and pages > k.free_host):
             return False
         k.free_device -= pages
@@ -580,7 +584,7 @@ class InstanceSim:
         firsts = [q.input_tokens + q.generated - 1 for q in k.running]
 
         def admits(steps: int) -> bool:
-            opened = sum(ceil_page(f + steps, self._page) - ceil_page(f, self._page) for f in firsts)
+            opened = sum(self._pages_opened(f, steps) for f in firsts)
             available = min(k.free_device, k.free_host - opened)
             running = [Seq(q.output_tokens, q.generated + steps, q.input_tokens) for q in k.running]
             budget = PrefillBudget(available, running, self.ratios.after_steps(k.ratio, steps),
@@ -675,7 +679,7 @@ class InstanceSim:
         still = []
         for r in k.running:
             first = r.input_tokens + r.generated - 1  # KV position the first of these steps writes
-            pages = ceil_page(first + steps, self._page) - ceil_page(first, self._page)
+            pages = self._pages_opened(first, steps)
             if self.hs is None:
                 k.free_device -= pages
                 r.slots_device += pages
@@ -789,6 +793,9 @@ class InstanceSim:
             return int(min(by_device, by_host))
         dev, log, running = self.plan.pool_tokens, self.plan.host_tokens, []
         prompt = ceil_page(w.input_tokens, page)
+        # device slots an admitted request keeps (HiSparse: its hot buffer once the prompt is staged)
+        held = prompt if self.hs is None else (
+            min(prompt, self.plan.buffer_slots) if prompt < self.hs.device_buffer_size else self.plan.buffer_slots)
         for _ in range(self.plan.max_running):
             avail = dev if self.hs is None else min(dev, log)
             budget = PrefillBudget(avail, running, self.ratios.init, 1 << 62, page, w.ignore_eos)
@@ -796,10 +803,8 @@ class InstanceSim:
             if not took:
                 break
             running.append(Seq(w.output_tokens, 1, w.input_tokens))
-            if self.hs is None:
-                dev -= prompt
-            else:
-                dev -= min(prompt, self.plan.buffer_slots) if prompt < self.hs.device_buffer_size else self.plan.buffer_slots
+            dev -= held
+            if self.hs is not None:
                 log -= prompt
         first_wave = len(running)
         if self.hs is None:
@@ -808,7 +813,6 @@ class InstanceSim:
         # set grows as the requests' finishes spread out: in steady state the look-ahead sees outputs
         # evenly staggered, and only the request nearest its end binds (each finish is credited its
         # whole context, though it frees only a hot buffer of device slots)
-        held = self.plan.buffer_slots if prompt >= self.hs.device_buffer_size else min(prompt, self.plan.buffer_slots)
         m = first_wave
         while m < self.plan.max_running:
             gen = [w.output_tokens * j // m for j in range(m)]  # m running, evenly staggered
