@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +141,10 @@ class Kernels:
         return float(cyc) / max(1, int(ns)) * 1e3
 
 
-def held_launch_us(cp: Any, kern: Kernels, launch: Callable[[], None], iters: int) -> float:
+def held_launch_us(cp: Any, kern: Kernels, launch: Callable[[], None], iters: int,
+                   after: Callable[[], None] | None = None) -> float:
     """Median us of `launch()` timed like a swap-in launch: queued behind the spin kernel, between
-    two events, after 2 warm-up launches."""
+    two events, after 2 warm-up launches; `after()`, untimed, follows every launch."""
     times = []
     for i in range(iters + 2):
         cp.cuda.Device().synchronize()
@@ -154,6 +156,8 @@ def held_launch_us(cp: Any, kern: Kernels, launch: Callable[[], None], iters: in
         e1.synchronize()
         if i >= 2:
             times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
+        if after is not None:
+            after()
     return statistics.median(times)
 
 
@@ -537,20 +541,10 @@ def time_phases(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern: Kerne
                         hb._kern = _kernel(cp.cuda.Device().id, hb.unroll, hb.blocks_per_sm, stop)[0]
                     ctx = cp.full(bs, CTX, cp.int64)
                     idx = cp.asarray(draw_step(rng, hb.state(0).slot_pos, miss))
-                    times = []
-                    for i in range(iters + 2):
-                        cp.cuda.Device().synchronize()
-                        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-                        kern.hold()
-                        e0.record()
-                        hb.swap_in(0, idx, ctx, check=False, copy=False)
-                        e1.record()
-                        e1.synchronize()
-                        if i >= 2:
-                            times.append(cp.cuda.get_elapsed_time(e0, e1) * 1e3)
-                        if stop >= 5:  # these phases write the tables: re-prefill for the same step
-                            hb.prefill()
-                    line.append(f"{stop}:{statistics.median(times):.1f}")
+                    us = held_launch_us(cp, kern, partial(hb.swap_in, 0, idx, ctx, check=False, copy=False), iters,
+                                        # these phases write the tables: re-prefill for the same step
+                                        after=hb.prefill if stop >= 5 else None)
+                    line.append(f"{stop}:{us:.1f}")
                     del hb
                 print(f"phases {dup} bs {bs} misses {miss}: " + " ".join(line[-8:]) + " us", flush=True)
 
