@@ -167,11 +167,12 @@ def test_deterministic_with_a_seed():
 
 def test_hisparse_admission_reads_the_device_pool():
     """HiSparse's allocator reports min(logical, device) free: the look-ahead charges every running
-    request's remaining output to the device slots. Blog config, 32K/8K: in a first wave n running
-    requests hold 4160 slots each and all have ~8192 outputs to go, so the next one fits while
-    free - 32768 - 8192 (n + 1) > n + 1: 7. Once outputs are evenly staggered (batch_is_full is
-    cleared every round, so admission is retried each step) only the request nearest its end binds:
-    free - 32768 - t_min (n + 1) > n + 1 with t_min = 8192 - 8192 (n - 1) // n: 20 per rank."""
+    request's remaining output to the device slots. Blog config, 32K/8K, current SGLang's cell (96,896
+    device slots per rank): in a first wave n running requests hold 4160 slots each and all have
+    ~8192 outputs to go, so the next one fits while free - 32768 - 8192 (n + 1) > n + 1: 5. Once
+    outputs are evenly staggered (batch_is_full is cleared every round, so admission is retried each
+    step) only the request nearest its end binds: free - 32768 - t_min (n + 1) > n + 1 with
+    t_min = 8192 - 8192 (n - 1) // n: 14 per rank."""
     sc = load_scenario(calibration="uncalibrated")
     import numpy as np
 
@@ -181,20 +182,20 @@ def test_hisparse_admission_reads_the_device_pool():
     first = 0
     while plan.pool_tokens - plan.buffer_slots * first - prompt - out * (first + 1) > first + 1:
         first += 1
-    assert first == 7
+    assert plan.pool_tokens == 96_896 and first == 5
     n = first
     while plan.pool_tokens - plan.buffer_slots * n - prompt - (out - out * (n - 1) // n) * (n + 1) > n + 1:
         n += 1
-    assert sim._memory_limit() == n == 20
+    assert sim._memory_limit() == n == 14
     base = InstanceSim(sc, System.BASELINE, concurrency=1)
-    assert base._memory_limit() == base.plan.pool_tokens // (prompt + out + 1)  # 5
+    assert base._memory_limit() == base.plan.pool_tokens // (prompt + out + 1) == 4
 
 
 def test_hisparse_running_set_grows_past_the_first_wave():
     """Admission retried after every decode step (HiSparse) lets requests in as the running ones
-    near their end: over several waves the ranks run more than the first wave's 7 each, up to the
-    steady limit of about 20 (and the device pool never overfills); the baseline, latched until a
-    request leaves, stays at its 5."""
+    near their end: over several waves the ranks run more than the first wave's 5 each, up to the
+    steady limit of about 14 (and the device pool never overfills); the baseline, latched until a
+    request leaves, stays at its 4."""
     import numpy as np
 
     from simulator.serving.misses import MissProfiles
@@ -203,10 +204,10 @@ def test_hisparse_running_set_grows_past_the_first_wave():
     sc = sc.replace(workload=dataclasses.replace(sc.workload, requests_per_client=3))
     sim = InstanceSim(sc, System.HISPARSE, concurrency=256, profiles=MissProfiles((np.zeros(8),), "t"))
     r = sim.run()
-    assert 7 * 8 < r.peak_running_deployment <= 8 * (sim.plan.pool_tokens // sim.plan.buffer_slots)
+    assert 5 * 8 < r.peak_running_deployment <= 8 * (sim.plan.pool_tokens // sim.plan.buffer_slots)
     assert r.retractions == 0 and sim.peak_device <= sim.plan.pool_tokens
     base = InstanceSim(sc, System.BASELINE, concurrency=256).run()
-    assert base.peak_running_deployment == 40
+    assert base.peak_running_deployment == 8 * 4
 
 
 def test_never_admitted_is_an_error_naming_the_files():
@@ -230,11 +231,11 @@ def test_no_token_latches_for_the_baseline_not_for_hisparse():
     """SGLang clears batch_is_full after a pass whose chunked request continues (the filtered last
     batch is smaller), not after its last chunk; under HiSparse get_next_batch_to_run resets it every
     round. Blog config, 32K/8K, one wave: in the round of the 5th prompt's last chunk the look-ahead
-    sees that prompt's 24,576 prefilled device slots plus the chunk: 122,432 - 4 x 4,160 - 24,576 -
-    (8,192 + 64) - 32,768 = 40,192 free for 6 x 8,192 tokens to come: NO_TOKEN. With the latch the
+    sees that prompt's 24,576 prefilled device slots plus the chunk: 96,896 - 4 x 4,160 - 24,576 -
+    (8,192 + 64) - 32,768 = 14,656 free for 6 x 8,192 tokens to come: NO_TOKEN. With the latch the
     wave would stop at 5 per rank; without it HiSparse tries again every step, and as the running
     requests near their end all 8 of each rank's clients run at once. The baseline's look-ahead
-    refuses a 6th anyway (6 x 40,960 > 210,624)."""
+    refuses a 5th anyway (5 x 40,960 > 166,720)."""
     import numpy as np
 
     from simulator.serving.misses import MissProfiles
@@ -245,7 +246,7 @@ def test_no_token_latches_for_the_baseline_not_for_hisparse():
     r = sim.run()
     assert r.peak_running_deployment == 64 and r.retractions == 0
     base = InstanceSim(sc, System.BASELINE, concurrency=64).run()
-    assert base.peak_running_deployment == 40 and base.retractions == 0
+    assert base.peak_running_deployment == 32 and base.retractions == 0
 
 
 # -- PD decode: DecodePreallocQueue ----------------------------------------------------------------

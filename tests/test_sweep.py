@@ -120,9 +120,9 @@ device_buffer_size = [4096, 8192]
     at256 = df[df.concurrency == 256].set_index("device_buffer_size")
     # bigger buffers, fewer requests: SGLang's admission charges every running request's remaining
     # output to HiSparse's device slots (available_size = min(logical, device)); in steady state
-    # 20 hot buffers of 4,160 or 10 of 8,256 per rank beside a 32K prompt in flight
-    assert at256.hisparse_max_running_deployment[4096] == 160
-    assert at256.hisparse_max_running_deployment[8192] == 80
+    # 14 hot buffers of 4,160 or 7 of 8,256 per rank beside a 32K prompt in flight (96,896 device slots)
+    assert at256.hisparse_max_running_deployment[4096] == 8 * 14
+    assert at256.hisparse_max_running_deployment[8192] == 8 * 7
     assert set(df.columns) >= {"point", "concurrency", "device_buffer_size", "baseline_steady_tok_s_deployment",
                                "hisparse_steady_tok_s_deployment", "hisparse_tpot_p99_ms"}
 

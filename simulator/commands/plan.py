@@ -204,7 +204,7 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
           f"({w.input_tokens} in + {w.output_tokens} out, {w.arrival.value} loop)")
     print(f"memory per GPU (SGLang's accounting): weights {b['weights_bytes'] / 1e9:.1f} GB; KV budget "
           f"{b['budget_bytes'] / 1e9:.1f} GB = mem_fraction_static {d.mem_fraction_static:g} x "
-          f"{sc.gpu.hbm_bytes / 1e9:.1f} GB - weights")
+          f"{sc.gpu.free_before_load / 1e9:.1f} GB free before the weights load - weights")
     ctx = w.input_tokens + w.output_tokens
     print(f"  baseline: {b['pool_tokens']} token slots ({b['cell_bytes']} B each) -> {b['pool_tokens'] // ctx} "
           f"requests of {ctx} tokens per scheduler; running cap {b['max_running']} per scheduler")
@@ -212,6 +212,10 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
           f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
           f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
           f"-> {h['host_tokens'] // ctx} requests")
+    if d.pool_profile.value == "before-31992":
+        print(f"  pool_profile before-31992: the profile budgeted {b['budget_cell_bytes']} / {h['budget_cell_bytes']} B "
+              f"per slot; {h['pool_tokens'] * (h['cell_bytes'] - h['budget_cell_bytes']) / 1e9:.1f} GB of the hisparse "
+              "pool come out of the 1 - mem_fraction_static slack (SGLang before PR #31992)")
     if d.mode.value == "colocated" and rows:
         from ..serving.admission import RatioSchedule
 

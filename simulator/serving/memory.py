@@ -4,13 +4,18 @@ Read from sgl-project/sglang (current upstream; files named at each step):
 
 1. KV budget per GPU (``mem_cache/kv_cache_configurator.py``, ``_profile_available_bytes``; formerly
    ``model_executor/model_runner.py`` ``profile_max_num_token``): free memory before the weights
-   load times ``mem_fraction_static``, minus the weights. Activations, CUDA graphs and the HiSparse
+   load (``GpuSpec.free_before_load``: HBM less the CUDA context and communicators) times
+   ``mem_fraction_static``, minus the weights. Activations, CUDA graphs and the HiSparse
    coordinator's tables live in the other ``1 - mem_fraction_static`` (no separate reserve here).
 2. Token pool (``model_executor/pool_configurator.py``, ``DefaultPoolConfigurator``):
    ``max_total_num_tokens = budget // cell`` rounded down to a page (64 for DSA on CUDA), with
    ``cell = layers x (MLA row + indexer row x ratio)``; ``ratio`` is HiSparse's
    ``host_to_device_ratio`` (the indexer key buffer is sized for the whole logical pool,
    ``hisparse_memory_pool.py``: ``index_buf_size = size * host_to_device_ratio``), 1 without HiSparse.
+   Releases before PR #31992 (2026-07-27; the blog's) budget a smaller cell (deployment key
+   ``pool_profile = "before-31992"``, ``PoolProfile``): FP8 rows as 576 B, one indexer row under
+   HiSparse too; the pool is larger and what it allocates beyond the budget comes out of the
+   slack, which must hold it (else SGLang runs out of memory at start-up).
    The MLA cell is not divided by attention TP: under TP attention every GPU stores every token.
    ``--max-total-tokens`` (deployment key ``max_total_tokens``) caps it.
 3. Running-request cap per rank (``kv_cache_configurator.py``, ``resolve_max_num_reqs``):
@@ -33,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import HisparseError
-from .specs import Attention, DeploymentSpec, GpuSpec, HiSparseSpec, Mode, ModelSpec
+from .specs import Attention, DeploymentSpec, GpuSpec, HiSparseSpec, Mode, ModelSpec, PoolProfile
 
 HOST_KEEP_FREE = 10 * (1 << 30)  # SGLang's host pool leaves 10 GiB of host memory free
 
@@ -44,10 +49,14 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     DP attention with attn_tp 1); dense MLPs, shared and routed experts split over the instance's tp
     GPUs (a 1/tp slice of each expert, or E/tp whole experts under EP: the same bytes); router gates
     replicated; the embedding replicated under DP attention (vocab-parallel otherwise); lm_head
-    vocab-parallel over tp."""
+    vocab-parallel over tp. Plus the absorbed MLA matrices: after loading, SGLang splits kv_b_proj
+    into ``w_kc`` / ``w_vc`` as new contiguous bf16 tensors (block-FP8 checkpoints dequantised
+    first) and keeps kv_b_proj itself for the MHA prefill path
+    (``models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``)."""
     m = model
     w, e = m.weight_bytes_per_param, m.embedding_bytes_per_param
     attention = m.layers * (m.attention_params + m.indexer_params) / dep.attn_tp * w
+    attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
     mlp = (m.dense_layers * m.dense_mlp_params
            + m.moe_layers * (m.experts + m.shared_experts) * m.expert_params) / dep.tp * w
     router = m.moe_layers * m.router_params * 2  # bf16
@@ -82,6 +91,12 @@ class MemoryPlan:
     buffer_slots: int  # HiSparse: device_buffer_size + page_size
     kv_row_bytes: int
     layers: int
+    budget_cell_bytes: int = 0  # the cell the profile divided the budget by (< cell_bytes: "before-31992")
+
+    @property
+    def beyond_budget_bytes(self) -> float:
+        """Per GPU: what the pool allocates beyond the KV budget, out of the slack ("before-31992")."""
+        return self.pool_tokens * max(self.cell_bytes - self.budget_cell_bytes, 0)
 
     def footprint(self, input_tokens: int, output_tokens: int, *, prefilling: bool, prefill_on_device: bool) -> Footprint:
         """The one per-request formula: slots a request of these lengths holds."""
@@ -105,6 +120,16 @@ class MemoryPlan:
         return self.weights_bytes + self.pool_tokens * self.cell_bytes
 
 
+def legacy_cell_bytes(model: ModelSpec) -> int:
+    """The cell SGLang's profile budgeted before PR #31992 (all layers): the MLA row as
+    ``kv_lora_rank + qk_rope_head_dim`` elements of the KV dtype (1 byte for FP8 rows, whose real
+    656 B add scales and a bf16 rope) plus one indexer row, with or without HiSparse
+    (``pool_configurator.py`` at main 2026-04-10)."""
+    elements = model.kv_lora_rank + model.qk_rope_head_dim
+    dtype_bytes = 2 if model.kv_row_bytes >= 2 * elements else 1
+    return model.layers * (elements * dtype_bytes + model.indexer_row_bytes)
+
+
 def _page_floor(tokens: float, page: int) -> int:
     return int(tokens // page * page) if tokens > 0 else 0
 
@@ -113,18 +138,28 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
                 where: str = "") -> MemoryPlan:
     """The pools of one attention rank, with ``where`` (the files) named in errors."""
     weights = weights_per_gpu(model, dep)
-    budget = gpu.hbm_bytes * dep.mem_fraction_static - weights
+    budget = gpu.free_before_load * dep.mem_fraction_static - weights
     ratio = hisparse.host_to_device_ratio if hisparse else 1.0
     cell = model.layers * model.kv_row_bytes + int(model.layers * model.indexer_row_bytes * ratio)
-    derived = _page_floor(budget // cell, dep.page_size)
+    budgeted = cell if dep.pool_profile == PoolProfile.SINCE_31992 else legacy_cell_bytes(model)
+    derived = _page_floor(budget // budgeted, dep.page_size)
     if derived <= 0:
         raise HisparseError(
             f"{where}: no room for a KV pool: {model.name} weights take {weights / 1e9:.1f} GB per GPU, more than "
-            f"mem_fraction_static {dep.mem_fraction_static:g} x {gpu.hbm_bytes / 1e9:.1f} GB of {gpu.name} "
+            f"mem_fraction_static {dep.mem_fraction_static:g} x {gpu.free_before_load / 1e9:.1f} GB free of {gpu.name} "
             f"(SGLang: 'Not enough memory'; use more GPUs per instance or a larger mem_fraction_static)")
     tokens = min(derived, dep.max_total_tokens) if dep.max_total_tokens else derived
     tokens = _page_floor(tokens, dep.page_size) or tokens
     host_tokens = int(tokens * ratio) if hisparse else tokens
+    beyond = tokens * (cell - budgeted)
+    slack = gpu.free_before_load * (1 - dep.mem_fraction_static)
+    if beyond > slack:
+        raise HisparseError(
+            f"{where}: pool_profile = \"before-31992\": the KV pool of {tokens} slots allocates {cell} B per slot "
+            f"(indexer keys for the x{ratio:g} logical pool) against the {budgeted} B its profile budgeted: "
+            f"{beyond / 1e9:.1f} GB per GPU beyond the budget, more than the {slack / 1e9:.1f} GB that "
+            f"mem_fraction_static {dep.mem_fraction_static:g} leaves (SGLang runs out of memory at start-up; "
+            "lower host_to_device_ratio or mem_fraction_static)")
     host_pool = host_tokens * model.layers * model.kv_row_bytes if hisparse else 0.0
     if hisparse:
         node_need = host_pool * min(dep.gpus, gpu.gpus_per_node)  # every GPU's worker pins its own pool
@@ -149,7 +184,7 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
     system = "hisparse" if hisparse else "baseline"
     buffer_slots = hisparse.device_buffer_size + dep.page_size if hisparse else 0
     return MemoryPlan(system, weights, budget, cell, tokens, derived, host_tokens, host_pool, running,
-                      derived_running, buffer_slots, model.kv_row_bytes, model.layers)
+                      derived_running, buffer_slots, model.kv_row_bytes, model.layers, budgeted)
 
 
 def check_fits(plan: MemoryPlan, input_tokens: int, output_tokens: int, mode: Mode, where: str) -> None:

@@ -46,6 +46,22 @@ class MoeLayout(StrEnum):
     EP = "ep"
 
 
+class PoolProfile(StrEnum):
+    """Which SGLang memory profiler sizes the KV pool (``pool_configurator._compute_cell_size``).
+
+    ``since-31992``: a token slot costs the real MLA row (656 B FP8, 1152 B bf16) plus, under
+    HiSparse, ``host_to_device_ratio`` indexer rows, because the indexer key buffer is sized for the
+    whole logical pool (``index_buf_size = size * host_to_device_ratio``); sgl-project/sglang PR
+    #31992 "correct DSA KV memory budget", 2026-07-27. ``before-31992``: releases before it (the
+    blog's: main at 2026-04-10) count the MLA row as ``kv_lora_rank + qk_rope_head_dim`` elements of
+    the KV dtype (576 B for FP8 rows of 656) and one indexer row even under HiSparse, so the pool
+    comes out larger and what the buffers allocate beyond the budget is taken from the
+    ``1 - mem_fraction_static`` slack."""
+
+    SINCE_31992 = "since-31992"
+    BEFORE_31992 = "before-31992"
+
+
 class Arrival(StrEnum):
     """Closed loop (each client sends its next request when the last finishes) or open (Poisson)."""
 
@@ -202,7 +218,12 @@ class ModelSpec(Spec):
         """MLA weights of one layer: q_a, q_b, kv_a (+rope), kv_b (W_UK + W_UV), o_proj."""
         d, h, qr, kvr = self.hidden_size, self.attention_heads, self.q_lora_rank, self.kv_lora_rank
         nope, rope, v = self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
-        return d * qr + qr * h * (nope + rope) + d * (kvr + rope) + kvr * h * (nope + v) + h * v * d
+        return d * qr + qr * h * (nope + rope) + d * (kvr + rope) + self.absorbed_mla_params + h * v * d
+
+    @property
+    def absorbed_mla_params(self) -> int:
+        """kv_b_proj of one layer (W_UK and W_UV): what SGLang copies into ``w_kc`` / ``w_vc``."""
+        return self.kv_lora_rank * self.attention_heads * (self.qk_nope_head_dim + self.v_head_dim)
 
     @property
     def indexer_params(self) -> int:
@@ -270,8 +291,19 @@ class GpuSpec(Spec):
     datasheet_hbm_bw: float = num(ge=0, default=0.0)
     datasheet_bf16_flops: float = num(ge=0, default=0.0)
     calibration: str = ""  # the packaged calibration that applies to this GPU ("" none)
+    # HBM already taken when SGLang measures free memory before loading the weights (CUDA context,
+    # torch.distributed / NCCL and custom all-reduce buffers). H200 logs: "Load weight begin. avail
+    # mem=138.09 GB" (GiB; sgl-project/sglang#24607, 8xH200 nodes) and 12.25 + 125.65 = 137.9 GiB
+    # (SemiAnalysisAI/InferenceX#2128, 8xH200) against 143,771 MiB: 2.48e9 B. Other GPUs take the
+    # same bytes (INFERRED: the context and communicator buffers do not scale with HBM size).
+    startup_bytes: float = num(ge=0, default=2.48e9, help="HBM in use before the weights load")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # per-key source notes
     where: str = field(default="<gpu>", compare=False)
+
+    @property
+    def free_before_load(self) -> float:
+        """What SGLang's profile multiplies by mem_fraction_static (``pre_model_load_memory``)."""
+        return max(self.hbm_bytes - self.startup_bytes, 0.0)
 
     @property
     def fp8_flops(self) -> float:
@@ -316,6 +348,7 @@ class DeploymentSpec(Spec):
         ge=0, default=1.0, help="SGLang --schedule-conservativeness (default 1.0; x0.3 under DP attention, "
         "server_args._handle_data_parallelism): scales new_token_ratio, the share of each running request's "
         "remaining output the scheduler reserves (admission.py)")
+    pool_profile: PoolProfile = PoolProfile.SINCE_31992  # SGLang's memory profiler release: see PoolProfile
     where: str = field(default="<deployment>", compare=False)
 
     def _check(self, where: str) -> None:
