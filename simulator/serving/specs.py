@@ -294,8 +294,11 @@ class GpuSpec(Spec):
     # HBM already taken when SGLang measures free memory before loading the weights (CUDA context,
     # torch.distributed / NCCL and custom all-reduce buffers). H200 logs: "Load weight begin. avail
     # mem=138.09 GB" (GiB; sgl-project/sglang#24607, 8xH200 nodes) and 12.25 + 125.65 = 137.9 GiB
-    # (SemiAnalysisAI/InferenceX#2128, 8xH200) against 143,771 MiB: 2.48e9 B. Other GPUs take the
-    # same bytes (INFERRED: the context and communicator buffers do not scale with HBM size).
+    # (SemiAnalysisAI/InferenceX#2128, 8xH200) against 143,771 MiB: 2.48e9 B. Measured on our H200
+    # (calibration/startup-memory-h200.txt): CUDA's total is 150.11e9 B (0.64e9 below nvidia-smi's),
+    # the context takes 0.65e9, a one-rank NCCL group and cuBLAS 0.78e9 more: 138.47 GiB free, the
+    # logs' eight-rank communicators 0.38 GiB more. Other GPUs take the same bytes (INFERRED: the
+    # context and communicator buffers do not scale with HBM size).
     startup_bytes: float = num(ge=0, default=2.48e9, help="HBM in use before the weights load")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # per-key source notes
     where: str = field(default="<gpu>", compare=False)
