@@ -518,24 +518,23 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     }
 }
 
-// Copy part `part` of `parts` of request r's segment (n rows).
-__device__ void copy_segment(const Args& a, int r, unsigned n, int part, int parts,
-                             const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
-                             int row_bytes) {
-    const int2* list = a.copy_list + (size_t)r * a.seg;
-    const unsigned cpr = (unsigned)row_bytes >> 4;
-    const unsigned chunks = n * cpr;
-    const unsigned T = (unsigned)parts * THREADS;
-    for (unsigned c0 = (unsigned)part * THREADS + threadIdx.x; c0 < chunks; c0 += T * UNROLL) {
+// The copy loop every order shares: chunks first, first + T, ... below end, UNROLL zero-copy
+// loads in flight per thread before the stores. locate(c, off) returns chunk c's copy-list entry
+// (host row, device row) and sets the chunk's byte offset in the row.
+template <class Locate>
+__device__ __forceinline__ void copy_chunks(unsigned first, unsigned end, unsigned T,
+                                            const unsigned char* __restrict__ host,
+                                            unsigned char* __restrict__ dev, int row_bytes, Locate locate) {
+    for (unsigned c0 = first; c0 < end; c0 += T * UNROLL) {
         uint4 v[UNROLL];
         unsigned char* dst[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const unsigned c = c0 + u * T;
             dst[u] = nullptr;
-            if (c < chunks) {
-                const unsigned e = c / cpr, off = (c - e * cpr) << 4;
-                const int2 ent = __ldcg(list + e);
+            if (c < end) {
+                unsigned off;
+                const int2 ent = locate(c, off);
                 dst[u] = dev + (size_t)ent.y * row_bytes + off;
                 v[u] = ld_host(host + (size_t)ent.x * row_bytes + off);
             }
@@ -544,6 +543,41 @@ __device__ void copy_segment(const Args& a, int r, unsigned n, int part, int par
         for (int u = 0; u < UNROLL; ++u)
             if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
     }
+}
+
+// Last request whose segment starts at or before chunk c (pre: exclusive prefix, R entries).
+__device__ __forceinline__ int find_request(const int* pre, int R, unsigned c) {
+    int lo = 0, hi = R - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if ((unsigned)pre[mid] <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// Chunk c of the requests' segments laid end to end in request order (pre: exclusive prefix of
+// their chunk counts): its copy-list entry, and its byte offset in the row in off.
+__device__ __forceinline__ int2 flat_entry(const Args& a, const int* pre, int R, unsigned cpr, unsigned c,
+                                           unsigned& off) {
+    const int lo = find_request(pre, R, c);
+    const unsigned in = c - (unsigned)pre[lo], e = in / cpr;
+    off = (in - e * cpr) << 4;
+    return __ldcg(a.copy_list + (size_t)lo * a.seg + e);
+}
+
+// Copy part `part` of `parts` of request r's segment (n rows).
+__device__ void copy_segment(const Args& a, int r, unsigned n, int part, int parts,
+                             const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
+                             int row_bytes) {
+    const int2* list = a.copy_list + (size_t)r * a.seg;
+    const unsigned cpr = (unsigned)row_bytes >> 4;
+    copy_chunks((unsigned)part * THREADS + threadIdx.x, n * cpr, (unsigned)parts * THREADS, host, dev, row_bytes,
+                [&](unsigned c, unsigned& off) {
+                    const unsigned e = c / cpr;
+                    off = (c - e * cpr) << 4;
+                    return __ldcg(list + e);
+                });
 }
 
 // Copy this block's share (part `part` of `parts`) of request r's segment, once its owner has
@@ -593,32 +627,8 @@ __device__ void copy_flat(const Args& a, const unsigned long long* ready, unsign
         pre[R] = (int)run;
     }
     __syncthreads();
-    const unsigned chunks = (unsigned)pre[R];
-    const unsigned T = gridDim.x * THREADS;
-    for (unsigned c0 = blockIdx.x * THREADS + threadIdx.x; c0 < chunks; c0 += T * UNROLL) {
-        uint4 v[UNROLL];
-        unsigned char* dst[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const unsigned c = c0 + u * T;
-            dst[u] = nullptr;
-            if (c < chunks) {
-                int lo = 0, hi = R - 1;  // last request whose segment starts at or before c
-                while (lo < hi) {
-                    const int mid = (lo + hi + 1) >> 1;
-                    if ((unsigned)pre[mid] <= c) lo = mid;
-                    else hi = mid - 1;
-                }
-                const unsigned in = c - (unsigned)pre[lo], e = in / cpr, off = (in - e * cpr) << 4;
-                const int2 ent = __ldcg(a.copy_list + (size_t)lo * a.seg + e);
-                dst[u] = dev + (size_t)ent.y * row_bytes + off;
-                v[u] = ld_host(host + (size_t)ent.x * row_bytes + off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
-    }
+    copy_chunks(blockIdx.x * THREADS + threadIdx.x, (unsigned)pre[R], gridDim.x * THREADS, host, dev, row_bytes,
+                [&](unsigned c, unsigned& off) { return flat_entry(a, pre, R, cpr, c, off); });
 }
 
 // Early order's helpers. Exclusive prefix (times cpr) of R counts in place, total in v[R]: one
@@ -642,17 +652,6 @@ __device__ void scan_chunks(int* v, int R, unsigned cpr) {
         if (lane == 0) v[R] = (int)carry;
     }
     __syncthreads();
-}
-
-// Last request whose segment starts at or before chunk c (pre: exclusive prefix, R entries).
-__device__ __forceinline__ int find_request(const int* pre, int R, unsigned c) {
-    int lo = 0, hi = R - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if ((unsigned)pre[mid] <= c) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
 }
 
 // Early order's copy (every block, after its own bookkeeping). The early words give each
@@ -709,45 +708,18 @@ __device__ void copy_flat_early(const Args& a, int* pre_e, int* pre_x) {
     for (int u = 0; u < UNROLL; ++u)
         if (ent[u] >= 0)
             *reinterpret_cast<uint4*>(a.dev + (size_t)__ldcg(cl + 2 * ent[u] + 1) * a.row_bytes + offs[u]) = v[u];
-    for (unsigned cb = c0 + step; cb < chunks; cb += step) {  // early entries past the first pass
-        unsigned char* dst[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const unsigned c = cb + u * T;
-            dst[u] = nullptr;
-            if (c < chunks) {
-                const int lo = find_request(pre_e, R, c);
-                const unsigned in = c - (unsigned)pre_e[lo], e = in / cpr, off = (in - e * cpr) << 4;
-                const int2 en = __ldcg(a.copy_list + (size_t)lo * a.seg + e);
-                dst[u] = a.dev + (size_t)en.y * a.row_bytes + off;
-                v[u] = ld_host(a.host + (size_t)en.x * a.row_bytes + off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
-    }
+    // early entries past the first pass
+    copy_chunks(c0 + step, chunks, T, a.host, a.dev, a.row_bytes,
+                [&](unsigned c, unsigned& off) { return flat_entry(a, pre_e, R, cpr, c, off); });
     scan_chunks(pre_x, R, cpr);
-    const unsigned extra = (unsigned)pre_x[R];
-    for (unsigned cb = c0; cb < extra; cb += step) {  // fresh-prefix rows (steps that reset)
-        unsigned char* dst[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const unsigned c = cb + u * T;
-            dst[u] = nullptr;
-            if (c < extra) {
-                const int lo = find_request(pre_x, R, c);
-                const unsigned in = c - (unsigned)pre_x[lo], off = (in % cpr) << 4;
-                const unsigned e = (unsigned)(pre_e[lo + 1] - pre_e[lo]) / cpr + in / cpr;
-                const int2 en = __ldcg(a.copy_list + (size_t)lo * a.seg + e);
-                dst[u] = a.dev + (size_t)en.y * a.row_bytes + off;
-                v[u] = ld_host(a.host + (size_t)en.x * a.row_bytes + off);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (dst[u]) *reinterpret_cast<uint4*>(dst[u]) = v[u];
-    }
+    // fresh-prefix rows (steps that reset): entries past each request's early ones
+    copy_chunks(c0, (unsigned)pre_x[R], T, a.host, a.dev, a.row_bytes, [&](unsigned c, unsigned& off) {
+        const int lo = find_request(pre_x, R, c);
+        const unsigned in = c - (unsigned)pre_x[lo];
+        off = (in % cpr) << 4;
+        const unsigned e = (unsigned)(pre_e[lo + 1] - pre_e[lo]) / cpr + in / cpr;
+        return __ldcg(a.copy_list + (size_t)lo * a.seg + e);
+    });
 }
 
 #if MAX_REGS  // a register cap below the launch bounds' 128 (room for another kernel's block beside)
