@@ -214,6 +214,50 @@ __device__ __forceinline__ void dequant_regs(uint8_t* kv_tile, const RawRegs<TPR
 }
 
 // ---------------------------------------------------------------------------------------------
+// Epilogue (the wide kernels)
+// ---------------------------------------------------------------------------------------------
+// One warpgroup's half of O (columns 256 wg .. 256 wg + 255), normalised by inv, to out (bf16)
+// or to the split partials (fp32).
+__device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
+                                             int cq, long long b, int H, int head0, int split, int n_splits,
+                                             uint16_t* out, float* part_o) {
+    if (n_splits == 1) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const long long row = b * H + head0 + r0 + i * 8;
+            uint16_t* orow = out + row * D_V + wg * 256 + cq;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = v;
+            }
+        }
+    } else {
+        const long long B = gridDim.z;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const long long row = ((long long)split * B + b) * H + head0 + r0 + i * 8;
+            float* orow = part_o + row * D_V + wg * 256 + cq;
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+                *reinterpret_cast<float2*>(orow + j * 8) =
+                    make_float2(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+        }
+    }
+}
+
+// Natural-log lse of this thread's two rows r0, r0 + 8 of the head group, to lse (one split) or
+// to the split partials.
+__device__ __forceinline__ void store_lse_rows(const float (&lse_row)[2], int r0, long long b, int H, int head0,
+                                               int split, int n_splits, float* lse, float* part_lse) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        if (n_splits == 1) lse[b * H + head0 + r0 + i * 8] = lse_row[i];
+        else part_lse[((long long)split * gridDim.z + b) * H + head0 + r0 + i * 8] = lse_row[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Main kernel
 // ---------------------------------------------------------------------------------------------
 // grid = (H / 64, n_splits, B): the head groups of one request run side by side and share the
@@ -408,31 +452,8 @@ __device__ __forceinline__ void mla_decode_body(
         lse_row[i] = l > 0.f ? (m_run[i] + log2f(l)) * LN2 : -INFINITY;
     }
     const int head0 = hg * HEADS_PER_CTA;
-    if (n_splits == 1) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const long long row = (long long)b * H + head0 + r0 + i * 8;
-            uint16_t* orow = out + row * D_V + wg * 256 + cq;
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
-                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = v;
-            }
-            if (wg == 0 && (lane & 3) == 0) lse[row] = lse_row[i];
-        }
-    } else {
-        const long long B = gridDim.z;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const long long row = ((long long)split * B + b) * H + head0 + r0 + i * 8;
-            float* orow = part_o + row * D_V + wg * 256 + cq;
-#pragma unroll
-            for (int j = 0; j < 32; ++j)
-                *reinterpret_cast<float2*>(orow + j * 8) =
-                    make_float2(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
-            if (wg == 0 && (lane & 3) == 0) part_lse[row] = lse_row[i];
-        }
-    }
+    if (wg == 0 && (lane & 3) == 0) store_lse_rows(lse_row, r0, b, H, head0, split, n_splits, lse, part_lse);
+    store_o_half(o_acc, inv, wg, r0, cq, b, H, head0, split, n_splits, out, part_o);
 }
 
 #define MLA_ARGS                                                                                   \
@@ -608,36 +629,6 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 #pragma unroll
         for (int c = 0; c < NCHUNK; ++c)
             cp_async16(tile + c * CHUNK_BYTES + swz(row, sub), src + c * 64, slot >= 0 ? 16 : 0);
-    }
-}
-
-// One warpgroup's half of O (columns 256 wg .. 256 wg + 255), normalised by inv, to out (bf16)
-// or to the split partials (fp32).
-__device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
-                                             int cq, long long b, int H, int head0, int split, int n_splits,
-                                             uint16_t* out, float* part_o) {
-    if (n_splits == 1) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const long long row = b * H + head0 + r0 + i * 8;
-            uint16_t* orow = out + row * D_V + wg * 256 + cq;
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
-                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = v;
-            }
-        }
-    } else {
-        const long long B = gridDim.z;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const long long row = ((long long)split * B + b) * H + head0 + r0 + i * 8;
-            float* orow = part_o + row * D_V + wg * 256 + cq;
-#pragma unroll
-            for (int j = 0; j < 32; ++j)
-                *reinterpret_cast<float2*>(orow + j * 8) =
-                    make_float2(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
-        }
     }
 }
 
@@ -821,11 +812,7 @@ __device__ __forceinline__ void mla_ws_body(
         if ((lane & 3) == 0) {
             s_oscale[r0] = inv[0];
             s_oscale[r0 + 8] = inv[1];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                if (n_splits == 1) lse[(long long)b * H + head0 + r0 + i * 8] = lse_row[i];
-                else part_lse[((long long)split * gridDim.z + b) * H + head0 + r0 + i * 8] = lse_row[i];
-            }
+            store_lse_rows(lse_row, r0, b, H, head0, split, n_splits, lse, part_lse);
         }
         named_sync(BAR_EPI, 256);
         store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
