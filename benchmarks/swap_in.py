@@ -452,18 +452,22 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 class _HeadKernel:
-    """The committed kernel before this change (its source passed with --baseline-cu): the same
-    arguments less the last (dup_words), launched as the HotBuffer launches its own."""
+    """A committed kernel (its source passed with --baseline-cu), launched as the HotBuffer
+    launches its own: with every argument, or less the last (dup_words) for a source from before
+    that argument existed."""
 
-    def __init__(self, kern: Any) -> None:
+    def __init__(self, kern: Any, takes_dup_words: bool) -> None:
         self.kern = kern
         self.kernel = kern.kernel
+        self.n_args = None if takes_dup_words else -1
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
-        self.kern(grid, block, args[:-1], shared_mem=shared_mem)
+        self.kern(grid, block, args[:self.n_args], shared_mem=shared_mem)
 
 
 def baseline_kernel(cp: Any, source: Path) -> _HeadKernel:
+    import re
+
     from cupy_kernels._build import build_cubin
     from cupy_kernels.swap_in import _NVCC_FLAGS, DEFAULT_UNROLL
 
@@ -472,7 +476,8 @@ def baseline_kernel(cp: Any, source: Path) -> _HeadKernel:
     kern = mod.get_function("swap_in_lru")
     optin = cp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
     kern.max_dynamic_shared_size_bytes = optin - kern.shared_size_bytes
-    return _HeadKernel(kern)
+    signature = re.search(r"swap_in_lru\(([^)]*)\)", source.read_text())
+    return _HeadKernel(kern, takes_dup_words=bool(signature and "dup_words" in signature.group(1)))
 
 
 BUSY_KINDS = (("light, trigger at start", 1, 0), ("light, no trigger", 0, 0),
@@ -604,8 +609,9 @@ def main() -> None:
     ap.add_argument("--baseline-cu", type=Path, default=None,
                     help="also time the kernel built from this older swap_in.cu (e.g. the last commit's), "
                          "as copy orders head-<order>, hash duplicate check")
-    ap.add_argument("--baseline-orders", nargs="+", default=["flat", "request"], choices=["flat", "request", "hybrid"],
-                    help="copy orders of the --baseline-cu kernel (default flat request)")
+    ap.add_argument("--baseline-orders", nargs="+", default=["flat", "request"], choices=list(COPY_ORDERS),
+                    help="copy orders of the --baseline-cu kernel (default flat request; early only for a source "
+                         "that has it)")
     ap.add_argument("--variants-out", type=Path, default=None, help="CSV of every variant row (all columns)")
     ap.add_argument("--after-out", type=Path, default=None, help="CSV of the --after-kernel rows")
     ap.add_argument("--rowcopy-out", type=Path, default=None, help="CSV of the --rowcopy rows")
