@@ -22,3 +22,31 @@ def random_stream(rng: np.random.Generator, *, steps: int = 50, k: int = 64, ctx
         n = int(rng.integers(k // 2, k + 1)) if ragged else k
         rows[t, :n] = cur[:n]
     return Stream(request, layer, ctx, rows)
+
+
+def decode_pass(cost, batch: int, ctx_sum, *, active: int | None = None, missed_rows=None):
+    """``cost.pass_time`` of a decode pass: ``batch`` requests whose contexts sum to ``ctx_sum`` (an
+    array: one step each) on ``active`` of the instance's schedulers (default all), the rest idle;
+    ``missed_rows`` per rank turns HiSparse on."""
+    from simulator.costmodel import Pass, RankWork
+
+    ranks = cost.d.ranks_per_instance
+    active = ranks if active is None else active
+    steps = int(np.size(ctx_sum))
+    work = (RankWork(batch, ctx_sum, missed_rows),) * active + (RankWork(),) * (ranks - active)
+    return cost.pass_time(Pass(work, hisparse=missed_rows is not None, steps=steps))
+
+
+def prefill_pass(cost, tokens: int, prior_ctx: int, *, hisparse: bool = False) -> float:
+    """Seconds of a pass in which every scheduler of the instance prefills a chunk alike."""
+    from simulator.costmodel import Pass, RankWork
+
+    work = (RankWork(chunks=((tokens, prior_ctx),)),) * cost.d.ranks_per_instance
+    return float(cost.pass_time(Pass(work, hisparse=hisparse)).total_s[0])
+
+
+def prefill_rank_side(cost, tokens: int, prior_ctx: int) -> float:
+    """One rank's own part of a prompt chunk, composed by hand: its attention-side ops at the
+    chunk's tokens, the indexer and sparse attention over the chunk's context."""
+    return (sum(cost.attention_fixed(tokens).values()) + cost.prefill_indexer(tokens, prior_ctx)
+            + cost.prefill_attention(tokens, prior_ctx))

@@ -12,9 +12,10 @@ import pytest
 from simulator.calibration.fitting import fit_attention, fit_swap_in, linear_fit, relative_errors
 from simulator.calibration.measure import draw_step
 from simulator.calibration.validate import predicted_step_s
+from simulator.costmodel.passes import CostModel
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
-from simulator.serving.costs import CostModel
+from tests.helpers import decode_pass
 
 
 def test_linear_fit_recovers_a_line():
@@ -70,8 +71,8 @@ def test_validation_prediction_is_the_models_kernel_terms():
     want = sum(cost.swap_in_layer(m, 16) + cost.attention(16) for m in misses)
     assert predicted_step_s(cost, misses, 16) == pytest.approx(float(want))
     # the serving model's decode step holds the same terms, times the model's layers
-    step = cost.decode_steps(16, 128, 16 * 40000.0, missed_rows=78 * 100.0)
-    assert float(step.swap_s) == pytest.approx(78 * float(cost.swap_in_layer(100.0, 16)))
+    step = decode_pass(cost, 16, 16 * 40000.0, missed_rows=78 * 100.0)
+    assert float(step.swap_s[0]) == pytest.approx(78 * float(cost.swap_in_layer(100.0, 16)))
 
 
 def test_draw_step_has_exactly_the_asked_misses():
@@ -130,9 +131,9 @@ def test_layer_validation_prediction_is_layer_work_priced_by_the_terms():
     """The layer loop's prediction is layer_work's ops priced by the committed step terms plus
     each layer's swap-in: recomputed here op by op."""
     from simulator.calibration.layer_loop import predicted_step_s
-    from simulator.calibration.layer_work import Layout, layer_ops
     from simulator.calibration.model_shapes import GLM_5_1
-    from simulator.calibration.step_terms import StepTerms
+    from simulator.costmodel.ops import Layout, layer_ops
+    from simulator.costmodel.terms import StepTerms
 
     terms = StepTerms.from_calibration(json.loads(open("calibration/h200.json").read()))
     cfg = {"requests": 8, "dense": 1, "row_bytes": 656}
@@ -266,9 +267,9 @@ def test_kernel_loop_repredict_prices_with_the_calibration_being_checked():
     import dataclasses
 
     from simulator.calibration.validate import repredict
+    from simulator.costmodel.passes import CostModel
+    from simulator.costmodel.pricing import terms_for
     from simulator.serving import presets as P
-    from simulator.serving.costs import CostModel
-    from simulator.serving.step_costs import terms_for
 
     cal = P.load_calibration("calibration/h200.json")
     gpu = P.load_gpu("h200", "calibration/h200.json")

@@ -50,3 +50,15 @@ def test_kernels_import_nothing_from_the_simulator():
 def test_trace_imports_nothing_from_replay():
     found = _offenders("simulator/trace", "simulator.replay")
     assert not found, "simulator.trace must not depend on simulator.replay:\n" + "\n".join(found)
+
+
+def test_the_wheel_carries_what_the_package_reads_from_the_checkout():
+    """``setup.py`` copies ``simulator.bundled.FILES`` into the wheel (it cannot import the package
+    it builds, so it keeps its own copy of the list): the two lists agree and every pattern matches."""
+    from simulator.bundled import FILES
+
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    listed = next(ast.literal_eval(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BUNDLED")
+    assert tuple(listed) == FILES
+    assert all(list(ROOT.glob(pattern)) for pattern in FILES)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.calibration.layer_work import (
+from simulator.calibration.model_shapes import Shapes
+from simulator.costmodel.ops import (
     Layout,
     attention_ops,
     dense_mlp_ops,
@@ -16,7 +17,6 @@ from simulator.calibration.layer_work import (
     step_ops,
     weight_params,
 )
-from simulator.calibration.model_shapes import Shapes
 
 # zai-org/GLM-5.1 config.json (num_hidden_layers, first_k_dense_replace, hidden_size, q_lora_rank,
 # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, intermediate_size,

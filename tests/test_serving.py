@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
+from simulator.costmodel.passes import CostModel
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
-from simulator.serving.costs import CostModel
 from simulator.serving.misses import MissProfiles, miss_profiles
 from simulator.serving.model import RankSim, System, simulate
 from simulator.serving.planner import PlanInputs, recommend, run_plan
 from simulator.serving.scenario import load_scenario
+from tests.helpers import decode_pass, prefill_rank_side
 
 
 @pytest.fixture(autouse=True)
@@ -117,22 +118,22 @@ def test_cost_model_shapes():
     sc = _scenario()
     c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params)
     assert c.experts_touched(0) == 0 and 0.99 < c.experts_touched(512) <= 1
-    steps = [float(c.decode_steps(b, 8 * b, b * 40000).total_s) for b in (1, 4, 16, 32)]
+    steps = [float(decode_pass(c, b, b * 40000).total_s[0]) for b in (1, 4, 16, 32)]
     assert steps == sorted(steps)
-    base = c.decode_steps(8, 64, 8 * 40000)
-    with_swap = c.decode_steps(8, 64, 8 * 40000, missed_rows=10_000.0)
-    assert float(with_swap.total_s) > float(base.total_s)
+    base = decode_pass(c, 8, 8 * 40000)
+    with_swap = decode_pass(c, 8, 8 * 40000, missed_rows=10_000.0)
+    assert float(with_swap.total_s[0]) > float(base.total_s[0])
     launch = sc.model.layers * sc.params.swap_in_launch_us * 1e-6
     row = sc.model.kv_row_bytes
-    assert float(with_swap.swap_s) == pytest.approx(launch + 10_000 * row / sc.gpu.swap_bw(row))
+    assert float(with_swap.swap_s[0]) == pytest.approx(launch + 10_000 * row / sc.gpu.swap_bw(row))
     # DP attention: one all-gather and one reduce-scatter per layer of every rank's batch, padded to
     # the CUDA-graph size (8 requests per rank: 8 rows each)
     ic, msg = sc.gpu.interconnect, 8 * 8 * sc.model.hidden_size * 2
     want = sc.model.layers * (ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg))
-    assert float(base.comm_s) == pytest.approx(want)
-    padded = c.decode_steps(9, 9 * 8, 9 * 40000)  # 9 per rank: the graph for 12
+    assert float(base.comm_s[0]) == pytest.approx(want)
+    padded = decode_pass(c, 9, 9 * 40000)  # 9 per rank: the graph for 12
     msg = 8 * 12 * sc.model.hidden_size * 2
-    assert float(padded.comm_s) == pytest.approx(
+    assert float(padded.comm_s[0]) == pytest.approx(
         sc.model.layers * (ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg)))
 
 
@@ -156,11 +157,11 @@ def test_single_request_timeline_is_the_cost_model():
     chunks, done = [], 0
     while done < 20000:
         n = min(8192, 20000 - done)
-        chunks.append(c.prefill_attention_side(n, done) + c.mlp_time(n, head_rows=1)
+        chunks.append(prefill_rank_side(c, n, done) + c.mlp_time(n, head_rows=1)
                       + sc.model.layers * c.comm_layer(n, n))
         done += n
     ttft = sum(chunks)
-    steps = c.decode_steps(1, 1, 20001 + np.arange(49)).total_s
+    steps = decode_pass(c, 1, 20001 + np.arange(49), active=1).total_s
     assert r.ttft_p50_s == pytest.approx(ttft)
     assert r.tpot_p50_ms == pytest.approx(steps.sum() / 49 * 1e3)
     assert r.makespan_tok_s_deployment == pytest.approx(50 / (ttft + steps.sum()))
@@ -379,8 +380,8 @@ def test_a_prompt_chunk_on_one_rank_stalls_every_ranks_decode():
     sim.w = dataclasses.replace(sim.w, length_jitter=0.5)
     sim.run()
     c = sim.cost
-    chunk = c.prefill_attention_side(8192, 0)
-    step = float(c.decode_steps(1, 2, 8192 + 64).total_s)
+    chunk = prefill_rank_side(c, 8192, 0)
+    step = float(decode_pass(c, 1, 8192 + 64, active=2).total_s[0])
     gaps = np.concatenate(sim.itl)
     stalled = gaps[gaps > chunk]
     assert stalled.size >= 1  # a decode gap as long as another rank's prompt chunk

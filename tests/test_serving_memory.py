@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
+from simulator.costmodel.collectives import Collective, bus_factor, parse_interconnect
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
-from simulator.serving.comm import Collective, bus_factor, parse_interconnect
 from simulator.serving.memory import plan_memory, weights_per_gpu
 from simulator.serving.misses import MissProfiles
 from simulator.serving.model import RankSim, System, simulate
@@ -267,7 +267,7 @@ def test_a_calibrations_comm_group_overrides_the_preset_and_unknown_groups_are_c
 def test_expert_parallel_moe_dispatches_and_combines_all_to_all():
     sc = _blog()
     ep = dataclasses.replace(sc.deployment, moe="ep")
-    from simulator.serving.costs import CostModel
+    from simulator.costmodel.passes import CostModel
 
     c = CostModel(sc.model, sc.gpu, ep, sc.params)
     ic, h = sc.gpu.interconnect, sc.model.hidden_size

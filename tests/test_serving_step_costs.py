@@ -11,14 +11,15 @@ import math
 import numpy as np
 import pytest
 
-from simulator.calibration.layer_work import Layout, attention_ops, moe_ops, step_ops
 from simulator.calibration.model_shapes import DEEPSEEK_V3_2, GLM_5_1
-from simulator.calibration.step_terms import StepTerms
+from simulator.costmodel.ops import Layout, attention_ops, moe_ops, step_ops
+from simulator.costmodel.passes import CostModel, cuda_graph_batch
+from simulator.costmodel.pricing import layout_for, measured_terms, terms_for
+from simulator.costmodel.terms import StepTerms
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
-from simulator.serving.costs import CostModel, cuda_graph_batch
 from simulator.serving.scenario import load_scenario
-from simulator.serving.step_costs import layout_for, measured_terms, terms_for
+from tests.helpers import decode_pass, prefill_pass
 
 H200_JSON = P.PRESET_DIR / "calibration" / "h200.json"
 
@@ -98,10 +99,12 @@ def test_decode_step_is_the_sum_of_its_ops_plus_comm():
     assert padded == 8
     ops = c.fixed_ops(padded, 8 * batch)
     by_ops = sum(n * c.op_time(o) for n, o in ops) + c.m.layers * (float(c.indexer(ctx, batch)) + c.attention(batch, ctx))
-    step = c.decode_steps(batch, 8 * batch, ctx)
-    assert float(step.compute_s) == pytest.approx(by_ops)
-    assert float(step.total_s) == pytest.approx(by_ops + c.comm(batch, 8 * batch))
-    assert sum(c.breakdown(batch, 8 * batch, ctx).values()) == pytest.approx(by_ops)
+    step = decode_pass(c, batch, ctx)
+    assert float(step.compute_s[0]) == pytest.approx(by_ops)
+    comm = c.m.layers * c.comm_layer(batch, 8 * batch, padded)
+    assert float(step.comm_s[0]) == pytest.approx(comm) and comm > 0
+    assert float(step.total_s[0]) == pytest.approx(by_ops + comm)
+    assert float(step.swap_s[0]) == float(step.backup_s[0]) == 0.0  # the baseline: no host tier
     # every op kind of a layer is there (the indexer and attention priced apart)
     kinds = {o.kind for _, o in ops}
     assert kinds == {"gemm", "batched_gemm", "grouped_gemm_tp_up", "grouped_gemm_tp_down", "elementwise"}  # TP MoE
@@ -111,9 +114,9 @@ def test_decode_step_is_the_sum_of_its_ops_plus_comm():
 
 def test_step_grows_with_batch_and_context_and_routed_experts_follow_real_tokens():
     c = _cost()
-    steps = [float(c.decode_steps(b, 8 * b, b * 40000.0).total_s) for b in (1, 2, 8, 32)]
+    steps = [float(decode_pass(c, b, b * 40000.0).total_s[0]) for b in (1, 2, 8, 32)]
     assert steps == sorted(steps) and len(set(steps)) == 4
-    short, long = (float(c.decode_steps(4, 32, 4 * n).total_s) for n in (8000.0, 160000.0))
+    short, long = (float(decode_pass(c, 4, 4 * n).total_s[0]) for n in (8000.0, 160000.0))
     assert long > short  # the indexer scans every context token
     # one request on one rank of eight: the MoE sees one real token, not eight padded ones
     one = {o.name: o for _, o in c.fixed_ops(1, 1.0)}
@@ -136,7 +139,7 @@ def test_other_gpus_scale_the_h200_terms_by_datasheet_ratios():
     # a slower GPU takes longer for the same step
     sc = load_scenario(gpu="h100", calibration="none")
     slow = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
-    assert float(slow.decode_steps(8, 64, 8 * 4e4).compute_s) > float(_cost().decode_steps(8, 64, 8 * 4e4).compute_s)
+    assert float(decode_pass(slow, 8, 8 * 4e4).compute_s[0]) > float(decode_pass(_cost(), 8, 8 * 4e4).compute_s[0])
 
 
 def test_a_calibration_with_step_terms_prices_its_own_gpu(tmp_path):
@@ -164,22 +167,22 @@ def test_no_unsourced_or_removed_terms_remain():
 
 def test_prefill_chunk_is_compute_bound_and_quadratic_in_the_indexer():
     c = _cost()
-    first, later = c.prefill_chunk(8192, 0, False, 8 * 8192), c.prefill_chunk(8192, 65536, False, 8 * 8192)
+    first, later = prefill_pass(c, 8192, 0), prefill_pass(c, 8192, 65536)
     assert later > first > 0
     # twice the tokens: close to twice the time (compute-bound), far more than one decode step
-    double = c.prefill_chunk(16384, 0, False, 8 * 16384)
+    double = prefill_pass(c, 16384, 0)
     assert 1.6 < double / first < 2.4
-    assert first > 10 * float(c.decode_steps(8, 64, 8 * 4e4).total_s)
-    assert math.isfinite(first) and np.isfinite(c.prefill_chunk(1, 0, True, 8))
+    assert first > 10 * float(decode_pass(c, 8, 8 * 4e4).total_s[0])
+    assert math.isfinite(first) and np.isfinite(prefill_pass(c, 1, 0, hisparse=True))
 
 
 def test_step_report_groups_add_up_to_the_step():
     c = _cost()
     rep = c.step_report(8, 36864.0)
-    step = c.decode_steps(8, 64, 8 * 36864.0)
-    assert rep["total"] == pytest.approx(float(step.total_s) * 1e3)
+    step = decode_pass(c, 8, 8 * 36864.0)
+    assert rep["total"] == pytest.approx(float(step.total_s[0]) * 1e3)
     assert sum(v for k, v in rep.items() if k != "total") == pytest.approx(rep["total"])
-    assert rep["collectives"] == pytest.approx(float(step.comm_s) * 1e3)
+    assert rep["collectives"] == pytest.approx(float(step.comm_s[0]) * 1e3)
     assert max((v, k) for k, v in rep.items() if k != "total")[1] == "routed experts"
 
 

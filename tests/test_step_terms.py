@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from simulator.calibration.fitting import fit_indexer, fit_roofline, fit_step_terms
-from simulator.calibration.layer_work import Layout, layer_ops
 from simulator.calibration.model_shapes import GLM_5_1
-from simulator.calibration.step_terms import IndexerTerm, Rate, StepTerms
+from simulator.costmodel.ops import Layout, layer_ops
+from simulator.costmodel.terms import IndexerTerm, Rate, StepTerms
 
 
 def _roof(b, f, launch=6e-6, bw=3e12, rate=600e12):
@@ -77,8 +77,8 @@ def test_rate_time_is_launch_plus_the_binding_limit():
 def test_step_time_sums_the_layer_ops_and_vectorises_over_steps():
     import json
 
-    from simulator.calibration.layer_work import step_ops
-    from simulator.calibration.step_terms import step_time
+    from simulator.costmodel.ops import step_ops
+    from simulator.costmodel.terms import step_time
 
     terms = StepTerms.from_calibration(json.loads(open("calibration/h200.json").read()))
     m = GLM_5_1
@@ -95,7 +95,7 @@ def test_step_time_sums_the_layer_ops_and_vectorises_over_steps():
 def test_scaled_terms_follow_the_datasheet_ratios():
     import json
 
-    from simulator.calibration.step_terms import step_time
+    from simulator.costmodel.terms import step_time
 
     terms = StepTerms.from_calibration(json.loads(open("calibration/h200.json").read()))
     fast = terms.scaled(hbm=2.0, flops=2.0, link=2.0)

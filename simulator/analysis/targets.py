@@ -28,13 +28,14 @@ from typing import Any
 
 import numpy as np
 
+from ..bundled import data_path
 from ..errors import HisparseError
 from ..replay import ReplayConfig, replay_stream
 from ..trace.stats import layer_overlap, step_overlap
 from ..trace.stream import Stream
 
 STATISTICS = ("lru_miss", "step_overlap", "layer_overlap", "first_step_miss")
-TARGETS_DIR = Path(__file__).resolve().parents[2] / "traces" / "targets"
+TARGETS_DIR = data_path("traces/targets")
 SHAPE_KEYS = {"model": str, "layers": int, "topk": int, "ctx0": int, "steps": int, "requests": int,
               "seed": int, "warmup": int}
 

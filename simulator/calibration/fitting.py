@@ -139,7 +139,7 @@ def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.Da
         rates.setdefault(kind, {})[dtype] = fit_roofline(g["bytes"], g["flops"], g["us"])
     extra: dict = {}
     if grouped_tp is not None:
-        from .layer_work import FP8_BYTES, TP_MOE_KINDS
+        from ..costmodel.ops import FP8_BYTES, TP_MOE_KINDS
 
         tp = grouped_tp[grouped_tp["layout"] == "tp"]
         for (name, dtype), g in tp.groupby(["name", "dtype"]):
@@ -186,7 +186,7 @@ def fit_fused_moe_tp(df: pd.DataFrame) -> tuple[dict, dict]:
     weight bytes, as the ``grouped_gemm_tp`` terms) over the fastest Triton tile config at each
     node-token count (what a tuned deployment runs). Returns (rates by kind and dtype, a summary
     per op: the best config and its time per token count beside ``torch._scaled_grouped_mm``)."""
-    from .layer_work import TP_MOE_KERNELS
+    from ..costmodel.ops import TP_MOE_KERNELS
 
     kinds = TP_MOE_KERNELS["triton_fused_moe"]
     missing = {"impl", "best", "name", "dtype", "node_tokens", "weight_bytes", "flops", "us"} - set(df.columns)

@@ -1,8 +1,8 @@
 """``hisparse validate --loop layer``: full DSA decode layers at GLM-5.1's per-GPU shapes through
-real kernels, against the step terms' prediction from ``layer_work``.
+real kernels, against the step terms' prediction from ``costmodel.ops``.
 
 One GPU of an 8-GPU DP-attention deployment, no communication: per layer, every op of
-``layer_work.layer_ops`` runs as a kernel of its shape (``op_kernels``), with the lightning
+``ops.layer_ops`` runs as a kernel of its shape (``op_kernels``), with the lightning
 indexer (our kernel, over every request's whole context of FP8 keys), then the swap-in kernel
 and sparse attention (``decode_step``) at the attention op's place. The swap-in takes the
 top-k of generated high-overlap trace streams (the indexer's top-k of random keys would be no
@@ -18,17 +18,17 @@ from typing import Any
 
 import numpy as np
 
+from ..costmodel.ops import Layout, layer_ops
+from ..costmodel.terms import StepTerms
 from .grids import LayerLoopConfig
-from .layer_work import Layout, layer_ops
 from .model_shapes import GLM_5_1
-from .step_terms import StepTerms
 
 K = 2048
 WARM = 2  # the first steps include module loads and allocations
 
 
 def predicted_step_s(terms: StepTerms, cfg: dict, ctx: float, misses_per_layer) -> float:
-    """layer_work's ops at this step's contexts, priced by the fitted terms, plus each layer's
+    """costmodel.ops's ops at this step's contexts, priced by the fitted terms, plus each layer's
     swap-in with its missed rows."""
     m, layout, r = GLM_5_1, Layout(), cfg["requests"]
     total = 0.0

@@ -4,8 +4,8 @@ The values live in one table, the model presets (``simulator/presets/models/glm-
 ``deepseek-v3.2-fp8.toml``, each key citing its config.json field: zai-org/GLM-5.1 ``config.json``;
 deepseek-ai/DeepSeek-V3.2-Exp ``inference/config_671B_v3.2.json``). They are read here as TOML data,
 not through the serving package, so calibration (which runs on the GPU machine) does not depend on
-the serving model; ``tests/test_layer_work.py`` holds the configs' values independently and checks
-the parameter counts. Anything with these fields satisfies ``layer_work.ModelShape``.
+the serving model; ``tests/test_ops.py`` holds the configs' values independently and checks
+the parameter counts. Anything with these fields satisfies ``ops.ModelShape``.
 """
 
 from __future__ import annotations

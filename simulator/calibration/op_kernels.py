@@ -1,4 +1,4 @@
-"""A real GPU kernel for each ``layer_work.Op`` (``hisparse calibrate`` times them one by one,
+"""A real GPU kernel for each ``ops.Op`` (``hisparse calibrate`` times them one by one,
 ``hisparse validate`` runs them back to back as a layer).
 
 - FP8 GEMMs: ``torch._scaled_mm`` (cuBLASLt, tensor-wise scales; rows padded to 16 as it needs),
@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .layer_work import Op
+from ..costmodel.ops import Op
 
 L2_BYTES = 60 << 20  # H200 L2 (KINDS: 60 MB); rotate weights over more than this
 

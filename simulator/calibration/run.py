@@ -31,8 +31,8 @@ def measure_kernels(args: argparse.Namespace) -> tuple[dict[str, pd.DataFrame], 
 
     from cupy_kernels.swap_in import PinnedPool
 
+    from ..costmodel.terms import ATTENTION_ROOFLINE
     from . import measure
-    from .step_terms import ATTENTION_ROOFLINE
 
     rng = np.random.default_rng(args.seed)
     pool = PinnedPool(int(args.pool_gib * (1 << 30)))

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..costmodel.ops import GROUPED_KINDS, Layout, layer_ops, moe_ops, step_head_ops
 from . import grids
-from .layer_work import GROUPED_KINDS, Layout, layer_ops, moe_ops, step_head_ops
 from .measure import time_queued
 from .model_shapes import SHAPES
 from .op_kernels import OpKernels, copy_kernel

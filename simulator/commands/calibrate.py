@@ -54,7 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "'layer': a full DSA layer at GLM-5.1's per-GPU shapes (DP attention, 1/8 of "
                                    "the experts, no communication): every op of the layer's work (norms, "
                                    "projections, indexer, swap-in, attention, MoE grouped GEMMs), predicted from "
-                                   "layer_work + step_terms; 'kernels': issue 8's swap-in + attention loop, "
+                                   "costmodel.ops + costmodel.terms; 'kernels': issue 8's swap-in + attention loop, "
                                    "predicted by the serving cost model. Both check the swap-in kernel's misses "
                                    "against the replay engine. Writes OUT/validation[-layer]-<gpu>.json and plots.")
     v.add_argument("--gpu", default="h200", help="GPU preset (default h200)")
@@ -175,7 +175,6 @@ def run_calibrate(args: argparse.Namespace) -> int:
         _require_cupy("hisparse calibrate", "hisparse calibrate --refit")
     from ..calibration import grids
     from ..calibration.fitting import fit_step_terms, fitted_params
-    from ..calibration.layer_work import Layout
     from ..calibration.run import (
         FUSED_MOE_TABLE,
         KERNEL_TABLES,
@@ -183,6 +182,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         STEP_TABLES,
         TP_MOE_TABLE,
     )
+    from ..costmodel.ops import Layout
     from ..errors import HisparseError
     from ..fileio import atomic_output
 
@@ -329,9 +329,9 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
     """Issue 8's loop: swap-in + attention per layer against the serving cost model's terms."""
     from ..calibration import grids
     from ..calibration.validate import repredict, run_config
+    from ..costmodel.passes import CostModel
+    from ..costmodel.pricing import terms_for
     from ..serving import presets as P
-    from ..serving.costs import CostModel
-    from ..serving.step_costs import terms_for
 
     gpu = P.load_gpu(args.gpu, calibration)
     cal = P.load_calibration(calibration)
@@ -354,10 +354,10 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
 
 
 def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
-    """The full DSA layer loop at GLM-5.1's per-GPU shapes against layer_work + step_terms."""
+    """The full DSA layer loop at GLM-5.1's per-GPU shapes against costmodel.ops + costmodel.terms."""
     from ..calibration import grids
     from ..calibration.layer_loop import repredict_layers, run_layer_config
-    from ..calibration.step_terms import StepTerms
+    from ..costmodel.terms import StepTerms
     from ..errors import HisparseError
 
     cal = _read_json(calibration, (), "run hisparse calibrate first")

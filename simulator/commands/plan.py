@@ -176,7 +176,7 @@ def _scenario_summary(sc) -> dict:
 def _step_report(sc, base) -> dict:
     """A baseline decode step at its full batch (the running cap or the pool, per scheduler), every
     request at the workload's mean context, by term group (ms)."""
-    from ..serving.costs import CostModel
+    from ..costmodel.passes import CostModel
 
     w = sc.workload
     ctx = w.input_tokens + w.output_tokens / 2
@@ -186,7 +186,7 @@ def _step_report(sc, base) -> dict:
 
 
 def _step_terms_summary(sc) -> dict:
-    from ..serving.step_costs import terms_for
+    from ..costmodel.pricing import terms_for
 
     t = sc.terms or terms_for(sc.gpu)
     return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio}

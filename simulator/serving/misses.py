@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..bundled import data_path
 from ..errors import HisparseError
 from .defaults import DEFAULT_TRACE
 
@@ -87,7 +88,7 @@ def cache_dir() -> Path:
 
 def _default_trace_path() -> Path | None:
     """The bundled default trace in this checkout (never the current directory)."""
-    path = Path(__file__).resolve().parents[2] / DEFAULT_TRACE.file
+    path = data_path(DEFAULT_TRACE.file)
     return path if path.is_file() else None
 
 

@@ -46,6 +46,7 @@ from enum import StrEnum
 import numpy as np
 import simpy
 
+from ..costmodel import CostModel, Pass, RankWork
 from ..errors import HisparseError
 from .admission import (
     NUM_RESERVED_DECODE_TOKENS,
@@ -59,7 +60,6 @@ from .admission import (
     ratio_after_retract,
     retract_order,
 )
-from .costs import CostModel, cuda_graph_batch
 from .memory import MemoryPlan, check_fits, plan_memory
 from .misses import MissProfiles
 from .scenario import Scenario
@@ -470,35 +470,26 @@ class InstanceSim:
         """One forward pass in which some ranks run an extend batch (no CUDA graph) and the others a
         decode step of their running requests: each rank's attention side, the slowest one setting
         the pace, then the MLP and collectives over every rank's tokens."""
-        c = self.cost
-        sides, tokens, decoding, samples = [], 0.0, [], 0
+        works, decoding = [], []
         for k in self.ranks:
             batch = batches.get(id(k), [])
             if batch:
-                chunks = [(n, r.prefilled) for r, n in batch]
-                n_sum = sum(n for n, _ in chunks)
-                t = c.prefill_batch_attention_side(chunks)
-                if self.hs is not None:
-                    t += c.prefill_backup(n_sum)
-                sides.append(t)
-                tokens += n_sum
-                samples += len(batch)  # logits for every request of an extend batch
+                works.append(RankWork(chunks=tuple((n, r.prefilled) for r, n in batch)))
             elif k.running:
                 self._decode_check(k)
                 b = len(k.running)
                 ctx = float(sum(q.input_tokens + q.generated for q in k.running))
-                t = float(c.attention_side(b, ctx))
+                missed = None
                 if self.hs is not None:
                     share = sum(float(self._step_misses(q, 1)[0]) for q in k.running)
-                    t += float(c.swap_in(share * self.hs.top_k * self.m.layers, b))
+                    missed = share * self.hs.top_k * self.m.layers
                     self.miss_rows += share
                     self.looked_up += b
-                sides.append(t)
-                tokens += b
+                works.append(RankWork(b, ctx, missed))
                 decoding.append(k)
-        decode_tokens = sum(len(k.running) for k in decoding)
-        t = (max(sides) + c.mlp_time(tokens, head_rows=decode_tokens + max(samples, 1))
-             + self.m.layers * c.comm_layer(tokens, tokens))  # extend mode: the gather of every rank's tokens
+            else:
+                works.append(RankWork())
+        t = float(self.cost.pass_time(Pass(tuple(works), self.hs is not None)).total_s[0])
         for k in self.ranks:
             self.busy_running_time += t * len(k.running)
             if batches.get(id(k)) and k.running:
@@ -619,27 +610,24 @@ class InstanceSim:
         n = max(1, min([n] + [max(1, self._room_steps(k, n)) for k in active]))
         if self.hs is not None and not self.pd:  # batch_is_full is cleared every round: retried each step
             n = min([n] + [s for k in active if (s := self._steps_to_admit(k, n)) is not None])
-        biggest = max(len(k.running) for k in active)
-        padded = cuda_graph_batch(biggest)
-        tokens = float(sum(len(k.running) for k in active))
-        side = np.zeros(n)
-        swap = np.zeros(n)
-        shares = []
-        for k in active:
+        works, shares = [], []
+        for k in self.ranks:
             b = len(k.running)
+            if not b:
+                works.append(RankWork())
+                continue
             ctx = sum(r.input_tokens + r.generated for r in k.running) + b * np.arange(n)
-            t = np.broadcast_to(np.asarray(c.attention_side(b, ctx, padded), dtype=float), (n,))
+            missed = None
             if self.hs is not None:
                 share = np.zeros(n)
                 for r in k.running:
                     share += self._step_misses(r, n)
                 shares.append((b, share))
-                sw = np.broadcast_to(np.asarray(c.swap_in(share * self.hs.top_k * self.m.layers, b), dtype=float), (n,))
-                t = t + sw
-                swap = np.maximum(swap, sw)
-            side = np.maximum(side, t)
-        comm = c.comm(biggest, tokens)
-        step_s = side + c.mlp_time(tokens, padded * c.layout.attention_dp) + comm
+                missed = share * self.hs.top_k * self.m.layers
+            works.append(RankWork(b, ctx, missed))
+        tokens = float(sum(w.decode for w in works))
+        step = c.pass_time(Pass(tuple(works), self.hs is not None, n))
+        step_s, swap, comm = step.total_s, step.swap_s, step.comm_s
         cum = np.cumsum(step_s)
         start = env.now
         if self.wake.triggered:
@@ -655,7 +643,7 @@ class InstanceSim:
         spent = float(cum[steps - 1])
         self.decode_time += spent
         self.swap_time += float(swap[:steps].sum())
-        self.comm_time += comm * steps
+        self.comm_time += float(comm[:steps].sum())
         self.steps += steps
         self.blocks.append((start, start + spent, tokens * steps))
         for b, share in shares:
@@ -840,7 +828,7 @@ def prefill_tok_s(scenario: Scenario) -> float:
     n_in, t, done = scenario.workload.input_tokens, 0.0, 0
     while done < n_in:
         n = min(d.prefill_chunk_tokens, n_in - done)
-        t += cost.prefill_chunk(n, done, False, n * d.ranks_per_instance)
+        t += float(cost.pass_time(Pass((RankWork(chunks=((n, done),)),) * d.ranks_per_instance)).total_s[0])
         done += n
     return n_in / t * d.ranks
 

@@ -18,8 +18,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..costmodel.collectives import Interconnect, parse_interconnect
 from ..errors import HisparseError
-from .comm import Interconnect, parse_interconnect
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
 
 PRESET_DIR = Path(str(files("simulator").joinpath("presets")))
@@ -30,7 +30,7 @@ KINDS: dict[str, type] = {"models": ModelSpec, "gpus": GpuSpec, "deployments": D
 UNCALIBRATED = "uncalibrated"
 # top-level groups of a calibration JSON the serving model reads; any other group is carried along
 _CALIBRATION_READ = ("params", "gpu", "comm", "source")
-# fitted parameters the serving model reads from the calibration's ``fit`` group (step_costs.py) instead
+# fitted parameters the serving model reads from the calibration's ``fit`` group (costmodel/pricing.py) instead
 _READ_FROM_FIT = ("attention_efficiency", "attention_efficiency_fp8", "attention_launch_us", "attention_launch_fp8_us")
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from ..costmodel.collectives import COMM_META
+from ..costmodel.pricing import GpuTerms, terms_for
 from ..errors import HisparseError
 from . import presets as P
-from .comm import COMM_META
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
-from .step_costs import GpuTerms, terms_for
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from ..costmodel.collectives import Interconnect
 from ..errors import HisparseError
-from .comm import Interconnect
 
 
 class Mode(StrEnum):
@@ -287,7 +287,7 @@ class GpuSpec(Spec):
     interconnect: Interconnect
     gpus_per_node: int = num(ge=1, default=8)
     # datasheet rates where hbm_bw / bf16_flops hold measured ones (the H200): the ratios that scale
-    # its measured step terms to other GPUs are datasheet over datasheet (step_costs.py); 0: same
+    # its measured step terms to other GPUs are datasheet over datasheet (costmodel/pricing.py); 0: same
     datasheet_hbm_bw: float = num(ge=0, default=0.0)
     datasheet_bf16_flops: float = num(ge=0, default=0.0)
     calibration: str = ""  # the packaged calibration that applies to this GPU ("" none)
@@ -432,7 +432,7 @@ class WorkloadSpec(Spec):
 @dataclass(frozen=True)
 class CostParams(Spec):
     """The cost terms that are not kernels of the step (those are the measured step terms,
-    ``step_costs.py``): the swap-in's fitted launch and per-request bookkeeping, how much of the
+    ``costmodel/pricing.py``): the swap-in's fitted launch and per-request bookkeeping, how much of the
     swap-in and the backup overlap compute, the prefill attention rate. Each carries its source in
     the preset file; terms without one are named in ``unsourced`` and the plan output lists them."""
 

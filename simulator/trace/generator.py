@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..bundled import data_path
 from ..errors import HisparseError
 from .stream import Stream
 
@@ -135,7 +136,7 @@ PRESETS: dict[str, GeneratorKnobs] = {
 PRESET_ALIASES = {"dsa-like": "high-overlap"}
 PRESETS.update({alias: PRESETS[name] for alias, name in PRESET_ALIASES.items()})
 # Presets fitted to published DSA statistics: knobs files next to their targets (traces/presets/).
-PRESETS_DIR = Path(__file__).resolve().parents[2] / "traces" / "presets"
+PRESETS_DIR = data_path("traces/presets")
 FITTED_PRESETS = ("glm51-longbench", "dsv32")
 
 

@@ -2,9 +2,9 @@
 
 All GPUs of an instance run each forward pass in lockstep, so a rank's step time is one GPU's time
 for its share of every op. A decode step is the sum of its kernels, one after another, each priced by
-the term measured for its kind and dtype on the H200 (``step_costs.py``; scaled by datasheet ratios
-on other GPUs), op by op as ``simulator/calibration/layer_work.py`` lists them from the model's
-shapes and the deployment's layout (``step_costs.layout_for``):
+the term measured for its kind and dtype on the H200 (``costmodel/pricing.py``; scaled by datasheet ratios
+on other GPUs), op by op as ``simulator/costmodel/ops.py`` lists them from the model's
+shapes and the deployment's layout (``pricing.layout_for``):
 
 - per layer: norms, the fused q_a/kv_a projection, q_b, the absorbed w_kc/w_vc batched GEMMs, rope
   and the KV store, the indexer projections, **the lightning indexer** scoring every context token of
@@ -28,11 +28,16 @@ shapes and the deployment's layout (``step_costs.layout_for``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..calibration.layer_work import (
+from ..serving.specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
+from . import pass_terms
+from .collectives import Collective
+from .ops import (
     GROUPED_KINDS,
     Op,
     attention_ops,
@@ -40,10 +45,9 @@ from ..calibration.layer_work import (
     moe_ops,
     step_head_ops,
 )
-from ..calibration.step_terms import IndexerTerm, StepTerms
-from .comm import Collective
-from .specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
-from .step_costs import GpuTerms, layout_for, terms_for
+from .pass_terms import Category, Scope
+from .pricing import GpuTerms, layout_for, terms_for
+from .terms import IndexerTerm, StepTerms
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
 
@@ -68,7 +72,7 @@ def cuda_graph_batch(batch: int, max_bs: int = 512) -> int:
 _GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range(512, 4097, 32))
 
 
-_REPORT_GROUPS = {
+REPORT_GROUPS = {
     **{n: "routed experts" for n in ("routed_gate_up", "routed_down", "routed_silu_mul_quant", "moe_combine",
                                      "moe_align_sort")},
     **{n: "attention-side GEMMs" for n in ("qkv_a_proj", "q_b_proj", "o_proj", "indexer_wq_b", "indexer_wk",
@@ -83,17 +87,112 @@ _REPORT_GROUPS = {
 
 
 @dataclass(frozen=True)
-class StepTime:
-    """Seconds per decode step (arrays over consecutive steps)."""
+class RankWork:
+    """What one scheduler (attention rank) runs in a pass: an extend batch of prompt ``chunks``
+    ``(tokens, prior context)``, or a decode step of ``decode`` requests whose contexts sum to
+    ``ctx_sum`` (a number, or an array over the pass's consecutive steps). ``missed_rows``: under
+    HiSparse the top-k rows its requests miss over all layers (per step); None: no host tier."""
 
-    compute_s: np.ndarray
-    comm_s: np.ndarray
-    swap_s: np.ndarray
-    backup_s: np.ndarray
+    decode: int = 0
+    ctx_sum: Any = 0.0
+    missed_rows: Any = None
+    chunks: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.chunks) or self.decode > 0
+
+    @property
+    def tokens(self) -> int:
+        return sum(n for n, _ in self.chunks) if self.chunks else self.decode
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward pass of an instance: every scheduler's work (idle ones included), whether the
+    host tier is on (HiSparse backs each new token's KV up to host), and how many consecutive
+    decode steps of the same batches it prices at once (array terms: one entry per step)."""
+
+    ranks: tuple[RankWork, ...]
+    hisparse: bool = False
+    steps: int = 1
+
+    @classmethod
+    def uniform(cls, batch: int, ctx_per_request: Any, ranks: int, *, hisparse: bool = False,
+                missed_rows: Any = None, steps: int = 1) -> Pass:
+        """A decode pass with ``batch`` requests at ``ctx_per_request`` tokens on each of ``ranks``
+        schedulers (``missed_rows`` per rank)."""
+        ctx = batch * np.asarray(ctx_per_request, dtype=float)
+        return cls((RankWork(batch, ctx, missed_rows),) * ranks, hisparse, steps)
+
+    @property
+    def extend(self) -> bool:
+        """Some rank runs an extend batch: no CUDA graph for the whole instance (SGLang replays
+        graphs only when every DP rank decodes)."""
+        return any(r.chunks for r in self.ranks)
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """What every term of a pass reads besides its rank's work: the instance's tokens, the CUDA
+    graph's padded rank batch (decode), the MLP's and head's rows, the largest rank batch."""
+
+    extend: bool
+    hisparse: bool
+    tokens: float  # every rank's tokens (the MLP's real rows)
+    biggest: int  # the largest rank batch (its tokens)
+    padded: int  # decode: the captured graph batch of the largest rank; extend: 0
+    mlp_rows: float | None  # dense MLP rows (decode: every rank padded); None: the real tokens
+    head_rows: float | None  # lm_head rows (extend: decoding requests and one per extend request)
+
+    @classmethod
+    def of(cls, cost: CostModel, p: Pass) -> PassShape:
+        busy = [r for r in p.ranks if r.busy]
+        tokens = float(sum(r.tokens for r in busy))
+        biggest = max((r.tokens for r in busy), default=0)
+        if p.extend:
+            decode_tokens = sum(r.decode for r in busy if not r.chunks)
+            samples = sum(len(r.chunks) for r in busy)
+            return cls(True, p.hisparse, tokens, biggest, 0, None, float(decode_tokens + max(samples, 1)))
+        padded = cuda_graph_batch(biggest)
+        rows = float(padded * cost.layout.attention_dp)
+        return cls(False, p.hisparse, tokens, biggest, padded, rows, None)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds of a pass per step (arrays over its consecutive steps), by part: the slowest rank's
+    own terms and the instance-wide ones, each part of one ``Category``."""
+
+    parts: Mapping[str, np.ndarray]
+    category: Mapping[str, Category]
+
+    def _sum(self, cat: Category) -> np.ndarray:
+        return sum((v for k, v in self.parts.items() if self.category[k] is cat), np.zeros(self._steps))
+
+    @property
+    def _steps(self) -> int:
+        return len(next(iter(self.parts.values()))) if self.parts else 1
+
+    @property
+    def compute_s(self) -> np.ndarray:
+        return self._sum(Category.COMPUTE)
+
+    @property
+    def comm_s(self) -> np.ndarray:
+        return self._sum(Category.COMM)
+
+    @property
+    def swap_s(self) -> np.ndarray:
+        return self._sum(Category.SWAP)
+
+    @property
+    def backup_s(self) -> np.ndarray:
+        return self._sum(Category.BACKUP)
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.compute_s + self.comm_s + self.swap_s + self.backup_s
+        return sum(self.parts.values(), np.zeros(self._steps))
 
 
 class CostModel:
@@ -127,7 +226,7 @@ class CostModel:
         return instance_tokens if self.d.attention == Attention.TP else batch
 
     def _mlp_batch(self, instance_tokens: float) -> float:
-        """The per-rank batch whose MLP side sees ``instance_tokens`` (layer_work multiplies by dp)."""
+        """The per-rank batch whose MLP side sees ``instance_tokens`` (costmodel.ops multiplies by dp)."""
         return max(float(instance_tokens) / self.layout.attention_dp, 1e-9)
 
     def attention_side_ops(self, padded: int) -> list[tuple[int, Op]]:
@@ -159,56 +258,78 @@ class CostModel:
         side, dense layers and head at the padded rank batch, MoE layers at the instance's real tokens."""
         return self.attention_side_ops(padded) + self.mlp_side_ops(instance_tokens, padded * self.layout.attention_dp)
 
-    def _ops_time(self, ops: list[tuple[int, Op]]) -> float:
-        return sum(n * self.op_time(o) for n, o in ops)
+    def _grouped(self, ops: list[tuple[int, Op]]) -> dict[str, float]:
+        """Seconds of ``ops`` by report group (``REPORT_GROUPS``)."""
+        out: dict[str, float] = {}
+        for n, o in ops:
+            group = REPORT_GROUPS.get(o.name, "norms, rope, quantisation")
+            out[group] = out.get(group, 0.0) + n * self.op_time(o)
+        return out
 
-    def fixed_time(self, padded: int, instance_tokens: float) -> float:
-        return self.attention_fixed(padded) + self.mlp_time(instance_tokens, padded * self.layout.attention_dp)
-
-    def attention_fixed(self, padded: int) -> float:
-        """Seconds of a rank's attention-side GEMMs and elementwise ops at its (padded) batch."""
-        key = ("att", padded)
+    def attention_fixed(self, rows: int) -> dict[str, float]:
+        """A rank's attention-side GEMMs and elementwise ops at ``rows`` (its padded decode batch,
+        or an extend batch's tokens), by report group."""
+        key = ("att", rows)
         if key not in self._fixed_cache:
-            self._fixed_cache[key] = self._ops_time(self.attention_side_ops(padded))
+            self._fixed_cache[key] = self._grouped(self.attention_side_ops(rows))
         return self._fixed_cache[key]
 
     def mlp_time(self, instance_tokens: float, rows: float | None = None, head_rows: float | None = None) -> float:
         """Seconds of the instance-wide kernels (dense MLPs, MoE, head) for these tokens."""
+        return sum(self.mlp_groups(instance_tokens, rows, head_rows).values())
+
+    def mlp_groups(self, instance_tokens: float, rows: float | None = None,
+                   head_rows: float | None = None) -> dict[str, float]:
+        """``mlp_time`` by report group."""
         key = ("mlp", float(instance_tokens), rows, head_rows)
         if key not in self._fixed_cache:
-            self._fixed_cache[key] = self._ops_time(self.mlp_side_ops(instance_tokens, rows, head_rows))
+            self._fixed_cache[key] = self._grouped(self.mlp_side_ops(instance_tokens, rows, head_rows))
         return self._fixed_cache[key]
 
-    def attention_side(self, batch: int, ctx_sum, padded: int | None = None):
-        """One rank's attention-side time per step: its GEMMs and elementwise ops at ``padded`` rows
-        (CUDA graph; default the real batch), the indexer and sparse attention on its requests."""
-        if batch <= 0:
-            return np.asarray(ctx_sum, dtype=float) * 0.0
-        ctx = np.asarray(ctx_sum, dtype=float)
-        per_layer = self.indexer(ctx, batch) + self.attention(batch, ctx)
-        return self.attention_fixed(padded or batch) + self.m.layers * per_layer
-
-    def breakdown(self, batch: int, instance_tokens: float, ctx_sum: float) -> dict[str, float]:
-        """Seconds per op name of one decode step (for reports): compute only."""
-        padded = cuda_graph_batch(batch)
-        out: dict[str, float] = {}
-        for n, o in self.fixed_ops(padded, instance_tokens):
-            out[o.name] = out.get(o.name, 0.0) + n * self.op_time(o)
-        rank = int(self._rank_tokens(batch, instance_tokens))
-        out["indexer_score_topk"] = self.m.layers * float(self.indexer(ctx_sum, rank))
-        out["sparse_attention"] = self.m.layers * float(self.attention(rank, ctx_sum))
-        return out
+    # -- a pass -----------------------------------------------------------------------------------
+    def pass_time(self, p: Pass) -> StepTime:
+        """Seconds of a forward pass (per step: ``p.steps`` consecutive decode steps at once), the
+        one price of every pass the serving model runs. Every rank's own terms (``RANK`` scope in
+        ``pass_terms.PASS_TERMS``) run at once and the slowest rank sets the pace, step by step;
+        the instance-wide terms follow. The parts are the slowest rank's own and the instance's."""
+        shape = PassShape.of(self, p)
+        steps = p.steps
+        category: dict[str, Category] = {}
+        per_rank: list[dict[str, np.ndarray]] = []
+        for work in p.ranks:
+            if not work.busy:
+                continue
+            parts: dict[str, np.ndarray] = {}
+            for term in pass_terms.PASS_TERMS:
+                if term.scope is not Scope.RANK:
+                    continue
+                for group, sec in term.price(self, shape, work).items():
+                    parts[group] = parts.get(group, 0.0) + np.broadcast_to(np.asarray(sec, dtype=float), (steps,))
+                    category[group] = term.category
+            per_rank.append(parts)
+        out: dict[str, np.ndarray] = {}
+        if per_rank:
+            totals = np.stack([sum(parts.values()) for parts in per_rank])
+            slowest = np.argmax(totals, axis=0)
+            cols = np.arange(steps)
+            for group in category:
+                stacked = np.stack([np.broadcast_to(parts.get(group, 0.0), (steps,)) for parts in per_rank])
+                out[group] = stacked[slowest, cols]
+        for term in pass_terms.PASS_TERMS:
+            if term.scope is not Scope.INSTANCE:
+                continue
+            for group, sec in term.price(self, shape, None).items():
+                out[group] = out.get(group, 0.0) + np.broadcast_to(np.asarray(sec, dtype=float), (steps,))
+                category[group] = term.category
+        return StepTime(out, category)
 
     def step_report(self, batch: int, ctx_per_request: float) -> dict[str, float]:
-        """Milliseconds of one decode step with ``batch`` requests on every scheduler of the
-        instance, each at ``ctx_per_request`` tokens, by term group (and the total)."""
-        inst = batch * self.layout.attention_dp
-        out: dict[str, float] = {}
-        for name, sec in self.breakdown(batch, inst, batch * ctx_per_request).items():
-            group = _REPORT_GROUPS.get(name, "norms, rope, quantisation")
-            out[group] = out.get(group, 0.0) + sec * 1e3
-        out["collectives"] = self.comm(batch, inst) * 1e3
-        out["total"] = sum(out.values())
+        """Milliseconds of one baseline decode step with ``batch`` requests on every scheduler of
+        the instance, each at ``ctx_per_request`` tokens, by term group (and the total): the parts
+        of ``pass_time``."""
+        step = self.pass_time(Pass.uniform(batch, ctx_per_request, self.d.ranks_per_instance))
+        out = {group: float(sec[0]) * 1e3 for group, sec in step.parts.items()}
+        out["total"] = float(step.total_s[0]) * 1e3
         return out
 
     # -- context-dependent per-layer terms ------------------------------------------------------------
@@ -281,22 +402,7 @@ class CostModel:
             t += ic.time_s(Collective.ALL_REDUCE, d.tp, msg)  # after the row-parallel MLP
         return t
 
-    # -- a decode step ----------------------------------------------------------------------------
-    def decode_compute(self, batch: int, instance_tokens: float, ctx_sum):
-        """Compute time of decode steps; ``ctx_sum`` (the rank's context tokens) may be an array."""
-        if batch <= 0:
-            return np.asarray(ctx_sum, dtype=float) * 0.0
-        rank = int(self._rank_tokens(batch, instance_tokens))
-        padded = cuda_graph_batch(rank)
-        return (self.attention_side(rank, ctx_sum, padded)
-                + self.mlp_time(instance_tokens, padded * self.layout.attention_dp))
-
-    def comm(self, batch: int, instance_tokens: float) -> float:
-        """A decode step's collectives (CUDA-graph replay: the batch padded to a captured size)."""
-        if batch <= 0:
-            return 0.0
-        return self.m.layers * self.comm_layer(batch, instance_tokens, cuda_graph_batch(batch))
-
+    # -- HiSparse copies ---------------------------------------------------------------------------
     def swap_in_layer(self, missed_rows, batch: int = 0):
         """One layer's swap-in launch: a fixed cost, bookkeeping per request, and the missed rows
         over the host link."""
@@ -310,67 +416,26 @@ class CostModel:
         per_layer = self.swap_in_layer(np.asarray(missed_rows, dtype=float) / self.m.layers, batch)
         return per_layer * self.m.layers * (1 - self.p.swap_in_overlap)
 
-    def backup(self, batch: int) -> float:
-        """A decode step's copy of each request's previous token to host (``backup_overlap`` hidden)."""
-        return self.kv_copy_time(batch) * (1 - self.p.backup_overlap)
-
-    def decode_steps(self, batch: int, instance_tokens: float, ctx_sum, missed_rows=None) -> StepTime:
-        """Time of decode steps (arrays in, arrays out); ``missed_rows`` None: baseline, no host tier."""
-        compute = np.asarray(self.decode_compute(batch, instance_tokens, ctx_sum), dtype=float)
-        zeros = np.zeros_like(compute)
-        comm = np.full_like(compute, self.comm(batch, instance_tokens))
-        if missed_rows is None or batch == 0:
-            return StepTime(compute, comm, zeros, zeros)
-        swap = np.broadcast_to(np.asarray(self.swap_in(missed_rows, batch), dtype=float), compute.shape)
-        return StepTime(compute, comm, swap, np.full_like(compute, self.backup(batch)))
-
-    # -- a prefill chunk --------------------------------------------------------------------------
-    def prefill_attention_side(self, tokens: int, prior_ctx: int) -> float:
-        """One rank's attention side of a prompt chunk, from the same ops at the chunk's token count:
-        every GEMM and elementwise op by its measured term (compute-bound here: the fitted FP8/BF16
-        rates; grouped and batched GEMMs, timed only at decode shapes, bounded by the FP8 GEMM rate:
-        an extrapolation); the indexer as an FP8 GEMM of each query against every earlier key
-        (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate);
-        sparse attention over min(top-k, position) rows per query at FlashMLA's prefill rate
-        (``prefill_attention_efficiency``)."""
-        return self.prefill_batch_attention_side([(tokens, prior_ctx)])
-
-    def prefill_batch_attention_side(self, chunks: list[tuple[int, int]]) -> float:
-        """One rank's attention side of an extend batch of several prompt chunks ``(tokens,
-        prior_ctx)`` (SGLang's PrefillAdder packs requests up to the chunk budget): the GEMMs and
-        elementwise ops once at the batch's total tokens, the indexer and attention per chunk."""
-        t = self._ops_time(self.attention_side_ops(sum(n for n, _ in chunks)))
-        return t + sum(self._prefill_context_terms(n, prior) for n, prior in chunks)
-
-    def _prefill_context_terms(self, tokens: int, prior_ctx: int) -> float:
-        m, p, lay = self.m, self.p, self.layout
-        t = 0.0
+    # -- a prompt chunk's context terms ----------------------------------------------------------
+    def prefill_indexer(self, tokens: int, prior_ctx: int) -> float:
+        """Every layer's indexer over a prompt chunk: an FP8 GEMM of each query against every earlier
+        key (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate)."""
+        m = self.m
         ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
-        fp8 = self.t.rates[("gemm", "fp8")]
-        heads_idx = max(1, m.indexer_heads // lay.attention_tp)
+        heads_idx = max(1, m.indexer_heads // self.layout.attention_tp)
         idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
         idx_bytes = (prior_ctx + tokens) * m.indexer_row_bytes
-        t += m.layers * fp8.time(idx_bytes, idx_flops)
-        k = min(m.top_k, prior_ctx + tokens / 2)
-        heads = max(1, m.attention_heads // lay.attention_tp)
-        att_flops = 2.0 * tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
-        return t + m.layers * att_flops / (self.terms.bf16_flops * p.prefill_attention_efficiency)
+        return m.layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
 
-    def prefill_chunk(self, tokens: int, prior_ctx: int, hisparse: bool, instance_tokens: float | None = None) -> float:
-        """One chunk of a prompt on its rank when every rank of the instance prefills alike (the
-        MLP over ``instance_tokens``), with the collectives; HiSparse also copies the chunk's KV to
-        host (``backup_overlap`` of it hidden)."""
-        inst = float(tokens if instance_tokens is None else instance_tokens)
-        rank_tokens = int(self._rank_tokens(tokens, inst))
-        t = self.prefill_attention_side(rank_tokens, prior_ctx) + self.mlp_time(inst, head_rows=self.layout.attention_dp)
-        t += self.m.layers * self.comm_layer(tokens, inst)
-        if hisparse:
-            t += self.prefill_backup(tokens)
-        return t
+    def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
+        """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at
+        FlashMLA's prefill rate (``prefill_attention_efficiency``)."""
+        m = self.m
+        k = min(m.top_k, prior_ctx + tokens / 2)
+        heads = max(1, m.attention_heads // self.layout.attention_tp)
+        att_flops = 2.0 * tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        return m.layers * att_flops / (self.terms.bf16_flops * self.p.prefill_attention_efficiency)
 
     def kv_copy_time(self, tokens: int) -> float:
         """Copying ``tokens`` tokens' KV (every layer) between HBM and host memory over the host link."""
         return tokens * self.m.kv_bytes_per_token() / self.g.link_bw
-
-    def prefill_backup(self, tokens: int) -> float:
-        return self.kv_copy_time(tokens) * (1 - self.p.backup_overlap)

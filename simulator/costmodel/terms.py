@@ -1,6 +1,6 @@
 """Fitted decode-step cost terms and the time they give an op, a layer, a step (CPU only).
 
-Each kernel kind (``layer_work.KINDS``) and dtype has a measured term
+Each kernel kind (``ops.KINDS``) and dtype has a measured term
 
     t = launch + max(bytes / bandwidth, flops / rate)
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layer_work import DEFAULT_TP_MOE_KERNEL, TP_MOE_KERNELS, TP_MOE_KINDS, Op
+from .ops import DEFAULT_TP_MOE_KERNEL, TP_MOE_KERNELS, TP_MOE_KINDS, Op
 
 # The roofline the attention fit divided by (``fitting.fit_attention``; h200.toml's figures,
 # BRIEF 3: measured HBM copy and 8192^3 GEMM on this workplace's H200).
@@ -74,7 +74,7 @@ class StepTerms:
     attention: dict[str, tuple[float, float]]  # kv dtype -> (launch s, efficiency)
     swap_in: dict[int, tuple[float, float, float]]  # row bytes -> (launch s, per-request s, bytes/s)
     roofline: dict[str, float] = dataclasses.field(default_factory=lambda: dict(ATTENTION_ROOFLINE))
-    # which kernel's term prices the TP fused-MoE slices (layer_work.TP_MOE_KERNELS)
+    # which kernel's term prices the TP fused-MoE slices (ops.TP_MOE_KERNELS)
     tp_moe_kernel: str = DEFAULT_TP_MOE_KERNEL
 
     def __post_init__(self) -> None:
@@ -170,13 +170,13 @@ def step_time(terms: StepTerms, m, batch: int, ctx_sum, layout=None, *, kv_row_b
               indexer_q: str = "fp8", include_attention: bool = True) -> dict[str, np.ndarray]:
     """Seconds of one decode step on one GPU (DP rank) by op kind, for ``batch`` requests whose
     contexts sum to ``ctx_sum`` (a number or an array, one entry per step): every kernel of the
-    dense layers, the MoE layers and the head (``layer_work.step_ops``) priced by the fitted terms.
+    dense layers, the MoE layers and the head (``ops.step_ops``) priced by the fitted terms.
     Swap-in and communication are not in it (``swap_in_time``; the serving model's comm term).
     ``include_attention=False`` leaves sparse attention out for a caller that prices it itself.
     Returns {kind: seconds} with a "total" entry; the context-dependent kinds (indexer, attention)
     are arrays shaped like ``ctx_sum``. With unequal contexts the indexer's select term follows
     the mean context per request (it is really paced by the longest in each wave of 132)."""
-    from .layer_work import Layout, step_ops
+    from .ops import Layout, step_ops
 
     layout = layout or Layout()
     ctx = np.asarray(ctx_sum, dtype=float)

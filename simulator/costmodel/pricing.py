@@ -3,7 +3,7 @@
 ``hisparse calibrate`` times every kernel of a DSA decode step on the H200 (GEMMs at GLM-5.1's
 and DeepSeek-V3.2's per-GPU shapes, elementwise kernels in CUDA graphs, the lightning indexer,
 sparse attention) and fits ``launch + max(bytes / bandwidth, FLOPs / rate)`` per kind and dtype
-(``simulator/calibration/step_terms.py``; stored under ``step_terms`` and ``fit`` in
+(``simulator/costmodel/terms.py``; stored under ``step_terms`` and ``fit`` in
 ``calibration/h200.json``). A calibration that holds these groups prices its own GPU. Any other GPU
 takes the H200's terms with each rate scaled by a datasheet ratio, target / H200:
 
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..calibration.layer_work import Layout
-from ..calibration.step_terms import StepTerms
 from ..errors import HisparseError
-from .specs import Attention, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
+from ..serving.specs import Attention, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
+from .ops import Layout
+from .terms import StepTerms
 
 REFERENCE_GPU = "h200"  # the GPU whose measured step terms other GPUs scale (simulator/presets/calibration/h200.json)
 
@@ -59,7 +59,7 @@ def datasheet_rates(gpu: GpuSpec) -> tuple[float, float]:
 
 @lru_cache(maxsize=4)
 def _reference_json() -> tuple[str, str]:
-    from . import presets as P
+    from ..serving import presets as P  # the packaged reference calibration is a preset
 
     path = P.resolve("calibration", REFERENCE_GPU)
     return str(path), path.read_text()
@@ -103,13 +103,13 @@ def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str 
         found = measured_terms(groups, label)
         if found is not None:
             return found
-    from . import presets as P
+    from ..serving import presets as P  # the packaged reference calibration is a preset
 
     return scaled_terms(reference_terms(), P.load("gpus", REFERENCE_GPU), gpu)
 
 
 def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
-    """layer_work's Layout for a deployment (one GPU's share of a step), ``Layout.of`` SGLang's flags.
+    """costmodel.ops's Layout for a deployment (one GPU's share of a step), ``Layout.of`` SGLang's flags.
 
     DP attention (``--dp dp --enable-dp-attention``): attention on the rank's ``tp / dp`` GPUs, the
     MLP side sees the tokens of the instance's ``dp`` ranks. TP attention: heads over the instance's

@@ -1,0 +1,13 @@
+"""The cost model: the one price of every forward pass the serving model runs.
+
+- ``ops``: the kernels of a layer and of a step, from the model's shapes and the deployment's layout;
+- ``terms``: the fitted kernel terms (launch + bytes / bandwidth or FLOPs / rate), from calibration;
+- ``pricing``: which terms a GPU gets (measured, or another GPU's scaled) and the layout of a deployment;
+- ``collectives``: NCCL/DeepEP collective times on a GPU's interconnect;
+- ``passes``: ``CostModel.pass_time(Pass) -> StepTime`` for a decode, mixed or prefill pass;
+- ``pass_terms``: the table of terms a pass's time is the sum of.
+"""
+
+from .passes import Category, CostModel, Pass, PassShape, RankWork, StepTime, cuda_graph_batch
+
+__all__ = ["Category", "CostModel", "Pass", "PassShape", "RankWork", "StepTime", "cuda_graph_batch"]

@@ -1,0 +1,100 @@
+"""The terms a forward pass's time is the sum of: one table, read by ``CostModel.pass_time``.
+
+A term prices either one rank's own work (``RANK``: the ranks run at once and the slowest sets the
+pace) or the instance's shared work after it (``INSTANCE``: the MLP side over every rank's tokens,
+the collectives). Each returns seconds by report group (a number, or an array over the pass's
+steps); its ``category`` says which share of the plan's step time it is. Adding a mechanism's cost
+is one entry here: the simulation, the plan's breakdown and the tests all read this table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .passes import CostModel, PassShape, RankWork
+
+Parts = dict[str, Any]  # report group -> seconds (a number or an array over steps)
+
+
+class Category(StrEnum):
+    """What a part of a pass's time is, for the shares the plan reports."""
+
+    COMPUTE = "compute"
+    COMM = "comm"
+    SWAP = "swap"
+    BACKUP = "backup"
+
+
+class Scope(Enum):
+    RANK = "rank"  # one scheduler's own kernels; the slowest rank paces the pass
+    INSTANCE = "instance"  # after the ranks: every rank's tokens together
+
+
+@dataclass(frozen=True)
+class PassTerm:
+    name: str
+    scope: Scope
+    category: Category
+    price: Callable[[CostModel, PassShape, RankWork | None], Parts]
+
+
+def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    """The rank's attention-side GEMMs and elementwise ops: at the padded graph batch when the
+    pass decodes (CUDA graph), at the extend batch's tokens, or at the real batch of a rank that
+    decodes inside an extend pass (no graph)."""
+    rows = w.tokens if (s.extend or not s.padded) else s.padded
+    return c.attention_fixed(rows)
+
+
+def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    if w.chunks:
+        return {"lightning indexer": sum(c.prefill_indexer(n, prior) for n, prior in w.chunks)}
+    return {"lightning indexer": c.m.layers * c.indexer(w.ctx_sum, w.decode)}
+
+
+def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    if w.chunks:
+        return {"sparse attention": sum(c.prefill_attention(n, prior) for n, prior in w.chunks)}
+    return {"sparse attention": c.m.layers * c.attention(w.decode, w.ctx_sum)}
+
+
+def _swap_in(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    """HiSparse's swap-in of a decoding rank's missed rows (one launch per layer)."""
+    if w.chunks or w.missed_rows is None:
+        return {}
+    return {"swap-in": c.swap_in(w.missed_rows, w.decode)}
+
+
+def _backup(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    """HiSparse keeps the full KV on the host: each new token's KV (every layer) is copied there,
+    a decode step's newest tokens or an extend batch's chunk, ``backup_overlap`` of it hidden."""
+    if not s.hisparse:
+        return {}
+    return {"KV backup to host": c.kv_copy_time(w.tokens) * (1 - c.p.backup_overlap)}
+
+
+def _mlp_side(c: CostModel, s: PassShape, w: None) -> Parts:
+    """Dense MLP layers, the MoE layers and the head over every rank's tokens."""
+    return c.mlp_groups(s.tokens, s.mlp_rows, s.head_rows)
+
+
+def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:
+    """Every layer's collectives (decode: each rank contributes its padded graph batch)."""
+    if s.tokens <= 0:
+        return {}
+    return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None)}
+
+
+PASS_TERMS: list[PassTerm] = [
+    PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side),
+    PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer),
+    PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention),
+    PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in),
+    PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup),
+    PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side),
+    PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives),
+]

@@ -1,0 +1,101 @@
+"""One price for every pass: the simulation's decode gaps are ``CostModel.pass_time``, every
+overlap knob reaches the plan, and a term added to the table reaches it too."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simulator.costmodel import Category, CostModel, Pass, RankWork, pass_terms
+from simulator.serving.misses import MissProfiles
+from simulator.serving.model import InstanceSim, System, simulate
+from simulator.serving.planner import PlanInputs, run_plan, run_plan_full
+from simulator.serving.scenario import load_scenario
+from tests.helpers import decode_pass
+
+SHARE = 0.1  # a constant miss share, so every decode step's swap-in is known by hand
+
+
+def _scenario(**workload):
+    sc = load_scenario(calibration="uncalibrated")
+    w = dict(input_tokens=20000, output_tokens=40, requests_per_client=1)
+    w.update(workload)
+    return sc.replace(workload=dataclasses.replace(sc.workload, **w))
+
+
+def _profiles(n: int = 8, steps: int = 64) -> MissProfiles:
+    return MissProfiles(tuple(np.full(steps, SHARE) for _ in range(n)), source="constant")
+
+
+def _cost(sc) -> CostModel:
+    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+
+
+def test_simulated_decode_gaps_are_pass_time_for_a_fixed_batch():
+    """Eight clients, one request on each DP rank, all prefilled in the same passes: every decode
+    gap is the pass of one request per rank at its context, with its misses swapped in."""
+    sc = _scenario()
+    sim = InstanceSim(sc, System.HISPARSE, concurrency=8, profiles=_profiles())
+    sim.run()
+    ranks = len(sim.ranks)
+    groups = [sim.itl[i:i + ranks] for i in range(0, len(sim.itl), ranks)]
+    assert all(np.array_equal(g[0], other) for g in groups for other in g)  # the ranks in lockstep
+    gaps = np.concatenate([g[0] for g in groups])
+    steps = sc.workload.output_tokens - 1
+    ctx = sc.workload.input_tokens + 1 + np.arange(steps)
+    missed = np.full(steps, SHARE * sc.model.top_k * sc.model.layers)
+    want = decode_pass(_cost(sc), 1, ctx, missed_rows=missed)
+    assert gaps.shape == (steps,)
+    np.testing.assert_allclose(gaps, want.total_s, rtol=1e-12)
+    assert np.all(want.swap_s > 0) and np.all(want.compute_s > 0) and np.all(want.comm_s > 0)
+
+
+def test_pass_parts_add_up_and_the_slowest_rank_paces_the_pass():
+    c = _cost(_scenario())
+    busy, idle = RankWork(16, 16 * 40000.0, 1e4), RankWork(2, 2 * 1000.0, 0.0)
+    one = c.pass_time(Pass((busy,) + (idle,) * 7, hisparse=True))
+    alone = c.pass_time(Pass((busy,) + (RankWork(),) * 7, hisparse=True))
+    assert float(one.total_s[0]) == pytest.approx(sum(float(v[0]) for v in one.parts.values()))
+    # the light ranks change only the instance-wide terms (their tokens join the MLP and collectives)
+    assert one.parts["swap-in"][0] == alone.parts["swap-in"][0]
+    assert one.parts["lightning indexer"][0] == alone.parts["lightning indexer"][0]
+    assert one.parts["routed experts"][0] > alone.parts["routed experts"][0]
+    cats = {one.category[k] for k in one.parts}
+    assert cats == {Category.COMPUTE, Category.COMM, Category.SWAP, Category.BACKUP}
+
+
+@pytest.mark.parametrize("knob", ["swap_in_overlap", "backup_overlap"])
+def test_every_overlap_knob_moves_the_simulated_decode(knob):
+    sc = _scenario()
+    itl = []
+    for value in (0.0, 1.0):
+        s = sc.replace(params=dataclasses.replace(sc.params, **{knob: value}))
+        itl.append(simulate(s, System.HISPARSE, concurrency=8, profiles=_profiles()).itl_p50_ms)
+    assert itl[0] > itl[1], f"{knob}: hiding the copy must shorten the step ({itl})"
+
+
+def test_the_backup_knob_reaches_the_plan():
+    """The issue's check: ``hisparse plan`` with ``backup_overlap`` 1.0 and then 0.0 gave the same
+    ITL to the microsecond at concurrency 8; the decode backup is now a term of every pass."""
+    base = load_scenario()
+    itl = []
+    for value in (1.0, 0.0):
+        sc = base.replace(params=dataclasses.replace(base.params, backup_overlap=value))
+        rows = run_plan_full(PlanInputs(concurrency=(8,)), scenario=sc).rows()
+        itl.append(next(r["itl_p50_ms"] for r in rows if r["system"] == "hisparse"))
+    assert itl[1] > itl[0]
+
+
+def test_a_term_added_to_the_table_reaches_the_plan(monkeypatch):
+    """One entry in ``pass_terms.PASS_TERMS`` is all a new mechanism's price needs: the plan's
+    ITL moves by it, every pass."""
+    inp = PlanInputs(concurrency=(2,), calibration="uncalibrated")
+    before = {r["system"]: r for r in run_plan(inp)}
+    extra = pass_terms.PassTerm("dummy", pass_terms.Scope.INSTANCE, Category.COMPUTE,
+                                lambda c, s, w: {"dummy": 1e-3})
+    monkeypatch.setattr(pass_terms, "PASS_TERMS", [*pass_terms.PASS_TERMS, extra])
+    after = {r["system"]: r for r in run_plan(inp)}
+    for system in ("baseline", "hisparse"):
+        assert after[system]["itl_p50_ms"] == pytest.approx(before[system]["itl_p50_ms"] + 1.0, abs=1e-6)
