@@ -161,18 +161,24 @@ class PassShape:
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds of a pass per step (arrays over its consecutive steps), by part: the slowest rank's
-    own terms and the instance-wide ones, each part of one ``Category``."""
+    """Seconds of a pass per step (arrays over its ``steps`` consecutive steps), by part: the slowest
+    rank's own terms and the instance-wide ones, each part of one ``Category``. A part is stored as
+    priced (a number when it does not change over the steps) and read as an array."""
 
-    parts: Mapping[str, np.ndarray]
+    parts_raw: Mapping[str, Any]
     category: Mapping[str, Category]
-
-    def _sum(self, cat: Category) -> np.ndarray:
-        return sum((v for k, v in self.parts.items() if self.category[k] is cat), np.zeros(self._steps))
+    steps: int = 1
 
     @property
-    def _steps(self) -> int:
-        return len(next(iter(self.parts.values()))) if self.parts else 1
+    def parts(self) -> dict[str, np.ndarray]:
+        return {k: np.broadcast_to(np.asarray(v, dtype=float), (self.steps,)) for k, v in self.parts_raw.items()}
+
+    def _sum(self, cat: Category | None) -> np.ndarray:
+        out = np.zeros(self.steps)
+        for k, v in self.parts_raw.items():
+            if cat is None or self.category[k] is cat:
+                out = out + v
+        return out
 
     @property
     def compute_s(self) -> np.ndarray:
@@ -192,7 +198,7 @@ class StepTime:
 
     @property
     def total_s(self) -> np.ndarray:
-        return sum(self.parts.values(), np.zeros(self._steps))
+        return self._sum(None)
 
 
 class CostModel:
@@ -293,35 +299,42 @@ class CostModel:
         ``pass_terms.PASS_TERMS``) run at once and the slowest rank sets the pace, step by step;
         the instance-wide terms follow. The parts are the slowest rank's own and the instance's."""
         shape = PassShape.of(self, p)
-        steps = p.steps
         category: dict[str, Category] = {}
-        per_rank: list[dict[str, np.ndarray]] = []
+        per_rank: list[dict[str, Any]] = []
+        totals = []
         for work in p.ranks:
             if not work.busy:
                 continue
-            parts: dict[str, np.ndarray] = {}
+            parts: dict[str, Any] = {}
+            total: Any = 0.0
             for term in pass_terms.PASS_TERMS:
                 if term.scope is not Scope.RANK:
                     continue
                 for group, sec in term.price(self, shape, work).items():
-                    parts[group] = parts.get(group, 0.0) + np.broadcast_to(np.asarray(sec, dtype=float), (steps,))
+                    parts[group] = parts.get(group, 0.0) + sec
                     category[group] = term.category
+                    total = total + sec
             per_rank.append(parts)
-        out: dict[str, np.ndarray] = {}
+            totals.append(total)
+        out: dict[str, Any] = {}
         if per_rank:
-            totals = np.stack([sum(parts.values()) for parts in per_rank])
-            slowest = np.argmax(totals, axis=0)
-            cols = np.arange(steps)
-            for group in category:
-                stacked = np.stack([np.broadcast_to(parts.get(group, 0.0), (steps,)) for parts in per_rank])
-                out[group] = stacked[slowest, cols]
+            slowest = np.argmax(np.stack([np.broadcast_to(np.asarray(x, dtype=float), (p.steps,)) for x in totals]),
+                                axis=0)
+            if np.all(slowest == slowest[0]):  # one rank is the slowest at every step (the usual case)
+                out.update(per_rank[int(slowest[0])])
+            else:
+                cols = np.arange(p.steps)
+                for group in category:
+                    stacked = np.stack([np.broadcast_to(np.asarray(parts.get(group, 0.0), dtype=float), (p.steps,))
+                                        for parts in per_rank])
+                    out[group] = stacked[slowest, cols]
         for term in pass_terms.PASS_TERMS:
             if term.scope is not Scope.INSTANCE:
                 continue
             for group, sec in term.price(self, shape, None).items():
-                out[group] = out.get(group, 0.0) + np.broadcast_to(np.asarray(sec, dtype=float), (steps,))
+                out[group] = out.get(group, 0.0) + sec
                 category[group] = term.category
-        return StepTime(out, category)
+        return StepTime(out, category, p.steps)
 
     def step_report(self, batch: int, ctx_per_request: float) -> dict[str, float]:
         """Milliseconds of one baseline decode step with ``batch`` requests on every scheduler of
