@@ -122,19 +122,20 @@ def test_over_admission_retracts_and_reprefills():
 
 
 def test_ratio_decays_per_decode_step():
-    class Recording(InstanceSim):
-        seen: list[float] = []
-
-        def _prefill_batch(self, k):
-            self.seen.append(k.ratio)  # what each scheduling round starts from
-            return super()._prefill_batch(k)
-
     sc = _small_pool(1 << 20, ignore_eos=False, n_out=300, requests=1)
-    sim = Recording(sc, System.BASELINE, concurrency=1)
+    sim = InstanceSim(sc, System.BASELINE, concurrency=1)
+    seen: list[float] = []
+    batch = sim.adder.batch
+
+    def recording(k):
+        seen.append(k.ratio)  # what each scheduling round starts from
+        return batch(k)
+
+    sim.adder.batch = recording
     sim.run()
     # the round after the request finished (before the idle reset): 299 decode steps of decay
-    assert sim.seen[-1] == pytest.approx(sim.ratios.after_steps(0.7, 299))
-    assert sim.seen[0] == pytest.approx(0.7)
+    assert seen[-1] == pytest.approx(sim.ratios.after_steps(0.7, 299))
+    assert seen[0] == pytest.approx(0.7)
 
 
 def test_conservativeness_changes_the_running_set():
@@ -150,8 +151,8 @@ def test_conservativeness_changes_the_running_set():
         k = sim.ranks[0]
         k.running = [Request(i, 1024, 2048, i, 0.0, generated=48) for i in range(2)]
         k.waiting = [Request(9, 1024, 2048, 9, 0.0, target=1024)]
-        k.free_device = 5000
-        admitted[c] = [r.rid for r, _ in sim._prefill_batch(k)]
+        k.pool.free_device = 5000
+        admitted[c] = [r.rid for r, _ in sim.adder.batch(k)]
     assert admitted == {1.0: [], 0.3: [9]}
     runs = [InstanceSim(_small_pool(4 * 3136, ignore_eos=False, conservativeness=c, jitter=0.3), System.BASELINE,
                         concurrency=16).run() for c in (1.0, 0.3)]
@@ -305,10 +306,10 @@ def test_pd_decode_hisparse_admits_against_the_logical_pool_and_hot_buffers():
         sim = InstanceSim(sc, System.HISPARSE, concurrency=1, profiles=MissProfiles((np.zeros(8),), "t"))
         k = sim.ranks[0]
         if not device_bound:
-            k.free_device = 10**8  # room for any number of hot buffers: the logical pool binds
-        device_before = k.free_device
+            k.pool.free_device = 10**8  # room for any number of hot buffers: the logical pool binds
+        device_before = k.pool.free_device
         k.waiting = [Request(i, 32768, 8192, i, 0.0, generated=1) for i in range(40)]
-        sim._admit_pd(k)
+        sim.prealloc.admit(k)
         by_logical, alloc = 0, sim.plan.host_tokens
         while max(32768 + 512, 32768 + 4096) <= alloc:
             alloc -= 32768 + 512
@@ -317,8 +318,8 @@ def test_pd_decode_hisparse_admits_against_the_logical_pool_and_hot_buffers():
         want = min(buffers, by_logical, sim.plan.max_running)
         assert want == (buffers if device_bound else by_logical) and want > 0
         assert len(k.running) == want and len(k.waiting) == 40 - want
-        assert k.free_device == device_before - want * sim.plan.buffer_slots
-        assert k.free_host == sim.plan.host_tokens - want * 32768
+        assert k.pool.free_device == device_before - want * sim.plan.buffer_slots
+        assert k.pool.free_host == sim.plan.host_tokens - want * 32768
 
 
 def test_a_retracted_hisparse_request_restarts_its_trace():
@@ -337,23 +338,23 @@ def test_a_retracted_hisparse_request_restarts_its_trace():
         k = sim.ranks[0]
         r = Request(0, 32768, 8192, 0, 0.0, generated=1, target=32768, prefilled=32768)
         if sim.pd:
-            sim._pd_take(k, r)
+            sim.prealloc.take(k, r)
         else:
             sim._after_prefill(k, r)  # the prompt's last chunk made its first token
-        first = sim._step_misses(r, 3)
+        first = sim.decode.step_misses(r, 3)
         r.generated += 20  # 20 steps on, then retracted and back
-        later = sim._step_misses(r, 3)
+        later = sim.decode.step_misses(r, 3)
         np.testing.assert_allclose(later, ramp[20:23])
         k.running = [r]
-        sim._retract(k, r)
+        sim.decode.retract(k, r)
         if sim.pd:
             k.running = []
-            sim._admit_pd(k)
+            sim.prealloc.admit(k)
             assert k.running == [r]
         else:
             r.generated += 1  # the re-prefill's token
             sim._after_prefill(k, r)
-        again = sim._step_misses(r, 3)
+        again = sim.decode.step_misses(r, 3)
         np.testing.assert_allclose(again, first)
         if sim.pd:
             assert first[0] == 1.0 and np.allclose(first[1:], ramp[1:3])

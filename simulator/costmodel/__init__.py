@@ -6,8 +6,21 @@
 - ``collectives``: NCCL/DeepEP collective times on a GPU's interconnect;
 - ``passes``: ``CostModel.pass_time(Pass) -> StepTime`` for a decode, mixed or prefill pass;
 - ``pass_terms``: the table of terms a pass's time is the sum of.
+
+The names below load ``passes`` on first use, so that the specs, which name ``collectives``, can
+be imported before it (``passes`` reads the specs).
 """
 
-from .passes import Category, CostModel, Pass, PassShape, RankWork, StepTime, cuda_graph_batch
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["Category", "CostModel", "Pass", "PassShape", "RankWork", "StepTime", "cuda_graph_batch"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import passes
+
+        return getattr(passes, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
