@@ -139,14 +139,14 @@ def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.Da
         rates.setdefault(kind, {})[dtype] = fit_roofline(g["bytes"], g["flops"], g["us"])
     extra: dict = {}
     if grouped_tp is not None:
-        from ..costmodel.ops import FP8_BYTES, TP_MOE_KINDS
+        from ..costmodel.ops import TP_MOE_KINDS, WEIGHT_BYTES
 
         tp = grouped_tp[grouped_tp["layout"] == "tp"]
         for (name, dtype), g in tp.groupby(["name", "dtype"]):
             if name not in TP_MOE_KINDS:
                 raise ValueError(f"grouped_tp table: unknown routed-expert op {name!r} (known: {', '.join(TP_MOE_KINDS)})")
             # the slices' time follows the experts touched (weight bytes), not the rows: fitted on those
-            wbytes = g["k"] * g["n"] * g["weight_groups"] * FP8_BYTES[dtype]
+            wbytes = g["k"] * g["n"] * g["weight_groups"] * WEIGHT_BYTES[dtype]
             fit = fit_roofline(wbytes, g["flops"], g["us"]) | {"bytes": "weights"}
             rates.setdefault(TP_MOE_KINDS[name], {})[dtype] = fit
         extra["tp_moe_ep_controls"] = ep_controls(grouped_tp[grouped_tp["layout"] == "ep"], rates)

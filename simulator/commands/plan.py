@@ -186,10 +186,13 @@ def _step_report(sc, base) -> dict:
 
 
 def _step_terms_summary(sc) -> dict:
+    from ..costmodel.ops import dtype_of
     from ..costmodel.pricing import terms_for
 
     t = sc.terms or terms_for(sc.gpu)
-    return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio}
+    fp4 = t.fp4 if dtype_of(sc.model.bytes_per_param("routed_expert")) == "fp4" else ""
+    return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio,
+            "fp4": fp4}
 
 
 def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
@@ -261,6 +264,8 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         print(f"cost model: UNCALIBRATED for this GPU ({sc.calibration}): no kernel of it was timed; "
               "see simulator/presets/calibration/")
     print(f"cost model: step kernels {summary['step_terms']['source']}")
+    if summary["step_terms"]["fp4"]:
+        print(f"cost model: routed experts {summary['step_terms']['fp4']}")
     rep = dict(summary["decode_step_ms"])
     n, ctx, total = rep.pop("requests_per_scheduler"), rep.pop("context_tokens"), rep.pop("total")
     terms = ", ".join(f"{k} {v:.1f}" for k, v in sorted(rep.items(), key=lambda kv: -kv[1]))

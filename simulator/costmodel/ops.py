@@ -21,7 +21,15 @@ from typing import Protocol
 
 INDEXER_ROW_BYTES = 132  # 128 fp8 codes + fp32 scale (BRIEF 2; cupy_kernels/indexer.py ROW_BYTES)
 
-FP8_BYTES = {"fp8": 1, "bf16": 2}
+# bytes of one weight element by storage format, scales apart: FP4 (e2m1, NVFP4 and MXFP4) packs two
+# per byte; each format's block scales come with the model's bytes per parameter (Layout.expert_bytes)
+WEIGHT_BYTES = {"fp4": 0.5, "fp8": 1.0, "bf16": 2.0}
+
+
+def dtype_of(bytes_per_param: float) -> str:
+    """The storage format a checkpoint's bytes per parameter (scales included) imply: NVFP4 0.5625
+    (an FP8 scale per 16), MXFP4 0.53125 (an E8M0 scale per 32), block-FP8 1.0002, BF16 2."""
+    return "fp4" if bytes_per_param < 0.75 else "fp8" if bytes_per_param < 1.5 else "bf16"
 ACT_BYTES = 2  # bf16 activations between kernels
 # grouped_gemm: routed experts whole (EP, E / ep experts per GPU). Under SGLang's fused MoE with
 # --tp every expert's intermediate is split over moe_tp GPUs, and the two slices behave unlike whole
@@ -75,10 +83,13 @@ class Layout:
     mlp_tp: int = 8
     expert_parallel: int = 8
     moe_tp: int = 1
-    weight_dtype: str = "fp8"
+    weight_dtype: str = "fp8"  # attention, indexer, dense MLP and shared-expert GEMMs
+    expert_dtype: str = ""  # routed experts ("": weight_dtype)
+    expert_bytes: float = 0.0  # routed experts' bytes per weight, scales included (0: WEIGHT_BYTES[expert_dtype])
 
     @classmethod
-    def of(cls, tp: int, dp: int, moe: str = "ep", weight_dtype: str = "fp8") -> Layout:
+    def of(cls, tp: int, dp: int, moe: str = "ep", weight_dtype: str = "fp8", expert_dtype: str = "",
+           expert_bytes: float = 0.0) -> Layout:
         """SGLang's ``--tp tp --dp dp`` (``dp == tp``: ``--enable-dp-attention``, attention whole on
         each of the dp ranks; else attention split over tp / dp GPUs), MoE ``"ep"`` (DeepEP) or
         ``"tp"`` (fused MoE, each expert split over the tp GPUs)."""
@@ -87,14 +98,27 @@ class Layout:
         if tp < 1 or dp < 1 or tp % dp:
             raise ValueError(f"layout: tp ({tp}) must be a positive multiple of dp ({dp})")
         return cls(attention_tp=tp // dp, attention_dp=dp, mlp_tp=tp, expert_parallel=tp if moe == "ep" else 1,
-                   moe_tp=1 if moe == "ep" else tp, weight_dtype=weight_dtype)
+                   moe_tp=1 if moe == "ep" else tp, weight_dtype=weight_dtype, expert_dtype=expert_dtype,
+                   expert_bytes=expert_bytes)
 
     def __post_init__(self) -> None:
         for name in ("attention_tp", "attention_dp", "mlp_tp", "expert_parallel", "moe_tp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"layout: {name} must be >= 1, got {getattr(self, name)}")
-        if self.weight_dtype not in FP8_BYTES:
-            raise ValueError(f"layout: weight_dtype must be one of {tuple(FP8_BYTES)}, got {self.weight_dtype!r}")
+        for name in ("weight_dtype", "routed_dtype"):
+            if getattr(self, name) not in WEIGHT_BYTES:
+                raise ValueError(f"layout: {name} must be one of {tuple(WEIGHT_BYTES)}, got {getattr(self, name)!r}")
+        if self.expert_bytes < 0:
+            raise ValueError(f"layout: expert_bytes must be >= 0, got {self.expert_bytes}")
+
+    @property
+    def routed_dtype(self) -> str:
+        return self.expert_dtype or self.weight_dtype
+
+    @property
+    def routed_bytes(self) -> float:
+        """Bytes the routed experts' GEMMs read per weight element."""
+        return self.expert_bytes or WEIGHT_BYTES[self.routed_dtype]
 
 
 @dataclass(frozen=True)
@@ -114,11 +138,13 @@ class Op:
     count: int = 1
     tokens: float = 0.0  # indexer: tokens scored; attention: requests; grouped GEMM: rows
     weight_groups: float = 0.0  # grouped GEMM: groups whose weights are read (experts touched)
+    bytes_per_weight: float = 0.0  # 0: WEIGHT_BYTES[dtype] (a format's scales, where they count)
 
     @property
     def weight_bytes(self) -> float:
         """HBM bytes of the weights a GEMM reads (each touched group once)."""
-        return float(self.k * self.n * FP8_BYTES[self.dtype] * (self.weight_groups or self.groups))
+        per = self.bytes_per_weight or WEIGHT_BYTES[self.dtype]
+        return float(self.k * self.n * per * (self.weight_groups or self.groups))
 
 
 def gemm(name: str, m: int, k: int, n: int, dtype: str, groups: int = 1, weight_groups: float | None = None,
@@ -127,7 +153,7 @@ def gemm(name: str, m: int, k: int, n: int, dtype: str, groups: int = 1, weight_
     and out."""
     wg = groups if weight_groups is None else weight_groups
     flops = 2.0 * m * k * n * groups
-    nbytes = k * n * FP8_BYTES[dtype] * wg + ACT_BYTES * m * (k + n) * groups
+    nbytes = k * n * WEIGHT_BYTES[dtype] * wg + ACT_BYTES * m * (k + n) * groups
     return Op(name, kind, dtype, flops, nbytes, m, k, n, groups)
 
 
@@ -211,18 +237,20 @@ def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
         ops += [gemm("shared_gate_up", t, d, 2 * shared, w), elementwise("shared_silu_mul", t * shared, passes=3),
                 gemm("shared_down", t, shared, d, w)]
     tp = layout.moe_tp > 1
-    up = gemm("routed_gate_up", math.ceil(per_expert), d, 2 * inter, w, groups=local, weight_groups=touched,
+    rw, wb = layout.routed_dtype, layout.routed_bytes  # the routed experts' own format
+    up = gemm("routed_gate_up", math.ceil(per_expert), d, 2 * inter, rw, groups=local, weight_groups=touched,
               kind=TP_MOE_KINDS["routed_gate_up"] if tp else "grouped_gemm")
-    down = gemm("routed_down", math.ceil(per_expert), inter, d, w, groups=local, weight_groups=touched,
+    down = gemm("routed_down", math.ceil(per_expert), inter, d, rw, groups=local, weight_groups=touched,
                 kind=TP_MOE_KINDS["routed_down"] if tp else "grouped_gemm")
     # FLOPs and activations from the expected rows, not the rounded-up rows per expert
     scale = rows / max(math.ceil(per_expert) * local, 1e-9)
-    ops += [Op(up.name, up.kind, up.dtype, up.flops * scale, d * 2 * inter * FP8_BYTES[w] * touched
-               + ACT_BYTES * rows * (d + 2 * inter), up.m, up.k, up.n, up.groups, tokens=rows, weight_groups=touched),
+    ops += [Op(up.name, up.kind, up.dtype, up.flops * scale, d * 2 * inter * wb * touched
+               + ACT_BYTES * rows * (d + 2 * inter), up.m, up.k, up.n, up.groups, tokens=rows, weight_groups=touched,
+               bytes_per_weight=wb),
             elementwise("routed_silu_mul_quant", rows * inter, passes=3),
-            Op(down.name, down.kind, down.dtype, down.flops * scale, inter * d * FP8_BYTES[w] * touched
+            Op(down.name, down.kind, down.dtype, down.flops * scale, inter * d * wb * touched
                + ACT_BYTES * rows * (inter + d), down.m, down.k, down.n, down.groups, tokens=rows,
-               weight_groups=touched),
+               weight_groups=touched, bytes_per_weight=wb),
             elementwise("moe_combine", rows * d + t * d, passes=1.5)]
     return ops
 

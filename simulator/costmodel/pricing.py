@@ -21,6 +21,7 @@ here); the H200 preset keeps its datasheet figures in ``datasheet_hbm_bw`` / ``d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Any
 
 from ..errors import HisparseError
 from ..serving.specs import Attention, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
-from .ops import Layout
+from .ops import Layout, dtype_of
 from .terms import StepTerms
 
 REFERENCE_GPU = "h200"  # the GPU whose measured step terms other GPUs scale (simulator/presets/calibration/h200.json)
@@ -46,6 +47,7 @@ class GpuTerms:
     source: str
     hbm_ratio: float = 1.0
     flops_ratio: float = 1.0
+    fp4: str = ""  # how FP4-weight GEMMs are priced on this GPU (a derivation from the FP8 terms)
 
     @property
     def scaled(self) -> bool:
@@ -98,14 +100,23 @@ def scaled_terms(ref: GpuTerms, ref_gpu: GpuSpec, gpu: GpuSpec) -> GpuTerms:
 
 
 def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str = "") -> GpuTerms:
-    """The calibration's own step terms when it has them, else the H200's scaled to ``gpu``."""
-    if groups:
-        found = measured_terms(groups, label)
-        if found is not None:
-            return found
-    from ..serving import presets as P  # the packaged reference calibration is a preset
+    """The calibration's own step terms when it has them, else the H200's scaled to ``gpu``; FP4
+    GEMM terms derived from the FP8 ones (``with_fp4``)."""
+    found = measured_terms(groups, label) if groups else None
+    if found is None:
+        from ..serving import presets as P  # the packaged reference calibration is a preset
 
-    return scaled_terms(reference_terms(), P.load("gpus", REFERENCE_GPU), gpu)
+        found = scaled_terms(reference_terms(), P.load("gpus", REFERENCE_GPU), gpu)
+    return with_fp4(found, gpu)
+
+
+def with_fp4(t: GpuTerms, gpu: GpuSpec) -> GpuTerms:
+    """FP4-weight GEMMs (NVFP4 / MXFP4 experts), never timed here, priced from each FP8 term: the
+    same launch and bandwidth over their own (fewer) weight bytes, the FLOP rate x ``fp4_flops_ratio``.
+    A derivation: the source says so."""
+    ratio, why = fp4_flops_ratio(gpu)
+    return dataclasses.replace(t, terms=t.terms.with_fp4(ratio),
+                               fp4=f"FP4 weights: the FP8 terms at FP4 bytes, FLOPs x {ratio:.3g} ({why})")
 
 
 def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
@@ -122,6 +133,23 @@ def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
     the earlier ``torch._scaled_grouped_mm`` terms ``grouped_gemm_tp_*`` stay selectable through
     ``step_terms.tp_moe_kernel``: ``StepTerms.rate``).
     """
-    dtype = "fp8" if model.weight_bytes_per_param < 1.5 else "bf16"
+    dtype = dtype_of(model.bytes_per_param("attention"))
+    for tensor in ("dense", "shared_expert"):
+        if dtype_of(model.bytes_per_param(tensor)) != dtype:
+            raise HisparseError(f"{model.where}: {tensor}_bytes_per_param {model.bytes_per_param(tensor)} is another "
+                                f"format than the attention weights' ({dtype}): the step prices them in one format "
+                                "(only the routed experts may differ)")
+    routed = model.bytes_per_param("routed_expert")
+    expert_dtype = dtype_of(routed)
     dp = dep.dp if dep.attention == Attention.DP else 1
-    return Layout.of(dep.tp, dp, "ep" if dep.moe == MoeLayout.EP else "tp", weight_dtype=dtype)
+    return Layout.of(dep.tp, dp, "ep" if dep.moe == MoeLayout.EP else "tp", weight_dtype=dtype,
+                     expert_dtype=expert_dtype if expert_dtype != dtype else "",
+                     expert_bytes=routed if expert_dtype == "fp4" else 0.0)
+
+
+def fp4_flops_ratio(gpu: GpuSpec) -> tuple[float, str]:
+    """(FP4 over FP8 dense tensor rate, why) for pricing FP4-weight GEMMs from the FP8 terms."""
+    if gpu.fp4_flops > 0:
+        return gpu.fp4_flops / gpu.fp8_flops, f"{gpu.name}'s FP4 tensor rate {gpu.fp4_flops / 1e15:.3g} PFLOP/s (datasheet)"
+    return 1.0, (f"{gpu.name} has no FP4 tensor cores: FP4 weights are widened in the kernel and multiply at the "
+                 "FP8 rate (INFERRED)")

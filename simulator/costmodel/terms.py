@@ -110,6 +110,13 @@ class StepTerms:
                                    roofline={"hbm_bw": self.roofline["hbm_bw"] * hbm,
                                              "bf16_flops": self.roofline["bf16_flops"] * flops})
 
+    def with_fp4(self, flops_ratio: float) -> StepTerms:
+        """These terms with an ``fp4`` twin of every FP8 GEMM term a calibration lacks: same launch
+        and bandwidth (an FP4 op's bytes are its own), FLOP rate x ``flops_ratio``."""
+        extra = {(kind, "fp4"): dataclasses.replace(r, flops_rate=r.flops_rate * flops_ratio)
+                 for (kind, dt), r in self.rates.items() if dt == "fp8" and (kind, "fp4") not in self.rates}
+        return dataclasses.replace(self, rates={**self.rates, **extra}) if extra else self
+
     def op_time(self, op: Op, indexer_heads: int | None = None, indexer_q: str = "fp8") -> float:
         """Seconds of one op (all its launches); the indexer's heads come from the op (``n``)
         unless given."""

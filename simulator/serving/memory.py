@@ -54,11 +54,13 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     first) and keeps kv_b_proj itself for the MHA prefill path
     (``models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``)."""
     m = model
-    w, e = m.weight_bytes_per_param, m.embedding_bytes_per_param
-    attention = m.layers * (m.attention_params + m.indexer_params) / dep.attn_tp * w
+    e = m.embedding_bytes_per_param
+    b = m.bytes_per_param
+    attention = m.layers * (m.attention_params + m.indexer_params) / dep.attn_tp * b("attention")
     attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
-    mlp = (m.dense_layers * m.dense_mlp_params
-           + m.moe_layers * (m.experts + m.shared_experts) * m.expert_params) / dep.tp * w
+    mlp = (m.dense_layers * m.dense_mlp_params * b("dense")
+           + m.moe_layers * m.shared_experts * m.expert_params * b("shared_expert")
+           + m.moe_layers * m.experts * m.expert_params * b("routed_expert")) / dep.tp
     router = m.moe_layers * m.router_params * 2  # bf16
     embed_split = 1 if dep.attention == Attention.DP else dep.tp
     embedding = m.embedding_params * e / embed_split + m.embedding_params * e / dep.tp

@@ -163,6 +163,16 @@ def _coerce(value: Any, typ: Any) -> Any:
 FP8_BLOCK_SCALE = 1 + 4 / (128 * 128)  # FP8 e4m3 weight + one fp32 scale per 128x128 block (model_shapes.md)
 
 
+class TensorClass(StrEnum):
+    """The weight tensors a checkpoint may store in different formats."""
+
+    ATTENTION = "attention"  # MLA projections and the lightning indexer's
+    DENSE = "dense"  # the first dense layers' MLPs
+    SHARED_EXPERT = "shared_expert"
+    ROUTED_EXPERT = "routed_expert"
+    EMBEDDING = "embedding"  # embed_tokens and lm_head
+
+
 @dataclass(frozen=True)
 class ModelSpec(Spec):
     """A DSA MLA MoE model (DeepSeek-V3.2, GLM-5.x). Shape keys are the config.json values (cited
@@ -193,6 +203,13 @@ class ModelSpec(Spec):
     context_length: int = num(ge=0, default=0, help="max_position_embeddings; 0: unknown")
     weight_bytes_per_param: float = num(gt=0, default=FP8_BLOCK_SCALE)
     embedding_bytes_per_param: float = num(gt=0, default=2.0)  # embed and lm_head stay bf16 in FP8 checkpoints
+    # bytes per parameter of each tensor class where the checkpoint stores it otherwise (scales
+    # included; 0: weight_bytes_per_param). NVFP4 checkpoints quantise the routed experts: 0.5625
+    # (e2m1 + an FP8 scale per 16 values), MXFP4 0.53125 (an E8M0 scale per 32).
+    attention_bytes_per_param: float = num(ge=0, default=0.0, help="MLA and indexer weights")
+    dense_bytes_per_param: float = num(ge=0, default=0.0, help="the dense layers' MLPs")
+    shared_expert_bytes_per_param: float = num(ge=0, default=0.0, help="shared experts")
+    routed_expert_bytes_per_param: float = num(ge=0, default=0.0, help="routed experts")
     where: str = field(default="<model>", compare=False)
 
     def _check(self, where: str) -> None:
@@ -264,11 +281,27 @@ class ModelSpec(Spec):
         return (self.layers * per_layer + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
                 + self.embedding_params)
 
+    def bytes_per_param(self, tensor: TensorClass | str) -> float:
+        """Bytes per parameter of one tensor class as the checkpoint stores it."""
+        tensor = TensorClass(tensor)
+        if tensor is TensorClass.EMBEDDING:
+            return self.embedding_bytes_per_param
+        own = getattr(self, f"{tensor.value}_bytes_per_param")
+        return own or self.weight_bytes_per_param
+
+    def class_params(self) -> dict[TensorClass, int]:
+        """Parameters of each tensor class (the router gates apart: ``router_params``)."""
+        return {TensorClass.ATTENTION: self.layers * (self.attention_params + self.indexer_params),
+                TensorClass.DENSE: self.dense_layers * self.dense_mlp_params,
+                TensorClass.SHARED_EXPERT: self.moe_layers * self.shared_experts * self.expert_params,
+                TensorClass.ROUTED_EXPERT: self.moe_layers * self.experts * self.expert_params,
+                TensorClass.EMBEDDING: 2 * self.embedding_params}
+
     @property
     def weight_bytes(self) -> float:
         """The checkpoint's weights without the MTP layer (HiSparse does not support MTP)."""
-        return ((self.total_params - 2 * self.embedding_params) * self.weight_bytes_per_param
-                + 2 * self.embedding_params * self.embedding_bytes_per_param)
+        routers = self.moe_layers * self.router_params * self.weight_bytes_per_param
+        return routers + sum(n * self.bytes_per_param(c) for c, n in self.class_params().items())
 
 
 @dataclass(frozen=True)
@@ -290,6 +323,7 @@ class GpuSpec(Spec):
     # its measured step terms to other GPUs are datasheet over datasheet (costmodel/pricing.py); 0: same
     datasheet_hbm_bw: float = num(ge=0, default=0.0)
     datasheet_bf16_flops: float = num(ge=0, default=0.0)
+    fp4_flops: float = num(ge=0, default=0.0, help="dense FP4 tensor-core rate (datasheet); 0: no FP4 tensor cores")
     calibration: str = ""  # the packaged calibration that applies to this GPU ("" none)
     # HBM already taken when SGLang measures free memory before loading the weights (CUDA context,
     # torch.distributed / NCCL and custom all-reduce buffers). H200 logs: "Load weight begin. avail
