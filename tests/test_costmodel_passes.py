@@ -99,3 +99,18 @@ def test_a_term_added_to_the_table_reaches_the_plan(monkeypatch):
     after = {r["system"]: r for r in run_plan(inp)}
     for system in ("baseline", "hisparse"):
         assert after[system]["itl_p50_ms"] == pytest.approx(before[system]["itl_p50_ms"] + 1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("gpu", ["h200", "h100", "h20", "b200", "gh200", "rtx-pro-6000"])
+def test_every_term_says_how_it_is_priced_on_each_gpu(gpu):
+    """The plan names, per term, whether this GPU's price was measured, derived from another GPU's
+    measurements by datasheet ratios, published, or inferred; with its source."""
+    from simulator.costmodel.pass_terms import PASS_TERMS, Provenance
+
+    sc = load_scenario(gpu=gpu)
+    rows = {r["term"]: r for r in _cost(sc).term_sources()}
+    assert set(rows) == {t.name for t in PASS_TERMS}
+    assert all(r["priced"] in set(Provenance) and r["source"] for r in rows.values())
+    kernels = rows["MLP side"]["priced"]
+    assert kernels == ("measured" if gpu == "h200" else "derived")
+    assert (gpu in rows["MLP side"]["source"]) == (gpu != "h200")  # "scaled to <gpu>"

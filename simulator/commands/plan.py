@@ -157,6 +157,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
 
 def _scenario_summary(sc) -> dict:
+    from ..costmodel import CostModel
     from ..serving.memory import plan_memory
 
     base = plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)
@@ -168,6 +169,7 @@ def _scenario_summary(sc) -> dict:
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
+            "term_sources": CostModel(sc.model, sc.gpu, d, sc.params, sc.terms).term_sources(),
             "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
                        "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
             "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
@@ -271,6 +273,9 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
     terms = ", ".join(f"{k} {v:.1f}" for k, v in sorted(rep.items(), key=lambda kv: -kv[1]))
     print(f"decode step, baseline at its full batch ({n} requests per scheduler, {ctx:.0f}-token contexts): "
           f"{total:.1f} ms = {terms}")
+    print(f"how each term of a pass is priced on {sc.gpu.name}:")
+    for row in summary["term_sources"]:
+        print(f"  {row['term']:<18} {row['priced']:<9} {row['source']}")
     if sc.params.unsourced:
         print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
     for note in sc.notes:

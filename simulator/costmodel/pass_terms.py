@@ -34,12 +34,22 @@ class Scope(Enum):
     INSTANCE = "instance"  # after the ranks: every rank's tokens together
 
 
+class Provenance(StrEnum):
+    """How a term is priced on the chosen GPU (issue 25's three kinds)."""
+
+    MEASURED = "measured"  # kernels timed on this GPU (the H200 here) and fitted
+    DERIVED = "derived"  # another GPU's measurements or a roofline, scaled by this GPU's datasheet rates
+    PUBLISHED = "published"  # a published benchmark's or datasheet's figure for this GPU
+    INFERRED = "inferred"  # none of the three: a stated assumption (its source says why)
+
+
 @dataclass(frozen=True)
 class PassTerm:
     name: str
     scope: Scope
     category: Category
     price: Callable[[CostModel, PassShape, RankWork | None], Parts]
+    how: Callable[[CostModel], tuple[Provenance, str]]  # how it is priced on the cost model's GPU
 
 
 def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
@@ -89,12 +99,41 @@ def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:
     return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None)}
 
 
+def _kernels(c: CostModel) -> tuple[Provenance, str]:
+    """The fitted kernel terms: this GPU's own calibration, or the H200's scaled by datasheet ratios."""
+    t = c.terms
+    return (Provenance.DERIVED if t.scaled else Provenance.MEASURED), t.source
+
+
+def _swap_in_how(c: CostModel) -> tuple[Provenance, str]:
+    g, p = c.g, c.p
+    copy = (f"rows over {g.link} at link_bw {g.link_bw / 1e9:.3g} GB/s x gather efficiency "
+            f"{g.gather_efficiency:.3g} / {g.gather_efficiency_large_rows:.3g} ({g.where})")
+    if p.calibrated and not c.terms.scaled:
+        return Provenance.MEASURED, f"launch and per-request cost fitted on this GPU ({p.where}); {copy}"
+    return Provenance.PUBLISHED, f"launch and per-request cost: {p.source} ({p.where}); {copy}"
+
+
+def _backup_how(c: CostModel) -> tuple[Provenance, str]:
+    return (Provenance.DERIVED, f"each new token's KV over the host link at {c.g.link_bw / 1e9:.3g} GB/s "
+            f"({c.g.where}), backup_overlap {c.p.backup_overlap:g} of it hidden ({c.p.where})")
+
+
+def _collectives_how(c: CostModel) -> tuple[Provenance, str]:
+    ic = c.g.interconnect
+    if "measured figures from" in ic.source:
+        kind = Provenance.MEASURED
+    else:
+        kind = Provenance.INFERRED if ic.source.lstrip().upper().startswith("INFERRED") else Provenance.PUBLISHED
+    return kind, f"{ic.name}: {ic.source}"
+
+
 PASS_TERMS: list[PassTerm] = [
-    PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side),
-    PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer),
-    PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention),
-    PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in),
-    PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup),
-    PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side),
-    PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives),
+    PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side, _kernels),
+    PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer, _kernels),
+    PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention, _kernels),
+    PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in, _swap_in_how),
+    PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup, _backup_how),
+    PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _kernels),
+    PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives, _collectives_how),
 ]

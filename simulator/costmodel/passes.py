@@ -336,6 +336,15 @@ class CostModel:
                 category[group] = term.category
         return StepTime(out, category, p.steps)
 
+    def term_sources(self) -> list[dict[str, str]]:
+        """Per term of a pass: its name, how it is priced on this GPU (measured / derived /
+        published) and the source."""
+        out = []
+        for term in pass_terms.PASS_TERMS:
+            kind, source = term.how(self)
+            out.append({"term": term.name, "priced": kind.value, "source": source})
+        return out
+
     def step_report(self, batch: int, ctx_per_request: float) -> dict[str, float]:
         """Milliseconds of one baseline decode step with ``batch`` requests on every scheduler of
         the instance, each at ``ctx_per_request`` tokens, by term group (and the total): the parts
