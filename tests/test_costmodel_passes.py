@@ -94,7 +94,8 @@ def test_a_term_added_to_the_table_reaches_the_plan(monkeypatch):
     inp = PlanInputs(concurrency=(2,), calibration="uncalibrated")
     before = {r["system"]: r for r in run_plan(inp)}
     extra = pass_terms.PassTerm("dummy", pass_terms.Scope.INSTANCE, Category.COMPUTE,
-                                lambda c, s, w: {"dummy": 1e-3})
+                                lambda c, s, w: {"dummy": 1e-3},
+                                lambda c: (pass_terms.Provenance.INFERRED, "a test's dummy"))
     monkeypatch.setattr(pass_terms, "PASS_TERMS", [*pass_terms.PASS_TERMS, extra])
     after = {r["system"]: r for r in run_plan(inp)}
     for system in ("baseline", "hisparse"):
@@ -113,4 +114,4 @@ def test_every_term_says_how_it_is_priced_on_each_gpu(gpu):
     assert all(r["priced"] in set(Provenance) and r["source"] for r in rows.values())
     kernels = rows["MLP side"]["priced"]
     assert kernels == ("measured" if gpu == "h200" else "derived")
-    assert (gpu in rows["MLP side"]["source"]) == (gpu != "h200")  # "scaled to <gpu>"
+    assert (f"scaled to {gpu}" in rows["MLP side"]["source"]) == (gpu != "h200")
