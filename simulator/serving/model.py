@@ -53,7 +53,7 @@ from .misses import MissProfiles
 from .pd_admission import DecodePreallocQueue
 from .pool import RankPool
 from .prefill_adder import PrefillAdder
-from .results import RunResult, pct, steady_rate, wpct
+from .results import RunResult, mean, pct, steady_rate, wmean, wpct
 from .scenario import Scenario
 from .specs import Attention, Mode
 from .state import Rank, Request, System
@@ -448,7 +448,10 @@ class InstanceSim:
             miss_share=self.miss_rows / self.looked_up if self.looked_up else 0.0,
             requests=len(done), sim_time_s=makespan,
             retractions=int(round(self.retractions * self.scale)), reprefill_tokens=self.reprefill_tokens * self.scale,
-            peak_running_deployment=int(round(self.peak_running * self.scale)))
+            peak_running_deployment=int(round(self.peak_running * self.scale)),
+            tpot_mean_ms=mean(tpot) * 1e3, itl_mean_ms=wmean(gaps, weights) * 1e3, ttft_mean_s=mean(ttft),
+            total_tok_s_per_gpu=(out_tokens + sum(r.input_tokens for r in done)) / makespan * self.scale / self.d.gpus
+            if makespan > 0 else 0.0, gpus=self.d.gpus)
 
     def _overloaded(self) -> bool:
         """Offered load beyond what the deployment serves: arrivals faster than completions (open

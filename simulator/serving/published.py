@@ -12,8 +12,9 @@ A published set is a TOML file (shipped ones under ``simulator/presets/published
     [[point]]
     label = "32K/8K baseline peak"
     system = "baseline"            # or "hisparse"
-    metric = "makespan_tok_s"      # makespan_tok_s | steady_tok_s (deployment) | max_running (deployment)
-    concurrency = [16, 32, 64]     # one value, or several: the prediction is the peak over them
+    metric = "makespan_tok_s"      # Metric below: throughputs, running counts, TPOT / ITL / TTFT mean,
+                                   # median, p99 (tpot_p99_ms, ttft_mean_s, ...)
+    concurrency = [16, 32, 64]     # one value, or several for a throughput: the prediction is the peak
     input_tokens = 32768
     output_tokens = 8192
     requests_per_client = 4        # waves per client (a benchmark's num_prompts / concurrency)
@@ -46,13 +47,41 @@ published_names = P.published_names
 
 
 class Metric(StrEnum):
+    """What a published point measured, and the model's figure for it (bench_serving's definitions:
+    TPOT per request, ITL per token gap, TTFT per request; throughputs of the whole deployment
+    unless per GPU)."""
+
     MAKESPAN_TOK_S = "makespan_tok_s"  # output tokens / benchmark duration (bench_serving's output throughput)
     STEADY_TOK_S = "steady_tok_s"  # output tokens/s while the running set is steady (decode logs)
     MAX_RUNNING = "max_running"  # requests the deployment runs at once
+    OUTPUT_TOK_S_PER_GPU = "output_tok_s_per_gpu"  # makespan output throughput / GPUs
+    TOTAL_TOK_S_PER_GPU = "total_tok_s_per_gpu"  # (input + output) tokens / duration / GPUs (cookbook tables)
+    RUNNING = "running"  # mean running requests (deployment)
+    TPOT_MEAN_MS = "tpot_mean_ms"
+    TPOT_MEDIAN_MS = "tpot_median_ms"
+    TPOT_P99_MS = "tpot_p99_ms"
+    ITL_MEAN_MS = "itl_mean_ms"
+    ITL_MEDIAN_MS = "itl_median_ms"
+    ITL_P99_MS = "itl_p99_ms"
+    TTFT_MEAN_S = "ttft_mean_s"
+    TTFT_MEDIAN_S = "ttft_median_s"
+    TTFT_P99_S = "ttft_p99_s"
+
+    @property
+    def is_latency(self) -> bool:
+        """A latency is read at one load point (a throughput may be the peak over several)."""
+        return self.value.startswith(("tpot", "itl", "ttft")) or self is Metric.RUNNING
 
     def of(self, r: RunResult) -> float:
         return {Metric.MAKESPAN_TOK_S: r.makespan_tok_s_deployment, Metric.STEADY_TOK_S: r.steady_tok_s_deployment,
-                Metric.MAX_RUNNING: float(r.max_running_deployment)}[self]
+                Metric.MAX_RUNNING: float(r.max_running_deployment),
+                Metric.OUTPUT_TOK_S_PER_GPU: r.makespan_tok_s_deployment / r.gpus,
+                Metric.TOTAL_TOK_S_PER_GPU: r.total_tok_s_per_gpu, Metric.RUNNING: r.running_deployment,
+                Metric.TPOT_MEAN_MS: r.tpot_mean_ms, Metric.TPOT_MEDIAN_MS: r.tpot_p50_ms,
+                Metric.TPOT_P99_MS: r.tpot_p99_ms, Metric.ITL_MEAN_MS: r.itl_mean_ms,
+                Metric.ITL_MEDIAN_MS: r.itl_p50_ms, Metric.ITL_P99_MS: r.itl_p99_ms,
+                Metric.TTFT_MEAN_S: r.ttft_mean_s, Metric.TTFT_MEDIAN_S: r.ttft_p50_s,
+                Metric.TTFT_P99_S: r.ttft_p99_s}[self]
 
 
 @dataclass(frozen=True)
@@ -138,6 +167,9 @@ def _point(raw: Any, where: str) -> PublishedPoint:
         raise HisparseError(f"{where}: system must be {', '.join(System)}; metric {', '.join(Metric)}") from None
     conc = raw["concurrency"]
     conc = tuple(conc) if isinstance(conc, list) else (conc,)
+    if metric.is_latency and len(conc) != 1:
+        raise HisparseError(f"{where}: metric {metric.value} is read at one load point: concurrency must be one "
+                            f"value, not {list(conc)}")
     ints = {"input_tokens": raw["input_tokens"], "output_tokens": raw["output_tokens"],
             "requests_per_client": raw.get("requests_per_client", 4)}
     for key, v in list(ints.items()) + [(f"concurrency[{i}]", c) for i, c in enumerate(conc)]:

@@ -43,6 +43,11 @@ class RunResult:
     retractions: int = 0  # requests SGLang's retract_decode sent back to the queue (deployment)
     reprefill_tokens: float = 0.0  # prompt + generated tokens prefilled again after retractions (deployment)
     peak_running_deployment: int = 0  # most requests decoding at once (the fullest moment)
+    tpot_mean_ms: float = math.nan  # bench_serving's mean TPOT over requests
+    itl_mean_ms: float = math.nan  # mean inter-token gap, weighted by the requests that waited for it
+    ttft_mean_s: float = math.nan
+    total_tok_s_per_gpu: float = 0.0  # input + output tokens / duration / GPUs (the cookbooks' tok/s/GPU)
+    gpus: int = 0  # GPUs of the deployment
 
 
 def steady_rate(blocks: list[tuple[float, float, float]], t0: float, t1: float) -> float:
@@ -67,3 +72,11 @@ def wpct(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     order = np.argsort(values)
     cw = np.cumsum(weights[order])
     return float(values[order][min(int(np.searchsorted(cw, q / 100 * cw[-1])), values.size - 1)])
+
+
+def mean(a: np.ndarray) -> float:
+    return float(a.mean()) if a.size else math.nan
+
+
+def wmean(values: np.ndarray, weights: np.ndarray) -> float:
+    return float(np.average(values, weights=weights)) if values.size else math.nan
