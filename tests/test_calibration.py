@@ -96,12 +96,16 @@ def test_committed_fit_and_validation_rebuild_on_the_cpu(tmp_path, capsys):
 
     from simulator.cli import main
 
-    for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "validation-h200.json",
+    for name in ("swap_in-h200.csv", "attention-h200.csv", "validation-h200.json",
                  "gemm-h200.csv", "elementwise-h200.csv", "indexer-h200.csv", "graph-h200.csv",
                  "validation-layer-h200.json", "grouped_tp-h200.csv", "fused_moe_tp-h200.csv"):
         shutil.copy(f"calibration/{name}", tmp_path / name)
-    committed = json.loads(open("calibration/h200.json").read())
-    other = json.loads((tmp_path / "h200.json").read_text()) | {"other_group": {"kept": "as another command wrote it"}}
+    committed = json.loads(open("simulator/presets/calibration/h200.json").read())
+    # without a previous run in --out the refit builds on the packaged file, and writes into --out
+    assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 0
+    first = json.loads((tmp_path / "h200.json").read_text())
+    assert first["source"] == committed["source"] and first["version"] == committed["version"]  # the packaged run's
+    other = committed | {"other_group": {"kept": "as another command wrote it"}}
     (tmp_path / "h200.json").write_text(json.dumps(other))
     assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 0
     refit = json.loads((tmp_path / "h200.json").read_text())
@@ -135,7 +139,7 @@ def test_layer_validation_prediction_is_layer_work_priced_by_the_terms():
     from simulator.costmodel.ops import Layout, layer_ops
     from simulator.costmodel.terms import StepTerms
 
-    terms = StepTerms.from_calibration(json.loads(open("calibration/h200.json").read()))
+    terms = StepTerms.from_calibration(json.loads(open("simulator/presets/calibration/h200.json").read()))
     cfg = {"requests": 8, "dense": 1, "row_bytes": 656}
     misses = [300.0, 1200.0]
     want = sum(terms.ops_time(layer_ops(GLM_5_1, 8, 8 * 20000.0, Layout(), dense=i < 1, kv_row_bytes=656))
@@ -155,7 +159,7 @@ def test_tp_moe_term_refits_from_its_committed_csv():
     tables = {n: pd.read_csv(f"calibration/{n}-h200.csv") for n in ("gemm", "elementwise", "indexer", "graph",
                                                                      "grouped_tp")}
     st = fit_step_terms(*(tables[n] for n in ("gemm", "elementwise", "indexer", "graph", "grouped_tp")))
-    committed = json.loads(open("calibration/h200.json").read())["step_terms"]
+    committed = json.loads(open("simulator/presets/calibration/h200.json").read())["step_terms"]
     for kind in ("grouped_gemm_tp_up", "grouped_gemm_tp_down"):
         fit = st["rates"][kind]["fp8"]
         assert fit["bytes"] == "weights" and fit["points"] == 20
@@ -177,7 +181,7 @@ def test_fused_moe_term_refits_from_its_committed_csv():
     from simulator.calibration.fitting import fit_fused_moe_tp
 
     df = pd.read_csv("calibration/fused_moe_tp-h200.csv")
-    committed = json.loads(open("calibration/h200.json").read())["step_terms"]
+    committed = json.loads(open("simulator/presets/calibration/h200.json").read())["step_terms"]
     rates, summary = fit_fused_moe_tp(df)
     tokens = sorted(set(df["node_tokens"]))
     for name, kind in (("routed_gate_up", "fused_moe_tp_up"), ("routed_down", "fused_moe_tp_down")):
@@ -209,11 +213,12 @@ def test_refit_with_a_broken_fused_moe_csv_is_a_clear_error(tmp_path, capsys):
 
     from simulator.cli import main
 
-    for name in ("h200.json", "swap_in-h200.csv", "attention-h200.csv", "gemm-h200.csv", "elementwise-h200.csv",
+    for name in ("swap_in-h200.csv", "attention-h200.csv", "gemm-h200.csv", "elementwise-h200.csv",
                  "indexer-h200.csv", "graph-h200.csv", "grouped_tp-h200.csv"):
         shutil.copy(f"calibration/{name}", tmp_path / name)
     pd.read_csv("calibration/fused_moe_tp-h200.csv").drop(columns=["weight_bytes"]).to_csv(
         tmp_path / "fused_moe_tp-h200.csv", index=False)
+    shutil.copy("simulator/presets/calibration/h200.json", tmp_path / "h200.json")
     before = (tmp_path / "h200.json").read_bytes()
     assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
@@ -271,8 +276,8 @@ def test_kernel_loop_repredict_prices_with_the_calibration_being_checked():
     from simulator.costmodel.pricing import terms_for
     from simulator.serving import presets as P
 
-    cal = P.load_calibration("calibration/h200.json")
-    gpu = P.load_gpu("h200", "calibration/h200.json")
+    cal = P.load_calibration("simulator/presets/calibration/h200.json")
+    gpu = P.load_gpu("h200", "simulator/presets/calibration/h200.json")
     model = P.load("models", "glm-5.1-fp8")
     dep = P.load("deployments", "8xh200-colocated-dp8")
     terms = terms_for(gpu, cal.terms, cal.label)

@@ -138,7 +138,6 @@ def test_gpu_commands_without_cupy_say_what_to_install(tmp_path, monkeypatch, ca
     ("{}", "missing key 'gpu.link_bw'"),
     ('{"gpu": {"link_bw": 1}}', "missing key 'gpu.hbm_bw'"),
     (b"\xff\xfe\x00junk", "not a readable JSON file"),
-    (None, "missing"),
 ])
 def test_malformed_calibration_json_for_refit(tmp_path, capsys, content, says):
     for name in ("swap_in-h200.csv", "attention-h200.csv"):
@@ -152,13 +151,23 @@ def test_malformed_calibration_json_for_refit(tmp_path, capsys, content, says):
     assert (target.read_bytes() if target.exists() else None) == before
 
 
+def test_refit_without_a_previous_run_for_a_gpu_with_no_packaged_calibration(tmp_path, capsys):
+    """--refit builds on --out's calibration file, else on the GPU's packaged one; with neither it
+    says which file is missing."""
+    for name in ("swap_in-h200.csv", "attention-h200.csv"):
+        shutil.copy(f"calibration/{name}", tmp_path / name.replace("h200", "mygpu"))
+    code, _, err = run_cli(["calibrate", "--refit", "--gpu", "mygpu", "--out", str(tmp_path)], capsys)
+    assert_clean_error(code, err, "mygpu.json", "missing")
+    assert not (tmp_path / "mygpu.json").exists()
+
+
 @pytest.mark.parametrize("content, says", [
     ("{", "not a readable JSON file"),
     ('{"configs": [{"layers": 4}]}', "configs[0]: malformed"),
     ('{"other": 1}', "missing key 'configs'"),
 ])
 def test_malformed_validation_json_for_repredict(tmp_path, capsys, content, says):
-    shutil.copy("calibration/h200.json", tmp_path / "h200.json")
+    shutil.copy("simulator/presets/calibration/h200.json", tmp_path / "h200.json")
     (tmp_path / "validation-h200.json").write_text(content)
     code, _, err = run_cli(["validate", "--repredict", "--out", str(tmp_path)], capsys)
     assert_clean_error(code, err, "validation-h200.json", says)

@@ -180,7 +180,7 @@ def test_fit_of_exact_timings_is_exact():
 def _calibration(tmp_path: Path) -> Path:
     out = tmp_path / "cal"
     out.mkdir()
-    (out / "h200.json").write_text((ROOT / "calibration" / "h200.json").read_text())
+    (out / "h200.json").write_text((ROOT / "simulator" / "presets" / "calibration" / "h200.json").read_text())
     return out
 
 

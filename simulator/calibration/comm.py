@@ -19,7 +19,6 @@ The result is the ``comm`` section of a calibration JSON:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -153,21 +152,12 @@ def source_line(meta: dict[str, str], csv_path: str) -> str:
 
 
 def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any]) -> None:
-    """Put ``section`` as ``comm`` into the calibration JSON, keeping its other sections."""
-    from ..fileio import atomic_output
+    """Put ``section`` as ``comm`` into the calibration file, keeping its other groups."""
+    from ..costmodel.calibration_file import CalibrationFile, read_calibration, write_calibration
 
     p = str(json_path)
-    report: dict[str, Any] = {}
-    if os.path.exists(p):
-        try:
-            report = json.loads(Path(p).read_text())
-        except json.JSONDecodeError as exc:
-            raise HisparseError(f"{p}: not JSON ({exc})") from None
-        if not isinstance(report, dict):
-            raise HisparseError(f"{p}: not a JSON object")
-    report["comm"] = section
-    with atomic_output(p) as fh:
-        fh.write(json.dumps(report, indent=2).encode())
+    cal = read_calibration(p) if os.path.exists(p) else CalibrationFile(source="hisparse calibrate --comm", where=p)
+    write_calibration(cal.replace(comm=section), p)
 
 
 def calibrate_comm(csv_path: str, json_path: str, command: str, plot_path: str | None = None) -> pd.DataFrame:

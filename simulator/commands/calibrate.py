@@ -108,6 +108,29 @@ def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
     return data
 
 
+def _packaged(gpu: str):
+    """The packaged calibration of ``gpu`` (the previous run a refit or a partial run builds on when
+    ``--out`` holds none), or None."""
+    from ..costmodel.calibration_file import read_calibration
+    from ..serving.presets import PRESET_DIR
+
+    path = PRESET_DIR / "calibration" / f"{gpu}.json"
+    return read_calibration(path) if path.is_file() else None
+
+
+def _read_calibration(path: str):
+    """The calibration ``hisparse validate`` checks: a file from ``hisparse calibrate`` with its fits."""
+    from ..costmodel.calibration_file import read_calibration
+    from ..errors import HisparseError
+
+    if not os.path.exists(path):
+        raise HisparseError(f"{path}: missing; run hisparse calibrate first")
+    cal = read_calibration(path)
+    if not cal.params:
+        raise HisparseError(f"{path}: missing key 'params'; run hisparse calibrate first")
+    return cal
+
+
 def _repredicted(path: str, configs: list, repredict) -> list[dict]:
     """Stored configurations through ``repredict``; a malformed one names the file and its index."""
     from ..errors import HisparseError
@@ -182,18 +205,21 @@ def run_calibrate(args: argparse.Namespace) -> int:
         STEP_TABLES,
         TP_MOE_TABLE,
     )
+    from ..costmodel.calibration_file import CalibrationFile, read_calibration, write_calibration
     from ..costmodel.ops import Layout
     from ..errors import HisparseError
-    from ..fileio import atomic_output
 
     os.makedirs(args.out, exist_ok=True)
     out_json = os.path.join(args.out, f"{args.gpu}.json")
     hint = f"--refit and --terms {args.terms} need a previous hisparse calibrate run"
     needs_old = args.refit or args.terms != "all"
-    old = (_read_json(out_json, ("gpu.link_bw", "gpu.hbm_bw", "source") if needs_old else (), hint)
-           if os.path.exists(out_json) else None)
-    if old is None and needs_old:
-        raise HisparseError(f"{out_json}: missing; {hint}")
+    old = read_calibration(out_json) if os.path.exists(out_json) else _packaged(args.gpu)
+    if needs_old:
+        if old is None:
+            raise HisparseError(f"{out_json}: missing; {hint}")
+        for key in ("link_bw", "hbm_bw"):
+            if key not in old.gpu:
+                raise HisparseError(f"{out_json}: missing key 'gpu.{key}'; {hint}")
     want_kernels = args.terms in ("all", "kernels")
     want_step = args.terms in ("all", "step")
     if args.refit:
@@ -202,12 +228,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
         step_tables = _read_tables(args.out, args.gpu, STEP_TABLES) if has_step else None
         if step_tables is not None:
             step_tables |= _read_optional(args.out, args.gpu, OPTIONAL_STEP_TABLES)
-        link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
-        step_source = (old.get("step_terms") or {}).get("source")
+        link, hbm, source = old.gpu["link_bw"], old.gpu["hbm_bw"], old.source
+        step_source = (old.step_terms or {}).get("source")
     else:
         import cupy as cp
 
         from ..calibration.run import (
+            MeasureOptions,
             gpu_name,
             measure_fused_moe_tp,
             measure_kernels,
@@ -215,18 +242,20 @@ def run_calibrate(args: argparse.Namespace) -> int:
             measure_tp_moe,
         )
 
+        opts = MeasureOptions(iters=args.iters, seed=args.seed, pool_gib=args.pool_gib)
+
         name = gpu_name(cp)
         if want_kernels:
-            kernel_tables, link, hbm = measure_kernels(args)
+            kernel_tables, link, hbm = measure_kernels(opts)
             _write_tables(args.out, args.gpu, kernel_tables)
             source = (f"hisparse calibrate on {name}: swap-in and attention launch costs, per-request swap-in cost, "
                       "gather and attention efficiency fitted (per row layout)")
         else:
             kernel_tables = _read_tables(args.out, args.gpu, KERNEL_TABLES)
-            link, hbm, source = old["gpu"]["link_bw"], old["gpu"]["hbm_bw"], old["source"]
-        step_tables, step_source = None, (old.get("step_terms") or {}).get("source") if old else None
+            link, hbm, source = old.gpu["link_bw"], old.gpu["hbm_bw"], old.source
+        step_tables, step_source = None, (old.step_terms or {}).get("source") if old else None
         if want_step:
-            step_tables = measure_step(args)
+            step_tables = measure_step(opts)
             _write_tables(args.out, args.gpu, step_tables)
             step_source = (f"hisparse calibrate on {name}: every GEMM of GLM-5.1/DeepSeek-V3.2 decode layers at "
                            "per-GPU shapes (FP8 torch._scaled_mm / _scaled_grouped_mm, bf16 as fp16 cuBLAS via CuPy), "
@@ -236,14 +265,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
         elif old and os.path.exists(_csv(args.out, "gemm", args.gpu)):
             step_tables = _read_tables(args.out, args.gpu, STEP_TABLES)
             if args.terms == "moe-tp":
-                step_tables |= measure_tp_moe(args)
+                step_tables |= measure_tp_moe(opts)
                 _write_tables(args.out, args.gpu, {TP_MOE_TABLE: step_tables[TP_MOE_TABLE]})
                 step_source = _source_with(step_source, "routed experts in the TP",
                                            f"routed experts in the TP fused-MoE layout on {name}: "
                                            "torch._scaled_grouped_mm at the slice shapes over node tokens "
                                            "(calibrate --terms moe-tp)")
             elif args.terms == "fused-moe-tp":
-                step_tables |= measure_fused_moe_tp(args)
+                step_tables |= measure_fused_moe_tp(opts)
                 _write_tables(args.out, args.gpu, {FUSED_MOE_TABLE: step_tables[FUSED_MOE_TABLE]})
                 step_source = _source_with(step_source, _FUSED_SOURCE.split(":")[0], f"{_FUSED_SOURCE} on {name}")
             step_tables |= _read_optional(args.out, args.gpu, [t for t in OPTIONAL_STEP_TABLES if t not in step_tables])
@@ -251,9 +280,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
             raise HisparseError(f"{_csv(args.out, 'gemm', args.gpu)}: missing; --terms {args.terms} adds to a "
                                 "previous hisparse calibrate --terms step run")
     params, gpu, fits = fitted_params(kernel_tables["swap_in"], kernel_tables["attention"], link)
-    # sections other groups write (e.g. `comm`, calibrate --comm) are kept as they are
-    report = dict(old or {}) | {"source": source, "params": params, "gpu": {"link_bw": link, "hbm_bw": hbm} | gpu,
-                                "fit": fits, "grid": {"swap_in": grids.SWAP_GRID, "attention": grids.ATT_GRID}}
+    # groups other runs write (e.g. `comm`, calibrate --comm) are kept as they are
+    report = (old or CalibrationFile(source, where=out_json)).replace(
+        source=source, params=params, gpu={"link_bw": link, "hbm_bw": hbm} | gpu, fit=fits,
+        grid={"swap_in": grids.SWAP_GRID, "attention": grids.ATT_GRID})
     if step_tables is not None:
         import dataclasses
 
@@ -264,7 +294,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         except (KeyError, ValueError) as exc:
             raise HisparseError(f"{args.out}: the step CSVs ({', '.join(f'{n}-{args.gpu}.csv' for n in step_tables)}) "
                                 f"do not fit: {exc}") from None
-        report["step_terms"] = {
+        st = {
             "source": step_source, "model": "t = launch + max(bytes / bandwidth, FLOPs / rate) per kind and dtype; "
             "indexer: launch + key bytes / bandwidth + select x waves x tokens per request",
             "layout": dataclasses.asdict(Layout()), "models": list(grids.STEP_MODELS),
@@ -272,19 +302,19 @@ def run_calibrate(args: argparse.Namespace) -> int:
                      "elementwise_bytes": list(grids.ELEMENTWISE_BYTES), "graph_kernels": list(grids.GRAPH_KERNELS)},
             **step_fit}
         if TP_MOE_TABLE in step_tables:
-            report["step_terms"]["grid"]["tp_moe_tokens"] = list(grids.TP_MOE_TOKENS)
-            report["step_terms"]["grid"]["tp_moe_ep_control_tokens"] = list(grids.TP_MOE_EP_CONTROL_TOKENS)
+            st["grid"]["tp_moe_tokens"] = list(grids.TP_MOE_TOKENS)
+            st["grid"]["tp_moe_ep_control_tokens"] = list(grids.TP_MOE_EP_CONTROL_TOKENS)
         if FUSED_MOE_TABLE in step_tables:
             fused = step_tables[FUSED_MOE_TABLE]
-            report["step_terms"]["grid"]["fused_moe_tp_tokens"] = sorted(int(t) for t in set(fused["node_tokens"]))
-            report["step_terms"]["grid"]["fused_moe_tp_configs"] = sorted(set(fused["config"].dropna()) - {""})
-    with atomic_output(out_json) as fh:
-        fh.write(json.dumps(report, indent=2).encode())
-    summary = {"params": params, "gpu": report["gpu"],
+            st["grid"]["fused_moe_tp_tokens"] = sorted(int(t) for t in set(fused["node_tokens"]))
+            st["grid"]["fused_moe_tp_configs"] = sorted(set(fused["config"].dropna()) - {""})
+        report = report.replace(step_terms=st)
+    write_calibration(report, out_json)
+    summary = {"params": params, "gpu": dict(report.gpu),
                "r2": {"swap_in": {r: v["r2"] for r, v in fits["swap_in"]["per_row"].items()},
                       "attention": {d: f["r2"] for d, f in fits["attention"].items()}}}
-    if "step_terms" in report:
-        st = report["step_terms"]
+    if report.step_terms is not None:
+        st = report.step_terms
         summary["step_terms"] = {"graph_launch_us": st["graph_launch_us"],
                                  "rates": {k: {d: {x: v[x] for x in ("launch_us", "gbps", "tflops", "median_rel_err")}
                                                for d, v in per.items()} for k, per in st["rates"].items()},
@@ -298,7 +328,7 @@ def run_validate(args: argparse.Namespace) -> int:
     calibration = os.path.join(args.out, f"{args.gpu}.json")
     if not args.repredict:
         _require_cupy("hisparse validate", "hisparse validate --repredict")
-    _read_json(calibration, ("params",), "run hisparse calibrate first")
+    _read_calibration(calibration)
     pool = None
     if not args.repredict:
         from cupy_kernels.swap_in import PinnedPool
@@ -360,9 +390,9 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
     from ..costmodel.terms import StepTerms
     from ..errors import HisparseError
 
-    cal = _read_json(calibration, (), "run hisparse calibrate first")
+    cal = _read_calibration(calibration)
     try:
-        terms = StepTerms.from_calibration(cal)
+        terms = StepTerms.from_calibration(cal.groups())
     except KeyError as exc:
         raise HisparseError(f"{calibration}: {exc.args[0]}") from None
     path = os.path.join(args.out, f"validation-layer-{args.gpu}.json")

@@ -10,7 +10,6 @@ themselves live in the specs' ``__post_init__`` (``specs.py``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..costmodel.calibration_file import read_calibration
 from ..costmodel.collectives import Interconnect, parse_interconnect
 from ..errors import HisparseError
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
@@ -29,7 +29,7 @@ KINDS: dict[str, type] = {"models": ModelSpec, "gpus": GpuSpec, "deployments": D
                           "hisparse": HiSparseSpec, "workloads": WorkloadSpec, "calibration": CostParams}
 UNCALIBRATED = "uncalibrated"
 # top-level groups of a calibration JSON the serving model reads; any other group is carried along
-_CALIBRATION_READ = ("params", "gpu", "comm", "source")
+_CALIBRATION_READ = ("params", "gpu", "comm")
 # fitted parameters the serving model reads from the calibration's ``fit`` group (costmodel/pricing.py) instead
 _READ_FROM_FIT = ("attention_efficiency", "attention_efficiency_fp8", "attention_launch_us", "attention_launch_fp8_us")
 
@@ -140,33 +140,24 @@ def load_calibration(spec: str) -> Calibration:
     if path.suffix != ".json":
         return Calibration(str(path), build(CostParams, read_toml(path), str(path)))
     where = str(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise HisparseError(f"{where}: cannot read ({exc.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HisparseError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+    cal = read_calibration(path)
+    if not cal.params:
         raise HisparseError(f"{where}: no 'params' object (write it with hisparse calibrate)")
     known = {f.name for f in dataclasses.fields(CostParams)} - {"where"}
     params = _uncalibrated_data()
-    fitted = {k: v for k, v in data["params"].items() if k in known}
+    fitted = {k: v for k, v in cal.params.items() if k in known}
     params.update(fitted)
     # a fitted term has its source now
     params["unsourced"] = tuple(u for u in params.get("unsourced", ()) if u not in fitted)
-    params["source"] = f"{where}: " + str(data.get("source", "hisparse calibrate"))
-    gpu = data.get("gpu", {})
-    comm = data.get("comm", {})
-    for key, value in (("gpu", gpu), ("comm", comm)):
-        if not isinstance(value, dict):
-            raise HisparseError(f"{where}: '{key}' must be an object")
+    params["source"] = f"{where}: {cal.source}"
     gpu_known = {f.name for f in dataclasses.fields(GpuSpec)}
-    bad = sorted(set(gpu) - gpu_known)
+    bad = sorted(set(cal.gpu) - gpu_known)
     if bad:
         raise HisparseError(f"{where}: gpu.{bad[0]} is not a GPU figure (known: {', '.join(sorted(gpu_known))})")
-    return Calibration(where, build(CostParams, params, where), dict(gpu), dict(comm),
-                       {k: v for k, v in data.items() if k not in _CALIBRATION_READ},
-                       {k: v for k, v in data["params"].items() if k not in known and k not in _READ_FROM_FIT})
+    groups = cal.groups()
+    return Calibration(where, build(CostParams, params, where), dict(cal.gpu), dict(cal.comm or {}),
+                       {k: v for k, v in groups.items() if k not in _CALIBRATION_READ},
+                       {k: v for k, v in cal.params.items() if k not in known and k not in _READ_FROM_FIT})
 
 
 def calibration_params(path: str | Path) -> dict[str, Any]:
