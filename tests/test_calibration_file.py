@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from simulator.costmodel.calibration_file import VERSION, CalibrationFile, read_calibration, write_calibration
+from simulator.costmodel.calibration_file import (
+    VERSION,
+    CalibrationFile,
+    read_calibration,
+    write_calibration,
+)
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
 
@@ -41,7 +46,7 @@ def test_a_version_1_file_reads_and_is_written_as_the_current_version(tmp_path):
     ('{"gpu": {"link_bw": "fast"}}', "gpu.link_bw = 'fast' must be a finite number"),
     ('{"source": 3}', "source must be a string"),
     ("[1]", "expected a JSON object"),
-    ("{", "not a readable JSON file"),
+    ("{", "not valid JSON"),
 ])
 def test_bad_files_name_the_file_and_key(tmp_path, body, says):
     path = tmp_path / "bad.json"

@@ -62,11 +62,11 @@ def read_calibration(path: str | os.PathLike) -> CalibrationFile:
     except OSError as exc:
         raise HisparseError(f"{where}: cannot read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
-        raise HisparseError(f"{where}: not a readable JSON file (not UTF-8 text: {exc.reason})") from None
+        raise HisparseError(f"{where}: not valid JSON (not UTF-8 text: {exc.reason})") from None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise HisparseError(f"{where}: not a readable JSON file ({str(exc)[:200]})") from None
+        raise HisparseError(f"{where}: not valid JSON ({str(exc)[:200]})") from None
     return from_json(data, where)
 
 
