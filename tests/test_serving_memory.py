@@ -31,21 +31,52 @@ def _blog():
 
 def test_weights_per_gpu_follow_the_layout():
     """DP attention (attn_tp 1): attention + indexer replicated, embedding replicated; MoE, dense
-    MLPs and lm_head split over tp 8. TP attention: everything split but the router gates."""
+    MLPs and lm_head split over tp 8. TP attention: everything split but the router gates and the
+    indexer (nsa_indexer.py: wq_b, wk, weights_proj are ReplicatedLinear; weights_proj bf16)."""
     sc = _blog()
     m = sc.model
     w = m.weight_bytes_per_param
-    attn = 78 * (165_019_648 + 9_371_648) * w
+    attn = 78 * 165_019_648 * w
+    # indexer: wq_b 2048 x 32 x 128 and wk 6144 x 128 in FP8; weights_proj 6144 x 32 in bf16
+    indexer = 78 * ((2048 * 32 * 128 + 6144 * 128) * w + 6144 * 32 * 2)
+    assert m.indexer_params == 9_371_648 and m.indexer_gate_params == 6144 * 32
     mlp = (3 * 226_492_416 + 75 * 257 * 37_748_736) / 8 * w
     router = 75 * 256 * 6144 * 2
     emb = 154_880 * 6144 * 2
     # post_load_weights keeps kv_b_proj and adds w_kc / w_vc as bf16 copies: 512 x 64 x (192 + 256) per layer
     absorbed = 78 * 512 * 64 * (192 + 256) * 2
     assert absorbed == pytest.approx(2.29e9, rel=1e-3)
-    assert weights_per_gpu(m, sc.deployment) == pytest.approx(attn + absorbed + mlp + router + emb + emb / 8)
+    assert weights_per_gpu(m, sc.deployment) == pytest.approx(attn + indexer + absorbed + mlp + router + emb + emb / 8)
     tp = P.load("deployments", "8xh200-tp8")
-    assert weights_per_gpu(m, tp) == pytest.approx((attn + absorbed) / 8 + mlp + router + emb / 8 + emb / 8)
+    assert weights_per_gpu(m, tp) == pytest.approx((attn + absorbed) / 8 + indexer + mlp + router + emb / 8 + emb / 8)
     assert 109e9 < weights_per_gpu(m, sc.deployment) < 110e9  # ~106.8 GB + the bf16 w_kc / w_vc
+
+
+def test_glm5_tp8_weights_and_fp8_cell_meet_a_published_load_log():
+    """A cross-check, not a fit: zai-org/GLM-5-FP8 (GLM-5.1's shapes) launched with ``--tp-size 8
+    --kv-cache-dtype fp8_e4m3`` (TP attention, no DP attention; SGLang rocm/sgl-dev:v0.5.8.post1 on
+    8 x MI355X; ajith-sirra-amd/Issues, GLM-5-FP8-MI355X-SGLANG-ERROR.md): every rank logs "Load weight
+    end. ... type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16, avail mem=194.04 GB, mem usage=89.58 GB"
+    and "KV Cache is allocated. #tokens: 3262823, KV size: 186.77 GB" (GiB). The layout's weights
+    come within 2.5% (the DeepSeek-V3.2 load line, test above, is -1.1%; what the model leaves out is small:
+    norms, biases, rope caches); the pool's bytes per token are the 656 B FP8 row plus the 132 B
+    indexer row on each of 78 layers to the log's rounding (page size 1 on ROCm: no page floor).
+    ROCm, not an H200: the same model code and FP8 e4m3 checkpoint, so the same weight bytes; its
+    KV budget is not compared (the log's pool is larger than mem_fraction_static 0.908 would give
+    from its own free-memory lines, which this model cannot explain)."""
+    m = P.load("models", "glm-5.1-fp8-kvfp8")
+    tp = P.load("deployments", "8xh200-tp8")
+    logged = 89.58 * 2**30
+    got = weights_per_gpu(m, tp)
+    err = got / logged - 1
+    assert abs(err) < 0.025, f"GLM-5 TP8 weights {got / 2**30:.2f} GiB against the log's 89.58: {err:+.1%}"
+    # before the indexer was replicated under TP attention the layout fell 2.5% short
+    split = m.layers * m.indexer_params * m.weight_bytes_per_param * (1 - 1 / 8)
+    assert (got - split) / logged - 1 < -0.024
+    cell = m.layers * (m.kv_row_bytes + m.indexer_row_bytes)
+    assert cell == 61_464
+    kv_err = 3_262_823 * cell / (186.77 * 2**30) - 1
+    assert abs(kv_err) < 0.005 / 186.77, f"FP8 cell x #tokens against the log's KV size: {kv_err:+.4%}"
 
 
 def test_weights_per_gpu_meet_a_published_load_line():

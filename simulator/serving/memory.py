@@ -45,18 +45,28 @@ HOST_KEEP_FREE = 10 * (1 << 30)  # SGLang's host pool leaves 10 GiB of host memo
 
 def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     """Weight bytes resident on one GPU for the deployment's layout (sglang_memory notes, section 3):
-    attention and indexer weights split over the rank's attention-TP GPUs (a full copy per GPU under
-    DP attention with attn_tp 1); dense MLPs, shared and routed experts split over the instance's tp
-    GPUs (a 1/tp slice of each expert, or E/tp whole experts under EP: the same bytes); router gates
-    replicated; the embedding replicated under DP attention (vocab-parallel otherwise); lm_head
-    vocab-parallel over tp. Plus the absorbed MLA matrices: after loading, SGLang splits kv_b_proj
-    into ``w_kc`` / ``w_vc`` as new contiguous bf16 tensors (block-FP8 checkpoints dequantised
-    first) and keeps kv_b_proj itself for the MHA prefill path
-    (``models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``)."""
+    MLA attention weights split over the rank's attention-TP GPUs (a full copy per GPU under DP
+    attention with attn_tp 1); the lightning indexer's weights on every GPU whatever the layout
+    (``layers/attention/nsa/nsa_indexer.py``, ``Indexer.__init__``: ``wq_b``, ``wk`` and
+    ``weights_proj`` are ``ReplicatedLinear``; ``weights_proj`` is created bf16 without the quant
+    config on CUDA, so it stays bf16 in an FP8 checkpoint); dense MLPs, shared and routed experts
+    split over the instance's tp GPUs (a 1/tp slice of each expert, or E/tp whole experts under EP:
+    the same bytes); router gates replicated; the embedding replicated under DP attention
+    (vocab-parallel otherwise); lm_head vocab-parallel over tp (``ParallelLMHead(...,
+    use_attn_tp_group=enable_dp_lm_head)``: over the attention-TP group, i.e. replicated at attn_tp 1,
+    only with ``--enable-dp-lm-head``, which no shipped deployment passes). Plus the absorbed MLA
+    matrices: after loading, SGLang splits kv_b_proj into ``w_kc`` / ``w_vc`` as new contiguous bf16
+    tensors (block-FP8 checkpoints dequantised first) and keeps kv_b_proj itself for the MHA prefill
+    path (``models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``).
+    Not here because they are not resident under the shipped flags: the MTP / NextN layer (loaded
+    only with ``--speculative-algorithm``, as its own ``...NextN`` model), DeepEP buffers (only with
+    ``--moe-a2a-backend deepep``)."""
     m = model
     w, e = m.weight_bytes_per_param, m.embedding_bytes_per_param
-    attention = m.layers * (m.attention_params + m.indexer_params) / dep.attn_tp * w
+    attention = m.layers * m.attention_params / dep.attn_tp * w
     attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
+    gates = m.indexer_gate_params  # weights_proj: bf16, not quantised
+    attention += m.layers * ((m.indexer_params - gates) * w + gates * 2)  # replicated on every GPU
     mlp = (m.dense_layers * m.dense_mlp_params
            + m.moe_layers * (m.experts + m.shared_experts) * m.expert_params) / dep.tp * w
     router = m.moe_layers * m.router_params * 2  # bf16
