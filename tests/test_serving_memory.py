@@ -315,3 +315,52 @@ def test_a_bad_figure_in_a_calibration_names_both_files(tmp_path):
     path.write_text(json.dumps(cal))
     with pytest.raises(HisparseError, match=r"h200.toml \(figures from .*cal.json\): link_bw = -1.0 must be > 0"):
         load_scenario(calibration=str(path))
+
+
+# sgl-project/sglang#23704 (comment of 2026-05-13): "2 nodes, each with 8xH200 GPUs; 1 Prefill node + 1
+# Decode node (PD disaggregation) ... GLM-5.1-FP8 with TP=8, EP=8 ... --hisparse-config '{"top_k": 2048,
+# "device_buffer_size": 4096, "host_to_device_ratio": 11}' ... Calculated: max_total_num_tokens: 49,152;
+# Host pool: 49,152 x 5 = 245,760 tokens". Not stated: --mem-fraction-static, --enable-dp-attention, the
+# KV dtype, the SGLang commit (the comment's date is before PR #31992).
+ISSUE_23704_POOL = 49_152
+
+
+def _issue_23704_readings():
+    """The decode node's pool under each reading of the unstated flags (the blog's mfs 0.85 assumed)."""
+    model = P.load("models", "glm-5.1-fp8")  # bf16 KV rows: SGLang's default on H200
+    gpu = P.load("gpus", "h200")
+    base = P.load("deployments", "2xh20-pd-decode")
+    hs = dataclasses.replace(P.load("hisparse", "blog-8xh200"), device_buffer_size=4096, host_to_device_ratio=11)
+    out = {}
+    for attention, dp in (("tp", 1), ("dp", 8)):
+        for profile in ("before-31992", "since-31992"):
+            dep = dataclasses.replace(base, name="issue-23704-decode", gpu="h200", attention=attention, dp=dp,
+                                      moe="ep", mem_fraction_static=0.85, pool_profile=profile,
+                                      max_running_requests=0)
+            try:
+                out[(attention, profile)] = plan_memory(model, gpu, dep, hs).pool_tokens
+            except HisparseError as exc:
+                out[(attention, profile)] = str(exc).split(": ")[-1][:80]
+    return out
+
+
+def test_issue_23704_reports_its_own_arithmetic():
+    """The issue's host pool is 5 x its pool although its config says host_to_device_ratio 11: its two
+    'Calculated' figures do not follow from one config, so neither pins a deployment."""
+    assert ISSUE_23704_POOL * 5 == 245_760 and ISSUE_23704_POOL * 11 == 540_672
+    assert ISSUE_23704_POOL % 64 == 0  # page-aligned, as SGLang's DSA pool is
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sgl-project/sglang#23704's decode pool (49,152 slots, GLM-5.1-FP8 TP8 EP8 PD decode on 8xH200, HiSparse "
+    "ratio 11) is not reproduced: as stated (TP attention, the release of its date) the model's blog-era "
+    "profile runs out of memory at start-up at mfs 0.85 (the x11 indexer rows beyond the budget), the "
+    "current profile gives 155,648 (+217%); mfs, DP attention and KV dtype are not stated. A known gap, "
+    "reported, not fitted"))
+def test_issue_23704_decode_pool_against_the_model():
+    readings = _issue_23704_readings()
+    table = "; ".join(f"attention {a}, {p}: " + (f"{v} ({v / ISSUE_23704_POOL - 1:+.0%})" if isinstance(v, int)
+                                                  else f"cannot start ({v})") for (a, p), v in readings.items())
+    got = readings[("tp", "before-31992")]  # as stated: no --enable-dp-attention, SGLang of 2026-05
+    assert isinstance(got, int) and abs(got / ISSUE_23704_POOL - 1) < 0.10, (
+        f"#23704 decode pool {ISSUE_23704_POOL}; the model: {table}")
