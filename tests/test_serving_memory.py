@@ -12,7 +12,7 @@ import pytest
 from simulator.costmodel.collectives import Collective, bus_factor, parse_interconnect
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
-from simulator.serving.memory import plan_memory, weights_per_gpu
+from simulator.serving.memory import nextn_weights_per_gpu, plan_memory, weights_per_gpu
 from simulator.serving.misses import MissProfiles
 from simulator.serving.model import RankSim, System, simulate
 from simulator.serving.scenario import load_scenario
@@ -364,3 +364,25 @@ def test_issue_23704_decode_pool_against_the_model():
     got = readings[("tp", "before-31992")]  # as stated: no --enable-dp-attention, SGLang of 2026-05
     assert isinstance(got, int) and abs(got / ISSUE_23704_POOL - 1) < 0.10, (
         f"#23704 decode pool {ISSUE_23704_POOL}; the model: {table}")
+
+
+def test_cookbook_capacity_note_is_not_the_nextn_layer():
+    """SGLang's GLM-5.2 H200 cookbook (docs_new/src/snippets/configs/zai-org/glm-5.2.jsx, balanced FP8
+    cell: --tp 8 --dp 8 --enable-dp-attention --moe-a2a-backend deepep, EAGLE 1-1-2, mfs 0.85,
+    --cuda-graph-max-bs 128) notes "max-running tracks KV capacity (~60-80 for 8K+1K reqs on 8xH200)".
+    A comment beside a config, not a logged pool: an estimate. Of what that cell adds to the blog's
+    flags, only the NextN layer's weights (1.57 GB per GPU) and its KV layer come before the profile
+    (DeepEP's buffer is a singleton built inside the first dispatch_a, token_dispatcher/deepep.py _get_buffer -> DeepEPBuffer.get_deepep_buffer, as a published traceback shows; CUDA graphs are captured after the pool). With
+    both, GLM-5.1's shapes (GLM-5.2 shares only fewer indexer caches, which would enlarge the pool)
+    hold 16 requests of 9,216 tokens per rank, 128 per node: 1.6-2.1x the note, so MTP does not
+    explain it."""
+    sc = _blog()
+    m, dep = sc.model, dataclasses.replace(sc.deployment, moe="ep", max_running_requests=0)
+    nextn = nextn_weights_per_gpu(m, dep)
+    assert 1.5e9 < nextn < 1.65e9
+    budget = sc.gpu.free_before_load * dep.mem_fraction_static - weights_per_gpu(m, dep) - nextn
+    cell = (m.layers + 1) * (m.kv_row_bytes + m.indexer_row_bytes)  # the draft's KV layer too
+    pool = int(budget // cell) // 64 * 64
+    per_node = 8 * (pool // (8192 + 1024))
+    assert per_node == 128, per_node
+    assert per_node > 1.5 * 80, f"model {per_node} requests per node against the cookbook's ~60-80"

@@ -35,6 +35,7 @@ request fits at all.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import HisparseError
@@ -73,6 +74,22 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     embed_split = 1 if dep.attention == Attention.DP else dep.tp
     embedding = m.embedding_params * e / embed_split + m.embedding_params * e / dep.tp
     return attention + mlp + router + embedding
+
+
+def nextn_weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
+    """Weight bytes per GPU of the MTP / NextN draft layer, loaded only with ``--speculative-algorithm
+    EAGLE`` (no shipped deployment: HiSparse does not support MTP; for checking published MTP runs).
+    SGLang builds it as its own model (``...NextN``, log "Load weight end. ... type=...NextN"): one
+    decoder layer of the target's shape (attention, indexer, MoE, router) laid out as the target's
+    layers are, plus ``eh_proj`` (2 x hidden -> hidden, a plain bf16 linear) and norms; it reuses the
+    target's embedding and lm_head (the NextN loader skips ``embed_tokens`` and ``shared_head.head``:
+    "Use shared head and embed weights from target model", ``deepseek_weight_loader``). Its KV layer
+    (one more MLA + indexer row per token) is not here."""
+    m = model
+    one = dataclasses.replace(m, layers=1, dense_layers=0)
+    no_embed = weights_per_gpu(one, dep) - m.embedding_params * m.embedding_bytes_per_param * (
+        (1 if dep.attention == Attention.DP else 1 / dep.tp) + 1 / dep.tp)
+    return no_embed + 2 * m.hidden_size * m.hidden_size * 2
 
 
 @dataclass(frozen=True)
