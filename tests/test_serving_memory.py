@@ -12,7 +12,7 @@ import pytest
 from simulator.costmodel.collectives import Collective, bus_factor, parse_interconnect
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
-from simulator.serving.memory import plan_memory, weights_per_gpu
+from simulator.serving.memory import nextn_weights_per_gpu, plan_memory, weights_per_gpu
 from simulator.serving.misses import MissProfiles
 from simulator.serving.model import RankSim, System, simulate
 from simulator.serving.scenario import load_scenario
@@ -31,21 +31,52 @@ def _blog():
 
 def test_weights_per_gpu_follow_the_layout():
     """DP attention (attn_tp 1): attention + indexer replicated, embedding replicated; MoE, dense
-    MLPs and lm_head split over tp 8. TP attention: everything split but the router gates."""
+    MLPs and lm_head split over tp 8. TP attention: everything split but the router gates and the
+    indexer (nsa_indexer.py: wq_b, wk, weights_proj are ReplicatedLinear; weights_proj bf16)."""
     sc = _blog()
     m = sc.model
     w = m.weight_bytes_per_param
-    attn = 78 * (165_019_648 + 9_371_648) * w
+    attn = 78 * 165_019_648 * w
+    # indexer: wq_b 2048 x 32 x 128 and wk 6144 x 128 in FP8; weights_proj 6144 x 32 in bf16
+    indexer = 78 * ((2048 * 32 * 128 + 6144 * 128) * w + 6144 * 32 * 2)
+    assert m.indexer_params == 9_371_648 and m.indexer_gate_params == 6144 * 32
     mlp = (3 * 226_492_416 + 75 * 257 * 37_748_736) / 8 * w
     router = 75 * 256 * 6144 * 2
     emb = 154_880 * 6144 * 2
     # post_load_weights keeps kv_b_proj and adds w_kc / w_vc as bf16 copies: 512 x 64 x (192 + 256) per layer
     absorbed = 78 * 512 * 64 * (192 + 256) * 2
     assert absorbed == pytest.approx(2.29e9, rel=1e-3)
-    assert weights_per_gpu(m, sc.deployment) == pytest.approx(attn + absorbed + mlp + router + emb + emb / 8)
+    assert weights_per_gpu(m, sc.deployment) == pytest.approx(attn + indexer + absorbed + mlp + router + emb + emb / 8)
     tp = P.load("deployments", "8xh200-tp8")
-    assert weights_per_gpu(m, tp) == pytest.approx((attn + absorbed) / 8 + mlp + router + emb / 8 + emb / 8)
+    assert weights_per_gpu(m, tp) == pytest.approx((attn + absorbed) / 8 + indexer + mlp + router + emb / 8 + emb / 8)
     assert 109e9 < weights_per_gpu(m, sc.deployment) < 110e9  # ~106.8 GB + the bf16 w_kc / w_vc
+
+
+def test_glm5_tp8_weights_and_fp8_cell_meet_a_published_load_log():
+    """A cross-check, not a fit: zai-org/GLM-5-FP8 (GLM-5.1's shapes) launched with ``--tp-size 8
+    --kv-cache-dtype fp8_e4m3`` (TP attention, no DP attention; SGLang rocm/sgl-dev:v0.5.8.post1 on
+    8 x MI355X; ajith-sirra-amd/Issues, GLM-5-FP8-MI355X-SGLANG-ERROR.md): every rank logs "Load weight
+    end. ... type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16, avail mem=194.04 GB, mem usage=89.58 GB"
+    and "KV Cache is allocated. #tokens: 3262823, KV size: 186.77 GB" (GiB). The layout's weights
+    come within 2.5% (the DeepSeek-V3.2 load line, test above, is -1.1%; what the model leaves out is small:
+    norms, biases, rope caches); the pool's bytes per token are the 656 B FP8 row plus the 132 B
+    indexer row on each of 78 layers to the log's rounding (page size 1 on ROCm: no page floor).
+    ROCm, not an H200: the same model code and FP8 e4m3 checkpoint, so the same weight bytes; its
+    KV budget is not compared (the log's pool is larger than mem_fraction_static 0.908 would give
+    from its own free-memory lines, which this model cannot explain)."""
+    m = P.load("models", "glm-5.1-fp8-kvfp8")
+    tp = P.load("deployments", "8xh200-tp8")
+    logged = 89.58 * 2**30
+    got = weights_per_gpu(m, tp)
+    err = got / logged - 1
+    assert abs(err) < 0.025, f"GLM-5 TP8 weights {got / 2**30:.2f} GiB against the log's 89.58: {err:+.1%}"
+    # before the indexer was replicated under TP attention the layout fell 2.5% short
+    split = m.layers * m.indexer_params * m.weight_bytes_per_param * (1 - 1 / 8)
+    assert (got - split) / logged - 1 < -0.024
+    cell = m.layers * (m.kv_row_bytes + m.indexer_row_bytes)
+    assert cell == 61_464
+    kv_err = 3_262_823 * cell / (186.77 * 2**30) - 1
+    assert abs(kv_err) < 0.005 / 186.77, f"FP8 cell x #tokens against the log's KV size: {kv_err:+.4%}"
 
 
 def test_weights_per_gpu_meet_a_published_load_line():
@@ -284,3 +315,74 @@ def test_a_bad_figure_in_a_calibration_names_both_files(tmp_path):
     path.write_text(json.dumps(cal))
     with pytest.raises(HisparseError, match=r"h200.toml \(figures from .*cal.json\): link_bw = -1.0 must be > 0"):
         load_scenario(calibration=str(path))
+
+
+# sgl-project/sglang#23704 (comment of 2026-05-13): "2 nodes, each with 8xH200 GPUs; 1 Prefill node + 1
+# Decode node (PD disaggregation) ... GLM-5.1-FP8 with TP=8, EP=8 ... --hisparse-config '{"top_k": 2048,
+# "device_buffer_size": 4096, "host_to_device_ratio": 11}' ... Calculated: max_total_num_tokens: 49,152;
+# Host pool: 49,152 x 5 = 245,760 tokens". Not stated: --mem-fraction-static, --enable-dp-attention, the
+# KV dtype, the SGLang commit (the comment's date is before PR #31992).
+ISSUE_23704_POOL = 49_152
+
+
+def _issue_23704_readings():
+    """The decode node's pool under each reading of the unstated flags (the blog's mfs 0.85 assumed)."""
+    model = P.load("models", "glm-5.1-fp8")  # bf16 KV rows: SGLang's default on H200
+    gpu = P.load("gpus", "h200")
+    base = P.load("deployments", "2xh20-pd-decode")
+    hs = dataclasses.replace(P.load("hisparse", "blog-8xh200"), device_buffer_size=4096, host_to_device_ratio=11)
+    out = {}
+    for attention, dp in (("tp", 1), ("dp", 8)):
+        for profile in ("before-31992", "since-31992"):
+            dep = dataclasses.replace(base, name="issue-23704-decode", gpu="h200", attention=attention, dp=dp,
+                                      moe="ep", mem_fraction_static=0.85, pool_profile=profile,
+                                      max_running_requests=0)
+            try:
+                out[(attention, profile)] = plan_memory(model, gpu, dep, hs).pool_tokens
+            except HisparseError as exc:
+                out[(attention, profile)] = str(exc).split(": ")[-1][:80]
+    return out
+
+
+def test_issue_23704_reports_its_own_arithmetic():
+    """The issue's host pool is 5 x its pool although its config says host_to_device_ratio 11: its two
+    'Calculated' figures do not follow from one config, so neither pins a deployment."""
+    assert ISSUE_23704_POOL * 5 == 245_760 and ISSUE_23704_POOL * 11 == 540_672
+    assert ISSUE_23704_POOL % 64 == 0  # page-aligned, as SGLang's DSA pool is
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "sgl-project/sglang#23704's decode pool (49,152 slots, GLM-5.1-FP8 TP8 EP8 PD decode on 8xH200, HiSparse "
+    "ratio 11) is not reproduced: as stated (TP attention, the release of its date) the model's blog-era "
+    "profile runs out of memory at start-up at mfs 0.85 (the x11 indexer rows beyond the budget), the "
+    "current profile gives 155,648 (+217%); mfs, DP attention and KV dtype are not stated. A known gap, "
+    "reported, not fitted"))
+def test_issue_23704_decode_pool_against_the_model():
+    readings = _issue_23704_readings()
+    table = "; ".join(f"attention {a}, {p}: " + (f"{v} ({v / ISSUE_23704_POOL - 1:+.0%})" if isinstance(v, int)
+                                                  else f"cannot start ({v})") for (a, p), v in readings.items())
+    got = readings[("tp", "before-31992")]  # as stated: no --enable-dp-attention, SGLang of 2026-05
+    assert isinstance(got, int) and abs(got / ISSUE_23704_POOL - 1) < 0.10, (
+        f"#23704 decode pool {ISSUE_23704_POOL}; the model: {table}")
+
+
+def test_cookbook_capacity_note_is_not_the_nextn_layer():
+    """SGLang's GLM-5.2 H200 cookbook (docs_new/src/snippets/configs/zai-org/glm-5.2.jsx, balanced FP8
+    cell: --tp 8 --dp 8 --enable-dp-attention --moe-a2a-backend deepep, EAGLE 1-1-2, mfs 0.85,
+    --cuda-graph-max-bs 128) notes "max-running tracks KV capacity (~60-80 for 8K+1K reqs on 8xH200)".
+    A comment beside a config, not a logged pool: an estimate. Of what that cell adds to the blog's
+    flags, only the NextN layer's weights (1.57 GB per GPU) and its KV layer come before the profile
+    (DeepEP's buffer is a singleton built inside the first dispatch_a, token_dispatcher/deepep.py _get_buffer -> DeepEPBuffer.get_deepep_buffer, as a published traceback shows; CUDA graphs are captured after the pool). With
+    both, GLM-5.1's shapes (GLM-5.2 shares only fewer indexer caches, which would enlarge the pool)
+    hold 16 requests of 9,216 tokens per rank, 128 per node: 1.6-2.1x the note, so MTP does not
+    explain it."""
+    sc = _blog()
+    m, dep = sc.model, dataclasses.replace(sc.deployment, moe="ep", max_running_requests=0)
+    nextn = nextn_weights_per_gpu(m, dep)
+    assert 1.5e9 < nextn < 1.65e9
+    budget = sc.gpu.free_before_load * dep.mem_fraction_static - weights_per_gpu(m, dep) - nextn
+    cell = (m.layers + 1) * (m.kv_row_bytes + m.indexer_row_bytes)  # the draft's KV layer too
+    pool = int(budget // cell) // 64 * 64
+    per_node = 8 * (pool // (8192 + 1024))
+    assert per_node == 128, per_node
+    assert per_node > 1.5 * 80, f"model {per_node} requests per node against the cookbook's ~60-80"

@@ -82,8 +82,26 @@ measured = 100.0
     assert summary(rows)["predicted"] == 1
 
 
+def test_an_estimate_is_reported_but_kept_out_of_the_median():
+    """The paper's '~60 at saturation (~240 GB)' reads in two of three secondary sources as a capacity
+    estimate from aggregate HBM, not a measured running count: the set marks it kind = "estimate"."""
+    paper = load_published("paper-glm51-8xh200")
+    kinds = {p.label: p.kind for p in paper.points}
+    assert kinds["32K/8K full KV in HBM: requests at saturation"] == "estimate"
+    assert sum(k == "estimate" for k in kinds.values()) == 1
+    assert kinds["32K/8K full KV in HBM: decode throughput at saturation"] == "measurement"
+    rows = [{"error": 0.1, "kind": "measurement"}, {"error": -0.3, "kind": "measurement"},
+            {"error": 5.0, "kind": "estimate"}]
+    s = summary(rows)
+    assert (s["points"], s["predicted"], s["estimates"]) == (2, 2, 1)
+    assert s["median_abs_error"] == pytest.approx(0.2) and s["max_abs_error"] == pytest.approx(0.3)
+
+
 @pytest.mark.parametrize("text, message", [
     ('name = "x"\n', "source missing"),
+    ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "baseline"\nmetric = "steady_tok_s"\n'
+     'concurrency = 1\ninput_tokens = 1\noutput_tokens = 1\nmeasured = 1\nkind = "guess"\n',
+     "kind = 'guess' must be one of measurement, estimate"),
     ('name = "x"\nsource = "s"\n', r"no \[\[point\]\] tables"),
     ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\n', r"point 1: missing key\(s\)"),
     ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "b"\nmetric = "steady_tok_s"\nconcurrency = 1\n'

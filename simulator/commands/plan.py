@@ -358,12 +358,16 @@ def _run_validate(args: argparse.Namespace) -> int:
         print(df[["label", "metric", "measured", "predicted", "error", "at_concurrency"]].to_string(
             index=False, float_format=lambda v: f"{v:.1f}"))
         print(f"   median |error| {info['median_abs_error']:.0%}, max |error| {info['max_abs_error']:.0%} "
-              f"over {info['predicted']} of {info['points']} points")
+              f"over {info['predicted']} of {info['points']} points"
+              + (f" ({info['estimates']} estimate(s) reported, not in the median)" if info["estimates"] else ""))
         for r in rows:
-            if r["set"] == s.name and r["note"]:
-                print(f"   {r['label']}: {r['note']}")
+            if r["set"] == s.name and (r["note"] or r["kind"] != "measurement"):
+                kind = " [ESTIMATE, not a measurement]" if r["kind"] != "measurement" else ""
+                print(f"   {r['label']}{kind}: {r['note']}")
         print()
     a = summary(rows)
     print(f"all sets: median |error| {a['median_abs_error']:.0%}, max |error| {a['max_abs_error']:.0%} over "
-          f"{a['predicted']} of {a['points']} points (no model term is fitted to these runs)")
+          f"{a['predicted']} of {a['points']} measured points"
+          + (f", {a['estimates']} estimate(s) apart" if a["estimates"] else "")
+          + " (no model term is fitted to these runs)")
     return 0

@@ -35,6 +35,7 @@ request fits at all.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import HisparseError
@@ -45,19 +46,29 @@ HOST_KEEP_FREE = 10 * (1 << 30)  # SGLang's host pool leaves 10 GiB of host memo
 
 def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     """Weight bytes resident on one GPU for the deployment's layout (sglang_memory notes, section 3):
-    attention and indexer weights split over the rank's attention-TP GPUs (a full copy per GPU under
-    DP attention with attn_tp 1); dense MLPs, shared and routed experts split over the instance's tp
-    GPUs (a 1/tp slice of each expert, or E/tp whole experts under EP: the same bytes); router gates
-    replicated; the embedding replicated under DP attention (vocab-parallel otherwise); lm_head
-    vocab-parallel over tp. Plus the absorbed MLA matrices: after loading, SGLang splits kv_b_proj
-    into ``w_kc`` / ``w_vc`` as new contiguous bf16 tensors (block-FP8 checkpoints dequantised
-    first) and keeps kv_b_proj itself for the MHA prefill path
-    (``models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``)."""
+    MLA attention weights split over the rank's attention-TP GPUs (a full copy per GPU under DP
+    attention with attn_tp 1); the lightning indexer's weights on every GPU whatever the layout
+    (``layers/attention/nsa/nsa_indexer.py``, ``Indexer.__init__``: ``wq_b``, ``wk`` and
+    ``weights_proj`` are ``ReplicatedLinear``; ``weights_proj`` is created bf16 without the quant
+    config on CUDA, so it stays bf16 in an FP8 checkpoint); dense MLPs, shared and routed experts
+    split over the instance's tp GPUs (a 1/tp slice of each expert, or E/tp whole experts under EP:
+    the same bytes); router gates replicated; the embedding replicated under DP attention
+    (vocab-parallel otherwise); lm_head vocab-parallel over tp (``ParallelLMHead(...,
+    use_attn_tp_group=enable_dp_lm_head)``: over the attention-TP group, i.e. replicated at attn_tp 1,
+    only with ``--enable-dp-lm-head``, which no shipped deployment passes). Plus the absorbed MLA
+    matrices: after loading, SGLang splits kv_b_proj into ``w_kc`` / ``w_vc`` as new contiguous bf16
+    tensors (block-FP8 checkpoints dequantised first) and keeps kv_b_proj itself for the MHA prefill
+    path (``models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``).
+    Not here because they are not resident under the shipped flags: the MTP / NextN layer (loaded
+    only with ``--speculative-algorithm``, as its own ``...NextN`` model), DeepEP buffers (only with
+    ``--moe-a2a-backend deepep``)."""
     m = model
     e = m.embedding_bytes_per_param
     b = m.bytes_per_param
-    attention = m.layers * (m.attention_params + m.indexer_params) / dep.attn_tp * b("attention")
+    attention = m.layers * m.attention_params / dep.attn_tp * b("attention")
     attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
+    gates = m.indexer_gate_params  # weights_proj: bf16, not quantised
+    attention += m.layers * ((m.indexer_params - gates) * b("attention") + gates * 2)  # replicated on every GPU
     mlp = (m.dense_layers * m.dense_mlp_params * b("dense")
            + m.moe_layers * m.shared_experts * m.expert_params * b("shared_expert")
            + m.moe_layers * m.experts * m.expert_params * b("routed_expert")) / dep.tp
@@ -65,6 +76,22 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     embed_split = 1 if dep.attention == Attention.DP else dep.tp
     embedding = m.embedding_params * e / embed_split + m.embedding_params * e / dep.tp
     return attention + mlp + router + embedding
+
+
+def nextn_weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
+    """Weight bytes per GPU of the MTP / NextN draft layer, loaded only with ``--speculative-algorithm
+    EAGLE`` (no shipped deployment: HiSparse does not support MTP; for checking published MTP runs).
+    SGLang builds it as its own model (``...NextN``, log "Load weight end. ... type=...NextN"): one
+    decoder layer of the target's shape (attention, indexer, MoE, router) laid out as the target's
+    layers are, plus ``eh_proj`` (2 x hidden -> hidden, a plain bf16 linear) and norms; it reuses the
+    target's embedding and lm_head (the NextN loader skips ``embed_tokens`` and ``shared_head.head``:
+    "Use shared head and embed weights from target model", ``deepseek_weight_loader``). Its KV layer
+    (one more MLA + indexer row per token) is not here."""
+    m = model
+    one = dataclasses.replace(m, layers=1, dense_layers=0)
+    no_embed = weights_per_gpu(one, dep) - m.embedding_params * m.embedding_bytes_per_param * (
+        (1 if dep.attention == Attention.DP else 1 / dep.tp) + 1 / dep.tp)
+    return no_embed + 2 * m.hidden_size * m.hidden_size * 2
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ A published set is a TOML file (shipped ones under ``simulator/presets/published
     requests_per_client = 4        # waves per client (a benchmark's num_prompts / concurrency)
     measured = 624.0
     note = "..."                   # optional: what was assumed
+    kind = "estimate"              # optional: "measurement" (default) or "estimate" (a figure the
+                                   # source derived, e.g. a capacity from HBM sizes, not a run's
+                                   # reading); estimates are reported but kept out of the median
 
 No term of the model is fitted to these figures; they are here to report its error.
 """
@@ -95,6 +98,10 @@ class PublishedPoint:
     requests_per_client: int
     measured: float
     note: str = ""
+    kind: str = "measurement"  # or "estimate": reported, not in the summary's median / max
+
+
+POINT_KINDS = ("measurement", "estimate")
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ class PublishedSet:
 
 _SCENARIO_KEYS = ("model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace")
 _POINT_KEYS = {"label", "system", "metric", "concurrency", "input_tokens", "output_tokens", "requests_per_client",
-               "measured", "note"}
+               "measured", "note", "kind"}
 
 
 def load_published(spec: str) -> PublishedSet:
@@ -178,8 +185,11 @@ def _point(raw: Any, where: str) -> PublishedPoint:
     measured = raw["measured"]
     if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not measured > 0:
         raise HisparseError(f"{where}: measured = {measured!r} must be a positive number")
+    kind = raw.get("kind", "measurement")
+    if kind not in POINT_KINDS:
+        raise HisparseError(f"{where}: kind = {kind!r} must be one of {', '.join(POINT_KINDS)}")
     return PublishedPoint(str(raw["label"]), system, metric, conc, ints["input_tokens"], ints["output_tokens"],
-                          ints["requests_per_client"], float(measured), str(raw.get("note", "")))
+                          ints["requests_per_client"], float(measured), str(raw.get("note", "")), kind)
 
 
 def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed: int = 0,
@@ -222,12 +232,15 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
         note = p.note if not failure else f"{p.note}; MODEL CANNOT RUN IT: {failure}".lstrip("; ")
         rows.append({"set": ps.name, "label": p.label, "system": p.system.value, "metric": p.metric.value,
                      "measured": p.measured, "predicted": predicted, "error": predicted / p.measured - 1.0,
-                     "at_concurrency": at, "note": note})
+                     "at_concurrency": at, "note": note, "kind": p.kind})
     return rows
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    errs = [abs(r["error"]) for r in rows if not math.isnan(r["error"])]
-    return {"points": len(rows), "predicted": len(errs),
+    """Median and maximum |error| over the measured points the model predicted; estimates (a
+    source's derived figure, ``kind = "estimate"``) are counted apart and left out of both."""
+    measured = [r for r in rows if r.get("kind", "measurement") == "measurement"]
+    errs = [abs(r["error"]) for r in measured if not math.isnan(r["error"])]
+    return {"points": len(measured), "predicted": len(errs), "estimates": len(rows) - len(measured),
             "median_abs_error": statistics.median(errs) if errs else math.nan,
             "max_abs_error": max(errs) if errs else math.nan}

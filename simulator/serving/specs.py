@@ -249,6 +249,11 @@ class ModelSpec(Spec):
         return self.q_lora_rank * ih * idim + d * idim + d * ih
 
     @property
+    def indexer_gate_params(self) -> int:
+        """The indexer's ``weights_proj`` (hidden x heads) of one layer, part of ``indexer_params``."""
+        return self.hidden_size * self.indexer_heads
+
+    @property
     def dense_mlp_params(self) -> int:
         return 3 * self.hidden_size * self.dense_intermediate_size
 
