@@ -276,7 +276,7 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
                  "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = report["rows"]
-    assert len(rows) == 2 + 2 * 2
+    assert len([r for r in rows if not r["searched"]]) == 2 + 2 * 2  # the swept points, then the search's
     for row in rows:
         for key in ("system", "concurrency", "steady_tok_s_deployment", "makespan_tok_s_deployment",
                     "steady_tok_s_per_gpu", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_s", "running_deployment"):
@@ -388,3 +388,62 @@ def test_a_prompt_chunk_on_one_rank_stalls_every_ranks_decode():
     # each stalled gap is one mixed pass: the chunk's attention side, the MLP on every rank's tokens
     want = chunk + c.mlp_time(8192 + 1, head_rows=2) + sc.model.layers * c.comm_layer(8193, 8193)
     assert stalled.min() == pytest.approx(want, rel=1e-6)
+
+
+# -- SLO-first recommendation (issue #29 item 1) ----------------------------------------------------
+def _row(system, c, tok, tpot=50.0, ttft=10.0, over=False, searched=False):
+    return {"system": system, "concurrency": c, "rate_per_s": 0.0, "steady_tok_s_deployment": tok,
+            "tpot_p99_ms": tpot, "ttft_p99_s": ttft, "overloaded": over, "searched": searched,
+            "device_buffer_size": None if system == "baseline" else 4096,
+            "host_to_device_ratio": None if system == "baseline" else 8.0}
+
+
+def test_recommendation_reports_ties_within_the_model_error_band_and_edges():
+    from simulator.serving.slo import MODEL_ERROR_BAND
+
+    rows = [_row("baseline", 8, 100.0), _row("baseline", 16, 1000.0, ttft=99.0),
+            _row("hisparse", 8, 100.0 * (1 + MODEL_ERROR_BAND / 2)), _row("hisparse", 16, 2000.0, tpot=500.0)]
+    rec = recommend(rows, 100.0, 30.0)
+    assert rec["tie"] and rec["choice"]["system"] == "baseline" and rec["tie_band"] == MODEL_ERROR_BAND
+    assert rec["edge"] == {"baseline": False, "hisparse": False} and not rec["choice_at_edge"]
+    # outside the band: no tie, the faster one; its best at the highest load searched: flagged
+    rows = [_row("baseline", 8, 100.0), _row("hisparse", 8, 100.0), _row("hisparse", 16, 300.0)]
+    rec = recommend(rows, 100.0, 30.0)
+    assert not rec["tie"] and rec["choice"]["system"] == "hisparse" and rec["choice_at_edge"]
+    assert rec["edge"] == {"baseline": True, "hisparse": True}
+
+
+def test_search_bisects_between_swept_points_to_its_tolerance():
+    from simulator.serving.planner import run_plan_full, search_steps
+    from simulator.serving.slo import SEARCH_REL_TOL
+
+    inp = PlanInputs(concurrency=(16, 32), slo_tpot_ms=100.0, slo_ttft_s=30.0)
+    plan = run_plan_full(inp, search=True)
+    rows = plan.rows()
+    found = [r for r in rows if r["searched"]]
+    assert found and all(16 < r["concurrency"] < 32 for r in found)
+    assert len(found) <= 2 * search_steps(16, 32, closed=True)
+    rec = recommend(rows, 100.0, 30.0)
+    for system in ("baseline", "hisparse"):
+        best = rec[system]
+        assert best["ttft_p99_s"] <= 30.0 and best["tpot_p99_ms"] <= 100.0
+        # the next load tried above it fails, and lies within the tolerance
+        above = [r for r in rows if r["system"] == system and r["concurrency"] > best["concurrency"]]
+        nxt = min(above, key=lambda r: r["concurrency"])
+        assert nxt["ttft_p99_s"] > 30.0 or nxt["overloaded"]
+        assert nxt["concurrency"] - best["concurrency"] <= max(1, best["concurrency"] * SEARCH_REL_TOL)
+
+
+def test_default_plan_meets_its_own_default_slos(capsys):
+    from simulator.serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
+
+    assert main(["plan", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rec = report["recommendation"]
+    assert (rec["slo_tpot_ms"], rec["slo_ttft_s"]) == (DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S)
+    choice = rec["choice"]
+    assert choice is not None and not choice["overloaded"]
+    assert choice["tpot_p99_ms"] <= DEFAULT_SLO_TPOT_MS and choice["ttft_p99_s"] <= DEFAULT_SLO_TTFT_S
+    searched = [r for r in report["rows"] if r["searched"]]
+    assert 0 < len(searched) <= 8  # the bisection adds only a few points to the 18 swept
+    assert isinstance(rec["tie"], bool) and "choice_at_edge" in rec

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 
+from ..serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
 from .common import (
     Output,
     buffer_size,
@@ -26,16 +27,33 @@ def _presets(kind: str) -> str:
     return ", ".join(preset_names(kind))
 
 
+def _ttft_target(text: str) -> float:
+    """--slo-ttft-s: a positive number of seconds, or none (no TTFT target); 0 is -1 here."""
+    if str(text).strip().lower() == "none":
+        return -1.0
+    return positive_float(text)
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     from ..serving.defaults import DEFAULT_TRACE
     from ..serving.presets import published_names
+    from ..serving.slo import (
+        DEFAULT_SLO_TPOT_MS,
+        DEFAULT_SLO_TTFT_S,
+        MODEL_ERROR_BAND,
+        SEARCH_REL_TOL,
+    )
 
     p = sub.add_parser(
         "plan", help="capacity planning: throughput and latency, baseline against HiSparse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Simulate a deployment serving a workload at each concurrency, once with every token's KV "
                     "in HBM (baseline) and once with HiSparse's hot buffers, host pool and swap-in, and recommend "
-                    "the best configuration under a TPOT (and TTFT) target that serves the load it is offered."
+                    "the best configuration that serves the load it is offered under TPOT and TTFT p99 targets "
+                    f"(default {DEFAULT_SLO_TPOT_MS:g} ms and {DEFAULT_SLO_TTFT_S:g} s). Between the swept loads it "
+                    "bisects for the highest load that meets them; two systems closer than the model's error "
+                    f"({MODEL_ERROR_BAND:.0%}, the README's validation) are reported as a tie, and a pick at the "
+                    "highest load searched is flagged (extend --concurrency / --rate)."
                     "\n\nWith no options it runs the published scenario: GLM-5.1-FP8, 32k input + 8k output, "
                     "8xH200 colocated with DP attention (the blog's launch flags), HiSparse {top_k 2048, "
                     "device_buffer_size 4096, host_to_device_ratio 8}, concurrency 1..256, misses from the "
@@ -63,9 +81,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="open loop: comma-separated arrival rates in requests/s (whole deployment), swept "
                         "instead of --concurrency (give one of the two); an open-loop workload file without --rate uses its rate_per_s")
     p.add_argument("--slo-tpot-ms", type=positive_float, default=None,
-                   help="TPOT p99 target for the recommendation, ms (default 100)")
-    p.add_argument("--slo-ttft-s", type=positive_float, default=None,
-                   help="TTFT p99 target for the recommendation, s (default: none)")
+                   help=f"TPOT p99 target for the recommendation, ms (default {DEFAULT_SLO_TPOT_MS:g}: 10 tokens/s "
+                        "per stream, above reading speed)")
+    p.add_argument("--slo-ttft-s", type=_ttft_target, default=None,
+                   help=f"TTFT p99 target for the recommendation, s, or 'none' (default {DEFAULT_SLO_TTFT_S:g}: about "
+                        "nine 32K-prompt prefills of queueing on 8xH200, half of a 60 s proxy read timeout)")
+    p.add_argument("--no-search", action="store_true",
+                   help="recommend among the swept points only (default: bisect between the highest swept load "
+                        f"that meets the targets and the next one, to within {SEARCH_REL_TOL * 100:.1f}%%, per system)")
     p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=None, help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
     p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=None, help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed for request lengths and arrivals (default 0)")
@@ -95,7 +118,7 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("deployment", "--deployment", "8xh200-colocated-dp8"), ("workload", "--workload", "32k-in-8k-out"),
              ("hisparse", "--hisparse-config", "blog-8xh200"),
              ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
-             ("slo_tpot_ms", "--slo-tpot-ms", 100.0), ("slo_ttft_s", "--slo-ttft-s", None),
+             ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
              ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []))
 
 
@@ -120,13 +143,15 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     for dest, _, default in PLAN_ONLY:
         if getattr(args, dest) is None:
             setattr(args, dest, default)
+    if args.slo_ttft_s is not None and args.slo_ttft_s < 0:  # --slo-ttft-s none
+        args.slo_ttft_s = None
     if args.trace and os.path.isfile(args.trace):  # a missing one: the scenario's own error
         from ..trace import open_trace
         from .common import require_accesses
 
         require_accesses(open_trace(args.trace), args.trace)
     from ..progress import progress
-    from ..serving.planner import PlanInputs, recommend, run_plan_full
+    from ..serving.planner import PlanInputs, recommend, run_plan_full, search_plan
 
     inp = PlanInputs(model=args.model, gpu=args.gpu, deployment=args.deployment, workload=args.workload,
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
@@ -141,6 +166,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     n_points = (len(inp.rates) or len(inp.concurrency)) * (1 + max(1, len(inp.buffers)) * max(1, len(inp.host_ratios)))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
     plan = run_plan_full(inp, on_point=lambda: next(bar, None), scenario=sc)
+    if not args.no_search:
+        plan = search_plan(plan, inp, on_point=None)
     rows = plan.rows()
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
@@ -250,11 +277,12 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         print(f"== {title}")
         table = grp[cols].rename(columns=SHORT)
         table["over"] = table["over"].map({True: "yes", False: ""})
+        table["found"] = grp["searched"].map({True: "search", False: ""}).values
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"))
         print()
     print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
           "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "
-          "GB/GPU = peak per GPU; over = offered load exceeds what it serves")
+          "GB/GPU = peak per GPU; over = offered load exceeds what it serves; found = a load the bisection added between swept ones")
     if sc.params.calibrated:
         print(f"cost model: calibration {sc.calibration}")
     else:
@@ -270,19 +298,49 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
     for note in sc.notes:
         print(f"note: {note}")
+    _print_recommendation(rec)
+
+
+def _target(rec: dict) -> str:
+    return f"TPOT p99 <= {rec['slo_tpot_ms']:g} ms" + (
+        f", TTFT p99 <= {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else ", no TTFT target")
+
+
+def _where(row: dict) -> str:
+    knobs = "" if row["system"] == "baseline" else (
+        f" with device_buffer_size {row['device_buffer_size']}, host_to_device_ratio {row['host_to_device_ratio']:g}")
+    load = f"concurrency {row['concurrency']}" if row["concurrency"] else f"{row['rate_per_s']:.4g} requests/s"
+    how = " (found by the search)" if row.get("searched") else ""
+    return f"{row['system']}{knobs} at {load}{how}"
+
+
+def _print_recommendation(rec: dict) -> None:
+    target = _target(rec)
+    print(f"targets: {target} (defaults TPOT {DEFAULT_SLO_TPOT_MS:g} ms, TTFT {DEFAULT_SLO_TTFT_S:g} s; "
+          f"--slo-tpot-ms, --slo-ttft-s); search: bisection between swept loads to within {rec['search_rel_tol']:.1%}")
+    for system in ("baseline", "hisparse"):
+        r = rec[system]
+        if r is None:
+            print(f"  best {system}: no point meets the targets while serving its load")
+            continue
+        edge = ("  [EDGE: the highest load searched; a higher one may also meet the targets: extend "
+                "--concurrency / --rate]" if rec["edge"].get(system) else "")
+        print(f"  best {system}: {_where(r)}: {r['steady_tok_s_deployment']:.0f} tok/s steady, TPOT p99 "
+              f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{edge}")
     choice = rec["choice"]
-    target = f"TPOT p99 <= {rec['slo_tpot_ms']:g} ms" + (f", TTFT p99 <= {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else "")
     if choice is None:
         print(f"recommendation: no configuration meets {target} while serving its load")
         return
-    knobs = "" if choice["system"] == "baseline" else (
-        f" with device_buffer_size {choice['device_buffer_size']}, host_to_device_ratio {choice['host_to_device_ratio']:g}")
-    load = f"concurrency {choice['concurrency']}" if choice["concurrency"] else f"{choice['rate_per_s']:g} requests/s"
-    print(f"recommendation ({target}): {choice['system']}{knobs} at {load}: "
+    print(f"recommendation ({target}): {_where(choice)}: "
           f"{choice['steady_tok_s_deployment']:.0f} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
-          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s")
+          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s"
+          + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:
-        print(f"best HiSparse / best baseline steady throughput under the target: {rec['hisparse_over_baseline']:.2f}x")
+        print(f"best HiSparse / best baseline steady throughput under the targets: {rec['hisparse_over_baseline']:.2f}x")
+    if rec["tie"]:
+        print(f"TIE: the two systems are within the model's error band ({rec['tie_band']:.0%}: "
+              f"{rec['tie_band_source']}); the baseline is named (no pinned host pool; it keeps the radix "
+              "cache and MTP, which HiSparse disables)")
 
 
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
