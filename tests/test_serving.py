@@ -288,7 +288,9 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
     assert report["scenario"]["unsourced_terms"] == []  # every term has its source now
     assert report["scenario"]["step_terms"]["source"].startswith("measured on this GPU")
     assert not report["scenario"]["step_terms"]["scaled_from_h200"]
-    assert sorted(p.name for p in out.iterdir()) == ["plan.csv", "plan.json", "throughput.png"]
+    names = sorted(p.name for p in out.iterdir())
+    hs = ["hisparse-config.json"] if report["recommendation"]["choice"]["system"] == "hisparse" else []
+    assert names == sorted(["launch.sh", "plan.csv", "plan.json", "throughput.png", *hs])
 
 
 def test_plan_cli_text_and_errors(tmp_path, capsys):

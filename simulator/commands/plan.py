@@ -97,7 +97,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "planning; --trace and --calibration, when given, replace the sets' own (the scenario, load, "
                         "SLO and sweep options do not apply and are refused)")
     p.add_argument("--json", action="store_true", help="print rows and recommendation (or the validation) as JSON")
-    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json/png) into DIR")
+    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json, throughput.png and the recommendation's "
+                                                "launch.sh (+ hisparse-config.json for HiSparse) into DIR "
+                                                "(--validate: validation.csv/json/png)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
     declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate"],
@@ -172,7 +174,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
-              "recommendation": rec}
+              "recommendation": rec, "launch": _launches(sc, rec)}
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if args.out:
         _write_outputs(args.out, rows, report, rec)
@@ -180,7 +182,34 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         print_json(report)
         return 0
     _print_report(sc, plan, rows, rec)
+    _print_launch(report["launch"], rec)
     return 0
+
+
+def _launches(sc, rec: dict) -> dict:
+    """The SGLang launch command of each system's best point and of the choice."""
+    from ..serving.launch import launch_for
+
+    out = {}
+    for key in ("baseline", "hisparse", "choice"):
+        lc = launch_for(sc, rec[key])
+        out[key] = lc.as_dict() if lc else None
+    return out
+
+
+def _print_launch(launch: dict, rec: dict) -> None:
+    lc, choice = launch["choice"], rec["choice"]
+    if lc is None:
+        return
+    load = (f"at most {choice['concurrency']} concurrent requests from the clients (bench_serving "
+            f"--max-concurrency {choice['concurrency']})" if choice["concurrency"] else
+            f"{choice['rate_per_s']:.4g} requests/s offered (bench_serving --request-rate {choice['rate_per_s']:.4g})")
+    print(f"launch ({lc['system']}, {lc['instances']} instance(s); serve {load}):")
+    print(f"  {lc['command']}")
+    if lc["hisparse_config"]:
+        print(f"  --hisparse-config: {json.dumps(lc['hisparse_config'])}")
+    for note in lc["notes"]:
+        print(f"  note: {note}")
 
 
 def _scenario_summary(sc) -> dict:
@@ -354,6 +383,14 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
         fh.write(df.to_csv(index=False).encode())
     with atomic_output(os.path.join(out, "plan.json")) as fh:
         fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+    launch = report["launch"]["choice"]
+    if launch:
+        with atomic_output(os.path.join(out, "launch.sh")) as fh:
+            fh.write(f"#!/bin/sh\n# hisparse plan: the recommended configuration ({launch['system']})\n"
+                     f"{launch['command']}\n".encode())
+        if launch["hisparse_config"]:
+            with atomic_output(os.path.join(out, "hisparse-config.json")) as fh:
+                fh.write((json.dumps(launch["hisparse_config"], indent=2) + "\n").encode())
     from ..serving.plots import plot_throughput
 
     plot_throughput(df, os.path.join(out, "throughput.png"), recommendation=rec)
