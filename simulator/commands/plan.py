@@ -74,6 +74,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
                         "a calibration JSON from hisparse calibrate (default auto)")
+    p.add_argument("--set", dest="overrides", metavar="KIND.KEY=VALUE", action="append", default=None,
+                   help="what-if: replace one preset value, after the calibration (repeatable), e.g. "
+                        "gpu.link_bw=27.5e9, deployment.host_bytes=1e12, hisparse.device_buffer_size=6144, "
+                        "hisparse.host_to_device_ratio=4, hisparse.policy=lru; kinds model, gpu, deployment, "
+                        "workload, hisparse; keys and types: hisparse presets --schema KIND")
     p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
     p.add_argument("--concurrency", type=comma_list(positive_int), default=None,
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
@@ -121,7 +126,8 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("hisparse", "--hisparse-config", "blog-8xh200"),
              ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
              ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
-             ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []))
+             ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
+             ("overrides", "--set", []))
 
 
 def _given(args: argparse.Namespace) -> list[str]:
@@ -159,7 +165,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
                      concurrency=tuple(args.concurrency), rates=tuple(args.rate), slo_tpot_ms=args.slo_tpot_ms,
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
-                     host_ratios=tuple(args.sweep_host_ratio), seed=args.seed)
+                     host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides))
     sc = inp.scenario()
     if "--concurrency" in given and not inp.rates and sc.workload.arrival.value == "open":
         raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
@@ -220,7 +226,7 @@ def _scenario_summary(sc) -> dict:
     d = sc.deployment
     return {"files": {"model": sc.model.where, "gpu": sc.gpu.where, "deployment": d.where,
                       "workload": sc.workload.where, "hisparse": sc.hisparse.where},
-            "calibration": sc.calibration, "calibrated": sc.params.calibrated,
+            "calibration": sc.calibration, "calibrated": sc.params.calibrated, "overrides": list(sc.overrides),
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),

@@ -42,6 +42,7 @@ class PlanInputs:
     buffers: tuple[int, ...] = ()  # sweep device_buffer_size (empty: the config's)
     host_ratios: tuple[float, ...] = ()  # sweep host_to_device_ratio (empty: the config's)
     seed: int = 0
+    overrides: tuple[str, ...] = ()  # --set KIND.KEY=VALUE, applied after the calibration
 
     def __post_init__(self) -> None:
         if not self.concurrency or min(self.concurrency) < 1:
@@ -61,7 +62,8 @@ class PlanInputs:
 
     def scenario(self) -> Scenario:
         return load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
-                             hisparse=self.hisparse, calibration=self.calibration, trace=self.trace)
+                             hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
+                             overrides=self.overrides)
 
 
 @dataclass(frozen=True)
