@@ -14,6 +14,7 @@ from .common import (
     comma_list,
     declare_io,
     json_safe,
+    nonneg_float,
     positive_float,
     positive_int,
     print_json,
@@ -105,10 +106,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json, throughput.png and the recommendation's "
                                                 "launch.sh (+ hisparse-config.json for HiSparse) into DIR "
                                                 "(--validate: validation.csv/json/png)")
+    p.add_argument("--price-gpu-hour", type=nonneg_float, default=None, metavar="USD",
+                   help="cost: $ per GPU-hour; adds $/M output tokens per point (table, JSON, report)")
+    p.add_argument("--price-host-gb-month", type=nonneg_float, default=None, metavar="USD",
+                   help="cost: $ per GB-month of host memory, charged for HiSparse's pinned host pool (default 0)")
+    p.add_argument("--prices", metavar="FILE.toml", default=None,
+                   help="cost: a price table (gpu_hour, host_gb_month, source) instead of the two options")
+    p.add_argument("--report", metavar="FILE.html", default=None,
+                   help="also write one self-contained HTML page (plotly.js inlined, no network): throughput, TPOT "
+                        "and TTFT against the load with the targets and the recommendation, the scenario, the "
+                        "launch command and every point")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
-    declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate"],
-               outputs=[Output("out", kind="dir")])
+    declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate",
+                          "prices"],
+               outputs=[Output("out", kind="dir"), Output("report", suffixes=(".html", ".htm"))])
 
 
 SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment": "steady tok/s",
@@ -116,7 +128,7 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms", "itl_p99_ms": "ITL p99 ms",
          "ttft_p50_s": "TTFT p50 s", "ttft_p99_s": "TTFT p99 s", "running_deployment": "running",
          "max_running_deployment": "max run", "kv_used_gb_per_gpu": "KV GB/GPU", "host_used_gb_per_gpu": "host GB/GPU",
-         "miss_share": "miss", "comm_share": "comm", "overloaded": "over"}
+         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out"}
 
 
 # Plan options whose argparse default is None, so that a value the user gave can be told apart from
@@ -127,7 +139,8 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
              ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
              ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
-             ("overrides", "--set", []))
+             ("overrides", "--set", []), ("report", "--report", None), ("price_gpu_hour", "--price-gpu-hour", None),
+             ("price_host_gb_month", "--price-host-gb-month", None), ("prices", "--prices", None))
 
 
 def _given(args: argparse.Namespace) -> list[str]:
@@ -153,6 +166,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
             setattr(args, dest, default)
     if args.slo_ttft_s is not None and args.slo_ttft_s < 0:  # --slo-ttft-s none
         args.slo_ttft_s = None
+    prices = _prices(args)
     if args.trace and os.path.isfile(args.trace):  # a missing one: the scenario's own error
         from ..trace import open_trace
         from .common import require_accesses
@@ -177,19 +191,46 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     if not args.no_search:
         plan = search_plan(plan, inp, on_point=None)
     rows = plan.rows()
+    from ..serving.prices import add_costs
+
+    add_costs(rows, sc, prices)
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
-              "recommendation": rec, "launch": _launches(sc, rec)}
+              "recommendation": rec, "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if args.out:
         _write_outputs(args.out, rows, report, rec)
+    if args.report:
+        from ..report.html import write_report
+
+        write_report(report, args.report)
     if args.json:
         print_json(report)
         return 0
     _print_report(sc, plan, rows, rec)
+    if prices:
+        print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
+              f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
+              "steady output tokens")
     _print_launch(report["launch"], rec)
     return 0
+
+
+def _prices(args: argparse.Namespace):
+    from ..errors import HisparseError
+    from ..serving.prices import Prices, load_prices
+
+    if args.prices:
+        if args.price_gpu_hour is not None or args.price_host_gb_month is not None:
+            raise HisparseError("--prices and --price-gpu-hour / --price-host-gb-month: give the file or the options")
+        return load_prices(args.prices)
+    if args.price_host_gb_month is not None and args.price_gpu_hour is None:
+        raise HisparseError("--price-host-gb-month needs --price-gpu-hour (the GPUs are most of the cost)")
+    if args.price_gpu_hour is None:
+        return None
+    return Prices(args.price_gpu_hour, args.price_host_gb_month or 0.0,
+                  f"--price-gpu-hour {args.price_gpu_hour:g} --price-host-gb-month {args.price_host_gb_month or 0:g}")
 
 
 def _launches(sc, rec: dict) -> dict:
@@ -305,7 +346,8 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
     print()
     df = pd.DataFrame(rows)
     x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
-    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")]
+    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
+                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all())]
     for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"], dropna=False,
                                                 sort=False):
         title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g})"
@@ -349,6 +391,11 @@ def _where(row: dict) -> str:
     return f"{row['system']}{knobs} at {load}{how}"
 
 
+def _cost(row: dict) -> str:
+    c = row.get("usd_per_m_output_tokens")
+    return "" if c is None else f", ${c:.3f} per M output tokens (${row['usd_per_hour']:.2f}/h)"
+
+
 def _print_recommendation(rec: dict) -> None:
     target = _target(rec)
     print(f"targets: {target} (defaults TPOT {DEFAULT_SLO_TPOT_MS:g} ms, TTFT {DEFAULT_SLO_TTFT_S:g} s; "
@@ -361,14 +408,14 @@ def _print_recommendation(rec: dict) -> None:
         edge = ("  [EDGE: the highest load searched; a higher one may also meet the targets: extend "
                 "--concurrency / --rate]" if rec["edge"].get(system) else "")
         print(f"  best {system}: {_where(r)}: {r['steady_tok_s_deployment']:.0f} tok/s steady, TPOT p99 "
-              f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{edge}")
+              f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{_cost(r)}{edge}")
     choice = rec["choice"]
     if choice is None:
         print(f"recommendation: no configuration meets {target} while serving its load")
         return
     print(f"recommendation ({target}): {_where(choice)}: "
           f"{choice['steady_tok_s_deployment']:.0f} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
-          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s"
+          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s{_cost(choice)}"
           + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:
         print(f"best HiSparse / best baseline steady throughput under the targets: {rec['hisparse_over_baseline']:.2f}x")
