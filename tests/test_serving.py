@@ -351,7 +351,11 @@ def test_open_loop_rates(tmp_path, capsys):
     out = tmp_path / "open"
     assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "0.5,64", "--quiet", "--json",
                  "--out", str(out)]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    report = json.loads(capsys.readouterr().out)
+    found = [r for r in report["rows"] if r["searched"]]
+    assert 0 < len(found) <= 2 * report["search"]["max_points_per_system"]  # bisected rates, a few
+    assert all(0.5 < r["rate_per_s"] < 64 and r["concurrency"] == 0 for r in found)
+    rows = [r for r in report["rows"] if not r["searched"]]
     assert [(r["system"], r["rate_per_s"], r["concurrency"]) for r in rows] == [
         ("baseline", 0.5, 0), ("baseline", 64.0, 0), ("hisparse", 0.5, 0), ("hisparse", 64.0, 0)]
     base = [r for r in rows if r["system"] == "baseline"]

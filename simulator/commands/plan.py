@@ -197,7 +197,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
-              "recommendation": rec, "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
+              "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if args.out:
         _write_outputs(args.out, rows, report, rec)
@@ -208,13 +208,20 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
-    _print_report(sc, plan, rows, rec)
+    _print_report(sc, plan, rows, rec, report["search"])
     if prices:
         print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
               f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
               "steady output tokens")
     _print_launch(report["launch"], rec)
     return 0
+
+
+def _search_summary(plan, off: bool) -> dict:
+    from ..serving.slo import MAX_SEARCH_STEPS, SEARCH_REL_TOL
+
+    return {"enabled": not off, "rel_tol": SEARCH_REL_TOL, "max_points_per_system": MAX_SEARCH_STEPS,
+            "systems": plan.brackets}
 
 
 def _prices(args: argparse.Namespace):
@@ -295,7 +302,7 @@ def _step_terms_summary(sc) -> dict:
     return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio}
 
 
-def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
+def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = None) -> None:
     import pandas as pd
 
     d, w = sc.deployment, sc.workload
@@ -375,7 +382,7 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
     for note in sc.notes:
         print(f"note: {note}")
-    _print_recommendation(rec)
+    _print_recommendation(rec, search)
 
 
 def _target(rec: dict) -> str:
@@ -396,10 +403,13 @@ def _cost(row: dict) -> str:
     return "" if c is None else f", ${c:.3f} per M output tokens (${row['usd_per_hour']:.2f}/h)"
 
 
-def _print_recommendation(rec: dict) -> None:
+def _print_recommendation(rec: dict, search: dict | None = None) -> None:
     target = _target(rec)
+    how = ("swept points only (--no-search)" if search and not search["enabled"] else
+           f"bisection between swept loads to within {rec['search_rel_tol']:.1%}, at most "
+           f"{search['max_points_per_system'] if search else 4} points per system")
     print(f"targets: {target} (defaults TPOT {DEFAULT_SLO_TPOT_MS:g} ms, TTFT {DEFAULT_SLO_TTFT_S:g} s; "
-          f"--slo-tpot-ms, --slo-ttft-s); search: bisection between swept loads to within {rec['search_rel_tol']:.1%}")
+          f"--slo-tpot-ms, --slo-ttft-s); search: {how}")
     for system in ("baseline", "hisparse"):
         r = rec[system]
         if r is None:
@@ -407,8 +417,12 @@ def _print_recommendation(rec: dict) -> None:
             continue
         edge = ("  [EDGE: the highest load searched; a higher one may also meet the targets: extend "
                 "--concurrency / --rate]" if rec["edge"].get(system) else "")
+        b = (search or {}).get("systems", {}).get(system)
+        unit = "" if r["concurrency"] else " requests/s"
+        stop = (f" (search stopped after {b['points']} points: {b['passes']:.4g} passes, {b['fails']:.4g}{unit} fails)"
+                if b and not b["converged"] else "")
         print(f"  best {system}: {_where(r)}: {r['steady_tok_s_deployment']:.0f} tok/s steady, TPOT p99 "
-              f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{_cost(r)}{edge}")
+              f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{_cost(r)}{stop}{edge}")
     choice = rec["choice"]
     if choice is None:
         print(f"recommendation: no configuration meets {target} while serving its load")

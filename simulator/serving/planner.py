@@ -19,6 +19,7 @@ from .scenario import Scenario, load_scenario
 from .slo import (
     DEFAULT_SLO_TPOT_MS,
     DEFAULT_SLO_TTFT_S,
+    MAX_SEARCH_STEPS,
     MODEL_ERROR_BAND,
     MODEL_ERROR_SOURCE,
     SEARCH_REL_TOL,
@@ -88,6 +89,8 @@ class Plan:
     knobs: tuple[KnobResult, ...]
     searched: frozenset[int] = frozenset()  # indices into results found by the search, not swept
     profiles: tuple[MissProfiles, ...] = dataclasses.field(default=(), compare=False)  # per knob set
+    # per system the search ran for: the last passing and failing loads, points simulated, converged
+    brackets: dict = dataclasses.field(default_factory=dict, compare=False)
 
     def rows(self) -> list[dict[str, Any]]:
         """One plain row per point (the edge: tables, JSON, CSV), each system and knob set's points
@@ -189,11 +192,21 @@ def _load(row: dict) -> float:
     return row["concurrency"] or row["rate_per_s"]
 
 
+def _mid(lo: float, hi: float, closed: bool) -> float:
+    """The next load to try: the geometric midpoint (loads span decades), whole clients for a closed
+    loop, strictly inside the bracket."""
+    m = math.sqrt(lo * hi)
+    if closed:
+        return min(max(int(round(m)), int(lo) + 1), int(hi) - 1)
+    return m
+
+
 def search_steps(lo: float, hi: float, closed: bool) -> int:
-    """How many points the bisection simulates at most between a passing ``lo`` and a failing ``hi``."""
+    """How many points the bisection simulates at most between a passing ``lo`` and a failing ``hi``
+    (the bracket's lower end rising each time: the longest path)."""
     n = 0
-    while _wide(lo, hi, closed):
-        lo = (lo + hi) // 2 if closed else (lo + hi) / 2
+    while _wide(lo, hi, closed) and n < MAX_SEARCH_STEPS:
+        lo = _mid(lo, hi, closed)
         n += 1
     return n
 
@@ -214,6 +227,7 @@ def search_plan(plan: Plan, inp: PlanInputs, on_point: Callable[[], None] | None
     results = list(plan.results)
     searched = set(plan.searched)
     rows = plan.rows()
+    brackets: dict[str, dict] = {}
     knob_of = {(k.device_buffer_size, k.host_to_device_ratio): i for i, k in enumerate(plan.knobs)}
     for system in (System.BASELINE.value, System.HISPARSE.value):
         mine = [r for r in rows if r["system"] == system]
@@ -235,8 +249,10 @@ def search_plan(plan: Plan, inp: PlanInputs, on_point: Callable[[], None] | None
             i = knob_of[key]
             hs = dataclasses.replace(sc.hisparse, device_buffer_size=key[0], host_to_device_ratio=key[1])
             sc_sys, profiles = sc.replace(hisparse=hs), plan.profiles[i]
-        while _wide(lo, hi, closed):
-            mid = (lo + hi) // 2 if closed else (lo + hi) / 2
+        steps = 0
+        while _wide(lo, hi, closed) and steps < MAX_SEARCH_STEPS:
+            steps += 1
+            mid = _mid(lo, hi, closed)
             c, rate = (int(mid), 0.0) if closed else (0, float(mid))
             r = simulate(sc_sys, System(system), concurrency=c, rate_per_s=rate, profiles=profiles, seed=inp.seed)
             searched.add(len(results))
@@ -247,7 +263,8 @@ def search_plan(plan: Plan, inp: PlanInputs, on_point: Callable[[], None] | None
                 lo = mid
             else:
                 hi = mid
-    return dataclasses.replace(plan, results=tuple(results), searched=frozenset(searched))
+        brackets[system] = {"passes": lo, "fails": hi, "points": steps, "converged": not _wide(lo, hi, closed)}
+    return dataclasses.replace(plan, results=tuple(results), searched=frozenset(searched), brackets=brackets)
 
 
 def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None = None,

@@ -18,6 +18,8 @@ DEFAULT_SLO_TTFT_S = 30.0
 MODEL_ERROR_BAND = 0.15
 MODEL_ERROR_SOURCE = ("README, validation table: median |error| 15% on the HiSparse paper set "
                       "(the published runs measuring both systems)")
-# The bisection between two swept loads stops when the bracket is within this share of its lower
-# end (or one client): a few simulated points per system (32..64 clients: 3).
+# The bisection between two swept loads (geometric midpoints) stops when the bracket is within this
+# share of its lower end (or one client), or after MAX_SEARCH_STEPS points per system, so it adds
+# only a few simulated points (the default grid's 16..32 clients: 3 per system).
 SEARCH_REL_TOL = 0.125
+MAX_SEARCH_STEPS = 4
