@@ -453,3 +453,15 @@ def test_default_plan_meets_its_own_default_slos(capsys):
     searched = [r for r in report["rows"] if r["searched"]]
     assert 0 < len(searched) <= 8  # the bisection adds only a few points to the 18 swept
     assert isinstance(rec["tie"], bool) and "choice_at_edge" in rec
+
+
+def test_a_pick_at_the_edge_of_the_searched_range_is_flagged(capsys):
+    assert main(["plan", "--concurrency", "1,2", "--slo-ttft-s", "none", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "no TTFT target" in text and "[EDGE: the highest load searched" in text
+    assert "[at the EDGE of the searched range]" in text
+    assert main(["plan", "--concurrency", "1,2", "--slo-ttft-s", "none", "--no-search", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rec = report["recommendation"]
+    assert rec["slo_ttft_s"] is None and rec["choice_at_edge"] and rec["choice"]["concurrency"] == 2
+    assert not report["search"]["enabled"] and not any(r["searched"] for r in report["rows"])
