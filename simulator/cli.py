@@ -47,6 +47,7 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     **dict.fromkeys(("replay", "mrc"), _add_module_commands("replay")),
     "plan": _add_module_commands("plan"),
     "sweep": _add_module_commands("sweep"),
+    "presets": _add_module_commands("presets"),
     **dict.fromkeys(("calibrate", "validate"), _add_module_commands("calibrate")),
 }
 

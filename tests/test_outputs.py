@@ -37,6 +37,8 @@ FILE_WRITERS = [
     (["trace", "fit", "{trace}", "--quiet", "--out", "OUT"], "k.toml"),
     (["trace", "record", "--model", "smollm2-135m", "--text", "{text}", "--prompt-tokens", "8", "--steps", "2",
       "--topk", "4", "--out", "OUT"], "x.hst"),
+    (["plan", "--concurrency", "1", "--quiet", "--report", "OUT"], "p.html"),
+    (["presets", "new", "gpu", "--from", "h200", "--out", "OUT"], "g.toml"),
 ]
 DIR_WRITERS = [
     ["sweep", "{grid}", "--no-ray", "--quiet", "--out", "OUT"],

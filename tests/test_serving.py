@@ -277,7 +277,7 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
                  "--out", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = report["rows"]
-    assert len(rows) == 2 + 2 * 2
+    assert len([r for r in rows if not r["searched"]]) == 2 + 2 * 2  # the swept points, then the search's
     for row in rows:
         for key in ("system", "concurrency", "steady_tok_s_deployment", "makespan_tok_s_deployment",
                     "steady_tok_s_per_gpu", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_s", "running_deployment"):
@@ -289,7 +289,9 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
     assert report["scenario"]["unsourced_terms"] == []  # every term has its source now
     assert report["scenario"]["step_terms"]["source"].startswith("measured on this GPU")
     assert not report["scenario"]["step_terms"]["scaled_from_h200"]
-    assert sorted(p.name for p in out.iterdir()) == ["plan.csv", "plan.json", "throughput.png"]
+    names = sorted(p.name for p in out.iterdir())
+    hs = ["hisparse-config.json"] if report["recommendation"]["choice"]["system"] == "hisparse" else []
+    assert names == sorted(["launch.sh", "plan.csv", "plan.json", "throughput.png", *hs])
 
 
 def test_plan_cli_text_and_errors(tmp_path, capsys):
@@ -350,7 +352,11 @@ def test_open_loop_rates(tmp_path, capsys):
     out = tmp_path / "open"
     assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "0.5,64", "--quiet", "--json",
                  "--out", str(out)]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    report = json.loads(capsys.readouterr().out)
+    found = [r for r in report["rows"] if r["searched"]]
+    assert 0 < len(found) <= 2 * report["search"]["max_points_per_system"]  # bisected rates, a few
+    assert all(0.5 < r["rate_per_s"] < 64 and r["concurrency"] == 0 for r in found)
+    rows = [r for r in report["rows"] if not r["searched"]]
     assert [(r["system"], r["rate_per_s"], r["concurrency"]) for r in rows] == [
         ("baseline", 0.5, 0), ("baseline", 64.0, 0), ("hisparse", 0.5, 0), ("hisparse", 64.0, 0)]
     base = [r for r in rows if r["system"] == "baseline"]
@@ -392,3 +398,74 @@ def test_a_prompt_chunk_on_one_rank_stalls_every_ranks_decode():
     # each stalled gap is one mixed pass: the chunk's attention side, the MLP on every rank's tokens
     want = chunk + c.mlp_time(8192 + 1, head_rows=2) + sc.model.layers * c.comm_layer(8193, 8193)
     assert stalled.min() == pytest.approx(want, rel=1e-6)
+
+
+# -- SLO-first recommendation (issue #29 item 1) ----------------------------------------------------
+def _row(system, c, tok, tpot=50.0, ttft=10.0, over=False, searched=False):
+    return {"system": system, "concurrency": c, "rate_per_s": 0.0, "steady_tok_s_deployment": tok,
+            "tpot_p99_ms": tpot, "ttft_p99_s": ttft, "overloaded": over, "searched": searched,
+            "device_buffer_size": None if system == "baseline" else 4096,
+            "host_to_device_ratio": None if system == "baseline" else 8.0}
+
+
+def test_recommendation_reports_ties_within_the_model_error_band_and_edges():
+    from simulator.serving.slo import MODEL_ERROR_BAND
+
+    rows = [_row("baseline", 8, 100.0), _row("baseline", 16, 1000.0, ttft=99.0),
+            _row("hisparse", 8, 100.0 * (1 + MODEL_ERROR_BAND / 2)), _row("hisparse", 16, 2000.0, tpot=500.0)]
+    rec = recommend(rows, 100.0, 30.0)
+    assert rec["tie"] and rec["choice"]["system"] == "baseline" and rec["tie_band"] == MODEL_ERROR_BAND
+    assert rec["edge"] == {"baseline": False, "hisparse": False} and not rec["choice_at_edge"]
+    # outside the band: no tie, the faster one; its best at the highest load searched: flagged
+    rows = [_row("baseline", 8, 100.0), _row("hisparse", 8, 100.0), _row("hisparse", 16, 300.0)]
+    rec = recommend(rows, 100.0, 30.0)
+    assert not rec["tie"] and rec["choice"]["system"] == "hisparse" and rec["choice_at_edge"]
+    assert rec["edge"] == {"baseline": True, "hisparse": True}
+
+
+def test_search_bisects_between_swept_points_to_its_tolerance():
+    from simulator.serving.planner import run_plan_full, search_steps
+    from simulator.serving.slo import SEARCH_REL_TOL
+
+    inp = PlanInputs(concurrency=(16, 32), slo_tpot_ms=100.0, slo_ttft_s=30.0)
+    plan = run_plan_full(inp, search=True)
+    rows = plan.rows()
+    found = [r for r in rows if r["searched"]]
+    assert found and all(16 < r["concurrency"] < 32 for r in found)
+    assert len(found) <= 2 * search_steps(16, 32, closed=True)
+    rec = recommend(rows, 100.0, 30.0)
+    for system in ("baseline", "hisparse"):
+        best = rec[system]
+        assert best["ttft_p99_s"] <= 30.0 and best["tpot_p99_ms"] <= 100.0
+        # the next load tried above it fails, and lies within the tolerance
+        above = [r for r in rows if r["system"] == system and r["concurrency"] > best["concurrency"]]
+        nxt = min(above, key=lambda r: r["concurrency"])
+        assert nxt["ttft_p99_s"] > 30.0 or nxt["overloaded"]
+        assert nxt["concurrency"] - best["concurrency"] <= max(1, best["concurrency"] * SEARCH_REL_TOL)
+
+
+def test_default_plan_meets_its_own_default_slos(capsys):
+    from simulator.serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
+
+    assert main(["plan", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rec = report["recommendation"]
+    assert (rec["slo_tpot_ms"], rec["slo_ttft_s"]) == (DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S)
+    choice = rec["choice"]
+    assert choice is not None and not choice["overloaded"]
+    assert choice["tpot_p99_ms"] <= DEFAULT_SLO_TPOT_MS and choice["ttft_p99_s"] <= DEFAULT_SLO_TTFT_S
+    searched = [r for r in report["rows"] if r["searched"]]
+    assert 0 < len(searched) <= 8  # the bisection adds only a few points to the 18 swept
+    assert isinstance(rec["tie"], bool) and "choice_at_edge" in rec
+
+
+def test_a_pick_at_the_edge_of_the_searched_range_is_flagged(capsys):
+    assert main(["plan", "--concurrency", "1,2", "--slo-ttft-s", "none", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "no TTFT target" in text and "[EDGE: the highest load searched" in text
+    assert "[at the EDGE of the searched range]" in text
+    assert main(["plan", "--concurrency", "1,2", "--slo-ttft-s", "none", "--no-search", "--json", "--quiet"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rec = report["recommendation"]
+    assert rec["slo_ttft_s"] is None and rec["choice_at_edge"] and rec["choice"]["concurrency"] == 2
+    assert not report["search"]["enabled"] and not any(r["searched"] for r in report["rows"])

@@ -7,12 +7,14 @@ import argparse
 import json
 import os
 
+from ..serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
 from .common import (
     Output,
     buffer_size,
     comma_list,
     declare_io,
     json_safe,
+    nonneg_float,
     positive_float,
     positive_int,
     print_json,
@@ -26,16 +28,33 @@ def _presets(kind: str) -> str:
     return ", ".join(preset_names(kind))
 
 
+def _ttft_target(text: str) -> float:
+    """--slo-ttft-s: a positive number of seconds, or none (no TTFT target); 0 is -1 here."""
+    if str(text).strip().lower() == "none":
+        return -1.0
+    return positive_float(text)
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     from ..serving.defaults import DEFAULT_TRACE
     from ..serving.presets import published_names
+    from ..serving.slo import (
+        DEFAULT_SLO_TPOT_MS,
+        DEFAULT_SLO_TTFT_S,
+        MODEL_ERROR_BAND,
+        SEARCH_REL_TOL,
+    )
 
     p = sub.add_parser(
         "plan", help="capacity planning: throughput and latency, baseline against HiSparse",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Simulate a deployment serving a workload at each concurrency, once with every token's KV "
                     "in HBM (baseline) and once with HiSparse's hot buffers, host pool and swap-in, and recommend "
-                    "the best configuration under a TPOT (and TTFT) target that serves the load it is offered."
+                    "the best configuration that serves the load it is offered under TPOT and TTFT p99 targets "
+                    f"(default {DEFAULT_SLO_TPOT_MS:g} ms and {DEFAULT_SLO_TTFT_S:g} s). Between the swept loads it "
+                    "bisects for the highest load that meets them; two systems closer than the model's error "
+                    f"({MODEL_ERROR_BAND:.0%}, the README's validation) are reported as a tie, and a pick at the "
+                    "highest load searched is flagged (extend --concurrency / --rate)."
                     "\n\nWith no options it runs the published scenario: GLM-5.1-FP8, 32k input + 8k output, "
                     "8xH200 colocated with DP attention (the blog's launch flags), HiSparse {top_k 2048, "
                     "device_buffer_size 4096, host_to_device_ratio 8}, concurrency 1..256, misses from the "
@@ -56,6 +75,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
                         "a calibration JSON from hisparse calibrate (default auto)")
+    p.add_argument("--set", dest="overrides", metavar="KIND.KEY=VALUE", action="append", default=None,
+                   help="what-if: replace one preset value, after the calibration (repeatable), e.g. "
+                        "gpu.link_bw=27.5e9, deployment.host_bytes=1e12, hisparse.device_buffer_size=6144, "
+                        "hisparse.host_to_device_ratio=4, hisparse.policy=lru; kinds model, gpu, deployment, "
+                        "workload, hisparse; keys and types: hisparse presets --schema KIND")
     p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
     p.add_argument("--concurrency", type=comma_list(positive_int), default=None,
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
@@ -63,9 +87,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="open loop: comma-separated arrival rates in requests/s (whole deployment), swept "
                         "instead of --concurrency (give one of the two); an open-loop workload file without --rate uses its rate_per_s")
     p.add_argument("--slo-tpot-ms", type=positive_float, default=None,
-                   help="TPOT p99 target for the recommendation, ms (default 100)")
-    p.add_argument("--slo-ttft-s", type=positive_float, default=None,
-                   help="TTFT p99 target for the recommendation, s (default: none)")
+                   help=f"TPOT p99 target for the recommendation, ms (default {DEFAULT_SLO_TPOT_MS:g}: 10 tokens/s "
+                        "per stream, above reading speed)")
+    p.add_argument("--slo-ttft-s", type=_ttft_target, default=None,
+                   help=f"TTFT p99 target for the recommendation, s, or 'none' (default {DEFAULT_SLO_TTFT_S:g}: about "
+                        "nine 32K-prompt prefills of queueing on 8xH200, half of a 60 s proxy read timeout)")
+    p.add_argument("--no-search", action="store_true",
+                   help="recommend among the swept points only (default: bisect between the highest swept load "
+                        f"that meets the targets and the next one, to within {SEARCH_REL_TOL * 100:.1f}%%, per system)")
     p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=None, help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
     p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=None, help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed for request lengths and arrivals (default 0)")
@@ -74,11 +103,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "planning; --trace and --calibration, when given, replace the sets' own (the scenario, load, "
                         "SLO and sweep options do not apply and are refused)")
     p.add_argument("--json", action="store_true", help="print rows and recommendation (or the validation) as JSON")
-    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json and throughput.png (or validation.csv/json/png) into DIR")
+    p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json, throughput.png and the recommendation's "
+                                                "launch.sh (+ hisparse-config.json for HiSparse) into DIR "
+                                                "(--validate: validation.csv/json/png)")
+    p.add_argument("--price-gpu-hour", type=nonneg_float, default=None, metavar="USD",
+                   help="cost: $ per GPU-hour; adds $/M output tokens per point (table, JSON, report)")
+    p.add_argument("--price-host-gb-month", type=nonneg_float, default=None, metavar="USD",
+                   help="cost: $ per GB-month of host memory, charged for HiSparse's pinned host pool (default 0)")
+    p.add_argument("--prices", metavar="FILE.toml", default=None,
+                   help="cost: a price table (gpu_hour, host_gb_month, source) instead of the two options")
+    p.add_argument("--report", metavar="FILE.html", default=None,
+                   help="also write one self-contained HTML page (plotly.js inlined, no network): throughput, TPOT "
+                        "and TTFT against the load with the targets and the recommendation, the scenario, the "
+                        "launch command and every point")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
-    declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate"],
-               outputs=[Output("out", kind="dir")])
+    declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate",
+                          "prices"],
+               outputs=[Output("out", kind="dir"), Output("report", suffixes=(".html", ".htm"))])
 
 
 SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment": "steady tok/s",
@@ -86,7 +128,7 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms", "itl_p99_ms": "ITL p99 ms",
          "ttft_p50_s": "TTFT p50 s", "ttft_p99_s": "TTFT p99 s", "running_deployment": "running",
          "max_running_deployment": "max run", "kv_used_gb_per_gpu": "KV GB/GPU", "host_used_gb_per_gpu": "host GB/GPU",
-         "miss_share": "miss", "comm_share": "comm", "overloaded": "over"}
+         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out"}
 
 
 # Plan options whose argparse default is None, so that a value the user gave can be told apart from
@@ -95,8 +137,10 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("deployment", "--deployment", "8xh200-colocated-dp8"), ("workload", "--workload", "32k-in-8k-out"),
              ("hisparse", "--hisparse-config", "blog-8xh200"),
              ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
-             ("slo_tpot_ms", "--slo-tpot-ms", 100.0), ("slo_ttft_s", "--slo-ttft-s", None),
-             ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []))
+             ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
+             ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
+             ("overrides", "--set", []), ("report", "--report", None), ("price_gpu_hour", "--price-gpu-hour", None),
+             ("price_host_gb_month", "--price-host-gb-month", None), ("prices", "--prices", None))
 
 
 def _given(args: argparse.Namespace) -> list[str]:
@@ -120,19 +164,22 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     for dest, _, default in PLAN_ONLY:
         if getattr(args, dest) is None:
             setattr(args, dest, default)
+    if args.slo_ttft_s is not None and args.slo_ttft_s < 0:  # --slo-ttft-s none
+        args.slo_ttft_s = None
+    prices = _prices(args)
     if args.trace and os.path.isfile(args.trace):  # a missing one: the scenario's own error
         from ..trace import open_trace
         from .common import require_accesses
 
         require_accesses(open_trace(args.trace), args.trace)
     from ..progress import progress
-    from ..serving.planner import PlanInputs, recommend, run_plan_full
+    from ..serving.planner import PlanInputs, recommend, run_plan_full, search_plan
 
     inp = PlanInputs(model=args.model, gpu=args.gpu, deployment=args.deployment, workload=args.workload,
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
                      concurrency=tuple(args.concurrency), rates=tuple(args.rate), slo_tpot_ms=args.slo_tpot_ms,
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
-                     host_ratios=tuple(args.sweep_host_ratio), seed=args.seed)
+                     host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides))
     sc = inp.scenario()
     if "--concurrency" in given and not inp.rates and sc.workload.arrival.value == "open":
         raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
@@ -141,19 +188,82 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     n_points = (len(inp.rates) or len(inp.concurrency)) * (1 + max(1, len(inp.buffers)) * max(1, len(inp.host_ratios)))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
     plan = run_plan_full(inp, on_point=lambda: next(bar, None), scenario=sc)
+    if not args.no_search:
+        plan = search_plan(plan, inp, on_point=None)
     rows = plan.rows()
+    from ..serving.prices import add_costs
+
+    add_costs(rows, sc, prices)
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
-              "recommendation": rec}
+              "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if args.out:
         _write_outputs(args.out, rows, report, rec)
+    if args.report:
+        from ..report.html import write_report
+
+        write_report(report, args.report)
     if args.json:
         print_json(report)
         return 0
-    _print_report(sc, plan, rows, rec)
+    _print_report(sc, plan, rows, rec, report["search"])
+    if prices:
+        print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
+              f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
+              "steady output tokens")
+    _print_launch(report["launch"], rec)
     return 0
+
+
+def _search_summary(plan, off: bool) -> dict:
+    from ..serving.slo import MAX_SEARCH_STEPS, SEARCH_REL_TOL
+
+    return {"enabled": not off, "rel_tol": SEARCH_REL_TOL, "max_points_per_system": MAX_SEARCH_STEPS,
+            "systems": plan.brackets}
+
+
+def _prices(args: argparse.Namespace):
+    from ..errors import HisparseError
+    from ..serving.prices import Prices, load_prices
+
+    if args.prices:
+        if args.price_gpu_hour is not None or args.price_host_gb_month is not None:
+            raise HisparseError("--prices and --price-gpu-hour / --price-host-gb-month: give the file or the options")
+        return load_prices(args.prices)
+    if args.price_host_gb_month is not None and args.price_gpu_hour is None:
+        raise HisparseError("--price-host-gb-month needs --price-gpu-hour (the GPUs are most of the cost)")
+    if args.price_gpu_hour is None:
+        return None
+    return Prices(args.price_gpu_hour, args.price_host_gb_month or 0.0,
+                  f"--price-gpu-hour {args.price_gpu_hour:g} --price-host-gb-month {args.price_host_gb_month or 0:g}")
+
+
+def _launches(sc, rec: dict) -> dict:
+    """The SGLang launch command of each system's best point and of the choice."""
+    from ..serving.launch import launch_for
+
+    out = {}
+    for key in ("baseline", "hisparse", "choice"):
+        lc = launch_for(sc, rec[key])
+        out[key] = lc.as_dict() if lc else None
+    return out
+
+
+def _print_launch(launch: dict, rec: dict) -> None:
+    lc, choice = launch["choice"], rec["choice"]
+    if lc is None:
+        return
+    load = (f"at most {choice['concurrency']} concurrent requests from the clients (bench_serving "
+            f"--max-concurrency {choice['concurrency']})" if choice["concurrency"] else
+            f"{choice['rate_per_s']:.4g} requests/s offered (bench_serving --request-rate {choice['rate_per_s']:.4g})")
+    print(f"launch ({lc['system']}, {lc['instances']} instance(s); serve {load}):")
+    print(f"  {lc['command']}")
+    if lc["hisparse_config"]:
+        print(f"  --hisparse-config: {json.dumps(lc['hisparse_config'])}")
+    for note in lc["notes"]:
+        print(f"  note: {note}")
 
 
 def _scenario_summary(sc) -> dict:
@@ -165,7 +275,7 @@ def _scenario_summary(sc) -> dict:
     d = sc.deployment
     return {"files": {"model": sc.model.where, "gpu": sc.gpu.where, "deployment": d.where,
                       "workload": sc.workload.where, "hisparse": sc.hisparse.where},
-            "calibration": sc.calibration, "calibrated": sc.params.calibrated,
+            "calibration": sc.calibration, "calibrated": sc.params.calibrated, "overrides": list(sc.overrides),
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
@@ -197,7 +307,7 @@ def _step_terms_summary(sc) -> dict:
             "fp4": fp4}
 
 
-def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
+def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = None) -> None:
     import pandas as pd
 
     d, w = sc.deployment, sc.workload
@@ -248,18 +358,20 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
     print()
     df = pd.DataFrame(rows)
     x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
-    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")]
+    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
+                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all())]
     for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"], dropna=False,
                                                 sort=False):
         title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g})"
         print(f"== {title}")
         table = grp[cols].rename(columns=SHORT)
         table["over"] = table["over"].map({True: "yes", False: ""})
+        table["found"] = grp["searched"].map({True: "search", False: ""}).values
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"))
         print()
     print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
           "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "
-          "GB/GPU = peak per GPU; over = offered load exceeds what it serves")
+          "GB/GPU = peak per GPU; over = offered load exceeds what it serves; found = a load the bisection added between swept ones")
     if sc.params.calibrated:
         print(f"cost model: calibration {sc.calibration}")
     else:
@@ -280,19 +392,61 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
         print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
     for note in sc.notes:
         print(f"note: {note}")
+    _print_recommendation(rec, search)
+
+
+def _target(rec: dict) -> str:
+    return f"TPOT p99 <= {rec['slo_tpot_ms']:g} ms" + (
+        f", TTFT p99 <= {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else ", no TTFT target")
+
+
+def _where(row: dict) -> str:
+    knobs = "" if row["system"] == "baseline" else (
+        f" with device_buffer_size {row['device_buffer_size']}, host_to_device_ratio {row['host_to_device_ratio']:g}")
+    load = f"concurrency {row['concurrency']}" if row["concurrency"] else f"{row['rate_per_s']:.4g} requests/s"
+    how = " (found by the search)" if row.get("searched") else ""
+    return f"{row['system']}{knobs} at {load}{how}"
+
+
+def _cost(row: dict) -> str:
+    c = row.get("usd_per_m_output_tokens")
+    return "" if c is None else f", ${c:.3f} per M output tokens (${row['usd_per_hour']:.2f}/h)"
+
+
+def _print_recommendation(rec: dict, search: dict | None = None) -> None:
+    target = _target(rec)
+    how = ("swept points only (--no-search)" if search and not search["enabled"] else
+           f"bisection between swept loads to within {rec['search_rel_tol']:.1%}, at most "
+           f"{search['max_points_per_system'] if search else 4} points per system")
+    print(f"targets: {target} (defaults TPOT {DEFAULT_SLO_TPOT_MS:g} ms, TTFT {DEFAULT_SLO_TTFT_S:g} s; "
+          f"--slo-tpot-ms, --slo-ttft-s); search: {how}")
+    for system in ("baseline", "hisparse"):
+        r = rec[system]
+        if r is None:
+            print(f"  best {system}: no point meets the targets while serving its load")
+            continue
+        edge = ("  [EDGE: the highest load searched; a higher one may also meet the targets: extend "
+                "--concurrency / --rate]" if rec["edge"].get(system) else "")
+        b = (search or {}).get("systems", {}).get(system)
+        unit = "" if r["concurrency"] else " requests/s"
+        stop = (f" (search stopped after {b['points']} points: {b['passes']:.4g} passes, {b['fails']:.4g}{unit} fails)"
+                if b and not b["converged"] else "")
+        print(f"  best {system}: {_where(r)}: {r['steady_tok_s_deployment']:.0f} tok/s steady, TPOT p99 "
+              f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{_cost(r)}{stop}{edge}")
     choice = rec["choice"]
-    target = f"TPOT p99 <= {rec['slo_tpot_ms']:g} ms" + (f", TTFT p99 <= {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else "")
     if choice is None:
         print(f"recommendation: no configuration meets {target} while serving its load")
         return
-    knobs = "" if choice["system"] == "baseline" else (
-        f" with device_buffer_size {choice['device_buffer_size']}, host_to_device_ratio {choice['host_to_device_ratio']:g}")
-    load = f"concurrency {choice['concurrency']}" if choice["concurrency"] else f"{choice['rate_per_s']:g} requests/s"
-    print(f"recommendation ({target}): {choice['system']}{knobs} at {load}: "
+    print(f"recommendation ({target}): {_where(choice)}: "
           f"{choice['steady_tok_s_deployment']:.0f} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
-          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s")
+          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s{_cost(choice)}"
+          + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:
-        print(f"best HiSparse / best baseline steady throughput under the target: {rec['hisparse_over_baseline']:.2f}x")
+        print(f"best HiSparse / best baseline steady throughput under the targets: {rec['hisparse_over_baseline']:.2f}x")
+    if rec["tie"]:
+        print(f"TIE: the two systems are within the model's error band ({rec['tie_band']:.0%}: "
+              f"{rec['tie_band_source']}); the baseline is named (no pinned host pool; it keeps the radix "
+              "cache and MTP, which HiSparse disables)")
 
 
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
@@ -306,6 +460,14 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
         fh.write(df.to_csv(index=False).encode())
     with atomic_output(os.path.join(out, "plan.json")) as fh:
         fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+    launch = report["launch"]["choice"]
+    if launch:
+        with atomic_output(os.path.join(out, "launch.sh")) as fh:
+            fh.write(f"#!/bin/sh\n# hisparse plan: the recommended configuration ({launch['system']})\n"
+                     f"{launch['command']}\n".encode())
+        if launch["hisparse_config"]:
+            with atomic_output(os.path.join(out, "hisparse-config.json")) as fh:
+                fh.write((json.dumps(launch["hisparse_config"], indent=2) + "\n").encode())
     from ..serving.plots import plot_throughput
 
     plot_throughput(df, os.path.join(out, "throughput.png"), recommendation=rec)

@@ -1,5 +1,7 @@
-"""Capacity planning: sweep the load (and HiSparse knobs), baseline against HiSparse, and pick the
-best configuration under a TPOT (and optionally TTFT) target that serves the load it is offered."""
+"""Capacity planning: sweep the load (and HiSparse knobs), baseline against HiSparse, search between
+the swept points for the highest load that meets the TPOT and TTFT targets, and pick the best
+configuration that serves the load it is offered (a tie when the two systems are closer than the
+model's error, a flag when the pick is at the edge of the searched range)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,14 @@ from .memory import plan_memory
 from .misses import MissProfiles, miss_profiles
 from .model import RunResult, System, simulate
 from .scenario import Scenario, load_scenario
+from .slo import (
+    DEFAULT_SLO_TPOT_MS,
+    DEFAULT_SLO_TTFT_S,
+    MAX_SEARCH_STEPS,
+    MODEL_ERROR_BAND,
+    MODEL_ERROR_SOURCE,
+    SEARCH_REL_TOL,
+)
 from .specs import Arrival, Mode
 
 
@@ -28,11 +38,12 @@ class PlanInputs:
     trace: str | None = None  # default: misses.DEFAULT_TRACE
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     rates: tuple[float, ...] = ()  # open loop: sweep arrival rates (requests/s) instead of concurrency
-    slo_tpot_ms: float = 100.0
-    slo_ttft_s: float | None = None
+    slo_tpot_ms: float = DEFAULT_SLO_TPOT_MS
+    slo_ttft_s: float | None = DEFAULT_SLO_TTFT_S  # None: no TTFT target
     buffers: tuple[int, ...] = ()  # sweep device_buffer_size (empty: the config's)
     host_ratios: tuple[float, ...] = ()  # sweep host_to_device_ratio (empty: the config's)
     seed: int = 0
+    overrides: tuple[str, ...] = ()  # --set KIND.KEY=VALUE, applied after the calibration
 
     def __post_init__(self) -> None:
         if not self.concurrency or min(self.concurrency) < 1:
@@ -52,7 +63,8 @@ class PlanInputs:
 
     def scenario(self) -> Scenario:
         return load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
-                             hisparse=self.hisparse, calibration=self.calibration, trace=self.trace)
+                             hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
+                             overrides=self.overrides)
 
 
 @dataclass(frozen=True)
@@ -75,17 +87,28 @@ class Plan:
     scenario: Scenario
     results: tuple[tuple[RunResult, int | None, float | None], ...]  # (result, buffer, host ratio)
     knobs: tuple[KnobResult, ...]
+    searched: frozenset[int] = frozenset()  # indices into results found by the search, not swept
+    profiles: tuple[MissProfiles, ...] = dataclasses.field(default=(), compare=False)  # per knob set
+    # per system the search ran for: the last passing and failing loads, points simulated, converged
+    brackets: dict = dataclasses.field(default_factory=dict, compare=False)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One plain row per point (the edge: tables, JSON, CSV)."""
+        """One plain row per point (the edge: tables, JSON, CSV), each system and knob set's points
+        in load order; ``searched`` marks the points the bisection added between swept ones."""
         out = []
-        for r, buf, ratio in self.results:
+        for i, (r, buf, ratio) in enumerate(self.results):
             row = dataclasses.asdict(r)
             row["device_buffer_size"] = buf
             row["host_to_device_ratio"] = ratio
             row["calibrated"] = self.scenario.params.calibrated
             row["calibration"] = self.scenario.calibration
+            row["searched"] = i in self.searched
             out.append(row)
+        order = {}
+        for row in out:
+            order.setdefault((row["system"], row["device_buffer_size"], row["host_to_device_ratio"]), len(order))
+        out.sort(key=lambda r: (order[r["system"], r["device_buffer_size"], r["host_to_device_ratio"]],
+                                r["concurrency"], r["rate_per_s"]))
         return out
 
 
@@ -98,16 +121,25 @@ def _points(sc: Scenario, inp: PlanInputs) -> list[tuple[int, float]]:
     return [(c, 0.0) for c in inp.concurrency]
 
 
-def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
-                  scenario: Scenario | None = None) -> Plan:
-    sc = scenario or inp.scenario()
-    points = _points(sc, inp)
+def _knob_sets(sc: Scenario, inp: PlanInputs) -> list:
     hs0 = sc.hisparse
-    knob_sets = []
+    out = []
     for b in inp.buffers or (hs0.device_buffer_size,):
         for ratio in inp.host_ratios or (hs0.host_to_device_ratio,):
-            knob_sets.append(dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=ratio,
-                                                 where=f"{hs0.where} with --sweep-buffer/--sweep-host-ratio"))
+            if (b, ratio) == (hs0.device_buffer_size, hs0.host_to_device_ratio):
+                out.append(hs0)
+            else:
+                out.append(dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=ratio,
+                                               where=f"{hs0.where} with --sweep-buffer/--sweep-host-ratio"))
+    return out
+
+
+def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
+                  scenario: Scenario | None = None, search: bool = False) -> Plan:
+    """Every swept point; with ``search``, then the bisection between swept points (``search_plan``)."""
+    sc = scenario or inp.scenario()
+    points = _points(sc, inp)
+    knob_sets = _knob_sets(sc, inp)
     initial = "prefix" if sc.deployment.mode == Mode.COLOCATED else "empty"
     results: list[tuple[RunResult, int | None, float | None]] = []
     plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
@@ -116,10 +148,12 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
         if on_point:
             on_point()
     knobs = []
+    all_profiles = []
     for hs in knob_sets:
         hsc = sc.replace(hisparse=hs)
         profiles: MissProfiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size,
                                                policy=hs.policy, initial=initial)
+        all_profiles.append(profiles)
         w = sc.workload
         knobs.append(KnobResult(hs.device_buffer_size, hs.host_to_device_ratio, profiles.source, hs.policy,
                                 profiles.mean_share(),
@@ -133,7 +167,8 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
             results.append((r, hs.device_buffer_size, hs.host_to_device_ratio))
             if on_point:
                 on_point()
-    return Plan(sc, tuple(results), tuple(knobs))
+    plan = Plan(sc, tuple(results), tuple(knobs), frozenset(), tuple(all_profiles))
+    return search_plan(plan, inp, on_point) if search else plan
 
 
 def run_plan(inp: PlanInputs, on_point: Callable[[], None] | None = None) -> list[dict]:
@@ -153,14 +188,113 @@ def _ok(row: dict, slo_tpot_ms: float, slo_ttft_s: float | None) -> bool:
     return True
 
 
-def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None = None) -> dict:
-    """The highest steady-throughput row meeting the targets, per system and overall."""
-    best: dict = {}
+def _load(row: dict) -> float:
+    return row["concurrency"] or row["rate_per_s"]
+
+
+def _mid(lo: float, hi: float, closed: bool) -> float:
+    """The next load to try: the geometric midpoint (loads span decades), whole clients for a closed
+    loop, strictly inside the bracket."""
+    m = math.sqrt(lo * hi)
+    if closed:
+        return min(max(int(round(m)), int(lo) + 1), int(hi) - 1)
+    return m
+
+
+def search_steps(lo: float, hi: float, closed: bool) -> int:
+    """How many points the bisection simulates at most between a passing ``lo`` and a failing ``hi``
+    (the bracket's lower end rising each time: the longest path)."""
+    n = 0
+    while _wide(lo, hi, closed) and n < MAX_SEARCH_STEPS:
+        lo = _mid(lo, hi, closed)
+        n += 1
+    return n
+
+
+def _wide(lo: float, hi: float, closed: bool) -> bool:
+    if closed:
+        return hi - lo > max(1, math.floor(lo * SEARCH_REL_TOL))
+    return (hi - lo) > lo * SEARCH_REL_TOL
+
+
+def search_plan(plan: Plan, inp: PlanInputs, on_point: Callable[[], None] | None = None) -> Plan:
+    """For each system (HiSparse: the knob set whose swept points serve the most under the targets),
+    bisect between the highest swept load that meets the targets and the next swept load, which does
+    not, until the bracket is within ``SEARCH_REL_TOL``: the highest load that meets them, to that
+    tolerance (a failing point is taken as failing every load above it)."""
+    sc = plan.scenario
+    closed = not inp.rates and sc.workload.arrival != Arrival.OPEN
+    results = list(plan.results)
+    searched = set(plan.searched)
+    rows = plan.rows()
+    brackets: dict[str, dict] = {}
+    knob_of = {(k.device_buffer_size, k.host_to_device_ratio): i for i, k in enumerate(plan.knobs)}
     for system in (System.BASELINE.value, System.HISPARSE.value):
-        ok = [r for r in rows if r["system"] == system and _ok(r, slo_tpot_ms, slo_ttft_s)]
+        mine = [r for r in rows if r["system"] == system]
+        good = [r for r in mine if _ok(r, inp.slo_tpot_ms, inp.slo_ttft_s)]
+        if not good:
+            continue
+        best = max(good, key=lambda r: r["steady_tok_s_deployment"])
+        key = (best["device_buffer_size"], best["host_to_device_ratio"])
+        same = sorted((r for r in mine if (r["device_buffer_size"], r["host_to_device_ratio"]) == key), key=_load)
+        passing = [r for r in same if _ok(r, inp.slo_tpot_ms, inp.slo_ttft_s)]
+        lo = _load(passing[-1])
+        above = [r for r in same if _load(r) > lo]
+        if not above:
+            continue  # the edge of the swept range: recommend() flags it
+        hi = _load(above[0])
+        if system == System.BASELINE.value:
+            sc_sys, profiles = sc, None
+        else:
+            i = knob_of[key]
+            hs = dataclasses.replace(sc.hisparse, device_buffer_size=key[0], host_to_device_ratio=key[1])
+            sc_sys, profiles = sc.replace(hisparse=hs), plan.profiles[i]
+        steps = 0
+        while _wide(lo, hi, closed) and steps < MAX_SEARCH_STEPS:
+            steps += 1
+            mid = _mid(lo, hi, closed)
+            c, rate = (int(mid), 0.0) if closed else (0, float(mid))
+            r = simulate(sc_sys, System(system), concurrency=c, rate_per_s=rate, profiles=profiles, seed=inp.seed)
+            searched.add(len(results))
+            results.append((r, key[0], key[1]))
+            if on_point:
+                on_point()
+            if _ok(dataclasses.asdict(r), inp.slo_tpot_ms, inp.slo_ttft_s):
+                lo = mid
+            else:
+                hi = mid
+        brackets[system] = {"passes": lo, "fails": hi, "points": steps, "converged": not _wide(lo, hi, closed)}
+    return dataclasses.replace(plan, results=tuple(results), searched=frozenset(searched), brackets=brackets)
+
+
+def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None = None,
+              band: float = MODEL_ERROR_BAND) -> dict:
+    """The highest steady-throughput row meeting the targets, per system and overall.
+
+    Two systems within ``band`` of each other are a ``tie``: the choice is then the baseline (no
+    pinned host pool, and it keeps the radix cache and MTP, which HiSparse disables). ``edge`` names
+    each system whose best row is the highest (or only) load searched: a higher load may meet the
+    targets too."""
+    best: dict = {}
+    edge: dict = {}
+    for system in (System.BASELINE.value, System.HISPARSE.value):
+        mine = [r for r in rows if r["system"] == system]
+        ok = [r for r in mine if _ok(r, slo_tpot_ms, slo_ttft_s)]
         best[system] = max(ok, key=lambda r: r["steady_tok_s_deployment"]) if ok else None
+        if best[system] is not None:
+            top = max(_load(r) for r in mine)
+            edge[system] = _load(best[system]) >= top
     b, h = best["baseline"], best["hisparse"]
     choice = max((x for x in (b, h) if x), key=lambda r: r["steady_tok_s_deployment"]) if (b or h) else None
     gain = (h["steady_tok_s_deployment"] / b["steady_tok_s_deployment"]) if (b and h and b["steady_tok_s_deployment"]) else None
+    tie = False
+    if b and h:
+        hi_, lo_ = max(b["steady_tok_s_deployment"], h["steady_tok_s_deployment"]), min(
+            b["steady_tok_s_deployment"], h["steady_tok_s_deployment"])
+        tie = hi_ > 0 and (hi_ - lo_) / hi_ <= band
+        if tie:
+            choice = b
     return {"slo_tpot_ms": slo_tpot_ms, "slo_ttft_s": slo_ttft_s, "baseline": b, "hisparse": h, "choice": choice,
-            "hisparse_over_baseline": gain}
+            "hisparse_over_baseline": gain, "tie": tie, "tie_band": band, "tie_band_source": MODEL_ERROR_SOURCE,
+            "edge": edge, "choice_at_edge": bool(choice and edge.get(choice["system"])),
+            "search_rel_tol": SEARCH_REL_TOL}

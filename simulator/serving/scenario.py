@@ -5,12 +5,21 @@ returns a ``Scenario``; every check names the file and key. The calibration that
 ``--calibration`` option, or with ``auto`` the one the GPU file names (its ``calibration`` key; the
 shipped H200 preset names the packaged ``h200`` fit, a user's GPU file names one or none). Measured
 GPU figures of a calibration replace the GPU file's, and ``notes`` lists each replacement.
+
+What-if overrides (``hisparse plan --set gpu.link_bw=27.5e9``, repeatable) apply last, after the
+calibration, so a value given there is the value simulated; each is parsed by the spec field's type
+and checked by the spec's own rules, and ``notes`` says what it replaces (the calibration's measured
+figure, or the file's value).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from ..costmodel.collectives import COMM_META
 from ..costmodel.pricing import GpuTerms, terms_for
@@ -31,6 +40,7 @@ class Scenario:
     trace: str | None = None  # the trace whose replay gives the misses (None: the default)
     notes: tuple[str, ...] = ()  # how the inputs were combined (calibration figures replacing the GPU file's)
     terms: GpuTerms | None = None  # the measured step terms (None: the H200's scaled to ``gpu``)
+    overrides: tuple[str, ...] = ()  # the --set options applied, as given
 
     def __post_init__(self) -> None:
         if self.hisparse.top_k != self.model.top_k:
@@ -55,11 +65,112 @@ def _calibration_for(gpu: GpuSpec, calibration: str) -> P.Calibration:
     return P.load_calibration(calibration)
 
 
+# --set KIND.KEY=VALUE: the spec each kind names
+OVERRIDE_KINDS: dict[str, type] = {"model": ModelSpec, "gpu": GpuSpec, "deployment": DeploymentSpec,
+                                   "workload": WorkloadSpec, "hisparse": HiSparseSpec}
+
+
+@dataclass(frozen=True)
+class Override:
+    """One ``--set KIND.KEY=VALUE``, its value parsed by the field's type (``parse_override``)."""
+
+    kind: str
+    key: str
+    value: Any
+    text: str
+
+    @property
+    def option(self) -> str:
+        return f"--set {self.kind}.{self.key}={self.text}"
+
+
+def settable_keys(cls: type) -> list[str]:
+    """The keys ``--set`` takes for a spec: scalars, strings and enums (not tables)."""
+    from .specs import _hints
+
+    hints = _hints(cls)
+    return [f.name for f in dataclasses.fields(cls) if f.name != "where" and _scalar(hints[f.name])]
+
+
+def _scalar(typ: Any) -> bool:
+    return typ in (int, float, bool, str) or (isinstance(typ, type) and issubclass(typ, StrEnum))
+
+
+def parse_override(text: str) -> Override:
+    """``KIND.KEY=VALUE`` -> Override; a one-line error naming ``--set`` for bad syntax, an unknown
+    kind or key, or a value of the wrong type (the domain is the spec's check, at load)."""
+    from .specs import _hints
+
+    head, eq, raw = str(text).partition("=")
+    kind, dot, key = head.strip().partition(".")
+    raw = raw.strip()
+    if not eq or not dot or not key or not raw:
+        raise HisparseError(f"--set {text}: expected KIND.KEY=VALUE, e.g. gpu.link_bw=27.5e9 "
+                            f"(kinds: {', '.join(OVERRIDE_KINDS)})")
+    if kind not in OVERRIDE_KINDS:
+        raise HisparseError(f"--set {text}: unknown kind {kind!r} (kinds: {', '.join(OVERRIDE_KINDS)})")
+    cls = OVERRIDE_KINDS[kind]
+    keys = settable_keys(cls)
+    if key not in keys:
+        other = {f.name for f in dataclasses.fields(cls)} - {"where"}
+        why = "a table: edit the file (hisparse presets new)" if key in other else "unknown key"
+        raise HisparseError(f"--set {text}: {kind}.{key}: {why} (keys: {', '.join(keys)})")
+    typ = _hints(cls)[key]
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw  # a bare word: a string or an enum's name
+    if typ is str or (isinstance(typ, type) and issubclass(typ, StrEnum)):
+        value = raw.strip('"').strip("'") if isinstance(value, str) else raw
+    elif typ is bool and not isinstance(value, bool):
+        raise HisparseError(f"--set {text}: {kind}.{key} takes true or false")
+    elif typ in (int, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise HisparseError(f"--set {text}: {kind}.{key} takes a number, got {raw!r}")
+    elif typ is int and isinstance(value, float) and not value.is_integer():
+        raise HisparseError(f"--set {text}: {kind}.{key} takes a whole number, got {raw!r}")
+    return Override(kind, key, value, raw)
+
+
+def parse_overrides(texts: Sequence[str]) -> tuple[Override, ...]:
+    out: list[Override] = []
+    for t in texts:
+        o = parse_override(t)
+        if any((p.kind, p.key) == (o.kind, o.key) for p in out):
+            raise HisparseError(f"--set {o.kind}.{o.key} is given twice")
+        out.append(o)
+    return tuple(out)
+
+
+def _apply(spec, overrides: Sequence[Override], kind: str, notes: list[str], calibrated: dict | None = None,
+           cal_label: str = ""):
+    """``spec`` with the ``kind`` overrides, checked by the spec (its error names the option)."""
+    mine = [o for o in overrides if o.kind == kind]
+    if not mine:
+        return spec
+    where = f"{spec.where} with {' '.join(o.option for o in mine)}"
+    for o in mine:
+        old = getattr(spec, o.key)
+        if calibrated is not None and o.key in calibrated:
+            notes.append(f"{o.option}: {o.key} {_fmt(o.value)} replaces the calibrated {_fmt(old)} measured in "
+                         f"{cal_label}")
+        else:
+            notes.append(f"{o.option}: {o.key} {_fmt(o.value)} replaces {_fmt(old)} of {spec.where}")
+    try:
+        return dataclasses.replace(spec, **{o.key: o.value for o in mine}, where=where)
+    except TypeError as exc:  # not a field of a frozen spec: parse_override refuses it first
+        raise HisparseError(f"{where}: {exc}") from None
+
+
 def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deployment: str = "8xh200-colocated-dp8",
                   workload: str = "32k-in-8k-out", hisparse: str = "blog-8xh200", calibration: str = "auto",
-                  trace: str | None = None) -> Scenario:
-    """Load every input and combine them. ``gpu`` None: the deployment's GPU."""
-    dep = P.load("deployments", deployment)
+                  trace: str | None = None, overrides: Sequence[Override | str] = ()) -> Scenario:
+    """Load every input and combine them. ``gpu`` None: the deployment's GPU. ``overrides``
+    (``--set``) apply after the calibration; a deployment's ``gpu`` and a GPU's ``calibration``
+    before they are read."""
+    ovs = parse_overrides([o for o in overrides if isinstance(o, str)]) + tuple(o for o in overrides
+                                                                                if isinstance(o, Override))
+    set_notes: list[str] = []
+    dep = _apply(P.load("deployments", deployment), ovs, "deployment", set_notes)
     if gpu:
         gpu_spec = P.load("gpus", gpu)
     else:
@@ -67,6 +178,8 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
             gpu_spec = P.load("gpus", dep.gpu)
         except HisparseError as exc:
             raise HisparseError(f"{dep.where}: gpu = {dep.gpu!r}: {exc}") from None
+    pre = [o for o in ovs if o.kind == "gpu" and o.key == "calibration"]
+    gpu_spec = _apply(gpu_spec, pre, "gpu", set_notes)
     cal = _calibration_for(gpu_spec, calibration)
     notes = []
     for key, value in cal.gpu.items():
@@ -78,11 +191,22 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     if cal.unknown_params:
         notes.append(f"{cal.label}: parameters not used by this model, carried: {', '.join(sorted(cal.unknown_params))}")
     gpu_spec = P.apply_calibration(gpu_spec, cal)
+    post = [o for o in ovs if not (o.kind == "gpu" and o.key == "calibration")]
+    gpu_spec = _apply(gpu_spec, post, "gpu", set_notes, dict(cal.gpu), cal.label)
     terms = terms_for(gpu_spec, cal.terms, cal.label)
-    return Scenario(model=P.load("models", model), gpu=gpu_spec, deployment=dep,
-                    workload=P.load("workloads", workload), hisparse=P.load("hisparse", hisparse),
-                    params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes),
-                    terms=terms)
+    if cal.terms and any(o.kind == "gpu" and o.key in _STEP_TERM_INPUTS for o in post) and terms.source.startswith("measured"):
+        set_notes.append(f"the step kernels are measured in {cal.label}: --set gpu.hbm_bw / bf16_flops do not move "
+                         "them (--calibration none scales the H200's terms by the GPU's figures)")
+    model_spec = _apply(P.load("models", model), ovs, "model", set_notes)
+    workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
+    hisparse_spec = _apply(P.load("hisparse", hisparse), ovs, "hisparse", set_notes)
+    return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep,
+                    workload=workload_spec, hisparse=hisparse_spec,
+                    params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes + set_notes),
+                    terms=terms, overrides=tuple(o.option for o in ovs))
+
+
+_STEP_TERM_INPUTS = ("hbm_bw", "bf16_flops", "datasheet_hbm_bw", "datasheet_bf16_flops")
 
 
 def _fmt(v) -> str:

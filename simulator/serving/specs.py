@@ -180,28 +180,29 @@ class ModelSpec(Spec):
 
     kind: ClassVar[str] = "model"
     name: str
-    layers: int = num(ge=1)
-    dense_layers: int = num(ge=0)
-    attention_heads: int = num(ge=1)
-    hidden_size: int = num(ge=1)
-    q_lora_rank: int = num(ge=1)
-    kv_lora_rank: int = num(ge=1)
-    qk_nope_head_dim: int = num(ge=1)
-    qk_rope_head_dim: int = num(ge=1)
-    v_head_dim: int = num(ge=1)
-    dense_intermediate_size: int = num(ge=1)
-    moe_intermediate_size: int = num(ge=1)
-    experts: int = num(ge=1)
-    experts_per_token: int = num(ge=1)
-    shared_experts: int = num(ge=0)
-    vocab_size: int = num(ge=1)
-    indexer_heads: int = num(ge=1)
-    indexer_head_dim: int = num(ge=1)
-    top_k: int = num(ge=1)
-    kv_row_bytes: int = num(ge=1)
-    indexer_row_bytes: int = num(ge=0)
+    layers: int = num(ge=1, help="decoder layers (config.json num_hidden_layers / n_layers)")
+    dense_layers: int = num(ge=0, help="leading dense-MLP layers (first_k_dense_replace)")
+    attention_heads: int = num(ge=1, help="MLA attention heads (num_attention_heads)")
+    hidden_size: int = num(ge=1, help="model width (hidden_size)")
+    q_lora_rank: int = num(ge=1, help="MLA query low-rank dimension")
+    kv_lora_rank: int = num(ge=1, help="MLA latent KV dimension (the cached row's nope part)")
+    qk_nope_head_dim: int = num(ge=1, help="per-head query/key dimension without rope")
+    qk_rope_head_dim: int = num(ge=1, help="per-head rope dimension (cached beside the latent)")
+    v_head_dim: int = num(ge=1, help="per-head value dimension")
+    dense_intermediate_size: int = num(ge=1, help="dense MLP intermediate size (intermediate_size)")
+    moe_intermediate_size: int = num(ge=1, help="one expert's intermediate size")
+    experts: int = num(ge=1, help="routed experts per MoE layer (n_routed_experts)")
+    experts_per_token: int = num(ge=1, help="routed experts each token uses (num_experts_per_tok)")
+    shared_experts: int = num(ge=0, help="shared experts per MoE layer (n_shared_experts)")
+    vocab_size: int = num(ge=1, help="vocabulary size (embedding and lm_head rows)")
+    indexer_heads: int = num(ge=1, help="lightning-indexer heads (index_n_heads)")
+    indexer_head_dim: int = num(ge=1, help="lightning-indexer head dimension (index_head_dim)")
+    top_k: int = num(ge=1, help="tokens sparse attention selects per step (index_topk)")
+    kv_row_bytes: int = num(ge=1, help="bytes of one token's MLA KV row per layer (1152 bf16, 656 FP8)")
+    indexer_row_bytes: int = num(ge=0, help="bytes of one token's indexer key per layer (132)")
     context_length: int = num(ge=0, default=0, help="max_position_embeddings; 0: unknown")
-    weight_bytes_per_param: float = num(gt=0, default=FP8_BLOCK_SCALE)
+    weight_bytes_per_param: float = num(gt=0, default=FP8_BLOCK_SCALE,
+                                        help="checkpoint bytes per parameter (FP8 e4m3 + one fp32 scale per 128x128 block)")
     embedding_bytes_per_param: float = num(gt=0, default=2.0)  # embed and lm_head stay bf16 in FP8 checkpoints
     # bytes per parameter of each tensor class where the checkpoint stores it otherwise (scales
     # included; 0: weight_bytes_per_param). NVFP4 checkpoints quantise the routed experts: 0.5625
@@ -315,19 +316,19 @@ class GpuSpec(Spec):
 
     kind: ClassVar[str] = "gpu"
     name: str
-    hbm_bytes: float = num(gt=0)
-    hbm_bw: float = num(gt=0)
-    bf16_flops: float = num(gt=0)
-    link: str
-    link_bw: float = num(gt=0)
-    gather_efficiency: float = num(gt=0, le=1)
-    gather_efficiency_large_rows: float = num(gt=0, le=1)
+    hbm_bytes: float = num(gt=0, help="HBM capacity per GPU")
+    hbm_bw: float = num(gt=0, help="HBM bandwidth (measured copy or datasheet)")
+    bf16_flops: float = num(gt=0, help="dense BF16 tensor-core rate (FP8 is twice it)")
+    link: str  # the host link's name, e.g. "PCIe Gen5 x16"
+    link_bw: float = num(gt=0, help="host-to-device link bandwidth (pinned memcpy), the swap-in's ceiling")
+    gather_efficiency: float = num(gt=0, le=1, help="zero-copy gather of < 1 KiB rows (656 B) / link_bw")
+    gather_efficiency_large_rows: float = num(gt=0, le=1, help="zero-copy gather of >= 1 KiB rows (1152 B) / link_bw")
     interconnect: Interconnect
-    gpus_per_node: int = num(ge=1, default=8)
+    gpus_per_node: int = num(ge=1, default=8, help="GPUs per node (an instance of more spans nodes)")
     # datasheet rates where hbm_bw / bf16_flops hold measured ones (the H200): the ratios that scale
     # its measured step terms to other GPUs are datasheet over datasheet (costmodel/pricing.py); 0: same
     datasheet_hbm_bw: float = num(ge=0, default=0.0)
-    datasheet_bf16_flops: float = num(ge=0, default=0.0)
+    datasheet_bf16_flops: float = num(ge=0, default=0.0, help="datasheet dense BF16 rate where bf16_flops is measured; 0: same")
     fp4_flops: float = num(ge=0, default=0.0, help="dense FP4 tensor-core rate (datasheet); 0: no FP4 tensor cores")
     calibration: str = ""  # the packaged calibration that applies to this GPU ("" none)
     # HBM already taken when SGLang measures free memory before loading the weights (CUDA context,
@@ -428,10 +429,10 @@ class HiSparseSpec(Spec):
     """SGLang's ``--hisparse-config`` JSON."""
 
     kind: ClassVar[str] = "hisparse"
-    top_k: int = num(ge=1)
-    device_buffer_size: int = num(ge=1)
+    top_k: int = num(ge=1, help="--hisparse-config top_k: the model's index_topk")
+    device_buffer_size: int = num(ge=1, help="--hisparse-config device_buffer_size: hot-buffer slots per request per layer")
     host_to_device_ratio: float = num(ge=1, help="SGLang requires >= 1")
-    policy: str = "lru"
+    policy: str = "lru"  # the eviction policy the trace replay runs (SGLang's HiSparse: lru)
     where: str = field(default="<hisparse>", compare=False)
 
     def _check(self, where: str) -> None:
@@ -450,12 +451,12 @@ class HiSparseSpec(Spec):
 class WorkloadSpec(Spec):
     kind: ClassVar[str] = "workload"
     name: str
-    input_tokens: int = num(ge=1)
-    output_tokens: int = num(ge=1)
-    length_jitter: float = num(ge=0, le=0.99)
+    input_tokens: int = num(ge=1, help="prompt length")
+    output_tokens: int = num(ge=1, help="output length (max_new_tokens)")
+    length_jitter: float = num(ge=0, le=0.99, help="lengths drawn uniformly within +- this share")
     arrival: Arrival
-    rate_per_s: float = num(ge=0)
-    requests_per_client: int = num(ge=1)
+    rate_per_s: float = num(ge=0, help="open loop: Poisson arrivals, requests/s for the deployment")
+    requests_per_client: int = num(ge=1, help="closed loop: requests each client sends; open loop: 16 x this per scheduler in all")
     # bench_serving sends "ignore_eos": not args.disable_ignore_eos (True unless --disable-ignore-eos):
     # every request runs to its max_new_tokens and, with the radix cache off, SGLang admits it through
     # PrefillAdder.add_one_req_ignore_eos (an exact look-ahead); False: the new_token_ratio estimate

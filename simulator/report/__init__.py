@@ -1,0 +1,1 @@
+"""Reports of a plan: one self-contained HTML file (``html.py``)."""

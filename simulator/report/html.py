@@ -1,0 +1,201 @@
+"""``hisparse plan --report plan.html``: one self-contained HTML file, no network.
+
+The page inlines plotly.js from the ``plotly`` package (``plotly.offline.get_plotlyjs()``, the
+library the Python package bundles: one file, no CDN) and the plan's JSON report; the plots are
+drawn from that JSON in the browser (throughput, TPOT p99 and TTFT p99 against the load, per system
+and knob set, with the targets as lines and the recommendation marked), and the tables (the
+recommendation, the scenario, the launch command, every point) are written here from the same
+JSON, so the page shows exactly the numbers ``--json`` prints.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+tr.choice td { background: #fff3c4; font-weight: bold; }
+pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; word-break: break-all; }
+.flag { color: #a40; font-weight: bold; } .plot { width: 100%; height: 420px; }
+"""
+
+# the columns of the points table: (key, header, format)
+COLUMNS = (("system", "system", "s"), ("device_buffer_size", "buffer", "d"), ("host_to_device_ratio", "host ratio", "g"),
+           ("concurrency", "conc", "d"), ("rate_per_s", "rate/s", "g"), ("steady_tok_s_deployment", "steady tok/s", ".1f"),
+           ("steady_tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tpot_p99_ms", "TPOT p99 ms", ".1f"),
+           ("ttft_p99_s", "TTFT p99 s", ".2f"), ("max_running_deployment", "max run", "d"),
+           ("overloaded", "over", "b"), ("searched", "found by search", "b"), ("usd_per_m_output_tokens", "$/M out", ".3f"))
+
+
+def fmt(value: Any, spec: str) -> str:
+    """A cell as the page shows it (the browser test parses these back)."""
+    if value is None:
+        return ""
+    if spec == "b":
+        return "yes" if value else ""
+    if spec == "s":
+        return str(value)
+    if spec == "d":
+        return str(int(value))
+    return format(float(value), spec)
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    return "<table>" + "".join(f"<tr><th class='l'>{html.escape(k)}</th><td class='l'>{html.escape(v)}</td></tr>"
+                               for k, v in rows) + "</table>"
+
+
+def _is(row: dict | None, other: dict | None) -> bool:
+    keys = ("system", "device_buffer_size", "host_to_device_ratio", "concurrency", "rate_per_s")
+    return bool(row and other and all(row.get(k) == other.get(k) for k in keys))
+
+
+def _points_table(report: dict) -> str:
+    rows = report["rows"]
+    cols = [c for c in COLUMNS if any(r.get(c[0]) is not None for r in rows)]
+    choice = report["recommendation"]["choice"]
+    head = "".join(f"<th class='{'l' if k == 'system' else ''}'>{html.escape(h)}</th>" for k, h, _ in cols)
+    body = []
+    for i, r in enumerate(rows):
+        cls = " class='choice'" if _is(r, choice) else ""
+        cells = "".join(f"<td data-key='{k}'{' class=l' if k == 'system' else ''}>{html.escape(fmt(r.get(k), f))}</td>"
+                        for k, _, f in cols)
+        body.append(f"<tr data-row='{i}'{cls}>{cells}</tr>")
+    return f"<table id='points'><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _recommendation(report: dict) -> str:
+    rec = report["recommendation"]
+    target = f"TPOT p99 &le; {rec['slo_tpot_ms']:g} ms" + (
+        f", TTFT p99 &le; {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else ", no TTFT target")
+    c = rec["choice"]
+    if c is None:
+        return f"<p id='recommendation'>No configuration meets {target} while serving its load.</p>"
+    load = f"concurrency {c['concurrency']}" if c["concurrency"] else f"{c['rate_per_s']:.4g} requests/s"
+    knobs = "" if c["system"] == "baseline" else (
+        f" (device_buffer_size {c['device_buffer_size']}, host_to_device_ratio {c['host_to_device_ratio']:g})")
+    parts = [f"<p id='recommendation'>Under {target}: <b><span id='rec-system'>{c['system']}</span>{html.escape(knobs)} at "
+             f"{load}</b>: <span id='rec-tok'>{c['steady_tok_s_deployment']:.1f}</span> tok/s steady, TPOT p99 "
+             f"<span id='rec-tpot'>{c['tpot_p99_ms']:.1f}</span> ms, TTFT p99 <span id='rec-ttft'>{c['ttft_p99_s']:.2f}</span> s"]
+    if c.get("usd_per_m_output_tokens") is not None:
+        parts.append(f", <span id='rec-cost'>{c['usd_per_m_output_tokens']:.3f}</span> $/M output tokens")
+    parts.append(".</p>")
+    if rec.get("hisparse_over_baseline"):
+        parts.append(f"<p>Best HiSparse / best baseline under the targets: {rec['hisparse_over_baseline']:.2f}x.</p>")
+    if rec.get("tie"):
+        parts.append(f"<p class='flag' id='tie'>TIE: the systems are within the model's error band "
+                     f"({rec['tie_band']:.0%}: {html.escape(rec['tie_band_source'])}); the baseline is named.</p>")
+    if rec.get("choice_at_edge"):
+        parts.append("<p class='flag' id='edge'>EDGE: the pick is the highest load searched; a higher load may "
+                     "also meet the targets.</p>")
+    return "".join(parts)
+
+
+def _scenario(report: dict) -> str:
+    sc = report["scenario"]
+    f = sc["files"]
+    lay = sc["layout"]
+    rows = [("model", f["model"]), ("gpu", f["gpu"]), ("deployment", f["deployment"]), ("workload", f["workload"]),
+            ("hisparse config", f["hisparse"]), ("calibration", str(sc["calibration"])),
+            ("layout", f"{lay['gpus']} GPUs, {lay['instances']} instance(s), {lay['ranks']} scheduler(s), "
+                       f"{lay['attention']} attention, {lay['mode']}, MoE {lay['moe']}")]
+    rows += [("--set", o) for o in sc.get("overrides", [])]
+    rows += [("note", n) for n in sc.get("notes", [])]
+    if report.get("prices"):
+        rows += [("prices", json.dumps(report["prices"]))]
+    return _table(rows)
+
+
+def _launch(report: dict) -> str:
+    lc = report.get("launch", {}).get("choice")
+    if not lc:
+        return "<p>No recommended configuration: no launch command.</p>"
+    out = [f"<pre id='launch'>{html.escape(lc['command'])}</pre>"]
+    if lc["hisparse_config"]:
+        out.append(f"<p>--hisparse-config:</p><pre id='hisparse-config'>{html.escape(json.dumps(lc['hisparse_config']))}</pre>")
+    out += [f"<p>{html.escape(n)}</p>" for n in lc["notes"]]
+    return "".join(out)
+
+
+_SCRIPT = """
+(function () {
+  var report = JSON.parse(document.getElementById('plan-data').textContent);
+  var rows = report.rows, rec = report.recommendation;
+  var open = rows.length > 0 && rows.every(function (r) { return !r.concurrency; });
+  var x = function (r) { return open ? r.rate_per_s : r.concurrency; };
+  var xlabel = open ? 'arrival rate (requests/s)' : 'concurrency (clients)';
+  var groups = {};
+  rows.forEach(function (r) {
+    var name = r.system === 'baseline' ? 'baseline' :
+      'hisparse (buffer ' + r.device_buffer_size + ', ratio ' + r.host_to_device_ratio + ')';
+    (groups[name] = groups[name] || []).push(r);
+  });
+  function traces(key) {
+    var out = Object.keys(groups).map(function (name) {
+      var g = groups[name].slice().sort(function (a, b) { return x(a) - x(b); });
+      return {type: 'scatter', mode: 'lines+markers', name: name, x: g.map(x), y: g.map(function (r) { return r[key]; }),
+              marker: {symbol: g.map(function (r) { return r.searched ? 'diamond' : 'circle'; }), size: 8},
+              text: g.map(function (r) { return (r.searched ? 'found by search' : 'swept') + (r.overloaded ? ', overloaded' : ''); })};
+    });
+    if (rec.choice) {
+      out.push({type: 'scatter', mode: 'markers', name: 'recommendation', x: [x(rec.choice)], y: [rec.choice[key]],
+                marker: {symbol: 'star', size: 18, color: '#e0a000', line: {width: 1, color: '#000'}}});
+    }
+    return out;
+  }
+  function hline(y, label) {
+    return {type: 'line', xref: 'paper', x0: 0, x1: 1, y0: y, y1: y, line: {dash: 'dash', color: '#c00'},
+            label: {text: label, textposition: 'end', font: {color: '#c00'}}};
+  }
+  var axis = {title: {text: xlabel}, type: open ? 'linear' : 'log'};
+  var cfg = {responsive: true, displaylogo: false};
+  Plotly.newPlot('plot-throughput', traces('steady_tok_s_deployment'),
+    {title: {text: 'steady output throughput, whole deployment'}, xaxis: axis, yaxis: {title: {text: 'tokens/s'}}}, cfg);
+  Plotly.newPlot('plot-tpot', traces('tpot_p99_ms'),
+    {title: {text: 'TPOT p99'}, xaxis: axis, yaxis: {title: {text: 'ms'}},
+     shapes: [hline(rec.slo_tpot_ms, 'target ' + rec.slo_tpot_ms + ' ms')]}, cfg);
+  Plotly.newPlot('plot-ttft', traces('ttft_p99_s'),
+    {title: {text: 'TTFT p99'}, xaxis: axis, yaxis: {title: {text: 's'}, type: 'log'},
+     shapes: rec.slo_ttft_s ? [hline(rec.slo_ttft_s, 'target ' + rec.slo_ttft_s + ' s')] : []}, cfg);
+})();
+"""
+
+
+def render(report: dict) -> str:
+    """The page for a plan report (``hisparse plan --json``'s object)."""
+    try:
+        from plotly.offline import get_plotlyjs
+    except ImportError:
+        from ..errors import HisparseError
+
+        raise HisparseError("--report needs the plotly package (its bundled plotly.js is inlined): "
+                            "pip install 'hisparse-sim[report]'") from None
+    data = json.dumps(report, default=str, allow_nan=False).replace("</", "<\\/")
+    from pathlib import Path
+
+    f = report["scenario"]["files"]
+    title = "hisparse plan: " + html.escape(f"{Path(f['model']).stem} on {Path(f['deployment']).stem}, "
+                                            f"workload {Path(f['workload']).stem}")
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>hisparse plan</title>"
+            f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
+            f"<h1>{title}</h1><h2>Recommendation</h2>{_recommendation(report)}"
+            f"<div id='plot-throughput' class='plot'></div><div id='plot-tpot' class='plot'></div>"
+            f"<div id='plot-ttft' class='plot'></div>"
+            f"<h2>Launch command</h2>{_launch(report)}<h2>Scenario</h2>{_scenario(report)}"
+            f"<h2>Every point</h2>{_points_table(report)}"
+            f"<script type='application/json' id='plan-data'>{data}</script><script>{_SCRIPT}</script>"
+            f"</body></html>\n")
+
+
+def write_report(report: dict, path: str) -> None:
+    from ..fileio import atomic_output
+
+    text = render(report)
+    with atomic_output(path) as fh:
+        fh.write(text.encode())

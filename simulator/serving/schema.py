@@ -1,0 +1,213 @@
+"""The preset files' schema, read from the spec dataclasses (``specs.py``): every key with its
+type, unit, meaning (the field's ``help`` or the comment beside or above it), whether it is required
+and its default; and a complete, commented preset file written from an existing one.
+
+Nothing here is a second copy of the rules: the keys, types and defaults are the dataclasses', the
+domains their ``num(...)`` metadata, so the schema cannot drift from what ``presets.load`` checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from ..errors import HisparseError
+from . import presets as P
+from .specs import _domain, _hints
+
+# a key's unit, from its name (the specs' naming convention)
+_UNITS = (("_bytes", "bytes"), ("_bw", "bytes/s"), ("_flops", "FLOP/s"), ("_us", "microseconds"),
+          ("_ms", "milliseconds"), ("_per_s", "per second"), ("_tok_s", "tokens/s"), ("_tokens", "tokens"),
+          ("_size", "slots"))
+ALIASES = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
+           "calibrations": "calibration"}
+
+
+def kind_of(name: str) -> str:
+    """A preset kind from its plural or singular name; a one-line error naming the kinds."""
+    kind = ALIASES.get(name, name)
+    if kind not in P.KINDS:
+        raise HisparseError(f"unknown preset kind {name!r} (kinds: {', '.join(P.KINDS)})")
+    return kind
+
+
+def option_for(kind: str) -> str:
+    """The ``hisparse plan`` option that takes a file of this kind."""
+    return {"models": "model", "gpus": "gpu", "deployments": "deployment", "workloads": "workload",
+            "hisparse": "hisparse-config", "calibration": "calibration"}[kind_of(kind)]
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: str
+    unit: str
+    meaning: str
+    required: bool
+    default: Any
+    domain: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _type_name(typ: Any) -> str:
+    if isinstance(typ, type) and issubclass(typ, StrEnum):
+        return "one of " + " | ".join(m.value for m in typ)
+    return {int: "integer", float: "number", bool: "true/false", str: "string"}.get(typ, getattr(typ, "__name__", str(typ)))
+
+
+def _comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the class source: the one beside it, else the block just above it."""
+    out: dict[str, str] = {}
+    try:
+        lines = inspect.getsource(cls).splitlines()
+    except (OSError, TypeError):
+        return out
+    block: list[str] = []
+    field_line = re.compile(r"^\s{4}(\w+)\s*:\s*[^=]+?(?:=.*?)?(?:#\s*(?P<c>.*))?$")
+    for line in lines:
+        s = line.strip()
+        if s.startswith("#"):
+            block.append(s.lstrip("#").strip())
+            continue
+        m = field_line.match(line)
+        if m and not s.startswith(("def ", "return", "kind:")):
+            comment = (m.group("c") or "").strip() or " ".join(block)
+            if comment:
+                out.setdefault(m.group(1), comment)
+        block = []
+    return out
+
+
+def _first_sentence(doc: str) -> str:
+    return " ".join(doc.split())
+
+
+def schema(kind: str) -> list[Key]:
+    """The keys of a preset kind's files, in the dataclass's order."""
+    cls = P.KINDS[kind_of(kind)]
+    hints = _hints(cls)
+    notes = _comments(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        if f.name == "where":
+            continue
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        if isinstance(default, StrEnum):
+            default = default.value
+        if isinstance(default, tuple):
+            default = list(default)
+        meaning = f.metadata.get("help") or notes.get(f.name, "")
+        unit = next((u for suffix, u in _UNITS if f.name.endswith(suffix)), "")
+        domain = _domain(f.metadata) if any(f.metadata.get(k) is not None for k in ("gt", "ge", "le")) else ""
+        typ = hints[f.name]
+        tname = _type_name(typ)
+        if f.name == "interconnect":
+            tname, meaning = "table", ("[interconnect]: name and source (strings), then one inline table per "
+                                       "collective, all of all_reduce, all_gather, reduce_scatter, all_to_all: "
+                                       "{ latency_us = us or { GPUs = us }, busbw = bytes/s or { GPUs = bytes/s }, "
+                                       "source = \"...\" } (nccl-tests busbw convention)")
+        elif f.name == "sources":
+            tname = "table of strings"
+            meaning = meaning or "per-key source notes"
+        elif f.name == "unsourced":
+            tname = "list of strings"
+        keys.append(Key(f.name, tname, unit, meaning, required, default, domain))
+    return keys
+
+
+def schema_doc(kind: str) -> str:
+    """The kind's spec docstring (what a file of this kind describes)."""
+    return _first_sentence(inspect.getdoc(P.KINDS[kind_of(kind)]) or "")
+
+
+def format_schema(kind: str) -> str:
+    kind = kind_of(kind)
+    rows = schema(kind)
+    lines = [f"{kind}: {schema_doc(kind)}", f"files: simulator/presets/{kind}/*.toml, or your own "
+             f"(hisparse presets new {kind} --from NAME --out FILE)", ""]
+    for k in rows:
+        need = "required" if k.required else f"default {_toml_value(k.default) if k.default is not None else '-'}"
+        extra = ", ".join(x for x in (k.unit, k.domain) if x)
+        lines.append(f"{k.name} ({k.type}{', ' + extra if extra else ''}; {need})")
+        if k.meaning:
+            lines.append(f"    {k.meaning}")
+    return "\n".join(lines) + "\n"
+
+
+# -- writing a complete preset file -----------------------------------------------------------------
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, StrEnum):
+        return json.dumps(v.value)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        short = f"{v:.6g}"
+        return short if float(short) == v and any(c in short for c in ".e") else repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"no TOML form for {type(v).__name__}")
+
+
+def new_preset(kind: str, source: str) -> str:
+    """A complete preset file: every key of ``source`` (a preset name or file) with its value, the
+    defaults it left out written out, each with a comment (meaning, type, unit, required/default);
+    tables (a GPU's [interconnect]) copied from the source as they are."""
+    kind = kind_of(kind)
+    if kind == "calibration":
+        raise HisparseError("presets new: calibration files are written by hisparse calibrate (or copy "
+                            "simulator/presets/calibration/uncalibrated.toml)")
+    path = P.resolve(kind, source)
+    spec = P.load(kind, str(path))
+    text = path.read_text()
+    lines = [f"# {kind} preset written by `hisparse presets new {kind} --from {source}` from {path}",
+             f"# {schema_doc(kind)}", "# Every key is listed; `hisparse presets --schema " + kind + "` explains them.", ""]
+    for k in schema(kind):
+        if k.name in ("interconnect", "sources"):
+            continue
+        need = "required" if k.required else f"default {_toml_value(k.default)}"
+        extra = ", ".join(x for x in (k.type, k.unit, k.domain) if x)
+        if k.meaning:
+            lines.append(f"# {k.meaning}")
+        lines.append(f"{k.name} = {_toml_value(getattr(spec, k.name))}    # {extra}; {need}")
+    tables = re.search(r"^\[", text, flags=re.M)
+    if tables:
+        lines += ["", f"# tables as in {path}", text[tables.start():].rstrip()]
+    elif kind == "gpus":
+        raise HisparseError(f"{path}: no [interconnect] table to copy")
+    return "\n".join(lines) + "\n"
+
+
+def check_loads(kind: str, text: str, where: str) -> None:
+    """The written file loads back to the same spec as its source (no key lost or changed)."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # a bug here, not the user's input
+        raise AssertionError(f"presets new wrote invalid TOML: {exc}") from None
+    P.build(P.KINDS[kind_of(kind)], data, where)
+
+
+def write_new_preset(kind: str, source: str, out: str | Path) -> str:
+    from ..fileio import atomic_output
+
+    text = new_preset(kind, source)
+    check_loads(kind, text, str(out))
+    with atomic_output(out) as fh:
+        fh.write(text.encode())
+    return text

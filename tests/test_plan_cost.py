@@ -1,0 +1,70 @@
+"""Cost per output token from a price table (issue #29 item 9)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.cli import main
+from simulator.serving.prices import HOURS_PER_MONTH, Prices, load_prices
+
+
+def _plan(capsys, *extra):
+    assert main(["plan", "--concurrency", "32", "--slo-ttft-s", "none", "--json", "--quiet", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cost_per_million_output_tokens_from_gpu_hours_and_the_host_pool(capsys, tmp_path):
+    report = _plan(capsys, "--price-gpu-hour", "3.5", "--price-host-gb-month", "5")
+    gpus = report["scenario"]["layout"]["gpus"]
+    host = report["scenario"]["memory_per_rank"]["hisparse"]["host_pool_bytes"] / 1e9
+    for r in report["rows"]:
+        pool = host if r["system"] == "hisparse" else 0.0
+        assert r["host_pool_gb_per_gpu"] == pytest.approx(pool)
+        per_h = gpus * 3.5 + gpus * pool * 5 / HOURS_PER_MONTH
+        assert r["usd_per_hour"] == pytest.approx(per_h)
+        assert r["usd_per_m_output_tokens"] == pytest.approx(per_h / (r["steady_tok_s_deployment"] * 3600) * 1e6)
+    assert report["recommendation"]["choice"]["usd_per_m_output_tokens"] is not None
+    assert report["prices"]["gpu_hour"] == 3.5
+    # the same from a price table file
+    table = tmp_path / "prices.toml"
+    table.write_text('gpu_hour = 3.5\nhost_gb_month = 5\nsource = "example quote"\n')
+    again = _plan(capsys, "--prices", str(table))
+    assert [r["usd_per_m_output_tokens"] for r in again["rows"]] == [r["usd_per_m_output_tokens"] for r in report["rows"]]
+    assert "example quote" in again["prices"]["source"]
+    # no prices: the columns are there, empty
+    assert all(r["usd_per_m_output_tokens"] is None for r in _plan(capsys)["rows"])
+
+
+def test_cost_in_the_text_output(capsys):
+    assert main(["plan", "--concurrency", "8", "--quiet", "--price-gpu-hour", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "$/M out" in text and "per M output tokens" in text and "prices (--price-gpu-hour 2" in text
+
+
+@pytest.mark.parametrize("content, message", [
+    ("gpu_hour = -1\n", "gpu_hour = -1 must be a number >= 0"),
+    ("host_gb_month = 1\n", "missing key gpu_hour"),
+    ("gpu_hour = 1\nfoo = 2\n", "unknown key(s) foo"),
+    ("gpu_hour = 'x'\n", "gpu_hour = 'x' must be a number"),
+    ("gpu_hour = [\n", "not valid TOML"),
+])
+def test_bad_price_tables_are_one_line_errors(tmp_path, capsys, content, message):
+    table = tmp_path / "p.toml"
+    table.write_text(content)
+    assert main(["plan", "--concurrency", "1", "--quiet", "--prices", str(table)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_price_option_errors(capsys, tmp_path):
+    assert main(["plan", "--quiet", "--price-host-gb-month", "5"]) == 2
+    assert "--price-host-gb-month needs --price-gpu-hour" in capsys.readouterr().err
+    assert main(["plan", "--quiet", "--price-gpu-hour", "-1"]) == 2
+    assert "--price-gpu-hour: expected a non-negative number" in capsys.readouterr().err
+    assert main(["plan", "--quiet", "--prices", str(tmp_path / "none.toml")]) == 2
+    assert "none.toml: no such file" in capsys.readouterr().err
+    with pytest.raises(Exception, match="both are 0"):
+        Prices(0.0, 0.0)
+    assert load_prices.__doc__
