@@ -126,6 +126,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 143 if isinstance(exc, _Terminated) else 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a reader or writer the checks could not foresee (EIO, ENOSPC): one line
+        print(f"hisparse: error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:
+        print(f"hisparse: error: an input is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
+        return 2
+
+
+def _os_error_line(exc: OSError) -> str:
+    """An OSError as one line naming its file(s), as the readers' own errors do."""
+    from .fileio import why_os
+
+    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+    return f"{' -> '.join(names)}: {why_os(exc)}" if names else why_os(exc)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,13 @@
-"""Output files, checked before any work and written atomically.
+"""Input and output files: inputs checked before they are opened, outputs checked before any
+work and written atomically.
 
-Every command that writes goes through here, so one set of rules holds for all of them:
+Every command that reads or writes goes through here, so one set of rules holds for all of them:
+
+- ``check_input`` runs before every ``open()`` of an input: a FIFO would block in ``open()``
+  and a device or socket never ends, so only a regular file is read (or ``/dev/stdin`` where a
+  caller takes a stream by design); ``read_bytes`` / ``read_text`` / ``open_binary`` check and
+  then read, and turn an OS error (EIO from ``/proc/self/mem``, EACCES) or bytes that are not
+  UTF-8 into one ``InputError`` line naming the file.
 
 - ``check_output`` runs before the work starts: the place must be writable (its nearest existing
   folder takes a probe file: a permission bit is not enough, ``/proc`` or a read-only mount refuse
@@ -17,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,6 +35,86 @@ from .errors import HisparseError
 
 class OutputError(HisparseError):
     """An output that cannot be written where it was asked for."""
+
+
+class InputError(HisparseError):
+    """An input file that cannot be read (missing, not a regular file, an OS error, not text)."""
+
+
+# Specials read by design where a caller allows a stream (``special_ok``): they never block in open().
+STREAM_INPUTS = frozenset({"/dev/stdin"})
+
+
+def why_os(exc: OSError) -> str:
+    """An OS error as the few words a user needs ("No space left on device")."""
+    return exc.strerror or str(exc)
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def check_input(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> None:
+    """Refuse, without opening it, an input that is not a readable regular file.
+
+    A FIFO blocks in ``open()`` until a writer comes, a device or socket may never end: all are
+    refused here from ``stat`` alone (which never blocks). ``special_ok`` lets the stream inputs
+    of ``STREAM_INPUTS`` through."""
+    name = f"{option} {path}" if option else str(path)
+    text = os.fspath(path)
+    if isinstance(text, bytes) or "\0" in text:
+        raise InputError(f"{name!r}: a file name cannot hold a NUL byte")
+    if text == "":
+        raise InputError(f"{option or 'input'}: empty path")
+    try:
+        st = os.stat(text)
+    except FileNotFoundError:
+        raise InputError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{name}: cannot read ({why_os(exc)})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{name}: is a folder; give a file")
+    if not stat.S_ISREG(st.st_mode):
+        if special_ok and text in STREAM_INPUTS:
+            return
+        raise InputError(f"{name}: is {_kind_of(st.st_mode)}, not a regular file; give a file")
+    if not os.access(text, os.R_OK):
+        raise InputError(f"{name}: cannot read (permission denied)")
+
+
+def open_binary(path: str | os.PathLike, *, option: str | None = None) -> IO[bytes]:
+    """``check_input``, then the file opened for binary reads (an OS error: one line)."""
+    check_input(path, option=option)
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except OSError as exc:
+        raise InputError(f"{f'{option} ' if option else ''}{path}: cannot read ({why_os(exc)})") from None
+
+
+def read_bytes(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> bytes:
+    """A whole input file's bytes, checked first; OS errors become one line naming the file."""
+    check_input(path, option=option, special_ok=special_ok)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise InputError(f"{f'{option} ' if option else ''}{path}: cannot read ({why_os(exc)})") from None
+
+
+def read_text(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> str:
+    """A whole input file as UTF-8 text; binary content is one line naming the file and byte."""
+    data = read_bytes(path, option=option, special_ok=special_ok)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{f'{option} ' if option else ''}{path}: not UTF-8 text (byte {exc.start}: "
+                         f"0x{data[exc.start]:02x}); give a text file") from None
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -57,16 +145,42 @@ def _probe(folder: Path) -> str | None:
 
 
 def check_output(path: str | os.PathLike, *, option: str = "--out", kind: str = "file",
-                 inputs: Iterable[str | os.PathLike] = ()) -> None:
+                 inputs: Iterable[str | os.PathLike] = (), files: Iterable[str] = ()) -> None:
     """Refuse, before any work, an output that cannot be written or that would replace an input.
 
-    ``kind`` is "file" (the path becomes a file) or "dir" (a folder the command fills)."""
-    target = Path(path)
+    ``kind`` is "file" (the path becomes a file) or "dir" (a folder the command fills with
+    ``files``, names inside it; one ending in "/" is a sub-folder). Each file the output will
+    hold is compared with every input, not only the output's own path: ``plan --model
+    OUT/plan.json --out OUT`` would overwrite its model. An OS error while checking (a name too
+    long, ENAMETOOLONG) is one line naming the option."""
     name = f"{option} {path}"
     if str(path) == "":
         raise OutputError(f"{option}: empty path")
+    if "\0" in str(path):
+        raise OutputError(f"{name!r}: a file name cannot hold a NUL byte")
+    try:
+        _check_output(Path(path), name, kind, [s for s in inputs if s is not None and str(s) != ""], tuple(files))
+    except OSError as exc:
+        raise OutputError(f"{name}: cannot write ({why_os(exc)})") from None
+
+
+def _within(inner: str | os.PathLike, folder: Path) -> bool:
+    """Whether existing ``inner`` lies inside ``folder`` (both resolved: links, ``..``)."""
+    try:
+        return Path(os.path.realpath(inner)).is_relative_to(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return False
+
+
+def _check_output(target: Path, name: str, kind: str, inputs: list, files: tuple[str, ...]) -> None:
+    for entry in files:
+        held = target / entry.rstrip("/")
+        for source in inputs:
+            if same_file(held, source) or (entry.endswith("/") and _within(source, held)):
+                raise OutputError(f"{name}: would write {held}, an input of this command ({source}); "
+                                  "give another folder")
     for source in inputs:
-        if source is not None and str(source) != "" and same_file(target, source):
+        if same_file(target, source):
             raise OutputError(f"{name}: is an input of this command; writing it would replace the input")
     if kind == "file" and target.is_dir():
         raise OutputError(f"{name}: is a folder; give a file name")

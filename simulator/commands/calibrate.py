@@ -46,7 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--comm-refit", metavar="CSV",
                    help="no GPU: fit the 'comm' section of OUT/<gpu>.json from a CSV benchmarks/comm.py wrote")
     c.set_defaults(run=run_calibrate)
-    declare_io(c, inputs=["comm_refit"], outputs=[Output("out", kind="dir")])
+    declare_io(c, inputs=["comm_refit"], outputs=[Output("out", kind="dir", files=calibrate_files)])
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
                        description="Run decode steps through real kernels and compare the measured step time "
@@ -66,7 +66,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--repredict", action="store_true",
                    help="no GPU: recompute the predictions in the stored validation files with the current fit")
     v.set_defaults(run=run_validate)
-    declare_io(v, outputs=[Output("out", kind="dir")])
+    declare_io(v, outputs=[Output("out", kind="dir", files=validate_files)])
+
+
+def calibrate_files(args: argparse.Namespace) -> tuple[str, ...]:
+    """Every file ``calibrate --out DIR`` may write there: the fit, the comm plot, the raw CSVs."""
+    from ..calibration.run import KERNEL_TABLES, OPTIONAL_STEP_TABLES, STEP_TABLES
+
+    gpu = args.gpu
+    tables = (*KERNEL_TABLES, *STEP_TABLES, *OPTIONAL_STEP_TABLES, "comm")
+    return (f"{gpu}.json", f"comm-{gpu}.png", *(f"{t}-{gpu}.csv" for t in tables))
+
+
+def validate_files(args: argparse.Namespace) -> tuple[str, ...]:
+    """Every file ``validate --out DIR`` may write there."""
+    return tuple(f"validation{loop}-{args.gpu}.{ext}" for loop in ("", "-layer") for ext in ("json", "png"))
 
 
 def _require_cupy(command: str, offline: str) -> None:

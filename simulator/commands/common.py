@@ -151,6 +151,9 @@ class Output:
     dest: str
     kind: str = "file"
     suffixes: tuple[str, ...] = ()
+    # a folder's files (names inside it; "parts/" a sub-folder), or a function of the arguments
+    # giving them: each is checked against every input, as the output itself is
+    files: tuple[str, ...] | Callable[[argparse.Namespace], Sequence[str]] = ()
 
     @property
     def option(self) -> str:
@@ -158,35 +161,61 @@ class Output:
 
 
 def declare_io(parser: argparse.ArgumentParser, *, inputs: Sequence[str] = (),
-               outputs: Sequence[Output] = ()) -> None:
+               outputs: Sequence[Output] = (), more_inputs: Callable[[argparse.Namespace], Any] | None = None) -> None:
     """Name the namespace fields that hold input paths (a path, a comma list or a list of them)
-    and the outputs; ``check_io`` tests them before the command runs."""
-    parser.set_defaults(_inputs=tuple(inputs), _outputs=tuple(outputs))
+    and the outputs; ``check_io`` tests them before the command runs. ``more_inputs(args)``
+    gives the (option, path) pairs of files the command reads that no option names as given
+    (a preset name's file, the traces a grid file names)."""
+    options = {a.dest: (a.option_strings[0] if a.option_strings else (a.metavar or a.dest.upper()))
+               for a in parser._actions}
+    parser.set_defaults(_inputs=tuple((dest, options.get(dest, "--" + dest.replace("_", "-"))) for dest in inputs),
+                        _outputs=tuple(outputs), _more_inputs=more_inputs)
 
 
-def _input_paths(args: argparse.Namespace) -> list[str]:
-    paths: list[str] = []
-    for dest in getattr(args, "_inputs", ()):
+def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(option, path) of every input path the user gave."""
+    paths: list[tuple[str, str]] = []
+    for dest, option in getattr(args, "_inputs", ()):
         value = getattr(args, dest, None)
         if value is None:
             continue
         items = value if isinstance(value, list | tuple) else str(value).split(",")
-        paths.extend(str(v) for v in items if str(v))
+        paths.extend((option, str(v)) for v in items if str(v))
     return paths
 
 
-def check_io(args: argparse.Namespace) -> None:
-    """Every declared output is writable, of the right kind and suffix, and no input (before
-    any work: a mistake costs nothing and overwrites nothing)."""
-    from ..fileio import OutputError, check_output
+def _exists(path: str) -> bool:
+    import os
 
-    inputs = _input_paths(args)
+    try:
+        os.lstat(path)
+    except (OSError, ValueError):  # missing, a name too long, a NUL byte: the command says what
+        return False
+    return True
+
+
+def check_io(args: argparse.Namespace) -> None:
+    """Every input that is a file is a regular one (a FIFO would block the first ``open()``);
+    every declared output is writable, of the right kind and suffix, and neither it nor any
+    file it will hold is an input (before any work: a mistake costs nothing and overwrites
+    nothing)."""
+    from ..fileio import OutputError, check_input, check_output
+
+    named = _input_paths(args)
+    more = getattr(args, "_more_inputs", None)
+    if more is not None:
+        named += [(option, str(path)) for option, path in more(args)]
+    for option, path in named:
+        if _exists(path):  # a missing one may be a preset name: the command says which it is
+            check_input(path, option=option)
+    inputs = [path for _, path in named]
     for out in getattr(args, "_outputs", ()):
         path = getattr(args, out.dest, None)
         if path is None:
             continue
         path = str(path)
-        check_output(path, option=out.option, kind=out.kind, inputs=inputs)
+        files = out.files(args) if callable(out.files) else out.files
+        check_output(path, option=out.option, kind=out.kind, inputs=inputs, files=files)
         if out.suffixes and not path.lower().endswith(out.suffixes):
             raise OutputError(f"{out.option} {path}: use a {' or '.join(out.suffixes)} file name")
 

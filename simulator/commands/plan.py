@@ -78,7 +78,55 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_plan_cmd)
     declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate"],
-               outputs=[Output("out", kind="dir")])
+               outputs=[Output("out", kind="dir", files=out_files)], more_inputs=read_files)
+
+
+PLAN_FILES = ("plan.csv", "plan.json", "throughput.png")
+VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
+
+
+def out_files(args: argparse.Namespace) -> tuple[str, ...]:
+    """The files ``--out DIR`` will hold."""
+    return VALIDATE_FILES if args.validate else PLAN_FILES
+
+
+# preset options and the kind of preset each names
+PRESET_OPTIONS = (("model", "--model", "models"), ("gpu", "--gpu", "gpus"), ("deployment", "--deployment", "deployments"),
+                  ("workload", "--workload", "workloads"), ("hisparse", "--hisparse-config", "hisparse"),
+                  ("calibration", "--calibration", "calibration"))
+
+
+def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(option, file) of each file behind a preset name or a published set (what the run reads
+    beside the paths given): checked against the outputs like any input. A name that does not
+    resolve is left to the run, which says what is wrong with it."""
+    import contextlib
+
+    from ..errors import HisparseError
+    from ..serving.presets import resolve
+
+    found: list[tuple[str, str]] = []
+    defaults = {dest: default for dest, _, default in PLAN_ONLY}
+    for dest, option, kind in PRESET_OPTIONS:
+        spec = getattr(args, dest) if getattr(args, dest) is not None else defaults.get(dest)
+        if isinstance(spec, str) and spec not in ("auto", "none", ""):
+            with contextlib.suppress(HisparseError, OSError, ValueError):
+                found.append((option, str(resolve(kind, spec))))
+    if args.validate:
+        from ..serving.published import load_published, published_names
+
+        for name in published_names() if args.validate == "all" else [args.validate]:
+            with contextlib.suppress(HisparseError, OSError, ValueError):
+                ps = load_published(name)
+                found.append(("--validate", ps.where))
+                for key, value in ps.scenario.items():
+                    kind = dict((d, k) for d, _, k in PRESET_OPTIONS).get(key)
+                    if key == "trace":
+                        found.append(("--validate", str(value)))
+                    elif kind and value not in ("auto", "none", ""):
+                        with contextlib.suppress(HisparseError, OSError, ValueError):
+                            found.append(("--validate", str(resolve(kind, value))))
+    return found
 
 
 SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment": "steady tok/s",

@@ -50,7 +50,34 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-points", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_sweep_cmd)
-    declare_io(p, inputs=["grid"], outputs=[Output("out", kind="dir")])
+    declare_io(p, inputs=["grid"], outputs=[Output("out", kind="dir", files=("results.parquet", "parts/"))],
+               more_inputs=grid_files)
+
+
+def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(where, file) of every file the grid's points read: its traces and, for a plan grid, the
+    files behind its preset names. A grid that does not load is left to the run (same error)."""
+    import contextlib
+
+    from ..errors import HisparseError
+    from ..serving.presets import resolve
+    from ..sweep.grid import load_grid
+
+    try:
+        grid = load_grid(args.grid)
+    except (HisparseError, OSError, ValueError):
+        return []
+    found: dict[str, str] = {}
+    for point in grid.points:
+        for key, value in point.items():
+            where = f"{args.grid}: {key} ="
+            if key == "trace" and isinstance(value, str):
+                found.setdefault(value, where)
+            elif grid.kind == "plan" and key in PRESET_KINDS and isinstance(value, str) \
+                    and value not in ("auto", "none", ""):
+                with contextlib.suppress(HisparseError, OSError, ValueError):
+                    found.setdefault(str(resolve(PRESET_KINDS[key], value)), where)
+    return [(where, path) for path, where in found.items()]
 
 
 def check_values(grid, path: str) -> None:
