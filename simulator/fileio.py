@@ -38,7 +38,17 @@ class OutputError(HisparseError):
 
 
 class InputError(HisparseError):
-    """An input file that cannot be read (missing, not a regular file, an OS error, not text)."""
+    """An input file that cannot be read (missing, not a regular file, an OS error, not text).
+
+    ``problem`` is the message without the file's name, for readers that name it their way."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.problem = problem
+        super().__init__(f"{name}: {problem}")
+
+
+def _name(path: str | os.PathLike, option: str | None) -> str:
+    return f"{option} {path}" if option else str(path)
 
 
 # Specials read by design where a caller allows a stream (``special_ok``): they never block in open().
@@ -66,26 +76,26 @@ def check_input(path: str | os.PathLike, *, option: str | None = None, special_o
     A FIFO blocks in ``open()`` until a writer comes, a device or socket may never end: all are
     refused here from ``stat`` alone (which never blocks). ``special_ok`` lets the stream inputs
     of ``STREAM_INPUTS`` through."""
-    name = f"{option} {path}" if option else str(path)
+    name = _name(path, option)
     text = os.fspath(path)
     if isinstance(text, bytes) or "\0" in text:
-        raise InputError(f"{name!r}: a file name cannot hold a NUL byte")
+        raise InputError(repr(name), "a file name cannot hold a NUL byte")
     if text == "":
-        raise InputError(f"{option or 'input'}: empty path")
+        raise InputError(option or "input", "empty path")
     try:
         st = os.stat(text)
     except FileNotFoundError:
-        raise InputError(f"{name}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{name}: cannot read ({why_os(exc)})") from None
+        raise InputError(name, "no such file") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(name, f"cannot read ({why_os(exc) if isinstance(exc, OSError) else exc})") from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{name}: is a folder; give a file")
+        raise InputError(name, "is a folder; give a file")
     if not stat.S_ISREG(st.st_mode):
         if special_ok and text in STREAM_INPUTS:
             return
-        raise InputError(f"{name}: is {_kind_of(st.st_mode)}, not a regular file; give a file")
+        raise InputError(name, f"is {_kind_of(st.st_mode)}, not a regular file; give a file")
     if not os.access(text, os.R_OK):
-        raise InputError(f"{name}: cannot read (permission denied)")
+        raise InputError(name, "cannot read (permission denied)")
 
 
 def open_binary(path: str | os.PathLike, *, option: str | None = None) -> IO[bytes]:
@@ -94,7 +104,7 @@ def open_binary(path: str | os.PathLike, *, option: str | None = None) -> IO[byt
     try:
         return open(path, "rb")  # noqa: SIM115 - the caller closes it
     except OSError as exc:
-        raise InputError(f"{f'{option} ' if option else ''}{path}: cannot read ({why_os(exc)})") from None
+        raise InputError(_name(path, option), f"cannot read ({why_os(exc)})") from None
 
 
 def read_bytes(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> bytes:
@@ -104,7 +114,7 @@ def read_bytes(path: str | os.PathLike, *, option: str | None = None, special_ok
         with open(path, "rb") as fh:
             return fh.read()
     except OSError as exc:
-        raise InputError(f"{f'{option} ' if option else ''}{path}: cannot read ({why_os(exc)})") from None
+        raise InputError(_name(path, option), f"cannot read ({why_os(exc)})") from None
 
 
 def read_text(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> str:
@@ -113,8 +123,8 @@ def read_text(path: str | os.PathLike, *, option: str | None = None, special_ok:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{f'{option} ' if option else ''}{path}: not UTF-8 text (byte {exc.start}: "
-                         f"0x{data[exc.start]:02x}); give a text file") from None
+        raise InputError(_name(path, option), f"not UTF-8 text (byte {exc.start}: 0x{data[exc.start]:02x}); "
+                         "give a text file") from None
 
 
 def _nearest_existing(path: Path) -> Path:

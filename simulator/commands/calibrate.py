@@ -103,13 +103,15 @@ def _require_cupy(command: str, offline: str) -> None:
 def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
     """A JSON object from a previous run, with ``keys``: errors name the file and the key."""
     from ..errors import HisparseError
+    from ..fileio import InputError, read_text
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise HisparseError(f"{path}: missing; {hint}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(read_text(path))  # checked first: a FIFO would block in open()
+    except InputError as exc:
+        if exc.problem == "no such file":
+            raise HisparseError(f"{path}: missing; {hint}") from None
+        raise HisparseError(f"{path}: not a readable JSON file ({exc.problem})") from None
+    except ValueError as exc:
         raise HisparseError(f"{path}: not a readable JSON file ({exc})") from None
     if not isinstance(data, dict):
         raise HisparseError(f"{path}: expected a JSON object, got {type(data).__name__}")

@@ -67,12 +67,13 @@ def resolve(kind: str, spec: str) -> Path:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    from ..fileio import read_text
+
+    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
     try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise HisparseError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def load(kind: str, spec: str | Mapping[str, Any], **overrides: Any):
@@ -140,11 +141,12 @@ def load_calibration(spec: str) -> Calibration:
     if path.suffix != ".json":
         return Calibration(str(path), build(CostParams, read_toml(path), str(path)))
     where = str(path)
+    from ..fileio import read_text
+
+    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise HisparseError(f"{where}: cannot read ({exc.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = json.loads(text)
+    except ValueError as exc:
         raise HisparseError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
         raise HisparseError(f"{where}: no 'params' object (write it with hisparse calibrate)")
