@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 
-from .common import Output, declare_io, positive_float, positive_int, seed_int
+from .common import Output, declare_io, file_name, positive_float, positive_int, seed_int
 
 TERMS = ("all", "kernels", "step", "moe-tp", "fused-moe-tp")
 LOOPS = ("both", "layer", "kernels")
@@ -30,7 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "'fused-moe-tp' = only the first / the second of those tables, refitting the "
                                    "step terms with the saved step CSVs. `hisparse plan` uses "
                                    "OUT/<gpu>.json for that GPU by default.")
-    c.add_argument("--gpu", default="h200", help="GPU preset the fit refines (default h200)")
+    c.add_argument("--gpu", type=file_name, default="h200",
+                   help="GPU preset the fit refines, a name: it names OUT/<gpu>.json (default h200)")
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
     c.add_argument("--terms", choices=TERMS, default="all",
                    help="term groups to measure (default all); the others are kept from OUT/<gpu>.json")
@@ -57,7 +58,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "layer_work + step_terms; 'kernels': issue 8's swap-in + attention loop, "
                                    "predicted by the serving cost model. Both check the swap-in kernel's misses "
                                    "against the replay engine. Writes OUT/validation[-layer]-<gpu>.json and plots.")
-    v.add_argument("--gpu", default="h200", help="GPU preset (default h200)")
+    v.add_argument("--gpu", type=file_name, default="h200",
+                   help="GPU preset, a name: it names the files in OUT (default h200)")
     v.add_argument("--out", default="calibration", metavar="DIR", help="folder of the fit and the results (default calibration)")
     v.add_argument("--loop", choices=LOOPS, default="both", help="which validation loop (default both)")
     v.add_argument("--steps", type=positive_int, default=60, help="decode steps per configuration (default 60)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,22 @@ nonneg_int = int_in(0, what="a non-negative integer (>= 0)")
 buffer_size = int_in(1, MAX_BUFFER, what=f"a buffer size from 1 to {MAX_BUFFER} slots")
 # Seeds go to numpy's generators (non-negative) and to compiled code as int64.
 seed_int = int_in(0, 2**63 - 1, what="a seed from 0 to 2**63 - 1")
+
+
+# A value that becomes part of a file name (``calibrate --gpu h200`` writes OUT/h200.json) is a
+# name, never a path: no "/" or "..", no NUL, a portable charset, a length every file system takes.
+NAME_MAX_CHARS = 64
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def file_name(text: str) -> str:
+    """An argparse type: a name that is safe as part of a file name inside an output folder."""
+    value = str(text)
+    if len(value) > NAME_MAX_CHARS or not _NAME.fullmatch(value) or ".." in value:
+        raise argparse.ArgumentTypeError(
+            f"expected a name (letters, digits and . _ + -, starting with a letter or digit, no '..', at most "
+            f"{NAME_MAX_CHARS} characters): it names files in the output folder; got {value[:80]!r}")
+    return value
 
 
 def positive_float(text: str) -> float:
@@ -154,6 +171,8 @@ class Output:
     # a folder's files (names inside it; "parts/" a sub-folder), or a function of the arguments
     # giving them: each is checked against every input, as the output itself is
     files: tuple[str, ...] | Callable[[argparse.Namespace], Sequence[str]] = ()
+    # a file output written as several files (one per k, a .partial beside each): their paths
+    expand: Callable[[argparse.Namespace], Sequence[str]] | None = None
 
     @property
     def option(self) -> str:
@@ -216,6 +235,9 @@ def check_io(args: argparse.Namespace) -> None:
         path = str(path)
         files = out.files(args) if callable(out.files) else out.files
         check_output(path, option=out.option, kind=out.kind, inputs=inputs, files=files)
+        for written in out.expand(args) if out.expand else ():
+            if str(written) != path:
+                check_output(str(written), option=out.option, kind=out.kind, inputs=inputs)
         if out.suffixes and not path.lower().endswith(out.suffixes):
             raise OutputError(f"{out.option} {path}: use a {' or '.join(out.suffixes)} file name")
 

@@ -42,7 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                      help="steps per chunk and per checkpoint (default 64)")
     rec.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     rec.set_defaults(run=run_record)
-    declare_io(rec, inputs=["model", "text"], outputs=[Output("out", suffixes=(".hst",))])
+    declare_io(rec, inputs=["model", "text"], outputs=[Output("out", suffixes=(".hst",), expand=record_files)])
 
     fit = sub.add_parser(
         "fit", help="fit the synthetic generator's knobs to a trace",
@@ -83,7 +83,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     declare_io(fit, inputs=["trace", "targets"], outputs=[Output("out", suffixes=(".toml",))])
 
 
+def record_files(args: argparse.Namespace) -> list[str]:
+    """Every file a recording writes: one per k, a .partial beside each, the first one's .ckpt."""
+    from ..record.recorder import output_paths
+
+    paths = output_paths(args.out, tuple(args.topk))
+    return [str(p) for p in paths] + [f"{p}.partial" for p in paths] + [f"{paths[0]}.ckpt"]
+
+
 def run_record(args: argparse.Namespace) -> int:
+    from ..extras import require
+
+    require("record", "hisparse trace record")  # before any work: say which extra to install
     from ..record.recorder import RecordSpec, record
 
     spec = RecordSpec(model=args.model, texts=tuple(t for t in args.text.split(",") if t),

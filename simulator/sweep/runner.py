@@ -62,10 +62,10 @@ def _quiet_token_notice() -> Iterator[None]:
 
 
 def _on_ray(kind: str, todo: list[dict], address: str | None, workers: int) -> Iterator[tuple[dict, dict]]:
-    try:
-        import ray
-    except ImportError:
-        raise HisparseError("Ray is not installed: pip install 'hisparse-sim[sweep]' (or use --no-ray)") from None
+    from ..extras import require
+
+    require("sweep", "hisparse sweep (without --no-ray)")
+    import ray
     started_here = not ray.is_initialized()
     if started_here:
         if address:
