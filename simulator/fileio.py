@@ -15,7 +15,10 @@ Every command that reads or writes goes through here, so one set of rules holds 
   file, and no output may be one of the command's inputs (an atomic rename would replace it).
 - ``atomic_output`` writes a temp file beside the target and renames it on success; on any error,
   Ctrl-C or SIGTERM (the CLI turns it into KeyboardInterrupt) the temp file is removed.
-- A temp file is named ``.<target>.<pid>.<random>.tmp``. A run killed outright (SIGKILL) leaves
+- ``folder_output`` stages a folder output (``plan --out DIR``) in a temp folder beside it and
+  swaps its files in as one set with SIGINT/SIGTERM deferred: an interrupted run leaves the
+  earlier run's folder as it was, never a new file beside an old plot.
+- A temp file (or folder) is named ``.<target>.<pid>.<random>.tmp``. A run killed outright (SIGKILL) leaves
   one behind; the next write of the same target removes those whose process is gone.
 """
 
@@ -24,8 +27,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import signal
 import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -298,3 +304,70 @@ def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+# -- folder outputs: replaced as a whole or not at all ------------------------------------------
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM wait (blocked, then delivered) while a commit runs: a commit is a few
+    renames, and stopping half-way would leave a folder holding two runs' files."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _stale_folders(target: Path) -> list[Path]:
+    return [p for p in stale_temps(target) if p.is_dir() and not p.is_symlink()]
+
+
+@contextlib.contextmanager
+def folder_output(path: str | os.PathLike, files: Iterable[str]) -> Iterator[Path]:
+    """Yield a temp folder beside ``path`` to write the output folder's ``files`` into; on a clean
+    exit they replace the folder's files as one set, else the folder is left as it was.
+
+    A new folder is the temp folder renamed into place. An existing one keeps every entry that is
+    not one of ``files`` (a user's notes, an input of the run): each new file is renamed over its
+    old version and a declared file the run did not write is removed (it belonged to the earlier
+    run), all with SIGINT/SIGTERM deferred, so an interrupt lands before the commit (the folder
+    unchanged, the temp folder removed) or after it. Temp folders of killed writers are removed."""
+    target = Path(os.path.realpath(path))
+    names = tuple(files)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in _stale_folders(target):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({why_os(exc)})") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    try:
+        yield tmp
+        with _signals_deferred():
+            _commit(tmp, target, names, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _commit(tmp: Path, target: Path, names: tuple[str, ...], shown: str | os.PathLike) -> None:
+    try:
+        if not target.exists():
+            os.rename(tmp, target)
+            return
+        for name in names:
+            new, old = tmp / name, target / name
+            if new.exists():
+                os.replace(new, old)
+            elif old.is_file() or old.is_symlink():
+                old.unlink()
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot write ({why_os(exc)})") from None

@@ -334,19 +334,21 @@ def _print_report(sc, plan, rows: list[dict], rec: dict) -> None:
 
 
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
+    """plan.csv, plan.json and throughput.png, swapped into ``out`` as one set (an interrupted
+    run leaves an earlier run's three files as they were)."""
     import pandas as pd
 
-    from ..fileio import atomic_output
+    from ..fileio import atomic_output, folder_output
 
-    os.makedirs(out, exist_ok=True)
     df = pd.DataFrame(rows)
-    with atomic_output(os.path.join(out, "plan.csv")) as fh:
-        fh.write(df.to_csv(index=False).encode())
-    with atomic_output(os.path.join(out, "plan.json")) as fh:
-        fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
-    from ..serving.plots import plot_throughput
+    with folder_output(out, PLAN_FILES) as staged:
+        with atomic_output(staged / "plan.csv") as fh:
+            fh.write(df.to_csv(index=False).encode())
+        with atomic_output(staged / "plan.json") as fh:
+            fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+        from ..serving.plots import plot_throughput
 
-    plot_throughput(df, os.path.join(out, "throughput.png"), recommendation=rec)
+        plot_throughput(df, str(staged / "throughput.png"), recommendation=rec)
 
 
 # -- validation against published runs ------------------------------------------------------------
@@ -368,19 +370,19 @@ def _run_validate(args: argparse.Namespace) -> int:
         rows += set_rows
         per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
     report = json_safe({"sets": per_set, "all": summary(rows), "rows": rows})  # NaN -> null; notes say why
-    if args.out:
+    if args.out:  # the three files swapped into --out as one set (fileio.folder_output)
         import pandas as pd
 
-        from ..fileio import atomic_output
+        from ..fileio import atomic_output, folder_output
 
-        os.makedirs(args.out, exist_ok=True)
-        with atomic_output(os.path.join(args.out, "validation.csv")) as fh:
-            fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
-        with atomic_output(os.path.join(args.out, "validation.json")) as fh:
-            fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
-        from ..serving.plots import plot_validation
+        with folder_output(args.out, VALIDATE_FILES) as staged:
+            with atomic_output(staged / "validation.csv") as fh:
+                fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
+            with atomic_output(staged / "validation.json") as fh:
+                fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+            from ..serving.plots import plot_validation
 
-        plot_validation(rows, os.path.join(args.out, "validation.png"))
+            plot_validation(rows, str(staged / "validation.png"))
     if args.json:
         print_json(report)
         return 0
