@@ -68,14 +68,21 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so every ``finally`` and temp-file cleanup runs."""
 
 
+# Set when SIGTERM arrived: compiled code that checks for signals (Ray's ray.wait) may turn the
+# handler's _Terminated into a plain KeyboardInterrupt, and the exit status must still be 143.
+_TERMINATED = threading.Event()
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """While a command runs, SIGTERM unwinds like SIGINT (``kill``, a job scheduler, a timeout)."""
+    _TERMINATED.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def raise_terminated(signum, frame):
+        _TERMINATED.set()
         raise _Terminated
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
@@ -123,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         print("hisparse: interrupted", file=sys.stderr)
-        return 143 if isinstance(exc, _Terminated) else 130
+        return 143 if isinstance(exc, _Terminated) or _TERMINATED.is_set() else 130
     except BrokenPipeError:
         return 0
     except OSError as exc:  # a reader or writer the checks could not foresee (EIO, ENOSPC): one line

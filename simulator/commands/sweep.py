@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from ..sweep.address import parse_address
 from .common import Output, buffer_size, declare_io, positive_float, positive_int, seed_int
 
 # The value each grid option takes (types are checked on loading; these are the ranges), the same
@@ -40,7 +41,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "Grid keys (the options of hisparse replay / hisparse plan):\n" + _grid_keys())
     p.add_argument("grid", metavar="GRID.toml", help="grid file")
     p.add_argument("--out", default="sweep-out", metavar="DIR", help="output folder (default sweep-out)")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
+    p.add_argument("--address", type=parse_address, default=None,
+                   help="Ray cluster address: host:port (the head's GCS), ray://host[:port], or auto; it must "
+                        "answer within HISPARSE_RAY_TIMEOUT seconds, 15 unless set (default: start a local instance)")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 2,
                    help="CPUs of the local Ray instance (default: this machine's cores)")
     p.add_argument("--resume", action="store_true", help="skip points already finished in --out")
