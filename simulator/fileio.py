@@ -181,11 +181,23 @@ def check_output(path: str | os.PathLike, *, option: str = "--out", kind: str = 
 
 
 def _within(inner: str | os.PathLike, folder: Path) -> bool:
-    """Whether existing ``inner`` lies inside ``folder`` (both resolved: links, ``..``)."""
+    """Whether existing ``inner`` lies inside ``folder``: by its resolved path (symbolic links,
+    ``..``) or as a hard link of a file there (the same inode under another name)."""
     try:
-        return Path(os.path.realpath(inner)).is_relative_to(os.path.realpath(folder))
+        if Path(os.path.realpath(inner)).is_relative_to(os.path.realpath(folder)):
+            return True
+        st = os.stat(inner)
     except (OSError, ValueError):
         return False
+    if not folder.is_dir() or st.st_nlink < 2:  # a file with one name has it outside the folder
+        return False
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                other = os.lstat(os.path.join(root, name))
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    return True
+    return False
 
 
 def _check_output(target: Path, name: str, kind: str, inputs: list, files: tuple[str, ...]) -> None:
