@@ -324,16 +324,26 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM wait (blocked, then delivered) while a commit runs: a commit is a few
-    renames, and stopping half-way would leave a folder holding two runs' files."""
+    """SIGINT and SIGTERM wait while a commit runs (a few renames: stopping half-way would leave
+    a folder holding two runs' files), then take effect. Python runs signal handlers in the main
+    thread whichever thread the kernel picked, so holding them here works in a threaded process
+    where a signal mask (per thread) would not."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in _SIGNALS}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    for signum in dict.fromkeys(caught):
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, None)
+        elif handler != signal.SIG_IGN:
+            signal.raise_signal(signum)
 
 
 def _stale_folders(target: Path) -> list[Path]:
