@@ -158,14 +158,18 @@ class TraceWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = None
             self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._closed = False
         meta = json.dumps(self.meta.to_json(), sort_keys=True).encode()
         head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(meta)) + meta
-        self._put(head + _U32.pack(zlib.crc32(head[8:])))
+        try:
+            self._put(head + _U32.pack(zlib.crc32(head[8:])))
+        except BaseException:  # no ``with`` block yet to drop the temp file
+            self.abort()
+            raise
         self._chunks: list[ChunkInfo] = []
         self._next_step: dict[StreamKey, int] = {}
         self._last_ctx: dict[StreamKey, int] = {}
         self._pending: dict[StreamKey, tuple[int, list[tuple[int, np.ndarray]]]] = {}
-        self._closed = False
 
     def _put(self, data: bytes) -> None:
         """Write to the file; an OS error (disk full, quota) is one line naming the trace (the
