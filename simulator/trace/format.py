@@ -461,13 +461,14 @@ class TraceReader:
 
         Payloads are read with ordinary reads, never mapped: a file truncated while mapped
         faults (SIGBUS) on the next page touched, while a short read here is a TraceError
-        naming the chunk. ``views`` (kept for callers) changes nothing now; BENCHMARKS.md
-        "Trace reading without mmap" has the cost."""
+        naming the chunk. ``views``: payloads as read-only views of one buffer per stream,
+        reused for a later stream once no view of it is left (``_buffer``): no fresh memory
+        for the kernel to zero on every stream (BENCHMARKS.md "Trace reading without mmap")."""
         key = StreamKey(*key)
         if key not in self._streams:
             raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
         fail = dict(path=self.path, request=key.request, layer=key.layer)
-        out = []
+        heads = []
         try:
             for c in self._streams[key]:
                 self._fh.seek(c.offset)
@@ -477,8 +478,19 @@ class TraceReader:
                 if info != c:  # the index and the chunk's own header must tell the same story
                     raise TraceError(f"corrupt chunk header at step {c.first_step} (disagrees with the index)",
                                      **fail)
-                payload = self._fh.read(plen)
-                if len(payload) != plen:  # the file shrank since it was opened, or lies about its size
+                heads.append((c, plen, crc))
+            view = self._buffer(sum(plen for _, plen, _ in heads)) if views else None
+            out, pos = [], 0
+            for c, plen, crc in heads:
+                self._fh.seek(c.offset + self._chunk_struct.size)
+                if view is not None:
+                    got = self._fh.readinto(view[pos:pos + plen])
+                    payload = view[pos:pos + plen].toreadonly()
+                    pos += plen
+                else:
+                    payload = self._fh.read(plen)
+                    got = len(payload)
+                if got != plen:  # the file shrank since it was opened, or lies about its size
                     raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
                 if zlib.crc32(payload) != crc:
                     raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
@@ -487,11 +499,30 @@ class TraceReader:
             raise TraceError(f"cannot read trace ({why_os(exc)})", **fail) from None
         return out
 
+    _POOL = 4  # buffers kept for reuse: the streams a replay has in flight (read ahead, replaying)
+
+    def _buffer(self, size: int) -> memoryview:
+        """A writable view of ``size`` bytes in a buffer no earlier payload view still uses."""
+        pool = self.__dict__.setdefault("_pool", [])
+        for buf in pool:
+            try:  # resizing a bytearray that is still viewed raises BufferError: in use
+                buf.append(0)
+                buf.pop()
+            except BufferError:
+                continue
+            if len(buf) < size:
+                buf.extend(bytes(size - len(buf)))
+            return memoryview(buf)[:size]
+        buf = bytearray(size)
+        if len(pool) < self._POOL:
+            pool.append(buf)
+        return memoryview(buf)
+
     def coded_chunks(self, key: StreamKey | tuple[int, int]) -> list[CodedChunk]:
         """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
         that lets a consumer skip materialising rows). File reads happen here, in the caller's
         thread; ``CodedChunk.coded`` may then run in any thread."""
-        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key)]
+        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key, views=True)]
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""
@@ -522,6 +553,7 @@ class TraceReader:
 
     def close(self) -> None:
         self._fh.close()
+        self.__dict__.pop("_pool", None)  # buffers still viewed live on with their views
 
     def __enter__(self) -> TraceReader:
         return self
