@@ -219,3 +219,25 @@ def test_sigterm_to_a_ray_sweep_says_interrupted_and_exits_143(tmp_path):
     assert proc.returncode == 143, err[-3000:]
     assert err.strip().splitlines()[-1] == "hisparse: interrupted"
     assert not [p for p in (out / "parts").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_validate_repredict_interrupted_leaves_the_earlier_pair(tmp_path, monkeypatch, capsys):
+    """validate writes its report and plot as one pair: Ctrl-C after the plot is staged (before
+    the commit) leaves the earlier report and plot as they were, and says interrupted."""
+    import shutil
+
+    import simulator.calibration.report as report
+    from tests.fuzzing import run_cli
+
+    for name in ("h200.json", "validation-h200.json", "validation-h200.png"):
+        shutil.copy(ROOT / "calibration" / name, tmp_path / name)
+    before = _state(tmp_path)
+
+    def plot_then_stop(rep, path):
+        Path(path).write_bytes(b"png")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "plot_validation", plot_then_stop)
+    code, _, err = run_cli(["validate", "--repredict", "--loop", "kernels", "--out", str(tmp_path)], capsys)
+    assert code == 130 and err.strip().endswith("hisparse: interrupted")
+    assert _state(tmp_path) == before and _temps(tmp_path) == []

@@ -404,9 +404,9 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
 
 def _save_validation(args: argparse.Namespace, calibration: str, path: str, configs: list, keys: tuple,
                      plot, png: str, extra: dict | None = None) -> None:
-    """Either loop's report (summary, targets, configurations) written at once, plotted and its
-    headline printed."""
-    from ..fileio import atomic_output
+    """Either loop's report (summary, targets, configurations) and its plot, swapped into OUT as
+    one pair (an interrupted run leaves the earlier pair), and its headline printed."""
+    from ..fileio import atomic_output, folder_output
 
     med, p90 = _summary(configs, keys)
     report = {"gpu": args.gpu, "calibration": calibration, **(extra or {}),
@@ -414,7 +414,9 @@ def _save_validation(args: argparse.Namespace, calibration: str, path: str, conf
               "step_time_median_abs_err": med, "step_time_p90_abs_err": p90,
               "targets": {"misses_exact": True, "step_time_median_abs_err": 0.10, "step_time_p90_abs_err": 0.20},
               "configs": configs}
-    with atomic_output(path) as fh:
-        fh.write(json.dumps(report, indent=1).encode())
-    plot(report, os.path.join(args.out, png))
+    name = os.path.basename(path)
+    with folder_output(args.out, (name, png)) as staged:
+        with atomic_output(staged / name) as fh:
+            fh.write(json.dumps(report, indent=1).encode())
+        plot(report, str(staged / png))
     print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))
