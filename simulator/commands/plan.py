@@ -112,6 +112,14 @@ def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
         if isinstance(spec, str) and spec not in ("auto", "none", ""):
             with contextlib.suppress(HisparseError, OSError, ValueError):
                 found.append((option, str(resolve(kind, spec))))
+    with contextlib.suppress(HisparseError, OSError, ValueError):  # the deployment's GPU, its calibration
+        from ..serving import presets as P
+
+        dep = P.load("deployments", args.deployment or defaults["deployment"])
+        gpu = P.load("gpus", args.gpu or dep.gpu)
+        found.append(("--deployment", gpu.where))
+        if (args.calibration or "auto") == "auto" and P._calibration_path(gpu) is not None:
+            found.append(("--calibration", str(P._calibration_path(gpu))))
     if args.validate:
         from ..serving.published import load_published, published_names
 
