@@ -114,8 +114,18 @@ def open_binary(path: str | os.PathLike, *, option: str | None = None) -> IO[byt
 
 
 def read_bytes(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> bytes:
-    """A whole input file's bytes, checked first; OS errors become one line naming the file."""
+    """A whole input file's bytes, checked first; OS errors become one line naming the file.
+
+    ``/dev/stdin`` (with ``special_ok``) is read from the open descriptor 0, never reopened: a
+    pipe whose writer has finished would block a new ``open()`` until another writer comes."""
     check_input(path, option=option, special_ok=special_ok)
+    if special_ok and os.fspath(path) in STREAM_INPUTS:
+        import sys
+
+        try:
+            return sys.stdin.buffer.read()
+        except (OSError, AttributeError, ValueError) as exc:
+            raise InputError(_name(path, option), f"cannot read ({exc})") from None
     try:
         with open(path, "rb") as fh:
             return fh.read()

@@ -229,3 +229,22 @@ def test_a_remote_ray_that_does_not_answer_is_one_line_within_the_bound(tmp_path
                        {"refuses": "cannot connect", "silent": "no answer within 2 s", "not ray": "does not answer"}[end])
     assert took < 30, took
     assert not (tmp_path / "o").exists()
+
+
+def test_dev_stdin_is_read_from_descriptor_0_where_a_stream_is_taken(tmp_path):
+    """/dev/stdin, where allowed by design (record --text), is read without a new open(): a
+    finished pipe's writer is gone, and reopening it would block."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("from simulator.fileio import read_bytes, InputError\n"
+            "print(read_bytes('/dev/stdin', option='--text', special_ok=True))\n"
+            "try:\n    read_bytes('/dev/stdin', option='--model')\nexcept InputError as exc:\n    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, input=b"some words", capture_output=True,
+                          timeout=60)
+    lines = proc.stdout.decode().splitlines()
+    assert proc.returncode == 0, proc.stderr
+    assert lines[0] == "b'some words'"
+    assert lines[1].startswith("--model /dev/stdin: is ") and "not a regular file" in lines[1]

@@ -180,15 +180,18 @@ class Output:
 
 
 def declare_io(parser: argparse.ArgumentParser, *, inputs: Sequence[str] = (),
-               outputs: Sequence[Output] = (), more_inputs: Callable[[argparse.Namespace], Any] | None = None) -> None:
+               outputs: Sequence[Output] = (), more_inputs: Callable[[argparse.Namespace], Any] | None = None,
+               streams: Sequence[str] = ()) -> None:
     """Name the namespace fields that hold input paths (a path, a comma list or a list of them)
     and the outputs; ``check_io`` tests them before the command runs. ``more_inputs(args)``
     gives the (option, path) pairs of files the command reads that no option names as given
-    (a preset name's file, the traces a grid file names)."""
+    (a preset name's file, the traces a grid file names). ``streams``: the input fields that
+    take /dev/stdin by design (read whole from descriptor 0)."""
     options = {a.dest: (a.option_strings[0] if a.option_strings else (a.metavar or a.dest.upper()))
                for a in parser._actions}
     parser.set_defaults(_inputs=tuple((dest, options.get(dest, "--" + dest.replace("_", "-"))) for dest in inputs),
-                        _outputs=tuple(outputs), _more_inputs=more_inputs)
+                        _outputs=tuple(outputs), _more_inputs=more_inputs,
+                        _streams=tuple(options.get(d, d) for d in streams))
 
 
 def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -224,9 +227,10 @@ def check_io(args: argparse.Namespace) -> None:
     more = getattr(args, "_more_inputs", None)
     if more is not None:
         named += [(option, str(path)) for option, path in more(args)]
+    streams = getattr(args, "_streams", ())
     for option, path in named:
         if _exists(path):  # a missing one may be a preset name: the command says which it is
-            check_input(path, option=option)
+            check_input(path, option=option, special_ok=option in streams)
     inputs = [path for _, path in named]
     for out in getattr(args, "_outputs", ()):
         path = getattr(args, out.dest, None)

@@ -92,7 +92,7 @@ def _check(spec: RecordSpec) -> None:
 def _read_texts(texts: tuple[str, ...]) -> tuple[str, list[dict]]:
     parts, info = [], []
     for t in texts:
-        data = read_bytes(t, option="--text")  # checked first: a FIFO would block in open()
+        data = read_bytes(t, option="--text", special_ok=True)  # checked first; /dev/stdin by design
         parts.append(data.decode("utf-8", errors="replace"))
         info.append({"file": Path(t).name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     return "\n\n".join(parts), info
