@@ -106,7 +106,7 @@ def test_a_special_file_as_any_input_is_refused_without_blocking(tmp_path, speci
     prop()
 
 
-@pytest.mark.parametrize("where", ["grid trace", "npy trace", "previous fit", "stored validation"])
+@pytest.mark.parametrize("where", ["grid trace", "npy trace", "previous fit", "stored validation", "refit csv"])
 def test_special_files_read_from_inside_other_inputs_or_folders(tmp_path, specials, trace, capsys, where):
     """Files no option names directly: a grid's trace, OUT/<gpu>.json of calibrate --refit."""
     fifo = specials["fifo"]
@@ -121,13 +121,16 @@ def test_special_files_read_from_inside_other_inputs_or_folders(tmp_path, specia
     else:
         out = tmp_path / "cal"
         out.mkdir()
-        name = "h200.json" if where == "previous fit" else "validation-h200.json"
-        if where == "stored validation":
+        name = {"previous fit": "h200.json", "stored validation": "validation-h200.json",
+                "refit csv": "attention-h200.csv"}[where]
+        if where != "previous fit":
             (out / "h200.json").write_bytes(open("calibration/h200.json", "rb").read())
+        if where == "refit csv":
+            (out / "swap_in-h200.csv").write_bytes(open("calibration/swap_in-h200.csv", "rb").read())
         fifo = out / name
         os.mkfifo(fifo)
-        argv = ["calibrate", "--refit", "--out", str(out)] if where == "previous fit" else \
-            ["validate", "--repredict", "--loop", "kernels", "--out", str(out)]
+        argv = ["validate", "--repredict", "--loop", "kernels", "--out", str(out)] if where == "stored validation" \
+            else ["calibrate", "--refit", "--out", str(out)]
     with deadline(60):
         code, _, err = run_cli(argv, capsys)
     assert_clean_error(code, err, str(fifo), "named pipe")

@@ -147,12 +147,14 @@ def _read_tables(out: str, gpu: str, names) -> dict:
     import pandas as pd
 
     from ..errors import HisparseError
+    from ..fileio import check_input
 
     tables = {}
     for name in names:
         path = _csv(out, name, gpu)
         if not os.path.exists(path):
             raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
+        check_input(path)  # a FIFO would block pandas' open()
         try:
             tables[name] = pd.read_csv(path)
         except (ValueError, OSError) as exc:
