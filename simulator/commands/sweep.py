@@ -71,13 +71,16 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     except (HisparseError, OSError, ValueError):
         return []
     found: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
     for point in grid.points:
         for key, value in point.items():
+            if not isinstance(value, str) or (key, value) in seen:
+                continue
+            seen.add((key, value))
             where = f"{args.grid}: {key} ="
-            if key == "trace" and isinstance(value, str):
+            if key == "trace":
                 found.setdefault(value, where)
-            elif grid.kind == "plan" and key in PRESET_KINDS and isinstance(value, str) \
-                    and value not in ("auto", "none", ""):
+            elif grid.kind == "plan" and key in PRESET_KINDS and value not in ("auto", "none", ""):
                 with contextlib.suppress(HisparseError, OSError, ValueError):
                     found.setdefault(str(resolve(PRESET_KINDS[key], value)), where)
     return [(where, path) for path, where in found.items()]
