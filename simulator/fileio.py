@@ -8,18 +8,19 @@ Every command that reads or writes goes through here, so one set of rules holds 
   caller takes a stream by design); ``read_bytes`` / ``read_text`` / ``open_binary`` check and
   then read, and turn an OS error (EIO from ``/proc/self/mem``, EACCES) or bytes that are not
   UTF-8 into one ``InputError`` line naming the file.
-
 - ``check_output`` runs before the work starts: the place must be writable (its nearest existing
   folder takes a probe file: a permission bit is not enough, ``/proc`` or a read-only mount refuse
   even root), a file output must not be an existing folder and a folder output not an existing
-  file, and no output may be one of the command's inputs (an atomic rename would replace it).
+  file, and no output, nor any file a folder output declares it will hold, may be one of the
+  command's inputs (an atomic rename would replace it).
 - ``atomic_output`` writes a temp file beside the target and renames it on success; on any error,
   Ctrl-C or SIGTERM (the CLI turns it into KeyboardInterrupt) the temp file is removed.
 - ``folder_output`` stages a folder output (``plan --out DIR``) in a temp folder beside it and
   swaps its files in as one set with SIGINT/SIGTERM deferred: an interrupted run leaves the
   earlier run's folder as it was, never a new file beside an old plot.
-- A temp file (or folder) is named ``.<target>.<pid>.<random>.tmp``. A run killed outright (SIGKILL) leaves
-  one behind; the next write of the same target removes those whose process is gone.
+- A temp file (or folder) is named ``.<target>.<pid>.<random>.tmp``. A run killed outright
+  (SIGKILL) leaves one behind; the next write of the same target removes those whose process
+  is gone.
 """
 
 from __future__ import annotations
