@@ -69,14 +69,21 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so every ``finally`` and temp-file cleanup runs."""
 
 
+# Set when SIGTERM arrived: compiled code that checks for signals (Ray's ray.wait) may turn the
+# handler's _Terminated into a plain KeyboardInterrupt, and the exit status must still be 143.
+_TERMINATED = threading.Event()
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """While a command runs, SIGTERM unwinds like SIGINT (``kill``, a job scheduler, a timeout)."""
+    _TERMINATED.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def raise_terminated(signum, frame):
+        _TERMINATED.set()
         raise _Terminated
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
@@ -124,9 +131,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         print("hisparse: interrupted", file=sys.stderr)
-        return 143 if isinstance(exc, _Terminated) else 130
+        return 143 if isinstance(exc, _Terminated) or _TERMINATED.is_set() else 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a reader or writer the checks could not foresee (EIO, ENOSPC): one line
+        print(f"hisparse: error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:
+        print(f"hisparse: error: an input is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
+        return 2
+
+
+def _os_error_line(exc: OSError) -> str:
+    """An OSError as one line naming its file(s), as the readers' own errors do."""
+    from .fileio import why_os
+
+    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+    return f"{' -> '.join(names)}: {why_os(exc)}" if names else why_os(exc)
 
 
 if __name__ == "__main__":

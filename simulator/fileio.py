@@ -1,15 +1,26 @@
-"""Output files, checked before any work and written atomically.
+"""Input and output files: inputs checked before they are opened, outputs checked before any
+work and written atomically.
 
-Every command that writes goes through here, so one set of rules holds for all of them:
+Every command that reads or writes goes through here, so one set of rules holds for all of them:
 
+- ``check_input`` runs before every ``open()`` of an input: a FIFO would block in ``open()``
+  and a device or socket never ends, so only a regular file is read (or ``/dev/stdin`` where a
+  caller takes a stream by design); ``read_bytes`` / ``read_text`` / ``open_binary`` check and
+  then read, and turn an OS error (EIO from ``/proc/self/mem``, EACCES) or bytes that are not
+  UTF-8 into one ``InputError`` line naming the file.
 - ``check_output`` runs before the work starts: the place must be writable (its nearest existing
   folder takes a probe file: a permission bit is not enough, ``/proc`` or a read-only mount refuse
   even root), a file output must not be an existing folder and a folder output not an existing
-  file, and no output may be one of the command's inputs (an atomic rename would replace it).
+  file, and no output, nor any file a folder output declares it will hold, may be one of the
+  command's inputs (an atomic rename would replace it).
 - ``atomic_output`` writes a temp file beside the target and renames it on success; on any error,
   Ctrl-C or SIGTERM (the CLI turns it into KeyboardInterrupt) the temp file is removed.
-- A temp file is named ``.<target>.<pid>.<random>.tmp``. A run killed outright (SIGKILL) leaves
-  one behind; the next write of the same target removes those whose process is gone.
+- ``folder_output`` stages a folder output (``plan --out DIR``) in a temp folder beside it and
+  swaps its files in as one set with SIGINT/SIGTERM deferred: an interrupted run leaves the
+  earlier run's folder as it was, never a new file beside an old plot.
+- A temp file (or folder) is named ``.<target>.<pid>.<random>.tmp``. A run killed outright
+  (SIGKILL) leaves one behind; the next write of the same target removes those whose process
+  is gone.
 """
 
 from __future__ import annotations
@@ -17,7 +28,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import signal
+import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -27,6 +42,106 @@ from .errors import HisparseError
 
 class OutputError(HisparseError):
     """An output that cannot be written where it was asked for."""
+
+
+class InputError(HisparseError):
+    """An input file that cannot be read (missing, not a regular file, an OS error, not text).
+
+    ``problem`` is the message without the file's name, for readers that name it their way."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.problem = problem
+        super().__init__(f"{name}: {problem}")
+
+
+def _name(path: str | os.PathLike, option: str | None) -> str:
+    return f"{option} {path}" if option else str(path)
+
+
+# Specials read by design where a caller allows a stream (``special_ok``): they never block in open().
+STREAM_INPUTS = frozenset({"/dev/stdin"})
+
+
+def why_os(exc: OSError) -> str:
+    """An OS error as the few words a user needs ("No space left on device")."""
+    return exc.strerror or str(exc)
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def check_input(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> None:
+    """Refuse, without opening it, an input that is not a readable regular file.
+
+    A FIFO blocks in ``open()`` until a writer comes, a device or socket may never end: all are
+    refused here from ``stat`` alone (which never blocks). ``special_ok`` lets the stream inputs
+    of ``STREAM_INPUTS`` through."""
+    name = _name(path, option)
+    text = os.fspath(path)
+    if isinstance(text, bytes) or "\0" in text:
+        raise InputError(repr(name), "a file name cannot hold a NUL byte")
+    if text == "":
+        raise InputError(option or "input", "empty path")
+    try:
+        st = os.stat(text)
+    except FileNotFoundError:
+        raise InputError(name, "no such file") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(name, f"cannot read ({why_os(exc) if isinstance(exc, OSError) else exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(name, "is a folder; give a file")
+    if not stat.S_ISREG(st.st_mode):
+        if special_ok and text in STREAM_INPUTS:
+            return
+        raise InputError(name, f"is {_kind_of(st.st_mode)}, not a regular file; give a file")
+    if not os.access(text, os.R_OK):
+        raise InputError(name, "cannot read (permission denied)")
+
+
+def open_binary(path: str | os.PathLike, *, option: str | None = None) -> IO[bytes]:
+    """``check_input``, then the file opened for binary reads (an OS error: one line)."""
+    check_input(path, option=option)
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except OSError as exc:
+        raise InputError(_name(path, option), f"cannot read ({why_os(exc)})") from None
+
+
+def read_bytes(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> bytes:
+    """A whole input file's bytes, checked first; OS errors become one line naming the file.
+
+    ``/dev/stdin`` (with ``special_ok``) is read from the open descriptor 0, never reopened: a
+    pipe whose writer has finished would block a new ``open()`` until another writer comes."""
+    check_input(path, option=option, special_ok=special_ok)
+    if special_ok and os.fspath(path) in STREAM_INPUTS:
+        import sys
+
+        try:
+            return sys.stdin.buffer.read()
+        except (OSError, AttributeError, ValueError) as exc:
+            raise InputError(_name(path, option), f"cannot read ({exc})") from None
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise InputError(_name(path, option), f"cannot read ({why_os(exc)})") from None
+
+
+def read_text(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> str:
+    """A whole input file as UTF-8 text; binary content is one line naming the file and byte."""
+    data = read_bytes(path, option=option, special_ok=special_ok)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(_name(path, option), f"not UTF-8 text (byte {exc.start}: 0x{data[exc.start]:02x}); "
+                         "give a text file") from None
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -57,16 +172,54 @@ def _probe(folder: Path) -> str | None:
 
 
 def check_output(path: str | os.PathLike, *, option: str = "--out", kind: str = "file",
-                 inputs: Iterable[str | os.PathLike] = ()) -> None:
+                 inputs: Iterable[str | os.PathLike] = (), files: Iterable[str] = ()) -> None:
     """Refuse, before any work, an output that cannot be written or that would replace an input.
 
-    ``kind`` is "file" (the path becomes a file) or "dir" (a folder the command fills)."""
-    target = Path(path)
+    ``kind`` is "file" (the path becomes a file) or "dir" (a folder the command fills with
+    ``files``, names inside it; one ending in "/" is a sub-folder). Each file the output will
+    hold is compared with every input, not only the output's own path: ``plan --model
+    OUT/plan.json --out OUT`` would overwrite its model. An OS error while checking (a name too
+    long, ENAMETOOLONG) is one line naming the option."""
     name = f"{option} {path}"
     if str(path) == "":
         raise OutputError(f"{option}: empty path")
+    if "\0" in str(path):
+        raise OutputError(f"{name!r}: a file name cannot hold a NUL byte")
+    try:
+        _check_output(Path(path), name, kind, [s for s in inputs if s is not None and str(s) != ""], tuple(files))
+    except OSError as exc:
+        raise OutputError(f"{name}: cannot write ({why_os(exc)})") from None
+
+
+def _within(inner: str | os.PathLike, folder: Path) -> bool:
+    """Whether existing ``inner`` lies inside ``folder``: by its resolved path (symbolic links,
+    ``..``) or as a hard link of a file there (the same inode under another name)."""
+    try:
+        if Path(os.path.realpath(inner)).is_relative_to(os.path.realpath(folder)):
+            return True
+        st = os.stat(inner)
+    except (OSError, ValueError):
+        return False
+    if not folder.is_dir() or st.st_nlink < 2:  # a file with one name has it outside the folder
+        return False
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                other = os.lstat(os.path.join(root, name))
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    return True
+    return False
+
+
+def _check_output(target: Path, name: str, kind: str, inputs: list, files: tuple[str, ...]) -> None:
+    for entry in files:
+        held = target / entry.rstrip("/")
+        for source in inputs:
+            if same_file(held, source) or (entry.endswith("/") and _within(source, held)):
+                raise OutputError(f"{name}: would write {held}, an input of this command ({source}); "
+                                  "give another folder")
     for source in inputs:
-        if source is not None and str(source) != "" and same_file(target, source):
+        if same_file(target, source):
             raise OutputError(f"{name}: is an input of this command; writing it would replace the input")
     if kind == "file" and target.is_dir():
         raise OutputError(f"{name}: is a folder; give a file name")
@@ -174,3 +327,80 @@ def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+# -- folder outputs: replaced as a whole or not at all ------------------------------------------
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM wait while a commit runs (a few renames: stopping half-way would leave
+    a folder holding two runs' files), then take effect. Python runs signal handlers in the main
+    thread whichever thread the kernel picked, so holding them here works in a threaded process
+    where a signal mask (per thread) would not."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in _SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    for signum in dict.fromkeys(caught):
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, None)
+        elif handler != signal.SIG_IGN:
+            signal.raise_signal(signum)
+
+
+def _stale_folders(target: Path) -> list[Path]:
+    return [p for p in stale_temps(target) if p.is_dir() and not p.is_symlink()]
+
+
+@contextlib.contextmanager
+def folder_output(path: str | os.PathLike, files: Iterable[str]) -> Iterator[Path]:
+    """Yield a temp folder beside ``path`` to write the output folder's ``files`` into; on a clean
+    exit they replace the folder's files as one set, else the folder is left as it was.
+
+    A new folder is the temp folder renamed into place. An existing one keeps every entry that is
+    not one of ``files`` (a user's notes, an input of the run): each new file is renamed over its
+    old version and a declared file the run did not write is removed (it belonged to the earlier
+    run), all with SIGINT/SIGTERM deferred, so an interrupt lands before the commit (the folder
+    unchanged, the temp folder removed) or after it. Temp folders of killed writers are removed."""
+    target = Path(os.path.realpath(path))
+    names = tuple(files)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in _stale_folders(target):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({why_os(exc)})") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    try:
+        yield tmp
+        with _signals_deferred():
+            _commit(tmp, target, names, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _commit(tmp: Path, target: Path, names: tuple[str, ...], shown: str | os.PathLike) -> None:
+    try:
+        if not target.exists():
+            os.rename(tmp, target)
+            return
+        for name in names:
+            new, old = tmp / name, target / name
+            if new.exists():
+                os.replace(new, old)
+            elif old.is_file() or old.is_symlink():
+                old.unlink()
+    except OSError as exc:
+        raise OutputError(f"{shown}: cannot write ({why_os(exc)})") from None

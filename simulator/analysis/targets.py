@@ -108,12 +108,13 @@ def load_targets(spec: str) -> Targets:
         raise HisparseError(f"targets file {spec!r} not found (shipped: {', '.join(shipped_targets())})")
     if path.is_dir():
         raise HisparseError(f"{path}: is a folder; give a targets .toml file")
+    from ..fileio import read_text
+
+    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
     try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise HisparseError(f"{path}: cannot read ({exc.strerror or exc})") from None
     raw_shape = _table(path, data, "shape")
     unknown = sorted(set(raw_shape) - set(SHAPE_KEYS))
     if unknown:

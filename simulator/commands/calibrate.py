@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 
-from .common import Output, declare_io, positive_float, positive_int, seed_int
+from .common import Output, declare_io, file_name, positive_float, positive_int, seed_int
 
 TERMS = ("all", "kernels", "step", "moe-tp", "fused-moe-tp")
 LOOPS = ("both", "layer", "kernels")
@@ -30,7 +30,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "'fused-moe-tp' = only the first / the second of those tables, refitting the "
                                    "step terms with the saved step CSVs. `hisparse plan` uses "
                                    "OUT/<gpu>.json for that GPU by default.")
-    c.add_argument("--gpu", default="h200", help="GPU preset the fit refines (default h200)")
+    c.add_argument("--gpu", type=file_name, default="h200",
+                   help="GPU preset the fit refines, a name: it names OUT/<gpu>.json (default h200)")
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
     c.add_argument("--terms", choices=TERMS, default="all",
                    help="term groups to measure (default all); the others are kept from OUT/<gpu>.json")
@@ -46,7 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--comm-refit", metavar="CSV",
                    help="no GPU: fit the 'comm' section of OUT/<gpu>.json from a CSV benchmarks/comm.py wrote")
     c.set_defaults(run=run_calibrate)
-    declare_io(c, inputs=["comm_refit"], outputs=[Output("out", kind="dir")])
+    declare_io(c, inputs=["comm_refit"], outputs=[Output("out", kind="dir", files=calibrate_files)])
 
     v = sub.add_parser("validate", help="real kernels in a full decode loop against the model's prediction (GPU)",
                        description="Run decode steps through real kernels and compare the measured step time "
@@ -57,7 +58,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "costmodel.ops + costmodel.terms; 'kernels': issue 8's swap-in + attention loop, "
                                    "predicted by the serving cost model. Both check the swap-in kernel's misses "
                                    "against the replay engine. Writes OUT/validation[-layer]-<gpu>.json and plots.")
-    v.add_argument("--gpu", default="h200", help="GPU preset (default h200)")
+    v.add_argument("--gpu", type=file_name, default="h200",
+                   help="GPU preset, a name: it names the files in OUT (default h200)")
     v.add_argument("--out", default="calibration", metavar="DIR", help="folder of the fit and the results (default calibration)")
     v.add_argument("--loop", choices=LOOPS, default="both", help="which validation loop (default both)")
     v.add_argument("--steps", type=positive_int, default=60, help="decode steps per configuration (default 60)")
@@ -66,7 +68,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--repredict", action="store_true",
                    help="no GPU: recompute the predictions in the stored validation files with the current fit")
     v.set_defaults(run=run_validate)
-    declare_io(v, outputs=[Output("out", kind="dir")])
+    declare_io(v, outputs=[Output("out", kind="dir", files=validate_files)])
+
+
+def calibrate_files(args: argparse.Namespace) -> tuple[str, ...]:
+    """Every file ``calibrate --out DIR`` may write there: the fit, the comm plot, the raw CSVs."""
+    from ..calibration.run import KERNEL_TABLES, OPTIONAL_STEP_TABLES, STEP_TABLES
+
+    gpu = args.gpu
+    tables = (*KERNEL_TABLES, *STEP_TABLES, *OPTIONAL_STEP_TABLES, "comm")
+    return (f"{gpu}.json", f"comm-{gpu}.png", *(f"{t}-{gpu}.csv" for t in tables))
+
+
+def validate_files(args: argparse.Namespace) -> tuple[str, ...]:
+    """Every file ``validate --out DIR`` may write there."""
+    return tuple(f"validation{loop}-{args.gpu}.{ext}" for loop in ("", "-layer") for ext in ("json", "png"))
 
 
 def _require_cupy(command: str, offline: str) -> None:
@@ -89,13 +105,15 @@ def _require_cupy(command: str, offline: str) -> None:
 def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
     """A JSON object from a previous run, with ``keys``: errors name the file and the key."""
     from ..errors import HisparseError
+    from ..fileio import InputError, read_text
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise HisparseError(f"{path}: missing; {hint}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(read_text(path))  # checked first: a FIFO would block in open()
+    except InputError as exc:
+        if exc.problem == "no such file":
+            raise HisparseError(f"{path}: missing; {hint}") from None
+        raise HisparseError(f"{path}: not a readable JSON file ({exc.problem})") from None
+    except ValueError as exc:
         raise HisparseError(f"{path}: not a readable JSON file ({exc})") from None
     if not isinstance(data, dict):
         raise HisparseError(f"{path}: expected a JSON object, got {type(data).__name__}")
@@ -152,12 +170,14 @@ def _read_tables(out: str, gpu: str, names) -> dict:
     import pandas as pd
 
     from ..errors import HisparseError
+    from ..fileio import check_input
 
     tables = {}
     for name in names:
         path = _csv(out, name, gpu)
         if not os.path.exists(path):
             raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
+        check_input(path)  # a FIFO would block pandas' open()
         try:
             tables[name] = pd.read_csv(path)
         except (ValueError, OSError) as exc:
@@ -416,9 +436,9 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
 
 def _save_validation(args: argparse.Namespace, calibration: str, path: str, configs: list, keys: tuple,
                      plot, png: str, extra: dict | None = None) -> None:
-    """Either loop's report (summary, targets, configurations) written at once, plotted and its
-    headline printed."""
-    from ..fileio import atomic_output
+    """Either loop's report (summary, targets, configurations) and its plot, swapped into OUT as
+    one pair (an interrupted run leaves the earlier pair), and its headline printed."""
+    from ..fileio import atomic_output, folder_output
 
     med, p90 = _summary(configs, keys)
     report = {"gpu": args.gpu, "calibration": calibration, **(extra or {}),
@@ -426,7 +446,9 @@ def _save_validation(args: argparse.Namespace, calibration: str, path: str, conf
               "step_time_median_abs_err": med, "step_time_p90_abs_err": p90,
               "targets": {"misses_exact": True, "step_time_median_abs_err": 0.10, "step_time_p90_abs_err": 0.20},
               "configs": configs}
-    with atomic_output(path) as fh:
-        fh.write(json.dumps(report, indent=1).encode())
-    plot(report, os.path.join(args.out, png))
+    name = os.path.basename(path)
+    with folder_output(args.out, (name, png)) as staged:
+        with atomic_output(staged / name) as fh:
+            fh.write(json.dumps(report, indent=1).encode())
+        plot(report, str(staged / png))
     print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))

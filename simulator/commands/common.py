@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,22 @@ nonneg_int = int_in(0, what="a non-negative integer (>= 0)")
 buffer_size = int_in(1, MAX_BUFFER, what=f"a buffer size from 1 to {MAX_BUFFER} slots")
 # Seeds go to numpy's generators (non-negative) and to compiled code as int64.
 seed_int = int_in(0, 2**63 - 1, what="a seed from 0 to 2**63 - 1")
+
+
+# A value that becomes part of a file name (``calibrate --gpu h200`` writes OUT/h200.json) is a
+# name, never a path: no "/" or "..", no NUL, a portable charset, a length every file system takes.
+NAME_MAX_CHARS = 64
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def file_name(text: str) -> str:
+    """An argparse type: a name that is safe as part of a file name inside an output folder."""
+    value = str(text)
+    if len(value) > NAME_MAX_CHARS or not _NAME.fullmatch(value) or ".." in value:
+        raise argparse.ArgumentTypeError(
+            f"expected a name (letters, digits and . _ + -, starting with a letter or digit, no '..', at most "
+            f"{NAME_MAX_CHARS} characters): it names files in the output folder; got {value[:80]!r}")
+    return value
 
 
 def positive_float(text: str) -> float:
@@ -151,6 +168,11 @@ class Output:
     dest: str
     kind: str = "file"
     suffixes: tuple[str, ...] = ()
+    # a folder's files (names inside it; "parts/" a sub-folder), or a function of the arguments
+    # giving them: each is checked against every input, as the output itself is
+    files: tuple[str, ...] | Callable[[argparse.Namespace], Sequence[str]] = ()
+    # a file output written as several files (one per k, a .partial beside each): their paths
+    expand: Callable[[argparse.Namespace], Sequence[str]] | None = None
 
     @property
     def option(self) -> str:
@@ -158,35 +180,68 @@ class Output:
 
 
 def declare_io(parser: argparse.ArgumentParser, *, inputs: Sequence[str] = (),
-               outputs: Sequence[Output] = ()) -> None:
+               outputs: Sequence[Output] = (), more_inputs: Callable[[argparse.Namespace], Any] | None = None,
+               streams: Sequence[str] = ()) -> None:
     """Name the namespace fields that hold input paths (a path, a comma list or a list of them)
-    and the outputs; ``check_io`` tests them before the command runs."""
-    parser.set_defaults(_inputs=tuple(inputs), _outputs=tuple(outputs))
+    and the outputs; ``check_io`` tests them before the command runs. ``more_inputs(args)``
+    gives the (option, path) pairs of files the command reads that no option names as given
+    (a preset name's file, the traces a grid file names). ``streams``: the input fields that
+    take /dev/stdin by design (read whole from descriptor 0)."""
+    options = {a.dest: (a.option_strings[0] if a.option_strings else (a.metavar or a.dest.upper()))
+               for a in parser._actions}
+    parser.set_defaults(_inputs=tuple((dest, options.get(dest, "--" + dest.replace("_", "-"))) for dest in inputs),
+                        _outputs=tuple(outputs), _more_inputs=more_inputs,
+                        _streams=tuple(options.get(d, d) for d in streams))
 
 
-def _input_paths(args: argparse.Namespace) -> list[str]:
-    paths: list[str] = []
-    for dest in getattr(args, "_inputs", ()):
+def _input_paths(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(option, path) of every input path the user gave."""
+    paths: list[tuple[str, str]] = []
+    for dest, option in getattr(args, "_inputs", ()):
         value = getattr(args, dest, None)
         if value is None:
             continue
         items = value if isinstance(value, list | tuple) else str(value).split(",")
-        paths.extend(str(v) for v in items if str(v))
+        paths.extend((option, str(v)) for v in items if str(v))
     return paths
 
 
-def check_io(args: argparse.Namespace) -> None:
-    """Every declared output is writable, of the right kind and suffix, and no input (before
-    any work: a mistake costs nothing and overwrites nothing)."""
-    from ..fileio import OutputError, check_output
+def _exists(path: str) -> bool:
+    import os
 
-    inputs = _input_paths(args)
+    try:
+        os.lstat(path)
+    except (OSError, ValueError):  # missing, a name too long, a NUL byte: the command says what
+        return False
+    return True
+
+
+def check_io(args: argparse.Namespace) -> None:
+    """Every input that is a file is a regular one (a FIFO would block the first ``open()``);
+    every declared output is writable, of the right kind and suffix, and neither it nor any
+    file it will hold is an input (before any work: a mistake costs nothing and overwrites
+    nothing)."""
+    from ..fileio import OutputError, check_input, check_output
+
+    named = _input_paths(args)
+    more = getattr(args, "_more_inputs", None)
+    if more is not None:
+        named += [(option, str(path)) for option, path in more(args)]
+    streams = getattr(args, "_streams", ())
+    for option, path in named:
+        if _exists(path):  # a missing one may be a preset name: the command says which it is
+            check_input(path, option=option, special_ok=option in streams)
+    inputs = [path for _, path in named]
     for out in getattr(args, "_outputs", ()):
         path = getattr(args, out.dest, None)
         if path is None:
             continue
         path = str(path)
-        check_output(path, option=out.option, kind=out.kind, inputs=inputs)
+        files = out.files(args) if callable(out.files) else out.files
+        check_output(path, option=out.option, kind=out.kind, inputs=inputs, files=files)
+        for written in out.expand(args) if out.expand else ():
+            if str(written) != path:
+                check_output(str(written), option=out.option, kind=out.kind, inputs=inputs)
         if out.suffixes and not path.lower().endswith(out.suffixes):
             raise OutputError(f"{out.option} {path}: use a {' or '.join(out.suffixes)} file name")
 

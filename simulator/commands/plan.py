@@ -120,7 +120,64 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_plan_cmd)
     declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate",
                           "prices"],
-               outputs=[Output("out", kind="dir"), Output("report", suffixes=(".html", ".htm"))])
+               outputs=[Output("out", kind="dir", files=out_files), Output("report", suffixes=(".html", ".htm"))],
+               more_inputs=read_files)
+
+
+PLAN_FILES = ("plan.csv", "plan.json", "throughput.png", "launch.sh", "hisparse-config.json")
+VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
+
+
+def out_files(args: argparse.Namespace) -> tuple[str, ...]:
+    """The files ``--out DIR`` will hold."""
+    return VALIDATE_FILES if args.validate else PLAN_FILES
+
+
+# preset options and the kind of preset each names
+PRESET_OPTIONS = (("model", "--model", "models"), ("gpu", "--gpu", "gpus"), ("deployment", "--deployment", "deployments"),
+                  ("workload", "--workload", "workloads"), ("hisparse", "--hisparse-config", "hisparse"),
+                  ("calibration", "--calibration", "calibration"))
+
+
+def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(option, file) of each file behind a preset name or a published set (what the run reads
+    beside the paths given): checked against the outputs like any input. A name that does not
+    resolve is left to the run, which says what is wrong with it."""
+    import contextlib
+
+    from ..errors import HisparseError
+    from ..serving.presets import resolve
+
+    found: list[tuple[str, str]] = []
+    defaults = {dest: default for dest, _, default in PLAN_ONLY}
+    for dest, option, kind in PRESET_OPTIONS:
+        spec = getattr(args, dest) if getattr(args, dest) is not None else defaults.get(dest)
+        if isinstance(spec, str) and spec not in ("auto", "none", ""):
+            with contextlib.suppress(HisparseError, OSError, ValueError):
+                found.append((option, str(resolve(kind, spec))))
+    with contextlib.suppress(HisparseError, OSError, ValueError):  # the deployment's GPU, its calibration
+        from ..serving import presets as P
+
+        dep = P.load("deployments", args.deployment or defaults["deployment"])
+        gpu = P.load("gpus", args.gpu or dep.gpu)
+        found.append(("--deployment", gpu.where))
+        if (args.calibration or "auto") == "auto" and P._calibration_path(gpu) is not None:
+            found.append(("--calibration", str(P._calibration_path(gpu))))
+    if args.validate:
+        from ..serving.published import load_published, published_names
+
+        for name in published_names() if args.validate == "all" else [args.validate]:
+            with contextlib.suppress(HisparseError, OSError, ValueError):
+                ps = load_published(name)
+                found.append(("--validate", ps.where))
+                for key, value in ps.scenario.items():
+                    kind = dict((d, k) for d, _, k in PRESET_OPTIONS).get(key)
+                    if key == "trace":
+                        found.append(("--validate", str(value)))
+                    elif kind and value not in ("auto", "none", ""):
+                        with contextlib.suppress(HisparseError, OSError, ValueError):
+                            found.append(("--validate", str(resolve(kind, value))))
+    return found
 
 
 SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment": "steady tok/s",
@@ -450,27 +507,29 @@ def _print_recommendation(rec: dict, search: dict | None = None) -> None:
 
 
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
+    """plan.csv, plan.json and throughput.png, swapped into ``out`` as one set (an interrupted
+    run leaves an earlier run's three files as they were)."""
     import pandas as pd
 
-    from ..fileio import atomic_output
+    from ..fileio import atomic_output, folder_output
 
-    os.makedirs(out, exist_ok=True)
     df = pd.DataFrame(rows)
-    with atomic_output(os.path.join(out, "plan.csv")) as fh:
-        fh.write(df.to_csv(index=False).encode())
-    with atomic_output(os.path.join(out, "plan.json")) as fh:
-        fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
-    launch = report["launch"]["choice"]
-    if launch:
-        with atomic_output(os.path.join(out, "launch.sh")) as fh:
-            fh.write(f"#!/bin/sh\n# hisparse plan: the recommended configuration ({launch['system']})\n"
-                     f"{launch['command']}\n".encode())
-        if launch["hisparse_config"]:
-            with atomic_output(os.path.join(out, "hisparse-config.json")) as fh:
-                fh.write((json.dumps(launch["hisparse_config"], indent=2) + "\n").encode())
-    from ..serving.plots import plot_throughput
+    with folder_output(out, PLAN_FILES) as staged:
+        with atomic_output(staged / "plan.csv") as fh:
+            fh.write(df.to_csv(index=False).encode())
+        with atomic_output(staged / "plan.json") as fh:
+            fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+        launch = report["launch"]["choice"]
+        if launch:
+            with atomic_output(staged / "launch.sh") as fh:
+                fh.write(f"#!/bin/sh\n# hisparse plan: the recommended configuration ({launch['system']})\n"
+                         f"{launch['command']}\n".encode())
+            if launch["hisparse_config"]:
+                with atomic_output(staged / "hisparse-config.json") as fh:
+                    fh.write((json.dumps(launch["hisparse_config"], indent=2) + "\n").encode())
+        from ..serving.plots import plot_throughput
 
-    plot_throughput(df, os.path.join(out, "throughput.png"), recommendation=rec)
+        plot_throughput(df, str(staged / "throughput.png"), recommendation=rec)
 
 
 # -- validation against published runs ------------------------------------------------------------
@@ -492,19 +551,19 @@ def _run_validate(args: argparse.Namespace) -> int:
         rows += set_rows
         per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
     report = json_safe({"sets": per_set, "all": summary(rows), "rows": rows})  # NaN -> null; notes say why
-    if args.out:
+    if args.out:  # the three files swapped into --out as one set (fileio.folder_output)
         import pandas as pd
 
-        from ..fileio import atomic_output
+        from ..fileio import atomic_output, folder_output
 
-        os.makedirs(args.out, exist_ok=True)
-        with atomic_output(os.path.join(args.out, "validation.csv")) as fh:
-            fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
-        with atomic_output(os.path.join(args.out, "validation.json")) as fh:
-            fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
-        from ..serving.plots import plot_validation
+        with folder_output(args.out, VALIDATE_FILES) as staged:
+            with atomic_output(staged / "validation.csv") as fh:
+                fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
+            with atomic_output(staged / "validation.json") as fh:
+                fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+            from ..serving.plots import plot_validation
 
-        plot_validation(rows, os.path.join(args.out, "validation.png"))
+            plot_validation(rows, str(staged / "validation.png"))
     if args.json:
         print_json(report)
         return 0

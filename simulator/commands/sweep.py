@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from ..sweep.address import parse_address
 from .common import Output, buffer_size, declare_io, positive_float, positive_int, seed_int
 
 # The value each grid option takes (types are checked on loading; these are the ranges), the same
@@ -40,7 +41,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "Grid keys (the options of hisparse replay / hisparse plan):\n" + _grid_keys())
     p.add_argument("grid", metavar="GRID.toml", help="grid file")
     p.add_argument("--out", default="sweep-out", metavar="DIR", help="output folder (default sweep-out)")
-    p.add_argument("--address", default=None, help="Ray cluster address (default: start a local instance)")
+    p.add_argument("--address", type=parse_address, default=None,
+                   help="Ray cluster address: host:port (the head's GCS), ray://host[:port], or auto; it must "
+                        "answer within HISPARSE_RAY_TIMEOUT seconds, 15 unless set (default: start a local instance)")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 2,
                    help="CPUs of the local Ray instance (default: this machine's cores)")
     p.add_argument("--resume", action="store_true", help="skip points already finished in --out")
@@ -50,7 +53,37 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-points", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_sweep_cmd)
-    declare_io(p, inputs=["grid"], outputs=[Output("out", kind="dir")])
+    declare_io(p, inputs=["grid"], outputs=[Output("out", kind="dir", files=("results.parquet", "parts/"))],
+               more_inputs=grid_files)
+
+
+def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(where, file) of every file the grid's points read: its traces and, for a plan grid, the
+    files behind its preset names. A grid that does not load is left to the run (same error)."""
+    import contextlib
+
+    from ..errors import HisparseError
+    from ..serving.presets import resolve
+    from ..sweep.grid import load_grid
+
+    try:
+        grid = load_grid(args.grid)
+    except (HisparseError, OSError, ValueError):
+        return []
+    found: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
+    for point in grid.points:
+        for key, value in point.items():
+            if not isinstance(value, str) or (key, value) in seen:
+                continue
+            seen.add((key, value))
+            where = f"{args.grid}: {key} ="
+            if key == "trace":
+                found.setdefault(value, where)
+            elif grid.kind == "plan" and key in PRESET_KINDS and value not in ("auto", "none", ""):
+                with contextlib.suppress(HisparseError, OSError, ValueError):
+                    found.setdefault(str(resolve(PRESET_KINDS[key], value)), where)
+    return [(where, path) for path, where in found.items()]
 
 
 def check_values(grid, path: str) -> None:

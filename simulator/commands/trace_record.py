@@ -28,7 +28,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rec.add_argument("--model", required=True, metavar="NAME",
                      help="smollm2-135m, gemma3-270m, or a .gguf file (llama or gemma3 architecture)")
     rec.add_argument("--text", required=True, metavar="FILE[,FILE...]",
-                     help="text files, joined by a blank line; the prompt is their first N tokens")
+                     help="text files, joined by a blank line (/dev/stdin reads standard input); the prompt is their first N tokens")
     rec.add_argument("--prompt-tokens", type=positive_int, required=True, metavar="N", help="prompt length in tokens")
     rec.add_argument("--steps", type=positive_int, required=True, metavar="N", help="decode steps to record")
     rec.add_argument("--topk", type=comma_list(positive_int), required=True, metavar="K[,K...]", help="k, one file per value")
@@ -42,7 +42,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                      help="steps per chunk and per checkpoint (default 64)")
     rec.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     rec.set_defaults(run=run_record)
-    declare_io(rec, inputs=["model", "text"], outputs=[Output("out", suffixes=(".hst",))])
+    declare_io(rec, inputs=["model", "text"], outputs=[Output("out", suffixes=(".hst",), expand=record_files)],
+               streams=["text"])
 
     fit = sub.add_parser(
         "fit", help="fit the synthetic generator's knobs to a trace",
@@ -83,7 +84,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     declare_io(fit, inputs=["trace", "targets"], outputs=[Output("out", suffixes=(".toml",))])
 
 
+def record_files(args: argparse.Namespace) -> list[str]:
+    """Every file a recording writes: one per k, a .partial beside each, the first one's .ckpt."""
+    from ..record.recorder import output_paths
+
+    paths = output_paths(args.out, tuple(args.topk))
+    return [str(p) for p in paths] + [f"{p}.partial" for p in paths] + [f"{paths[0]}.ckpt"]
+
+
 def run_record(args: argparse.Namespace) -> int:
+    from ..extras import require
+
+    require("record", "hisparse trace record")  # before any work: say which extra to install
     from ..record.recorder import RecordSpec, record
 
     spec = RecordSpec(model=args.model, texts=tuple(t for t in args.text.split(",") if t),

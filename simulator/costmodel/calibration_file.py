@@ -54,15 +54,12 @@ class CalibrationFile:
 
 def read_calibration(path: str | os.PathLike) -> CalibrationFile:
     """The file at ``path``; every error names the file and the key."""
+    from ..fileio import read_text
+
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise HisparseError(f"{where}: no such calibration file") from None
-    except OSError as exc:
-        raise HisparseError(f"{where}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise HisparseError(f"{where}: not valid JSON (not UTF-8 text: {exc.reason})") from None
+    if not Path(path).exists():
+        raise HisparseError(f"{where}: no such calibration file")
+    text = read_text(path)  # checked before open (a FIFO would block); OS and UTF-8 errors: one line
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as exc:

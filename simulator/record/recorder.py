@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import HisparseError
+from ..fileio import read_bytes
 
 RECORDER_VERSION = 1
 
@@ -91,10 +92,7 @@ def _check(spec: RecordSpec) -> None:
 def _read_texts(texts: tuple[str, ...]) -> tuple[str, list[dict]]:
     parts, info = [], []
     for t in texts:
-        try:
-            data = Path(t).read_bytes()
-        except OSError as exc:
-            raise HisparseError(f"{t}: cannot read text ({exc.strerror})") from None
+        data = read_bytes(t, option="--text", special_ok=True)  # checked first; /dev/stdin by design
         parts.append(data.decode("utf-8", errors="replace"))
         info.append({"file": Path(t).name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     return "\n\n".join(parts), info

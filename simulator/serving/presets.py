@@ -67,12 +67,13 @@ def resolve(kind: str, spec: str) -> Path:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    from ..fileio import read_text
+
+    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
     try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise HisparseError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def load(kind: str, spec: str | Mapping[str, Any], **overrides: Any):

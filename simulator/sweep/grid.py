@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HisparseError
+from ..fileio import InputError, read_text
 from ..replay.config import option_types
 
 OPTIONS = {
@@ -52,13 +53,12 @@ def load_grid(path: str | Path) -> Grid:
     """Read and check a grid file; errors name the file and the key."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise HisparseError(f"{path}: no such grid file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(read_text(path))  # checked first: a FIFO would block in open()
+    except InputError as exc:
+        raise HisparseError(f"{path}: no such grid file" if exc.problem == "no such file"
+                            else f"{path}: cannot read the grid file ({exc.problem})") from None
+    except tomllib.TOMLDecodeError as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise HisparseError(f"{path}: cannot read the grid file ({exc.strerror or exc})") from None
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in OPTIONS:
         raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,20 +63,50 @@ def _quiet_token_notice() -> Iterator[None]:
         log.setLevel(level)
 
 
-def _on_ray(kind: str, todo: list[dict], address: str | None, workers: int) -> Iterator[tuple[dict, dict]]:
+@contextlib.contextmanager
+def _keep_sigterm() -> Iterator[None]:
+    """``ray.init`` installs a SIGTERM handler that exits with status 1 (and Ray's shutdown then
+    aborts): the command's own handler (SIGTERM as an interrupt: temp files removed, "hisparse:
+    interrupted", 143) is put back once Ray has started."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
     try:
-        import ray
-    except ImportError:
-        raise HisparseError("Ray is not installed: pip install 'hisparse-sim[sweep]' (or use --no-ray)") from None
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _init_ray(ray, address: str | None, workers: int) -> None:
+    """Start a local Ray, or connect to ``address`` once it has answered within the bound
+    (``sweep.address``); a refusal from Ray is one line naming the address."""
+    with _keep_sigterm():
+        if address:
+            from .address import check_reachable
+
+            check_reachable(address)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+                raise HisparseError(f"--address {address}: Ray refused the connection "
+                                    f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no detail'})") from None
+            return
+        with _quiet_token_notice():
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [
+                         str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))}})
+
+
+def _on_ray(kind: str, todo: list[dict], address: str | None, workers: int) -> Iterator[tuple[dict, dict]]:
+    from ..extras import require
+
+    require("sweep", "hisparse sweep (without --no-ray)")
+    import ray
     started_here = not ray.is_initialized()
     if started_here:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            with _quiet_token_notice():
-                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [
-                             str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))}})
+        _init_ray(ray, address, workers)
     remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
     slots = max(1, int(ray.cluster_resources().get("CPU", workers))) * 2
     pending: dict[Any, dict] = {}

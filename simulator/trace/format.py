@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import native
 from ..errors import TraceError
-from ..fileio import replace_into, temp_beside
+from ..fileio import InputError, OutputError, check_input, replace_into, temp_beside, why_os
 from .codec import COMPRESSION_LEVELS, check_stream, decode_stream, encode_stream
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
 
@@ -158,14 +158,26 @@ class TraceWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = None
             self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._closed = False
         meta = json.dumps(self.meta.to_json(), sort_keys=True).encode()
         head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(meta)) + meta
-        self._fh.write(head + _U32.pack(zlib.crc32(head[8:])))
+        try:
+            self._put(head + _U32.pack(zlib.crc32(head[8:])))
+        except BaseException:  # no ``with`` block yet to drop the temp file
+            self.abort()
+            raise
         self._chunks: list[ChunkInfo] = []
         self._next_step: dict[StreamKey, int] = {}
         self._last_ctx: dict[StreamKey, int] = {}
         self._pending: dict[StreamKey, tuple[int, list[tuple[int, np.ndarray]]]] = {}
-        self._closed = False
+
+    def _put(self, data: bytes) -> None:
+        """Write to the file; an OS error (disk full, quota) is one line naming the trace (the
+        ``with`` block then drops the temp file)."""
+        try:
+            self._fh.write(data)
+        except OSError as exc:
+            raise OutputError(f"{self.path}: cannot write ({why_os(exc)})") from None
 
     # -- whole streams -------------------------------------------------------------------
     def write_stream(self, stream: Stream) -> None:
@@ -236,10 +248,10 @@ class TraceWriter:
         info = ChunkInfo(key.request, key.layer, start, int(indices.shape[0]), int(indices.shape[1]),
                          ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell(),
                          int(ctx_len[-1]) if len(ctx_len) else last_ctx)
-        self._fh.write(_chunk_header(info, len(payload), zlib.crc32(payload)))
-        self._fh.write(payload)
+        self._put(_chunk_header(info, len(payload), zlib.crc32(payload)))
+        self._put(payload)
         if not self._atomic:
-            self._fh.flush()
+            self._flush_file()
         self._chunks.append(info)
         self._next_step[key] = start + info.steps
         self._last_ctx[key] = int(ctx_len[-1]) if len(ctx_len) else last_ctx
@@ -248,22 +260,35 @@ class TraceWriter:
         """Write buffered steps, the index and the footer; rename into place when atomic."""
         if self._closed:
             return
-        self.flush()
-        index_offset = self._fh.tell()
-        index = b"INDX" + _U32.pack(len(self._chunks)) + b"".join(c.entry() for c in self._chunks)
-        self._fh.write(index)
-        self._fh.write(_FOOT.pack(index_offset, zlib.crc32(index), END_MAGIC))
+        try:
+            self.flush()
+            index_offset = self._fh.tell()
+            index = b"INDX" + _U32.pack(len(self._chunks)) + b"".join(c.entry() for c in self._chunks)
+            self._put(index)
+            self._put(_FOOT.pack(index_offset, zlib.crc32(index), END_MAGIC))
+            self._flush_file()
+        except BaseException:  # disk full at the end, Ctrl-C: nothing half-written is left
+            self.abort()
+            raise
         self._fh.close()
         self._closed = True
         if self._tmp:
             replace_into(self._tmp, self.path)
+
+    def _flush_file(self) -> None:
+        """Flush buffered bytes (where a full disk shows up last), mapped like ``_put``."""
+        try:
+            self._fh.flush()
+        except OSError as exc:
+            raise OutputError(f"{self.path}: cannot write ({why_os(exc)})") from None
 
     def abort(self) -> None:
         """Drop the file (atomic) or leave what was flushed (non-atomic): used on errors."""
         if self._closed:
             return
         self._closed = True
-        self._fh.close()
+        with contextlib.suppress(OSError):  # buffered bytes that cannot be written: dropped anyway
+            self._fh.close()
         if self._tmp:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._tmp)
@@ -284,13 +309,20 @@ class TraceReader:
     def __init__(self, path: str | os.PathLike, *, recover: bool = False) -> None:
         self.path = Path(path)
         try:
+            check_input(self.path)  # a FIFO would block in open(), a device never end
             self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
+        except InputError as exc:
+            raise TraceError(f"cannot open trace ({exc.problem})", path=path) from None
         except OSError as exc:
-            raise TraceError(f"cannot open trace ({exc.strerror})", path=path) from None
-        self.file_bytes = os.fstat(self._fh.fileno()).st_size
-        self.meta, self._data_start = self._read_header()
-        self.recovered = False
-        chunks = self._read_index(recover)
+            raise TraceError(f"cannot open trace ({why_os(exc)})", path=path) from None
+        try:
+            self.file_bytes = os.fstat(self._fh.fileno()).st_size
+            self.meta, self._data_start = self._read_header()
+            self.recovered = False
+            chunks = self._read_index(recover)
+        except OSError as exc:  # EIO (/proc/self/mem), a disk gone: one line naming the file
+            self._fh.close()
+            raise TraceError(f"cannot read trace ({why_os(exc)})", path=path) from None
         self._streams: dict[StreamKey, list[ChunkInfo]] = {}
         for c in chunks:
             self._streams.setdefault(StreamKey(c.request, c.layer), []).append(c)
@@ -427,54 +459,70 @@ class TraceReader:
     def chunks(self, key: StreamKey | tuple[int, int], *, views: bool = False) -> list[tuple[ChunkInfo, bytes]]:
         """A stream's chunks in step order, each with its checksummed, still compressed payload.
 
-        ``views``: payloads as read-only memoryviews of the file mapped into memory rather than
-        bytes read into new memory (a 41 MB stream's payloads: 0.006 s against 0.023 s with their
-        crc32, most of it the kernel's page-zeroing for the copies); the mapping lives as long as
-        a view does. Files that cannot be mapped are read."""
+        Payloads are read with ordinary reads, never mapped: a file truncated while mapped
+        faults (SIGBUS) on the next page touched, while a short read here is a TraceError
+        naming the chunk. ``views``: payloads as read-only views of one buffer per stream,
+        reused for a later stream once no view of it is left (``_buffer``): no fresh memory
+        for the kernel to zero on every stream (BENCHMARKS.md "Trace reading without mmap")."""
         key = StreamKey(*key)
         if key not in self._streams:
             raise TraceError("no such stream in this trace", path=self.path, request=key.request, layer=key.layer)
         fail = dict(path=self.path, request=key.request, layer=key.layer)
-        out = []
-        for c in self._streams[key]:
-            self._fh.seek(c.offset)
-            info, plen, crc, problem = self._chunk_at(c.offset, self._fh.read(self._chunk_struct.size))
-            if info is None:
-                raise TraceError(f"{problem} at step {c.first_step}", **fail)
-            if info != c:  # the index and the chunk's own header must tell the same story
-                raise TraceError(f"corrupt chunk header at step {c.first_step} (disagrees with the index)", **fail)
-            mapped = self._mapped() if views else None
-            if mapped is not None:
-                start = c.offset + self._chunk_struct.size
-                payload = mapped[start:start + plen]
-            else:
-                payload = self._fh.read(plen)
-            if len(payload) != plen:
-                raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
-            if zlib.crc32(payload) != crc:
-                raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
-            out.append((c, payload))
+        heads = []
+        try:
+            for c in self._streams[key]:
+                self._fh.seek(c.offset)
+                info, plen, crc, problem = self._chunk_at(c.offset, self._fh.read(self._chunk_struct.size))
+                if info is None:
+                    raise TraceError(f"{problem} at step {c.first_step}", **fail)
+                if info != c:  # the index and the chunk's own header must tell the same story
+                    raise TraceError(f"corrupt chunk header at step {c.first_step} (disagrees with the index)",
+                                     **fail)
+                heads.append((c, plen, crc))
+            view = self._buffer(sum(plen for _, plen, _ in heads)) if views else None
+            out, pos = [], 0
+            for c, plen, crc in heads:
+                self._fh.seek(c.offset + self._chunk_struct.size)
+                if view is not None:
+                    got = self._fh.readinto(view[pos:pos + plen])
+                    payload = view[pos:pos + plen].toreadonly()
+                    pos += plen
+                else:
+                    payload = self._fh.read(plen)
+                    got = len(payload)
+                if got != plen:  # the file shrank since it was opened, or lies about its size
+                    raise TraceError(f"truncated or corrupt chunk at step {c.first_step}", **fail)
+                if zlib.crc32(payload) != crc:
+                    raise TraceError(f"corrupt chunk at step {c.first_step} (checksum mismatch)", **fail)
+                out.append((c, payload))
+        except OSError as exc:
+            raise TraceError(f"cannot read trace ({why_os(exc)})", **fail) from None
         return out
+
+    _POOL = 4  # buffers kept for reuse: the streams a replay has in flight (read ahead, replaying)
+
+    def _buffer(self, size: int) -> memoryview:
+        """A writable view of ``size`` bytes in a buffer no earlier payload view still uses."""
+        pool = self.__dict__.setdefault("_pool", [])
+        for buf in pool:
+            try:  # resizing a bytearray that is still viewed raises BufferError: in use
+                buf.append(0)
+                buf.pop()
+            except BufferError:
+                continue
+            if len(buf) < size:
+                buf.extend(bytes(size - len(buf)))
+            return memoryview(buf)[:size]
+        buf = bytearray(size)
+        if len(pool) < self._POOL:
+            pool.append(buf)
+        return memoryview(buf)
 
     def coded_chunks(self, key: StreamKey | tuple[int, int]) -> list[CodedChunk]:
         """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
         that lets a consumer skip materialising rows). File reads happen here, in the caller's
         thread; ``CodedChunk.coded`` may then run in any thread."""
         return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key, views=True)]
-
-    def _mapped(self) -> memoryview | None:
-        """The whole file mapped read-only, or None where it cannot be (made once). The file is
-        not closed under the views: close() closes the handle, the mapping goes with its last view.
-        (Writers here replace a file by renaming a new one into place, which leaves a mapping of
-        the old one intact; a file truncated in place while mapped would fault.)"""
-        if not hasattr(self, "_map"):
-            import mmap
-
-            try:
-                self._map = memoryview(mmap.mmap(self._fh.fileno(), 0, access=mmap.ACCESS_READ))
-            except (OSError, ValueError):
-                self._map = None
-        return self._map
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""
@@ -505,6 +553,7 @@ class TraceReader:
 
     def close(self) -> None:
         self._fh.close()
+        self.__dict__.pop("_pool", None)  # buffers still viewed live on with their views
 
     def __enter__(self) -> TraceReader:
         return self

@@ -155,9 +155,12 @@ def load_knobs(spec: str) -> GeneratorKnobs:
     if not path.exists():
         raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(preset_names())}; "
                             "or give a knobs .toml file)")
+    from ..fileio import read_text
+
+    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
     try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise HisparseError(f"{path}: not valid TOML ({exc})") from None
     return knobs_from_dict(data.get("knobs", data), path)
 

@@ -54,9 +54,17 @@ class NpyTrace:
 
     def __init__(self, path: str | os.PathLike, *, ctx0: int | None = None) -> None:
         import numpy as np
+
+        from ..fileio import InputError, check_input
+
         self.path = Path(path)
         try:
-            array = np.load(self.path, allow_pickle=False, mmap_mode="r")  # pages come from the file cache
+            check_input(self.path)  # a FIFO would block in open(), a device never end
+        except InputError as exc:
+            raise TraceError(exc.problem, path=path) from None
+        try:
+            # read, not mapped: a mapped file truncated under the reader faults (SIGBUS)
+            array = np.load(self.path, allow_pickle=False)
         except FileNotFoundError:
             raise TraceError("no such file", path=path) from None
         except (ValueError, OSError, EOFError) as exc:
