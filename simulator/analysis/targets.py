@@ -20,7 +20,6 @@ steady-state ones, as a published 1,000-step average all but ignores them):
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,12 +106,9 @@ def load_targets(spec: str) -> Targets:
         raise HisparseError(f"targets file {spec!r} not found (shipped: {', '.join(shipped_targets())})")
     if path.is_dir():
         raise HisparseError(f"{path}: is a folder; give a targets .toml file")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise HisparseError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    from ..inputs import read_toml
+
+    data = read_toml(path, what="targets file")
     raw_shape = _table(path, data, "shape")
     unknown = sorted(set(raw_shape) - set(SHAPE_KEYS))
     if unknown:

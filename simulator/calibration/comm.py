@@ -159,10 +159,9 @@ def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any]) ->
     p = str(json_path)
     report: dict[str, Any] = {}
     if os.path.exists(p):
-        try:
-            report = json.loads(Path(p).read_text())
-        except json.JSONDecodeError as exc:
-            raise HisparseError(f"{p}: not JSON ({exc})") from None
+        from ..inputs import read_json
+
+        report = read_json(p)
         if not isinstance(report, dict):
             raise HisparseError(f"{p}: not a JSON object")
     report["comm"] = section

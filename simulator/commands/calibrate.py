@@ -89,14 +89,11 @@ def _require_cupy(command: str, offline: str) -> None:
 def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
     """A JSON object from a previous run, with ``keys``: errors name the file and the key."""
     from ..errors import HisparseError
+    from ..inputs import read_json
 
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise HisparseError(f"{path}: missing; {hint}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise HisparseError(f"{path}: not a readable JSON file ({exc})") from None
+    if not os.path.exists(path):
+        raise HisparseError(f"{path}: missing; {hint}")
+    data = read_json(path)
     if not isinstance(data, dict):
         raise HisparseError(f"{path}: expected a JSON object, got {type(data).__name__}")
     for dotted in keys:

@@ -10,14 +10,13 @@ themselves live in the specs' ``__post_init__`` (``specs.py``).
 from __future__ import annotations
 
 import dataclasses
-import json
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .. import inputs
 from ..errors import HisparseError
 from .comm import Interconnect, parse_interconnect
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
@@ -67,12 +66,8 @@ def resolve(kind: str, spec: str) -> Path:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise HisparseError(f"{path}: cannot read ({exc.strerror})") from None
+    """A preset TOML file, within the input size and nesting limits (``simulator.inputs``)."""
+    return inputs.read_toml(path)
 
 
 def load(kind: str, spec: str | Mapping[str, Any], **overrides: Any):
@@ -140,12 +135,7 @@ def load_calibration(spec: str) -> Calibration:
     if path.suffix != ".json":
         return Calibration(str(path), build(CostParams, read_toml(path), str(path)))
     where = str(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise HisparseError(f"{where}: cannot read ({exc.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HisparseError(f"{where}: not valid JSON ({exc})") from None
+    data = inputs.read_json(path, what="calibration JSON")
     if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
         raise HisparseError(f"{where}: no 'params' object (write it with hisparse calibrate)")
     known = {f.name for f in dataclasses.fields(CostParams)} - {"where"}

@@ -19,12 +19,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import HisparseError
+from ..inputs import read_toml
 from ..replay.config import option_types
 
 OPTIONS = {
@@ -51,14 +51,7 @@ def point_id(point: dict[str, Any]) -> str:
 def load_grid(path: str | Path) -> Grid:
     """Read and check a grid file; errors name the file and the key."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise HisparseError(f"{path}: no such grid file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
-    except OSError as exc:
-        raise HisparseError(f"{path}: cannot read the grid file ({exc.strerror or exc})") from None
+    data = read_toml(path, what="grid file")
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in OPTIONS:
         raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")

@@ -31,7 +31,6 @@ Steps are stored sorted. The same knobs and seed give the same streams, bit for 
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -154,10 +153,9 @@ def load_knobs(spec: str) -> GeneratorKnobs:
     if not path.exists():
         raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(preset_names())}; "
                             "or give a knobs .toml file)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    from ..inputs import read_toml
+
+    data = read_toml(path, what="knobs file")
     return knobs_from_dict(data.get("knobs", data), path)
 
 
