@@ -14,7 +14,7 @@ from .memory import plan_memory
 from .misses import MissProfiles, miss_profiles
 from .model import RunResult, System, simulate
 from .scenario import Scenario, load_scenario
-from .specs import Arrival, Mode
+from .specs import Arrival, HiSparseSpec, Mode
 
 
 @dataclass(frozen=True)
@@ -98,19 +98,54 @@ def _points(sc: Scenario, inp: PlanInputs) -> list[tuple[int, float]]:
     return [(c, 0.0) for c in inp.concurrency]
 
 
-def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
-                  scenario: Scenario | None = None) -> Plan:
+@dataclass(frozen=True)
+class Prepared:
+    """A plan checked before any simulation: its scenario, load points and HiSparse knob sets."""
+
+    scenario: Scenario
+    points: tuple[tuple[int, float], ...]
+    knob_sets: tuple[HiSparseSpec, ...]
+    steps: int = 0  # scheduler steps it is estimated to simulate (limits.plan_steps)
+
+
+def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
+    """Every check a plan makes before it simulates, in one place (``hisparse plan`` and a plan
+    sweep grid both call it): the scenario's files, each swept knob set (``--sweep-buffer``,
+    ``--sweep-host-ratio``: a spec each, checked as the file's values are), the deployment's room
+    for the weights, and the work budgets (``simulator.limits``)."""
+    from .. import limits
+
     sc = scenario or inp.scenario()
-    points = _points(sc, inp)
+    points = tuple(_points(sc, inp))
     hs0 = sc.hisparse
     knob_sets = []
     for b in inp.buffers or (hs0.device_buffer_size,):
         for ratio in inp.host_ratios or (hs0.host_to_device_ratio,):
             knob_sets.append(dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=ratio,
                                                  where=f"{hs0.where} with --sweep-buffer/--sweep-host-ratio"))
+    n = len(points) * (1 + len(knob_sets))
+    limits.check(n, "HISPARSE_MAX_POINTS", f"plan of {len(points)} load point(s) x (baseline + {len(knob_sets)} "
+                 "HiSparse knob set(s))", unit="simulated points", hint="fewer --concurrency/--rate values or swept knobs")
+    d, w = sc.deployment, sc.workload
+    steps = sum(limits.plan_steps(ranks=d.ranks_per_instance, instances=d.instances, concurrency=c, rate=rate,
+                                  requests_per_client=w.requests_per_client, input_tokens=w.input_tokens,
+                                  output_tokens=w.output_tokens, length_jitter=w.length_jitter,
+                                  prefill_chunk_tokens=d.prefill_chunk_tokens) for c, rate in points)
+    steps *= 1 + len(knob_sets)
+    limits.check(steps, "HISPARSE_MAX_SIM_STEPS",
+                 f"plan of {n} points ({w.where}: requests_per_client {w.requests_per_client}, {w.input_tokens} + "
+                 f"{w.output_tokens} tokens; {d.where}: prefill_chunk_tokens {d.prefill_chunk_tokens})",
+                 unit="scheduler steps to simulate", hint="fewer points, requests_per_client or larger prefill chunks")
+    plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
+    return Prepared(sc, points, tuple(knob_sets), steps)
+
+
+def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
+                  scenario: Scenario | None = None, prepared: Prepared | None = None) -> Plan:
+    prep = prepared or prepare(inp, scenario)
+    sc, points, knob_sets = prep.scenario, prep.points, prep.knob_sets
     initial = "prefix" if sc.deployment.mode == Mode.COLOCATED else "empty"
     results: list[tuple[RunResult, int | None, float | None]] = []
-    plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
     for c, rate in points:
         results.append((simulate(sc, System.BASELINE, concurrency=c, rate_per_s=rate, seed=inp.seed), None, None))
         if on_point:

@@ -88,6 +88,13 @@ def load_grid(path: str | Path) -> Grid:
     if kind == "plan" and "concurrency" in merged and "rate" in merged:
         raise HisparseError(f"{path}: give concurrency or rate, not both")
     keys = sorted(merged)
+    from .. import limits
+
+    n = 1
+    for k in keys:
+        n *= len(merged[k])
+    limits.check(n, "HISPARSE_MAX_POINTS", f"{path}: grid of {' x '.join(f'{len(merged[k])} {k}' for k in keys if len(merged[k]) > 1) or '1 point'}",
+                 unit="points", hint="shorter lists")
     points = tuple(dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(merged[k] for k in keys)))
     axes = tuple(k for k in keys if len(merged[k]) > 1)
     return Grid(kind, points, axes)
