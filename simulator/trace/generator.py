@@ -31,6 +31,7 @@ Steps are stored sorted. The same knobs and seed give the same streams, bit for 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -97,7 +98,27 @@ class GeneratorKnobs:
             if not points or any(not 0.0 <= d <= 1.0 for d in depths) or depths != sorted(depths):
                 raise HisparseError(f"profile {name}: breakpoints need depths in [0, 1], ascending; got {depths}")
 
+    def for_k(self, k: int) -> tuple[GeneratorKnobs, list[str]]:
+        """The knobs as ``generate`` applies them at top-k ``k`` (sinks at most k - 1, the local
+        window at most what is left: the newest token always fits), and a note per knob that
+        changed. A trace records these, what it was generated with, not what was asked for."""
+        sinks = min(self.sinks, k - 1)
+        local = min(self.local_window, k - sinks)
+        notes = []
+        if sinks != self.sinks:
+            notes.append(f"knob sinks = {self.sinks} is more than k - 1 = {k - 1}: generated and recorded as {sinks}")
+        if local != self.local_window:
+            notes.append(f"knob local_window = {self.local_window} leaves no room in k = {k} after {sinks} sinks: "
+                         f"generated and recorded as {local}")
+        probs = self.sink_probs[:sinks] if self.sink_probs else ()
+        return replace(self, sinks=sinks, local_window=local, sink_probs=probs), notes
+
     def _check_own(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            values = v if f.name == "sink_probs" else (v,) if isinstance(v, float) else ()
+            if any(not math.isfinite(x) for x in values):
+                raise HisparseError(f"knob {f.name} = {v} must be a finite number")
         for name in ("retention", "burst_prob", "burst_retention", "layer_corr", "recall_prob"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
