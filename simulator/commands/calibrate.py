@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
+from ..inputs import dumps_json
 from .common import Output, declare_io, positive_float, positive_int, seed_int
 
 TERMS = ("all", "kernels", "step", "moe-tp", "fused-moe-tp")
@@ -276,7 +276,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             report["step_terms"]["grid"]["fused_moe_tp_tokens"] = sorted(int(t) for t in set(fused["node_tokens"]))
             report["step_terms"]["grid"]["fused_moe_tp_configs"] = sorted(set(fused["config"].dropna()) - {""})
     with atomic_output(out_json) as fh:
-        fh.write(json.dumps(report, indent=2).encode())
+        fh.write(dumps_json(report, indent=2).encode())
     summary = {"params": params, "gpu": report["gpu"],
                "r2": {"swap_in": {r: v["r2"] for r, v in fits["swap_in"]["per_row"].items()},
                       "attention": {d: f["r2"] for d, f in fits["attention"].items()}}}
@@ -286,7 +286,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                                  "rates": {k: {d: {x: v[x] for x in ("launch_us", "gbps", "tflops", "median_rel_err")}
                                                for d, v in per.items()} for k, per in st["rates"].items()},
                                  "indexer": st["indexer"]}
-    print(json.dumps(summary, indent=2))
+    print(dumps_json(summary, indent=2))
     return 0
 
 
@@ -394,6 +394,6 @@ def _save_validation(args: argparse.Namespace, calibration: str, path: str, conf
               "targets": {"misses_exact": True, "step_time_median_abs_err": 0.10, "step_time_p90_abs_err": 0.20},
               "configs": configs}
     with atomic_output(path) as fh:
-        fh.write(json.dumps(report, indent=1).encode())
+        fh.write(dumps_json(report, indent=1).encode())
     plot(report, os.path.join(args.out, png))
-    print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))
+    print(dumps_json({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))

@@ -136,8 +136,37 @@ def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
                  f"plan of {n} points ({w.where}: requests_per_client {w.requests_per_client}, {w.input_tokens} + "
                  f"{w.output_tokens} tokens; {d.where}: prefill_chunk_tokens {d.prefill_chunk_tokens})",
                  unit="scheduler steps to simulate", hint="fewer points, requests_per_client or larger prefill chunks")
+    _check_horizon(sc, points)
     plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
+    for hs in knob_sets:  # and each knob set's pools, before the first point is simulated
+        plan_memory(sc.model, sc.gpu, sc.deployment, hs, where=sc.files)
     return Prepared(sc, points, tuple(knob_sets), steps)
+
+
+# The simulated clock is a float of seconds: past ~1e9 s its resolution (~1e-7 s) nears a decode
+# step's microseconds of detail, and at 1e300 s a step adds nothing (TPOT 0.0 ms). A point whose
+# arrivals or prefills alone would take longer is refused, not simulated into silent zeros.
+MAX_SIM_SECONDS = 1e9
+
+
+def _check_horizon(sc: Scenario, points: Sequence[tuple[int, float]]) -> None:
+    d, w = sc.deployment, sc.workload
+    for _, rate in points:
+        if rate > 0:
+            arrivals = w.requests_per_client * 16 * d.ranks  # InstanceSim.run's open-loop request count
+            if arrivals / rate > MAX_SIM_SECONDS:
+                where = f"{w.where}: rate_per_s" if rate == w.rate_per_s and w.arrival == Arrival.OPEN else "--rate"
+                raise HisparseError(f"{where} {rate:g}: its {arrivals} requests take about {arrivals / rate:.3g} s "
+                                    f"to arrive, past the {MAX_SIM_SECONDS:g} s the simulated clock resolves "
+                                    f"(give a rate of at least {arrivals / MAX_SIM_SECONDS:.3g} requests/s)")
+    if d.mode == Mode.PD_DECODE and d.prefill_tok_s > 0:
+        clients = max((c for c, _ in points), default=0) or 16 * d.ranks
+        tokens = w.requests_per_client * clients * w.input_tokens
+        if tokens / d.prefill_tok_s > MAX_SIM_SECONDS:
+            raise HisparseError(f"{d.where}: prefill_tok_s = {d.prefill_tok_s:g}: prefilling {tokens} input tokens "
+                                f"takes about {tokens / d.prefill_tok_s:.3g} s, past the {MAX_SIM_SECONDS:g} s the "
+                                f"simulated clock resolves (at least {tokens / MAX_SIM_SECONDS:.3g} tokens/s, or 0 "
+                                "for the prefill instance the cost model derives)")
 
 
 def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,

@@ -286,6 +286,9 @@ class GpuSpec(Spec):
     gather_efficiency_large_rows: float = num(gt=0, le=1)
     interconnect: Interconnect
     gpus_per_node: int = num(ge=1, default=8)
+    # GPUs one NVLink (or other scale-up) domain joins, the most one tensor-parallel instance may
+    # span: the interconnect's collectives are priced within one domain. 0: gpus_per_node
+    nvlink_domain_gpus: int = num(ge=0, default=0, help="GPUs of one NVLink domain (0: gpus_per_node)")
     # datasheet rates where hbm_bw / bf16_flops hold measured ones (the H200): the ratios that scale
     # its measured step terms to other GPUs are datasheet over datasheet (step_costs.py); 0: same
     datasheet_hbm_bw: float = num(ge=0, default=0.0)
@@ -302,6 +305,11 @@ class GpuSpec(Spec):
     startup_bytes: float = num(ge=0, default=2.48e9, help="HBM in use before the weights load")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # per-key source notes
     where: str = field(default="<gpu>", compare=False)
+
+    @property
+    def scale_up_gpus(self) -> int:
+        """The most GPUs one tensor-parallel instance may span (one NVLink domain)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     @property
     def free_before_load(self) -> float:

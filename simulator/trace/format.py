@@ -278,11 +278,13 @@ class TraceWriter:
 
     # -- whole streams -------------------------------------------------------------------
     def write_stream(self, stream: Stream) -> None:
-        """Check and write a whole stream (or its continuation) in chunks of chunk_steps."""
+        """Check and write a whole stream (or its continuation) in chunks of chunk_steps. A new
+        stream starts at its ``first_step``; a continuation follows what was written."""
         self._flush_key(stream.key)
         for s in range(0, max(stream.steps, 1), self.chunk_steps):
             e = min(stream.steps, s + self.chunk_steps)
-            self._write_chunk(stream.key, stream.ctx_len[s:e], stream.indices[s:e])
+            start = None if stream.key in self._next_step else stream.first_step + s
+            self._write_chunk(stream.key, stream.ctx_len[s:e], stream.indices[s:e], first_step=start)
 
     # -- one step at a time ------------------------------------------------------------------
     def write(self, request: int, layer: int, step: int, ctx_len: int, indices) -> None:
@@ -656,7 +658,11 @@ class TraceReader:
             check_stream(indices, ctx_len, self.meta.k)
         except TraceError as exc:
             raise exc.at(path=self.path, request=key.request, layer=key.layer) from None
-        return Stream(key.request, key.layer, ctx_len, indices)
+        return Stream(key.request, key.layer, ctx_len, indices, chunks[0][0].first_step)
+
+    def first_step(self, key: StreamKey | tuple[int, int]) -> int:
+        """The step number of a stream's first stored step (from the index)."""
+        return self._streams[StreamKey(*key)][0].first_step
 
     def close(self) -> None:
         self._fh.close()
