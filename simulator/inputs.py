@@ -61,8 +61,6 @@ def read_bytes(path: str | os.PathLike, *, what: str = "file", limit: int | None
             data = fh.read(limit + 1)
     except FileNotFoundError:
         raise HisparseError(f"{path}: no such {what}") from None
-    except IsADirectoryError:
-        raise HisparseError(f"{path}: is a folder, not a {what}") from None
     except OSError as exc:
         raise HisparseError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     if len(data) > limit:

@@ -96,7 +96,7 @@ def read_comm_csv(path: str | os.PathLike) -> pd.DataFrame:
             ok &= np.isfinite(values) & (values == np.round(values)) & (values <= highest)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            need = f"an integer from {lowest} to {highest}" if integer else "a positive number"
+            need = f"an integer >= {lowest} and <= {highest}" if integer else "a positive number"
             raise HisparseError(f"{p}: column '{col}', data row {i + 1}: '{df[col].iloc[i]}' is not {need}")
         df[col] = values.astype(int) if integer else values
     return df

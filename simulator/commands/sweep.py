@@ -90,10 +90,31 @@ def check_values(grid, path: str) -> None:
                 continue
             if key == "policy" and grid.kind == "replay":
                 check_policies([value], POLICIES, option=f"{path}: policy")
+            elif grid.kind == "plan" and key in PRESET_KINDS:
+                _check_preset(key, value, path)
             else:
                 _check_option(actions, grid.kind, key, value, path)
             seen.add((key, value))
     (_check_replay_points if grid.kind == "replay" else _check_plan_points)(grid, path)
+
+
+# plan grid keys that name a preset or a file, and the serving presets' kind each is looked up in
+PRESET_KINDS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
+                "hisparse": "hisparse", "calibration": "calibration"}
+
+
+def _check_preset(key: str, value: str, path: str) -> None:
+    """A plan grid's preset name is shipped, or its path is a file (the presets' own lookup);
+    the point checks then load it."""
+    from ..errors import HisparseError
+    from ..serving.presets import resolve
+
+    if key == "calibration" and value in ("auto", "none", ""):
+        return
+    try:
+        resolve(PRESET_KINDS[key], value)
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: {key} = {value!r}: {exc}") from None
 
 
 def _where(point: dict) -> str:
