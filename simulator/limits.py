@@ -10,6 +10,8 @@ estimate, the limit and how to raise it. (Read-size budgets of the input formats
   cartesian product is built).
 - ``HISPARSE_MAX_SIM_STEPS`` (10,000,000): scheduler steps one ``plan`` is estimated to simulate
   (``plan_steps``). The default plan is ~0.6 million (33 s here, ~15 us of CPU a step).
+- ``HISPARSE_MAX_REPLAY_ACCESSES`` (10**11): accesses one ``replay`` (or a replay grid, per
+  trace) replays: its configs x the trace's accesses. The bundled 78-layer trace holds 20 million.
 - ``HISPARSE_MAX_TRACE_ENTRIES`` (2**32): top-k entries a ``trace gen`` or ``trace fit`` draws
   (requests x layers x steps x k, times the fit's draws). The bundled 78-layer preset is 20 million.
 """
@@ -20,7 +22,7 @@ from .errors import HisparseError
 from .inputs import env_limit
 
 BUDGETS = {"HISPARSE_MAX_POINTS": 10_000, "HISPARSE_MAX_SIM_STEPS": 10_000_000,
-           "HISPARSE_MAX_TRACE_ENTRIES": 2**32}
+           "HISPARSE_MAX_TRACE_ENTRIES": 2**32, "HISPARSE_MAX_REPLAY_ACCESSES": 10**11}
 
 
 def limit(env: str) -> int:

@@ -160,3 +160,20 @@ def test_trace_fit_rounds_within_the_budget(tmp_path_factory, capsys, small_trac
     assert not ok
     assert_clean_error(code, err, small_trace, "--rounds", "HISPARSE_MAX_TRACE_ENTRIES")
     assert not out.exists()
+
+
+@fuzz_settings(20)
+@given(n=st.integers(1, 40), policies=st.sampled_from(["lru", "lru,fifo", "lru,fifo,opt"]),
+       most=st.integers(1, 10**5))
+def test_replay_configs_times_accesses_within_the_budget(capsys, monkeypatch, small_trace, n, policies, most):
+    import simulator.replay.api as api
+    from simulator.trace import open_trace
+
+    monkeypatch.setattr(api, "replay", _reached)
+    monkeypatch.setenv("HISPARSE_MAX_REPLAY_ACCESSES", str(most))
+    buffers = ",".join(str(16 + i) for i in range(n))
+    ok, code, err = _run(["replay", small_trace, "--buffer", buffers, "--policy", policies], capsys)
+    work = n * len(policies.split(",")) * open_trace(small_trace).accesses
+    assert ok == (work <= most), (work, most, err)
+    if not ok:
+        assert_clean_error(code, err, small_trace, "HISPARSE_MAX_REPLAY_ACCESSES")

@@ -93,7 +93,10 @@ def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
 
     if not os.path.exists(path):
         raise HisparseError(f"{path}: missing; {hint}")
-    data = read_json(path)
+    try:
+        data = read_json(path)
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: not a readable JSON file ({str(exc).removeprefix(f'{path}: ')})") from None
     if not isinstance(data, dict):
         raise HisparseError(f"{path}: expected a JSON object, got {type(data).__name__}")
     for dotted in keys:

@@ -179,7 +179,13 @@ def check_configs(trace, configs, workers: int, option: str = "--buffer") -> lis
     """Every check a replay makes before it runs, in one place (``hisparse replay`` and a replay
     sweep grid both call it): each buffer against the trace's k, past its largest context, and
     the memory the largest needs."""
+    from .. import limits
+
     configs = [_checked(c, trace.meta.k, option) for c in configs]
+    where = f"{trace.path}: {len(configs)} replay(s) (policies x buffers)"
+    limits.check(len(configs), "HISPARSE_MAX_POINTS", where, unit="replays", hint="fewer policies or buffers")
+    limits.check(len(configs) * trace.accesses, "HISPARSE_MAX_REPLAY_ACCESSES", f"{where} of {trace.accesses} accesses",
+                 unit="accesses to replay", hint="fewer policies or buffers")
     buffers = sorted({c.buffer for c in configs})
     _check_large_buffers(trace, buffers)
     _check_memory(trace, max(buffers), workers)
