@@ -161,6 +161,8 @@ def json_safe(value: Any) -> Any:
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
+    if getattr(value, "ndim", 0) and hasattr(value, "tolist"):  # a numpy array: its elements
+        return json_safe(value.tolist())
     if isinstance(value, float) or (hasattr(value, "item") and hasattr(value, "dtype") and value.dtype.kind == "f"):
         value = float(value)
         return value if math.isfinite(value) else None

@@ -200,7 +200,9 @@ def test_json_output_is_strict(capsys, value):
     print_json(value)
     _strict(capsys.readouterr().out)
     _strict(dumps_json(value))
-    _strict(dumps_json({"a": np.float64("nan"), "b": [np.float32("inf")]}))
+    _strict(dumps_json({"a": np.float64("nan"), "b": [np.float32("inf")], "c": np.array([[1.0, np.nan]])}))
+    print_json({"a": np.array([np.inf, 2.0]), "n": np.int64(3)})
+    assert _strict(capsys.readouterr().out) == {"a": [None, 2.0], "n": 3}
 
 
 # -- the cause named -------------------------------------------------------------------------------
