@@ -15,8 +15,9 @@ import pytest
 from simulator.fileio import atomic_output, stale_temps
 
 ROOT = Path(__file__).resolve().parents[1]
+# minutes of work, within the trace gen budget (HISPARSE_MAX_TRACE_ENTRIES, 2**32 entries: 2.6e9 here)
 LONG_GEN = ["trace", "gen", "--steps", "20000", "--topk", "256", "--ctx0", "4096", "--layers", "64",
-            "--requests", "64", "--quiet", "--out"]
+            "--requests", "8", "--quiet", "--out"]
 
 
 def _temps(folder: Path, name: str) -> list[Path]:

@@ -202,7 +202,9 @@ def test_a_model_that_does_not_fit_is_one_clear_error():
     sc = load_scenario(gpu="h100", calibration="uncalibrated")
     with pytest.raises(HisparseError, match=r"h100.toml.*no room for a KV pool.*weights take 109.3 GB per GPU"):
         simulate(sc, System.BASELINE, concurrency=1)
-    big = sc.replace(gpu=P.load("gpus", "h200"), workload=dataclasses.replace(sc.workload, input_tokens=400_000))
+    # (context_length 0: a 400k request is past GLM-5.1's 202,752, refused before the pool is sized)
+    big = sc.replace(gpu=P.load("gpus", "h200"), model=dataclasses.replace(sc.model, context_length=0),
+                     workload=dataclasses.replace(sc.workload, input_tokens=400_000))
     with pytest.raises(HisparseError, match=r"32k-in-8k-out.toml.*one request of 400000 \+ 8192 tokens needs"):
         simulate(big, System.BASELINE, concurrency=1)
 

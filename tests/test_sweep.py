@@ -21,6 +21,29 @@ buffer = [1024, 2048, 4096]
 """
 
 
+def _corrupt_copy(tmp_path) -> str:
+    """TRACE with one payload byte of its last chunk flipped: it opens (index and headers hold),
+    so a sweep's up-front checks pass it, and every replay of it fails on the checksum."""
+    from simulator.trace.format import TraceReader
+
+    with TraceReader(TRACE) as r:
+        last = max((c for key in r.keys for c, _ in r.chunks(key)), key=lambda c: c.offset)
+        at = last.offset + r._chunk_struct.size + 5
+    data = bytearray(open(TRACE, "rb").read())
+    data[at] ^= 0xFF
+    path = tmp_path / "corrupt.hst"
+    path.write_bytes(bytes(data))
+    return str(path)
+
+
+def _failing_grid(tmp_path) -> str:
+    """Six points, two of which fail while running (buffers below k are refused before any
+    point runs, as hisparse replay refuses them: issue #28 class 9): fifo on a corrupt trace."""
+    bad = _corrupt_copy(tmp_path)
+    return _grid(tmp_path, f'kind = "replay"\n[grid]\ntrace = ["{TRACE}", "{bad}"]\npolicy = ["lru", "fifo"]\n'
+                           "buffer = [2048, 4096]\n", name="failing.toml")
+
+
 def _grid(tmp_path, text=GRID, name="grid.toml"):
     path = tmp_path / name
     path.write_text(text)
@@ -33,18 +56,18 @@ def _table(out) -> pd.DataFrame:
 
 
 def test_ray_sweep_resume_and_failures(tmp_path, capfd):
-    grid = _grid(tmp_path)
+    grid = _failing_grid(tmp_path)
     full, part = tmp_path / "full", tmp_path / "part"
     assert main(["sweep", grid, "--out", str(full), "--workers", "2", "--quiet", "--keep-going"]) == 0
     printed, err = capfd.readouterr()
-    assert "6 of 6 points" in printed and "(2 failed)" in printed
+    assert "8 of 8 points" in printed and "(4 failed)" in printed
     assert "Token authentication" not in err  # silenced for the local instance
-    assert err.count("failed: ") == 2 and "buffer=1024" in err  # each failure listed
+    assert err.count("failed: ") == 4 and "corrupt.hst" in err  # each failure listed
     table = _table(full)
-    assert len(table) == 6
-    bad = table[table.buffer == 1024]
-    assert (bad.error.str.contains("smaller than k = 2048")).all()  # failing points recorded
-    good = table[table.buffer > 1024]
+    assert len(table) == 8
+    bad = table[table.trace.str.endswith("corrupt.hst")]
+    assert len(bad) == 4 and (bad.error.str.contains("checksum mismatch")).all()  # failing points recorded
+    good = table[table.trace == TRACE]
     assert (good.error == "").all()
     trace = open_trace(TRACE)
     for _, row in good.iterrows():
@@ -62,11 +85,12 @@ def test_ray_sweep_resume_and_failures(tmp_path, capfd):
 
 
 def test_every_point_failing_exits_1_and_lists_them(tmp_path, capsys):
-    grid = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n[grid]\nbuffer = [16, 32, 64]\n')
+    bad = _corrupt_copy(tmp_path)
+    grid = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{bad}"\n[grid]\nbuffer = [2048, 3072, 4096]\n')
     assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 1
     out, err = capsys.readouterr()
     assert "(3 failed)" in out
-    assert [line.count("smaller than k = 2048") for line in err.splitlines()] == [1, 1, 1]
+    assert [line.count("checksum mismatch") for line in err.splitlines()] == [1, 1, 1]
     assert main(["sweep", grid, "--out", str(tmp_path / "o2"), "--no-ray", "--quiet", "--keep-going"]) == 0
 
 

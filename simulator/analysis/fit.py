@@ -137,6 +137,11 @@ def _bisect(f: Callable[[float], float], target: float, lo: float, hi: float, in
     return best
 
 
+# Synthetic draws per round and bisection step of ``fit_knobs`` (five tuned knobs and the spreads
+# tried for the recall gap): the work budget's estimate.
+DRAWS_PER_ROUND_ITER = 8
+
+
 def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: int = 2, rounds: int = 2,
               iters: int = 6, on_eval: Callable[[], None] | None = None) -> FitResult:
     """Fit knobs to ``trace`` (its first request's streams); see the module docstring.
@@ -154,6 +159,12 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
     if ctx0 <= k:
         raise HisparseError(f"{trace.path}: context {ctx0} <= k = {k} at step 0: nothing to fit")
     layers = max(2, min(layers, len(streams)))
+    from .. import limits
+
+    limits.check(rounds * iters * DRAWS_PER_ROUND_ITER * requests * layers * steps * k, "HISPARSE_MAX_TRACE_ENTRIES",
+                 f"trace fit of {trace.path} (--rounds {rounds} x --iters {iters} x ~{DRAWS_PER_ROUND_ITER} draws of "
+                 f"--requests {requests} x --layers {layers} x {steps} steps x k {k})", unit="top-k entries to draw",
+                 hint="fewer --rounds, --iters, --requests or --layers")
     buffers = tuple(int(round(f * k)) for f in COMPARE_FACTORS)
     target = structure(streams, k, buffers)
     target["first_depth"] = first_depth(streams)

@@ -20,7 +20,6 @@ steady-state ones, as a published 1,000-step average all but ignores them):
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,13 +107,9 @@ def load_targets(spec: str) -> Targets:
         raise HisparseError(f"targets file {spec!r} not found (shipped: {', '.join(shipped_targets())})")
     if path.is_dir():
         raise HisparseError(f"{path}: is a folder; give a targets .toml file")
-    from ..fileio import read_text
+    from ..inputs import read_toml
 
-    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, what="targets file")
     raw_shape = _table(path, data, "shape")
     unknown = sorted(set(raw_shape) - set(SHAPE_KEYS))
     if unknown:

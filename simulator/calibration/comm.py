@@ -31,6 +31,7 @@ from ..errors import HisparseError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 REQUIRED_COLUMNS = ("collective", "n_gpus", "bytes", "time_us")
+MAX_COMM_GPUS = 2**16
 
 
 def busbw_factor(collective: str, n: int) -> float:
@@ -63,8 +64,13 @@ def read_comm_csv(path: str | os.PathLike) -> pd.DataFrame:
         raise HisparseError(f"{p}: no such file")
     if os.path.isdir(p):
         raise HisparseError(f"{p}: is a folder; give the CSV file benchmarks/comm.py wrote")
+    import io
+
+    from ..inputs import read_bytes
+
+    data = read_bytes(p, what="CSV file")  # within the input size budget (/dev/zero is refused)
     try:
-        df = pd.read_csv(p, comment="#")
+        df = pd.read_csv(io.BytesIO(data), comment="#")
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise HisparseError(f"{p}: not a CSV with a header row ({str(exc).splitlines()[0]})") from None
     except OSError as exc:
@@ -79,14 +85,17 @@ def read_comm_csv(path: str | os.PathLike) -> pd.DataFrame:
         i = int(np.flatnonzero(bad.to_numpy())[0])
         raise HisparseError(f"{p}: column 'collective', data row {i + 1}: '{df['collective'].iloc[i]}' "
                             f"is not one of {', '.join(COLLECTIVES)}")
-    for col, lowest, integer in (("n_gpus", 2, True), ("bytes", 1, True), ("time_us", 0.0, False)):
+    # integers stay exact in the float the CSV is parsed as and fit an int64 (n_gpus = 1e30 wrapped
+    # to a negative GPU count); no collective spans more GPUs than MAX_COMM_GPUS
+    for col, lowest, highest, integer in (("n_gpus", 2, MAX_COMM_GPUS, True), ("bytes", 1, 2**53, True),
+                                          ("time_us", 0.0, None, False)):
         values = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
         ok = np.isfinite(values) & ((values >= lowest) if integer else (values > lowest))
         if integer:
-            ok &= np.isfinite(values) & (values == np.round(values))
+            ok &= np.isfinite(values) & (values == np.round(values)) & (values <= highest)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
-            need = f"an integer >= {lowest}" if integer else "a positive number"
+            need = f"an integer >= {lowest} and <= {highest}" if integer else "a positive number"
             raise HisparseError(f"{p}: column '{col}', data row {i + 1}: '{df[col].iloc[i]}' is not {need}")
         df[col] = values.astype(int) if integer else values
     return df

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
+from ..inputs import dumps_json
 from .common import Output, declare_io, file_name, positive_float, positive_int, seed_int
 
 TERMS = ("all", "kernels", "step", "moe-tp", "fused-moe-tp")
@@ -105,16 +105,19 @@ def _require_cupy(command: str, offline: str) -> None:
 def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
     """A JSON object from a previous run, with ``keys``: errors name the file and the key."""
     from ..errors import HisparseError
-    from ..fileio import InputError, read_text
+    from ..fileio import InputError
+    from ..inputs import read_json
 
+    if not os.path.exists(path):
+        raise HisparseError(f"{path}: missing; {hint}")
     try:
-        data = json.loads(read_text(path))  # checked first: a FIFO would block in open()
+        data = read_json(path)
     except InputError as exc:
         if exc.problem == "no such file":
             raise HisparseError(f"{path}: missing; {hint}") from None
         raise HisparseError(f"{path}: not a readable JSON file ({exc.problem})") from None
-    except ValueError as exc:
-        raise HisparseError(f"{path}: not a readable JSON file ({exc})") from None
+    except HisparseError as exc:
+        raise HisparseError(f"{path}: not a readable JSON file ({str(exc).removeprefix(f'{path}: ')})") from None
     if not isinstance(data, dict):
         raise HisparseError(f"{path}: expected a JSON object, got {type(data).__name__}")
     for dotted in keys:
@@ -339,7 +342,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
                                  "rates": {k: {d: {x: v[x] for x in ("launch_us", "gbps", "tflops", "median_rel_err")}
                                                for d, v in per.items()} for k, per in st["rates"].items()},
                                  "indexer": st["indexer"]}
-    print(json.dumps(summary, indent=2))
+    print(dumps_json(summary, indent=2))
     return 0
 
 
@@ -449,6 +452,6 @@ def _save_validation(args: argparse.Namespace, calibration: str, path: str, conf
     name = os.path.basename(path)
     with folder_output(args.out, (name, png)) as staged:
         with atomic_output(staged / name) as fh:
-            fh.write(json.dumps(report, indent=1).encode())
+            fh.write(dumps_json(report, indent=1).encode())
         plot(report, str(staged / png))
-    print(json.dumps({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))
+    print(dumps_json({k: report[k] for k in ("misses_exact", "step_time_median_abs_err", "step_time_p90_abs_err")}))

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..inputs import json_safe  # noqa: F401 - the commands' name for it
+
 # Slots are int32 in the replay engine and the C fast path (simulator/native/_native.c refuses
 # buffer >= INT32_MAX): the largest buffer a replay can hold.
 MAX_BUFFER = 2**31 - 2
@@ -278,21 +280,9 @@ def require_accesses(trace, path) -> None:
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=_jsonable)
+    """Strict JSON on stdout: NaN and infinity print as null (``json_safe``), never bare."""
+    json.dump(json_safe(obj), sys.stdout, indent=2, default=_jsonable, allow_nan=False)
     sys.stdout.write("\n")
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every NaN or infinity (Python or numpy) as None: JSON has no NaN, and
-    ``json.dumps`` would write a bare ``NaN`` that strict parsers refuse."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, float) or (hasattr(value, "item") and hasattr(value, "dtype") and value.dtype.kind == "f"):
-        value = float(value)
-        return value if math.isfinite(value) else None
-    return value
 
 
 def _jsonable(value: Any) -> Any:

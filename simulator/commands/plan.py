@@ -230,7 +230,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
         require_accesses(open_trace(args.trace), args.trace)
     from ..progress import progress
-    from ..serving.planner import PlanInputs, recommend, run_plan_full, search_plan
+    from ..serving.planner import PlanInputs, prepare, recommend, run_plan_full, search_plan
 
     inp = PlanInputs(model=args.model, gpu=args.gpu, deployment=args.deployment, workload=args.workload,
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
@@ -242,9 +242,10 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
                             f"{sc.workload.rate_per_s:g}); give --rate to sweep arrival rates, or a closed-loop "
                             "workload")
-    n_points = (len(inp.rates) or len(inp.concurrency)) * (1 + max(1, len(inp.buffers)) * max(1, len(inp.host_ratios)))
+    prep = prepare(inp, sc)  # every check before the first simulated point
+    n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
-    plan = run_plan_full(inp, on_point=lambda: next(bar, None), scenario=sc)
+    plan = run_plan_full(inp, on_point=lambda: next(bar, None), prepared=prep)
     if not args.no_search:
         plan = search_plan(plan, inp, on_point=None)
     rows = plan.rows()

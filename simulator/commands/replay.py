@@ -147,7 +147,7 @@ def _check_large_buffers(trace, buffers) -> None:
     big = [b for b in buffers if b > LARGE_BUFFER]
     if not big:
         return
-    largest = max(int(s.ctx_len.max()) for s in trace if s.steps)
+    largest = getattr(trace, "max_ctx", None) or max(int(s.ctx_len.max()) for s in trace if s.steps)
     for b in big:
         if b > largest:
             raise HisparseError(f"--buffer {b}: larger than the trace's largest context ({largest}); a buffer "
@@ -175,14 +175,29 @@ def _print_records(records: list[dict], cols: list[str]) -> None:
         print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)))
 
 
+def check_configs(trace, configs, workers: int, option: str = "--buffer") -> list:
+    """Every check a replay makes before it runs, in one place (``hisparse replay`` and a replay
+    sweep grid both call it): each buffer against the trace's k, past its largest context, and
+    the memory the largest needs."""
+    from .. import limits
+
+    configs = [_checked(c, trace.meta.k, option) for c in configs]
+    where = f"{trace.path}: {len(configs)} replay(s) (policies x buffers)"
+    limits.check(len(configs), "HISPARSE_MAX_POINTS", where, unit="replays", hint="fewer policies or buffers")
+    limits.check(len(configs) * trace.accesses, "HISPARSE_MAX_REPLAY_ACCESSES", f"{where} of {trace.accesses} accesses",
+                 unit="accesses to replay", hint="fewer policies or buffers")
+    buffers = sorted({c.buffer for c in configs})
+    _check_large_buffers(trace, buffers)
+    _check_memory(trace, max(buffers), workers)
+    return configs
+
+
 def run_replay(args: argparse.Namespace) -> int:
     from ..replay.api import replay
 
     policies = check_policies(args.policy, POLICIES)
     trace = open_input(args, need_accesses=True)
-    configs = [_checked(c, trace.meta.k, "--buffer") for c in _configs(args, policies, args.buffer)]
-    _check_large_buffers(trace, args.buffer)
-    _check_memory(trace, max(args.buffer), args.workers)
+    configs = check_configs(trace, _configs(args, policies, args.buffer), args.workers)
     want_steps = bool(args.out or args.plot)
     result = replay(trace, configs, per_step=want_steps, workers=args.workers, progress=not args.quiet)
     if want_steps:

@@ -7,17 +7,11 @@ import os
 import sys
 
 from ..sweep.address import parse_address
-from .common import Output, buffer_size, declare_io, positive_float, positive_int, seed_int
+from .common import Output, declare_io, positive_int
 
-# The value each grid option takes (types are checked on loading; these are the ranges), the same
-# argparse types `hisparse replay` and `hisparse plan` use, so a bad value fails before any point runs.
-RANGES = {"buffer": buffer_size, "seed": seed_int, "concurrency": positive_int, "rate": positive_float,
-          "device_buffer_size": buffer_size, "host_to_device_ratio": positive_float, "slo_tpot_ms": positive_float,
-          "slo_ttft_s": positive_float}
-CHOICES = {"semantics": ("batched", "sequential"), "initial": ("prefix", "empty")}
-# plan grid keys that name a preset or a file, and the serving presets' kind each is looked up in
-PRESET_KINDS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
-                "hisparse": "hisparse", "calibration": "calibration"}
+# grid keys whose command-line option has another name
+OPTION_DEST = {"plan": {"device_buffer_size": "sweep_buffer", "host_to_device_ratio": "sweep_host_ratio"},
+               "replay": {}}
 
 
 def _grid_keys() -> str:
@@ -86,53 +80,135 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(where, path) for path, where in found.items()]
 
 
-def check_values(grid, path: str) -> None:
-    """Every point's values in their ranges (and policies known), before any point runs."""
+def cli_actions(kind: str) -> dict[str, argparse.Action]:
+    """The argparse actions of ``hisparse replay`` / ``hisparse plan``, by dest: a grid value is
+    parsed by its option's own type (and choices), the one definition of its range."""
+    from . import plan, replay
+    from .common import Parser
+
+    parser = Parser(prog="hisparse")
+    (replay if kind == "replay" else plan).add_parsers(parser.add_subparsers())
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[kind]
+    return {a.dest: a for a in sub._actions}
+
+
+def _check_option(actions: dict, kind: str, key: str, value, path: str) -> None:
     from ..errors import HisparseError
+
+    action = actions.get(OPTION_DEST[kind].get(key, key))
+    if action is None:
+        return
+    if action.type is not None and not isinstance(value, bool):
+        try:
+            action.type(str(value))
+        except argparse.ArgumentTypeError as exc:
+            raise HisparseError(f"{path}: {key} = {value!r}: {exc}") from None
+    if action.choices is not None and value not in action.choices:
+        raise HisparseError(f"{path}: {key} = {value!r}: expected one of {', '.join(map(str, action.choices))}")
+
+
+def check_values(grid, path: str) -> None:
+    """Every point checked as the command itself checks it, before any point runs: each value by
+    its option's argparse type, then each point by the command's own up-front checks
+    (``replay.check_configs``, ``planner.prepare``: the files it names loaded and checked, buffers
+    against k and the trace, the work budgets)."""
     from ..replay.policies import POLICIES
     from .common import check_policies
 
-    checked: set = set()
+    actions = cli_actions(grid.kind)
+    seen: set = set()
     for point in grid.points:
         for key, value in point.items():
-            if key in RANGES:
-                try:
-                    RANGES[key](str(value))
-                except argparse.ArgumentTypeError as exc:
-                    raise HisparseError(f"{path}: {key} = {value!r}: {exc}") from None
-            elif key in CHOICES and value not in CHOICES[key]:
-                raise HisparseError(f"{path}: {key} = {value!r}: expected one of {', '.join(CHOICES[key])}")
-            elif key == "policy" and grid.kind == "replay":
+            if (key, value) in seen:
+                continue
+            if key == "policy" and grid.kind == "replay":
                 check_policies([value], POLICIES, option=f"{path}: policy")
-            elif key == "trace":
-                _check_trace(value, path, checked)
             elif grid.kind == "plan" and key in PRESET_KINDS:
-                _check_preset(key, value, path, checked)
+                _check_preset(key, value, path)
+            else:
+                _check_option(actions, grid.kind, key, value, path)
+            seen.add((key, value))
+    (_check_replay_points if grid.kind == "replay" else _check_plan_points)(grid, path)
 
 
+# plan grid keys that name a preset or a file, and the serving presets' kind each is looked up in
+PRESET_KINDS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
+                "hisparse": "hisparse", "calibration": "calibration"}
 
-def _check_preset(key: str, value: str, path: str, checked: set) -> None:
-    """A plan grid's preset name is shipped, or its path is a file (the presets' own lookup)."""
+
+def _check_preset(key: str, value: str, path: str) -> None:
+    """A plan grid's preset name is shipped, or its path is a file (the presets' own lookup);
+    the point checks then load it."""
     from ..errors import HisparseError
     from ..serving.presets import resolve
 
-    if (key, value) in checked or (key == "calibration" and value in ("auto", "none", "")):
+    if key == "calibration" and value in ("auto", "none", ""):
         return
     try:
         resolve(PRESET_KINDS[key], value)
     except HisparseError as exc:
         raise HisparseError(f"{path}: {key} = {value!r}: {exc}") from None
-    checked.add((key, value))
 
 
-def _check_trace(value: str, path: str, checked: set) -> None:
-    """A grid's trace exists, reads, and holds accesses (once per distinct file)."""
+def _where(point: dict) -> str:
+    return ", ".join(f"{k} = {v!r}" for k, v in sorted(point.items()))
+
+
+def _check_replay_points(grid, path: str) -> None:
+    from ..errors import HisparseError
+    from ..sweep.points import replay_config
+    from ..trace import open_trace
+    from .common import require_accesses
+    from .replay import check_configs
+
+    by_trace: dict[str, list] = {}
+    for point in grid.points:
+        try:
+            by_trace.setdefault(point["trace"], []).append(replay_config(point))
+        except HisparseError as exc:
+            raise HisparseError(f"{path}: point {_where(point)}: {exc}") from None
+    for value, configs in by_trace.items():
+        if not os.path.isfile(value):
+            raise HisparseError(f"{path}: trace = {value!r}: no such file (paths are relative to the "
+                                "folder the sweep runs in)")
+        try:
+            trace = open_trace(value)
+            require_accesses(trace, value)
+            check_configs(trace, list(dict.fromkeys(configs)), workers=1, option="buffer")
+        except HisparseError as exc:
+            raise HisparseError(f"{path}: trace = {value!r}: {exc}") from None
+
+
+def _check_plan_points(grid, path: str) -> None:
+    from .. import limits
+    from ..errors import HisparseError
+    from ..serving.planner import prepare
+    from ..sweep.points import plan_inputs
+
+    scenarios: dict = {}
+    steps = 0
+    for point in grid.points:
+        try:
+            inp = plan_inputs(point)
+            key = (inp.model, inp.gpu, inp.deployment, inp.workload, inp.hisparse, inp.calibration, inp.trace)
+            if key not in scenarios:
+                if inp.trace:
+                    _check_trace(inp.trace, path)
+                scenarios[key] = inp.scenario()
+            prep = prepare(inp, scenarios[key])
+        except HisparseError as exc:
+            raise HisparseError(f"{path}: point {_where(point)}: {exc}") from None
+        steps += prep.steps
+    limits.check(steps, "HISPARSE_MAX_SIM_STEPS", f"{path}: {len(grid.points)} plan points", unit="scheduler steps to simulate",
+                 hint="fewer points")
+
+
+def _check_trace(value: str, path: str) -> None:
+    """A grid's trace exists, reads, and holds accesses."""
     from ..errors import HisparseError
     from ..trace import open_trace
     from .common import require_accesses
 
-    if value in checked:
-        return
     if not os.path.isfile(value):
         raise HisparseError(f"{path}: trace = {value!r}: no such file (paths are relative to the "
                             "folder the sweep runs in)")
@@ -140,7 +216,6 @@ def _check_trace(value: str, path: str, checked: set) -> None:
         require_accesses(open_trace(value), value)
     except HisparseError as exc:
         raise HisparseError(f"{path}: trace = {value!r}: {exc}") from None
-    checked.add(value)
 
 
 def _print_failures(table, limit: int = 20) -> None:

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 from .common import (
     Output,
@@ -138,6 +139,14 @@ def run_gen(args: argparse.Namespace) -> int:
     if args.topk > args.ctx0:
         raise HisparseError(f"--topk {args.topk} is larger than the context (--ctx0 {args.ctx0}): "
                             "a step selects at most ctx_len positions")
+    from .. import limits
+
+    limits.check(args.requests * args.layers * args.steps * args.topk, "HISPARSE_MAX_TRACE_ENTRIES",
+                 f"trace gen of --requests {args.requests} x --layers {args.layers} x --steps {args.steps} x "
+                 f"--topk {args.topk}", unit="top-k entries", hint="fewer requests, layers or steps")
+    knobs, notes = knobs.for_k(args.topk)  # recorded as generated
+    for note in notes:
+        warnings.warn(f"{spec}: {note}", stacklevel=1)
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": spec if not args.knobs else None,
               "knobs": knobs_dict(knobs), "seed": args.seed}
     streams = generate(knobs, steps=args.steps, layers=args.layers, requests=args.requests,

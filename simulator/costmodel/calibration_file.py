@@ -54,16 +54,12 @@ class CalibrationFile:
 
 def read_calibration(path: str | os.PathLike) -> CalibrationFile:
     """The file at ``path``; every error names the file and the key."""
-    from ..fileio import read_text
+    from ..inputs import read_json
 
     where = str(path)
     if not Path(path).exists():
         raise HisparseError(f"{where}: no such calibration file")
-    text = read_text(path)  # checked before open (a FIFO would block); OS and UTF-8 errors: one line
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise HisparseError(f"{where}: not valid JSON ({str(exc)[:200]})") from None
+    data = read_json(path, what="calibration file")  # size and nesting bounded; special files refused
     return from_json(data, where)
 
 

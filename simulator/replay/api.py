@@ -29,6 +29,7 @@ class StreamMisses(NamedTuple):
     ctx_len: np.ndarray
     config: ReplayConfig
     misses: np.ndarray
+    first_step: int = 0  # the step number of misses[0]
 
 
 SUMMARY_COLUMNS = ("policy", "buffer", "semantics", "initial", "reserve_newest", "streams", "steps", "accesses",
@@ -111,17 +112,18 @@ class _Tally:
         self.kept: list[StreamMisses] = []
 
     def add(self, cfg: ReplayConfig, request: int, layer: int, accesses: int, steps: int, misses_total: int,
-            ctx_len=None, misses=None) -> None:
+            ctx_len=None, misses=None, first_step: int = 0) -> None:
         t = self.totals[cfg]
         t[0] += 1
         t[1] += steps
         t[2] += accesses
         t[3] += misses_total
         if self.per_step:
-            self.kept.append(StreamMisses(request, layer, ctx_len, cfg, misses))
+            self.kept.append(StreamMisses(request, layer, ctx_len, cfg, misses, first_step))
 
     def add_stream(self, stream: Stream, accesses: int, cfg: ReplayConfig, misses: np.ndarray) -> None:
-        self.add(cfg, stream.request, stream.layer, accesses, len(misses), int(misses.sum()), stream.ctx_len, misses)
+        self.add(cfg, stream.request, stream.layer, accesses, len(misses), int(misses.sum()), stream.ctx_len, misses,
+                 getattr(stream, "first_step", 0))
 
     def records(self) -> list[dict[str, Any]]:
         return [{"policy": str(c.policy), "buffer": c.buffer, "semantics": str(c.semantics), "initial": str(c.initial),
@@ -165,7 +167,8 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
             return
         for i, cfg in enumerate(configs):
             tally.add(cfg, key.request, key.layer, run.accesses, run.steps, run.totals[i], run.ctx_len,
-                      run.misses[i] if run.misses is not None else None)
+                      run.misses[i] if run.misses is not None else None,
+                      source.first_step(key) if hasattr(source, "first_step") else 0)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
@@ -183,6 +186,6 @@ def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:
     import numpy as np
     import pandas as pd
 
-    return pd.concat([pd.DataFrame({"request": m.request, "layer": m.layer, "step": np.arange(len(m.misses)),
+    return pd.concat([pd.DataFrame({"request": m.request, "layer": m.layer, "step": m.first_step + np.arange(len(m.misses)),
                                     "ctx_len": m.ctx_len, "policy": str(m.config.policy), "buffer": m.config.buffer,
                                     "misses": m.misses}) for m in kept], ignore_index=True)

@@ -172,6 +172,19 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
     cell = model.layers * model.kv_row_bytes + int(model.layers * model.indexer_row_bytes * ratio)
     budgeted = cell if dep.pool_profile == PoolProfile.SINCE_31992 else legacy_cell_bytes(model)
     derived = _page_floor(budget // budgeted, dep.page_size)
+    if derived <= 0 and budget > 0 and budget // budgeted < 1:  # the slot, not the weights
+        raise HisparseError(
+            f"{where}: no room for a KV pool: one token slot takes {budgeted} B ({model.layers} layers x "
+            f"{model.kv_row_bytes} B KV + indexer keys for the x{ratio:g} logical pool), more than the "
+            f"{budget / 1e9:.3g} GB per GPU left after {weights / 1e9:.1f} GB of weights"
+            + (" (lower host_to_device_ratio)" if hisparse and ratio > 1 else ""))
+    if derived <= 0 and budget > 0:
+        raise HisparseError(
+            f"{where}: no room for a KV pool: the {int(budget // budgeted)} token slots of {budgeted} B that fit in "
+            f"the {budget / 1e9:.3g} GB per GPU left after the weights are less than one page of page_size "
+            f"{dep.page_size} (lower page_size"
+            + (f", or host_to_device_ratio {ratio:g}: a slot holds indexer keys for the x{ratio:g} logical pool)"
+               if hisparse and ratio > 1 else ")"))
     if derived <= 0:
         raise HisparseError(
             f"{where}: no room for a KV pool: {model.name} weights take {weights / 1e9:.1f} GB per GPU, more than "

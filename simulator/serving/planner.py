@@ -24,7 +24,7 @@ from .slo import (
     MODEL_ERROR_SOURCE,
     SEARCH_REL_TOL,
 )
-from .specs import Arrival, Mode
+from .specs import Arrival, HiSparseSpec, Mode
 
 
 @dataclass(frozen=True)
@@ -134,15 +134,80 @@ def _knob_sets(sc: Scenario, inp: PlanInputs) -> list:
     return out
 
 
-def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
-                  scenario: Scenario | None = None, search: bool = False) -> Plan:
-    """Every swept point; with ``search``, then the bisection between swept points (``search_plan``)."""
+@dataclass(frozen=True)
+class Prepared:
+    """A plan checked before any simulation: its scenario, load points and HiSparse knob sets."""
+
+    scenario: Scenario
+    points: tuple[tuple[int, float], ...]
+    knob_sets: tuple[HiSparseSpec, ...]
+    steps: int = 0  # scheduler steps it is estimated to simulate (limits.plan_steps)
+
+
+def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
+    """Every check a plan makes before it simulates, in one place (``hisparse plan`` and a plan
+    sweep grid both call it): the scenario's files, each swept knob set (``--sweep-buffer``,
+    ``--sweep-host-ratio``: a spec each, checked as the file's values are), the deployment's room
+    for the weights, and the work budgets (``simulator.limits``)."""
+    from .. import limits
+
     sc = scenario or inp.scenario()
-    points = _points(sc, inp)
+    points = tuple(_points(sc, inp))
     knob_sets = _knob_sets(sc, inp)
+    n = len(points) * (1 + len(knob_sets))
+    limits.check(n, "HISPARSE_MAX_POINTS", f"plan of {len(points)} load point(s) x (baseline + {len(knob_sets)} "
+                 "HiSparse knob set(s))", unit="simulated points", hint="fewer --concurrency/--rate values or swept knobs")
+    d, w = sc.deployment, sc.workload
+    steps = sum(limits.plan_steps(ranks=d.ranks_per_instance, instances=d.instances, concurrency=c, rate=rate,
+                                  requests_per_client=w.requests_per_client, input_tokens=w.input_tokens,
+                                  output_tokens=w.output_tokens, length_jitter=w.length_jitter,
+                                  prefill_chunk_tokens=d.prefill_chunk_tokens) for c, rate in points)
+    steps *= 1 + len(knob_sets)
+    limits.check(steps, "HISPARSE_MAX_SIM_STEPS",
+                 f"plan of {n} points ({w.where}: requests_per_client {w.requests_per_client}, {w.input_tokens} + "
+                 f"{w.output_tokens} tokens; {d.where}: prefill_chunk_tokens {d.prefill_chunk_tokens})",
+                 unit="scheduler steps to simulate", hint="fewer points, requests_per_client or larger prefill chunks")
+    _check_horizon(sc, points)
+    plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
+    for hs in knob_sets:  # and each knob set's pools, before the first point is simulated
+        plan_memory(sc.model, sc.gpu, sc.deployment, hs, where=sc.files)
+    return Prepared(sc, points, tuple(knob_sets), steps)
+
+
+# The simulated clock is a float of seconds: past ~1e9 s its resolution (~1e-7 s) nears a decode
+# step's microseconds of detail, and at 1e300 s a step adds nothing (TPOT 0.0 ms). A point whose
+# arrivals or prefills alone would take longer is refused, not simulated into silent zeros.
+MAX_SIM_SECONDS = 1e9
+
+
+def _check_horizon(sc: Scenario, points: Sequence[tuple[int, float]]) -> None:
+    d, w = sc.deployment, sc.workload
+    for _, rate in points:
+        if rate > 0:
+            arrivals = w.requests_per_client * 16 * d.ranks  # InstanceSim.run's open-loop request count
+            if arrivals / rate > MAX_SIM_SECONDS:
+                where = f"{w.where}: rate_per_s" if rate == w.rate_per_s and w.arrival == Arrival.OPEN else "--rate"
+                raise HisparseError(f"{where} {rate:g}: its {arrivals} requests take about {arrivals / rate:.3g} s "
+                                    f"to arrive, past the {MAX_SIM_SECONDS:g} s the simulated clock resolves "
+                                    f"(give a rate of at least {arrivals / MAX_SIM_SECONDS:.3g} requests/s)")
+    if d.mode == Mode.PD_DECODE and d.prefill_tok_s > 0:
+        clients = max((c for c, _ in points), default=0) or 16 * d.ranks
+        tokens = w.requests_per_client * clients * w.input_tokens
+        if tokens / d.prefill_tok_s > MAX_SIM_SECONDS:
+            raise HisparseError(f"{d.where}: prefill_tok_s = {d.prefill_tok_s:g}: prefilling {tokens} input tokens "
+                                f"takes about {tokens / d.prefill_tok_s:.3g} s, past the {MAX_SIM_SECONDS:g} s the "
+                                f"simulated clock resolves (at least {tokens / MAX_SIM_SECONDS:.3g} tokens/s, or 0 "
+                                "for the prefill instance the cost model derives)")
+
+
+def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
+                  scenario: Scenario | None = None, search: bool = False, prepared: Prepared | None = None) -> Plan:
+    """Every swept point (after ``prepare``'s checks); with ``search``, then the bisection between
+    swept points (``search_plan``)."""
+    prep = prepared or prepare(inp, scenario)
+    sc, points, knob_sets = prep.scenario, prep.points, prep.knob_sets
     initial = "prefix" if sc.deployment.mode == Mode.COLOCATED else "empty"
     results: list[tuple[RunResult, int | None, float | None]] = []
-    plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
     for c, rate in points:
         results.append((simulate(sc, System.BASELINE, concurrency=c, rate_per_s=rate, seed=inp.seed), None, None))
         if on_point:

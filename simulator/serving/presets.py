@@ -10,13 +10,13 @@ themselves live in the specs' ``__post_init__`` (``specs.py``).
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .. import inputs
 from ..costmodel.calibration_file import read_calibration
 from ..costmodel.collectives import Interconnect, parse_interconnect
 from ..errors import HisparseError
@@ -67,13 +67,8 @@ def resolve(kind: str, spec: str) -> Path:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    from ..fileio import read_text
-
-    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    """A preset TOML file, within the input size and nesting limits (``simulator.inputs``)."""
+    return inputs.read_toml(path)
 
 
 def load(kind: str, spec: str | Mapping[str, Any], **overrides: Any):

@@ -205,7 +205,16 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
         w = dataclasses.replace(sc0.workload, input_tokens=p.input_tokens, output_tokens=p.output_tokens,
                                 requests_per_client=p.requests_per_client, length_jitter=0.0,
                                 where=f"{ps.where}: {p.label}")
-        sc: Scenario = sc0.replace(workload=w)
+        try:
+            sc: Scenario | None = sc0.replace(workload=w)
+        except HisparseError as exc:  # e.g. past the model's context_length: reported, not fatal
+            sc, refused = None, str(exc).split(": ")[-1]
+        if sc is None:
+            predicted, at, note = math.nan, 0, f"{p.note}; MODEL CANNOT RUN IT: {refused}".lstrip("; ")
+            rows.append(_row(ps, p, predicted, at, note))
+            if on_point:
+                on_point()
+            continue
         if p.system == System.HISPARSE and profiles is None:
             hs = sc.hisparse
             profiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
@@ -230,10 +239,14 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
             on_point()
         predicted, at = best
         note = p.note if not failure else f"{p.note}; MODEL CANNOT RUN IT: {failure}".lstrip("; ")
-        rows.append({"set": ps.name, "label": p.label, "system": p.system.value, "metric": p.metric.value,
-                     "measured": p.measured, "predicted": predicted, "error": predicted / p.measured - 1.0,
-                     "at_concurrency": at, "note": note, "kind": p.kind})
+        rows.append(_row(ps, p, predicted, at, note))
     return rows
+
+
+def _row(ps, p, predicted: float, at: int, note: str) -> dict[str, Any]:
+    return {"set": ps.name, "label": p.label, "system": p.system.value, "metric": p.metric.value,
+            "measured": p.measured, "predicted": predicted, "error": predicted / p.measured - 1.0,
+            "at_concurrency": at, "note": note, "kind": p.kind}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -46,6 +46,17 @@ class Scenario:
         if self.hisparse.top_k != self.model.top_k:
             raise HisparseError(f"{self.hisparse.where}: top_k = {self.hisparse.top_k} differs from the model's "
                                 f"top_k {self.model.top_k} ({self.model.where})")
+        d, g, m, w = self.deployment, self.gpu, self.model, self.workload
+        if d.tp > g.scale_up_gpus:
+            raise HisparseError(f"{d.where}: tp = {d.tp} spans more GPUs than one NVLink domain of {g.name} "
+                                f"({g.scale_up_gpus}: gpus_per_node {g.gpus_per_node}, {g.where}); the model prices "
+                                "an instance's collectives within one domain (give nvlink_domain_gpus in the GPU "
+                                "file for a larger domain, or a smaller tp)")
+        longest = round(w.input_tokens * (1 + w.length_jitter)) + round(w.output_tokens * (1 + w.length_jitter))
+        if m.context_length and longest > m.context_length:
+            raise HisparseError(f"{w.where}: requests of up to {longest} tokens ({w.input_tokens} in + "
+                                f"{w.output_tokens} out, length_jitter {w.length_jitter:g}) exceed the model's "
+                                f"context_length {m.context_length} ({m.where})")
 
     @property
     def files(self) -> str:

@@ -325,6 +325,9 @@ class GpuSpec(Spec):
     gather_efficiency_large_rows: float = num(gt=0, le=1, help="zero-copy gather of >= 1 KiB rows (1152 B) / link_bw")
     interconnect: Interconnect
     gpus_per_node: int = num(ge=1, default=8, help="GPUs per node (an instance of more spans nodes)")
+    # GPUs one NVLink (or other scale-up) domain joins, the most one tensor-parallel instance may
+    # span: the interconnect's collectives are priced within one domain. 0: gpus_per_node
+    nvlink_domain_gpus: int = num(ge=0, default=0, help="GPUs of one NVLink domain (0: gpus_per_node)")
     # datasheet rates where hbm_bw / bf16_flops hold measured ones (the H200): the ratios that scale
     # its measured step terms to other GPUs are datasheet over datasheet (costmodel/pricing.py); 0: same
     datasheet_hbm_bw: float = num(ge=0, default=0.0)
@@ -342,6 +345,11 @@ class GpuSpec(Spec):
     startup_bytes: float = num(ge=0, default=2.48e9, help="HBM in use before the weights load")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)  # per-key source notes
     where: str = field(default="<gpu>", compare=False)
+
+    @property
+    def scale_up_gpus(self) -> int:
+        """The most GPUs one tensor-parallel instance may span (one NVLink domain)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
 
     @property
     def free_before_load(self) -> float:

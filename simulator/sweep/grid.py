@@ -19,13 +19,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import HisparseError
-from ..fileio import InputError, read_text
+from ..inputs import read_toml
 from ..replay.config import option_types
 
 OPTIONS = {
@@ -52,13 +51,7 @@ def point_id(point: dict[str, Any]) -> str:
 def load_grid(path: str | Path) -> Grid:
     """Read and check a grid file; errors name the file and the key."""
     path = Path(path)
-    try:
-        data = tomllib.loads(read_text(path))  # checked first: a FIFO would block in open()
-    except InputError as exc:
-        raise HisparseError(f"{path}: no such grid file" if exc.problem == "no such file"
-                            else f"{path}: cannot read the grid file ({exc.problem})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, what="grid file")
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in OPTIONS:
         raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")
@@ -95,6 +88,13 @@ def load_grid(path: str | Path) -> Grid:
     if kind == "plan" and "concurrency" in merged and "rate" in merged:
         raise HisparseError(f"{path}: give concurrency or rate, not both")
     keys = sorted(merged)
+    from .. import limits
+
+    n = 1
+    for k in keys:
+        n *= len(merged[k])
+    limits.check(n, "HISPARSE_MAX_POINTS", f"{path}: grid of {' x '.join(f'{len(merged[k])} {k}' for k in keys if len(merged[k]) > 1) or '1 point'}",
+                 unit="points", hint="shorter lists")
     points = tuple(dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(merged[k] for k in keys)))
     axes = tuple(k for k in keys if len(merged[k]) > 1)
     return Grid(kind, points, axes)

@@ -20,22 +20,30 @@ def run_point(kind: str, point: dict[str, Any]) -> dict[str, Any]:
 
 
 def _replay(p: dict[str, Any]) -> dict[str, Any]:
-    from dataclasses import fields
-
-    from ..replay import ReplayConfig, replay
+    from ..replay import replay
     from ..trace import open_trace
 
     trace = open_trace(p["trace"])  # each worker reads the shared file itself, a stream at a time
-    cfg = ReplayConfig(**{f.name: p[f.name] for f in fields(ReplayConfig) if f.name in p})
+    cfg = replay_config(p)
     (record,) = replay(trace, cfg, workers=1).records
     return {k: record[k] for k in ("streams", "steps", "accesses", "misses", "miss_ratio")}
 
 
-def _plan(p: dict[str, Any]) -> dict[str, Any]:
+def replay_config(p: dict[str, Any]):
+    """The ReplayConfig of a replay point (the sweep's up-front check builds the same one)."""
+    from dataclasses import fields
+
+    from ..replay import ReplayConfig
+
+    return ReplayConfig(**{f.name: p[f.name] for f in fields(ReplayConfig) if f.name in p})
+
+
+def plan_inputs(p: dict[str, Any]):
+    """The PlanInputs of a plan point (the sweep's up-front check builds the same one)."""
     import dataclasses
 
     from ..serving import presets as P
-    from ..serving.planner import PlanInputs, run_plan
+    from ..serving.planner import PlanInputs
 
     inp = PlanInputs(**{k: p[k] for k in ("model", "gpu", "deployment", "workload", "hisparse", "calibration",
                                           "trace", "slo_tpot_ms", "slo_ttft_s", "seed") if k in p},
@@ -44,7 +52,13 @@ def _plan(p: dict[str, Any]) -> dict[str, Any]:
         hs = P.load("hisparse", inp.hisparse)
         inp = dataclasses.replace(inp, buffers=(p.get("device_buffer_size", hs.device_buffer_size),),
                                   host_ratios=(p.get("host_to_device_ratio", hs.host_to_device_ratio),))
-    rows = run_plan(inp)
+    return inp
+
+
+def _plan(p: dict[str, Any]) -> dict[str, Any]:
+    from ..serving.planner import run_plan
+
+    rows = run_plan(plan_inputs(p))
     out: dict[str, Any] = {}
     for row in rows:
         for key in ("steady_tok_s_deployment", "makespan_tok_s_deployment", "tpot_p50_ms", "tpot_p99_ms",

@@ -73,14 +73,26 @@ def encode_stream(indices: np.ndarray, ctx_len: np.ndarray, *, keep_order: bool,
 
 
 def decode_stream(payload: bytes, steps: int, width: int, ordered: bool,
-                  out: np.ndarray | None = None, ctx_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  out: np.ndarray | None = None, ctx_out: np.ndarray | None = None, *,
+                  max_coded: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of encode_stream: (indices int32 [steps, width], ctx_len int64 [steps]).
 
     ``out``/``ctx_out`` may be slices of a larger array (rows of a multi-chunk stream), decoded
-    in place so that a long stream is never copied."""
+    in place so that a long stream is never copied. ``max_coded`` (the bound a chunk header
+    gives, ``format.coded_bound``): the payload is inflated no further than that."""
     import numpy as np
     try:
-        raw = np.frombuffer(zlib.decompress(payload), dtype=np.uint8)
+        if max_coded is None:
+            raw = np.frombuffer(zlib.decompress(payload), dtype=np.uint8)
+        else:
+            inflater = zlib.decompressobj()
+            data = inflater.decompress(payload, max_coded + 1)
+            if len(data) > max_coded:
+                raise TraceError(f"corrupt stream data (it inflates past {max_coded} bytes, the most the "
+                                 "chunk header's steps and accesses allow)")
+            if not inflater.eof:
+                raise zlib.error("incomplete or truncated stream")
+            raw = np.frombuffer(data, dtype=np.uint8)
     except zlib.error as exc:
         raise TraceError(f"corrupt stream data ({exc})") from None
     out = np.empty((steps, width), dtype=np.int32) if out is None else out

@@ -55,6 +55,89 @@ _ENTRY = struct.Struct("<IIIIIB3xQQQ")  # version 2: + ctx_last
 _FOOT = struct.Struct("<QI8s")
 _U32 = struct.Struct("<I")
 SUFFIX = ".hst"
+# k, widths and positions are int32 in the decoded rows and the C fast path.
+MAX_K = 2**31 - 2
+MAX_CTX = 2**63 - 1
+DEFAULT_MAX_CHUNK_BYTES = 256 * 2**20
+DEFAULT_MAX_STREAM_BYTES = 8 * 2**30
+
+
+def max_chunk_bytes() -> int:
+    """What one chunk may decode to (its rows, and its inflated coded steps), in bytes."""
+    from ..inputs import env_limit
+
+    return env_limit("HISPARSE_MAX_CHUNK_BYTES", DEFAULT_MAX_CHUNK_BYTES)
+
+
+def max_stream_bytes() -> int:
+    """What one decoded stream (all its chunks' rows) may take, in bytes."""
+    from ..inputs import env_limit
+
+    return env_limit("HISPARSE_MAX_STREAM_BYTES", DEFAULT_MAX_STREAM_BYTES)
+
+
+def rows_bytes(steps: int, width: int) -> int:
+    """Memory of ``steps`` decoded rows of ``width``: int32 positions and an int64 ctx_len."""
+    return steps * (4 * width + 8)
+
+
+def coded_bound(steps: int, accesses: int) -> int:
+    """The most bytes a chunk's coded steps can inflate to, from its header (``codec_jit.encode``):
+    per step a ctx_len delta and two counts, per access at most one leaver gap, one arrival gap
+    and one rank, each a LEB128 varint of at most 10 bytes. A payload that inflates past it is
+    refused before it takes more memory than its header promised."""
+    return 30 * steps + 30 * accesses
+
+
+def check_meta(meta: Any, where: object = None) -> tuple[int, dict, dict]:
+    """A trace's metadata, typed and range-checked: (k, source, extra). Raises TraceError naming
+    the key. The one check for what a writer writes and what a reader reads."""
+    if not isinstance(meta, dict):
+        raise TraceError(f"metadata must be a JSON object, got {type(meta).__name__}", path=where)
+    for name in ("k", "source"):
+        if name not in meta:
+            raise TraceError(f"missing metadata '{name}'", path=where)
+    k = meta["k"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise TraceError(f"metadata 'k' must be an integer from 1 to {MAX_K}, got {_short(k)}", path=where)
+    source, extra = meta["source"], meta.get("extra", {})
+    for name, value in (("source", source), ("extra", extra)):
+        if not isinstance(value, dict):
+            raise TraceError(f"metadata '{name}' must be a JSON object, got {type(value).__name__} {_short(value)}",
+                             path=where)
+    version = meta.get("format_version", FORMAT_VERSION)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TraceError(f"metadata 'format_version' must be an integer, got {_short(version)}", path=where)
+    return k, source, extra
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def meta_bytes(meta: TraceMeta, where: object = None) -> bytes:
+    """The metadata JSON a writer stores: strict JSON (no NaN or infinity) within the size and
+    nesting limits a reader applies (``simulator.inputs``)."""
+    from ..inputs import max_depth, max_input_bytes, nesting_depth
+
+    check_meta(meta.to_json(), where)
+    try:
+        text = json.dumps(meta.to_json(), sort_keys=True, allow_nan=False)
+    except ValueError as exc:
+        raise TraceError(f"metadata cannot be stored: {exc} (JSON has no NaN or infinity)", path=where) from None
+    except TypeError as exc:
+        raise TraceError(f"metadata cannot be stored: {exc}", path=where) from None
+    except RecursionError:
+        raise TraceError("metadata cannot be stored: nested too deep", path=where) from None
+    if nesting_depth(text, toml=False, stop=max_depth()) > max_depth():
+        raise TraceError(f"metadata nested more than {max_depth()} levels deep (set HISPARSE_MAX_NESTING "
+                         "to raise the limit)", path=where)
+    raw = text.encode()
+    if len(raw) > max_input_bytes():
+        raise TraceError(f"metadata of {len(raw)} bytes is larger than the input size limit {max_input_bytes()} "
+                         "(set HISPARSE_MAX_INPUT_BYTES to raise it)", path=where)
+    return raw
 
 
 @dataclass(frozen=True)
@@ -89,6 +172,13 @@ class CodedChunk(NamedTuple):
     width: int
     ordered: bool
     payload: bytes  # compressed, checksum verified
+    accesses: int = -1  # from the header: bounds what the payload may inflate to (-1: the chunk budget only)
+
+    @property
+    def bound(self) -> int:
+        """The most bytes its coded steps may inflate to (``coded_bound``, within the chunk budget)."""
+        limit = max_chunk_bytes()
+        return limit if self.accesses < 0 else min(coded_bound(self.steps, self.accesses), limit)
 
     def coded(self, into: bytearray | None = None) -> bytes | memoryview | None:
         """The coded steps (``codec.py``'s varint stream), or None when the payload does not
@@ -100,15 +190,15 @@ class CodedChunk(NamedTuple):
         4 bytes (the adler32) before the payload does. With ``into`` (and the compiled module),
         a payload of stored blocks only (``--compression stored``) is copied into that buffer,
         grown as needed, and a view of it returned: no new memory for the kernel to zero."""
-        p = self.payload
+        p, bound = self.payload, self.bound
         if len(p) < 6 or p[0] & 0x0F != 8 or p[1] & 0x20 or (p[0] << 8 | p[1]) % 31:
             try:  # not a plain zlib header: zlib decides
-                return zlib.decompress(p)
+                return bounded_inflate(p, bound)
             except zlib.error:
                 return None
         if into is not None and native.available():
             size = native.unstore(p)
-            if size == -2:
+            if size == -2 or size > bound:
                 return None
             if size >= 0:
                 try:
@@ -120,10 +210,24 @@ class CodedChunk(NamedTuple):
                     pass
         inflater = zlib.decompressobj(-15)
         try:
-            out = inflater.decompress(memoryview(p)[2:])
+            out = inflater.decompress(memoryview(p)[2:], bound + 1)
         except zlib.error:
             return None
+        if len(out) > bound:
+            return None
         return out if inflater.eof and len(inflater.unused_data) == 4 else None
+
+
+def bounded_inflate(payload: bytes | memoryview, bound: int) -> bytes:
+    """A zlib payload inflated, refusing (zlib.error) one whose output would pass ``bound`` bytes:
+    never more than bound + 1 bytes are produced, whatever the payload claims."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(payload, bound + 1)
+    if len(out) > bound:
+        raise zlib.error(f"inflates past {bound} bytes, the most its header allows")
+    if not inflater.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return out
 
 
 class TraceWriter:
@@ -142,13 +246,19 @@ class TraceWriter:
     def __init__(self, path: str | os.PathLike, *, k: int, source: dict[str, Any],
                  extra: dict[str, Any] | None = None, keep_order: bool = False,
                  atomic: bool = True, chunk_steps: int = 1024, compression: str = "zlib") -> None:
-        if k < 1:
-            raise TraceError(f"k must be positive, got {k}", path=path)
         if compression not in COMPRESSION_LEVELS:
             raise TraceError(f"unknown compression {compression!r} (one of {', '.join(COMPRESSION_LEVELS)})", path=path)
+        if isinstance(k, bool) or not hasattr(k, "__index__"):
+            raise TraceError(f"k must be an integer from 1 to {MAX_K}, got {_short(k)}", path=path)
+        if isinstance(chunk_steps, bool) or not hasattr(chunk_steps, "__index__") or int(chunk_steps) < 1:
+            raise TraceError(f"chunk_steps must be a positive integer, got {_short(chunk_steps)}", path=path)
+        for name, value in (("source", source), ("extra", extra or {})):
+            if not isinstance(value, dict):
+                raise TraceError(f"{name} must be a dict, got {type(value).__name__}", path=path)
         self.compression = compression
         self.path = Path(path)
         self.meta = TraceMeta(k=int(k), source=dict(source), extra=dict(extra or {}))
+        meta = meta_bytes(self.meta, path)  # checked before anything is created
         self.keep_order = keep_order
         self.chunk_steps = int(chunk_steps)
         self._atomic = atomic
@@ -159,7 +269,6 @@ class TraceWriter:
             self._tmp = None
             self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self._closed = False
-        meta = json.dumps(self.meta.to_json(), sort_keys=True).encode()
         head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(meta)) + meta
         try:
             self._put(head + _U32.pack(zlib.crc32(head[8:])))
@@ -181,11 +290,13 @@ class TraceWriter:
 
     # -- whole streams -------------------------------------------------------------------
     def write_stream(self, stream: Stream) -> None:
-        """Check and write a whole stream (or its continuation) in chunks of chunk_steps."""
+        """Check and write a whole stream (or its continuation) in chunks of chunk_steps. A new
+        stream starts at its ``first_step``; a continuation follows what was written."""
         self._flush_key(stream.key)
         for s in range(0, max(stream.steps, 1), self.chunk_steps):
             e = min(stream.steps, s + self.chunk_steps)
-            self._write_chunk(stream.key, stream.ctx_len[s:e], stream.indices[s:e])
+            start = None if stream.key in self._next_step else stream.first_step + s
+            self._write_chunk(stream.key, stream.ctx_len[s:e], stream.indices[s:e], first_step=start)
 
     # -- one step at a time ------------------------------------------------------------------
     def write(self, request: int, layer: int, step: int, ctx_len: int, indices) -> None:
@@ -234,6 +345,11 @@ class TraceWriter:
         if indices.ndim != 2 or not np.issubdtype(indices.dtype, np.integer):
             raise TraceError(f"indices must be a 2-D integer array, got {indices.dtype} {indices.shape}",
                              path=self.path, request=key.request, layer=key.layer)
+        need, limit = rows_bytes(*indices.shape), max_chunk_bytes()
+        if need > limit:
+            raise TraceError(f"a chunk of {indices.shape[0]} steps x {indices.shape[1]} entries decodes to {need} "
+                             f"bytes, more than the chunk limit {limit} (fewer chunk_steps, or set "
+                             "HISPARSE_MAX_CHUNK_BYTES)", path=self.path, request=key.request, layer=key.layer)
         last_ctx = self._last_ctx.get(key, 0)
         start = self._next_step.get(key, 0) if first_step is None else first_step
         try:
@@ -332,6 +448,11 @@ class TraceReader:
                 if b.first_step != a.first_step + a.steps:
                     raise TraceError(f"steps {a.first_step + a.steps}..{b.first_step - 1} are missing",
                                      path=path, request=key.request, layer=key.layer)
+            need, limit = rows_bytes(sum(c.steps for c in cs), max(c.width for c in cs)), max_stream_bytes()
+            if need > limit:
+                raise TraceError(f"the stream decodes to {need} bytes, more than the stream limit {limit} "
+                                 "(set HISPARSE_MAX_STREAM_BYTES to raise it)", path=path, request=key.request,
+                                 layer=key.layer)
 
     def _fail(self, problem: str) -> TraceError:
         return TraceError(problem, path=self.path)
@@ -347,6 +468,14 @@ class TraceReader:
         self.version = version
         self._chunk_struct = _CHUNK if version >= 2 else _CHUNK_V1
         self._entry_struct = _ENTRY if version >= 2 else _ENTRY_V1
+        from ..inputs import max_input_bytes, parse_json
+
+        if meta_len > self.file_bytes - _HEAD.size:
+            raise self._fail(f"truncated file: the header says {meta_len} bytes of metadata, the file has "
+                             f"{self.file_bytes} in all")
+        if meta_len > max_input_bytes():
+            raise self._fail(f"metadata of {meta_len} bytes is larger than the input size limit {max_input_bytes()} "
+                             "(set HISPARSE_MAX_INPUT_BYTES to raise it)")
         raw = self._fh.read(meta_len)
         if len(raw) < meta_len:
             raise self._fail("truncated file: metadata is cut short")
@@ -358,17 +487,14 @@ class TraceReader:
             if _U32.unpack(crc)[0] != zlib.crc32(head[8:] + raw):
                 raise self._fail("corrupt header (checksum mismatch)")
             data_start += _U32.size
+        from ..errors import HisparseError
+
         try:
-            meta = json.loads(raw)
-        except ValueError:
-            raise self._fail("corrupt metadata (not JSON)") from None
-        for name in ("k", "source"):
-            if name not in meta:
-                raise self._fail(f"missing metadata '{name}'")
-        if not isinstance(meta["k"], int) or meta["k"] < 1:
-            raise self._fail(f"metadata 'k' must be a positive integer, got {meta['k']!r}")
-        return TraceMeta(k=meta["k"], source=meta["source"], format_version=version,
-                         extra=meta.get("extra", {})), data_start
+            meta = parse_json(raw, "metadata")
+        except HisparseError as exc:  # "metadata: not valid JSON (...)", nested too deep, NaN
+            raise self._fail(f"corrupt {exc}") from None
+        k, source, extra = check_meta(meta, self.path)
+        return TraceMeta(k=k, source=source, format_version=version, extra=extra), data_start
 
     def _read_index(self, recover: bool) -> list[ChunkInfo]:
         if self.file_bytes >= self._data_start + _FOOT.size:
@@ -383,8 +509,13 @@ class TraceReader:
                 size = self._entry_struct.size
                 if zlib.crc32(index) != crc or index[:4] != b"INDX" or len(index) != 8 + n * size:
                     raise self._fail("corrupt index (checksum mismatch)")
-                return [ChunkInfo(*e[:5], bool(e[5]), *e[6:])
-                        for e in self._entry_struct.iter_unpack(index[8:])]
+                entries = list(self._entry_struct.iter_unpack(index[8:]))
+                for e in entries:
+                    problem = self._field_problem(e[3], e[4], e[5], e[6], e[8] if len(e) > 8 else None, e[7])
+                    if problem:
+                        raise TraceError(f"index entry at step {e[2]}: {problem}", path=self.path,
+                                         request=e[0], layer=e[1])
+                return [ChunkInfo(*e[:5], bool(e[5]), *e[6:]) for e in entries]
         if not recover:
             raise self._fail("truncated file: no index at the end (was the writer closed?); "
                              "pass --recover to read the complete chunks it has")
@@ -427,11 +558,31 @@ class TraceReader:
             _, req, layer, first, steps, width, ordered, acc, ctx_last, plen, crc, _ = fields
         else:
             (_, req, layer, first, steps, width, ordered, acc, plen, crc), ctx_last = fields, 0
-        if ordered > 1 or steps < 1 or width < 1:
-            return None, 0, 0, "corrupt chunk header (impossible field values)"
+        problem = self._field_problem(steps, width, ordered, acc, ctx_last if self.version >= 2 else None, pos)
+        if problem:
+            return None, 0, 0, f"corrupt chunk header ({problem})" if "limit" not in problem else problem
         if plen > self.file_bytes - pos - size:
             return None, 0, 0, "truncated or corrupt chunk (its payload runs past the end of the file)"
         return ChunkInfo(req, layer, first, steps, width, bool(ordered), acc, pos, ctx_last), plen, crc, ""
+
+    def _field_problem(self, steps: int, width: int, ordered: int, accesses: int, ctx_last: int | None,
+                       offset: int) -> str:
+        """What is impossible about a chunk's fields ("" if nothing), or the budget it exceeds."""
+        if ordered > 1 or steps < 1 or width < 1:
+            return "impossible field values"
+        if width > MAX_K + 1:
+            return f"width {width} is more than the {MAX_K + 1} entries a step can hold"
+        if accesses > steps * width:
+            return f"{accesses} accesses in {steps} steps of width {width}"
+        if ctx_last is not None and not 1 <= ctx_last <= MAX_CTX:
+            return f"ctx_last {ctx_last} out of range"
+        if not self._data_start <= offset < self.file_bytes:
+            return f"offset {offset} out of the file"
+        need, limit = rows_bytes(steps, width), max_chunk_bytes()
+        if need > limit:
+            return (f"a chunk of {steps} steps x {width} entries decodes to {need} bytes, more than the chunk "
+                    f"limit {limit} (set HISPARSE_MAX_CHUNK_BYTES to raise it)")
+        return ""
 
     # -- the trace interface shared with NpyTrace -------------------------------------------
     @property
@@ -522,7 +673,8 @@ class TraceReader:
         """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
         that lets a consumer skip materialising rows). File reads happen here, in the caller's
         thread; ``CodedChunk.coded`` may then run in any thread."""
-        return [CodedChunk(c.steps, c.width, c.ordered, payload) for c, payload in self.chunks(key, views=True)]
+        return [CodedChunk(c.steps, c.width, c.ordered, payload, c.accesses)
+                for c, payload in self.chunks(key, views=True)]
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
         """Decode and check one stream."""
@@ -537,19 +689,28 @@ class TraceReader:
         for c, payload in chunks:
             try:
                 decode_stream(payload, c.steps, c.width, c.ordered, indices[row:row + c.steps],
-                              ctx_len[row:row + c.steps])
+                              ctx_len[row:row + c.steps], max_coded=CodedChunk(c.steps, c.width, c.ordered, b"",
+                                                                             c.accesses).bound)
             except TraceError as exc:
                 step = None if exc.step is None else exc.step + c.first_step
                 raise TraceError(exc.problem, step=step, **fail) from None
             if self.version >= 2 and c.steps and int(ctx_len[row + c.steps - 1]) != c.ctx_last:
                 raise TraceError(f"chunk at step {c.first_step}: its header says ctx_len reaches {c.ctx_last}, "
                                  f"its payload {int(ctx_len[row + c.steps - 1])}", **fail)
+            held = int(np.count_nonzero(indices[row:row + c.steps] >= 0))
+            if held != c.accesses:
+                raise TraceError(f"chunk at step {c.first_step}: its header says {c.accesses} accesses, its payload "
+                                 f"holds {held}", **fail)
             row += c.steps
         try:
             check_stream(indices, ctx_len, self.meta.k)
         except TraceError as exc:
             raise exc.at(path=self.path, request=key.request, layer=key.layer) from None
-        return Stream(key.request, key.layer, ctx_len, indices)
+        return Stream(key.request, key.layer, ctx_len, indices, chunks[0][0].first_step)
+
+    def first_step(self, key: StreamKey | tuple[int, int]) -> int:
+        """The step number of a stream's first stored step (from the index)."""
+        return self._streams[StreamKey(*key)][0].first_step
 
     def close(self) -> None:
         self._fh.close()

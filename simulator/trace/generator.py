@@ -31,7 +31,7 @@ Steps are stored sorted. The same knobs and seed give the same streams, bit for 
 
 from __future__ import annotations
 
-import tomllib
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -99,7 +99,27 @@ class GeneratorKnobs:
             if not points or any(not 0.0 <= d <= 1.0 for d in depths) or depths != sorted(depths):
                 raise HisparseError(f"profile {name}: breakpoints need depths in [0, 1], ascending; got {depths}")
 
+    def for_k(self, k: int) -> tuple[GeneratorKnobs, list[str]]:
+        """The knobs as ``generate`` applies them at top-k ``k`` (sinks at most k - 1, the local
+        window at most what is left: the newest token always fits), and a note per knob that
+        changed. A trace records these, what it was generated with, not what was asked for."""
+        sinks = min(self.sinks, k - 1)
+        local = min(self.local_window, k - sinks)
+        notes = []
+        if sinks != self.sinks:
+            notes.append(f"knob sinks = {self.sinks} is more than k - 1 = {k - 1}: generated and recorded as {sinks}")
+        if local != self.local_window:
+            notes.append(f"knob local_window = {self.local_window} leaves no room in k = {k} after {sinks} sinks: "
+                         f"generated and recorded as {local}")
+        probs = self.sink_probs[:sinks] if self.sink_probs else ()
+        return replace(self, sinks=sinks, local_window=local, sink_probs=probs), notes
+
     def _check_own(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            values = v if f.name == "sink_probs" else (v,) if isinstance(v, float) else ()
+            if any(not math.isfinite(x) for x in values):
+                raise HisparseError(f"knob {f.name} = {v} must be a finite number")
         for name in ("retention", "burst_prob", "burst_retention", "layer_corr", "recall_prob"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
@@ -155,13 +175,9 @@ def load_knobs(spec: str) -> GeneratorKnobs:
     if not path.exists():
         raise HisparseError(f"unknown preset {spec!r} (presets: {', '.join(preset_names())}; "
                             "or give a knobs .toml file)")
-    from ..fileio import read_text
+    from ..inputs import read_toml
 
-    text = read_text(path)  # checked first (a FIFO would block); OS and UTF-8 errors: one line
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise HisparseError(f"{path}: not valid TOML ({exc})") from None
+    data = read_toml(path, what="knobs file")
     return knobs_from_dict(data.get("knobs", data), path)
 
 

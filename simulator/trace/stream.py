@@ -23,13 +23,14 @@ class Stream:
 
     ``indices`` is int32 [steps, width]: row t holds the positions selected at step t, in their
     stored order, padded with -1 at the end. ``ctx_len`` is int64 [steps]: tokens in context at
-    step t, the newest (position ctx_len - 1) included.
+    step t, the newest (position ctx_len - 1) included. Row t is step ``first_step + t``.
     """
 
     request: int
     layer: int
     ctx_len: np.ndarray
     indices: np.ndarray
+    first_step: int = 0  # the step number of row 0 (a hook may start writing a request mid-decode)
 
     @property
     def key(self) -> StreamKey:

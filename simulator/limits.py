@@ -1,0 +1,60 @@
+"""Work budgets: what one command may be asked to do, estimated from its inputs before any work.
+
+Each budget has a default that the shipped scenarios stay far below and an environment variable
+that raises it; a command over budget is a user error naming the inputs that set its size, the
+estimate, the limit and how to raise it. (Read-size budgets of the input formats are in
+``simulator/inputs.py``; a trace's chunk and stream budgets in ``simulator/trace/format.py``.)
+
+- ``HISPARSE_MAX_POINTS`` (10,000): simulated points of one ``plan`` (load points x (baseline +
+  one per HiSparse knob set)) or of one sweep grid (checked from its list lengths, before the
+  cartesian product is built).
+- ``HISPARSE_MAX_SIM_STEPS`` (10,000,000): scheduler steps one ``plan`` is estimated to simulate
+  (``plan_steps``). The default plan is ~0.6 million (33 s here, ~15 us of CPU a step).
+- ``HISPARSE_MAX_REPLAY_ACCESSES`` (10**11): accesses one ``replay`` (or a replay grid, per
+  trace) replays: its configs x the trace's accesses. The bundled 78-layer trace holds 20 million.
+- ``HISPARSE_MAX_TRACE_ENTRIES`` (2**32): top-k entries a ``trace gen`` or ``trace fit`` draws
+  (requests x layers x steps x k, times the fit's draws). The bundled 78-layer preset is 20 million.
+"""
+
+from __future__ import annotations
+
+from .errors import HisparseError
+from .inputs import env_limit
+
+BUDGETS = {"HISPARSE_MAX_POINTS": 10_000, "HISPARSE_MAX_SIM_STEPS": 10_000_000,
+           "HISPARSE_MAX_TRACE_ENTRIES": 2**32, "HISPARSE_MAX_REPLAY_ACCESSES": 10**11}
+
+
+def limit(env: str) -> int:
+    """The budget ``env`` (its environment variable, else the default)."""
+    return env_limit(env, BUDGETS[env])
+
+
+def check(amount: int | float, env: str, what: str, *, unit: str, hint: str = "") -> None:
+    """Refuse ``amount`` of work over the budget ``env``: one line with ``what`` set its size,
+    the estimate, the limit and how to raise it."""
+    most = limit(env)
+    if amount > most:
+        shown = f"{amount:,.0f}" if amount < 1e15 else f"{amount:.3g}"
+        raise HisparseError(f"{what}: about {shown} {unit}, more than the limit of {most:,} "
+                            f"({hint + ', or ' if hint else ''}set {env} to raise it)")
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def plan_steps(*, ranks: int, instances: int, concurrency: int, rate: float, requests_per_client: int,
+               input_tokens: int, output_tokens: int, length_jitter: float, prefill_chunk_tokens: int) -> int:
+    """Scheduler steps one simulated plan point takes, an upper estimate (``model.InstanceSim.run``):
+    each rank prefills its requests chunk by chunk and decodes every wave to its longest output.
+    Closed loop: each of the clients on a rank sends ``requests_per_client`` requests one after
+    another; open loop: ``requests_per_client`` x 16 requests per rank."""
+    longest_in = max(1, round(input_tokens * (1 + length_jitter)))
+    longest_out = max(1, round(output_tokens * (1 + length_jitter)))
+    chunks = ceil_div(longest_in, prefill_chunk_tokens)
+    if rate > 0:
+        per_rank = requests_per_client * 16
+        return per_rank * (chunks + longest_out)
+    clients = ceil_div(max(concurrency, 1), max(ranks, 1))
+    return requests_per_client * (clients * chunks + longest_out)
