@@ -137,7 +137,7 @@ def test_gpu_commands_without_cupy_say_what_to_install(tmp_path, monkeypatch, ca
     ("[]", "expected a JSON object"),
     ("{}", "missing key 'gpu.link_bw'"),
     ('{"gpu": {"link_bw": 1}}', "missing key 'gpu.hbm_bw'"),
-    (b"\xff\xfe\x00junk", "not UTF-8 text"),
+    (b"\xff\xfe\x00junk", "not a UTF-8 text"),
 ])
 def test_malformed_calibration_json_for_refit(tmp_path, capsys, content, says):
     for name in ("swap_in-h200.csv", "attention-h200.csv"):
