@@ -102,7 +102,7 @@ def test_a_term_added_to_the_table_reaches_the_plan(monkeypatch):
         assert after[system]["itl_p50_ms"] == pytest.approx(before[system]["itl_p50_ms"] + 1.0, abs=1e-6)
 
 
-@pytest.mark.parametrize("gpu", ["h200", "h100", "h20", "b200", "gh200", "rtx-pro-6000"])
+@pytest.mark.parametrize("gpu", ["h200", "h100", "h20", "b200", "rtx-pro-6000"])  # gh200: 4 per node, no 8-GPU TP
 def test_every_term_says_how_it_is_priced_on_each_gpu(gpu):
     """The plan names, per term, whether this GPU's price was measured, derived from another GPU's
     measurements by datasheet ratios, published, or inferred; with its source."""
@@ -115,3 +115,20 @@ def test_every_term_says_how_it_is_priced_on_each_gpu(gpu):
     kernels = rows["MLP side"]["priced"]
     assert kernels == ("measured" if gpu == "h200" else "derived")
     assert (f"scaled to {gpu}" in rows["MLP side"]["source"]) == (gpu != "h200")
+
+
+def test_the_indexer_is_replicated_under_tp_attention():
+    """SGLang builds the lightning indexer's projections as ReplicatedLinear (nsa_indexer.py): under
+    TP attention every GPU scores all its heads for every token, so the indexer does not shrink with
+    attention TP, while MLA's heads do."""
+    from simulator.costmodel.ops import attention_ops
+
+    tp = load_scenario(deployment="8xh200-tp8", calibration="uncalibrated")
+    dp = load_scenario(calibration="uncalibrated")
+    c_tp, c_dp = _cost(tp), _cost(dp)
+    ops_tp = {o.name: o for o in attention_ops(tp.model, 8, 8 * 40000.0, c_tp.layout, tp.model.kv_row_bytes)}
+    ops_dp = {o.name: o for o in attention_ops(dp.model, 8, 8 * 40000.0, c_dp.layout, dp.model.kv_row_bytes)}
+    assert ops_tp["indexer_score_topk"].n == ops_dp["indexer_score_topk"].n == tp.model.indexer_heads
+    assert ops_tp["indexer_wq_b"].n == ops_dp["indexer_wq_b"].n
+    assert ops_tp["q_b_proj"].n * 8 == ops_dp["q_b_proj"].n  # MLA's heads split over 8
+    assert float(c_tp.indexer(8 * 40000.0, 8)) == pytest.approx(float(c_dp.indexer(8 * 40000.0, 8)))

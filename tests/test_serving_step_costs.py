@@ -128,7 +128,7 @@ def test_other_gpus_scale_the_h200_terms_by_datasheet_ratios():
     ref = terms_for(h200)
     assert not ref.scaled  # the H200 against its own datasheet
     h100 = terms_for(P.load("gpus", "h100"))
-    hr, fr = 3.35e12 / 4.8e12, 9.9e14 / 9.89e14  # datasheets: H100 SXM, H200 SXM
+    hr, fr = 3.35e12 / 4.8e12, 9.89e14 / 9.89e14  # datasheets: H100 SXM, H200 SXM (dense BF16 the same)
     assert h100.hbm_ratio == pytest.approx(hr) and h100.flops_ratio == pytest.approx(fr)
     g, g0 = h100.terms.rates[("gemm", "fp8")], ref.terms.rates[("gemm", "fp8")]
     assert g.bw == pytest.approx(g0.bw * hr) and g.flops_rate == pytest.approx(g0.flops_rate * fr)

@@ -182,7 +182,9 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
     h = m.attention_heads // tp
     d, qr, kvr = m.hidden_size, m.q_lora_rank, m.kv_lora_rank
     nope, rope, v = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
-    ih = m.indexer_heads // tp
+    # the lightning indexer is replicated, not split over attention TP: every GPU computes all its heads
+    # for the rank's tokens (nsa_indexer.py Indexer.__init__: wq_b, wk, weights_proj are ReplicatedLinear)
+    ih = m.indexer_heads
     idx_dim = m.indexer_head_dim
     k_rows = min(m.top_k, ctx_sum / max(b, 1)) if b else 0
     att_bytes = b * k_rows * kv_row_bytes

@@ -356,12 +356,11 @@ class CostModel:
 
     # -- context-dependent per-layer terms ------------------------------------------------------------
     def _indexer_term(self) -> IndexerTerm:
-        heads = max(1, self.m.indexer_heads // self.layout.attention_tp)
+        heads = self.m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
         name = f"fp8_h{heads}"
         if name in self.t.indexer:
             return self.t.indexer[name]
-        # heads split under TP attention: the key reads (the bandwidth term) do not shrink with
-        # heads; the nearest measured head count stands in (an extrapolation)
+        # a head count never timed: the nearest measured one stands in (an extrapolation)
         measured = sorted(self.t.indexer, key=lambda k: abs(int(k.split("_h")[-1]) - heads))
         return self.t.indexer[measured[0]]
 
@@ -444,7 +443,7 @@ class CostModel:
         key (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate)."""
         m = self.m
         ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
-        heads_idx = max(1, m.indexer_heads // self.layout.attention_tp)
+        heads_idx = m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
         idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
         idx_bytes = (prior_ctx + tokens) * m.indexer_row_bytes
         return m.layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)

@@ -193,7 +193,7 @@ def step_time(terms: StepTerms, m, batch: int, ctx_sum, layout=None, *, kv_row_b
     for repeat, ops in step_ops(m, batch, 1.0, layout, kv_row_bytes=kv_row_bytes):
         for op in ops:
             if op.kind == "indexer":
-                t = terms.indexer[f"{indexer_q}_h{m.indexer_heads // layout.attention_tp}"]
+                t = terms.indexer[f"{indexer_q}_h{m.indexer_heads}"]  # replicated (ops.attention_ops)
                 sec = t.launch_s + ctx * 132 / t.bw + t.select_s_per_token * math.ceil(batch / t.sms) * ctx / batch
             elif op.kind == "attention":
                 if not include_attention:
