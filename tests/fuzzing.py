@@ -1,7 +1,7 @@
 """Shared set-up of the property-based suites: bounded examples in CI, more on request.
 
 ``HISPARSE_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz_*.py`` runs each property with
-that many examples. Examples are derandomised (the same inputs every run) and no example database
+that many examples; ``HISPARSE_FUZZ_FACTOR=10`` with ten times its CI count. Examples are derandomised (the same inputs every run) and no example database
 is written, so the suites stay deterministic.
 """
 
@@ -12,11 +12,12 @@ import os
 from hypothesis import HealthCheck, settings
 
 EXAMPLES = int(os.environ.get("HISPARSE_FUZZ_EXAMPLES", "0") or 0)
+FACTOR = max(1, int(os.environ.get("HISPARSE_FUZZ_FACTOR", "1") or 1))
 
 
 def fuzz_settings(ci_examples: int):
-    """Hypothesis settings: ``ci_examples`` by default, HISPARSE_FUZZ_EXAMPLES when set."""
-    return settings(max_examples=EXAMPLES or ci_examples, deadline=None, derandomize=True, database=None,
+    """Hypothesis settings: ``ci_examples`` by default (times HISPARSE_FUZZ_FACTOR), HISPARSE_FUZZ_EXAMPLES when set."""
+    return settings(max_examples=EXAMPLES or ci_examples * FACTOR, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
