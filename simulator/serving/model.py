@@ -424,6 +424,7 @@ class InstanceSim:
         ttft = np.array([r.first_token - r.arrival for r in done])
         gaps = np.concatenate(self.itl) if self.itl else np.array([])
         weights = np.concatenate(self.itl_weight) if self.itl_weight else np.array([])
+        itl50, itl99 = wpct(gaps, weights, 50, 99)
         served = len(done) / makespan * self.scale if makespan > 0 else 0.0
         gb = 1e9
         plan = self.plan
@@ -434,7 +435,7 @@ class InstanceSim:
             makespan_tok_s_deployment=out_tokens / makespan * self.scale if makespan > 0 else 0.0,
             steady_window_s=window,
             tpot_p50_ms=pct(tpot, 50) * 1e3, tpot_p99_ms=pct(tpot, 99) * 1e3,
-            itl_p50_ms=wpct(gaps, weights, 50) * 1e3, itl_p99_ms=wpct(gaps, weights, 99) * 1e3,
+            itl_p50_ms=itl50 * 1e3, itl_p99_ms=itl99 * 1e3,
             ttft_p50_s=pct(ttft, 50), ttft_p99_s=pct(ttft, 99),
             running_deployment=self.busy_running_time / makespan * self.scale if makespan > 0 else 0.0,
             max_running_deployment=int(min(plan.max_running, self._memory_limit()) * self.d.ranks),

@@ -65,13 +65,15 @@ def pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if a.size else math.nan
 
 
-def wpct(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    """Weighted percentile (each step's gap counted once per request that waited for it)."""
+def wpct(values: np.ndarray, weights: np.ndarray, *qs: float) -> tuple[float, ...]:
+    """Weighted percentiles (each step's gap counted once per request that waited for it), one
+    sort for all of ``qs``."""
     if not values.size:
-        return math.nan
+        return tuple(math.nan for _ in qs)
     order = np.argsort(values)
     cw = np.cumsum(weights[order])
-    return float(values[order][min(int(np.searchsorted(cw, q / 100 * cw[-1])), values.size - 1)])
+    ranked = values[order]
+    return tuple(float(ranked[min(int(np.searchsorted(cw, q / 100 * cw[-1])), values.size - 1)]) for q in qs)
 
 
 def mean(a: np.ndarray) -> float:
