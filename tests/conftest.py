@@ -2,8 +2,9 @@
 
 Tiers: ``python -m pytest`` runs the default tier (``-m 'not slow'`` in pyproject.toml, the
 ``ci`` hypothesis profile: fewer examples per property); ``HYPOTHESIS_PROFILE=slow python -m
-pytest -m slow`` runs the slow tier: the tests marked ``slow`` and every property test at its full
-example count (``tests/fuzzing.py``). ``HYPOTHESIS_PROFILE=slow python -m pytest -m ''`` runs
+pytest -m slow`` runs the slow tier: the tests marked ``slow`` and, at their full example counts
+(``tests/fuzzing.py``), every property test and every test of the ``test_fuzz_*`` files (their
+properties are defined inside the tests). ``HYPOTHESIS_PROFILE=slow python -m pytest -m ''`` runs
 everything at full strength.
 """
 
@@ -35,7 +36,8 @@ def _have_gpu() -> bool:
 def pytest_collection_modifyitems(config, items):
     if PROFILE == "slow":  # every property test at its full count belongs to the slow tier
         for item in items:
-            if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            if item.path.name.startswith("test_fuzz_") \
+                    or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
                 item.add_marker(pytest.mark.slow)
     if _have_gpu():
         return
