@@ -74,6 +74,24 @@ def test_batched_lru_rows_match_engine(seed):
             assert np.array_equal(got.order, ref.order)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_sequential_lru_rows_match_engine(seed):
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(25):
+        k = int(rng.integers(2, 40))
+        stream = wandering_stream(rng, steps=int(rng.integers(1, 90)), k=k, ctx0=int(rng.integers(k + 1, 4 * k)),
+                                  overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
+        B = int(rng.integers(1, 3 * k + 2))  # sequential takes any B, smaller than a step too
+        for reserve, prefix in itertools.product([True, False], repeat=2):
+            ref = replay_policy("lru", stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
+                                batched=False, seed=0, record=True)
+            got = native.lru_sequential(stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix, record=True)
+            assert np.array_equal(got.misses, ref.misses)
+            assert np.array_equal(got.slots, ref.slots)
+            assert np.array_equal(got.slot_pos, ref.slot_pos)
+            assert np.array_equal(got.order, ref.order)
+
+
 def test_batched_lru_fed_in_pieces_equals_one_pass():
     rng = np.random.default_rng(7)
     stream = random_stream(rng, steps=120, k=32, ctx0=40, overlap=0.9)

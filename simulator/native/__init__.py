@@ -2,7 +2,7 @@
 
 Each function reproduces a numba reference of the package bit for bit (tests/test_native.py):
 the stream decoder and checker of ``simulator.trace.codec_jit``, and the replay engine's
-batched LRU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
+batched and sequential LRU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
 O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows, in two
 halves on two threads (a chunk decoded into its step changes while the one before replays).
 Without the build, or with ``HISPARSE_NATIVE=0``, callers use the references.
@@ -100,6 +100,22 @@ def lru_batched(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserv
     lru = BatchedLru(buffer, reserve=reserve, prefix=prefix)
     misses, slots = lru.rows(indices, ctx_len, record=record)
     return LruRun(misses, *lru.result(), slots)
+
+
+def lru_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool, prefix: bool,
+                   record: bool = False) -> LruRun:
+    """The engine's sequential LRU over one stream (engine.replay_policy('lru', batched=False)):
+    one access at a time in stored order, in one compiled call (no numba on the path)."""
+    import numpy as np
+    idx = np.ascontiguousarray(indices, dtype=np.int32)
+    steps, width = idx.shape
+    misses = np.zeros(steps, dtype=np.int64)
+    slots = np.empty((steps, width) if record else (1, 1), dtype=np.int32)
+    slot_pos = np.empty(int(buffer), dtype=np.int64)
+    order = np.empty(int(buffer), dtype=np.int64)
+    n = _native.lru_seq_rows(idx, steps, width, np.ascontiguousarray(ctx_len, dtype=np.int64), int(buffer), reserve,
+                             prefix, misses, record, slots, slot_pos, order)
+    return LruRun(misses, slot_pos, order[:n].copy(), slots if record else None)
 
 
 def lru_replay_coded(lrus: list[BatchedLru], misses: list[np.ndarray], raw: bytes, steps: int, width: int,

@@ -809,6 +809,101 @@ static int lru_apply_changes(lru_state **st, int64_t ns, const changes_t *ch, in
     return 0;
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sequential LRU over rows: step.run's sequential branch with policies/lru.py, bit for bit    */
+/* (tests/test_native.py): one access at a time in stored order; a hit moves its slot to the   */
+/* most recent end, a miss takes a free slot (slot order) while any is left, else the least     */
+/* recent one. The same step preamble as the batched engine (fast path while ctx <= B, then a   */
+/* fresh buffer: empty, or positions [0, B) oldest first), the newest token reserved or not.    */
+
+static int lru_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                        int prefix, int64_t *misses, int record, int32_t *slots, int64_t *slot_pos_out,
+                        int64_t *order_out, int64_t *n_order, int64_t *bad)
+{
+    int64_t cmax = 1;
+    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)(B + 1));
+    int32_t *nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)(B + 1));
+    if (!pos || !sp || !prv || !nxt) { free(pos); free(sp); free(prv); free(nxt); return STEP_NOMEM; }
+    const int32_t H = (int32_t)B; /* the list head: nxt[H] is the least recent slot */
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    prv[H] = nxt[H] = H;
+    int64_t free_next = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) {
+            misses[t] = 0;
+            fast = 1;
+            if (record)
+                for (int64_t j = 0; j < width; j++) {
+                    int32_t p = row[j];
+                    slots[t * width + j] = p < 0 ? -1 : (reserve && p == c - 1 ? (int32_t)B : p);
+                }
+            continue;
+        }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
+            prv[H] = nxt[H] = H;
+            free_next = 0;
+            if (prefix || fast) {
+                for (int32_t x = 0; x < H; x++) {
+                    sp[x] = x; pos[x] = x;
+                    int32_t last = prv[H]; nxt[last] = x; prv[x] = last; nxt[x] = H; prv[H] = x;
+                }
+                free_next = B;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t m = 0;
+        for (int64_t j = 0; j < width; j++) {
+            int32_t p = row[j];
+            if (p < 0) break;
+            if (p >= c) { free(pos); free(sp); free(prv); free(nxt); *bad = t; return STEP_RANGE; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x >= 0) { /* hit: to the most recent end */
+                if (prv[H] == x) continue;
+                int32_t a = prv[x], b = nxt[x];
+                nxt[a] = b; prv[b] = a;
+            } else {
+                if (free_next < B) {
+                    x = (int32_t)free_next++;
+                } else {
+                    x = nxt[H];
+                    int32_t b = nxt[x];
+                    nxt[H] = b; prv[b] = H;
+                    pos[sp[x]] = -1;
+                }
+                sp[x] = p;
+                pos[p] = x;
+                m++;
+            }
+            int32_t last = prv[H]; nxt[last] = x; prv[x] = last; nxt[x] = H; prv[H] = x;
+        }
+        misses[t] = m;
+        if (record)
+            for (int64_t j = 0; j < width; j++) {
+                int32_t p = row[j];
+                slots[t * width + j] = p < 0 ? -1 : (reserve && p == newest ? (int32_t)B : pos[p]);
+            }
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+    int64_t n = 0;
+    if (started)
+        for (int32_t x = nxt[H]; x != H; x = nxt[x]) order_out[n++] = x;
+    *n_order = n;
+    free(pos); free(sp); free(prv); free(nxt);
+    return STEP_OK;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Python bindings                                                                            */
 
@@ -1142,11 +1237,50 @@ done:
     return res;
 }
 
+
+static PyObject *py_lru_seq_rows(PyObject *self, PyObject *args)
+{
+    Py_buffer idx, ctx, misses, slots, slot_pos, order;
+    long long steps, width, B;
+    int reserve, prefix, record;
+    if (!PyArg_ParseTuple(args, "y*LLy*Lppw*pw*w*w*", &idx, &steps, &width, &ctx, &B, &reserve, &prefix, &misses,
+                          &record, &slots, &slot_pos, &order))
+        return NULL;
+    PyObject *res = NULL;
+    if (B < 1 || B >= INT32_MAX) PyErr_Format(PyExc_ValueError, "buffer %lld out of range", B);
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len") &&
+             need_len(&misses, (Py_ssize_t)(steps * 8), "misses") &&
+             (!record || need_len(&slots, (Py_ssize_t)(steps * width * 4), "slots")) &&
+             need_len(&slot_pos, (Py_ssize_t)(B * 8), "slot_pos") && need_len(&order, (Py_ssize_t)(B * 8), "order")) {
+        int64_t bad = 0, n = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_seq_rows((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, B, reserve, prefix,
+                            (int64_t *)misses.buf, record, (int32_t *)slots.buf, (int64_t *)slot_pos.buf,
+                            (int64_t *)order.buf, &n, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else if (code == STEP_RANGE)
+            PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else res = PyLong_FromLongLong(n);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&misses);
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&slot_pos);
+    PyBuffer_Release(&order);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
     {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
     {"lru_new", py_lru_new, METH_VARARGS, "lru_new(buffer, reserve, prefix) -> state"},
     {"lru_rows", py_lru_rows, METH_VARARGS, "lru_rows(state, indices, steps, width, ctx_len, misses, record, slots)"},
+    {"lru_seq_rows", py_lru_seq_rows, METH_VARARGS,
+     "lru_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, record, slots, slot_pos, order) "
+     "-> length of order"},
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
     {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
      "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},
