@@ -285,6 +285,60 @@ def test_replay_command_on_hst_imports_neither_numpy_nor_numba(tmp_path):
     assert "LOADED []" in out
 
 
+def test_replay_command_on_npy_imports_neither_numpy_nor_numba(tmp_path):
+    """LRU (both semantics) on a plain int32 .npy: the rows are mapped and replayed in C."""
+    if not native.available():
+        pytest.skip("HISPARSE_NATIVE=0: the reference path loads numba by design")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "s.npy"
+    np.save(path, random_stream(np.random.default_rng(9), steps=30, k=16, ctx0=40).indices.astype(np.int32))
+    probe = ("import sys\nfrom simulator.cli import main\n"
+             f"code = main(['replay', {str(path)!r}, '--ctx0', '40', '--policy', 'lru', '--buffer', '16,24', '--quiet', '--json'])\n"
+             f"code |= main(['replay', {str(path)!r}, '--ctx0', '40', '--policy', 'lru', '--buffer', '8', '--semantics', 'sequential',"
+             " '--quiet', '--json'])\n"
+             "print('LOADED', sorted(m for m in ('numpy', 'numba', 'pandas') if m in sys.modules))\n"
+             "sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent).stdout
+    assert '"misses"' in out
+    assert "LOADED []" in out
+
+
+@pytest.mark.parametrize("ctx0", [200, 300, None])
+def test_plain_npy_path_equals_the_numpy_path(tmp_path, monkeypatch, ctx0):
+    """The mapped .npy rows give the same stream, accesses and LRU misses as np.load's path;
+    arrays it does not take (padding inside a row, int64) go the numpy way, same results."""
+    from simulator.replay import ReplayConfig, replay
+    from simulator.trace.sources import NpyTrace
+
+    rng = np.random.default_rng(10)
+    rows = random_stream(rng, steps=60, k=24, ctx0=200, ragged=True).indices
+    if ctx0 is None:  # the default ctx0 (step 0's largest index + 1) must hold the later steps
+        rows = (np.arange(24)[None, :] + np.arange(60)[:, None]).astype(np.int32)
+        rows[7::7, 20:] = -1
+    inside = rows.copy()
+    inside[3, :2] = -1, inside[3, 0]  # a -1 before an entry: the numpy path moves it to the end
+    configs = [ReplayConfig(policy="lru", buffer=b, semantics=sem) for b in (24, 40) for sem in ("batched", "sequential")]
+    for i, arr in enumerate([rows.astype(np.int32), inside.astype(np.int32), rows.astype(np.int64)]):
+        path = tmp_path / f"a{i}.npy"
+        np.save(path, arr)
+        plain = NpyTrace(path, ctx0=ctx0)
+        assert (plain.raw_rows is not None) == (i == 0)
+        with monkeypatch.context() as m:
+            m.setenv("HISPARSE_NATIVE", "0")
+            ref = NpyTrace(path, ctx0=ctx0)
+            ref_result = replay(ref, configs)
+        assert ref.raw_rows is None
+        a, b = plain.read((0, 0)), ref.read((0, 0))
+        assert np.array_equal(a.indices, b.indices) and np.array_equal(a.ctx_len, b.ctx_len)
+        assert plain.accesses == ref.accesses and plain.max_ctx == ref.max_ctx and plain.meta == ref.meta
+        assert replay(plain, configs).records == ref_result.records
+        assert replay(plain, configs, per_step=True).records == ref_result.records
+
+
 def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):
     """Steps that change hundreds of entries (the radix sorts and the branch-free merge of the
     fast path; k = 24 above never reaches them) replay exactly as in the engine."""

@@ -118,6 +118,20 @@ def lru_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, res
     return LruRun(misses, slot_pos, order[:n].copy(), slots if record else None)
 
 
+def lru_total(rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bool, prefix: bool,
+              batched: bool) -> int:
+    """Total misses of batched or sequential LRU over rows given as buffers (int32 [steps, width]
+    C order, int64 ctx_len [steps]), without numpy: ``lru_batched`` / ``lru_sequential``."""
+    misses = array("q", bytes(8 * steps))
+    if batched:
+        _native.lru_rows(_native.lru_new(int(buffer), reserve, prefix), rows, steps, width, ctx_len, misses, False,
+                         bytearray(4))
+    else:
+        _native.lru_seq_rows(rows, steps, width, ctx_len, int(buffer), reserve, prefix, misses, False, bytearray(4),
+                             bytearray(8 * int(buffer)), bytearray(8 * int(buffer)))
+    return sum(misses)
+
+
 def lru_replay_coded(lrus: list[BatchedLru], misses: list[np.ndarray], raw: bytes, steps: int, width: int,
                      ordered: bool, k: int, prev_ctx: int, ctx_out: np.ndarray) -> tuple[int, int, int]:
     """Decode one coded chunk and replay it through every buffer in ``lrus`` (misses[i] gets

@@ -85,7 +85,10 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
             cfg.check_k(k)
     wrap = _progress(source) if progress else (lambda it: it)
     tally = _Tally(configs, per_step)
-    run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
+    if not per_step and backend.uses_raw_path(source, configs):
+        run = _replay_raw
+    else:
+        run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
     run(source, configs, k, tally, max(1, workers), wrap)
     return ReplayResult(configs, tally.records(), tally.kept)
 
@@ -176,6 +179,14 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
                 finish(*pending.pop(0))
         for item in pending:
             finish(*item)
+
+
+def _replay_raw(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
+    """LRU on a ``.npy`` source's mapped rows (``backend.raw_misses``): no numpy on the path."""
+    rows, steps, width, ctx_len, accesses = source.raw_rows
+    for _ in wrap(range(1)):
+        for cfg in configs:
+            tally.add(cfg, 0, 0, accesses, steps, backend.raw_misses(rows, steps, width, ctx_len, cfg))
 
 
 def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:

@@ -36,6 +36,19 @@ def uses_coded_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
     return bool(configs) and all(_native_lru(c) for c in configs) and isinstance(source, CodedSource)
 
 
+def uses_raw_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
+    """Whether every config is LRU (either semantics), C is built and the source offers its rows
+    as a plain int32 buffer (``NpyTrace.raw_rows``)."""
+    return bool(configs) and getattr(source, "raw_rows", None) is not None and native.available() \
+        and all(c.policy is Policy.LRU for c in configs)
+
+
+def raw_misses(rows, steps: int, width: int, ctx_len, cfg: ReplayConfig) -> int:
+    """Total LRU misses of one stream given as an int32 rows buffer and an int64 ctx_len buffer."""
+    return native.lru_total(rows, steps, width, ctx_len, cfg.buffer, reserve=cfg.reserve_newest, prefix=cfg.prefix,
+                            batched=cfg.batched)
+
+
 def coded_misses(chunks: Sequence[CodedChunk], configs: Sequence[ReplayConfig], k: int, *,
                  per_step: bool) -> native.CodedLruRun | None:
     """Batched LRU of one stream, given as its coded chunks, under each config; None when a chunk
