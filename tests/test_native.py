@@ -103,6 +103,29 @@ def test_batched_lru_fed_in_pieces_equals_one_pass():
     assert np.array_equal(slot_pos, whole.slot_pos) and np.array_equal(order, whole.order)
 
 
+def test_a_reset_state_replays_as_a_new_one():
+    """LruPool's reuse between streams: after reset, a state that replayed other streams (past
+    the fast path, larger contexts, or only fast-path steps) gives what a new state gives."""
+    rng = np.random.default_rng(11)
+    lru = native.BatchedLru(48, reserve=True, prefix=True)
+    pool = native.LruPool()
+    for i in range(30):
+        fast_only = i % 5 == 0  # contexts stay within the buffer: 17 + 2 * 15 < 48
+        stream = wandering_stream(rng, steps=15 if fast_only else int(rng.integers(1, 60)), k=16,
+                                  ctx0=17 if fast_only else int(rng.integers(20, 400)),
+                                  overlap=float(rng.choice([0.3, 0.9])))
+        assert fast_only == bool(stream.ctx_len.max() <= 48)
+        fresh = native.lru_batched(stream.indices, stream.ctx_len, 48, reserve=True, prefix=True, record=True)
+        lru.reset()
+        misses, slots = lru.rows(stream.indices, stream.ctx_len, record=True)
+        slot_pos, order = lru.result()
+        assert np.array_equal(misses, fresh.misses) and np.array_equal(slots, fresh.slots)
+        assert np.array_equal(slot_pos, fresh.slot_pos) and np.array_equal(order, fresh.order)
+        taken = pool.take(48, True, True)
+        assert np.array_equal(taken.rows(stream.indices, stream.ctx_len)[0], fresh.misses)
+        pool.give([taken])
+
+
 def test_batched_lru_rejects_a_step_larger_than_the_buffer():
     stream = Stream(0, 0, np.array([50], dtype=np.int64), np.arange(10, dtype=np.int32)[None, :])
     with pytest.raises(ValueError, match="step 0 selects more entries than the buffer's 8 slots"):

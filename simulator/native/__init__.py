@@ -71,7 +71,12 @@ class BatchedLru:
 
     def __init__(self, buffer: int, *, reserve: bool, prefix: bool) -> None:
         self.buffer = int(buffer)
+        self.key = (self.buffer, bool(reserve), bool(prefix))
         self.state = _native.lru_new(self.buffer, reserve, prefix)
+
+    def reset(self) -> None:
+        """As new (same buffer and rules), keeping the memory its tables grew to."""
+        _native.lru_reset(self.state)
 
     def rows(self, indices: np.ndarray, ctx_len: np.ndarray, *, record: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """Replay rows [steps, width] (stored order, -1 pads): misses per step, and the slot of
@@ -155,12 +160,40 @@ class CodedLruRun(NamedTuple):
     misses: list[np.ndarray] | None  # int64 [steps] per buffer (with per_step)
 
 
+class LruPool:
+    """Batched-LRU states kept between the streams of one replay, reset instead of made anew: a
+    fresh state's position table (one int32 pair per context position, ~0.8 MB at 100k tokens)
+    costs its page faults again for every stream, more than replaying a 128-step stream. Shared
+    by the replay's threads (a lock guards the free lists)."""
+
+    def __init__(self) -> None:
+        import threading
+        self._free: dict[tuple[int, bool, bool], list[BatchedLru]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, buffer: int, reserve: bool, prefix: bool) -> BatchedLru:
+        with self._lock:
+            free = self._free.get((int(buffer), bool(reserve), bool(prefix)))
+            lru = free.pop() if free else None
+        if lru is None:
+            return BatchedLru(buffer, reserve=reserve, prefix=prefix)
+        lru.reset()
+        return lru
+
+    def give(self, lrus: Sequence[BatchedLru]) -> None:
+        with self._lock:
+            for x in lrus:
+                self._free.setdefault(x.key, []).append(x)
+
+
 def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]],
-                      buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool) -> CodedLruRun | None:
+                      buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool,
+                      pool: LruPool | None = None) -> CodedLruRun | None:
     """The engine's batched LRU over one stream given as coded chunks (steps, width, ordered, a
     function giving the coded bytes or None, taking a bytearray it may inflate into: e.g.
     ``CodedChunk.coded``), for each (buffer, reserve, prefix): one decoding
-    pass per 64 buffers. None when a chunk is corrupt or breaks a rule of the trace model: the
+    pass per 64 buffers, the states taken from ``pool`` (and given back) when one is passed.
+    None when a chunk is corrupt or breaks a rule of the trace model: the
     caller reads the stream the ordinary way, which raises the error with its context.
 
     Two threads share the work: the next chunk is inflated and decoded into its step changes
@@ -173,10 +206,23 @@ def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes 
     steps = sum(c[0] for c in chunks)
     ctx = array("q", bytes(8 * steps))
     misses = [array("q", bytes(8 * steps)) for _ in buffers]
-    accesses = 0
     split = not any(c[2] for c in chunks) and _cpus() > 1
+    taken: list[BatchedLru] = []
+    try:
+        return _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, split, taken)
+    finally:
+        if pool is not None:
+            pool.give(taken)
+
+
+def _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, split, taken) -> CodedLruRun | None:
+    """lru_replay_chunks' body: 64 buffers at a time (states from ``pool`` when given, each
+    appended to ``taken``)."""
+    accesses = 0
     for g in range(0, len(buffers), GROUP):
-        lrus = [BatchedLru(b, reserve=r, prefix=p) for b, r, p in buffers[g:g + GROUP]]
+        lrus = [pool.take(b, r, p) if pool is not None else BatchedLru(b, reserve=r, prefix=p)
+                for b, r, p in buffers[g:g + GROUP]]
+        taken.extend(lrus)
         states = tuple(x.state for x in lrus)
         outs = misses[g:g + GROUP]
         if split:

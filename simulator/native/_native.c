@@ -347,6 +347,21 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     return s;
 }
 
+/* Back to the state lru_new gives, keeping the position tables' memory (and the stamps, which
+ * only grow): the next stream starts without allocating and touching fresh pages. */
+static void lru_reset(lru_state *s)
+{
+    for (int64_t x = 0; x < s->B; x++) {
+        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]] = -1;
+        s->slot_pos[x] = -1;
+        s->region[x] = FREE;
+    }
+    s->started = s->fast = 0;
+    s->nb = 0;
+    s->qhead = s->qseq = 0;
+    s->free_next = s->last_ctx = 0;
+}
+
 /* Room for positions [0, c). */
 static int lru_reserve(lru_state *s, int64_t c)
 {
@@ -978,6 +993,16 @@ static PyObject *py_lru_new(PyObject *self, PyObject *args)
     return cap;
 }
 
+static PyObject *py_lru_reset(PyObject *self, PyObject *args)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap)) return NULL;
+    lru_state *s = (lru_state *)PyCapsule_GetPointer(cap, CAPSULE);
+    if (!s) return NULL;
+    lru_reset(s);
+    Py_RETURN_NONE;
+}
+
 static PyObject *step_error(int code, int64_t step, lru_state *s)
 {
     if (code == STEP_NOMEM) return PyErr_NoMemory();
@@ -1277,6 +1302,7 @@ static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
     {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
     {"lru_new", py_lru_new, METH_VARARGS, "lru_new(buffer, reserve, prefix) -> state"},
+    {"lru_reset", py_lru_reset, METH_VARARGS, "lru_reset(state): as lru_new left it, its memory kept"},
     {"lru_rows", py_lru_rows, METH_VARARGS, "lru_rows(state, indices, steps, width, ctx_len, misses, record, slots)"},
     {"lru_seq_rows", py_lru_seq_rows, METH_VARARGS,
      "lru_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, record, slots, slot_pos, order) "

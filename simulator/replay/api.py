@@ -170,11 +170,14 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
             tally.add(cfg, key.request, key.layer, run.accesses, run.steps, run.totals[i], run.ctx_len,
                       run.misses[i] if run.misses is not None else None)
 
+    from .. import native
+
+    states = native.LruPool()  # reused between streams (fresh ones cost their page faults each time)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for key in wrap(iter(source.keys)):
             pending.append((key, pool.submit(backend.coded_misses, source.coded_chunks(key), configs, k,
-                                             per_step=tally.per_step)))
+                                             per_step=tally.per_step, pool=states)))
             if len(pending) > 2 * workers:
                 finish(*pending.pop(0))
         for item in pending:

@@ -50,11 +50,13 @@ def raw_misses(rows, steps: int, width: int, ctx_len, cfg: ReplayConfig) -> int:
 
 
 def coded_misses(chunks: Sequence[CodedChunk], configs: Sequence[ReplayConfig], k: int, *,
-                 per_step: bool) -> native.CodedLruRun | None:
-    """Batched LRU of one stream, given as its coded chunks, under each config; None when a chunk
-    is not clean (read the stream the ordinary way to get the error)."""
+                 per_step: bool, pool: native.LruPool | None = None) -> native.CodedLruRun | None:
+    """Batched LRU of one stream, given as its coded chunks, under each config (states from
+    ``pool``, reused between streams); None when a chunk is not clean (read the stream the
+    ordinary way to get the error)."""
     return native.lru_replay_chunks([(c.steps, c.width, c.ordered, c.coded) for c in chunks],
-                                    [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k, per_step=per_step)
+                                    [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k, per_step=per_step,
+                                    pool=pool)
 
 
 def _stateless_misses(cfg: ReplayConfig, stream: Stream) -> np.ndarray:
