@@ -33,6 +33,7 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
 
 
+@pytest.mark.slow  # every model on every shipped deployment: 25-150 s per deployment on 2 cores
 @pytest.mark.parametrize("deployment", P.preset_names("deployments"))
 def test_every_shipped_combination_runs(deployment):
     ran = refused = 0
