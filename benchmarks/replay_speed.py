@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,10 +43,14 @@ print(misses)
 """
 
 
-def run(cmd: list[str]) -> tuple[float, str]:
+def run(cmd: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system) and stdout of a process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
-    return time.perf_counter() - t0, proc.stdout.strip()
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc.stdout.strip()
 
 
 def misses_of(out: str) -> int:
@@ -120,31 +125,34 @@ def main() -> int:
 
     compileall.compile_dir(ROOT / "simulator", quiet=1)  # byte-compiled, as an install leaves it
     inputs = make_inputs(data)
-    print(f"medians of {args.repeats} interleaved whole-process runs, wall seconds; {os.cpu_count()} cores, "
+    print(f"medians of {args.repeats} interleaved whole-process runs (wall; CPU = user + system); {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f} at the start\n")
-    print("| row | hisparse misses | libCacheSim misses | hisparse s | libCacheSim s | libCacheSim / hisparse |")
-    print("|---|---|---|---|---|---|")
+    print("| row | hisparse misses | libCacheSim misses | hisparse wall / CPU s | libCacheSim wall / CPU s "
+          "| libCacheSim / hisparse, wall | CPU |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.rows.split(","):
         cmds, oracles, buffer = inputs[name]
         ours, theirs = [], []
         for _ in range(args.repeats):
-            t, misses = 0.0, 0
+            t, c, misses = 0.0, 0.0, 0
             for cmd in cmds:
-                dt, out = run(cmd)
-                t += dt
+                dt, dc, out = run(cmd)
+                t, c = t + dt, c + dc
                 misses += misses_of(out)
-            ours.append(t)
-            t = 0.0
-            lcs_misses = 0
+            ours.append((t, c))
+            t, c, lcs_misses = 0.0, 0.0, 0
             for files in ([oracles] if len(cmds) == 1 else [[f] for f in oracles]):
-                dt, out = run([sys.executable, "-c", LCS, str(buffer), *files])
-                t += dt
+                dt, dc, out = run([sys.executable, "-c", LCS, str(buffer), *files])
+                t, c = t + dt, c + dc
                 lcs_misses += int(out)
-            theirs.append(t)
+            theirs.append((t, c))
         if name == "sequential":
             assert misses == lcs_misses, f"sequential LRU: hisparse {misses} != libCacheSim {lcs_misses}"
-        a, b = statistics.median(ours), statistics.median(theirs)
-        print(f"| {name} | {misses:,} | {lcs_misses:,} | {a:.3f} | {b:.3f} | **{b / a:.1f}x** |", flush=True)
+        med = statistics.median
+        a, ac = med(x[0] for x in ours), med(x[1] for x in ours)
+        b, bc = med(x[0] for x in theirs), med(x[1] for x in theirs)
+        print(f"| {name} | {misses:,} | {lcs_misses:,} | {a:.2f} / {ac:.2f} | {b:.2f} / {bc:.2f} | **{b / a:.1f}x** "
+              f"| {bc / ac:.1f}x |", flush=True)
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 
