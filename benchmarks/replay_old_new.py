@@ -6,7 +6,8 @@ processes, interleaved, on the rows users wait on; medians of wall and CPU (user
     python benchmarks/replay_speed.py --rows npy --repeats 1   # makes the .npy files once
     python benchmarks/replay_old_new.py OLD [--repeats 3] [--rows "glm51 batched,..."]
 
-Each checkout runs with PYTHONPATH set to itself, from this repository's root (the traces).
+Each checkout runs from its own folder with PYTHONPATH set to itself (``python -m`` puts the
+working folder first on sys.path); the traces are this repository's, by absolute path.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def run(checkout: Path, args: list[str]) -> tuple[float, float, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "simulator.cli", "replay", "--policy", "lru", "--quiet", *args],
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True,
+                         cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True,
                          check=True).stdout
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
