@@ -92,6 +92,22 @@ def test_sequential_lru_rows_match_engine(seed):
             assert np.array_equal(got.order, ref.order)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_sequential_opt_rows_match_engine(seed):
+    rng = np.random.default_rng(200 + seed)
+    for _ in range(25):
+        k = int(rng.integers(2, 40))
+        stream = wandering_stream(rng, steps=int(rng.integers(1, 90)), k=k, ctx0=int(rng.integers(k + 1, 4 * k)),
+                                  overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
+        B = int(rng.integers(1, 3 * k + 2))
+        for reserve, prefix in itertools.product([True, False], repeat=2):
+            ref = replay_policy("opt", stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
+                                batched=False, seed=0)
+            misses, slot_pos = native.opt_sequential(stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix)
+            assert np.array_equal(misses, ref.misses)
+            assert np.array_equal(slot_pos, ref.slot_pos)
+
+
 def test_batched_lru_fed_in_pieces_equals_one_pass():
     rng = np.random.default_rng(7)
     stream = random_stream(rng, steps=120, k=32, ctx0=40, overlap=0.9)
