@@ -27,18 +27,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def rows(data: Path) -> dict[str, list[str]]:
     glm = str(ROOT / "traces" / "glm51-longbench.hst")
+    seq = ["--semantics", "sequential", "--initial", "empty", "--no-reserve-newest"]
     return {
-        "glm51 batched": ["--buffer", "4096", glm],
-        "glm51 sequential": ["--buffer", "4096", "--semantics", "sequential", "--initial", "empty",
-                             "--no-reserve-newest", glm],
-        "npy layer 0 batched": ["--buffer", "1024", "--ctx0", "7168", str(data / "smollm2-gpl3-k512-layer0.npy")],
+        "glm51 batched": ["--policy", "lru", "--buffer", "4096", glm],
+        "glm51 sequential": ["--policy", "lru", "--buffer", "4096", *seq, glm],
+        "npy layer 0 batched": ["--policy", "lru", "--buffer", "1024", "--ctx0", "7168",
+                                str(data / "smollm2-gpl3-k512-layer0.npy")],
+        "dsa-like OPT sequential": ["--policy", "opt", "--buffer", "4096", *seq,
+                                    str(ROOT / "traces" / "synthetic-dsa-like.hst")],
     }
 
 
 def run(checkout: Path, args: list[str]) -> tuple[float, float, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "simulator.cli", "replay", "--policy", "lru", "--quiet", *args],
+    out = subprocess.run([sys.executable, "-m", "simulator.cli", "replay", "--quiet", *args],
                          cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)}, capture_output=True, text=True,
                          check=True).stdout
     wall = time.perf_counter() - t0
@@ -63,6 +66,8 @@ def main() -> int:
     for name in names:
         got: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
         last = {}
+        for checkout in (args.old, ROOT):  # untimed: numba compiles a checkout's policies on first use
+            run(checkout, table[name])
         for _ in range(args.repeats):
             for tag, checkout in (("old", args.old), ("new", ROOT)):
                 wall, cpu, last[tag] = run(checkout, table[name])

@@ -3,7 +3,8 @@
 Each row is one workload, timed as whole processes on both sides, interleaved (hisparse,
 libCacheSim, hisparse, ...), ``--repeats`` times; the table gives the medians and the ratio of
 the medians (libCacheSim / hisparse: above 1, hisparse is faster). libCacheSim is fed fairly: the
-same access stream as oracleGeneral records, one LRU cache per stream in one process, its hash
+same access stream as oracleGeneral records, one cache per stream in one process (LRU; Belady
+for the OPT row), its hash
 table sized to the cache (``hashpower`` = log2 of the buffer + 1, not its default 2**24 buckets).
 
 Rows (buffer 4096 unless told; the .hst files are the bundled ones or made from them, cached):
@@ -14,6 +15,8 @@ Rows (buffer 4096 unless told; the .hst files are the bundled ones or made from 
 - ``high-overlap``: ``traces/synthetic-dsa-like.hst``;
 - ``sequential``: ``--semantics sequential --initial empty --no-reserve-newest`` on
   glm51-longbench (libCacheSim's LRU, miss for miss: the benchmark asserts the counts agree);
+- ``opt-sequential``: sequential OPT on the high-overlap trace against libCacheSim's Belady
+  (same flags as ``sequential``; misses asserted equal);
 - ``.npy``: four real SmolLM2 top-k streams (layers 0, 10, 20, 29 of
   ``traces/smollm2-gpl3-k512.hst`` as ``[steps, k]`` int32 arrays), buffer 1024, one process per
   file on each side.
@@ -34,10 +37,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LCS = """import sys, math, libcachesim as lcs
-b = int(sys.argv[1]); hp = max(4, math.ceil(math.log2(b)) + 1); misses = 0
-for path in sys.argv[2:]:
+policy = getattr(lcs, sys.argv[1]); b = int(sys.argv[2]); hp = max(4, math.ceil(math.log2(b)) + 1); misses = 0
+for path in sys.argv[3:]:
     r = lcs.TraceReader(trace=path, trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
-    ratio, byte_ratio = lcs.LRU(cache_size=b, hashpower=hp).process_trace(r)
+    ratio, byte_ratio = policy(cache_size=b, hashpower=hp).process_trace(r)
     misses += round(ratio * r.get_num_of_req())
 print(misses)
 """
@@ -109,13 +112,16 @@ def make_inputs(data: Path) -> dict[str, tuple[list[list[str]], list[str], int]]
                          oracle_files(str(ROOT / "traces" / "synthetic-dsa-like.hst"), data, "dsa-like"), 4096),
         "sequential": ([replay + ["--buffer", "4096", *seq, glm]], glm_or, 4096),
         "npy": ([replay + ["--buffer", "1024", "--ctx0", str(c), p] for p, c in npys], npy_or, 1024),
+        "opt-sequential": ([replay[:-3] + ["--policy", "opt", "--quiet", "--buffer", "4096", *seq,
+                                            str(ROOT / "traces" / "synthetic-dsa-like.hst")]],
+                           oracle_files(str(ROOT / "traces" / "synthetic-dsa-like.hst"), data, "dsa-like"), 4096),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rows", default="glm51,glm51-stored,8x-longer,high-overlap,sequential,npy")
+    parser.add_argument("--rows", default="glm51,glm51-stored,8x-longer,high-overlap,sequential,npy,opt-sequential")
     args = parser.parse_args()
     from simulator.serving.misses import cache_dir
 
@@ -142,12 +148,13 @@ def main() -> int:
             ours.append((t, c))
             t, c, lcs_misses = 0.0, 0.0, 0
             for files in ([oracles] if len(cmds) == 1 else [[f] for f in oracles]):
-                dt, dc, out = run([sys.executable, "-c", LCS, str(buffer), *files])
+                dt, dc, out = run([sys.executable, "-c", LCS, "Belady" if name.startswith("opt") else "LRU",
+                                   str(buffer), *files])
                 t, c = t + dt, c + dc
                 lcs_misses += int(out)
             theirs.append((t, c))
-        if name == "sequential":
-            assert misses == lcs_misses, f"sequential LRU: hisparse {misses} != libCacheSim {lcs_misses}"
+        if name in ("sequential", "opt-sequential"):
+            assert misses == lcs_misses, f"{name}: hisparse {misses} != libCacheSim {lcs_misses}"
         med = statistics.median
         a, ac = med(x[0] for x in ours), med(x[1] for x in ours)
         b, bc = med(x[0] for x in theirs), med(x[1] for x in theirs)
