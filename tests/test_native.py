@@ -92,8 +92,9 @@ def test_sequential_lru_rows_match_engine(seed):
             assert np.array_equal(got.order, ref.order)
 
 
+@pytest.mark.parametrize("policy", ["opt", "lfu"])
 @pytest.mark.parametrize("seed", range(6))
-def test_sequential_opt_rows_match_engine(seed):
+def test_sequential_keyed_rows_match_engine(seed, policy):
     rng = np.random.default_rng(200 + seed)
     for _ in range(25):
         k = int(rng.integers(2, 40))
@@ -101,9 +102,10 @@ def test_sequential_opt_rows_match_engine(seed):
                                   overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
         B = int(rng.integers(1, 3 * k + 2))
         for reserve, prefix in itertools.product([True, False], repeat=2):
-            ref = replay_policy("opt", stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
+            ref = replay_policy(policy, stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
                                 batched=False, seed=0)
-            misses, slot_pos = native.opt_sequential(stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix)
+            misses, slot_pos = native.keyed_sequential(policy, stream.indices, stream.ctx_len, B, reserve=reserve,
+                                                       prefix=prefix)
             assert np.array_equal(misses, ref.misses)
             assert np.array_equal(slot_pos, ref.slot_pos)
 

@@ -2,7 +2,7 @@
 
 Each function reproduces a numba reference of the package bit for bit (tests/test_native.py):
 the stream decoder and checker of ``simulator.trace.codec_jit``, and the replay engine's
-batched and sequential LRU and sequential OPT. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
+batched and sequential LRU and sequential OPT and LFU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
 O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows, in two
 halves on two threads (a chunk decoded into its step changes while the one before replays).
 Without the build, or with ``HISPARSE_NATIVE=0``, callers use the references.
@@ -123,18 +123,25 @@ def lru_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, res
     return LruRun(misses, slot_pos, order[:n].copy(), slots if record else None)
 
 
-def opt_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
-                   prefix: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The engine's sequential OPT over one stream (engine.replay_policy('opt', batched=False)):
-    (misses per step, slot -> position at the end), in one compiled call (no numba)."""
+def keyed_sequential(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
+                     prefix: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's sequential ``opt`` or ``lfu`` over one stream (engine.replay_policy(policy,
+    batched=False)): (misses per step, slot -> position at the end), in one compiled call (no
+    numba)."""
     import numpy as np
+    fn = {"opt": _native.opt_seq_rows, "lfu": _native.lfu_seq_rows}[policy]
     idx = np.ascontiguousarray(indices, dtype=np.int32)
     steps, width = idx.shape
     misses = np.zeros(steps, dtype=np.int64)
     slot_pos = np.empty(int(buffer), dtype=np.int64)
-    _native.opt_seq_rows(idx, steps, width, np.ascontiguousarray(ctx_len, dtype=np.int64), int(buffer), reserve,
-                         prefix, misses, slot_pos)
+    fn(idx, steps, width, np.ascontiguousarray(ctx_len, dtype=np.int64), int(buffer), reserve, prefix, misses, slot_pos)
     return misses, slot_pos
+
+
+def opt_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
+                   prefix: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``keyed_sequential('opt', ...)``: sequential Belady."""
+    return keyed_sequential("opt", indices, ctx_len, buffer, reserve=reserve, prefix=prefix)
 
 
 def lru_total(rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bool, prefix: bool,

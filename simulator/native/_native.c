@@ -1040,6 +1040,94 @@ done:
     return code;
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sequential LFU over rows: step.run's sequential branch with policies/lfu.py, bit for bit     */
+/* (tests/test_native.py). A slot's key is count * 2**40 + tick (the tick counts every load and */
+/* hit since the buffer was last made fresh); the victim is the smallest key, at the root of a  */
+/* tournament tree over the slots.                                                              */
+
+#define LFU_SHIFT ((int64_t)1 << 40)
+
+static inline int lfu_better(const int64_t *key, int32_t a, int32_t b)
+{
+    return key[a] < key[b] || (key[a] == key[b] && a < b);
+}
+
+static inline void lfu_set(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+{
+    key[slot] = k;
+    for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = lfu_better(key, l, r) ? l : r;
+    }
+}
+
+static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                        int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
+{
+    int64_t cmax = 1;
+    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
+    int64_t size = 1;
+    while (size < B) size <<= 1;
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1));
+    int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
+    int code = STEP_OK;
+    if (!pos || !sp || !key || !tree) { code = STEP_NOMEM; goto done; }
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    key[size] = INT64_MAX; /* the leaves past B: never a victim */
+    for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
+    int64_t free_next = 0, tick = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) { misses[t] = 0; fast = 1; continue; }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = INT64_MAX; }
+            free_next = 0;
+            tick = 0;
+            if (prefix || fast) {
+                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; key[p] = LFU_SHIFT + ++tick; }
+                free_next = B;
+            }
+            for (int64_t i = size - 1; i >= 1; i--) {
+                int32_t l = tree[2 * i], r = tree[2 * i + 1];
+                tree[i] = lfu_better(key, l, r) ? l : r;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t m = 0;
+        for (int64_t j = 0; j < width; j++) {
+            int32_t p = row[j];
+            if (p < 0) break;
+            if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x >= 0) {
+                lfu_set(tree, key, size, x, (key[x] / LFU_SHIFT + 1) * LFU_SHIFT + ++tick);
+                continue;
+            }
+            if (free_next < B) x = (int32_t)free_next++;
+            else { x = tree[1]; pos[sp[x]] = -1; }
+            sp[x] = p;
+            pos[p] = x;
+            m++;
+            lfu_set(tree, key, size, x, LFU_SHIFT + ++tick);
+        }
+        misses[t] = m;
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+done:
+    free(pos); free(sp); free(key); free(tree);
+    return code;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Python bindings                                                                            */
 
@@ -1420,7 +1508,16 @@ static PyObject *py_lru_seq_rows(PyObject *self, PyObject *args)
 }
 
 
-static PyObject *py_opt_seq_rows(PyObject *self, PyObject *args)
+typedef int (*seq_rows_fn)(const int32_t *, int64_t, int64_t, const int64_t *, int64_t, int, int, int64_t *, int64_t *,
+                           int64_t *);
+
+static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn);
+
+static PyObject *py_opt_seq_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, opt_seq_rows); }
+
+static PyObject *py_lfu_seq_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, lfu_seq_rows); }
+
+static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn)
 {
     Py_buffer idx, ctx, misses, slot_pos;
     long long steps, width, B;
@@ -1434,8 +1531,8 @@ static PyObject *py_opt_seq_rows(PyObject *self, PyObject *args)
         int64_t bad = 0;
         int code;
         Py_BEGIN_ALLOW_THREADS
-        code = opt_seq_rows((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, B, reserve, prefix,
-                            (int64_t *)misses.buf, (int64_t *)slot_pos.buf, &bad);
+        code = fn((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, B, reserve, prefix,
+                  (int64_t *)misses.buf, (int64_t *)slot_pos.buf, &bad);
         Py_END_ALLOW_THREADS
         if (code == STEP_NOMEM) PyErr_NoMemory();
         else if (code == STEP_RANGE)
@@ -1460,6 +1557,8 @@ static PyMethodDef methods[] = {
      "-> length of order"},
     {"opt_seq_rows", py_opt_seq_rows, METH_VARARGS,
      "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
+    {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,
+     "lfu_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
     {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
      "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},

@@ -5,8 +5,8 @@
   bit against the engine in tests/test_native.py): from a coded source's chunks without
   materialising a row (``coded_misses``: a 41 M-access stream costs a few MB instead of 164 MB,
   and no numpy is loaded), or over a stream's rows.
-- Sequential LRU and sequential OPT run in C over a stream's rows when built
-  (``native.lru_sequential``, ``native.opt_sequential``, checked bit for bit against the engine
+- Sequential LRU, OPT and LFU run in C over a stream's rows when built
+  (``native.lru_sequential``, ``native.keyed_sequential``, checked bit for bit against the engine
   in tests/test_native.py).
 - Everything else runs in the numba engine (``engine.replay_policy``).
 """
@@ -82,9 +82,9 @@ def stream_misses(stream: Stream, cfg: ReplayConfig) -> np.ndarray:
     if cfg.policy is Policy.LRU and native.available():  # sequential: one compiled call, no numba
         return native.lru_sequential(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
                                      prefix=cfg.prefix).misses
-    if cfg.policy is Policy.OPT and not cfg.batched and native.available():
-        return native.opt_sequential(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
-                                     prefix=cfg.prefix)[0]
+    if cfg.policy in (Policy.OPT, Policy.LFU) and not cfg.batched and native.available():
+        return native.keyed_sequential(str(cfg.policy), stream.indices, stream.ctx_len, cfg.buffer,
+                                       reserve=cfg.reserve_newest, prefix=cfg.prefix)[0]
     from .engine import replay_policy
 
     return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
