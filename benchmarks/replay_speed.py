@@ -4,7 +4,7 @@ Each row is one workload, timed as whole processes on both sides, interleaved (h
 libCacheSim, hisparse, ...), ``--repeats`` times; the table gives the medians and the ratio of
 the medians (libCacheSim / hisparse: above 1, hisparse is faster). libCacheSim is fed fairly: the
 same access stream as oracleGeneral records, one cache per stream in one process (LRU; Belady
-for the OPT row), its hash
+and LFU for the OPT and LFU rows), its hash
 table sized to the cache (``hashpower`` = log2 of the buffer + 1, not its default 2**24 buckets).
 
 Rows (buffer 4096 unless told; the .hst files are the bundled ones or made from them, cached):
@@ -15,8 +15,8 @@ Rows (buffer 4096 unless told; the .hst files are the bundled ones or made from 
 - ``high-overlap``: ``traces/synthetic-dsa-like.hst``;
 - ``sequential``: ``--semantics sequential --initial empty --no-reserve-newest`` on
   glm51-longbench (libCacheSim's LRU, miss for miss: the benchmark asserts the counts agree);
-- ``opt-sequential``: sequential OPT on the high-overlap trace against libCacheSim's Belady
-  (same flags as ``sequential``; misses asserted equal);
+- ``opt-sequential`` / ``lfu-sequential``: sequential OPT / LFU on the high-overlap trace
+  against libCacheSim's Belady / LFU (same flags as ``sequential``; misses asserted equal);
 - ``.npy``: four real SmolLM2 top-k streams (layers 0, 10, 20, 29 of
   ``traces/smollm2-gpl3-k512.hst`` as ``[steps, k]`` int32 arrays), buffer 1024, one process per
   file on each side.
@@ -115,13 +115,16 @@ def make_inputs(data: Path) -> dict[str, tuple[list[list[str]], list[str], int]]
         "opt-sequential": ([replay[:-3] + ["--policy", "opt", "--quiet", "--buffer", "4096", *seq,
                                             str(ROOT / "traces" / "synthetic-dsa-like.hst")]],
                            oracle_files(str(ROOT / "traces" / "synthetic-dsa-like.hst"), data, "dsa-like"), 4096),
+        "lfu-sequential": ([replay[:-3] + ["--policy", "lfu", "--quiet", "--buffer", "4096", *seq,
+                                            str(ROOT / "traces" / "synthetic-dsa-like.hst")]],
+                           oracle_files(str(ROOT / "traces" / "synthetic-dsa-like.hst"), data, "dsa-like"), 4096),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rows", default="glm51,glm51-stored,8x-longer,high-overlap,sequential,npy,opt-sequential")
+    parser.add_argument("--rows", default="glm51,glm51-stored,8x-longer,high-overlap,sequential,npy,opt-sequential,lfu-sequential")
     args = parser.parse_args()
     from simulator.serving.misses import cache_dir
 
@@ -148,12 +151,12 @@ def main() -> int:
             ours.append((t, c))
             t, c, lcs_misses = 0.0, 0.0, 0
             for files in ([oracles] if len(cmds) == 1 else [[f] for f in oracles]):
-                dt, dc, out = run([sys.executable, "-c", LCS, "Belady" if name.startswith("opt") else "LRU",
-                                   str(buffer), *files])
+                policy = {"opt-sequential": "Belady", "lfu-sequential": "LFU"}.get(name, "LRU")
+                dt, dc, out = run([sys.executable, "-c", LCS, policy, str(buffer), *files])
                 t, c = t + dt, c + dc
                 lcs_misses += int(out)
             theirs.append((t, c))
-        if name in ("sequential", "opt-sequential"):
+        if name in ("sequential", "opt-sequential", "lfu-sequential"):
             assert misses == lcs_misses, f"{name}: hisparse {misses} != libCacheSim {lcs_misses}"
         med = statistics.median
         a, ac = med(x[0] for x in ours), med(x[1] for x in ours)
