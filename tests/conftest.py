@@ -1,8 +1,26 @@
-"""Shared pytest fixtures and the GPU skip rule."""
+"""Shared pytest fixtures, the GPU skip rule and the two test tiers.
+
+Tiers: ``python -m pytest`` runs the default tier (``-m 'not slow'`` in pyproject.toml, the
+``ci`` hypothesis profile: fewer examples per property); ``HYPOTHESIS_PROFILE=slow python -m
+pytest -m slow`` runs the slow tier: the tests marked ``slow`` and, at their full example counts
+(``tests/fuzzing.py``), every property test and every test of the ``test_fuzz_*`` files (their
+properties are defined inside the tests). ``HYPOTHESIS_PROFILE=slow python -m pytest -m ''`` runs
+everything at full strength.
+"""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+from tests.fuzzing import PROFILE, examples_for
+
+# Defaults of a property test that names no count of its own; fuzz_settings sets each one's.
+for _name in ("ci", "slow"):
+    settings.register_profile(_name, max_examples=examples_for(100) if _name == PROFILE else 100, deadline=None,
+                              derandomize=True, database=None,
+                              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.load_profile(PROFILE)
 
 
 def _have_gpu() -> bool:
@@ -14,7 +32,13 @@ def _have_gpu() -> bool:
         return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
+    if PROFILE == "slow":  # every property test at its full count belongs to the slow tier
+        for item in items:
+            if item.path.name.startswith("test_fuzz_") \
+                    or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+                item.add_marker(pytest.mark.slow)
     if _have_gpu():
         return
     skip = pytest.mark.skip(reason="no NVIDIA GPU / CuPy on this machine")

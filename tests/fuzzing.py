@@ -1,8 +1,18 @@
-"""Shared set-up of the property-based suites: bounded examples in CI, more on request.
+"""Shared set-up of the property-based suites: two tiers of examples, more on request.
+
+The number of examples comes from the hypothesis profile named by ``HYPOTHESIS_PROFILE``
+(registered in ``tests/conftest.py``):
+
+- ``ci`` (the default, ``python -m pytest``): each property runs a fifth of its full count
+  (at least 5 examples), so the default tier stays within its time budget;
+- ``slow`` (``HYPOTHESIS_PROFILE=slow python -m pytest -m slow``): each property runs its full
+  count, the one written beside it (``fuzz_settings(examples=...)``), and every property test
+  is also put in the slow tier, so ``-m slow`` selects it.
 
 ``HISPARSE_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz_*.py`` runs each property with
-that many examples; ``HISPARSE_FUZZ_FACTOR=10`` with ten times its CI count. Examples are derandomised (the same inputs every run) and no example database
-is written, so the suites stay deterministic.
+that many examples whatever the profile; ``HISPARSE_FUZZ_FACTOR=10`` runs ten times the profile's
+count. Examples are derandomised (the same inputs every run) and no example database is written,
+so the suites stay deterministic.
 """
 
 from __future__ import annotations
@@ -12,12 +22,30 @@ import os
 from hypothesis import HealthCheck, settings
 
 EXAMPLES = int(os.environ.get("HISPARSE_FUZZ_EXAMPLES", "0") or 0)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci") or "ci"
+PROFILES = ("ci", "slow")
+if PROFILE not in PROFILES:
+    raise RuntimeError(f"HYPOTHESIS_PROFILE={PROFILE!r}: expected one of {', '.join(PROFILES)}")
+CI_SHARE = 5  # the ci profile runs 1 / CI_SHARE of each property's full count
 FACTOR = max(1, int(os.environ.get("HISPARSE_FUZZ_FACTOR", "1") or 1))
 
 
-def fuzz_settings(ci_examples: int):
-    """Hypothesis settings: ``ci_examples`` by default (times HISPARSE_FUZZ_FACTOR), HISPARSE_FUZZ_EXAMPLES when set."""
-    return settings(max_examples=EXAMPLES or ci_examples * FACTOR, deadline=None, derandomize=True, database=None,
+def examples_for(examples: int) -> int:
+    """How many examples a property with ``examples`` (its full count) runs under this profile
+    (times HISPARSE_FUZZ_FACTOR)."""
+    if EXAMPLES:
+        return EXAMPLES
+    return FACTOR * (examples if PROFILE == "slow" else max(5, -(-examples // CI_SHARE)))
+
+
+def fuzz_settings(examples: int | None = None, *, ci_examples: int | None = None):
+    """Hypothesis settings: ``examples`` under the slow profile, a fifth of it under ci (the
+    default), HISPARSE_FUZZ_EXAMPLES when set. ``ci_examples`` instead names the ci count (the slow
+    profile runs ``CI_SHARE`` times it)."""
+    if (examples is None) == (ci_examples is None):
+        raise TypeError("fuzz_settings takes examples or ci_examples")
+    full = examples if examples is not None else ci_examples * CI_SHARE
+    return settings(max_examples=examples_for(full), deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 

@@ -77,6 +77,7 @@ def test_harness_spawns_a_gloo_group_and_writes_the_csv(tmp_path):
     _check_harness_csv(tmp_path / "comm.csv", 16, (1, 3))
 
 
+@pytest.mark.slow  # torchrun and three ranks each importing torch (~15 s); the 2-rank spawn above stays
 def test_harness_under_torchrun_with_a_subgroup(tmp_path):
     """3 ranks, GPU counts 2 and 3: rank 2 sits out the 2-rank group; 3 ranks split all_to_all unevenly."""
     args = [*TINY[:4], "--gpus", "2,3", *TINY[6:]]

@@ -24,6 +24,7 @@ def trace_path(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # ~60 generator runs (the generator steps in numpy, ~3 ms a step)
 def test_fit_recovers_structure(trace_path) -> None:
     trace = open_trace(trace_path)
     fit = fit_knobs(trace, seed=1, layers=2, rounds=1, iters=4)
@@ -47,6 +48,7 @@ def test_structure_reports_miss_ratios(trace_path) -> None:
     assert figs["lru_128"] <= figs["lru_96"]
 
 
+@pytest.mark.slow  # ~13 s of the fit's generator runs, even at --iters 1 (~12 s)
 def test_cli_fit_writes_loadable_knobs(trace_path, tmp_path, capsys) -> None:
     out = tmp_path / "knobs.toml"
     assert main(["trace", "fit", str(trace_path), "--out", str(out), "--layers", "2", "--rounds", "1", "--iters", "3", "--quiet"]) == 0
@@ -54,3 +56,7 @@ def test_cli_fit_writes_loadable_knobs(trace_path, tmp_path, capsys) -> None:
     assert knobs.sinks == 16 and len(knobs.sink_probs) == 16
     assert "real vs fitted" in out.read_text()
     assert main(["trace", "fit", str(tmp_path / "missing.hst"), "--out", str(out)]) == 2
+
+
+def test_cli_fit_of_a_missing_trace_is_a_clear_error(tmp_path, capsys) -> None:
+    assert main(["trace", "fit", str(tmp_path / "missing.hst"), "--out", str(tmp_path / "knobs.toml")]) == 2

@@ -77,7 +77,7 @@ def test_option_values_parse_into_their_domain_or_are_refused(prefix, parser, ac
     option = action.option_strings[0]
     base = _base_argv(prefix, parser, option)
 
-    @fuzz_settings(ci_examples=15)
+    @fuzz_settings(examples=15)
     @given(values())
     def prop(value):
         try:
@@ -131,7 +131,7 @@ def test_commands_run_or_refuse_on_random_values(tiny, tmp_path, capsys, templat
     base = [a.format(t=tiny, d=tmp_path) for a in template]
     before = tiny.read_bytes()
 
-    @fuzz_settings(ci_examples=10)
+    @fuzz_settings(examples=10)
     @given(values(small=small))
     def prop(value):
         code, out, err = run_cli([*base, f"{option}={value}"], capsys)

@@ -40,7 +40,7 @@ def test_random_grid_values(tmp_path, kind, key):
     path = tmp_path / "grid.toml"
     actions = sweep_cmd.cli_actions(kind)
 
-    @fuzz_settings(ci_examples=15)
+    @fuzz_settings(examples=15)
     @given(st.one_of(SCALARS, st.lists(SCALARS, max_size=3)))
     def prop(value):
         fixed = 'trace = "traces/synthetic-dsa-like.hst"\n' if kind == "replay" and key != "trace" else ""
@@ -73,7 +73,7 @@ def test_random_grid_documents(tmp_path):
     """Any TOML document: a grid, or one line naming the file (never a traceback)."""
     path = tmp_path / "grid.toml"
 
-    @fuzz_settings(ci_examples=150)
+    @fuzz_settings(examples=150)
     @given(st.dictionaries(KEYS, VALUES, max_size=4), st.sampled_from(["replay", "plan", None]))
     def prop(doc, kind):
         if kind is not None:

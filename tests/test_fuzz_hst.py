@@ -80,7 +80,7 @@ def test_one_corrupt_byte_is_caught_or_harmless(clean, tmp_path_factory, capsys,
     data, originals, regions = clean
     path = tmp_path_factory.mktemp("c") / "t.hst"
 
-    @fuzz_settings(ci_examples=60)
+    @fuzz_settings(examples=60)
     @given(corruption(regions))
     def prop(change):
         name, at, xor = change
@@ -102,7 +102,7 @@ def test_truncation_recovers_only_true_prefixes(clean, tmp_path_factory, capsys)
     data, originals, _ = clean
     path = tmp_path_factory.mktemp("t") / "t.hst"
 
-    @fuzz_settings(ci_examples=40)
+    @fuzz_settings(examples=40)
     @given(st.integers(0, len(data) - 1))
     def prop(cut):
         path.write_bytes(data[:cut])
@@ -126,7 +126,7 @@ def test_corrupt_bytes_never_change_a_replay(clean, tmp_path_factory, capsys):
     code, want, _ = run_cli(argv, capsys)
     assert code == 0
 
-    @fuzz_settings(ci_examples=25)
+    @fuzz_settings(examples=25)
     @given(corruption(regions), st.integers(2, 8))
     def prop(change, burst):
         _, at, xor = change
@@ -158,7 +158,7 @@ def test_version_1_chunk_headers_are_checked_against_the_index(clean, tmp_path, 
     path = tmp_path / "v1.hst"
     fields = [(4, 24), (28, _CHUNK_V1.size)]  # every byte but the 3 pad bytes after `ordered`
 
-    @fuzz_settings(ci_examples=20)
+    @fuzz_settings(examples=20)
     @given(st.sampled_from(offsets), st.sampled_from(fields).flatmap(lambda f: st.integers(*f)).filter(
         lambda i: i < 25 or i >= 28), st.integers(1, 255))
     def prop(offset, at, xor):

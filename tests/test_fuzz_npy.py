@@ -35,7 +35,7 @@ def _expected_rows(array):
 def test_random_arrays_read_exactly_or_refuse(tmp_path, capsys):
     path = tmp_path / "a.npy"
 
-    @fuzz_settings(ci_examples=120)
+    @fuzz_settings(examples=120)
     @given(arrays(), st.sampled_from([None, "1", "64", "100000"]))
     def prop(array, ctx0):
         np.save(path, array)
@@ -59,7 +59,7 @@ def test_random_arrays_read_exactly_or_refuse(tmp_path, capsys):
 def test_wide_values_are_refused_not_wrapped(tmp_path, capsys):
     path = tmp_path / "w.npy"
 
-    @fuzz_settings(ci_examples=40)
+    @fuzz_settings(examples=40)
     @given(st.sampled_from([np.int64, np.uint32, np.uint64]), st.integers(0, 4), st.integers(0, 3),
            st.integers(2**31, 2**63 - 1))
     def prop(dtype, step, col, big):

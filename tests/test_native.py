@@ -74,6 +74,42 @@ def test_batched_lru_rows_match_engine(seed):
             assert np.array_equal(got.order, ref.order)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_sequential_lru_rows_match_engine(seed):
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(25):
+        k = int(rng.integers(2, 40))
+        stream = wandering_stream(rng, steps=int(rng.integers(1, 90)), k=k, ctx0=int(rng.integers(k + 1, 4 * k)),
+                                  overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
+        B = int(rng.integers(1, 3 * k + 2))  # sequential takes any B, smaller than a step too
+        for reserve, prefix in itertools.product([True, False], repeat=2):
+            ref = replay_policy("lru", stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
+                                batched=False, seed=0, record=True)
+            got = native.lru_sequential(stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix, record=True)
+            assert np.array_equal(got.misses, ref.misses)
+            assert np.array_equal(got.slots, ref.slots)
+            assert np.array_equal(got.slot_pos, ref.slot_pos)
+            assert np.array_equal(got.order, ref.order)
+
+
+@pytest.mark.parametrize("policy", ["opt", "lfu"])
+@pytest.mark.parametrize("seed", range(6))
+def test_sequential_keyed_rows_match_engine(seed, policy):
+    rng = np.random.default_rng(200 + seed)
+    for _ in range(25):
+        k = int(rng.integers(2, 40))
+        stream = wandering_stream(rng, steps=int(rng.integers(1, 90)), k=k, ctx0=int(rng.integers(k + 1, 4 * k)),
+                                  overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
+        B = int(rng.integers(1, 3 * k + 2))
+        for reserve, prefix in itertools.product([True, False], repeat=2):
+            ref = replay_policy(policy, stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
+                                batched=False, seed=0)
+            misses, slot_pos = native.keyed_sequential(policy, stream.indices, stream.ctx_len, B, reserve=reserve,
+                                                       prefix=prefix)
+            assert np.array_equal(misses, ref.misses)
+            assert np.array_equal(slot_pos, ref.slot_pos)
+
+
 def test_batched_lru_fed_in_pieces_equals_one_pass():
     rng = np.random.default_rng(7)
     stream = random_stream(rng, steps=120, k=32, ctx0=40, overlap=0.9)
@@ -83,6 +119,29 @@ def test_batched_lru_fed_in_pieces_equals_one_pass():
     assert np.array_equal(np.concatenate(parts), whole.misses)
     slot_pos, order = lru.result()
     assert np.array_equal(slot_pos, whole.slot_pos) and np.array_equal(order, whole.order)
+
+
+def test_a_reset_state_replays_as_a_new_one():
+    """LruPool's reuse between streams: after reset, a state that replayed other streams (past
+    the fast path, larger contexts, or only fast-path steps) gives what a new state gives."""
+    rng = np.random.default_rng(11)
+    lru = native.BatchedLru(48, reserve=True, prefix=True)
+    pool = native.LruPool()
+    for i in range(30):
+        fast_only = i % 5 == 0  # contexts stay within the buffer: 17 + 2 * 15 < 48
+        stream = wandering_stream(rng, steps=15 if fast_only else int(rng.integers(1, 60)), k=16,
+                                  ctx0=17 if fast_only else int(rng.integers(20, 400)),
+                                  overlap=float(rng.choice([0.3, 0.9])))
+        assert fast_only == bool(stream.ctx_len.max() <= 48)
+        fresh = native.lru_batched(stream.indices, stream.ctx_len, 48, reserve=True, prefix=True, record=True)
+        lru.reset()
+        misses, slots = lru.rows(stream.indices, stream.ctx_len, record=True)
+        slot_pos, order = lru.result()
+        assert np.array_equal(misses, fresh.misses) and np.array_equal(slots, fresh.slots)
+        assert np.array_equal(slot_pos, fresh.slot_pos) and np.array_equal(order, fresh.order)
+        taken = pool.take(48, True, True)
+        assert np.array_equal(taken.rows(stream.indices, stream.ctx_len)[0], fresh.misses)
+        pool.give([taken])
 
 
 def test_batched_lru_rejects_a_step_larger_than_the_buffer():
@@ -265,6 +324,60 @@ def test_replay_command_on_hst_imports_neither_numpy_nor_numba(tmp_path):
                          cwd=Path(__file__).parent.parent).stdout
     assert '"misses"' in out
     assert "LOADED []" in out
+
+
+def test_replay_command_on_npy_imports_neither_numpy_nor_numba(tmp_path):
+    """LRU (both semantics) on a plain int32 .npy: the rows are mapped and replayed in C."""
+    if not native.available():
+        pytest.skip("HISPARSE_NATIVE=0: the reference path loads numba by design")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "s.npy"
+    np.save(path, random_stream(np.random.default_rng(9), steps=30, k=16, ctx0=40).indices.astype(np.int32))
+    probe = ("import sys\nfrom simulator.cli import main\n"
+             f"code = main(['replay', {str(path)!r}, '--ctx0', '40', '--policy', 'lru', '--buffer', '16,24', '--quiet', '--json'])\n"
+             f"code |= main(['replay', {str(path)!r}, '--ctx0', '40', '--policy', 'lru', '--buffer', '8', '--semantics', 'sequential',"
+             " '--quiet', '--json'])\n"
+             "print('LOADED', sorted(m for m in ('numpy', 'numba', 'pandas') if m in sys.modules))\n"
+             "sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent).stdout
+    assert '"misses"' in out
+    assert "LOADED []" in out
+
+
+@pytest.mark.parametrize("ctx0", [200, 300, None])
+def test_plain_npy_path_equals_the_numpy_path(tmp_path, monkeypatch, ctx0):
+    """The mapped .npy rows give the same stream, accesses and LRU misses as np.load's path;
+    arrays it does not take (padding inside a row, int64) go the numpy way, same results."""
+    from simulator.replay import ReplayConfig, replay
+    from simulator.trace.sources import NpyTrace
+
+    rng = np.random.default_rng(10)
+    rows = random_stream(rng, steps=60, k=24, ctx0=200, ragged=True).indices
+    if ctx0 is None:  # the default ctx0 (step 0's largest index + 1) must hold the later steps
+        rows = (np.arange(24)[None, :] + np.arange(60)[:, None]).astype(np.int32)
+        rows[7::7, 20:] = -1
+    inside = rows.copy()
+    inside[3, :2] = -1, inside[3, 0]  # a -1 before an entry: the numpy path moves it to the end
+    configs = [ReplayConfig(policy="lru", buffer=b, semantics=sem) for b in (24, 40) for sem in ("batched", "sequential")]
+    for i, arr in enumerate([rows.astype(np.int32), inside.astype(np.int32), rows.astype(np.int64)]):
+        path = tmp_path / f"a{i}.npy"
+        np.save(path, arr)
+        plain = NpyTrace(path, ctx0=ctx0)
+        assert (plain.raw_rows is not None) == (i == 0)
+        with monkeypatch.context() as m:
+            m.setenv("HISPARSE_NATIVE", "0")
+            ref = NpyTrace(path, ctx0=ctx0)
+            ref_result = replay(ref, configs)
+        assert ref.raw_rows is None
+        a, b = plain.read((0, 0)), ref.read((0, 0))
+        assert np.array_equal(a.indices, b.indices) and np.array_equal(a.ctx_len, b.ctx_len)
+        assert plain.accesses == ref.accesses and plain.max_ctx == ref.max_ctx and plain.meta == ref.meta
+        assert replay(plain, configs).records == ref_result.records
+        assert replay(plain, configs, per_step=True).records == ref_result.records
 
 
 def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):

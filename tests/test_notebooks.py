@@ -12,7 +12,13 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["policy_comparison.ipynb", "capacity_planning.ipynb", "calibration_report.ipynb"])
+# policy_comparison (~100 s on 2 cores: every policy over the bundled traces) and
+# capacity_planning (~50 s: plans at every concurrency) run in the slow tier.
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", [pytest.param("policy_comparison.ipynb", marks=SLOW),
+                                  pytest.param("capacity_planning.ipynb", marks=SLOW), "calibration_report.ipynb"])
 def test_notebook_runs(name, tmp_path, monkeypatch):
     monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel imports this checkout's package

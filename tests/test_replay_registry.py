@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from simulator.replay import policies
 from simulator.replay.policies import generate
@@ -87,6 +88,7 @@ def order(sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
 REGISTRY_LINE = '    PolicyEntry("lru-scan", "lru_scan", "LRU found by a scan (test dummy)"),\n'
 
 
+@pytest.mark.slow  # a copy of the package without its numba cache: every policy compiled from scratch (minutes on 2 cores)
 def test_a_new_policy_is_one_module_and_one_registry_line(tmp_path):
     copy = tmp_path / "simulator"
     shutil.copytree(ROOT / "simulator", copy, ignore=shutil.ignore_patterns("__pycache__", "*.nb[ic]"))

@@ -224,6 +224,7 @@ def test_profiles_scale_the_buffer_to_the_trace_k_and_say_so(tmp_path):
     assert any("reuse the trace's second half" in n for n in notes)
 
 
+@pytest.mark.slow  # a full plan of the published scenario
 def test_published_scenario_shape():
     """Default scenario: the baseline plateaus once its pools are full; HiSparse costs a little at
     the lowest concurrency (its extra I/O). Under SGLang's admission as read (bench_serving's
@@ -263,6 +264,7 @@ def test_recommendation_respects_ttft_and_load():
     assert recommend(rows, 1e-3)["choice"] is None
 
 
+@pytest.mark.slow  # several full plans of the published scenario
 def test_plan_is_deterministic_and_seeded():
     w = "8k-in-1k-out-open"
     a = run_plan(PlanInputs(workload=w, concurrency=(4,), seed=1))
@@ -336,6 +338,7 @@ def test_a_calibration_json_that_is_broken_is_one_clear_error(tmp_path, capsys):
     assert "missing.json: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # regenerates the 78-layer glm51-longbench trace, twice
 def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
     """The bundled default trace is the generator's output: without the file, the same misses."""
     from simulator.serving import misses
@@ -348,6 +351,7 @@ def test_default_trace_is_regenerated_identically_when_absent(monkeypatch):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # full plans at several arrival rates
 def test_open_loop_rates(tmp_path, capsys):
     out = tmp_path / "open"
     assert main(["plan", "--workload", "8k-in-1k-out-open", "--rate", "0.5,64", "--quiet", "--json",

@@ -1,12 +1,11 @@
 """Every shipped preset combination runs (or is refused with one clear error naming the files), and
 random values for every key of every preset kind give exit 2 naming the file and key, or a run;
-never a traceback. ``HISPARSE_FUZZ_EXAMPLES`` raises the number of random examples."""
+never a traceback. The number of random examples follows the hypothesis profile (tests/fuzzing.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import tomllib
 
 import numpy as np
@@ -20,6 +19,7 @@ from simulator.serving import presets as P
 from simulator.serving.misses import MissProfiles
 from simulator.serving.model import System, simulate
 from simulator.serving.scenario import load_scenario
+from tests.fuzzing import examples_for
 
 PROFILES = MissProfiles((np.full(64, 0.1), np.full(64, 0.05)), "test")
 # The combinations a deployment is meant for run; others may be refused, but only cleanly.
@@ -33,6 +33,7 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
 
 
+@pytest.mark.slow  # every model on every shipped deployment: 25-150 s per deployment on 2 cores
 @pytest.mark.parametrize("deployment", P.preset_names("deployments"))
 def test_every_shipped_combination_runs(deployment):
     ran = refused = 0
@@ -62,7 +63,7 @@ OPTION = {"models": "--model", "gpus": "--gpu", "deployments": "--deployment", "
           "workloads": "--workload", "calibration": "--calibration"}
 SHIPPED = {"models": "glm-5.1-fp8", "gpus": "h200", "deployments": "8xh200-colocated-dp8", "hisparse": "blog-8xh200",
            "workloads": "32k-in-8k-out", "calibration": "uncalibrated"}
-EXAMPLES = int(os.environ.get("HISPARSE_FUZZ_EXAMPLES", "40"))
+EXAMPLES = examples_for(40)  # full count 40 (slow profile); tests/fuzzing.py
 
 values = st.one_of(
     st.integers(min_value=-3, max_value=3),

@@ -40,6 +40,7 @@ def test_validation_rows_and_summary():
     assert s["max_abs_error"] == max(abs(r["error"]) for r in rows)
 
 
+@pytest.mark.slow  # every published point, twice
 def test_validate_cli_text_and_json(tmp_path, capsys):
     assert main(["plan", "--validate", "issue-30985-baseline", "--quiet"]) == 0
     text = capsys.readouterr().out
@@ -120,6 +121,7 @@ def test_bad_published_files(tmp_path, text, message):
         load_published("nope")
 
 
+@pytest.mark.slow  # every published point, on another trace and calibration
 def test_validate_takes_another_trace_and_calibration(capsys):
     # the HiSparse points differ: the packaged H200 fit's swap-in launch vs the published 28 us (the
     # step kernels are the H200's measured terms either way: scaled by 1.0 when uncalibrated)

@@ -55,6 +55,7 @@ def _table(out) -> pd.DataFrame:
     return df.drop(columns=["seconds"]).sort_values("point").reset_index(drop=True)
 
 
+@pytest.mark.slow  # starts a local Ray instance
 def test_ray_sweep_resume_and_failures(tmp_path, capfd):
     grid = _failing_grid(tmp_path)
     full, part = tmp_path / "full", tmp_path / "part"
@@ -130,6 +131,7 @@ def test_bad_plan_grid_values(tmp_path, capsys, entry, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a grid of full plans
 def test_plan_sweep_in_process(tmp_path):
     grid = _grid(tmp_path, """kind = "plan"
 [fixed]

@@ -29,6 +29,7 @@ TRACES = Path(__file__).resolve().parents[1] / "traces"
 TEST_STEPS = {"glm51-longbench": 64, "dsv32": None}
 
 
+@pytest.mark.slow  # draws each preset's whole layer stack with the generator (minutes on 2 cores)
 @pytest.mark.parametrize("preset", sorted(TEST_STEPS))
 def test_preset_meets_every_published_target(preset):
     targets = load_targets(preset)

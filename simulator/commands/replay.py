@@ -255,7 +255,8 @@ def run_mrc(args: argparse.Namespace) -> int:
         plans.append((cfg, sizes))
     curves, methods = [], {}
     for cfg, sizes in plans:
-        curve, method = miss_ratio_curve(trace, cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers)
+        curve, method = miss_ratio_curve(trace, cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
+                                         progress=not args.quiet)
         methods[str(cfg.policy)] = method
         curves.append(curve)
     table = pd.concat(curves, ignore_index=True)

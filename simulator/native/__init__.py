@@ -2,7 +2,7 @@
 
 Each function reproduces a numba reference of the package bit for bit (tests/test_native.py):
 the stream decoder and checker of ``simulator.trace.codec_jit``, and the replay engine's
-batched LRU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
+batched and sequential LRU and sequential OPT and LFU. They keep numba out of ``hisparse replay``'s start-up, replay batched LRU in
 O(changes) per step, and replay a coded ``.hst`` chunk without materialising its rows, in two
 halves on two threads (a chunk decoded into its step changes while the one before replays).
 Without the build, or with ``HISPARSE_NATIVE=0``, callers use the references.
@@ -71,7 +71,12 @@ class BatchedLru:
 
     def __init__(self, buffer: int, *, reserve: bool, prefix: bool) -> None:
         self.buffer = int(buffer)
+        self.key = (self.buffer, bool(reserve), bool(prefix))
         self.state = _native.lru_new(self.buffer, reserve, prefix)
+
+    def reset(self) -> None:
+        """As new (same buffer and rules), keeping the memory its tables grew to."""
+        _native.lru_reset(self.state)
 
     def rows(self, indices: np.ndarray, ctx_len: np.ndarray, *, record: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         """Replay rows [steps, width] (stored order, -1 pads): misses per step, and the slot of
@@ -102,6 +107,57 @@ def lru_batched(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserv
     return LruRun(misses, *lru.result(), slots)
 
 
+def lru_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool, prefix: bool,
+                   record: bool = False) -> LruRun:
+    """The engine's sequential LRU over one stream (engine.replay_policy('lru', batched=False)):
+    one access at a time in stored order, in one compiled call (no numba on the path)."""
+    import numpy as np
+    idx = np.ascontiguousarray(indices, dtype=np.int32)
+    steps, width = idx.shape
+    misses = np.zeros(steps, dtype=np.int64)
+    slots = np.empty((steps, width) if record else (1, 1), dtype=np.int32)
+    slot_pos = np.empty(int(buffer), dtype=np.int64)
+    order = np.empty(int(buffer), dtype=np.int64)
+    n = _native.lru_seq_rows(idx, steps, width, np.ascontiguousarray(ctx_len, dtype=np.int64), int(buffer), reserve,
+                             prefix, misses, record, slots, slot_pos, order)
+    return LruRun(misses, slot_pos, order[:n].copy(), slots if record else None)
+
+
+def keyed_sequential(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
+                     prefix: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's sequential ``opt`` or ``lfu`` over one stream (engine.replay_policy(policy,
+    batched=False)): (misses per step, slot -> position at the end), in one compiled call (no
+    numba)."""
+    import numpy as np
+    fn = {"opt": _native.opt_seq_rows, "lfu": _native.lfu_seq_rows}[policy]
+    idx = np.ascontiguousarray(indices, dtype=np.int32)
+    steps, width = idx.shape
+    misses = np.zeros(steps, dtype=np.int64)
+    slot_pos = np.empty(int(buffer), dtype=np.int64)
+    fn(idx, steps, width, np.ascontiguousarray(ctx_len, dtype=np.int64), int(buffer), reserve, prefix, misses, slot_pos)
+    return misses, slot_pos
+
+
+def opt_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
+                   prefix: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``keyed_sequential('opt', ...)``: sequential Belady."""
+    return keyed_sequential("opt", indices, ctx_len, buffer, reserve=reserve, prefix=prefix)
+
+
+def lru_total(rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bool, prefix: bool,
+              batched: bool) -> int:
+    """Total misses of batched or sequential LRU over rows given as buffers (int32 [steps, width]
+    C order, int64 ctx_len [steps]), without numpy: ``lru_batched`` / ``lru_sequential``."""
+    misses = array("q", bytes(8 * steps))
+    if batched:
+        _native.lru_rows(_native.lru_new(int(buffer), reserve, prefix), rows, steps, width, ctx_len, misses, False,
+                         bytearray(4))
+    else:
+        _native.lru_seq_rows(rows, steps, width, ctx_len, int(buffer), reserve, prefix, misses, False, bytearray(4),
+                             bytearray(8 * int(buffer)), bytearray(8 * int(buffer)))
+    return sum(misses)
+
+
 def lru_replay_coded(lrus: list[BatchedLru], misses: list[np.ndarray], raw: bytes, steps: int, width: int,
                      ordered: bool, k: int, prev_ctx: int, ctx_out: np.ndarray) -> tuple[int, int, int]:
     """Decode one coded chunk and replay it through every buffer in ``lrus`` (misses[i] gets
@@ -125,12 +181,40 @@ class CodedLruRun(NamedTuple):
     misses: list[np.ndarray] | None  # int64 [steps] per buffer (with per_step)
 
 
+class LruPool:
+    """Batched-LRU states kept between the streams of one replay, reset instead of made anew: a
+    fresh state's position table (one int32 pair per context position, ~0.8 MB at 100k tokens)
+    costs its page faults again for every stream, more than replaying a 128-step stream. Shared
+    by the replay's threads (a lock guards the free lists)."""
+
+    def __init__(self) -> None:
+        import threading
+        self._free: dict[tuple[int, bool, bool], list[BatchedLru]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, buffer: int, reserve: bool, prefix: bool) -> BatchedLru:
+        with self._lock:
+            free = self._free.get((int(buffer), bool(reserve), bool(prefix)))
+            lru = free.pop() if free else None
+        if lru is None:
+            return BatchedLru(buffer, reserve=reserve, prefix=prefix)
+        lru.reset()
+        return lru
+
+    def give(self, lrus: Sequence[BatchedLru]) -> None:
+        with self._lock:
+            for x in lrus:
+                self._free.setdefault(x.key, []).append(x)
+
+
 def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]],
-                      buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool) -> CodedLruRun | None:
+                      buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool,
+                      pool: LruPool | None = None) -> CodedLruRun | None:
     """The engine's batched LRU over one stream given as coded chunks (steps, width, ordered, a
     function giving the coded bytes or None, taking a bytearray it may inflate into: e.g.
     ``CodedChunk.coded``), for each (buffer, reserve, prefix): one decoding
-    pass per 64 buffers. None when a chunk is corrupt or breaks a rule of the trace model: the
+    pass per 64 buffers, the states taken from ``pool`` (and given back) when one is passed.
+    None when a chunk is corrupt or breaks a rule of the trace model: the
     caller reads the stream the ordinary way, which raises the error with its context.
 
     Two threads share the work: the next chunk is inflated and decoded into its step changes
@@ -143,10 +227,23 @@ def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes 
     steps = sum(c[0] for c in chunks)
     ctx = array("q", bytes(8 * steps))
     misses = [array("q", bytes(8 * steps)) for _ in buffers]
-    accesses = 0
     split = not any(c[2] for c in chunks) and _cpus() > 1
+    taken: list[BatchedLru] = []
+    try:
+        return _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, split, taken)
+    finally:
+        if pool is not None:
+            pool.give(taken)
+
+
+def _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, split, taken) -> CodedLruRun | None:
+    """lru_replay_chunks' body: 64 buffers at a time (states from ``pool`` when given, each
+    appended to ``taken``)."""
+    accesses = 0
     for g in range(0, len(buffers), GROUP):
-        lrus = [BatchedLru(b, reserve=r, prefix=p) for b, r, p in buffers[g:g + GROUP]]
+        lrus = [pool.take(b, r, p) if pool is not None else BatchedLru(b, reserve=r, prefix=p)
+                for b, r, p in buffers[g:g + GROUP]]
+        taken.extend(lrus)
         states = tuple(x.state for x in lrus)
         outs = misses[g:g + GROUP]
         if split:

@@ -347,6 +347,21 @@ static lru_state *lru_new(int64_t B, int reserve, int prefix)
     return s;
 }
 
+/* Back to the state lru_new gives, keeping the position tables' memory (and the stamps, which
+ * only grow): the next stream starts without allocating and touching fresh pages. */
+static void lru_reset(lru_state *s)
+{
+    for (int64_t x = 0; x < s->B; x++) {
+        if (s->slot_pos[x] >= 0) s->pos[s->slot_pos[x]] = -1;
+        s->slot_pos[x] = -1;
+        s->region[x] = FREE;
+    }
+    s->started = s->fast = 0;
+    s->nb = 0;
+    s->qhead = s->qseq = 0;
+    s->free_next = s->last_ctx = 0;
+}
+
 /* Room for positions [0, c). */
 static int lru_reserve(lru_state *s, int64_t c)
 {
@@ -809,6 +824,310 @@ static int lru_apply_changes(lru_state **st, int64_t ns, const changes_t *ch, in
     return 0;
 }
 
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sequential LRU over rows: step.run's sequential branch with policies/lru.py, bit for bit    */
+/* (tests/test_native.py): one access at a time in stored order; a hit moves its slot to the   */
+/* most recent end, a miss takes a free slot (slot order) while any is left, else the least     */
+/* recent one. The same step preamble as the batched engine (fast path while ctx <= B, then a   */
+/* fresh buffer: empty, or positions [0, B) oldest first), the newest token reserved or not.    */
+
+static int lru_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                        int prefix, int64_t *misses, int record, int32_t *slots, int64_t *slot_pos_out,
+                        int64_t *order_out, int64_t *n_order, int64_t *bad)
+{
+    int64_t cmax = 1;
+    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)(B + 1));
+    int32_t *nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)(B + 1));
+    if (!pos || !sp || !prv || !nxt) { free(pos); free(sp); free(prv); free(nxt); return STEP_NOMEM; }
+    const int32_t H = (int32_t)B; /* the list head: nxt[H] is the least recent slot */
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    prv[H] = nxt[H] = H;
+    int64_t free_next = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) {
+            misses[t] = 0;
+            fast = 1;
+            if (record)
+                for (int64_t j = 0; j < width; j++) {
+                    int32_t p = row[j];
+                    slots[t * width + j] = p < 0 ? -1 : (reserve && p == c - 1 ? (int32_t)B : p);
+                }
+            continue;
+        }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
+            prv[H] = nxt[H] = H;
+            free_next = 0;
+            if (prefix || fast) {
+                for (int32_t x = 0; x < H; x++) {
+                    sp[x] = x; pos[x] = x;
+                    int32_t last = prv[H]; nxt[last] = x; prv[x] = last; nxt[x] = H; prv[H] = x;
+                }
+                free_next = B;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t m = 0;
+        for (int64_t j = 0; j < width; j++) {
+            int32_t p = row[j];
+            if (p < 0) break;
+            if (p >= c) { free(pos); free(sp); free(prv); free(nxt); *bad = t; return STEP_RANGE; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x >= 0) { /* hit: to the most recent end */
+                if (prv[H] == x) continue;
+                int32_t a = prv[x], b = nxt[x];
+                nxt[a] = b; prv[b] = a;
+            } else {
+                if (free_next < B) {
+                    x = (int32_t)free_next++;
+                } else {
+                    x = nxt[H];
+                    int32_t b = nxt[x];
+                    nxt[H] = b; prv[b] = H;
+                    pos[sp[x]] = -1;
+                }
+                sp[x] = p;
+                pos[p] = x;
+                m++;
+            }
+            int32_t last = prv[H]; nxt[last] = x; prv[x] = last; nxt[x] = H; prv[H] = x;
+        }
+        misses[t] = m;
+        if (record)
+            for (int64_t j = 0; j < width; j++) {
+                int32_t p = row[j];
+                slots[t * width + j] = p < 0 ? -1 : (reserve && p == newest ? (int32_t)B : pos[p]);
+            }
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+    int64_t n = 0;
+    if (started)
+        for (int32_t x = nxt[H]; x != H; x = nxt[x]) order_out[n++] = x;
+    *n_order = n;
+    free(pos); free(sp); free(prv); free(nxt);
+    return STEP_OK;
+}
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sequential OPT (Belady) over rows: step.run's sequential branch with policies/opt.py, bit    */
+/* for bit (tests/test_native.py). Next uses are access numbers over every non-negative entry   */
+/* (the reserved newest token's too), INF when none; the victim is the slot whose entry is used */
+/* farthest ahead, the smallest slot among equals (opt.py's heap order), found at the root of a */
+/* tournament tree over the slots that each access updates along one leaf's path.              */
+
+#define OPT_INF ((int64_t)1 << 61)
+
+static inline int opt_better(const int64_t *key, int32_t a, int32_t b)
+{
+    return key[a] > key[b] || (key[a] == key[b] && a < b);
+}
+
+static inline void opt_set(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t nu)
+{
+    key[slot] = nu;
+    int64_t i = (size + slot) >> 1;
+    while (i >= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = opt_better(key, l, r) ? l : r;
+        i >>= 1;
+    }
+}
+
+static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                        int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
+{
+    int64_t cmax = 1, n = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        cmax = ctx[t] > cmax ? ctx[t] : cmax;
+        for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
+    }
+    int64_t size = 1;
+    while (size < B) size <<= 1;
+    int64_t *nu = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
+    int64_t *last = (int64_t *)malloc(sizeof(int64_t) * (size_t)cmax);
+    int64_t *first = (int64_t *)malloc(sizeof(int64_t) * (size_t)cmax);
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1));
+    int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
+    int64_t *start = (int64_t *)malloc(sizeof(int64_t) * (size_t)(steps + 1)); /* access number of each step's first entry */
+    int code = STEP_OK;
+    if (!nu || !last || !first || !pos || !sp || !key || !tree || !start) { code = STEP_NOMEM; goto done; }
+    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_INF;
+    start[0] = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        int64_t c = 0;
+        for (int64_t j = 0; j < width; j++) c += idx[t * width + j] >= 0;
+        start[t + 1] = start[t] + c;
+    }
+    for (int64_t t = steps - 1; t >= 0; t--) { /* rows are padded at the end: entries are a prefix */
+        const int32_t *row = idx + t * width;
+        int64_t c = start[t + 1] - start[t];
+        for (int64_t j = c - 1; j >= 0; j--) {
+            int32_t p = row[j];
+            if (p >= cmax) { *bad = t; code = STEP_RANGE; goto done; }
+            nu[start[t] + j] = last[p];
+            last[p] = start[t] + j;
+        }
+    }
+    /* last[p] is now the first access of p; first[] for a later step is rebuilt when needed */
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    key[size] = -1; /* the leaves past B: never a victim */
+    for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
+    int64_t free_next = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) { misses[t] = 0; fast = 1; continue; }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = -1; }
+            free_next = 0;
+            if (prefix || fast) {
+                /* first access at or after step t of each position < B */
+                for (int64_t p = 0; p < B && p < cmax; p++) first[p] = OPT_INF;
+                for (int64_t u = steps - 1; u >= t; u--) {
+                    const int32_t *r = idx + u * width;
+                    for (int64_t j = start[u + 1] - start[u] - 1; j >= 0; j--)
+                        if (r[j] < B) first[r[j]] = start[u] + j;
+                }
+                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; key[p] = p < cmax ? first[p] : OPT_INF; }
+                free_next = B;
+            }
+            for (int64_t i = size - 1; i >= 1; i--) {
+                int32_t l = tree[2 * i], r = tree[2 * i + 1];
+                tree[i] = opt_better(key, l, r) ? l : r;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t m = 0;
+        for (int64_t j = 0; j < width; j++) {
+            int32_t p = row[j];
+            if (p < 0) break;
+            if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
+            if (reserve && p == newest) continue;
+            int64_t next = nu[start[t] + j];
+            int32_t x = pos[p];
+            if (x < 0) {
+                if (free_next < B) x = (int32_t)free_next++;
+                else { x = tree[1]; pos[sp[x]] = -1; }
+                sp[x] = p;
+                pos[p] = x;
+                m++;
+            }
+            opt_set(tree, key, size, x, next);
+        }
+        misses[t] = m;
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+done:
+    free(nu); free(last); free(first); free(pos); free(sp); free(key); free(tree); free(start);
+    return code;
+}
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* Sequential LFU over rows: step.run's sequential branch with policies/lfu.py, bit for bit     */
+/* (tests/test_native.py). A slot's key is count * 2**40 + tick (the tick counts every load and */
+/* hit since the buffer was last made fresh); the victim is the smallest key, at the root of a  */
+/* tournament tree over the slots.                                                              */
+
+#define LFU_SHIFT ((int64_t)1 << 40)
+
+static inline int lfu_better(const int64_t *key, int32_t a, int32_t b)
+{
+    return key[a] < key[b] || (key[a] == key[b] && a < b);
+}
+
+static inline void lfu_set(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+{
+    key[slot] = k;
+    for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = lfu_better(key, l, r) ? l : r;
+    }
+}
+
+static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                        int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
+{
+    int64_t cmax = 1;
+    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
+    int64_t size = 1;
+    while (size < B) size <<= 1;
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1));
+    int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
+    int code = STEP_OK;
+    if (!pos || !sp || !key || !tree) { code = STEP_NOMEM; goto done; }
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    key[size] = INT64_MAX; /* the leaves past B: never a victim */
+    for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
+    int64_t free_next = 0, tick = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) { misses[t] = 0; fast = 1; continue; }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = INT64_MAX; }
+            free_next = 0;
+            tick = 0;
+            if (prefix || fast) {
+                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; key[p] = LFU_SHIFT + ++tick; }
+                free_next = B;
+            }
+            for (int64_t i = size - 1; i >= 1; i--) {
+                int32_t l = tree[2 * i], r = tree[2 * i + 1];
+                tree[i] = lfu_better(key, l, r) ? l : r;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t m = 0;
+        for (int64_t j = 0; j < width; j++) {
+            int32_t p = row[j];
+            if (p < 0) break;
+            if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x >= 0) {
+                lfu_set(tree, key, size, x, (key[x] / LFU_SHIFT + 1) * LFU_SHIFT + ++tick);
+                continue;
+            }
+            if (free_next < B) x = (int32_t)free_next++;
+            else { x = tree[1]; pos[sp[x]] = -1; }
+            sp[x] = p;
+            pos[p] = x;
+            m++;
+            lfu_set(tree, key, size, x, LFU_SHIFT + ++tick);
+        }
+        misses[t] = m;
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+done:
+    free(pos); free(sp); free(key); free(tree);
+    return code;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Python bindings                                                                            */
 
@@ -881,6 +1200,16 @@ static PyObject *py_lru_new(PyObject *self, PyObject *args)
     PyObject *cap = PyCapsule_New(s, CAPSULE, capsule_free);
     if (!cap) lru_free(s);
     return cap;
+}
+
+static PyObject *py_lru_reset(PyObject *self, PyObject *args)
+{
+    PyObject *cap;
+    if (!PyArg_ParseTuple(args, "O", &cap)) return NULL;
+    lru_state *s = (lru_state *)PyCapsule_GetPointer(cap, CAPSULE);
+    if (!s) return NULL;
+    lru_reset(s);
+    Py_RETURN_NONE;
 }
 
 static PyObject *step_error(int code, int64_t step, lru_state *s)
@@ -1142,11 +1471,94 @@ done:
     return res;
 }
 
+
+static PyObject *py_lru_seq_rows(PyObject *self, PyObject *args)
+{
+    Py_buffer idx, ctx, misses, slots, slot_pos, order;
+    long long steps, width, B;
+    int reserve, prefix, record;
+    if (!PyArg_ParseTuple(args, "y*LLy*Lppw*pw*w*w*", &idx, &steps, &width, &ctx, &B, &reserve, &prefix, &misses,
+                          &record, &slots, &slot_pos, &order))
+        return NULL;
+    PyObject *res = NULL;
+    if (B < 1 || B >= INT32_MAX) PyErr_Format(PyExc_ValueError, "buffer %lld out of range", B);
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len") &&
+             need_len(&misses, (Py_ssize_t)(steps * 8), "misses") &&
+             (!record || need_len(&slots, (Py_ssize_t)(steps * width * 4), "slots")) &&
+             need_len(&slot_pos, (Py_ssize_t)(B * 8), "slot_pos") && need_len(&order, (Py_ssize_t)(B * 8), "order")) {
+        int64_t bad = 0, n = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_seq_rows((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, B, reserve, prefix,
+                            (int64_t *)misses.buf, record, (int32_t *)slots.buf, (int64_t *)slot_pos.buf,
+                            (int64_t *)order.buf, &n, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else if (code == STEP_RANGE)
+            PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else res = PyLong_FromLongLong(n);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&misses);
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&slot_pos);
+    PyBuffer_Release(&order);
+    return res;
+}
+
+
+typedef int (*seq_rows_fn)(const int32_t *, int64_t, int64_t, const int64_t *, int64_t, int, int, int64_t *, int64_t *,
+                           int64_t *);
+
+static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn);
+
+static PyObject *py_opt_seq_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, opt_seq_rows); }
+
+static PyObject *py_lfu_seq_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, lfu_seq_rows); }
+
+static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn)
+{
+    Py_buffer idx, ctx, misses, slot_pos;
+    long long steps, width, B;
+    int reserve, prefix;
+    if (!PyArg_ParseTuple(args, "y*LLy*Lppw*w*", &idx, &steps, &width, &ctx, &B, &reserve, &prefix, &misses, &slot_pos))
+        return NULL;
+    PyObject *res = NULL;
+    if (B < 1 || B >= INT32_MAX / 2) PyErr_Format(PyExc_ValueError, "buffer %lld out of range", B);
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len") &&
+             need_len(&misses, (Py_ssize_t)(steps * 8), "misses") && need_len(&slot_pos, (Py_ssize_t)(B * 8), "slot_pos")) {
+        int64_t bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = fn((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, B, reserve, prefix,
+                  (int64_t *)misses.buf, (int64_t *)slot_pos.buf, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else if (code == STEP_RANGE)
+            PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else res = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&misses);
+    PyBuffer_Release(&slot_pos);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
     {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
     {"lru_new", py_lru_new, METH_VARARGS, "lru_new(buffer, reserve, prefix) -> state"},
+    {"lru_reset", py_lru_reset, METH_VARARGS, "lru_reset(state): as lru_new left it, its memory kept"},
     {"lru_rows", py_lru_rows, METH_VARARGS, "lru_rows(state, indices, steps, width, ctx_len, misses, record, slots)"},
+    {"lru_seq_rows", py_lru_seq_rows, METH_VARARGS,
+     "lru_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, record, slots, slot_pos, order) "
+     "-> length of order"},
+    {"opt_seq_rows", py_opt_seq_rows, METH_VARARGS,
+     "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
+    {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,
+     "lfu_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
     {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
      "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},

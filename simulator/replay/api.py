@@ -86,7 +86,10 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
             cfg.check_k(k)
     wrap = _progress(source) if progress else (lambda it: it)
     tally = _Tally(configs, per_step)
-    run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
+    if not per_step and backend.uses_raw_path(source, configs):
+        run = _replay_raw
+    else:
+        run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
     run(source, configs, k, tally, max(1, workers), wrap)
     return ReplayResult(configs, tally.records(), tally.kept)
 
@@ -170,15 +173,26 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
                       run.misses[i] if run.misses is not None else None,
                       source.first_step(key) if hasattr(source, "first_step") else 0)
 
+    from .. import native
+
+    states = native.LruPool()  # reused between streams (fresh ones cost their page faults each time)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for key in wrap(iter(source.keys)):
             pending.append((key, pool.submit(backend.coded_misses, source.coded_chunks(key), configs, k,
-                                             per_step=tally.per_step)))
+                                             per_step=tally.per_step, pool=states)))
             if len(pending) > 2 * workers:
                 finish(*pending.pop(0))
         for item in pending:
             finish(*item)
+
+
+def _replay_raw(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
+    """LRU on a ``.npy`` source's mapped rows (``backend.raw_misses``): no numpy on the path."""
+    rows, steps, width, ctx_len, accesses = source.raw_rows
+    for _ in wrap(range(1)):
+        for cfg in configs:
+            tally.add(cfg, 0, 0, accesses, steps, backend.raw_misses(rows, steps, width, ctx_len, cfg))
 
 
 def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:

@@ -5,6 +5,9 @@
   bit against the engine in tests/test_native.py): from a coded source's chunks without
   materialising a row (``coded_misses``: a 41 M-access stream costs a few MB instead of 164 MB,
   and no numpy is loaded), or over a stream's rows.
+- Sequential LRU, OPT and LFU run in C over a stream's rows when built
+  (``native.lru_sequential``, ``native.keyed_sequential``, checked bit for bit against the engine
+  in tests/test_native.py).
 - Everything else runs in the numba engine (``engine.replay_policy``).
 """
 
@@ -34,12 +37,27 @@ def uses_coded_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
     return bool(configs) and all(_native_lru(c) for c in configs) and isinstance(source, CodedSource)
 
 
+def uses_raw_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
+    """Whether every config is LRU (either semantics), C is built and the source offers its rows
+    as a plain int32 buffer (``NpyTrace.raw_rows``)."""
+    return bool(configs) and getattr(source, "raw_rows", None) is not None and native.available() \
+        and all(c.policy is Policy.LRU for c in configs)
+
+
+def raw_misses(rows, steps: int, width: int, ctx_len, cfg: ReplayConfig) -> int:
+    """Total LRU misses of one stream given as an int32 rows buffer and an int64 ctx_len buffer."""
+    return native.lru_total(rows, steps, width, ctx_len, cfg.buffer, reserve=cfg.reserve_newest, prefix=cfg.prefix,
+                            batched=cfg.batched)
+
+
 def coded_misses(chunks: Sequence[CodedChunk], configs: Sequence[ReplayConfig], k: int, *,
-                 per_step: bool) -> native.CodedLruRun | None:
-    """Batched LRU of one stream, given as its coded chunks, under each config; None when a chunk
-    is not clean (read the stream the ordinary way to get the error)."""
+                 per_step: bool, pool: native.LruPool | None = None) -> native.CodedLruRun | None:
+    """Batched LRU of one stream, given as its coded chunks, under each config (states from
+    ``pool``, reused between streams); None when a chunk is not clean (read the stream the
+    ordinary way to get the error)."""
     return native.lru_replay_chunks([(c.steps, c.width, c.ordered, c.coded) for c in chunks],
-                                    [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k, per_step=per_step)
+                                    [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k, per_step=per_step,
+                                    pool=pool)
 
 
 def _stateless_misses(cfg: ReplayConfig, stream: Stream) -> np.ndarray:
@@ -61,6 +79,12 @@ def stream_misses(stream: Stream, cfg: ReplayConfig) -> np.ndarray:
     if _native_lru(cfg):
         return native.lru_batched(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
                                   prefix=cfg.prefix).misses
+    if cfg.policy is Policy.LRU and native.available():  # sequential: one compiled call, no numba
+        return native.lru_sequential(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
+                                     prefix=cfg.prefix).misses
+    if cfg.policy in (Policy.OPT, Policy.LFU) and not cfg.batched and native.available():
+        return native.keyed_sequential(str(cfg.policy), stream.indices, stream.ctx_len, cfg.buffer,
+                                       reserve=cfg.reserve_newest, prefix=cfg.prefix)[0]
     from .engine import replay_policy
 
     return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,

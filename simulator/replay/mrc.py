@@ -113,20 +113,30 @@ def lru_stack_misses(streams: Iterable[Stream], sizes: np.ndarray, reserve: bool
 
 
 def miss_ratio_curve(source: Any, cfg: ReplayConfig, sizes: Sequence[int], *, k: int | None = None,
-                     min_ctx: int | None = None, workers: int = 2) -> tuple[pd.DataFrame, str]:
+                     min_ctx: int | None = None, workers: int = 2,
+                     progress: bool = False) -> tuple[pd.DataFrame, str]:
     """Misses at each size for one policy; returns (curve, method) with method "one-pass" or
     "per-size". ``source`` is what ``replay`` takes, iterable again for each pass (a trace
-    source, a list of streams); ``min_ctx`` (default: read from it) is its smallest ctx_len."""
+    source, a list of streams); ``min_ctx`` (default: read from it) is its smallest ctx_len.
+    ``progress`` shows a bar over the streams (per-size: every size of a stream replays on the
+    ``workers`` threads, the compiled loops releasing the GIL)."""
     sizes = np.asarray(sorted(set(int(s) for s in sizes)), dtype=np.int64)
     if min_ctx is None:
         min_ctx = min((int(s.ctx_len.min()) for s in source if s.steps), default=0)
     if one_pass_applies(cfg, min_ctx, int(sizes.max())):
-        misses, accesses = lru_stack_misses(iter(source), sizes, cfg.reserve_newest)
+        streams = iter(source)
+        if progress:
+            from ..progress import progress as bar
+
+            streams = bar(streams, total=len(source) if hasattr(source, "__len__") else None,
+                          desc=f"{cfg.policy} one-pass", unit="stream")
+        misses, accesses = lru_stack_misses(streams, sizes, cfg.reserve_newest)
         curve = pd.DataFrame({"policy": str(cfg.policy), "buffer": sizes, "accesses": accesses,
                               "misses": misses})
         method = "one-pass"
     else:
-        summary = replay(source, [replace(cfg, buffer=int(b)) for b in sizes], k=k, workers=workers).summary
+        summary = replay(source, [replace(cfg, buffer=int(b)) for b in sizes], k=k, workers=workers,
+                         progress=progress).summary
         curve = summary[["policy", "buffer", "accesses", "misses"]].copy()
         method = "per-size"
     curve["semantics"] = str(cfg.semantics)

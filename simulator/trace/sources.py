@@ -52,12 +52,17 @@ class NpyTrace:
     plus one) and grows by one token per step.
     """
 
+    raw_rows: tuple | None = None  # (rows buffer, steps, k, ctx_len array('q'), accesses), see _open_plain
+
     def __init__(self, path: str | os.PathLike, *, ctx0: int | None = None) -> None:
+        self.path = Path(path)
+        self._stream_cache: Stream | None = None
+        if self._open_plain(ctx0):
+            return
         import numpy as np
 
         from ..fileio import InputError, check_input
 
-        self.path = Path(path)
         try:
             check_input(self.path)  # a FIFO would block in open(), a device never end
         except InputError as exc:
@@ -89,7 +94,73 @@ class NpyTrace:
             check_stream(indices, ctx_len, self.meta.k)
         except TraceError as exc:
             raise exc.at(path=path, request=0, layer=0) from None
-        self._stream = Stream(0, 0, ctx_len, indices)
+        self._stream_cache = Stream(0, 0, ctx_len, indices)
+
+    def _open_plain(self, ctx0: int | None) -> bool:
+        """The common case without numpy (~0.1 s of a replay's start-up, more than replaying a
+        recorded stream): a little-endian int32 C-order [steps, k] array whose rows pass the
+        compiled checks as stored (padding already at the ends), read whole. False for
+        anything else, which the numpy path then reads, pads or refuses with its error."""
+        from .. import native
+        if not native.available():
+            return False
+        import ast
+
+        from ..fileio import InputError, check_input
+
+        try:
+            check_input(self.path)  # a FIFO would block in open(), a device never end
+        except InputError as exc:
+            raise TraceError(exc.problem, path=self.path) from None
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(12)
+                if len(head) < 10 or head[:6] != b"\x93NUMPY" or head[6] not in (1, 2, 3):
+                    return False
+                size, start = (int.from_bytes(head[8:10], "little"), 10) if head[6] == 1 \
+                    else (int.from_bytes(head[8:12], "little"), 12)
+                if size > 1 << 16:  # numpy's own reader refuses such headers, with its message
+                    return False
+                fh.seek(start)
+                header = ast.literal_eval(fh.read(size).decode("latin1"))
+                shape = header.get("shape")
+                if header.get("descr") != "<i4" or header.get("fortran_order") is not False \
+                        or not isinstance(shape, tuple) or len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+                    return False
+                steps, k = shape
+                offset = start + size
+                if os.fstat(fh.fileno()).st_size != offset + 4 * steps * k:
+                    return False
+                fh.seek(offset)
+                data = fh.read(4 * steps * k)  # read, not mapped: a mapped file truncated under the reader faults
+        except (OSError, ValueError, SyntaxError, AttributeError, MemoryError):
+            return False
+        if len(data) != 4 * steps * k:  # shrunk since the size was read
+            return False
+        rows = memoryview(data)
+        if ctx0 is None:
+            ctx0 = max(max(rows[:4 * k].cast("i")) + 1, 1)
+        if ctx0 < 1:
+            return False
+        from array import array
+        ctx_len = array("q", range(ctx0, ctx0 + steps))
+        if native._native.check_rows(rows, steps, k, ctx_len, k)[0]:
+            return False
+        flat = array("i")
+        flat.frombytes(rows)
+        self.raw_rows = (rows, steps, k, ctx_len, steps * k - flat.count(-1))
+        self.file_bytes = os.path.getsize(self.path)
+        self.meta = TraceMeta(k=k, source={"kind": "npy", "file": self.path.name, "ctx0": ctx0})
+        return True
+
+    @property
+    def _stream(self) -> Stream:
+        if self._stream_cache is None:  # the plain path's rows as arrays (views of the mapping)
+            import numpy as np
+            rows, steps, k, ctx_len, _ = self.raw_rows
+            self._stream_cache = Stream(0, 0, np.frombuffer(ctx_len, dtype=np.int64).copy(),
+                                        np.frombuffer(rows, dtype=np.int32).reshape(steps, k))
+        return self._stream_cache
 
     @property
     def keys(self) -> list[StreamKey]:
@@ -97,11 +168,13 @@ class NpyTrace:
 
     @property
     def accesses(self) -> int:
-        return self._stream.accesses
+        return self.raw_rows[4] if self.raw_rows is not None else self._stream.accesses
 
     @property
     def max_ctx(self) -> int:
         """The largest ctx_len (the last step's)."""
+        if self.raw_rows is not None:
+            return self.raw_rows[3][-1]
         return int(self._stream.ctx_len[-1])
 
     def __len__(self) -> int:
