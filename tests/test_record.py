@@ -209,3 +209,17 @@ def test_fewer_steps_give_a_prefix(tiny, tmp_path) -> None:
     a, b = open_trace(long.paths[0]), open_trace(short.paths[0])
     for key in a.keys:
         assert np.array_equal(a.read(key).indices[:5], b.read(key).indices)
+
+
+def test_record_puts_the_process_float_settings_back(tiny, tmp_path) -> None:
+    """The recorder flushes denormals to zero and runs one thread while it records; afterwards
+    the caller's process computes subnormals again (hypothesis and numpy code that follows in the
+    same process depend on it) and has its thread count back."""
+    import numpy as np
+    import torch
+
+    threads = torch.get_num_threads()
+    record(_spec(tiny["llama"], tmp_path / "f.hst", ks=(8,), steps=2), quiet=True)
+    tiny_value = np.float32(1e-40)
+    assert tiny_value * np.float32(1.0) != 0.0 and torch.tensor([1e-40]).item() != 0.0
+    assert torch.get_num_threads() == threads

@@ -111,7 +111,20 @@ def _prompt(tokenizer, text: str, cfg, n: int, texts: tuple[str, ...]) -> list[i
 def record(spec: RecordSpec, *, resume: bool = False, quiet: bool = False,
            on_step: Callable[[int], None] | None = None) -> RecordResult:
     """Run the recording ``spec`` describes; see the module docstring. ``on_step(t)`` runs
-    after step t is written (tests use it to interrupt a run)."""
+    after step t is written (tests use it to interrupt a run). The process-wide torch settings
+    the recording needs (flush-to-zero, one thread) are put back when it ends: flush-to-zero left
+    on would change every later float computation of the caller's process."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _record(spec, resume=resume, quiet=quiet, on_step=on_step)
+    finally:
+        torch.set_flush_denormal(False)  # torch's default (it has no getter for the current state)
+        torch.set_num_threads(threads)
+
+
+def _record(spec: RecordSpec, *, resume: bool, quiet: bool, on_step: Callable[[int], None] | None) -> RecordResult:
     import torch
 
     from ..progress import progress
