@@ -180,7 +180,7 @@ def test_bad_grid_files(tmp_path, text, message):
 
 
 def test_grid_that_is_a_folder(tmp_path):
-    with pytest.raises(HisparseError, match="cannot read the grid file"):
+    with pytest.raises(HisparseError, match="is a folder; give a file"):
         load_grid(tmp_path)
 
 
