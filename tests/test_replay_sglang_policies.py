@@ -326,3 +326,34 @@ CONFIGS = {
     "sglang-clock": ("sglang-clock", 4096, {}),
     "sglang-clock-mtp4": ("sglang-clock", 4096, {"mtp_steps": 4}),
 }
+
+
+# ---------------------------------------------------------------- hisparse replay / mrc --vs lru
+
+def test_cli_reports_the_hit_penalty_against_lru(tmp_path, capsys):
+    import json
+
+    from simulator.cli import main
+
+    path = str(tmp_path / "t.hst")
+    assert main(["trace", "gen", "--steps", "60", "--layers", "1", "--requests", "1", "--topk", "128",
+                 "--ctx0", "1500", "--out", path, "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["replay", path, "--policy", "salru,sglang-clock", "--ways", "64", "--mtp-steps", "2",
+                 "--buffer", "128,256", "--vs", "lru", "--json", "--quiet"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by = {(r["policy"], r["buffer"]): r for r in rows}
+    assert set(by) == {(p, b) for p in ("salru", "sglang-clock", "lru") for b in (128, 256)}
+    tr = open_trace(path)
+    for (p, b), r in by.items():
+        base = by["lru", b]
+        assert r["hit_penalty"] == pytest.approx(r["miss_ratio"] - base["miss_ratio"])
+        opts = {"ways": 64} if p == "salru" else {"mtp_steps": 2} if p == "sglang-clock" else {}
+        want = sum(int(replay_stream(s, ReplayConfig(policy=p, buffer=b, **opts)).sum()) for s in tr)
+        assert r["misses"] == want
+    assert main(["mrc", path, "--policy", "salru", "--ways", "64", "--min-buffer", "128", "--max-buffer", "256",
+                 "--step", "64", "--vs", "lru", "--json"]) == 0
+    curve = json.loads(capsys.readouterr().out)["curve"]
+    assert {r["buffer"] for r in curve if r["policy"] == "salru"} == {128, 192, 256}
+    for r in curve:
+        assert "hit_penalty" in r and "miss_x" in r

@@ -81,8 +81,10 @@ def victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no cover 
     x = sw[2][s] if sw[3][s] == stamp else nxt[head]
     while x != head and mark[x] == stamp:
         x = nxt[x]
-    if x == head:
-        return -1  # every way of the shard is protected: the miss is not cached
+    if x == head:  # every way of the shard is protected: the miss is not cached
+        sw[2][s] = head  # (and the shard's next misses this step need no walk)
+        sw[3][s] = stamp
+        return -1
     sw[2][s] = nxt[x]
     sw[3][s] = stamp
     _dlist.unlink(prev, nxt, x)
