@@ -348,7 +348,8 @@ def test_cli_reports_the_hit_penalty_against_lru(tmp_path, capsys):
     for (p, b), r in by.items():
         base = by["lru", b]
         assert r["hit_penalty"] == pytest.approx(r["miss_ratio"] - base["miss_ratio"])
-        opts = {"ways": 64} if p == "salru" else {"mtp_steps": 2} if p == "sglang-clock" else {}
+        # --mtp-steps applies to both placed policies; --ways to salru
+        opts = {"ways": 64, "mtp_steps": 2} if p == "salru" else {"mtp_steps": 2} if p == "sglang-clock" else {}
         want = sum(int(replay_stream(s, ReplayConfig(policy=p, buffer=b, **opts)).sum()) for s in tr)
         assert r["misses"] == want
     assert main(["mrc", path, "--policy", "salru", "--ways", "64", "--min-buffer", "128", "--max-buffer", "256",
