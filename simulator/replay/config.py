@@ -70,9 +70,9 @@ class ReplayConfig:
             if value < 1:
                 raise HisparseError(f"{name} must be >= 1, got {value}")
             object.__setattr__(self, name, value)
-        if self.placed and not self.batched:
-            raise HisparseError(f"policy {self.policy} replays batched steps only (SGLang's swap-in), not "
-                                f"{self.semantics}")
+        if self.mtp_steps > 1 and not self.batched:
+            raise HisparseError(f"mtp_steps {self.mtp_steps} groups batched steps; sequential replays one access "
+                                "at a time")
         if self.mtp_steps > 1 and not self.placed:
             raise HisparseError(f"mtp_steps {self.mtp_steps}: only "
                                 f"{', '.join(e.name for e in REGISTRY if e.placed)} group steps into commits")

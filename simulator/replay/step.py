@@ -199,15 +199,66 @@ FLAG_LAST = 1  # the miss being placed occurs in the commit's last step
 FLAG_FILL = 2  # initial fill: position ``pos`` of the prompt is being placed in an empty buffer
 
 
+@njit(cache=True)
+def _commit(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, occ_p, occ_t, occ_last, n_occ, last_mark, seen,
+            seen_last, hit_slots, flags, miss_pos, miss_step, misses_out):  # pragma: no cover - compiled
+    """One commit of a placed policy: its n_occ occurrences (position, step, in the last step)
+    looked up at once, then the policy's hooks (run_placed's docstring)."""
+    nh = 0
+    nm = 0
+    for o in range(n_occ):
+        p = occ_p[o]
+        last = occ_last[o]
+        s = pos_slot[p]
+        if s >= 0:
+            if mark[s] != stamp:
+                mark[s] = stamp
+                hit_slots[nh] = s
+                nh += 1
+            if last:
+                last_mark[s] = stamp
+        elif seen[p] != stamp:
+            seen[p] = stamp
+            miss_pos[nm] = p
+            miss_step[nm] = occ_t[o]
+            nm += 1
+            if last:
+                seen_last[p] = stamp
+        elif last:
+            seen_last[p] = stamp
+    for i in range(nh):
+        flags[i] = 1 if last_mark[hit_slots[i]] == stamp else 0
+    for i in range(nm):
+        flags[nh + i] = 1 if seen_last[miss_pos[i]] == stamp else 0
+    g[G_MISSES] = nm
+    g[G_HITS] = nh
+    dispatch.hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, flags, nh)
+    for i in range(nm):
+        p = miss_pos[i]
+        misses_out[miss_step[i]] += 1
+        g[G_ORDINAL] = i
+        g[G_FLAGS] = flags[nh + i]
+        v = dispatch.victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
+        if v < 0:
+            continue  # served, not cached
+        if slot_pos[v] >= 0:
+            pos_slot[slot_pos[v]] = -1
+        slot_pos[v] = p
+        pos_slot[p] = v
+        mark[v] = stamp
+        dispatch.insert(pid, sw, pw, g, B, cmax, v, p, INF, stamp)
+
+
 @njit(cache=True, nogil=True)
 def run_placed(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, want_nu, misses_out, record,
                slots_out, n_sw, n_pw, n_g, group, param):  # pragma: no cover - compiled
     """The step loop of a policy that places every load itself (registered with ``placed=True``):
     SGLang's sharded LRU (a load may only go to its shard) and multi-step CLOCK commit.
 
-    What differs from ``run`` (batched only; ``batched`` and ``seed`` are unused):
+    What differs from ``run`` (``seed`` is unused):
     - A *commit* is ``group`` consecutive steps (1: every step; >1 models MTP, the steps'
-      [group, k] positions flattened into one swap call). Its entries are looked up at once, each
+      [group, k] positions flattened into one swap call); sequential semantics make every access
+      its own commit (``group`` must be 1). A commit's entries are looked up at once, each
       resident slot counted once (``nh``), each non-resident position once (``nm``, numbered in
       order of first occurrence: the miss ordinal). A miss is counted at its first step.
     - Reserved newest: positions from ``ctx_len[t0] - 1`` (t0 the commit's first step) on, i.e.
@@ -227,6 +278,8 @@ def run_placed(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all,
     """
     literally(pid)
     steps, width = indices.shape
+    if not batched:
+        group = 1
     cmax = 1
     for t in range(steps):
         cmax = max(cmax, ctx_len[t])
@@ -241,6 +294,9 @@ def run_placed(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all,
     seen = np.zeros(cmax, dtype=np.int64)  # stamp of the commit that counted the position as a miss
     seen_last = np.zeros(cmax, dtype=np.int64)  # ... and read it in its last step
     cap = group * width
+    occ_p = np.empty(cap, dtype=np.int64)
+    occ_t = np.empty(cap, dtype=np.int64)
+    occ_last = np.empty(cap, dtype=np.bool_)
     hit_slots = np.empty(cap, dtype=np.int64)
     flags = np.empty(2 * cap, dtype=np.int64)  # the hits hook's hit_nu: hits' then misses' last-step flags
     miss_pos = np.empty(cap, dtype=np.int64)
@@ -250,10 +306,11 @@ def run_placed(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all,
     started = False
     for t0 in range(0, steps, group):
         t1 = min(t0 + group, steps)
+        for t in range(t0, t1):
+            misses_out[t] = 0
         if ctx_len[t1 - 1] <= B:  # fast path: the buffer holds the whole context, position p in slot p
-            for t in range(t0, t1):
-                misses_out[t] = 0
-                if record:
+            if record:
+                for t in range(t0, t1):
                     for j in range(width):
                         p = indices[t, j]
                         slots_out[t, j] = -1 if p < 0 else (B if reserve and p == ctx_len[t] - 1 else p)
@@ -282,58 +339,28 @@ def run_placed(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all,
                     dispatch.insert(pid, sw, pw, g, B, cmax, v, p, INF, stamp)
             started = True
             fast = False
-        stamp += 1
         first_new = ctx_len[t0] - 1  # reserved from here on (every step's newest token)
-        nh = 0
-        nm = 0
+        n = 0
         for t in range(t0, t1):
-            last = t == t1 - 1
             for j in range(width):
                 p = indices[t, j]
                 if p < 0:
                     break
                 if reserve and p >= first_new:
                     continue
-                s = pos_slot[p]
-                if s >= 0:
-                    if mark[s] != stamp:
-                        mark[s] = stamp
-                        hit_slots[nh] = s
-                        nh += 1
-                    if last:
-                        last_mark[s] = stamp
-                elif seen[p] != stamp:
-                    seen[p] = stamp
-                    miss_pos[nm] = p
-                    miss_step[nm] = t
-                    nm += 1
-                    if last:
-                        seen_last[p] = stamp
-                elif last:
-                    seen_last[p] = stamp
-        for i in range(nh):
-            flags[i] = 1 if last_mark[hit_slots[i]] == stamp else 0
-        for i in range(nm):
-            flags[nh + i] = 1 if seen_last[miss_pos[i]] == stamp else 0
-        for t in range(t0, t1):
-            misses_out[t] = 0
-        g[G_MISSES] = nm
-        g[G_HITS] = nh
-        dispatch.hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, flags, nh)
-        for i in range(nm):
-            p = miss_pos[i]
-            misses_out[miss_step[i]] += 1
-            g[G_ORDINAL] = i
-            g[G_FLAGS] = flags[nh + i]
-            v = dispatch.victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
-            if v < 0:
-                continue  # served, not cached
-            if slot_pos[v] >= 0:
-                pos_slot[slot_pos[v]] = -1
-            slot_pos[v] = p
-            pos_slot[p] = v
-            mark[v] = stamp
-            dispatch.insert(pid, sw, pw, g, B, cmax, v, p, INF, stamp)
+                occ_p[n] = p
+                occ_t[n] = t
+                occ_last[n] = t == t1 - 1
+                n += 1
+                if not batched:  # sequential: one access per commit
+                    stamp += 1
+                    _commit(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, occ_p, occ_t, occ_last, 1,
+                            last_mark, seen, seen_last, hit_slots, flags, miss_pos, miss_step, misses_out)
+                    n = 0
+        if batched:
+            stamp += 1
+            _commit(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, occ_p, occ_t, occ_last, n, last_mark,
+                    seen, seen_last, hit_slots, flags, miss_pos, miss_step, misses_out)
         if record:
             for t in range(t0, t1):
                 for j in range(width):
