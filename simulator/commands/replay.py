@@ -35,6 +35,16 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
                    help="treat the newest token as an ordinary access (default: it sits in a reserved slot)")
     p.add_argument("--seed", type=seed_int, default=0, help="seed for the random policy (default 0)")
+    p.add_argument("--ways", type=positive_int, default=32,
+                   help="salru: ways per shard; shards = buffer / ways (default 32, as SGLang PR #31341's "
+                        "benchmark: 256 x 32 for 8192 slots)")
+    p.add_argument("--mtp-steps", type=positive_int, default=1,
+                   help="salru, sglang-clock: consecutive trace steps per swap commit, standing in for the "
+                        "speculative positions of one MTP step (default 1)")
+    p.add_argument("--vs", metavar="POLICY", default=None,
+                   help="also replay POLICY (e.g. lru) at each buffer size and report each policy's hit "
+                        "penalty against it: hit_penalty = its miss ratio minus POLICY's (points of hit "
+                        "ratio lost), miss_x = its misses / POLICY's")
     p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="threads replaying streams in parallel (default: 2 or the core count)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -84,8 +94,34 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _configs(args, policies, buffers):
     from ..replay.config import expand_configs
 
-    return expand_configs(policies, buffers, semantics=args.semantics, initial=args.initial,
-                          reserve_newest=args.reserve_newest, seed=args.seed)
+    placed = _placed_policies()
+    common = dict(semantics=args.semantics, initial=args.initial, reserve_newest=args.reserve_newest, seed=args.seed,
+                  ways=args.ways)
+    return [c for p in policies
+            for c in expand_configs([p], buffers, **common, mtp_steps=args.mtp_steps if p in placed else 1)]
+
+
+def _placed_policies() -> set[str]:
+    from ..replay.policies import REGISTRY
+
+    return {e.name for e in REGISTRY if e.placed}
+
+
+def _with_baseline(args, policies):
+    """The policies with --vs's appended (once)."""
+    if args.vs is None:
+        return policies
+    check_policies([args.vs], POLICIES)
+    return policies if args.vs in policies else [*policies, args.vs]
+
+
+def _add_penalty(rows: list[dict], base: str) -> None:
+    """hit_penalty (miss ratio minus the baseline's at the same buffer) and miss_x (misses over its)."""
+    ref = {r["buffer"]: r for r in rows if r["policy"] == base}
+    for r in rows:
+        b = ref.get(r["buffer"])
+        r["hit_penalty"] = r["miss_ratio"] - b["miss_ratio"] if b else float("nan")
+        r["miss_x"] = r["misses"] / b["misses"] if b and b["misses"] else float("nan")
 
 
 def _checked(cfg, k: int, option: str):
@@ -195,7 +231,7 @@ def check_configs(trace, configs, workers: int, option: str = "--buffer") -> lis
 def run_replay(args: argparse.Namespace) -> int:
     from ..replay.api import replay
 
-    policies = check_policies(args.policy, POLICIES)
+    policies = _with_baseline(args, check_policies(args.policy, POLICIES))
     trace = open_input(args, need_accesses=True)
     configs = check_configs(trace, _configs(args, policies, args.buffer), args.workers)
     want_steps = bool(args.out or args.plot)
@@ -211,11 +247,24 @@ def run_replay(args: argparse.Namespace) -> int:
                                 title=f"{os.path.basename(args.trace)}, {args.semantics} semantics")
     cols = ["policy", "buffer", "semantics", "streams", "steps", "accesses", "misses", "miss_ratio"]
     rows = [{c: r[c] for c in cols} for r in result.records]
+    if args.vs is not None:
+        _add_penalty(rows, args.vs)
+        cols += ["hit_penalty", "miss_x"]
+    _print_params(args, policies)
     if args.json:
         print_json(rows)
     else:
         _print_records(rows, cols)
     return 0
+
+
+def _print_params(args, policies) -> None:
+    """The placed policies' parameters, on stderr (the table and JSON stay one record per config)."""
+    if "salru" in policies:
+        print(f"# salru: shards of {args.ways} ways (shards = buffer / {args.ways})", file=sys.stderr)
+    if args.mtp_steps > 1:
+        print(f"# {', '.join(p for p in policies if p in _placed_policies())}: {args.mtp_steps} trace steps per "
+              "commit", file=sys.stderr)
 
 
 def run_mrc(args: argparse.Namespace) -> int:
@@ -224,7 +273,7 @@ def run_mrc(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
     from ..replay.mrc import miss_ratio_curve, one_pass_applies
 
-    policies = check_policies(args.policy, POLICIES)
+    policies = _with_baseline(args, check_policies(args.policy, POLICIES))
     if args.min_buffer and args.max_buffer and args.max_buffer < args.min_buffer:
         raise HisparseError(f"--max-buffer {args.max_buffer} is below --min-buffer {args.min_buffer}")
     trace = open_input(args, need_accesses=True)
@@ -249,6 +298,8 @@ def run_mrc(args: argparse.Namespace) -> int:
         sizes = list(range(lo, hi + 1, 1 if one_pass else step))
         if sizes[-1] != hi:
             sizes.append(hi)
+        if cfg.param:  # salru: whole shards only
+            sizes = [b for b in sizes if b % cfg.ways == 0]
         if not one_pass and len(sizes) > MAX_GRID_SIZES:
             raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {cfg.policy}, each one "
                                 f"replay (at most {MAX_GRID_SIZES}); give a larger --step or a narrower range")
@@ -260,6 +311,11 @@ def run_mrc(args: argparse.Namespace) -> int:
         methods[str(cfg.policy)] = method
         curves.append(curve)
     table = pd.concat(curves, ignore_index=True)
+    if args.vs is not None:  # the baseline at every size any curve has (one-pass curves have them all)
+        base = table[table["policy"] == args.vs].set_index("buffer")
+        table["hit_penalty"] = table["miss_ratio"] - table["buffer"].map(base["miss_ratio"])
+        table["miss_x"] = table["misses"] / table["buffer"].map(base["misses"])
+    _print_params(args, policies)
     if args.out:
         _write_table(table, args.out)
     if args.plot:

@@ -88,4 +88,5 @@ def stream_misses(stream: Stream, cfg: ReplayConfig) -> np.ndarray:
     from .engine import replay_policy
 
     return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
-                         prefix=cfg.prefix, batched=cfg.batched, seed=cfg.seed).misses
+                         prefix=cfg.prefix, batched=cfg.batched, seed=cfg.seed, group=cfg.mtp_steps,
+                         param=cfg.param).misses

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..errors import HisparseError
-from .policies import POLICY_IDS, Policy
+from .policies import POLICY_IDS, REGISTRY, SHARDED, Policy
 
 
 class Semantics(StrEnum):
@@ -48,6 +48,8 @@ class ReplayConfig:
     initial: Initial = Initial.PREFIX
     reserve_newest: bool = True
     seed: int = 0
+    ways: int = 32  # salru: ways per shard (shards = buffer / ways)
+    mtp_steps: int = 1  # placed policies (salru, sglang-clock): consecutive trace steps per swap commit
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", _member(Policy, self.policy, "policy"))
@@ -60,11 +62,38 @@ class ReplayConfig:
         if buffer < 1:
             raise HisparseError(f"buffer must be >= 1 slot, got {buffer}")
         object.__setattr__(self, "buffer", buffer)
+        for name in ("ways", "mtp_steps"):
+            try:
+                value = operator.index(getattr(self, name))
+            except TypeError:
+                raise HisparseError(f"{name} must be a whole number, got {getattr(self, name)!r}") from None
+            if value < 1:
+                raise HisparseError(f"{name} must be >= 1, got {value}")
+            object.__setattr__(self, name, value)
+        if self.mtp_steps > 1 and not self.batched:
+            raise HisparseError(f"mtp_steps {self.mtp_steps} groups batched steps; sequential replays one access "
+                                "at a time")
+        if self.mtp_steps > 1 and not self.placed:
+            raise HisparseError(f"mtp_steps {self.mtp_steps}: only "
+                                f"{', '.join(e.name for e in REGISTRY if e.placed)} group steps into commits")
+        if self.policy in SHARDED and buffer % self.ways:
+            raise HisparseError(f"buffer {buffer} is not a whole number of shards of {self.ways} ways "
+                                f"(policy {self.policy}: buffer = shards x ways)")
 
     @property
     def stateful(self) -> bool:
         """Whether the engine replays it (else it is counted directly: none, static-prefix)."""
         return self.policy in POLICY_IDS
+
+    @property
+    def placed(self) -> bool:
+        """Whether the policy places its loads itself (``step.run_placed``: salru, sglang-clock)."""
+        return self.stateful and REGISTRY[POLICY_IDS[self.policy]].placed
+
+    @property
+    def param(self) -> int:
+        """The placed policy's parameter (the step loop's g[4]): ways per shard for salru."""
+        return self.ways if self.policy in SHARDED else 0
 
     @property
     def batched(self) -> bool:

@@ -17,7 +17,7 @@ from .compiled_cache import drop_stale_compiled_copies
 drop_stale_compiled_copies()  # before the first compiled call loads a cached copy
 
 from . import entries, step  # noqa: E402 - after the stale copies are gone
-from .policies import POLICY_IDS, dispatch  # noqa: E402
+from .policies import POLICY_IDS, REGISTRY, dispatch  # noqa: E402
 
 INF = step.INF
 next_uses = step.next_uses
@@ -35,8 +35,11 @@ class PolicyRun(NamedTuple):
 
 
 def replay_policy(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
-                  prefix: bool, batched: bool, seed: int, record: bool = False) -> PolicyRun:
-    """Replay one stateful policy over one stream."""
+                  prefix: bool, batched: bool, seed: int, record: bool = False, group: int = 1,
+                  param: int = 0) -> PolicyRun:
+    """Replay one stateful policy over one stream. A placed policy (salru, sglang-clock) takes
+    ``group`` trace steps per commit and its ``param`` (salru: ways per shard); see
+    ``step.run_placed``."""
     pid = POLICY_IDS[policy]
     state = dispatch.MODULES[pid].STATE
     idx = np.ascontiguousarray(indices, dtype=np.int32)
@@ -45,7 +48,9 @@ def replay_policy(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer:
     nu = next_uses(idx, cmax) if state.next_use else np.zeros((1, 1), dtype=np.int64)
     misses = np.zeros(idx.shape[0], dtype=np.int64)
     slots = np.full(idx.shape if record else (1, 1), -1, dtype=np.int32)
-    slot_pos, order = entries.ENTRIES[pid](idx, ctx, int(buffer), reserve, prefix, batched, int(seed), nu,
-                                           state.next_use, misses, record, slots, state.slot_rows,
-                                           state.position_rows, state.scalars)
+    args = (idx, ctx, int(buffer), reserve, prefix, batched, int(seed), nu, state.next_use, misses, record, slots,
+            state.slot_rows, state.position_rows, state.scalars)
+    if REGISTRY[pid].placed:
+        args += (int(group), int(param))
+    slot_pos, order = entries.ENTRIES[pid](*args)
     return PolicyRun(misses, slot_pos, order, slots if record else None)

@@ -56,5 +56,15 @@ def replay_opt(a, b, c, d, e, f, g, h, i, j, k, m, n, o, p):  # pragma: no cover
     return step.run(8, a, b, c, d, e, f, g, h, i, j, k, m, n, o, p)
 
 
+@njit(cache=True, nogil=True)
+def replay_salru(a, b, c, d, e, f, g, h, i, j, k, m, n, o, p, q, r):  # pragma: no cover - compiled
+    return step.run_placed(9, a, b, c, d, e, f, g, h, i, j, k, m, n, o, p, q, r)
+
+
+@njit(cache=True, nogil=True)
+def replay_sglang_clock(a, b, c, d, e, f, g, h, i, j, k, m, n, o, p, q, r):  # pragma: no cover - compiled
+    return step.run_placed(10, a, b, c, d, e, f, g, h, i, j, k, m, n, o, p, q, r)
+
+
 # In registry order: ENTRIES[pid].
-ENTRIES = (replay_lru, replay_fifo, replay_clock, replay_lfu, replay_arc, replay_s3fifo, replay_sieve, replay_random, replay_opt)
+ENTRIES = (replay_lru, replay_fifo, replay_clock, replay_lfu, replay_arc, replay_s3fifo, replay_sieve, replay_random, replay_opt, replay_salru, replay_sglang_clock)

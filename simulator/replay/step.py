@@ -191,3 +191,181 @@ def run(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, want_n
     order = np.empty(B if started else 0, dtype=np.int64)
     n = dispatch.order(pid, sw, pw, g, B, cmax, order) if started else 0
     return slot_pos, order[:n]
+
+
+# The scalars run_placed writes for a placed policy before calling its hooks (its own start at 5).
+G_MISSES, G_HITS, G_ORDINAL, G_FLAGS, G_PARAM = 0, 1, 2, 3, 4
+FLAG_LAST = 1  # the miss being placed occurs in the commit's last step
+FLAG_FILL = 2  # initial fill: position ``pos`` of the prompt is being placed in an empty buffer
+
+
+@njit(cache=True)
+def _commit(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, occ_p, occ_t, occ_last, n_occ, last_mark, seen,
+            seen_last, hit_slots, flags, miss_pos, miss_step, misses_out):  # pragma: no cover - compiled
+    """One commit of a placed policy: its n_occ occurrences (position, step, in the last step)
+    looked up at once, then the policy's hooks (run_placed's docstring)."""
+    nh = 0
+    nm = 0
+    for o in range(n_occ):
+        p = occ_p[o]
+        last = occ_last[o]
+        s = pos_slot[p]
+        if s >= 0:
+            if mark[s] != stamp:
+                mark[s] = stamp
+                hit_slots[nh] = s
+                nh += 1
+            if last:
+                last_mark[s] = stamp
+        elif seen[p] != stamp:
+            seen[p] = stamp
+            miss_pos[nm] = p
+            miss_step[nm] = occ_t[o]
+            nm += 1
+            if last:
+                seen_last[p] = stamp
+        elif last:
+            seen_last[p] = stamp
+    for i in range(nh):
+        flags[i] = 1 if last_mark[hit_slots[i]] == stamp else 0
+    for i in range(nm):
+        flags[nh + i] = 1 if seen_last[miss_pos[i]] == stamp else 0
+    g[G_MISSES] = nm
+    g[G_HITS] = nh
+    dispatch.hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, flags, nh)
+    for i in range(nm):
+        p = miss_pos[i]
+        misses_out[miss_step[i]] += 1
+        g[G_ORDINAL] = i
+        g[G_FLAGS] = flags[nh + i]
+        v = dispatch.victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
+        if v < 0:
+            continue  # served, not cached
+        if slot_pos[v] >= 0:
+            pos_slot[slot_pos[v]] = -1
+        slot_pos[v] = p
+        pos_slot[p] = v
+        mark[v] = stamp
+        dispatch.insert(pid, sw, pw, g, B, cmax, v, p, INF, stamp)
+
+
+@njit(cache=True, nogil=True)
+def run_placed(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, want_nu, misses_out, record,
+               slots_out, n_sw, n_pw, n_g, group, param):  # pragma: no cover - compiled
+    """The step loop of a policy that places every load itself (registered with ``placed=True``):
+    SGLang's sharded LRU (a load may only go to its shard) and multi-step CLOCK commit.
+
+    What differs from ``run`` (``seed`` is unused):
+    - A *commit* is ``group`` consecutive steps (1: every step; >1 models MTP, the steps'
+      [group, k] positions flattened into one swap call); sequential semantics make every access
+      its own commit (``group`` must be 1). A commit's entries are looked up at once, each
+      resident slot counted once (``nh``), each non-resident position once (``nm``, numbered in
+      order of first occurrence: the miss ordinal). A miss is counted at its first step.
+    - Reserved newest: positions from ``ctx_len[t0] - 1`` (t0 the commit's first step) on, i.e.
+      every step's newest token (MTP: the draft tokens, in SGLang's extra page).
+    - The fast path is per commit: its last step's context fits the buffer.
+    - Hooks, in this order, once per commit: ``hits`` (even with nh == 0) with g[0] = nm,
+      g[1] = nh, hit_nu[i] = 1 if hit slot i is read in the commit's last step (else 0) for
+      i < nh, and hit_nu[nh + i] the same for miss i; then, miss by miss in ordinal order,
+      ``victim`` with g[2] = the ordinal and g[3] = FLAG_LAST if the miss is read in the last
+      step, and ``insert`` when the victim is a slot. ``victim`` may return any slot, free or
+      held (its position leaves), hit in this commit or not, or -1: the miss is served (and
+      counted) but not cached.
+    - Free slots are the policy's: ``victim`` is asked for every load. The initial prefix buffer
+      is the policy's too: positions 0..B-1 are offered in order, each with g[3] = FLAG_FILL and
+      its own stamp, and placed where ``victim`` says (-1: not kept).
+    - g[4] = ``param`` (the policy's parameter, e.g. ways per shard) from init on.
+    """
+    literally(pid)
+    steps, width = indices.shape
+    if not batched:
+        group = 1
+    cmax = 1
+    for t in range(steps):
+        cmax = max(cmax, ctx_len[t])
+    L = 8 * (B + 4)
+    sw = np.zeros((n_sw, L), dtype=np.int64)
+    pw = np.zeros((n_pw, cmax + 4), dtype=np.int64)
+    g = np.zeros(n_g, dtype=np.int64)
+    slot_pos = np.full(B, -1, dtype=np.int64)
+    pos_slot = np.full(cmax, -1, dtype=np.int64)
+    mark = np.zeros(B, dtype=np.int64)
+    last_mark = np.zeros(B, dtype=np.int64)  # stamp of the commit whose last step read the slot
+    seen = np.zeros(cmax, dtype=np.int64)  # stamp of the commit that counted the position as a miss
+    seen_last = np.zeros(cmax, dtype=np.int64)  # ... and read it in its last step
+    cap = group * width
+    occ_p = np.empty(cap, dtype=np.int64)
+    occ_t = np.empty(cap, dtype=np.int64)
+    occ_last = np.empty(cap, dtype=np.bool_)
+    hit_slots = np.empty(cap, dtype=np.int64)
+    flags = np.empty(2 * cap, dtype=np.int64)  # the hits hook's hit_nu: hits' then misses' last-step flags
+    miss_pos = np.empty(cap, dtype=np.int64)
+    miss_step = np.empty(cap, dtype=np.int64)
+    stamp = 0
+    fast = False
+    started = False
+    for t0 in range(0, steps, group):
+        t1 = min(t0 + group, steps)
+        for t in range(t0, t1):
+            misses_out[t] = 0
+        if ctx_len[t1 - 1] <= B:  # fast path: the buffer holds the whole context, position p in slot p
+            if record:
+                for t in range(t0, t1):
+                    for j in range(width):
+                        p = indices[t, j]
+                        slots_out[t, j] = -1 if p < 0 else (B if reserve and p == ctx_len[t] - 1 else p)
+            fast = True
+            continue
+        if not started or fast:
+            sw[:] = 0
+            pw[:] = 0
+            g[:] = 0
+            slot_pos[:] = -1
+            pos_slot[:] = -1
+            g[G_PARAM] = param
+            dispatch.init(pid, sw, pw, g, B, cmax)
+            if prefix or fast:
+                for p in range(B):  # ctx > B here: the prompt's first B positions, in order
+                    stamp += 1
+                    g[G_FLAGS] = FLAG_FILL
+                    v = dispatch.victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, p)
+                    if v < 0:
+                        continue
+                    if slot_pos[v] >= 0:
+                        pos_slot[slot_pos[v]] = -1
+                    slot_pos[v] = p
+                    pos_slot[p] = v
+                    mark[v] = stamp
+                    dispatch.insert(pid, sw, pw, g, B, cmax, v, p, INF, stamp)
+            started = True
+            fast = False
+        first_new = ctx_len[t0] - 1  # reserved from here on (every step's newest token)
+        n = 0
+        for t in range(t0, t1):
+            for j in range(width):
+                p = indices[t, j]
+                if p < 0:
+                    break
+                if reserve and p >= first_new:
+                    continue
+                occ_p[n] = p
+                occ_t[n] = t
+                occ_last[n] = t == t1 - 1
+                n += 1
+                if not batched:  # sequential: one access per commit
+                    stamp += 1
+                    _commit(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, occ_p, occ_t, occ_last, 1,
+                            last_mark, seen, seen_last, hit_slots, flags, miss_pos, miss_step, misses_out)
+                    n = 0
+        if batched:
+            stamp += 1
+            _commit(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos_slot, occ_p, occ_t, occ_last, n, last_mark,
+                    seen, seen_last, hit_slots, flags, miss_pos, miss_step, misses_out)
+        if record:
+            for t in range(t0, t1):
+                for j in range(width):
+                    p = indices[t, j]
+                    slots_out[t, j] = -1 if p < 0 else (B if reserve and p >= first_new else pos_slot[p])
+    order = np.empty(B if started else 0, dtype=np.int64)
+    n = dispatch.order(pid, sw, pw, g, B, cmax, order) if started else 0
+    return slot_pos, order[:n]

@@ -18,6 +18,10 @@ Every policy module declares its state sizes (``STATE``) and defines, compiled w
 - ``order(sw, pw, g, B, cmax, out) -> n``: the policy's recency (or queue) order of occupied
   slots, oldest first, in out[:n]; 0 for a policy without one.
 
+A policy registered with ``placed=True`` (SGLang's sharded LRU and multi-step CLOCK) decides
+where every load goes itself, so it runs in the step loop's placing variant
+(``step.run_placed``), whose hook protocol differs: see that function's docstring.
+
 The engine (``simulator.replay.engine``) owns the step structure shared by all of them: hit
 detection, free slots first, the reserved newest-token slot, the short-context fast path and
 the initial buffer. ``none`` and ``static-prefix`` hold no state and are counted directly.
@@ -44,6 +48,7 @@ class PolicyEntry(NamedTuple):
     name: str  # what users type
     module: str  # the module of this package that implements it
     help: str  # one line for --help
+    placed: bool = False  # replayed by step.run_placed: the policy places every load (and may drop one)
 
 
 # The registry: one line per stateful policy. A policy's place is its compiled id.
@@ -57,7 +62,14 @@ REGISTRY: tuple[PolicyEntry, ...] = (
     PolicyEntry("sieve", "sieve", "SIEVE: a FIFO with visited bits and a resting hand"),
     PolicyEntry("random", "random_", "a uniformly random unprotected slot (seeded)"),
     PolicyEntry("opt", "opt", "Belady's optimum: evict the entry used farthest in the future"),
+    PolicyEntry("salru", "salru", "SGLang PR #31341's sharded set-associative LRU (hashed shards of --ways "
+                "ways, batched LRU in each, overflow misses not cached)", placed=True),
+    PolicyEntry("sglang-clock", "sglang_clock", "SGLang PR #32162's multi-step (MTP) CLOCK commit, "
+                "--mtp-steps trace steps per commit", placed=True),
 )
+
+# Placed policies whose parameter (the step loop's g[4]) is the shard width: ReplayConfig.ways.
+SHARDED: frozenset[str] = frozenset({"salru"})
 
 # Policies that hold no state, counted directly (simulator.replay.api).
 STATELESS: dict[str, str] = {

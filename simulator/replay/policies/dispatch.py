@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from numba import literally, njit
 
-from . import arc, clock, fifo, lfu, lru, opt, random_, s3fifo, sieve
+from . import arc, clock, fifo, lfu, lru, opt, random_, s3fifo, salru, sglang_clock, sieve
 
 # The policy modules in registry order: MODULES[pid].
-MODULES = (lru, fifo, clock, lfu, arc, s3fifo, sieve, random_, opt)
+MODULES = (lru, fifo, clock, lfu, arc, s3fifo, sieve, random_, opt, salru, sglang_clock)
 
 
 @njit(cache=True)
@@ -35,6 +35,10 @@ def init(pid, sw, pw, g, B, cmax):  # pragma: no cover - compiled
         random_.init(sw, pw, g, B, cmax)
     elif pid == 8:  # opt
         opt.init(sw, pw, g, B, cmax)
+    elif pid == 9:  # salru
+        salru.init(sw, pw, g, B, cmax)
+    elif pid == 10:  # sglang-clock
+        sglang_clock.init(sw, pw, g, B, cmax)
     else:
         raise ValueError("init: no policy with this id")
 
@@ -60,6 +64,10 @@ def victim(pid, sw, pw, g, B, cmax, mark, stamp, slot_pos, pos):  # pragma: no c
         return random_.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
     elif pid == 8:  # opt
         return opt.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    elif pid == 9:  # salru
+        return salru.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
+    elif pid == 10:  # sglang-clock
+        return sglang_clock.victim(sw, pw, g, B, cmax, mark, stamp, slot_pos, pos)
     else:
         raise ValueError("victim: no policy with this id")
 
@@ -85,6 +93,10 @@ def insert(pid, sw, pw, g, B, cmax, slot, pos, nu, stamp):  # pragma: no cover -
         random_.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
     elif pid == 8:  # opt
         opt.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 9:  # salru
+        salru.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
+    elif pid == 10:  # sglang-clock
+        sglang_clock.insert(sw, pw, g, B, cmax, slot, pos, nu, stamp)
     else:
         raise ValueError("insert: no policy with this id")
 
@@ -110,6 +122,10 @@ def hits(pid, sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh):  # pragma
         random_.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
     elif pid == 8:  # opt
         opt.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 9:  # salru
+        salru.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
+    elif pid == 10:  # sglang-clock
+        sglang_clock.hits(sw, pw, g, B, cmax, mark, stamp, hit_slots, hit_nu, nh)
     else:
         raise ValueError("hits: no policy with this id")
 
@@ -135,5 +151,9 @@ def order(pid, sw, pw, g, B, cmax, out):  # pragma: no cover - compiled
         return random_.order(sw, pw, g, B, cmax, out)
     elif pid == 8:  # opt
         return opt.order(sw, pw, g, B, cmax, out)
+    elif pid == 9:  # salru
+        return salru.order(sw, pw, g, B, cmax, out)
+    elif pid == 10:  # sglang-clock
+        return sglang_clock.order(sw, pw, g, B, cmax, out)
     else:
         raise ValueError("order: no policy with this id")

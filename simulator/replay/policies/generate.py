@@ -45,6 +45,8 @@ HOOKS: dict[str, tuple[str, bool]] = {
 
 # The step loop's arguments after pid (step.py: run), as the entry points pass them on.
 STEP_ARGS = "a, b, c, d, e, f, g, h, i, j, k, m, n, o, p"
+# step.run_placed's two more (policies registered with placed=True): steps per commit, parameter.
+PLACED_ARGS = "q, r"
 
 
 def _hook(name: str, args: str, returns: bool, registry: tuple[PolicyEntry, ...]) -> str:
@@ -82,9 +84,11 @@ def entries_source(registry: tuple[PolicyEntry, ...] = REGISTRY) -> str:
     out = _HEADER.format(doc="One compiled entry point per policy: the step loop with the policy's id as a constant.")
     out += "from numba import njit\n\nfrom . import step\n"
     for pid, entry in enumerate(registry):
+        # A placed policy's loop takes two more arguments: trace steps per commit, the policy's parameter.
+        args, loop = (f"{STEP_ARGS}, {PLACED_ARGS}", "run_placed") if entry.placed else (STEP_ARGS, "run")
         out += (f"\n\n@njit(cache=True, nogil=True)\n"
-                f"def {_entry_name(entry)}({STEP_ARGS}):  # pragma: no cover - compiled\n"
-                f"    return step.run({pid}, {STEP_ARGS})\n")
+                f"def {_entry_name(entry)}({args}):  # pragma: no cover - compiled\n"
+                f"    return step.{loop}({pid}, {args})\n")
     out += f"\n\n# In registry order: ENTRIES[pid].\nENTRIES = {_tuple(_entry_name(e) for e in registry)}\n"
     return out
 
