@@ -254,3 +254,29 @@ def test_validate_repredict_interrupted_leaves_the_earlier_pair(tmp_path, monkey
     code, _, err = run_cli(["validate", "--repredict", "--loop", "kernels", "--out", str(tmp_path)], capsys)
     assert code == 130 and err.strip().endswith("hisparse: interrupted")
     assert _state(tmp_path) == before and _temps(tmp_path) == []
+
+
+def test_comm_refit_interrupted_leaves_the_earlier_pair(tmp_path, monkeypatch):
+    """calibrate --comm-refit writes its calibration JSON and its plot as one set: an interrupt
+    while the plot is drawn leaves the folder as the earlier run left it."""
+    import shutil
+
+    import simulator.calibration.report as report
+    from tests.test_comm import synthetic_csv
+
+    out = tmp_path / "cal"
+    out.mkdir()
+    shutil.copy(ROOT / "simulator" / "presets" / "calibration" / "h200.json", out / "h200.json")
+    (out / "comm-h200.png").write_bytes(b"the earlier plot")
+    csv = synthetic_csv(tmp_path / "comm-h200.csv")
+    before = _state(out)
+
+    def plot_then_stop(df, fits, path):
+        Path(path).write_bytes(b"png")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "plot_comm", plot_then_stop)
+    from simulator.cli import main
+
+    assert main(["calibrate", "--comm-refit", str(csv), "--out", str(out)]) == 130
+    assert _state(out) == before and not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]

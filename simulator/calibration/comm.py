@@ -160,27 +160,40 @@ def source_line(meta: dict[str, str], csv_path: str) -> str:
     return ", ".join(parts) + "; fit t = latency + factor x bytes / busbw (nccl-tests conventions)"
 
 
-def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any]) -> None:
-    """Put ``section`` as ``comm`` into the calibration file, keeping its other groups."""
+def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any],
+                       out_path: str | os.PathLike | None = None) -> None:
+    """Put ``section`` as ``comm`` into the calibration file at ``json_path``, keeping its other
+    groups; written to ``out_path`` (default: the same file)."""
     from ..costmodel.calibration_file import CalibrationFile, read_calibration, write_calibration
 
     p = str(json_path)
     cal = read_calibration(p) if os.path.exists(p) else CalibrationFile(source="hisparse calibrate --comm", where=p)
-    write_calibration(cal.replace(comm=section), p)
+    write_calibration(cal.replace(comm=section), out_path or p)
 
 
 def calibrate_comm(csv_path: str, json_path: str, command: str, plot_path: str | None = None) -> pd.DataFrame:
     """Fit a harness CSV and write the ``comm`` section (and a measured-against-fit plot): the
     fits table; nothing is written on a bad CSV. ``command`` is the measuring command when the
-    CSV does not record one."""
+    CSV does not record one. The JSON and the plot go into their folder as one set (an interrupted
+    run leaves the earlier pair as it was)."""
+    from ..fileio import folder_output
+
     df = read_comm_csv(csv_path)
     fits = fit_comm(df, csv_path)
     meta = read_metadata(csv_path)
-    write_comm_section(json_path, comm_section(fits, source_line(meta, csv_path), meta.get("command") or command))
+    section = comm_section(fits, source_line(meta, csv_path), meta.get("command") or command)
+    folder = Path(json_path).parent
+    names = [Path(json_path).name]
     if plot_path:
-        from .report import plot_comm
+        if Path(plot_path).parent.resolve() != folder.resolve():
+            raise HisparseError(f"{plot_path}: the comm plot goes beside {json_path}")
+        names.append(Path(plot_path).name)
+    with folder_output(folder, names) as staged:
+        write_comm_section(json_path, section, staged / names[0])
+        if plot_path:
+            from .report import plot_comm
 
-        plot_comm(df, fits, plot_path)
+            plot_comm(df, fits, str(staged / names[1]))
     return fits
 
 
