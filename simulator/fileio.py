@@ -5,7 +5,7 @@ Every command that reads or writes goes through here, so one set of rules holds 
 
 - ``check_input`` runs before every ``open()`` of an input: a FIFO would block in ``open()``
   and a device or socket never ends, so only a regular file is read (or ``/dev/stdin`` where a
-  caller takes a stream by design); ``read_bytes`` / ``read_text`` / ``open_binary`` check and
+  caller takes a stream by design); ``read_bytes`` / ``open_binary`` check and
   then read, and turn an OS error (EIO from ``/proc/self/mem``, EACCES) or bytes that are not
   UTF-8 into one ``InputError`` line naming the file.
 - ``check_output`` runs before the work starts: the place must be writable (its nearest existing
@@ -132,16 +132,6 @@ def read_bytes(path: str | os.PathLike, *, option: str | None = None, special_ok
             return fh.read()
     except OSError as exc:
         raise InputError(_name(path, option), f"cannot read ({why_os(exc)})") from None
-
-
-def read_text(path: str | os.PathLike, *, option: str | None = None, special_ok: bool = False) -> str:
-    """A whole input file as UTF-8 text; binary content is one line naming the file and byte."""
-    data = read_bytes(path, option=option, special_ok=special_ok)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(_name(path, option), f"not UTF-8 text (byte {exc.start}: 0x{data[exc.start]:02x}); "
-                         "give a text file") from None
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 from .errors import HisparseError
@@ -151,11 +150,6 @@ def read_toml(path: str | os.PathLike, *, what: str = "TOML file") -> dict[str, 
 def read_json(path: str | os.PathLike, *, what: str = "JSON file") -> Any:
     """A JSON file, read within the size budget and parsed with the nesting bound."""
     return parse_json(read_bytes(path, what=what), str(path))
-
-
-def read_text(path: str | os.PathLike, *, what: str = "file") -> str:
-    """A text file within the size budget."""
-    return _text(read_bytes(path, what=what), str(Path(path)), what)
 
 
 def json_safe(value: Any) -> Any:
