@@ -1,4 +1,5 @@
-"""The cost model: time of one decode step and of one prefill chunk on one attention rank.
+"""The cost model: ``CostModel.pass_time(Pass)``, the time of one forward pass (decode, mixed or
+prefill) of an instance, the sum of the terms in ``pass_terms.PASS_TERMS``; below, what they price.
 
 All GPUs of an instance run each forward pass in lockstep, so a rank's step time is one GPU's time
 for its share of every op. A decode step is the sum of its kernels, one after another, each priced by
@@ -19,7 +20,7 @@ shapes and the deployment's layout (``pricing.layout_for``):
   elementwise op of the attention side, the dense layers and the head run on the padded rows; the
   indexer and attention work follow the real requests; routed experts see only real tokens (SGLang
   masks pad rows' top-k ids);
-- communication (``comm.py``): DP attention gathers the instance's tokens before the MLP and
+- communication (``collectives.py``): DP attention gathers the instance's tokens before the MLP and
   reduce-scatters after it; TP attention all-reduces after attention and after the MLP; EP
   dispatches and combines tokens all-to-all;
 - HiSparse: one swap-in launch per layer (a fixed cost, bookkeeping per request, missed rows over
