@@ -91,7 +91,7 @@ def scaled_terms(ref: GpuTerms, ref_gpu: GpuSpec, gpu: GpuSpec) -> GpuTerms:
     ref_bw, ref_fl = datasheet_rates(ref_gpu)
     bw, fl = datasheet_rates(gpu)
     hr, fr = bw / ref_bw, fl / ref_fl
-    terms = ref.terms.scaled(hr, fr)  # swap-in is priced from the GPU's own link (costs.py), not scaled here
+    terms = ref.terms.scaled(hr, fr)  # swap-in is priced from the GPU's own link (passes.py), not scaled here
     src = (f"H200 measurements ({ref.source.split('(')[-1].rstrip(')')}) scaled to {gpu.name}: bandwidths x {hr:.3f} "
            f"(HBM {bw / 1e12:.3g} / {ref_bw / 1e12:.3g} TB/s), FLOP rates x {fr:.3f} (dense BF16 "
            f"{fl / 1e12:.4g} / {ref_fl / 1e12:.4g} TFLOP/s; datasheets: {gpu.where}, {ref_gpu.where}); "
