@@ -80,22 +80,27 @@ def _first_uses(indices, t0, cmax):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def _state(ctx_len, steps, B, n_sw, n_pw, n_g):  # pragma: no cover - compiled
+    """What both step loops start from: the largest context, the policy's slot rows, position
+    rows and scalars, the slot <-> position maps (empty) and the per-slot stamps."""
+    cmax = 1
+    for t in range(steps):
+        cmax = max(cmax, ctx_len[t])
+    sw = np.zeros((n_sw, 8 * (B + 4)), dtype=np.int64)
+    pw = np.zeros((n_pw, cmax + 4), dtype=np.int64)
+    g = np.zeros(n_g, dtype=np.int64)
+    return (cmax, sw, pw, g, np.full(B, -1, dtype=np.int64), np.full(cmax, -1, dtype=np.int64),
+            np.zeros(B, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True)
 def run(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all, want_nu, misses_out, record, slots_out,
         n_sw, n_pw, n_g):  # pragma: no cover - compiled
     """Replay one stream through policy ``pid`` (a constant: see entries.py); the policy's state
     is n_sw slot rows, n_pw position rows and n_g scalars. Returns (slot_pos, order)."""
     literally(pid)
     steps, width = indices.shape
-    cmax = 1
-    for t in range(steps):
-        cmax = max(cmax, ctx_len[t])
-    L = 8 * (B + 4)
-    sw = np.zeros((n_sw, L), dtype=np.int64)
-    pw = np.zeros((n_pw, cmax + 4), dtype=np.int64)
-    g = np.zeros(n_g, dtype=np.int64)
-    slot_pos = np.full(B, -1, dtype=np.int64)
-    pos_slot = np.full(cmax, -1, dtype=np.int64)
-    mark = np.zeros(B, dtype=np.int64)
+    cmax, sw, pw, g, slot_pos, pos_slot, mark = _state(ctx_len, steps, B, n_sw, n_pw, n_g)
     hit_slots = np.empty(width, dtype=np.int64)
     hit_nu = np.empty(width, dtype=np.int64)
     one_slot = np.empty(1, dtype=np.int64)
@@ -280,16 +285,7 @@ def run_placed(pid, indices, ctx_len, B, reserve, prefix, batched, seed, nu_all,
     steps, width = indices.shape
     if not batched:
         group = 1
-    cmax = 1
-    for t in range(steps):
-        cmax = max(cmax, ctx_len[t])
-    L = 8 * (B + 4)
-    sw = np.zeros((n_sw, L), dtype=np.int64)
-    pw = np.zeros((n_pw, cmax + 4), dtype=np.int64)
-    g = np.zeros(n_g, dtype=np.int64)
-    slot_pos = np.full(B, -1, dtype=np.int64)
-    pos_slot = np.full(cmax, -1, dtype=np.int64)
-    mark = np.zeros(B, dtype=np.int64)
+    cmax, sw, pw, g, slot_pos, pos_slot, mark = _state(ctx_len, steps, B, n_sw, n_pw, n_g)
     last_mark = np.zeros(B, dtype=np.int64)  # stamp of the commit whose last step read the slot
     seen = np.zeros(cmax, dtype=np.int64)  # stamp of the commit that counted the position as a miss
     seen_last = np.zeros(cmax, dtype=np.int64)  # ... and read it in its last step
