@@ -23,6 +23,20 @@ for _name in ("ci", "slow"):
 settings.load_profile(PROFILE)
 
 
+@pytest.fixture()
+def trace(tmp_path):
+    """A small valid trace file (one stream, k 16, 20 steps) for the CLI's error tests."""
+    import numpy as np
+
+    from simulator.trace import TraceMeta, write_trace
+    from tests.helpers import random_stream
+
+    path = tmp_path / "t.hst"
+    write_trace(path, TraceMeta(k=16, source={"kind": "test"}),
+                [random_stream(np.random.default_rng(0), steps=20, k=16, ctx0=40)])
+    return str(path)
+
+
 def _have_gpu() -> bool:
     try:
         import cupy

@@ -10,17 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from simulator.trace import TraceMeta, write_trace
 from tests.fuzzing import assert_clean_error, run_cli
-from tests.helpers import random_stream
-
-
-@pytest.fixture()
-def trace(tmp_path):
-    path = tmp_path / "t.hst"
-    write_trace(path, TraceMeta(k=16, source={"kind": "test"}),
-                [random_stream(np.random.default_rng(0), steps=20, k=16, ctx0=40)])
-    return str(path)
 
 
 @pytest.fixture()

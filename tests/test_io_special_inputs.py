@@ -18,16 +18,13 @@ import socket
 import threading
 import time
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.fileio import InputError, check_input
 from simulator.sweep.address import parse_address, split_address
-from simulator.trace import TraceMeta, write_trace
 from tests.fuzzing import assert_clean_error, fuzz_settings, run_cli
-from tests.helpers import random_stream
 
 
 class Blocked(BaseException):
@@ -64,14 +61,6 @@ def specials(tmp_path):
     made["folder"].mkdir()
     yield made
     sock.close()
-
-
-@pytest.fixture()
-def trace(tmp_path):
-    path = tmp_path / "t.hst"
-    write_trace(path, TraceMeta(k=16, source={"kind": "test"}),
-                [random_stream(np.random.default_rng(0), steps=20, k=16, ctx0=40)])
-    return str(path)
 
 
 # Every input of every command; X is where the special goes, T a good trace, D a scratch folder.
