@@ -53,7 +53,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "the best configuration that serves the load it is offered under TPOT and TTFT p99 targets "
                     f"(default {DEFAULT_SLO_TPOT_MS:g} ms and {DEFAULT_SLO_TTFT_S:g} s). Between the swept loads it "
                     "bisects for the highest load that meets them; two systems closer than the model's error "
-                    f"({MODEL_ERROR_BAND:.0%}, the README's validation) are reported as a tie, and a pick at the "
+                    f"({MODEL_ERROR_BAND:.0%}, docs/validation.md) are reported as a tie, and a pick at the "
                     "highest load searched is flagged (extend --concurrency / --rate)."
                     "\n\nWith no options it runs the published scenario: GLM-5.1-FP8, 32k input + 8k output, "
                     "8xH200 colocated with DP attention (the blog's launch flags), HiSparse {top_k 2048, "

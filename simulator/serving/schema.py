@@ -24,7 +24,7 @@ from .specs import _domain, _hints
 # a key's unit, from its name (the specs' naming convention)
 _UNITS = (("_bytes", "bytes"), ("_bw", "bytes/s"), ("_flops", "FLOP/s"), ("_us", "microseconds"),
           ("_ms", "milliseconds"), ("_per_s", "per second"), ("_tok_s", "tokens/s"), ("_tokens", "tokens"),
-          ("_size", "slots"))
+          ("_buffer_size", "slots"), ("page_size", "slots"))
 ALIASES = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
            "calibrations": "calibration"}
 
@@ -143,6 +143,32 @@ def format_schema(kind: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+
+def _cell(text: object) -> str:
+    """A Markdown table cell: pipes escaped, one line."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_reference() -> str:
+    """Every preset kind's keys as one Markdown page (docs/presets-reference.md is this text, so the
+    reference cannot drift from the specs: a test compares them)."""
+    out = ["# Preset reference", "",
+           "Every key of every preset kind, generated from the spec dataclasses that check the files",
+           "(`python -m simulator.serving.schema > docs/presets-reference.md` rewrites this page;",
+           "`hisparse presets --schema KIND` prints one kind). Start a file of your own with",
+           "`hisparse presets new KIND --from NAME --out FILE.toml`: a complete, commented copy.", ""]
+    for kind in P.KINDS:
+        out += [f"## {kind}", "", schema_doc(kind), "",
+                f"Shipped files: `simulator/presets/{kind}/`; `hisparse plan --{option_for(kind)} NAME|FILE`.", "",
+                "| key | type | unit / domain | required / default | meaning |", "|---|---|---|---|---|"]
+        for k in schema(kind):
+            need = "required" if k.required else (_toml_value(k.default) if k.default is not None else "-")
+            extra = ", ".join(x for x in (k.unit, k.domain) if x)
+            out.append(f"| `{k.name}` | {_cell(k.type)} | {_cell(extra)} | {_cell(need)} | {_cell(k.meaning)} |")
+        out.append("")
+    return "\n".join(out)
+
+
 # -- writing a complete preset file -----------------------------------------------------------------
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
@@ -211,3 +237,7 @@ def write_new_preset(kind: str, source: str, out: str | Path) -> str:
     with atomic_output(out) as fh:
         fh.write(text.encode())
     return text
+
+
+if __name__ == "__main__":
+    print(markdown_reference(), end="")

@@ -13,7 +13,7 @@ DEFAULT_SLO_TPOT_MS = 100.0
 # proxy_read_timeout default), so a p99 request is not cut off by the gateway before its first token.
 DEFAULT_SLO_TTFT_S = 30.0
 # Two configurations whose steady throughputs differ by less than this share of the larger are a
-# tie: the serving model's median |error| on the published runs that measured both systems (README
+# tie: the serving model's median |error| on the published runs that measured both systems (docs/validation.md
 # "Validation against published runs", the HiSparse paper set: median 10% over its 5 measured points,
 # the ~60 saturation count an estimate apart).
 MODEL_ERROR_BAND = 0.10
