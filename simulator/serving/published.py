@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import HisparseError
 from . import presets as P
-from .misses import miss_profiles
+from .misses import scenario_profiles
 from .model import RunResult, System, simulate
 from .scenario import Scenario, load_scenario
 from .specs import Mode
@@ -217,8 +217,7 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
             continue
         if p.system == System.HISPARSE and profiles is None:
             hs = sc.hisparse
-            profiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
-                                     initial=initial)
+            profiles = scenario_profiles(sc, hs, initial)
         best: tuple[float, int] = (math.nan, 0)
         failure = ""
         for c in p.concurrency:
