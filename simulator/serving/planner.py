@@ -24,6 +24,7 @@ from .slo import (
     MODEL_ERROR_SOURCE,
     SEARCH_REL_TOL,
 )
+from .spec_whatif import label
 from .specs import Arrival, HiSparseSpec, Mode
 
 
@@ -104,6 +105,7 @@ class Plan:
             row["calibrated"] = self.scenario.params.calibrated
             row["calibration"] = self.scenario.calibration
             row["searched"] = i in self.searched
+            row["speculative"] = label(self.scenario.speculative)
             out.append(row)
         order = {}
         for row in out:
