@@ -63,7 +63,7 @@ def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
         return {"lightning indexer": sum(c.prefill_indexer(n, prior) for n, prior in w.chunks)}
-    return {"lightning indexer": c.m.layers * c.indexer(w.ctx_sum, w.decode, s.verify)}
+    return {"lightning indexer": c.m.indexer_layers * c.indexer(w.ctx_sum, w.decode, s.verify)}  # IndexShare: anchors only
 
 
 def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:

@@ -42,6 +42,7 @@ from . import pass_terms
 from .collectives import Collective
 from .ops import (
     GROUPED_KINDS,
+    INDEXER_OPS,
     Op,
     attention_ops,
     dense_mlp_ops,
@@ -239,6 +240,8 @@ class CostModel:
         if self._draft is None:
             n = self.spec.draft_layers if self.spec is not None else 1
             one = dataclasses.replace(self.m, layers=n, dense_layers=0, name=f"{self.m.name} draft")
+            if hasattr(one, "index_topk_freq"):  # the MTP layer runs its own indexer (no IndexShare group)
+                one = dataclasses.replace(one, index_topk_freq=1)
             self._draft = CostModel(one, self.g, self.d, self.p, self.terms)
         return self._draft
 
@@ -287,7 +290,9 @@ class CostModel:
         at its (padded) batch: these run on each DP rank's own requests."""
         m = self.m
         ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes)
-        return [(m.layers, o) for o in ops if o.kind not in ("indexer", "attention")]
+        # the indexer's projections only on the layers that run it (IndexShare anchors)
+        return [(m.indexer_layers if o.name in INDEXER_OPS else m.layers, o) for o in ops
+                if o.kind not in ("indexer", "attention")]
 
     def mlp_side_ops(self, instance_tokens: float, rows: float | None = None,
                      head_rows: float | None = None) -> list[tuple[int, Op]]:
@@ -495,14 +500,14 @@ class CostModel:
 
     # -- a prompt chunk's context terms ----------------------------------------------------------
     def prefill_indexer(self, tokens: int, prior_ctx: int) -> float:
-        """Every layer's indexer over a prompt chunk: an FP8 GEMM of each query against every earlier
+        """The indexer layers' scoring of a prompt chunk (IndexShare: the anchors only): an FP8 GEMM of each query against every earlier
         key (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate)."""
         m = self.m
         ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
         heads_idx = m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
         idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
         idx_bytes = (prior_ctx + tokens) * m.indexer_row_bytes
-        return m.layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
+        return m.indexer_layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
 
     def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
         """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at

@@ -68,7 +68,8 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     attention = m.layers * m.attention_params / dep.attn_tp * b("attention")
     attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
     gates = m.indexer_gate_params  # weights_proj: bf16, not quantised
-    attention += m.layers * ((m.indexer_params - gates) * b("attention") + gates * 2)  # replicated on every GPU
+    # replicated on every GPU; IndexShare's shared layers own no indexer (m.indexer_layers)
+    attention += m.indexer_layers * ((m.indexer_params - gates) * b("attention") + gates * 2)
     mlp = (m.dense_layers * m.dense_mlp_params * b("dense")
            + m.moe_layers * m.shared_experts * m.expert_params * b("shared_expert")
            + m.moe_layers * m.experts * m.expert_params * b("routed_expert")) / dep.tp
@@ -103,7 +104,7 @@ def speculative_memory(model: ModelSpec, dep: DeploymentSpec, spec, pool_tokens:
     space (PR #37771). Activations and the draft's CUDA graphs are not counted."""
     headroom = max_running * (spec.num_steps * spec.eagle_topk + spec.num_draft_tokens) + 100
     draft_kv = (pool_tokens + headroom) * spec.draft_layers * (model.kv_row_bytes + model.indexer_row_bytes)
-    target_headroom = headroom * (model.layers * (model.kv_row_bytes + model.indexer_row_bytes))
+    target_headroom = headroom * (model.kv_bytes_per_token() + model.indexer_bytes_per_token())
     return nextn_weights_per_gpu(model, dep) * spec.draft_layers + draft_kv + target_headroom
 
 
@@ -169,7 +170,7 @@ def legacy_cell_bytes(model: ModelSpec) -> int:
     (``pool_configurator.py`` at main 2026-04-10)."""
     elements = model.kv_lora_rank + model.qk_rope_head_dim
     dtype_bytes = 2 if model.kv_row_bytes >= 2 * elements else 1
-    return model.layers * (elements * dtype_bytes + model.indexer_row_bytes)
+    return model.layers * elements * dtype_bytes + model.indexer_layers * model.indexer_row_bytes
 
 
 def _page_floor(tokens: float, page: int) -> int:
@@ -184,7 +185,9 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
     weights = weights_per_gpu(model, dep)
     budget = gpu.free_before_load * dep.mem_fraction_static - weights
     ratio = hisparse.host_to_device_ratio if hisparse else 1.0
-    cell = model.layers * model.kv_row_bytes + int(model.layers * model.indexer_row_bytes * ratio)
+    # index-K rows only on the layers that own an indexer (IndexShare elides the shared layers':
+    # sglang DSATokenToKVPool ``indexer_layer_ids`` / ``indexer_layer_id_to_slot``)
+    cell = model.layers * model.kv_row_bytes + int(model.indexer_layers * model.indexer_row_bytes * ratio)
     budgeted = cell if dep.pool_profile == PoolProfile.SINCE_31992 else legacy_cell_bytes(model)
     derived = _page_floor(budget // budgeted, dep.page_size)
     if derived <= 0 and budget > 0 and budget // budgeted < 1:  # the slot, not the weights
