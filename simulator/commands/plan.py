@@ -280,7 +280,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
     add_costs(rows, sc, prices)
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
-    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
+    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates),
+                                     "speculative": spec.describe() if spec is not None else None},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
     if args.compare_speculative:
