@@ -99,6 +99,13 @@ class InstanceSim:
         self.prealloc = DecodePreallocQueue(self.plan, self.hs, d.page_size, self.cost.kv_copy_time, clock,
                                             self._finish)
         self.decode = DecodeManager(self.hs, profiles, self.pd, self.cost.kv_copy_time, scenario.files)
+        if self.spec is not None:
+            self.decode.ahead = self.spec.verify_tokens
+            if self.hs is not None and self.spec.verify_tokens >= d.page_size:
+                raise HisparseError(f"{scenario.files}: speculative decoding {self.spec.label} with HiSparse: the "
+                                    f"{self.spec.verify_tokens} verify positions must fit the request's extra page "
+                                    f"with its newest token (page_size {d.page_size}; SGLang PR #26445 refuses larger "
+                                    "drafts)")
         n_in, n_out = _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter)
         check_fits(self.plan, n_in, n_out, d.mode, scenario.files)
         if not self.pd:
