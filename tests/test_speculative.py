@@ -206,3 +206,14 @@ def test_plan_answers_does_mtp_pay_off(tmp_path, capsys):
     off = {r["concurrency"]: r for r in rep["rows"] if r["system"] == "baseline" and r["speculative"] == "off"}
     assert base["points"][0]["throughput_ratio"] == pytest.approx(
         on[1]["steady_tok_s_deployment"] / off[1]["steady_tok_s_deployment"])
+
+
+def test_a_speculative_file(tmp_path):
+    f = tmp_path / "spec.toml"
+    f.write_text('[speculative]\nspeculative = "eagle:5-1-6"\naccept_len = 3.5\naccept_method = "match-expected"\n')
+    s = parse_speculative(str(f))
+    assert (s.num_steps, s.num_draft_tokens, s.accept_len, s.accept_method.value) == (5, 6, 3.5, "match-expected")
+    assert parse_speculative(str(f), 2.5).accept_len == 2.5  # the option replaces the file's acceptance
+    f.write_text('[speculative]\nspeculative = "eagle:5-1-6"\naccept_len = 3.5\nbogus = 1\n')
+    with pytest.raises(HisparseError, match="bogus"):
+        parse_speculative(str(f))

@@ -83,8 +83,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
     p.add_argument("--speculative", default=None, metavar="ALGO:STEPS-TOPK-DRAFT",
                    help="speculative decoding as SGLang's --speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens, "
-                        "e.g. eagle:5-1-6 or eagle:1-1-2 (topk 1); needs --accept-len or --accept-probs "
-                        "(docs/speculative-decoding.md)")
+                        "e.g. eagle:5-1-6 or eagle:1-1-2 (topk 1), with --accept-len or --accept-probs; or a TOML file "
+                        "with a [speculative] table (speculative, accept_len, accept_method, accept_probs; "
+                        "docs/speculative-decoding.md)")
     p.add_argument("--accept-len", type=positive_float, default=None, metavar="MEAN",
                    help="--speculative: mean tokens a step keeps, as SGLANG_SIMULATE_ACC_LEN pins it (1..steps+1)")
     p.add_argument("--accept-method", choices=("multinomial", "match-expected"), default=None,

@@ -198,5 +198,6 @@ def scenario_profiles(sc, hs, initial: str) -> MissProfiles:
                       mtp_steps=spec.verify_tokens)
     how = (f"speculative decoding ({spec.label}): {spec.verify_tokens} consecutive trace steps replayed as one swap "
            f"commit ({policy}: the union of the verify positions' top-k, deduped), each unique miss charged at its "
-           "first step; a step keeping a tokens is charged the a trace steps it moves over")
+           "first step; a step keeping a tokens is charged the a trace steps it moves over (SGLang's HiSparse + "
+           "speculative serving path: PR #37771, open when read; the kernel, PR #32162, is merged)")
     return dataclasses.replace(p, notes=p.notes + tuple(n for n in (note, how) if n))

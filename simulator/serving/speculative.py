@@ -168,8 +168,32 @@ _SPEC_RE = re.compile(r"^\s*(eagle|mtp|nextn)\s*:\s*(\d+)-(\d+)-(\d+)\s*$", re.I
 
 def parse_speculative(text: str, accept_len: float | None = None, method: str | None = None,
                       accept_probs: tuple[float, ...] = (), where: str = "--speculative") -> SpeculativeSpec:
-    """``eagle:5-1-6`` (algorithm:steps-topk-draft tokens) and the acceptance -> a spec; a clear
-    error naming the option otherwise."""
+    """``eagle:5-1-6`` (algorithm:steps-topk-draft tokens) and the acceptance -> a spec; or a TOML
+    file with a ``[speculative]`` table (``from_table``'s keys; the options, when given, replace its
+    acceptance); a clear error naming the option otherwise."""
+    if str(text).endswith(".toml"):
+        from pathlib import Path
+
+        from .. import inputs
+
+        path = Path(text)
+        if not path.is_file():
+            raise HisparseError(f"{where} {text}: no such file")
+        data = inputs.read_toml(path)
+        table = data.get("speculative", data)
+        if not isinstance(table, dict):
+            raise HisparseError(f"{text}: [speculative] must be a table")
+        table = dict(table)
+        if accept_probs:
+            table.update(accept_probs=list(accept_probs), accept_method=AcceptMethod.DISTRIBUTION.value)
+            table.pop("accept_len", None)
+        elif accept_len is not None:
+            table["accept_len"] = accept_len
+            table.pop("accept_probs", None)
+            table["accept_method"] = method or table.get("accept_method", AcceptMethod.MULTINOMIAL.value)
+            if table["accept_method"] == AcceptMethod.DISTRIBUTION.value:
+                table["accept_method"] = AcceptMethod.MULTINOMIAL.value
+        return from_table(table, f"{text}: [speculative]")
     m = _SPEC_RE.match(str(text))
     if not m:
         raise HisparseError(f"{where} {text!r}: expected ALGORITHM:STEPS-TOPK-DRAFT, e.g. eagle:5-1-6 or mtp:1-1-2")
