@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import HisparseError
 from .memory import plan_memory
-from .misses import MissProfiles, scenario_profiles
+from .misses import MissProfiles, scenario_profiles, speculative_policy
 from .model import RunResult, System, simulate
 from .scenario import Scenario, load_scenario
 from .slo import (
@@ -222,7 +222,8 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
         profiles: MissProfiles = scenario_profiles(sc, hs, initial)
         all_profiles.append(profiles)
         w = sc.workload
-        knobs.append(KnobResult(hs.device_buffer_size, hs.host_to_device_ratio, profiles.source, hs.policy,
+        policy = speculative_policy(hs.policy)[0] if sc.speculative is not None else hs.policy
+        knobs.append(KnobResult(hs.device_buffer_size, hs.host_to_device_ratio, profiles.source, policy,
                                 profiles.mean_share(),
                                 tuple(profiles.mapping_notes(top_k=hs.top_k, buffer=hs.device_buffer_size,
                                                              output_tokens=w.output_tokens,
