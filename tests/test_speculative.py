@@ -217,3 +217,24 @@ def test_a_speculative_file(tmp_path):
     f.write_text('[speculative]\nspeculative = "eagle:5-1-6"\naccept_len = 3.5\nbogus = 1\n')
     with pytest.raises(HisparseError, match="bogus"):
         parse_speculative(str(f))
+
+
+def test_whatif_verdict_by_hand():
+    """Rows of one system with and without speculative decoding: per-load throughput ratios, the best
+    under the targets and the verdict against the model's error band."""
+    from simulator.serving.spec_whatif import compare, summary_lines
+
+    def row(spec, conc, tok, tpot):
+        return {"system": "baseline", "speculative": spec, "concurrency": conc, "rate_per_s": 0.0,
+                "device_buffer_size": None, "host_to_device_ratio": None, "steady_tok_s_deployment": tok,
+                "tpot_p99_ms": tpot, "ttft_p99_s": 1.0, "overloaded": False, "searched": False}
+
+    rows = [row("off", 1, 100, 20), row("off", 8, 500, 60), row("eagle 1-1-2", 1, 180, 12),
+            row("eagle 1-1-2", 8, 520, 130)]
+    out = compare(rows, slo_tpot_ms=100, slo_ttft_s=None, band=0.1)["systems"]["baseline"]
+    assert [p["throughput_ratio"] for p in out["points"]] == pytest.approx([1.8, 1.04])
+    # under TPOT 100 ms: with it only concurrency 1 passes (180), without it concurrency 8 (500)
+    assert out["best_on"]["concurrency"] == 1 and out["best_off"]["concurrency"] == 8
+    assert out["gain"] == pytest.approx(180 / 500) and out["verdict"] == "loses"
+    assert compare(rows, slo_tpot_ms=200, slo_ttft_s=None, band=0.1)["systems"]["baseline"]["verdict"] == "tie"
+    assert "LOSES" in summary_lines({"band": 0.1, "systems": {"baseline": out}})[0]
