@@ -81,6 +81,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "hisparse.host_to_device_ratio=4, hisparse.policy=lru; kinds model, gpu, deployment, "
                         "workload, hisparse; keys and types: hisparse presets --schema KIND")
     p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
+    p.add_argument("--speculative", default=None, metavar="ALGO:STEPS-TOPK-DRAFT",
+                   help="speculative decoding as SGLang's --speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens, "
+                        "e.g. eagle:5-1-6 or eagle:1-1-2 (topk 1), with --accept-len or --accept-probs; or a TOML file "
+                        "with a [speculative] table (speculative, accept_len, accept_method, accept_probs; "
+                        "docs/speculative-decoding.md)")
+    p.add_argument("--accept-len", type=positive_float, default=None, metavar="MEAN",
+                   help="--speculative: mean tokens a step keeps, as SGLANG_SIMULATE_ACC_LEN pins it (1..steps+1)")
+    p.add_argument("--accept-method", choices=("multinomial", "match-expected"), default=None,
+                   help="--speculative: how each step's accept length is drawn around --accept-len, as "
+                        "SGLANG_SIMULATE_ACC_METHOD (default multinomial, SGLang's default)")
+    p.add_argument("--accept-probs", type=comma_list(nonneg_float), default=None, metavar="P1,P2,...",
+                   help="--speculative: P(accept length = 1..steps+1) per step instead of --accept-len (seeded draws)")
+    p.add_argument("--compare-speculative", action="store_true", default=None,
+                   help="what-if: also plan without speculative decoding and say whether it pays off at each load "
+                        "(table, plot, recommendation)")
     p.add_argument("--concurrency", type=comma_list(positive_int), default=None,
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
     p.add_argument("--rate", type=comma_list(positive_float), default=None,
@@ -197,7 +212,10 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
              ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
              ("overrides", "--set", []), ("report", "--report", None), ("price_gpu_hour", "--price-gpu-hour", None),
-             ("price_host_gb_month", "--price-host-gb-month", None), ("prices", "--prices", None))
+             ("price_host_gb_month", "--price-host-gb-month", None), ("prices", "--prices", None),
+             ("speculative", "--speculative", None), ("accept_len", "--accept-len", None),
+             ("accept_method", "--accept-method", None), ("accept_probs", "--accept-probs", None),
+             ("compare_speculative", "--compare-speculative", False))
 
 
 def _given(args: argparse.Namespace) -> list[str]:
@@ -232,7 +250,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..progress import progress
     from ..serving.planner import PlanInputs, prepare, recommend, run_plan_full, search_plan
 
-    inp = PlanInputs(model=args.model, gpu=args.gpu, deployment=args.deployment, workload=args.workload,
+    spec = _speculative(args)
+    inp = PlanInputs(speculative=spec, model=args.model, gpu=args.gpu, deployment=args.deployment, workload=args.workload,
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
                      concurrency=tuple(args.concurrency), rates=tuple(args.rate), slo_tpot_ms=args.slo_tpot_ms,
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
@@ -249,13 +268,29 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     if not args.no_search:
         plan = search_plan(plan, inp, on_point=None)
     rows = plan.rows()
+    if args.compare_speculative:  # the what-if: the same plan without speculative decoding
+        import dataclasses
+
+        inp_off = dataclasses.replace(inp, speculative=None)
+        prep_off = prepare(inp_off, inp_off.scenario())
+        plan_off = run_plan_full(inp_off, prepared=prep_off)
+        if not args.no_search:
+            plan_off = search_plan(plan_off, inp_off, on_point=None)
+        rows = rows + plan_off.rows()
     from ..serving.prices import add_costs
 
     add_costs(rows, sc, prices)
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
-    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
+    report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates),
+                                     "speculative": spec.describe() if spec is not None else None},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
+    if args.compare_speculative:
+        from ..serving.spec_whatif import compare
+
+        report["speculative_whatif"] = compare(rows, args.slo_tpot_ms, args.slo_ttft_s)
+    if spec is not None:
+        report["speculative"] = spec.describe()
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if args.out:
         _write_outputs(args.out, rows, report, rec)
@@ -267,12 +302,38 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         print_json(report)
         return 0
     _print_report(sc, plan, rows, rec, report["search"])
+    if spec is not None:
+        print(f"{spec.describe()}; TPOT = step time / tokens kept (bench_serving's definition)")
+    if "speculative_whatif" in report:
+        from ..serving.spec_whatif import summary_lines
+
+        for line in summary_lines(report["speculative_whatif"]):
+            print(line)
     if prices:
         print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
               f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
               "steady output tokens")
     _print_launch(report["launch"], rec)
     return 0
+
+
+def _speculative(args: argparse.Namespace):
+    """--speculative and its acceptance -> a SpeculativeSpec (None without it); the acceptance
+    options and --compare-speculative need it."""
+    from ..errors import HisparseError
+    from ..serving.speculative import parse_speculative
+
+    if args.speculative is None:
+        extra = [o for o, v in (("--accept-len", args.accept_len), ("--accept-method", args.accept_method),
+                                ("--accept-probs", args.accept_probs)) if v is not None]
+        if args.compare_speculative:
+            extra.append("--compare-speculative")
+        if extra:
+            raise HisparseError(f"{', '.join(extra)} need --speculative ALGO:STEPS-TOPK-DRAFT (e.g. eagle:5-1-6)")
+        return None
+    if args.accept_probs and (args.accept_len is not None or args.accept_method):
+        raise HisparseError("--accept-probs and --accept-len / --accept-method: give the distribution or the mean")
+    return parse_speculative(args.speculative, args.accept_len, args.accept_method, tuple(args.accept_probs or ()))
 
 
 def _search_summary(plan, off: bool) -> dict:
@@ -418,9 +479,12 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
     cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
                   and not (c == "usd_per_m_output_tokens" and df[c].isna().all())]
-    for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"], dropna=False,
-                                                sort=False):
+    if "speculative" not in df:
+        df["speculative"] = "off"
+    for (system, buf, ratio, spec), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
+                                                       "speculative"], dropna=False, sort=False):
         title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g})"
+        title += "" if spec == "off" else f", speculative {spec}"
         print(f"== {title}")
         table = grp[cols].rename(columns=SHORT)
         table["over"] = table["over"].map({True: "yes", False: ""})

@@ -44,6 +44,17 @@ TP_MOE_KERNELS = {"triton_fused_moe": {"routed_gate_up": "fused_moe_tp_up", "rou
 DEFAULT_TP_MOE_KERNEL = "triton_fused_moe"
 GROUPED_KINDS = ("grouped_gemm", *TP_MOE_KINDS.values())
 KINDS = ("gemm", "batched_gemm", *GROUPED_KINDS, "elementwise", "indexer", "attention")
+# The lightning indexer's kernels of one layer (``attention_ops``): under IndexShare (GLM-5.2) only the
+# anchor ("full") layers run them; a shared layer attends with its anchor's top-k and owns no indexer
+# weights (transformers GlmMoeDsaConfig ``indexer_types``; SGLang/vLLM build no Indexer for skip_topk layers).
+INDEXER_OPS = frozenset({"indexer_wq_b", "indexer_wk", "indexer_weights_proj", "indexer_k_norm_rope_quant_store",
+                         "indexer_q_rope_quant", "indexer_score_topk"})
+
+
+def anchor_layer_ids(m: object) -> tuple[int, ...]:
+    """The layers that run the indexer: a ModelSpec's ``anchor_layers``, or every layer for a shape
+    without IndexShare fields."""
+    return tuple(getattr(m, "anchor_layers", range(m.layers)))  # type: ignore[attr-defined]
 
 
 class ModelShape(Protocol):
@@ -279,10 +290,17 @@ def step_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(
              kv_row_bytes: int = 1152) -> list[tuple[int, list[Op]]]:
     """The whole step as (repeat count, ops): dense layers, MoE layers, the head."""
     out = []
-    if m.dense_layers:
-        out.append((m.dense_layers, layer_ops(m, batch, ctx_sum, layout, dense=True, kv_row_bytes=kv_row_bytes)))
-    if m.layers > m.dense_layers:
-        out.append((m.layers - m.dense_layers, layer_ops(m, batch, ctx_sum, layout, kv_row_bytes=kv_row_bytes)))
+    anchors = anchor_layer_ids(m)
+    dense_anchors = sum(1 for a in anchors if a < m.dense_layers)
+    for count, n_anchor, dense in ((m.dense_layers, dense_anchors, True),
+                                   (m.layers - m.dense_layers, len(anchors) - dense_anchors, False)):
+        if count <= 0:
+            continue
+        ops = layer_ops(m, batch, ctx_sum, layout, dense=dense, kv_row_bytes=kv_row_bytes)
+        if n_anchor:
+            out.append((n_anchor, ops))
+        if count > n_anchor:  # IndexShare's shared layers: the same layer without the indexer
+            out.append((count - n_anchor, [o for o in ops if o.name not in INDEXER_OPS]))
     out.append((1, step_head_ops(m, batch, layout)))
     return out
 

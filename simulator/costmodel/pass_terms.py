@@ -56,20 +56,23 @@ def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     """The rank's attention-side GEMMs and elementwise ops: at the padded graph batch when the
     pass decodes (CUDA graph), at the extend batch's tokens, or at the real batch of a rank that
     decodes inside an extend pass (no graph)."""
-    rows = w.tokens if (s.extend or not s.padded) else s.padded
+    rows = w.tokens * s.verify if (s.extend or not s.padded) else s.padded
     return c.attention_fixed(rows)
 
 
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
         return {"lightning indexer": sum(c.prefill_indexer(n, prior) for n, prior in w.chunks)}
-    return {"lightning indexer": c.m.layers * c.indexer(w.ctx_sum, w.decode)}
+    return {"lightning indexer": c.m.indexer_layers * c.indexer(w.ctx_sum, w.decode, s.verify)}  # IndexShare: anchors only
 
 
 def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
         return {"sparse attention": sum(c.prefill_attention(n, prior) for n, prior in w.chunks)}
-    return {"sparse attention": c.m.layers * c.attention(w.decode, w.ctx_sum)}
+    # a verify pass: every query position reads its own top-k rows (FlashMLA's sparse decode with
+    # s_q positions per request gathers each position's indices; no dedupe across positions)
+    q = s.verify
+    return {"sparse attention": c.m.layers * c.attention(w.decode * q, w.ctx_sum * q if q > 1 else w.ctx_sum)}
 
 
 def _swap_in(c: CostModel, s: PassShape, w: RankWork) -> Parts:
@@ -84,7 +87,8 @@ def _backup(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     a decode step's newest tokens or an extend batch's chunk, ``backup_overlap`` of it hidden."""
     if not s.hisparse:
         return {}
-    return {"KV backup to host": c.kv_copy_time(w.tokens) * (1 - c.p.backup_overlap)}
+    tokens = w.tokens if s.extend else w.tokens * s.accepted  # speculative: the accepted tokens' KV
+    return {"KV backup to host": c.kv_copy_time(tokens) * (1 - c.p.backup_overlap)}
 
 
 def _mlp_side(c: CostModel, s: PassShape, w: None) -> Parts:
@@ -97,6 +101,20 @@ def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:
     if s.tokens <= 0:
         return {}
     return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None)}
+
+
+def _draft_passes(c: CostModel, s: PassShape, w: None) -> Parts:
+    """Speculative decoding: the draft model's passes before the verify (``CostModel.draft_time``),
+    each priced by this same table on the draft layer's shapes."""
+    if not s.drafts or c.spec is None or s.tokens <= 0:
+        return {}
+    return {"draft passes (MTP layer)": c.draft_time(s)}
+
+
+def _draft_how(c: CostModel) -> tuple[Provenance, str]:
+    kind, src = _kernels(c)
+    return kind, (f"the draft layer's kernels ({src}); passes per step and their shapes from SGLang's "
+                  "eagle_worker.py (serving/speculative.py)")
 
 
 def _kernels(c: CostModel) -> tuple[Provenance, str]:
@@ -136,4 +154,5 @@ PASS_TERMS: list[PassTerm] = [
     PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup, _backup_how),
     PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _kernels),
     PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives, _collectives_how),
+    PassTerm("draft passes", Scope.INSTANCE, Category.COMPUTE, _draft_passes, _draft_how),
 ]

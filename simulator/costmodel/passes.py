@@ -29,6 +29,8 @@ shapes and the deployment's layout (``pricing.layout_for``):
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +42,7 @@ from . import pass_terms
 from .collectives import Collective
 from .ops import (
     GROUPED_KINDS,
+    INDEXER_OPS,
     Op,
     attention_ops,
     dense_mlp_ops,
@@ -117,6 +120,12 @@ class Pass:
     ranks: tuple[RankWork, ...]
     hisparse: bool = False
     steps: int = 1
+    # speculative decoding (``serving/speculative.py``): a decode pass is a target verify over
+    # ``verify`` query positions per request, ``accepted`` tokens kept per request (their KV backed
+    # up to host), and with ``drafts`` the draft model's passes before it (``CostModel.spec``)
+    verify: int = 1
+    accepted: Any = 1.0
+    drafts: bool = False
 
     @classmethod
     def uniform(cls, batch: int, ctx_per_request: Any, ranks: int, *, hisparse: bool = False,
@@ -145,19 +154,28 @@ class PassShape:
     padded: int  # decode: the captured graph batch of the largest rank; extend: 0
     mlp_rows: float | None  # dense MLP rows (decode: every rank padded); None: the real tokens
     head_rows: float | None  # lm_head rows (extend: decoding requests and one per extend request)
+    verify: int = 1  # query positions per decoding request (speculative verify: 1 + drafts)
+    accepted: Any = 1.0  # tokens each decoding request keeps (speculative: the accept length)
+    drafts: bool = False  # price the draft model's passes (Pass.drafts)
+    work: tuple = ()  # every rank's work (the draft passes re-run it on the draft model)
+    steps: int = 1  # consecutive steps the pass prices (Pass.steps)
 
     @classmethod
     def of(cls, cost: CostModel, p: Pass) -> PassShape:
         busy = [r for r in p.ranks if r.busy]
         tokens = float(sum(r.tokens for r in busy))
         biggest = max((r.tokens for r in busy), default=0)
+        spec = dict(accepted=p.accepted, drafts=p.drafts, work=p.ranks, steps=p.steps)
         if p.extend:
             decode_tokens = sum(r.decode for r in busy if not r.chunks)
             samples = sum(len(r.chunks) for r in busy)
-            return cls(True, p.hisparse, tokens, biggest, 0, None, float(decode_tokens + max(samples, 1)))
-        padded = cuda_graph_batch(biggest)
+            return cls(True, p.hisparse, tokens, biggest, 0, None, float(decode_tokens + max(samples, 1)), **spec)
+        # a verify pass runs every request's q positions; its CUDA graph is captured per request
+        # batch with q tokens each (SGLang's target-verify graph: num_tokens_per_bs = num_draft_tokens)
+        q = max(1, int(p.verify))
+        padded = cuda_graph_batch(biggest) * q
         rows = float(padded * cost.layout.attention_dp)
-        return cls(False, p.hisparse, tokens, biggest, padded, rows, None)
+        return cls(False, p.hisparse, tokens * q, biggest * q, padded, rows, None, verify=q, **spec)
 
 
 @dataclass(frozen=True)
@@ -204,12 +222,43 @@ class StepTime:
 
 class CostModel:
     def __init__(self, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, params: CostParams,
-                 terms: GpuTerms | None = None) -> None:
+                 terms: GpuTerms | None = None, spec: Any = None) -> None:
         self.m, self.g, self.d, self.p = model, gpu, dep, params
         self.terms = terms or terms_for(gpu)
         self.t: StepTerms = self.terms.terms
         self.layout = layout_for(dep, model)
         self._fixed_cache: dict[tuple, float] = {}
+        self.spec = spec  # serving.speculative.SpeculativeSpec, or None
+        self._draft: CostModel | None = None
+
+    @property
+    def draft(self) -> CostModel:
+        """The draft model's cost model: GLM's MTP / NextN layer(s), a decoder layer of the target's
+        shapes (attention, indexer, MoE) with the target's lm_head, on the same GPUs and layout
+        (``memory.nextn_weights_per_gpu`` reads its weights the same way); its KV stays on the
+        device (no swap-in: PR #37771 keeps the draft KV in its logical GPU space)."""
+        if self._draft is None:
+            n = self.spec.draft_layers if self.spec is not None else 1
+            one = dataclasses.replace(self.m, layers=n, dense_layers=0, name=f"{self.m.name} draft")
+            if hasattr(one, "index_topk_freq"):  # the MTP layer runs its own indexer (no IndexShare group)
+                one = dataclasses.replace(one, index_topk_freq=1)
+            self._draft = CostModel(one, self.g, self.d, self.p, self.terms)
+        return self._draft
+
+    def draft_time(self, s: PassShape):
+        """Seconds of the draft model's passes that precede a verify pass (``Pass.drafts``): one
+        draft extend over the last step's accepted tokens (its CUDA graph holds ``verify`` tokens
+        per request) and ``num_steps - 1`` one-token passes; before a prefill pass, the draft
+        layer's own prefill of the same chunks (EAGLE's draft extend after the target's)."""
+        ranks = tuple(RankWork(r.decode, r.ctx_sum, None, r.chunks) for r in s.work)
+        d = self.draft
+        if s.extend:
+            return d.pass_time(Pass(ranks)).total_s
+        extend = d.pass_time(Pass(ranks, steps=s.steps, verify=s.verify)).total_s
+        rest = self.spec.num_steps - 1 if self.spec is not None else 0
+        if rest <= 0:
+            return extend
+        return extend + rest * d.pass_time(Pass(ranks, steps=s.steps)).total_s
 
     # -- ops --------------------------------------------------------------------------------------
     def op_time(self, op: Op) -> float:
@@ -241,7 +290,9 @@ class CostModel:
         at its (padded) batch: these run on each DP rank's own requests."""
         m = self.m
         ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes)
-        return [(m.layers, o) for o in ops if o.kind not in ("indexer", "attention")]
+        # the indexer's projections only on the layers that run it (IndexShare anchors)
+        return [(m.indexer_layers if o.name in INDEXER_OPS else m.layers, o) for o in ops
+                if o.kind not in ("indexer", "attention")]
 
     def mlp_side_ops(self, instance_tokens: float, rows: float | None = None,
                      head_rows: float | None = None) -> list[tuple[int, Op]]:
@@ -365,12 +416,21 @@ class CostModel:
         measured = sorted(self.t.indexer, key=lambda k: abs(int(k.split("_h")[-1]) - heads))
         return self.t.indexer[measured[0]]
 
-    def indexer(self, ctx_sum, requests: int):
+    def indexer(self, ctx_sum, requests: int, queries: int = 1):
         """One layer's lightning indexer over every context token of the rank's requests (the
-        measured kernel: launch + key bytes / bandwidth + the per-request top-k select)."""
+        measured kernel: launch + key bytes / bandwidth + the per-request top-k select). With
+        ``queries`` positions per request (a speculative verify) the keys are read once per request
+        (DeepGEMM's paged MQA logits take ``next_n`` queries per sequence) and the top-k select runs
+        per query row: ``requests x queries`` rows in waves of the SMs (a derivation from the fit)."""
         if requests <= 0:
             return np.asarray(ctx_sum, dtype=float) * 0.0
-        return self._indexer_term().time(requests, np.asarray(ctx_sum, dtype=float))
+        t = self._indexer_term()
+        if queries <= 1:
+            return t.time(requests, np.asarray(ctx_sum, dtype=float))
+        ctx = np.asarray(ctx_sum, dtype=float)
+        waves = math.ceil(requests * queries / t.sms)
+        out = t.launch_s + ctx * 132 / t.bw + t.select_s_per_token * waves * ctx / requests
+        return float(out) if np.ndim(out) == 0 else out
 
     def attention_roofline(self, batch: int, heads: int | None = None, k=None,
                            row_bytes: int | None = None):
@@ -440,14 +500,14 @@ class CostModel:
 
     # -- a prompt chunk's context terms ----------------------------------------------------------
     def prefill_indexer(self, tokens: int, prior_ctx: int) -> float:
-        """Every layer's indexer over a prompt chunk: an FP8 GEMM of each query against every earlier
+        """The indexer layers' scoring of a prompt chunk (IndexShare: the anchors only): an FP8 GEMM of each query against every earlier
         key (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate)."""
         m = self.m
         ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
         heads_idx = m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
         idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
         idx_bytes = (prior_ctx + tokens) * m.indexer_row_bytes
-        return m.layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
+        return m.indexer_layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
 
     def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
         """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at

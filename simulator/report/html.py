@@ -26,7 +26,8 @@ pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; word-break: br
 """
 
 # the columns of the points table: (key, header, format)
-COLUMNS = (("system", "system", "s"), ("device_buffer_size", "buffer", "d"), ("host_to_device_ratio", "host ratio", "g"),
+COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("device_buffer_size", "buffer", "d"),
+           ("host_to_device_ratio", "host ratio", "g"),
            ("concurrency", "conc", "d"), ("rate_per_s", "rate/s", "g"), ("steady_tok_s_deployment", "steady tok/s", ".1f"),
            ("steady_tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tpot_p99_ms", "TPOT p99 ms", ".1f"),
            ("ttft_p99_s", "TTFT p99 s", ".2f"), ("max_running_deployment", "max run", "d"),
@@ -52,7 +53,7 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 
 def _is(row: dict | None, other: dict | None) -> bool:
-    keys = ("system", "device_buffer_size", "host_to_device_ratio", "concurrency", "rate_per_s")
+    keys = ("system", "device_buffer_size", "host_to_device_ratio", "concurrency", "rate_per_s", "speculative")
     return bool(row and other and all(row.get(k) == other.get(k) for k in keys))
 
 
@@ -132,8 +133,9 @@ _SCRIPT = """
   var xlabel = open ? 'arrival rate (requests/s)' : 'concurrency (clients)';
   var groups = {};
   rows.forEach(function (r) {
-    var name = r.system === 'baseline' ? 'baseline' :
-      'hisparse (buffer ' + r.device_buffer_size + ', ratio ' + r.host_to_device_ratio + ')';
+    var name = (r.system === 'baseline' ? 'baseline' :
+      'hisparse (buffer ' + r.device_buffer_size + ', ratio ' + r.host_to_device_ratio + ')') +
+      (r.speculative && r.speculative !== 'off' ? ', ' + r.speculative : '');
     (groups[name] = groups[name] || []).push(r);
   });
   function traces(key) {

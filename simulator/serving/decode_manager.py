@@ -29,11 +29,12 @@ class DecodeManager:
         self.retractions = 0
         self.reprefill_tokens = 0.0  # prompt + generated tokens to prefill again (colocated)
         self.pending_copy_s = 0.0  # pd-decode: KV offloads of retracted requests not yet waited for
+        self.ahead = 1  # KV positions a decode step writes per request (speculative: the verify's)
 
     def check(self, k: Rank) -> None:
         """``check_decode_mem``, and on failure ``retract_decode`` (the last request is never
         retracted: SGLang aborts the run when even it does not fit)."""
-        if not k.running or k.pool.pages_needed(k.running) <= k.pool.available():
+        if not k.running or k.pool.pages_needed(k.running, self.ahead) <= k.pool.available():
             return
         order = retract_order([r.seq for r in k.running])
         kept = list(k.running)
@@ -43,12 +44,12 @@ class DecodeManager:
             r = k.running[i]
             kept.remove(r)
             self.retract(k, r)
-            if k.pool.pages_needed(kept) <= k.pool.available():
+            if k.pool.pages_needed(kept, self.ahead) <= k.pool.available():
                 break
         k.running = kept
         k.ratio = ratio_after_retract([r.seq for r in kept])
         k.batch_is_full = False
-        if k.pool.pages_needed(kept) > k.pool.available():
+        if k.pool.pages_needed(kept, self.ahead) > k.pool.available():
             raise HisparseError(f"{self.files}: out of KV memory with one request left (SGLang aborts it: "
                                 "'Out of memory even after retracting all other requests')")
 

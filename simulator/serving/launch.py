@@ -113,4 +113,13 @@ def launch_for(scenario, row: dict | None) -> Launch | None:
     if row["system"] == "hisparse":
         hs = dataclasses.replace(scenario.hisparse, device_buffer_size=int(row["device_buffer_size"]),
                                  host_to_device_ratio=float(row["host_to_device_ratio"]))
-    return launch_command(scenario.model, scenario.deployment, hs, gpus_per_node=scenario.gpu.gpus_per_node)
+    lc = launch_command(scenario.model, scenario.deployment, hs, gpus_per_node=scenario.gpu.gpus_per_node)
+    spec = getattr(scenario, "speculative", None)
+    if spec is None or row.get("speculative", "off") == "off":
+        return lc
+    # speculative decoding: SGLang's flags, and the acceptance the plan assumed (a benchmark pins it so)
+    flags = tuple(a for f in spec.launch_flags() for a in f.split())
+    note = (f"speculative decoding planned at {spec.describe()}; a benchmark pins it with "
+            f"SGLANG_SIMULATE_ACC_LEN={spec.accept_len:g} SGLANG_SIMULATE_ACC_METHOD={spec.accept_method.value}"
+            if spec.accept_method.value != "distribution" else f"speculative decoding planned at {spec.describe()}")
+    return dataclasses.replace(lc, argv=lc.argv + flags, notes=lc.notes + (note,))

@@ -68,7 +68,8 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     attention = m.layers * m.attention_params / dep.attn_tp * b("attention")
     attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
     gates = m.indexer_gate_params  # weights_proj: bf16, not quantised
-    attention += m.layers * ((m.indexer_params - gates) * b("attention") + gates * 2)  # replicated on every GPU
+    # replicated on every GPU; IndexShare's shared layers own no indexer (m.indexer_layers)
+    attention += m.indexer_layers * ((m.indexer_params - gates) * b("attention") + gates * 2)
     mlp = (m.dense_layers * m.dense_mlp_params * b("dense")
            + m.moe_layers * m.shared_experts * m.expert_params * b("shared_expert")
            + m.moe_layers * m.experts * m.expert_params * b("routed_expert")) / dep.tp
@@ -92,6 +93,19 @@ def nextn_weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     no_embed = weights_per_gpu(one, dep) - m.embedding_params * m.embedding_bytes_per_param * (
         (1 if dep.attention == Attention.DP else 1 / dep.tp) + 1 / dep.tp)
     return no_embed + 2 * m.hidden_size * m.hidden_size * 2
+
+
+def speculative_memory(model: ModelSpec, dep: DeploymentSpec, spec, pool_tokens: int, max_running: int) -> float:
+    """HBM per GPU speculative decoding takes beyond the target's KV budget (SGLang
+    ``model_runner.py``): the draft layer's weights (``nextn_weights_per_gpu``) and the draft
+    worker's KV pool, sized ``pool + max_num_reqs x (num_steps x topk + num_draft_tokens) + 100``
+    slots (the target's pool gets the same headroom) of one MLA row and one indexer row per draft
+    layer. Under HiSparse ``pool_tokens`` is the logical pool: the draft KV stays in its logical GPU
+    space (PR #37771). Activations and the draft's CUDA graphs are not counted."""
+    headroom = max_running * (spec.num_steps * spec.eagle_topk + spec.num_draft_tokens) + 100
+    draft_kv = (pool_tokens + headroom) * spec.draft_layers * (model.kv_row_bytes + model.indexer_row_bytes)
+    target_headroom = headroom * (model.kv_bytes_per_token() + model.indexer_bytes_per_token())
+    return nextn_weights_per_gpu(model, dep) * spec.draft_layers + draft_kv + target_headroom
 
 
 @dataclass(frozen=True)
@@ -156,7 +170,7 @@ def legacy_cell_bytes(model: ModelSpec) -> int:
     (``pool_configurator.py`` at main 2026-04-10)."""
     elements = model.kv_lora_rank + model.qk_rope_head_dim
     dtype_bytes = 2 if model.kv_row_bytes >= 2 * elements else 1
-    return model.layers * (elements * dtype_bytes + model.indexer_row_bytes)
+    return model.layers * elements * dtype_bytes + model.indexer_layers * model.indexer_row_bytes
 
 
 def _page_floor(tokens: float, page: int) -> int:
@@ -164,12 +178,16 @@ def _page_floor(tokens: float, page: int) -> int:
 
 
 def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: HiSparseSpec | None, *,
-                where: str = "") -> MemoryPlan:
-    """The pools of one attention rank, with ``where`` (the files) named in errors."""
+                where: str = "", spec=None) -> MemoryPlan:
+    """The pools of one attention rank, with ``where`` (the files) named in errors. ``spec``
+    (speculative decoding): the running cap SGLang defaults to, and the draft layer's weights and
+    KV pool checked against the slack (``speculative_memory``)."""
     weights = weights_per_gpu(model, dep)
     budget = gpu.free_before_load * dep.mem_fraction_static - weights
     ratio = hisparse.host_to_device_ratio if hisparse else 1.0
-    cell = model.layers * model.kv_row_bytes + int(model.layers * model.indexer_row_bytes * ratio)
+    # index-K rows only on the layers that own an indexer (IndexShare elides the shared layers':
+    # sglang DSATokenToKVPool ``indexer_layer_ids`` / ``indexer_layer_id_to_slot``)
+    cell = model.layers * model.kv_row_bytes + int(model.indexer_layers * model.indexer_row_bytes * ratio)
     budgeted = cell if dep.pool_profile == PoolProfile.SINCE_31992 else legacy_cell_bytes(model)
     derived = _page_floor(budget // budgeted, dep.page_size)
     if derived <= 0 and budget > 0 and budget // budgeted < 1:  # the slot, not the weights
@@ -216,8 +234,13 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
         estimated = 4096
     derived_running = min(estimated, tokens // 2)
     per_rank_attn_dp = dep.ranks_per_instance
-    if dep.max_running_requests:
-        running = min(dep.max_running_requests // per_rank_attn_dp, tokens // 2)
+    cap = dep.max_running_requests
+    if spec is not None and not cap:
+        from .speculative import SPEC_DEFAULT_MAX_RUNNING
+
+        cap = SPEC_DEFAULT_MAX_RUNNING  # server_args: speculative decoding without --max-running-requests
+    if cap:
+        running = min(cap // per_rank_attn_dp, tokens // 2)
         if running < 1:
             raise HisparseError(f"{where}: max_running_requests {dep.max_running_requests} is below one request "
                                 f"per DP rank ({per_rank_attn_dp} ranks)")
@@ -225,6 +248,15 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
         running = derived_running
     system = "hisparse" if hisparse else "baseline"
     buffer_slots = hisparse.device_buffer_size + dep.page_size if hisparse else 0
+    if spec is not None:
+        need = speculative_memory(model, dep, spec, host_tokens if hisparse else tokens, running)
+        slack = gpu.free_before_load * (1 - dep.mem_fraction_static) - beyond
+        if need > slack:
+            raise HisparseError(
+                f"{where}: speculative decoding ({spec.label}): the draft layer's weights and KV pool take "
+                f"{need / 1e9:.1f} GB per GPU beyond the KV budget, more than the {slack / 1e9:.1f} GB that "
+                f"mem_fraction_static {dep.mem_fraction_static:g} leaves (SGLang loads the draft worker after "
+                "the target's pool; lower mem_fraction_static)")
     return MemoryPlan(system, weights, budget, cell, tokens, derived, host_tokens, host_pool, running,
                       derived_running, buffer_slots, model.kv_row_bytes, model.layers, budgeted)
 

@@ -17,6 +17,7 @@ replays each configuration once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -126,9 +127,32 @@ def _first_context(streams) -> int:
     return 0
 
 
+# the commit policy of SGLang's multi-step (speculative) swap kernel, PR #32162
+MTP_POLICY = "sglang-clock"
+
+
+def speculative_policy(policy: str) -> tuple[str, str]:
+    """(the policy a speculative replay runs, a note): a policy that commits several steps at once
+    (a placed one: sglang-clock, salru) as given, else SGLang's multi-step CLOCK (the single-step
+    LRU has no multi-step path in SGLang: PR #32162 added the CLOCK commit for MTP)."""
+    from ..replay.config import ReplayConfig
+
+    try:
+        placed = ReplayConfig(policy=policy, buffer=4096).placed
+    except HisparseError:
+        placed = False
+    if placed:
+        return policy, ""
+    return MTP_POLICY, (f"speculative decoding: the hot buffer runs SGLang's multi-step swap commit ({MTP_POLICY}, "
+                        f"PR #32162) instead of policy {policy!r}, which has no multi-step commit")
+
+
 def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "lru", initial: str = "prefix",
-                  use_cache: bool = True) -> MissProfiles:
-    """Replay ``trace`` (default: ``DEFAULT_TRACE``) and return per-request miss shares."""
+                  use_cache: bool = True, mtp_steps: int = 1) -> MissProfiles:
+    """Replay ``trace`` (default: ``DEFAULT_TRACE``) and return per-request miss shares.
+    ``mtp_steps`` > 1 (speculative decoding: the verify positions of one step): that many
+    consecutive trace steps are one swap commit (their union, deduped; a placed policy), each
+    unique miss counted at its first step."""
     from ..replay import ReplayConfig, replay
     from ..replay.compiled_cache import engine_digest
 
@@ -137,13 +161,15 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
     if scaled < k_trace:
         raise HisparseError(f"buffer {buffer} scaled to the trace's k ({k_trace}) is {scaled} < k")
     key = f"{digest}-{policy}-{scaled}-{initial}-engine{engine_digest()[:12]}"
+    if mtp_steps > 1:
+        key += f"-mtp{mtp_steps}"
     cached = cache_dir() / f"misses-{key}.npz"
     if use_cache and cached.exists():
         data = np.load(cached)
         names = sorted((n for n in data.files if n.startswith("r")), key=lambda n: int(n[1:]))
         ctx = int(data["ctx0"]) if "ctx0" in data.files else 0
         return MissProfiles(tuple(data[n] for n in names), label, (), k_trace, scaled, ctx)
-    cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial)
+    cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial, mtp_steps=mtp_steps)
     by_request: dict[int, list[np.ndarray]] = {}
     for m in replay(streams(), cfg, k=k_trace, per_step=True).streams:
         by_request.setdefault(m.request, []).append(m.misses / k_trace)
@@ -159,3 +185,19 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         with atomic_output(cached) as fh:
             np.savez(fh, ctx0=np.int64(ctx), **{f"r{i}": a for i, a in enumerate(shares)})
     return MissProfiles(shares, label, (), k_trace, scaled, ctx)
+
+
+def scenario_profiles(sc, hs, initial: str) -> MissProfiles:
+    """The miss profiles a scenario's HiSparse system runs on: single-step replay of its policy, or
+    under speculative decoding the multi-step commit over the verify positions."""
+    spec = getattr(sc, "speculative", None)
+    if spec is None:
+        return miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy, initial=initial)
+    policy, note = speculative_policy(hs.policy)
+    p = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=policy, initial=initial,
+                      mtp_steps=spec.verify_tokens)
+    how = (f"speculative decoding ({spec.label}): {spec.verify_tokens} consecutive trace steps replayed as one swap "
+           f"commit ({policy}: the union of the verify positions' top-k, deduped), each unique miss charged at its "
+           "first step; a step keeping a tokens is charged the a trace steps it moves over (SGLang's HiSparse + "
+           "speculative serving path: PR #37771, open when read; the kernel, PR #32162, is merged)")
+    return dataclasses.replace(p, notes=p.notes + tuple(n for n in (note, how) if n))

@@ -80,13 +80,15 @@ class InstanceSim:
         if not self.open_loop and concurrency < 1:
             raise HisparseError("a closed-loop point needs concurrency >= 1")
         self.profiles = profiles
-        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms)
+        self.spec = scenario.speculative  # speculative decoding (serving/speculative.py), or None
+        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms, spec=self.spec)
+        self._draws: dict[int, np.ndarray] = {}  # per rank: accept lengths drawn, not yet used
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s
         self.clients = 1 if self.open_loop else max(1, math.ceil(concurrency / d.instances))
         self.scale = d.instances if self.open_loop else concurrency / self.clients
         self.rng = np.random.default_rng(seed)
-        self.plan: MemoryPlan = plan_memory(m, scenario.gpu, d, self.hs, where=scenario.files)
+        self.plan: MemoryPlan = plan_memory(m, scenario.gpu, d, self.hs, where=scenario.files, spec=self.spec)
         self.ratios = RatioSchedule(d.schedule_conservativeness, d.attention == Attention.DP)
         self.pd = d.mode == Mode.PD_DECODE
         self.env = simpy.Environment()
@@ -97,6 +99,13 @@ class InstanceSim:
         self.prealloc = DecodePreallocQueue(self.plan, self.hs, d.page_size, self.cost.kv_copy_time, clock,
                                             self._finish)
         self.decode = DecodeManager(self.hs, profiles, self.pd, self.cost.kv_copy_time, scenario.files)
+        if self.spec is not None:
+            self.decode.ahead = self.spec.verify_tokens
+            if self.hs is not None and self.spec.verify_tokens >= d.page_size:
+                raise HisparseError(f"{scenario.files}: speculative decoding {self.spec.label} with HiSparse: the "
+                                    f"{self.spec.verify_tokens} verify positions must fit the request's extra page "
+                                    f"with its newest token (page_size {d.page_size}; SGLang PR #26445 refuses larger "
+                                    "drafts)")
         n_in, n_out = _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter)
         check_fits(self.plan, n_in, n_out, d.mode, scenario.files)
         if not self.pd:
@@ -229,8 +238,9 @@ class InstanceSim:
                 b = len(k.running)
                 ctx = float(sum(q.input_tokens + q.generated for q in k.running))
                 missed = None
+                accept = int(self._accepts(k, 1)[0])
                 if self.hs is not None:
-                    share = sum(float(self.decode.step_misses(q, 1)[0]) for q in k.running)
+                    share = sum(float(self.decode.step_misses(q, accept).sum()) for q in k.running)
                     missed = share * self.hs.top_k * self.m.layers
                     self.miss_rows += share
                     self.looked_up += b
@@ -238,7 +248,7 @@ class InstanceSim:
                 decoding.append(k)
             else:
                 works.append(RankWork())
-        t = float(self.cost.pass_time(Pass(tuple(works), self.hs is not None)).total_s[0])
+        t = float(self.cost.pass_time(Pass(tuple(works), self.hs is not None, drafts=self.spec is not None)).total_s[0])
         for k in self.ranks:
             self.busy_running_time += t * len(k.running)
             if batches.get(id(k)) and k.running:
@@ -250,8 +260,9 @@ class InstanceSim:
             k.gap_carry = 0.0
             self.itl.append(gaps)
             self.itl_weight.append(np.full(1, len(k.running), dtype=float))
-            done_tokens += len(k.running)
-            self._advance(k, 1)
+            accept = self._take(k, 1)
+            done_tokens += sum(min(int(accept.sum()), q.output_tokens - q.generated) for q in k.running)
+            self._advance(k, 1, accept)
             k.ratio = self.ratios.after_steps(k.ratio, 1)
         if done_tokens:
             self.blocks.append((self.env.now - t, self.env.now, done_tokens))
@@ -306,29 +317,42 @@ class InstanceSim:
         else:
             n_limit = None
         active = [k for k in self.ranks if k.running]
-        n = min(r.output_tokens - r.generated for k in active for r in k.running)
+        left = min(r.output_tokens - r.generated for k in active for r in k.running)  # tokens to the first finish
+        n = left
+        if self.spec is not None:  # steps until the first request finishes, at each rank's accept lengths
+            n = min(int(np.searchsorted(np.cumsum(self._accepts(k, left)), min(r.output_tokens - r.generated
+                                                                                for r in k.running))) + 1
+                    for k in active)
         if n_limit:
             n = min(n, n_limit)
-        n = max(1, min([n] + [max(1, k.pool.room_steps(k.running, n)) for k in active]))
+        n = max(1, min([n] + [max(1, self._room(k, n)) for k in active]))
         if self.hs is not None and not self.pd:  # batch_is_full is cleared every round: retried each step
             n = min([n] + [s for k in active if (s := self.adder.steps_to_admit(k, n)) is not None])
-        works, shares = [], []
+        works, shares, accepted = [], [], []
         for k in self.ranks:
             b = len(k.running)
             if not b:
                 works.append(RankWork())
                 continue
-            ctx = sum(r.input_tokens + r.generated for r in k.running) + b * np.arange(n)
+            acc = self._accepts(k, n)  # tokens each of the n steps keeps (1 without speculative decoding)
+            before = np.concatenate(([0], np.cumsum(acc)[:-1]))
+            accepted.append(acc)
+            ctx = sum(r.input_tokens + r.generated for r in k.running) + b * before
             missed = None
             if self.hs is not None:
                 share = np.zeros(n)
                 for r in k.running:
-                    share += self.decode.step_misses(r, n)
+                    share += self._step_union(r, acc, before)
                 shares.append((b, share))
                 missed = share * self.hs.top_k * self.m.layers
             works.append(RankWork(b, ctx, missed))
         tokens = float(sum(w.decode for w in works))
-        step = c.pass_time(Pass(tuple(works), self.hs is not None, n))
+        if self.spec is not None:
+            q = self.spec.verify_tokens
+            step = c.pass_time(Pass(tuple(works), self.hs is not None, n, verify=q,
+                                    accepted=np.mean(accepted, axis=0), drafts=True))
+        else:
+            step = c.pass_time(Pass(tuple(works), self.hs is not None, n))
         step_s, swap, comm = step.total_s, step.swap_s, step.comm_s
         cum = np.cumsum(step_s)
         start = env.now
@@ -347,7 +371,14 @@ class InstanceSim:
         self.swap_time += float(swap[:steps].sum())
         self.comm_time += float(comm[:steps].sum())
         self.steps += steps
-        self.blocks.append((start, start + spent, tokens * steps))
+        if self.spec is not None:  # tokens the steps kept: each rank's accept lengths, capped at each output
+            tokens_done = 0.0
+            for k in active:
+                kept = int(self._draws[id(k)][:steps].sum())
+                tokens_done += sum(min(kept, r.output_tokens - r.generated) for r in k.running)
+        else:
+            tokens_done = tokens * steps
+        self.blocks.append((start, start + spent, tokens_done))
         for b, share in shares:
             self.miss_rows += float(share[:steps].sum())
             self.looked_up += b * steps
@@ -360,14 +391,58 @@ class InstanceSim:
             k.gap_carry = 0.0
             self.itl.append(gaps)
             self.itl_weight.append(np.full(steps, len(k.running), dtype=float))
-            self._advance(k, steps)
+            self._advance(k, steps, self._take(k, steps) if self.spec is not None else None)
             k.ratio = self.ratios.after_steps(k.ratio, steps)
 
-    def _advance(self, k: Rank, steps: int) -> None:
-        """``steps`` decode steps of every running request (each takes its decode pages)."""
+    # -- speculative decoding ------------------------------------------------------------------------
+    def _accepts(self, k: Rank, n: int) -> np.ndarray:
+        """Accept lengths of rank ``k``'s next ``n`` steps (drawn once, seeded, kept until used: one
+        draw per verify call for the whole batch, as SGLANG_SIMULATE_ACC_LEN does); ones without
+        speculative decoding."""
+        if self.spec is None:
+            return np.ones(n, dtype=np.int64)
+        have = self._draws.get(id(k), np.zeros(0, dtype=np.int64))
+        if len(have) < n:
+            have = np.concatenate((have, self.spec.draw(self.rng, max(n - len(have), 64))))
+            self._draws[id(k)] = have
+        return have[:n]
+
+    def _take(self, k: Rank, steps: int) -> np.ndarray:
+        """The accept lengths of the ``steps`` steps just run, removed from the rank's draws."""
+        acc = self._accepts(k, steps)
+        if self.spec is not None:
+            self._draws[id(k)] = self._draws[id(k)][steps:]
+        return acc
+
+    def _room(self, k: Rank, n: int) -> int:
+        """Steps the free slots allow before ``check_decode_mem`` fails: tokens the pool holds,
+        counted in the steps' accept lengths under speculative decoding."""
+        if self.spec is None:
+            return k.pool.room_steps(k.running, n)
+        acc = self._accepts(k, n)
+        tokens = k.pool.room_steps(k.running, int(acc.sum()))
+        return int(np.searchsorted(np.cumsum(acc), tokens, side="right"))
+
+    def _step_union(self, r: Request, acc: np.ndarray, before: np.ndarray) -> np.ndarray:
+        """Top-k share request ``r`` misses at each step. Without speculative decoding, its trace's
+        step by step. With it, a step verifies ``q`` positions at once and the replay committed q
+        consecutive trace steps as one swap call (their union, deduped, into SGLang's CLOCK:
+        ``misses.miss_profiles(mtp_steps=q)``), each unique miss counted at its first trace step; a
+        step that keeps ``a`` tokens is charged the trace steps it moves over, so a request's charged
+        misses are the commits' unique misses."""
+        total = int(acc.sum())
+        per = self.decode.step_misses(r, total)
+        if self.spec is None:
+            return per
+        return np.add.reduceat(per, before.astype(np.int64))
+
+    def _advance(self, k: Rank, steps: int, accepted: np.ndarray | None = None) -> None:
+        """``steps`` decode steps of every running request (each takes its decode pages); under
+        speculative decoding each step keeps its accept length of tokens (at most the output left)."""
         for r in k.running:
-            k.pool.grow(r, steps)
-            r.generated += steps
+            n = steps if accepted is None else min(int(accepted.sum()), r.output_tokens - r.generated)
+            k.pool.grow(r, n)
+            r.generated += n
         k.pool.note_peaks()  # before the finished requests free their slots
         still = []
         for r in k.running:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import HisparseError
 from .memory import plan_memory
-from .misses import MissProfiles, miss_profiles
+from .misses import MissProfiles, scenario_profiles, speculative_policy
 from .model import RunResult, System, simulate
 from .scenario import Scenario, load_scenario
 from .slo import (
@@ -24,6 +24,7 @@ from .slo import (
     MODEL_ERROR_SOURCE,
     SEARCH_REL_TOL,
 )
+from .spec_whatif import label
 from .specs import Arrival, HiSparseSpec, Mode
 
 
@@ -44,6 +45,7 @@ class PlanInputs:
     host_ratios: tuple[float, ...] = ()  # sweep host_to_device_ratio (empty: the config's)
     seed: int = 0
     overrides: tuple[str, ...] = ()  # --set KIND.KEY=VALUE, applied after the calibration
+    speculative: Any = None  # speculative.SpeculativeSpec (--speculative), or None
 
     def __post_init__(self) -> None:
         if not self.concurrency or min(self.concurrency) < 1:
@@ -64,7 +66,7 @@ class PlanInputs:
     def scenario(self) -> Scenario:
         return load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
                              hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
-                             overrides=self.overrides)
+                             overrides=self.overrides, speculative=self.speculative)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class Plan:
             row["calibrated"] = self.scenario.params.calibrated
             row["calibration"] = self.scenario.calibration
             row["searched"] = i in self.searched
+            row["speculative"] = label(self.scenario.speculative)
             out.append(row)
         order = {}
         for row in out:
@@ -216,11 +219,11 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
     all_profiles = []
     for hs in knob_sets:
         hsc = sc.replace(hisparse=hs)
-        profiles: MissProfiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size,
-                                               policy=hs.policy, initial=initial)
+        profiles: MissProfiles = scenario_profiles(sc, hs, initial)
         all_profiles.append(profiles)
         w = sc.workload
-        knobs.append(KnobResult(hs.device_buffer_size, hs.host_to_device_ratio, profiles.source, hs.policy,
+        policy = speculative_policy(hs.policy)[0] if sc.speculative is not None else hs.policy
+        knobs.append(KnobResult(hs.device_buffer_size, hs.host_to_device_ratio, profiles.source, policy,
                                 profiles.mean_share(),
                                 tuple(profiles.mapping_notes(top_k=hs.top_k, buffer=hs.device_buffer_size,
                                                              output_tokens=w.output_tokens,

@@ -100,9 +100,13 @@ class RankPool:
         self.free_host += r.slots_host
         r.slots_device = r.slots_host = 0
 
-    def pages_needed(self, reqs: Iterable[Request]) -> int:
-        """Tokens the next decode step allocates: a page for each request whose next KV position opens one."""
-        return self.page * sum(1 for r in reqs if (r.input_tokens + r.generated - 1) % self.page == 0)
+    def pages_needed(self, reqs: Iterable[Request], ahead: int = 1) -> int:
+        """Tokens the next decode step allocates: a page for each request whose next KV position opens
+        one; with ``ahead`` > 1 (a speculative verify writes that many positions before the rejected
+        ones are freed) the pages those positions open."""
+        if ahead <= 1:
+            return self.page * sum(1 for r in reqs if (r.input_tokens + r.generated - 1) % self.page == 0)
+        return sum(self.pages_opened(r.input_tokens + r.generated - 1, ahead) for r in reqs)
 
     def room_steps(self, reqs: Iterable[Request], n: int) -> int:
         """Decode steps the free slots allow before ``check_decode_mem`` fails (<= n)."""

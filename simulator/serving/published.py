@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import HisparseError
 from . import presets as P
-from .misses import miss_profiles
+from .misses import scenario_profiles
 from .model import RunResult, System, simulate
 from .scenario import Scenario, load_scenario
 from .specs import Mode
@@ -114,7 +114,7 @@ class PublishedSet:
     where: str
 
 
-_SCENARIO_KEYS = ("model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace")
+_SCENARIO_KEYS = ("model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "speculative")
 _POINT_KEYS = {"label", "system", "metric", "concurrency", "input_tokens", "output_tokens", "requests_per_client",
                "measured", "note", "kind"}
 
@@ -143,6 +143,13 @@ def load_published(spec: str) -> PublishedSet:
     if not isinstance(scenario, dict) or set(scenario) - set(_SCENARIO_KEYS):
         raise HisparseError(f"{where}: [scenario] takes {', '.join(_SCENARIO_KEYS)}")
     base = path.parent
+    if "speculative" in scenario:  # [scenario.speculative]: the run's speculative decoding (speculative.from_table)
+        from .speculative import from_table
+
+        if not isinstance(scenario["speculative"], dict):
+            raise HisparseError(f"{where}: [scenario.speculative] must be a table (speculative = \"eagle:5-1-6\", "
+                                "accept_len = 3.5)")
+        from_table(scenario["speculative"], f"{where}: [scenario.speculative]")  # checked at load
     resolved = {k: _relative(v, base) for k, v in scenario.items()}
     raw_points = data.get("point")
     if not isinstance(raw_points, list) or not raw_points:
@@ -196,7 +203,12 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
              overrides: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """One row per published point: measured, predicted, the relative error and where the peak was.
     ``overrides`` replace scenario inputs of the set (e.g. another trace or calibration)."""
-    sc0 = load_scenario(**(dict(ps.scenario) | dict(overrides or {})))
+    inputs = dict(ps.scenario) | dict(overrides or {})
+    if "speculative" in inputs:
+        from .speculative import from_table
+
+        inputs["speculative"] = from_table(inputs["speculative"], f"{ps.where}: [scenario.speculative]")
+    sc0 = load_scenario(**inputs)
     initial = "prefix" if sc0.deployment.mode == Mode.COLOCATED else "empty"
     profiles = None
     cache: dict[tuple, RunResult] = {}
@@ -217,8 +229,7 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
             continue
         if p.system == System.HISPARSE and profiles is None:
             hs = sc.hisparse
-            profiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
-                                     initial=initial)
+            profiles = scenario_profiles(sc, hs, initial)
         best: tuple[float, int] = (math.nan, 0)
         failure = ""
         for c in p.concurrency:

@@ -26,6 +26,7 @@ from ..costmodel.pricing import GpuTerms, terms_for
 from ..errors import HisparseError
 from . import presets as P
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
+from .speculative import SpeculativeSpec
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Scenario:
     notes: tuple[str, ...] = ()  # how the inputs were combined (calibration figures replacing the GPU file's)
     terms: GpuTerms | None = None  # the measured step terms (None: the H200's scaled to ``gpu``)
     overrides: tuple[str, ...] = ()  # the --set options applied, as given
+    speculative: SpeculativeSpec | None = None  # speculative decoding (--speculative), or None
 
     def __post_init__(self) -> None:
         if self.hisparse.top_k != self.model.top_k:
@@ -174,7 +176,8 @@ def _apply(spec, overrides: Sequence[Override], kind: str, notes: list[str], cal
 
 def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deployment: str = "8xh200-colocated-dp8",
                   workload: str = "32k-in-8k-out", hisparse: str = "blog-8xh200", calibration: str = "auto",
-                  trace: str | None = None, overrides: Sequence[Override | str] = ()) -> Scenario:
+                  trace: str | None = None, overrides: Sequence[Override | str] = (),
+                  speculative: SpeculativeSpec | None = None) -> Scenario:
     """Load every input and combine them. ``gpu`` None: the deployment's GPU. ``overrides``
     (``--set``) apply after the calibration; a deployment's ``gpu`` and a GPU's ``calibration``
     before they are read."""
@@ -214,7 +217,7 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep,
                     workload=workload_spec, hisparse=hisparse_spec,
                     params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes + set_notes),
-                    terms=terms, overrides=tuple(o.option for o in ovs))
+                    terms=terms, overrides=tuple(o.option for o in ovs), speculative=speculative)
 
 
 _STEP_TERM_INPUTS = ("hbm_bw", "bf16_flops", "datasheet_hbm_bw", "datasheet_bf16_flops")

@@ -10,6 +10,7 @@ simulation. The ``where`` field (the file a spec came from) takes no part in com
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -211,6 +212,12 @@ class ModelSpec(Spec):
     dense_bytes_per_param: float = num(ge=0, default=0.0, help="the dense layers' MLPs")
     shared_expert_bytes_per_param: float = num(ge=0, default=0.0, help="shared experts")
     routed_expert_bytes_per_param: float = num(ge=0, default=0.0, help="routed experts")
+    # IndexShare (GLM-5.2; config.json index_topk_freq / index_skip_topk_offset): layer l runs its own
+    # indexer ("full", an anchor) iff max(l - offset + 1, 0) % freq == 0, else it reuses the top-k of
+    # the last anchor before it ("shared"; no indexer weights, no indexer keys). The rule is
+    # transformers' GlmMoeDsaConfig / vLLM's deepseek_v32 skip_topk; freq 1: every layer indexes.
+    index_topk_freq: int = num(ge=1, default=1, help="config.json index_topk_freq: one indexer per this many layers")
+    index_skip_topk_offset: int = num(ge=0, default=0, help="config.json index_skip_topk_offset")
     where: str = field(default="<model>", compare=False)
 
     def _check(self, where: str) -> None:
@@ -219,12 +226,36 @@ class ModelSpec(Spec):
         if self.dense_layers > self.layers:
             raise HisparseError(f"{where}: dense_layers ({self.dense_layers}) > layers ({self.layers})")
 
+    # -- IndexShare layer groups ----------------------------------------------------------------
+    @functools.cached_property
+    def anchor_of(self) -> tuple[int, ...]:
+        """For each layer, the layer whose indexer top-k it attends with (itself for an anchor)."""
+        out: list[int] = []
+        for layer in range(self.layers):
+            full = self.index_topk_freq == 1 or max(layer - self.index_skip_topk_offset + 1, 0) % self.index_topk_freq == 0
+            out.append(layer if full or not out else out[-1])
+        return tuple(out)
+
+    @functools.cached_property
+    def anchor_layers(self) -> tuple[int, ...]:
+        """The layers that run the lightning indexer (IndexShare's "full" layers)."""
+        return tuple(i for i, a in enumerate(self.anchor_of) if a == i)
+
+    @property
+    def indexer_layers(self) -> int:
+        return len(self.anchor_layers)
+
+    @property
+    def shared_layers(self) -> int:
+        """Layers that reuse an anchor's top-k (no indexer weights, keys or scoring)."""
+        return self.layers - self.indexer_layers
+
     # -- bytes per token ----------------------------------------------------------------------
     def kv_bytes_per_token(self) -> int:
         return self.layers * self.kv_row_bytes
 
     def indexer_bytes_per_token(self) -> int:
-        return self.layers * self.indexer_row_bytes
+        return self.indexer_layers * self.indexer_row_bytes
 
     # -- parameter counts (model_shapes.md, appendix) -------------------------------------------
     @property
@@ -274,17 +305,17 @@ class ModelSpec(Spec):
 
     @property
     def total_params(self) -> int:
-        per_layer = self.attention_params + self.indexer_params
+        attn = self.layers * self.attention_params + self.indexer_layers * self.indexer_params
         moe = (self.experts + self.shared_experts) * self.expert_params + self.router_params
-        return (self.layers * per_layer + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
+        return (attn + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
                 + 2 * self.embedding_params)
 
     @property
     def active_params(self) -> int:
         """Parameters one decoded token multiplies (lm_head included, embedding lookup excluded)."""
-        per_layer = self.attention_params + self.indexer_params
+        attn = self.layers * self.attention_params + self.indexer_layers * self.indexer_params
         moe = (self.experts_per_token + self.shared_experts) * self.expert_params + self.router_params
-        return (self.layers * per_layer + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
+        return (attn + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
                 + self.embedding_params)
 
     def bytes_per_param(self, tensor: TensorClass | str) -> float:
@@ -297,7 +328,7 @@ class ModelSpec(Spec):
 
     def class_params(self) -> dict[TensorClass, int]:
         """Parameters of each tensor class (the router gates apart: ``router_params``)."""
-        return {TensorClass.ATTENTION: self.layers * (self.attention_params + self.indexer_params),
+        return {TensorClass.ATTENTION: self.layers * self.attention_params + self.indexer_layers * self.indexer_params,
                 TensorClass.DENSE: self.dense_layers * self.dense_mlp_params,
                 TensorClass.SHARED_EXPERT: self.moe_layers * self.shared_experts * self.expert_params,
                 TensorClass.ROUTED_EXPERT: self.moe_layers * self.experts * self.expert_params,
