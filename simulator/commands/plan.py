@@ -337,7 +337,7 @@ def _scenario_summary(sc) -> dict:
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
-            "term_sources": CostModel(sc.model, sc.gpu, d, sc.params, sc.terms).term_sources(),
+            "term_sources": CostModel(sc.model, sc.gpu, d, sc.params, sc.terms, cluster=sc.cluster).term_sources(),
             "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
                        "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
             "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
@@ -351,7 +351,7 @@ def _step_report(sc, base) -> dict:
     w = sc.workload
     ctx = w.input_tokens + w.output_tokens / 2
     full = max(1, min(base.max_running, base.pool_tokens // (w.input_tokens + w.output_tokens)))
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, cluster=sc.cluster)
     return {"requests_per_scheduler": full, "context_tokens": ctx, **c.step_report(full, ctx)}
 
 
