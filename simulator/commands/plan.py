@@ -333,7 +333,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
     for n, extra, inp_n, sc, prep in runs:
         total = len(prep.points) * (1 + len(prep.knob_sets))
         bar = iter(progress(range(total), total=total, desc=f"{n} node(s)", quiet=args.quiet, unit="pt"))
-        plan = run_plan_full(inp_n, on_point=lambda: next(bar, None), prepared=prep)
+        plan = run_plan_full(inp_n, on_point=lambda bar=bar: next(bar, None), prepared=prep)
         if not args.no_search:
             plan = search_plan(plan, inp_n, on_point=None)
         rows = plan.rows()
