@@ -272,3 +272,18 @@ def test_cluster_presets_load_and_name_their_sources():
         assert {"nic_bw", "nic_latency_us"} <= set(cl.sources)
     with pytest.raises(Exception, match="nic_bw"):
         P.build(P.KINDS["clusters"], {**dataclasses.asdict(P.load("clusters", "2x8xh200-roce")), "nic_bw": 0}, "<x>")
+
+
+def test_node_layout_is_the_searchable_unit():
+    from simulator.serving.cluster import NodeLayout
+
+    pd = P.load("deployments", "16x8xh200-pd-dp64-wide-ep")
+    cl = P.load("clusters", "16x8xh200-ib-ndr")
+    spec = NodeLayout(nodes=6, prefill_nodes=2)
+    d = spec.deployment(pd, cl)
+    assert (d.gpus, d.tp, d.dp, d.prefill_gpus) == (48, 48, 48, 16)
+    sc = load_scenario(deployment="16x8xh200-pd-dp64-wide-ep", hisparse="wide-ep-h200", overrides=spec.overrides(pd, cl))
+    assert sc.deployment.gpus == 48 and sc.deployment.prefill_gpus == 16
+    with pytest.raises(Exception, match="more than cluster"):
+        load_scenario(deployment="16x8xh200-pd-dp64-wide-ep", hisparse="wide-ep-h200",
+                      overrides=NodeLayout(nodes=12, prefill_nodes=8).overrides(pd, cl))

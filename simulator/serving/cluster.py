@@ -135,13 +135,20 @@ def kv_transfer(model: ModelSpec, tokens: int, prefill_s: float, mode: KvTransfe
 # -- a deployment of N nodes -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NodeLayout:
-    """How ``deployment_for_nodes`` spreads a deployment over N nodes: ``replicas`` (N / nodes per
-    instance independent copies of the instance) or ``wide`` (one instance of DP attention and wide EP
-    over every GPU)."""
+    """"A deployment with N nodes", the unit a configuration search varies: ``nodes`` decode-side nodes
+    laid out as ``layout`` (``deployment_for_nodes``), and under pd-decode ``prefill_nodes`` prefill
+    nodes (None: the deployment's prefill-to-decode ratio, or as many as the decode side)."""
 
     nodes: int
-    layout: str  # "replicas" | "wide"
-    prefill_nodes: int = 0  # pd-decode: nodes of the prefill side (0: as many as the decode side)
+    layout: str = "auto"  # "auto" | "replicas" | "wide"
+    prefill_nodes: int | None = None
+
+    def deployment(self, d: DeploymentSpec, cluster: ClusterSpec) -> DeploymentSpec:
+        return deployment_for_nodes(d, cluster, self.nodes, layout=self.layout, prefill_nodes=self.prefill_nodes)
+
+    def overrides(self, d: DeploymentSpec, cluster: ClusterSpec) -> tuple[str, ...]:
+        """As ``--set deployment.KEY=VALUE`` options (``PlanInputs.overrides``)."""
+        return node_overrides(d, cluster, self.nodes, layout=self.layout, prefill_nodes=self.prefill_nodes)
 
 
 def deployment_for_nodes(d: DeploymentSpec, cluster: ClusterSpec, nodes: int, *, layout: str = "auto",
