@@ -287,3 +287,17 @@ def test_node_layout_is_the_searchable_unit():
     with pytest.raises(Exception, match="more than cluster"):
         load_scenario(deployment="16x8xh200-pd-dp64-wide-ep", hisparse="wide-ep-h200",
                       overrides=NodeLayout(nodes=12, prefill_nodes=8).overrides(pd, cl))
+
+
+def test_a_request_placed_again_starts_in_swap_mode_unless_it_fits():
+    pool = RankPool(PAGE, 1024, 8192, True)
+    k = Rank(pool, 0.7)
+    res = _manager("sglang-dynamic", pool)
+    a = _running(k, res, 0, 640)
+    assert res.fully_resident(a)
+    pool.release(a)  # retracted: its slots freed; it comes back with a hot buffer only
+    k.running.remove(a)
+    a.slots_device = BUF  # it takes its buffer back; others fill the device but for 100 slots
+    pool.free_device = 100
+    res.place(k, a)
+    assert not res.fully_resident(a) and res.miss_scale(a) == 1.0 and a.slots_device == BUF

@@ -138,6 +138,7 @@ class ResidencyManager:
         """A request that starts decoding keeps its whole KV on the device when the free slots hold it
         (colocated: the prompt's pages are there already; pd-decode: the transfer writes them to HBM
         instead of the buffer); else it stays in swap mode."""
+        r.resident_tokens, r.hot = 0, True  # a retracted request comes back in swap mode unless it fits again
         want = ceil_page(r.input_tokens + r.generated - 1, self.page)
         extra = want - r.slots_device
         if want <= self.buffer_slots or extra > k.pool.free_device:
