@@ -253,8 +253,8 @@ def test_plan_nodes_needs_a_cluster(capsys):
 
 def test_plan_nodes_whatif(capsys, tmp_path):
     code = main(["plan", "--deployment", "8xh200-colocated-dp8-ep8", "--nodes", "1,2", "--cluster", "2x8xh200-ib-ndr",
-                 "--set", "hisparse.host_to_device_ratio=4", "--concurrency", "8,32", "--no-search", "--json", "--quiet",
-                 "--set", "workload.requests_per_client=1", "--set", "workload.output_tokens=512",
+                 "--set", "hisparse.host_to_device_ratio=4", "--concurrency", "16", "--no-search", "--json", "--quiet",
+                 "--set", "workload.requests_per_client=1", "--set", "workload.output_tokens=256",
                  "--out", str(tmp_path / "o")])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
@@ -301,3 +301,13 @@ def test_a_request_placed_again_starts_in_swap_mode_unless_it_fits():
     pool.free_device = 100
     res.place(k, a)
     assert not res.fully_resident(a) and res.miss_scale(a) == 1.0 and a.slots_device == BUF
+
+
+@pytest.mark.parametrize("deployment", P.preset_names("deployments"))
+def test_dynamic_residency_runs_on_every_shipped_deployment(deployment, profiles):
+    hs = "wide-ep-h200" if "wide-ep" in deployment else "blog-8xh200"
+    for res in ("sglang-dynamic", "vllm-spill"):
+        sc = load_scenario(deployment=deployment, hisparse=hs, overrides=[
+            f"hisparse.residency={res}", "workload.requests_per_client=1", "workload.output_tokens=128"])
+        r = InstanceSim(sc, System.HISPARSE, concurrency=8, profiles=profiles).run()
+        assert r.residency == res and 0.0 <= r.resident_share <= 1.0 and r.requests == 8
