@@ -47,12 +47,14 @@ import simpy
 from ..costmodel import CostModel, Pass, RankWork
 from ..errors import HisparseError
 from .admission import RatioSchedule, ceil_page
+from .cluster import kv_transfer
 from .decode_manager import DecodeManager
 from .memory import MemoryPlan, check_fits, plan_memory
 from .misses import MissProfiles
 from .pd_admission import DecodePreallocQueue
 from .pool import RankPool
 from .prefill_adder import PrefillAdder
+from .residency import ResidencyManager, residency_policy
 from .results import RunResult, mean, pct, steady_rate, wmean, wpct
 from .scenario import Scenario
 from .specs import Attention, Mode
@@ -81,7 +83,8 @@ class InstanceSim:
             raise HisparseError("a closed-loop point needs concurrency >= 1")
         self.profiles = profiles
         self.spec = scenario.speculative  # speculative decoding (serving/speculative.py), or None
-        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms, spec=self.spec)
+        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms, spec=self.spec,
+                              cluster=scenario.cluster)
         self._draws: dict[int, np.ndarray] = {}  # per rank: accept lengths drawn, not yet used
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s
@@ -106,6 +109,10 @@ class InstanceSim:
                                     f"{self.spec.verify_tokens} verify positions must fit the request's extra page "
                                     f"with its newest token (page_size {d.page_size}; SGLang PR #26445 refuses larger "
                                     "drafts)")
+        self.res = self._residency()
+        self.decode.res = self.res
+        self.prealloc.make_room = self.res.reclaim if self.res else None
+        self.prealloc.on_take = self.res.place if self.res else None
         n_in, n_out = _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter)
         check_fits(self.plan, n_in, n_out, d.mode, scenario.files)
         if not self.pd:
@@ -127,9 +134,49 @@ class InstanceSim:
         # the prefill side: one server per scheduler (a prefill instance's DP ranks prefill in parallel)
         self.prefill_rate = prefill_tok_s(scenario) / d.ranks if self.pd else 0.0
         self.prefill_side = simpy.Resource(self.env, capacity=d.ranks_per_instance) if self.pd else None
+        self.transfers: list[tuple[float, float]] = []  # pd-decode: (whole, exposed) KV transfer seconds per request
 
     def _new_pool(self) -> RankPool:
         return RankPool(self.d.page_size, self.plan.pool_tokens, self.plan.host_tokens, self.hs is not None)
+
+    def _residency(self) -> ResidencyManager | None:
+        """The dynamic residency bookkeeping (``serving/residency.py``), or None for ``swap``."""
+        if self.hs is None or not residency_policy(self.hs.residency).dynamic:
+            return None
+        m, g = self.m, self.sc.gpu
+        res = ResidencyManager(residency_policy(self.hs.residency), self.d.page_size, self.plan.buffer_slots,
+                               d2d_copy_s=lambda nbytes: 2.0 * nbytes / g.hbm_bw,  # read + write (hbm_bw: copy traffic)
+                               d2h_copy_s=self.cost.kv_copy_time,
+                               hot_bytes=float(self.plan.buffer_slots * m.layers * m.kv_row_bytes), pd=self.pd)
+        for k in self.ranks:
+            k.pool.reclaimable = (lambda k=k: res.rank_reclaimable(k))
+        return res
+
+    def _alloc_chunk(self, k: Rank, r: Request, n: int) -> bool:
+        """A prompt chunk's pages; under dynamic residency, resident requests give slots back first."""
+        if k.pool.alloc_prefill(r, n):
+            return True
+        if self.res is None:
+            return False
+        self.res.reclaim(k, k.pool.pages_opened(r.prefilled, n))
+        return k.pool.alloc_prefill(r, n)
+
+    def _residency_stall(self):
+        """Demotion copies the ranks wait for (a synchronous reclaim) before the next pass."""
+        if self.res is None or self.res.pending_s <= 0:
+            return
+        stall = self.res.pending_s
+        self.res.pending_s = 0.0
+        for k in self.ranks:
+            if k.running:
+                k.gap_carry += stall
+        yield self.env.timeout(stall)
+
+    def _swap_requests(self, k: Rank) -> int | None:
+        """Requests of the rank's batch that run the swap-in (None: all, no dynamic residency)."""
+        if self.res is None:
+            return None
+        return sum(1 for r in k.running if self.res.miss_scale(r) > 0 and r.context > self.hs.device_buffer_size)
 
     @property
     def retractions(self) -> int:
@@ -168,6 +215,7 @@ class InstanceSim:
                 with self.prefill_side.request() as slot:
                     yield slot
                     yield self.env.timeout(r.input_tokens / self.prefill_rate)
+            yield from self._transfer(r)
             r.prefilled = r.input_tokens
             r.first_token = self.env.now
             r.generated = 1
@@ -180,6 +228,19 @@ class InstanceSim:
         self.queue_at_last_arrival = queued
         if not self.wake.triggered:
             self.wake.succeed()
+
+    def _transfer(self, r: Request):
+        """pd-decode across nodes: the request's KV over RDMA to the decode host, what of it the prefill
+        did not hide (``cluster.kv_transfer``; none without a cluster or with kv_transfer = "none")."""
+        cl = self.sc.cluster
+        if cl is None or self.d.kv_transfer.value == "none":
+            return
+        prefill_s = r.input_tokens / self.prefill_rate if self.prefill_rate > 0 else 0.0
+        host = self.sc.gpu.link_bw if self.hs is not None else None  # HiSparse: straight into pinned host memory
+        t = kv_transfer(self.m, r.input_tokens, prefill_s, self.d.kv_transfer, cl, host)
+        self.transfers.append((t.total_s, t.exposed_s))
+        if t.exposed_s > 0:
+            yield self.env.timeout(t.exposed_s)
 
     def closed_client(self, n: int):
         for _ in range(n):
@@ -206,12 +267,14 @@ class InstanceSim:
                             k.gap_carry += copy_s
                     yield env.timeout(copy_s)
                     self.decode.pending_copy_s = 0.0
+                yield from self._residency_stall()
                 batches = {}
             else:
                 batches = {id(k): self.adder.batch(k) for k in self.ranks}
                 for k in self.ranks:  # a chunk that cannot get its pages waits (SGLang: "Prefill out of memory")
-                    kept = [(r, n) for r, n in batches[id(k)] if k.pool.alloc_prefill(r, n)]
+                    kept = [(r, n) for r, n in batches[id(k)] if self._alloc_chunk(k, r, n)]
                     batches[id(k)] = kept
+            yield from self._residency_stall()
             if any(batches.values()):
                 yield from self._mixed_pass(batches)
                 continue
@@ -244,7 +307,7 @@ class InstanceSim:
                     missed = share * self.hs.top_k * self.m.layers
                     self.miss_rows += share
                     self.looked_up += b
-                works.append(RankWork(b, ctx, missed))
+                works.append(RankWork(b, ctx, missed, swap_requests=self._swap_requests(k)))
                 decoding.append(k)
             else:
                 works.append(RankWork())
@@ -293,6 +356,10 @@ class InstanceSim:
         if self.hs is None:
             return
         r.buffer_since = r.generated - 1  # the buffer holds the prompt's first positions: trace step 0
+        if self.res is not None:
+            self.res.place(k, r)  # dynamic residency: the prompt's pages stay while the device pool allows
+            if not r.hot:
+                return
         dbs = self.hs.device_buffer_size
         keep = min(ceil_page(r.target, self.d.page_size), dbs)
         if keep == dbs:
@@ -312,6 +379,8 @@ class InstanceSim:
         env, c = self.env, self.cost
         for k in self.ranks:
             self.decode.check(k)
+        if self.res is not None and self.res.pending_s > 0:
+            yield from self._residency_stall()
         if not self.pd and any(k.waiting and not k.batch_is_full for k in self.ranks):
             n_limit = 1  # a retraction freed room: the next round may admit
         else:
@@ -326,6 +395,8 @@ class InstanceSim:
         if n_limit:
             n = min(n, n_limit)
         n = max(1, min([n] + [max(1, self._room(k, n)) for k in active]))
+        if self.res is not None:  # resident requests' growth: the next block reclaims when the device fills
+            n = max(1, min([n] + [max(1, self.res.room_steps(k, n)) for k in active]))
         if self.hs is not None and not self.pd:  # batch_is_full is cleared every round: retried each step
             n = min([n] + [s for k in active if (s := self.adder.steps_to_admit(k, n)) is not None])
         works, shares, accepted = [], [], []
@@ -345,7 +416,7 @@ class InstanceSim:
                     share += self._step_union(r, acc, before)
                 shares.append((b, share))
                 missed = share * self.hs.top_k * self.m.layers
-            works.append(RankWork(b, ctx, missed))
+            works.append(RankWork(b, ctx, missed, swap_requests=self._swap_requests(k)))
         tokens = float(sum(w.decode for w in works))
         if self.spec is not None:
             q = self.spec.verify_tokens
@@ -384,6 +455,8 @@ class InstanceSim:
             self.looked_up += b * steps
         for k in self.ranks:
             self.busy_running_time += spent * len(k.running)
+        if self.res is not None:
+            self.res.note_steps(start, self.ranks, steps)
         self._note_running()
         for k in active:
             gaps = np.array(step_s[:steps], dtype=float)
@@ -442,6 +515,8 @@ class InstanceSim:
         for r in k.running:
             n = steps if accepted is None else min(int(accepted.sum()), r.output_tokens - r.generated)
             k.pool.grow(r, n)
+            if self.res is not None:
+                self.res.grow(k, r, n)
             r.generated += n
         k.pool.note_peaks()  # before the finished requests free their slots
         still = []
@@ -527,7 +602,25 @@ class InstanceSim:
             peak_running_deployment=int(round(self.peak_running * self.scale)),
             tpot_mean_ms=mean(tpot) * 1e3, itl_mean_ms=wmean(gaps, weights) * 1e3, ttft_mean_s=mean(ttft),
             total_tok_s_per_gpu=(out_tokens + sum(r.input_tokens for r in done)) / makespan * self.scale / self.d.gpus
-            if makespan > 0 else 0.0, gpus=self.d.gpus)
+            if makespan > 0 else 0.0, gpus=self.d.gpus, **self._residency_figures(), **self._transfer_figures())
+
+    def _residency_figures(self) -> dict:
+        if self.hs is None:
+            return {}
+        res = self.res
+        if res is None:
+            return {"residency": self.hs.residency}
+        return {"residency": self.hs.residency, "resident_share": res.resident_share,
+                "demotions": int(round(res.demotions * self.scale)),
+                "demoted_tokens": res.spilled_tokens * self.scale,
+                "demotion_copy_ms": res.copy_s * 1e3}
+
+    def _transfer_figures(self) -> dict:
+        if not self.transfers:
+            return {}
+        raw = np.array([t[0] for t in self.transfers])
+        exposed = np.array([t[1] for t in self.transfers])
+        return {"kv_transfer_ms": float(raw.mean()) * 1e3, "kv_transfer_exposed_ms": float(exposed.mean()) * 1e3}
 
     def _overloaded(self) -> bool:
         """Offered load beyond what the deployment serves: arrivals faster than completions (open
@@ -553,13 +646,14 @@ def prefill_tok_s(scenario: Scenario) -> float:
     d = scenario.deployment
     if d.prefill_tok_s > 0:
         return d.prefill_tok_s
-    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms)
+    side = d.prefill_gpus / d.gpus if d.prefill_gpus else 1.0  # a prefill side of another size: as many more ranks
+    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms, cluster=scenario.cluster)
     n_in, t, done = scenario.workload.input_tokens, 0.0, 0
     while done < n_in:
         n = min(d.prefill_chunk_tokens, n_in - done)
         t += float(cost.pass_time(Pass((RankWork(chunks=((n, done),)),) * d.ranks_per_instance)).total_s[0])
         done += n
-    return n_in / t * d.ranks
+    return n_in / t * d.ranks * side
 
 
 def _max_len(n: int, jitter: float) -> int:

@@ -25,6 +25,7 @@ from ..costmodel.collectives import COMM_META
 from ..costmodel.pricing import GpuTerms, terms_for
 from ..errors import HisparseError
 from . import presets as P
+from .cluster import ClusterSpec, check_layout
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
 from .speculative import SpeculativeSpec
 
@@ -43,17 +44,14 @@ class Scenario:
     terms: GpuTerms | None = None  # the measured step terms (None: the H200's scaled to ``gpu``)
     overrides: tuple[str, ...] = ()  # the --set options applied, as given
     speculative: SpeculativeSpec | None = None  # speculative decoding (--speculative), or None
+    cluster: ClusterSpec | None = None  # the deployment's cluster preset (serving/cluster.py), None: one node
 
     def __post_init__(self) -> None:
         if self.hisparse.top_k != self.model.top_k:
             raise HisparseError(f"{self.hisparse.where}: top_k = {self.hisparse.top_k} differs from the model's "
                                 f"top_k {self.model.top_k} ({self.model.where})")
         d, g, m, w = self.deployment, self.gpu, self.model, self.workload
-        if d.tp > g.scale_up_gpus:
-            raise HisparseError(f"{d.where}: tp = {d.tp} spans more GPUs than one NVLink domain of {g.name} "
-                                f"({g.scale_up_gpus}: gpus_per_node {g.gpus_per_node}, {g.where}); the model prices "
-                                "an instance's collectives within one domain (give nvlink_domain_gpus in the GPU "
-                                "file for a larger domain, or a smaller tp)")
+        check_layout(d, g, self.cluster, d.where)  # TP inside a node; an instance across nodes needs a cluster
         longest = round(w.input_tokens * (1 + w.length_jitter)) + round(w.output_tokens * (1 + w.length_jitter))
         if m.context_length and longest > m.context_length:
             raise HisparseError(f"{w.where}: requests of up to {longest} tokens ({w.input_tokens} in + "
@@ -214,7 +212,13 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     model_spec = _apply(P.load("models", model), ovs, "model", set_notes)
     workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
     hisparse_spec = _apply(P.load("hisparse", hisparse), ovs, "hisparse", set_notes)
-    return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep,
+    cluster_spec = None
+    if dep.cluster:
+        try:
+            cluster_spec = P.load("clusters", dep.cluster)
+        except HisparseError as exc:
+            raise HisparseError(f"{dep.where}: cluster = {dep.cluster!r}: {exc}") from None
+    return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep, cluster=cluster_spec,
                     workload=workload_spec, hisparse=hisparse_spec,
                     params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes + set_notes),
                     terms=terms, overrides=tuple(o.option for o in ovs), speculative=speculative)
