@@ -73,10 +73,11 @@ def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 
 
 def _swap_in(c: CostModel, s: PassShape, w: RankWork) -> Parts:
-    """HiSparse's swap-in of a decoding rank's missed rows (one launch per layer)."""
+    """HiSparse's swap-in of a decoding rank's missed rows (one launch per layer), less what the
+    IndexShare prefetch hides of the shared layers' (``costmodel/indexshare.py``; 0 when off)."""
     if w.chunks or w.missed_rows is None:
         return {}
-    return {"swap-in": c.swap_in(w.missed_rows, w.decode)}
+    return {"swap-in": c.swap_in(w.missed_rows, w.decode) - c.prefetch_hidden(s, w)}
 
 
 def _backup(c: CostModel, s: PassShape, w: RankWork) -> Parts:

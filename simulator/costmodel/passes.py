@@ -38,6 +38,7 @@ import numpy as np
 from ..serving.specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
 from . import pass_terms
 from .collectives import Collective
+from .indexshare import LayerTimes, hidden_swap
 from .ops import (
     GROUPED_KINDS,
     INDEXER_OPS,
@@ -205,8 +206,11 @@ class StepTime:
 
 class CostModel:
     def __init__(self, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, params: CostParams,
-                 terms: GpuTerms | None = None) -> None:
+                 terms: GpuTerms | None = None, *, prefetch: bool = False) -> None:
         self.m, self.g, self.d, self.p = model, gpu, dep, params
+        # IndexShare prefetch of the shared layers' swap-in (costmodel/indexshare.py): SGLang's default
+        # with HiSparse on an IndexShare model; off with SGLANG_DISABLE_HISPARSE_PREFETCH and under PP
+        self.prefetch = bool(prefetch) and model.shared_layers > 0 and getattr(dep, "pp", 1) == 1
         self.terms = terms or terms_for(gpu)
         self.t: StepTerms = self.terms.terms
         self.layout = layout_for(dep, model)
@@ -440,6 +444,32 @@ class CostModel:
         """One launch per layer for the rank's batch, plus the missed rows over the host link."""
         per_layer = self.swap_in_layer(np.asarray(missed_rows, dtype=float) / self.m.layers, batch)
         return per_layer * self.m.layers * (1 - self.p.swap_in_overlap)
+
+    def layer_times(self, shape: PassShape, work: RankWork) -> LayerTimes:
+        """One decode layer's main-stream seconds before and from its attention, and one layer's
+        swap-in kernel, for the IndexShare prefetch timeline (an average MoE layer; the rank's
+        attention-side ops at its padded graph batch, the MLP at the instance's tokens)."""
+        m, lay = self.m, self.layout
+        rows = shape.padded or work.decode
+        key = ("layer", rows, float(shape.tokens), shape.biggest)
+        if key not in self._fixed_cache:
+            ops = attention_ops(m, rows, 0.0, lay, m.kv_row_bytes)
+            cut = next(i for i, o in enumerate(ops) if o.kind == "attention")
+            pre = sum(self.op_time(o) for o in ops[:cut] if o.name not in INDEXER_OPS)
+            after = sum(self.op_time(o) for o in ops[cut + 1:])
+            mlp = sum(self.op_time(o) for o in moe_ops(m, self._mlp_batch(shape.tokens), lay)) if m.moe_layers else 0.0
+            comm = self.comm_layer(shape.biggest, shape.tokens, shape.padded or None) if shape.tokens > 0 else 0.0
+            self._fixed_cache[key] = (pre, after + mlp + comm)
+        pre, rest = self._fixed_cache[key]
+        post = self.attention(work.decode, work.ctx_sum) + rest
+        swap = self.swap_in_layer(np.asarray(work.missed_rows, dtype=float) / m.layers, work.decode)
+        return LayerTimes(pre, post, swap)
+
+    def prefetch_hidden(self, shape: PassShape, work: RankWork):
+        """Seconds of the rank's swap-in per step the IndexShare prefetch hides (0 when it is off)."""
+        if not self.prefetch or work.missed_rows is None or work.chunks or work.decode <= 0:
+            return 0.0
+        return hidden_swap(self.m.anchor_of, self.layer_times(shape, work)) * (1 - self.p.swap_in_overlap)
 
     # -- a prompt chunk's context terms ----------------------------------------------------------
     def prefill_indexer(self, tokens: int, prior_ctx: int) -> float:

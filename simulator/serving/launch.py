@@ -92,6 +92,8 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
         a += ["--enable-hisparse", "--hisparse-config", json.dumps(cfg, separators=(",", ":"))]
         if hs.policy != "lru":
             notes.append(f"policy {hs.policy!r} is simulated only: SGLang's HiSparse evicts LRU")
+        if not hs.prefetch and model.shared_layers:
+            notes.append("IndexShare prefetch off: set SGLANG_DISABLE_HISPARSE_PREFETCH=1 in the server's environment")
     if dep.tp > gpus_per_node:
         nodes = dep.tp // gpus_per_node
         a += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "<head-node-ip>:5000"]

@@ -80,7 +80,8 @@ class InstanceSim:
         if not self.open_loop and concurrency < 1:
             raise HisparseError("a closed-loop point needs concurrency >= 1")
         self.profiles = profiles
-        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms)
+        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms,
+                              prefetch=self.hs is not None and self.hs.prefetch)
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s
         self.clients = 1 if self.open_loop else max(1, math.ceil(concurrency / d.instances))

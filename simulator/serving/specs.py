@@ -230,11 +230,9 @@ class ModelSpec(Spec):
     @functools.cached_property
     def anchor_of(self) -> tuple[int, ...]:
         """For each layer, the layer whose indexer top-k it attends with (itself for an anchor)."""
-        out: list[int] = []
-        for layer in range(self.layers):
-            full = self.index_topk_freq == 1 or max(layer - self.index_skip_topk_offset + 1, 0) % self.index_topk_freq == 0
-            out.append(layer if full or not out else out[-1])
-        return tuple(out)
+        from ..layer_groups import anchor_map
+
+        return anchor_map(self.layers, self.index_topk_freq, self.index_skip_topk_offset)
 
     @functools.cached_property
     def anchor_layers(self) -> tuple[int, ...]:
@@ -472,6 +470,10 @@ class HiSparseSpec(Spec):
     device_buffer_size: int = num(ge=1, help="--hisparse-config device_buffer_size: hot-buffer slots per request per layer")
     host_to_device_ratio: float = num(ge=1, help="SGLang requires >= 1")
     policy: str = "lru"  # the eviction policy the trace replay runs (SGLang's HiSparse: lru)
+    # IndexShare prefetch (SGLang PR #29637): the shared layers' swap-in on a side stream while the
+    # layers before them compute. SGLang's default on an IndexShare model (GLM-5.2); false is
+    # SGLANG_DISABLE_HISPARSE_PREFETCH=1. No effect on a model without shared layers, off under PP.
+    prefetch: bool = True
     where: str = field(default="<hisparse>", compare=False)
 
     def _check(self, where: str) -> None:
