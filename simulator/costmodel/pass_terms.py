@@ -63,13 +63,13 @@ def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
         return {"lightning indexer": sum(c.prefill_indexer(n, prior) for n, prior in w.chunks)}
-    return {"lightning indexer": c.m.indexer_layers * c.indexer(w.ctx_sum, w.decode)}  # IndexShare: anchors only
+    return {"lightning indexer": c.indexer_all(w.ctx_sum, w.decode)}  # IndexShare anchors; DeepSeek-V4 C4 layers
 
 
 def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
         return {"sparse attention": sum(c.prefill_attention(n, prior) for n, prior in w.chunks)}
-    return {"sparse attention": c.m.layers * c.attention(w.decode, w.ctx_sum)}
+    return {"sparse attention": c.attention_all(w.decode, w.ctx_sum)}  # by layer kind
 
 
 def _swap_in(c: CostModel, s: PassShape, w: RankWork) -> Parts:

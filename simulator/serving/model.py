@@ -232,7 +232,7 @@ class InstanceSim:
                 missed = None
                 if self.hs is not None:
                     share = sum(float(self.decode.step_misses(q, 1)[0]) for q in k.running)
-                    missed = share * self.hs.top_k * self.m.layers
+                    missed = share * self.hs.top_k * self.m.hisparse_layers
                     self.miss_rows += share
                     self.looked_up += b
                 works.append(RankWork(b, ctx, missed))
@@ -326,7 +326,7 @@ class InstanceSim:
                 for r in k.running:
                     share += self.decode.step_misses(r, n)
                 shares.append((b, share))
-                missed = share * self.hs.top_k * self.m.layers
+                missed = share * self.hs.top_k * self.m.hisparse_layers
             works.append(RankWork(b, ctx, missed))
         tokens = float(sum(w.decode for w in works))
         step = c.pass_time(Pass(tuple(works), self.hs is not None, n))
