@@ -99,3 +99,23 @@ def test_trace_fit_finds_the_rule(tmp_path, capsys):
 def test_detect_shared_on_generated_traces(freq, offset):
     streams = [s for s in _streams(replace(KN, share_freq=freq, share_offset=offset), layers=10) if s.request == 0]
     assert infer_rule(detect_shared(streams)) == (freq, offset) or detect_shared(streams) == anchor_map(10, freq, offset)
+
+
+def test_targets_shape_carries_the_structure_into_the_fit(tmp_path):
+    """A targets file measured on GLM-5.2 names its IndexShare rule in [shape]; the fit starts from
+    knobs that draw shared layers as copies, and the fitted knobs file keeps them."""
+    from simulator.analysis.fit_targets import start_knobs
+    from simulator.analysis.targets import load_targets
+
+    path = tmp_path / "t.toml"
+    path.write_text('[shape]\nmodel = "glm-5.2"\nlayers = 8\ntopk = 64\nctx0 = 900\nsteps = 20\n'
+                    'index_topk_freq = 4\nindex_skip_topk_offset = 3\n\n[fit]\nstart = "bursty"\n\n'
+                    '[[target]]\nname = "o"\nstatistic = "step_overlap"\nvalue = 0.5\ntolerance = 0.1\nsource = "test"\n')
+    t = load_targets(str(path))
+    assert (t.shape.index_topk_freq, t.shape.index_skip_topk_offset) == (4, 3)
+    kn = start_knobs(t)
+    assert (kn.share_freq, kn.share_offset) == (4, 3)
+    bad = tmp_path / "b.toml"
+    bad.write_text(path.read_text().replace("index_topk_freq = 4", "index_topk_freq = 0"))
+    with pytest.raises(Exception, match="index_topk_freq must be an integer >= 1"):
+        load_targets(str(bad))
