@@ -119,3 +119,27 @@ def test_targets_shape_carries_the_structure_into_the_fit(tmp_path):
     bad.write_text(path.read_text().replace("index_topk_freq = 4", "index_topk_freq = 0"))
     with pytest.raises(Exception, match="index_topk_freq must be an integer >= 1"):
         load_targets(str(bad))
+
+
+def test_serving_miss_profile_takes_each_shared_layer_from_its_anchor(tmp_path, monkeypatch):
+    """A trace without IndexShare (every layer drawn) standing in for an IndexShare model: each layer's
+    share is its anchor's stream's, so the profile is the group-size-weighted mean of the anchors'."""
+    from simulator.serving.misses import miss_profiles
+
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "plain.hst"
+    assert main(["trace", "gen", "--preset", "bursty", "--layers", "8", "--steps", "30", "--requests", "1",
+                 "--topk", "128", "--ctx0", "1500", "--out", str(out), "--quiet"]) == 0
+    amap = anchor_map(8, 4, 3)
+    res = replay(__import__("simulator.trace", fromlist=["open_trace"]).open_trace(str(out)),
+                 ReplayConfig(policy="lru", buffer=256), per_step=True)
+    per = {m.layer: m.misses / 128 for m in res.streams}
+    want = np.mean([per[amap[i]] for i in range(8)], axis=0)
+    got = miss_profiles(str(out), top_k=128, buffer=256, anchor_of=amap)
+    assert np.allclose(got.shares[0], want) and "IndexShare: each of the 4 shared layers" in got.notes[0]
+    plain = miss_profiles(str(out), top_k=128, buffer=256)
+    assert np.allclose(plain.shares[0], np.mean([per[i] for i in range(8)], axis=0)) and not plain.notes
+    again = miss_profiles(str(out), top_k=128, buffer=256, anchor_of=amap)  # from the cache, notes kept
+    assert np.allclose(again.shares[0], want) and again.notes == got.notes
+    other = miss_profiles(str(out), top_k=128, buffer=256, anchor_of=anchor_map(12, 4, 3))
+    assert "not the model's 12" in other.notes[0]

@@ -159,3 +159,28 @@ def test_hisparse_prefetch_flag_reaches_the_simulation():
                       profiles=prof)
     assert on.cost.prefetch and not off.cost.prefetch
     assert not InstanceSim(sc, "baseline", concurrency=4).cost.prefetch
+
+
+def test_prefetch_is_off_under_pipeline_parallelism():
+    """SGLang disables the shared-index prefetch when pp_size != 1 (the guard PR #36331 describes): a
+    deployment that says pp > 1 gets the whole swap-in on the critical path."""
+    import dataclasses as dc
+
+    from simulator.costmodel.passes import CostModel
+
+    sc, _ = _costs("glm-5.2-fp8")
+    dep = dc.replace(sc.deployment)
+    object.__setattr__(dep, "pp", 2)  # a deployment key another helper adds; read with getattr
+    assert CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, prefetch=True).prefetch
+    assert not CostModel(sc.model, sc.gpu, dep, sc.params, sc.terms, prefetch=True).prefetch
+
+
+def test_launch_names_the_prefetch_switch():
+    import dataclasses as dc
+
+    from simulator.serving.launch import launch_command
+
+    sc, _ = _costs("glm-5.2-fp8")
+    off = launch_command(sc.model, sc.deployment, dc.replace(sc.hisparse, prefetch=False))
+    assert any("SGLANG_DISABLE_HISPARSE_PREFETCH=1" in n for n in off.notes)
+    assert not any("PREFETCH" in n for n in launch_command(sc.model, sc.deployment, sc.hisparse).notes)

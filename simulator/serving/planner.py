@@ -217,7 +217,7 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
     for hs in knob_sets:
         hsc = sc.replace(hisparse=hs)
         profiles: MissProfiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size,
-                                               policy=hs.policy, initial=initial)
+                                               policy=hs.policy, initial=initial, anchor_of=sc.model.anchor_of)
         all_profiles.append(profiles)
         w = sc.workload
         knobs.append(KnobResult(hs.device_buffer_size, hs.host_to_device_ratio, profiles.source, hs.policy,

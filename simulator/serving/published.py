@@ -218,7 +218,7 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
         if p.system == System.HISPARSE and profiles is None:
             hs = sc.hisparse
             profiles = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy,
-                                     initial=initial)
+                                     initial=initial, anchor_of=sc.model.anchor_of)
         best: tuple[float, int] = (math.nan, 0)
         failure = ""
         for c in p.concurrency:
