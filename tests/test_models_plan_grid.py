@@ -26,6 +26,12 @@ def test_plan_runs(capsys, model, gpu, dep):
     assert "recommendation" in out and "Traceback" not in err
 
 
+def test_dsv4_plan_reports_its_own_pools(capsys):
+    rc, out, _ = _plan(capsys, "deepseek-v4-flash", "h200", "8xh200-colocated-dp8", "--set", "hisparse.c4_pool=request")
+    assert rc == 0 and "full (logical) tokens" in out and "compressed rows (request)" in out
+    assert "--hisparse-config: deepseek-v4-flash's preset (top_k 512)" in out
+
+
 def test_plan_shows_and_switches_the_prefetch(capsys):
     rc, out, _ = _plan(capsys, "glm-5.2-fp8", "h200", "8xh200-colocated-dp8")
     assert rc == 0 and "IndexShare prefetch on: 21 anchor + 57 shared layers" in out

@@ -424,10 +424,17 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     ctx = w.input_tokens + w.output_tokens
     print(f"  baseline: {b['pool_tokens']} token slots ({b['cell_bytes']} B each) -> {b['pool_tokens'] // ctx} "
           f"requests of {ctx} tokens per scheduler; running cap {b['max_running']} per scheduler")
-    print(f"  hisparse: {h['pool_tokens']} device slots ({h['cell_bytes']} B each, indexer keys for the x"
-          f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
-          f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
-          f"-> {h['host_tokens'] // ctx} requests")
+    if sc.model.arch == "dsv4":  # per-kind pools (serving/dsv4_memory.py): full tokens and C4 device rows
+        print(f"  hisparse: {h['host_tokens']} full (logical) tokens -> {h['host_tokens'] // ctx} requests; C4 device "
+              f"pool {h['pool_tokens'] // 4} compressed rows ({sc.hisparse.c4_pool}) -> "
+              f"{h['pool_tokens'] // h['buffer_slots']} hot buffers of {h['buffer_slots'] // 4} rows; host pool "
+              f"{h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU (the C4 rows of every logical token; DeepSeek-V4: "
+              f"slots are full tokens, {b['cell_bytes']} B each over {dict(sc.model.kind_counts)} layers)")
+    else:
+        print(f"  hisparse: {h['pool_tokens']} device slots ({h['cell_bytes']} B each, indexer keys for the x"
+              f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
+              f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
+              f"-> {h['host_tokens'] // ctx} requests")
     if d.pool_profile.value == "before-31992":
         print(f"  pool_profile before-31992: the profile budgeted {b['budget_cell_bytes']} / {h['budget_cell_bytes']} B "
               f"per slot; {h['pool_tokens'] * (h['cell_bytes'] - h['budget_cell_bytes']) / 1e9:.1f} GB of the hisparse "
