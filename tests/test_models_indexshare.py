@@ -93,3 +93,94 @@ def test_step_ops_split_anchor_and_shared_layers():
     without = sum(n for n, ops in groups[:-1] if not any(o.name in INDEXER_OPS for o in ops))
     assert (with_idx, without) == (21, 57)
     assert [n for n, _ in groups] == [3, 18, 57, 1]  # dense anchors 0-2; MoE anchors 6..74; shared; head
+
+
+# -- the prefetch timeline (costmodel/indexshare.py) ---------------------------------------------
+def test_groups_of_glm52():
+    from simulator.costmodel.indexshare import groups
+
+    g = groups(P.load("models", "glm-5.2-fp8").anchor_of)
+    assert g[0] == (0, ()) and g[1] == (1, ()) and g[2] == (2, (3, 4, 5)) and g[-1] == (74, (75, 76, 77))
+    assert sum(len(s) for _, s in g) == 57
+
+
+def test_prefetch_hides_every_copy_shorter_than_the_compute_in_front_of_it():
+    """swap 1, post 3, pre 0.5: the side stream finishes each copy (t = 2, 3, 4) long before its
+    layer is ready (4.5, 8, 11.5): all three hidden."""
+    from simulator.costmodel.indexshare import LayerTimes, hidden_per_group
+
+    assert float(hidden_per_group(LayerTimes(pre=0.5, post=3.0, swap=1.0), 3)) == pytest.approx(3.0)
+
+
+def test_prefetch_hides_only_the_compute_available():
+    """swap 2, post 0.5, pre 0.25, two shared layers. Side stream: anchor copy to 2, then copies end at
+    4 and 6. Main: anchor swap + post to 2.5; layer 1 ready 2.75, waits 1.25, done 4.5; layer 2 ready
+    4.75, waits 1.25. Hidden = 4 - 2.5 = 1.5."""
+    from simulator.costmodel.indexshare import LayerTimes, hidden_per_group
+
+    assert float(hidden_per_group(LayerTimes(pre=0.25, post=0.5, swap=2.0), 2)) == pytest.approx(1.5)
+    # arrays over steps price each step on its own
+    # arrays over steps price each step on its own: swap 1 -> side ends 2, 3; main ready 1.75 (wait
+    # 0.25), then 2.75 (wait 0.25): hidden 2 - 0.5 = 1.5 as well
+    out = hidden_per_group(LayerTimes(pre=0.25, post=0.5, swap=[1.0, 2.0]), 2)
+    assert out.tolist() == pytest.approx([1.5, 1.5])
+
+
+def test_swap_in_term_less_the_prefetch_hidden_share():
+    """With misses small against the layers' compute, every shared layer's swap-in hides: the exposed
+    swap-in is the 21 anchors' share of the total; off, it is the total."""
+    from simulator.costmodel import Pass
+    from simulator.costmodel.passes import CostModel, PassShape
+
+    sc, off = _costs("glm-5.2-fp8")
+    on = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, prefetch=True)
+    p = Pass.uniform(8, 36864, sc.deployment.ranks_per_instance, hisparse=True, missed_rows=0.13 * 2048 * 78 * 8)
+    s_off, s_on = off.pass_time(p).parts["swap-in"][0], on.pass_time(p).parts["swap-in"][0]
+    lt = on.layer_times(PassShape.of(on, p), p.ranks[0])
+    assert float(lt.swap) < float(lt.post)  # the regime where every copy hides
+    assert s_on == pytest.approx(s_off * 21 / 78)
+    # a model without shared layers: the flag changes nothing
+    sc51, c51 = _costs("glm-5.1-fp8")
+    assert not CostModel(sc51.model, sc51.gpu, sc51.deployment, sc51.params, sc51.terms, prefetch=True).prefetch
+
+
+def test_hisparse_prefetch_flag_reaches_the_simulation():
+    import dataclasses as dc
+
+    import numpy as np
+
+    from simulator.serving.misses import MissProfiles
+    from simulator.serving.model import InstanceSim
+
+    sc, _ = _costs("glm-5.2-fp8")
+    prof = MissProfiles((np.full(100, 0.13),), "test")
+    on = InstanceSim(sc, "hisparse", concurrency=4, profiles=prof)
+    off = InstanceSim(sc.replace(hisparse=dc.replace(sc.hisparse, prefetch=False)), "hisparse", concurrency=4,
+                      profiles=prof)
+    assert on.cost.prefetch and not off.cost.prefetch
+    assert not InstanceSim(sc, "baseline", concurrency=4).cost.prefetch
+
+
+def test_prefetch_is_off_under_pipeline_parallelism():
+    """SGLang disables the shared-index prefetch when pp_size != 1 (the guard PR #36331 describes): a
+    deployment that says pp > 1 gets the whole swap-in on the critical path."""
+    import dataclasses as dc
+
+    from simulator.costmodel.passes import CostModel
+
+    sc, _ = _costs("glm-5.2-fp8")
+    dep = dc.replace(sc.deployment)
+    object.__setattr__(dep, "pp", 2)  # a deployment key another helper adds; read with getattr
+    assert CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, prefetch=True).prefetch
+    assert not CostModel(sc.model, sc.gpu, dep, sc.params, sc.terms, prefetch=True).prefetch
+
+
+def test_launch_names_the_prefetch_switch():
+    import dataclasses as dc
+
+    from simulator.serving.launch import launch_command
+
+    sc, _ = _costs("glm-5.2-fp8")
+    off = launch_command(sc.model, sc.deployment, dc.replace(sc.hisparse, prefetch=False))
+    assert any("SGLANG_DISABLE_HISPARSE_PREFETCH=1" in n for n in off.notes)
+    assert not any("PREFETCH" in n for n in launch_command(sc.model, sc.deployment, sc.hisparse).notes)

@@ -153,7 +153,16 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
     if not streams:
         raise HisparseError(f"{trace.path}: no stream with two or more steps to fit")
     first = streams[0].request
-    streams = [s for s in streams if s.request == first]
+    streams = sorted((s for s in streams if s.request == first), key=lambda s: s.layer)
+    # IndexShare: layers that repeat the layer before them are shared; the knobs describe the anchors
+    # (the fit measures and draws those) and carry the rule that places the copies (share_freq/offset)
+    from ..layer_groups import detect_shared, infer_rule
+
+    anchor_of = detect_shared(streams)
+    n_shared = sum(1 for i, a in enumerate(anchor_of) if a != i)
+    rule = infer_rule(anchor_of) if n_shared else None
+    if n_shared:
+        streams = [s for i, s in enumerate(streams) if anchor_of[i] == i]
     steps = min(s.steps for s in streams)
     ctx0 = int(streams[0].ctx_len[0])
     if ctx0 <= k:
@@ -240,10 +249,18 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
     fitted = measure(knobs)
     shape = {"k": k, "steps": steps, "ctx0": ctx0, "layers": layers, "requests": requests}
     src = trace.meta.source or {}
+    share = ""
+    if n_shared:
+        share = (f"\nIndexShare: {len(anchor_of) - n_shared} anchor and {n_shared} shared layers of {len(anchor_of)} "
+                 f"(shared layers repeat the layer before them); fitted on the anchors; "
+                 + (f"rule index_topk_freq {rule[0]}, index_skip_topk_offset {rule[1]}" if rule else
+                    "no freq/offset rule gives this pattern: the knobs draw every layer"))
+        if rule:
+            knobs = replace(knobs, share_freq=rule[0], share_offset=rule[1])
     comment = (f"knobs fitted by `hisparse trace fit` to {trace.path.name} "
                f"(model {src.get('model', '?')}, k {k}, ctx0 {ctx0}, steps {steps}; seed {seed})\n"
                + "real vs fitted: " + ", ".join(f"{name} {target[name]:.4f}/{fitted[name]:.4f}"
-                                                for name in target))
+                                                for name in target) + share)
     return FitResult(knobs, target, fitted, shape, comment, count[0])
 
 

@@ -71,15 +71,22 @@ def _params(targets: Targets) -> list[Param]:
 
 
 def start_knobs(targets: Targets) -> GeneratorKnobs:
-    """The knobs the fit starts from (and the parameters' references are checked against)."""
+    """The knobs the fit starts from (and the parameters' references are checked against), with the
+    measured model's IndexShare structure (``[shape] index_topk_freq`` / ``index_skip_topk_offset``):
+    the fit draws, and the fitted knobs file keeps, shared layers as copies of their anchor's."""
     fit = targets.fit
     if "knobs" in fit:
         if not isinstance(fit["knobs"], dict):
             raise HisparseError(f"{targets.path}: [fit] knobs must be a [fit.knobs] table, got {fit['knobs']!r}")
-        return knobs_from_dict(fit["knobs"], f"{targets.path} [fit.knobs]")
-    if "start" not in fit:
+        knobs = knobs_from_dict(fit["knobs"], f"{targets.path} [fit.knobs]")
+    elif "start" not in fit:
         raise HisparseError(f"{targets.path}: [fit] needs start = PRESET or a [fit.knobs] table")
-    return load_knobs(str(fit["start"]))
+    else:
+        knobs = load_knobs(str(fit["start"]))
+    sh = targets.shape
+    if sh.index_topk_freq > 1:
+        knobs = replace(knobs, share_freq=sh.index_topk_freq, share_offset=sh.index_skip_topk_offset)
+    return knobs
 
 
 def _get(knobs: GeneratorKnobs, ref: str) -> float:

@@ -36,7 +36,7 @@ from ..trace.stream import Stream
 STATISTICS = ("lru_miss", "step_overlap", "layer_overlap", "first_step_miss")
 TARGETS_DIR = data_path("traces/targets")
 SHAPE_KEYS = {"model": str, "layers": int, "topk": int, "ctx0": int, "steps": int, "requests": int,
-              "seed": int, "warmup": int}
+              "seed": int, "warmup": int, "index_topk_freq": int, "index_skip_topk_offset": int}
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,10 @@ class Shape:
     requests: int = 1
     seed: int = 0
     warmup: int = 16
+    # IndexShare of the measured model (config.json; GLM-5.2: 4 and 3): the fit draws shared layers
+    # as copies of their anchor's (``trace.generator`` share_freq / share_offset)
+    index_topk_freq: int = 1
+    index_skip_topk_offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,8 @@ def _table(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 # The lowest value of each integer [shape] key (seed and warm-up may be 0).
-_SHAPE_LOWEST = {"layers": 1, "topk": 1, "ctx0": 1, "steps": 1, "requests": 1, "seed": 0, "warmup": 0}
+_SHAPE_LOWEST = {"layers": 1, "topk": 1, "ctx0": 1, "steps": 1, "requests": 1, "seed": 0, "warmup": 0,
+                 "index_topk_freq": 1, "index_skip_topk_offset": 0}
 
 
 def _shape_value(path: Path, key: str, v: Any) -> Any:

@@ -307,7 +307,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates),
                                      "speculative": spec.describe() if spec is not None else None},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
-              "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
+              "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
+              "indexshare_prefetch": _prefetch_report(sc, plan)}
     if args.compare_speculative:
         from ..serving.spec_whatif import compare
 
@@ -536,6 +537,48 @@ def _step_report(sc, base) -> dict:
     return {"requests_per_scheduler": full, "context_tokens": ctx, **c.step_report(full, ctx)}
 
 
+def _prefetch_report(sc, plan) -> dict | None:
+    """What the IndexShare prefetch hides of a HiSparse decode step's swap-in (costmodel/indexshare.py),
+    at one request and at the HiSparse full batch per scheduler, every request at the workload's mean
+    context missing the trace's steady miss ratio; None for a model without shared layers."""
+    from ..costmodel.passes import CostModel, Pass, PassShape
+    from ..serving.memory import plan_memory
+
+    m, d, w, hs = sc.model, sc.deployment, sc.workload, sc.hisparse
+    if not m.shared_layers or not plan.knobs:
+        return None
+    hi = plan_memory(m, sc.gpu, d, hs, where=sc.files)
+    full = max(1, min(hi.max_running, hi.pool_tokens // max(hi.buffer_slots, 1)))
+    ctx = w.input_tokens + w.output_tokens / 2
+    miss = plan.knobs[0].steady_miss_ratio
+    on = hs.prefetch and getattr(d, "pp", 1) == 1
+    cost = CostModel(m, sc.gpu, d, sc.params, sc.terms, prefetch=True)
+    points = []
+    for batch in sorted({1, full}):
+        p = Pass.uniform(batch, ctx, d.ranks_per_instance, hisparse=True,
+                         missed_rows=miss * min(hs.top_k, ctx) * m.layers * batch)
+        work = p.ranks[0]
+        total = float(cost.swap_in(work.missed_rows, batch))
+        hidden = float(cost.prefetch_hidden(PassShape.of(cost, p), work))
+        points.append({"requests_per_scheduler": batch, "swap_in_ms": total * 1e3, "hidden_ms": hidden * 1e3,
+                       "hidden_share": hidden / total if total > 0 else 0.0})
+    return {"enabled": on, "anchors": m.indexer_layers, "shared": m.shared_layers, "miss_ratio": miss,
+            "context_tokens": ctx, "points": points,
+            "published": "SGLang PR #29637: prefetch 'hides 70% of the IO latency' (its benchmark; setup not "
+                         "stated); PR #28523: ITL overhead over no-HiSparse 7.17 -> 3.18 ms (56% hidden)"}
+
+
+def _print_prefetch(rep: dict | None) -> None:
+    if not rep:
+        return
+    state = "on" if rep["enabled"] else "OFF (hisparse.prefetch = false, or PP): the whole swap-in is on the critical path"
+    pts = "; ".join(f"{p['hidden_ms']:.2f} of {p['swap_in_ms']:.2f} ms per step ({p['hidden_share']:.0%}) at "
+                    f"{p['requests_per_scheduler']} request(s) per scheduler" for p in rep["points"])
+    print(f"IndexShare prefetch {state}: {rep['anchors']} anchor + {rep['shared']} shared layers; at "
+          f"{rep['context_tokens']:.0f}-token contexts and the trace's {rep['miss_ratio']:.1%} misses it "
+          f"{'hides' if rep['enabled'] else 'would hide'} {pts} (beside {rep['published']})")
+
+
 def _step_terms_summary(sc) -> dict:
     from ..costmodel.ops import dtype_of
     from ..costmodel.pricing import terms_for
@@ -562,10 +605,17 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     ctx = w.input_tokens + w.output_tokens
     print(f"  baseline: {b['pool_tokens']} token slots ({b['cell_bytes']} B each) -> {b['pool_tokens'] // ctx} "
           f"requests of {ctx} tokens per scheduler; running cap {b['max_running']} per scheduler")
-    print(f"  hisparse: {h['pool_tokens']} device slots ({h['cell_bytes']} B each, indexer keys for the x"
-          f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
-          f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
-          f"-> {h['host_tokens'] // ctx} requests")
+    if sc.model.arch == "dsv4":  # per-kind pools (serving/dsv4_memory.py): full tokens and C4 device rows
+        print(f"  hisparse: {h['host_tokens']} full (logical) tokens -> {h['host_tokens'] // ctx} requests; C4 device "
+              f"pool {h['pool_tokens'] // 4} compressed rows ({sc.hisparse.c4_pool}) -> "
+              f"{h['pool_tokens'] // h['buffer_slots']} hot buffers of {h['buffer_slots'] // 4} rows; host pool "
+              f"{h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU (the C4 rows of every logical token; DeepSeek-V4: "
+              f"slots are full tokens, {b['cell_bytes']} B each over {dict(sc.model.kind_counts)} layers)")
+    else:
+        print(f"  hisparse: {h['pool_tokens']} device slots ({h['cell_bytes']} B each, indexer keys for the x"
+              f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
+              f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
+              f"-> {h['host_tokens'] // ctx} requests")
     if d.pool_profile.value == "before-31992":
         print(f"  pool_profile before-31992: the profile budgeted {b['budget_cell_bytes']} / {h['budget_cell_bytes']} B "
               f"per slot; {h['pool_tokens'] * (h['cell_bytes'] - h['budget_cell_bytes']) / 1e9:.1f} GB of the hisparse "
@@ -632,6 +682,7 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     terms = ", ".join(f"{k} {v:.1f}" for k, v in sorted(rep.items(), key=lambda kv: -kv[1]))
     print(f"decode step, baseline at its full batch ({n} requests per scheduler, {ctx:.0f}-token contexts): "
           f"{total:.1f} ms = {terms}")
+    _print_prefetch(_prefetch_report(sc, plan))
     print(f"how each term of a pass is priced on {sc.gpu.name}:")
     for row in summary["term_sources"]:
         print(f"  {row['term']:<18} {row['priced']:<9} {row['source']}")

@@ -60,6 +60,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--buffer", type=comma_list(buffer_size), default=[4096],
                     help="comma-separated buffer sizes in slots per request and layer (default 4096)")
     _add_step_rules(rp)
+    rp.add_argument("--index-share", metavar="FREQ:OFFSET", default=None,
+                    help="also count misses per IndexShare group (anchor layers, which run the indexer; shared "
+                         "layers, which reuse an anchor's top-k) with config.json's index_topk_freq:"
+                         "index_skip_topk_offset (GLM-5.2: 4:3); default: the trace's own (a trace generated "
+                         "with --index-share), else no groups")
     rp.add_argument("--json", action="store_true", help="print the summary as a JSON list of records")
     rp.add_argument("--out", metavar="PATH", help="write per-step misses (request, layer, step, ctx_len, "
                                                  "policy, buffer, misses) to .parquet or .csv")
@@ -251,11 +256,37 @@ def run_replay(args: argparse.Namespace) -> int:
         _add_penalty(rows, args.vs)
         cols += ["hit_penalty", "miss_x"]
     _print_params(args, policies)
+    groups = _group_rows(args, trace, result)
     if args.json:
-        print_json(rows)
+        print_json(rows if groups is None else {"records": rows, "groups": groups})
     else:
         _print_records(rows, cols)
+        if groups:
+            print("# per IndexShare group (anchor: runs the indexer; shared: attends with its anchor's top-k)")
+            _print_records(groups, ["policy", "buffer", "group", "layers", "streams", "accesses", "misses", "miss_ratio"])
     return 0
+
+
+def _group_rows(args, trace, result) -> list[dict] | None:
+    """Misses per IndexShare group, with --index-share or the trace's own share knobs; None without."""
+    from ..errors import HisparseError
+    from ..layer_groups import anchor_map
+
+    spec = args.index_share
+    if spec is None:
+        knobs = (getattr(getattr(trace, "meta", None), "source", None) or {}).get("knobs") or {}
+        if int(knobs.get("share_freq", 1)) <= 1:
+            return None
+        freq, offset = int(knobs["share_freq"]), int(knobs.get("share_offset", 0))
+    else:
+        from .trace import _index_share
+
+        try:
+            freq, offset = _index_share(spec)
+        except argparse.ArgumentTypeError as exc:
+            raise HisparseError(f"--index-share: {exc}") from None
+    layers = 1 + max((layer for per in result.by_layer.values() for layer in per), default=0)
+    return result.group_records(anchor_map(layers, freq, offset))
 
 
 def _print_params(args, policies) -> None:

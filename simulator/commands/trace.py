@@ -47,6 +47,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--ctx0", type=positive_int, default=None,
                      help="context length at step 0 (default: a fitted preset's, e.g. 100384, else 32768)")
     gen.add_argument("--seed", type=seed_int, default=None, help="random seed (default: a fitted preset's, else 0)")
+    gen.add_argument("--index-share", metavar="FREQ:OFFSET", type=_index_share, default=None,
+                     help="IndexShare: only the anchor layers draw selections, each shared layer repeats its "
+                          "anchor's (config.json index_topk_freq:index_skip_topk_offset; GLM-5.2: 4:3); "
+                          "default: the knobs' share_freq / share_offset (off)")
     gen.add_argument("--out", required=True, metavar="PATH", help="output .hst path (written atomically)")
     add_compression(gen)
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -124,6 +128,19 @@ def add_compression(parser: argparse.ArgumentParser) -> None:
                              "every reader reads both")
 
 
+def _index_share(text: str) -> tuple[int, int]:
+    """--index-share FREQ:OFFSET: two whole numbers, FREQ >= 1, OFFSET >= 0."""
+    parts = str(text).split(":")
+    try:
+        freq, offset = (int(p) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        freq = offset = None
+    if freq is None or offset is None or freq < 1 or offset < 0:
+        raise argparse.ArgumentTypeError(f"needs FREQ:OFFSET, whole numbers FREQ >= 1 and OFFSET >= 0 (GLM-5.2: 4:3), "
+                                         f"got {text!r}")
+    return freq, offset
+
+
 def run_gen(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
     from ..progress import progress
@@ -135,6 +152,10 @@ def run_gen(args: argparse.Namespace) -> int:
         raise HisparseError(f"--knobs {args.knobs}: {what}")
     spec = args.knobs or args.preset
     knobs = load_knobs(spec)
+    if args.index_share is not None:
+        from dataclasses import replace
+
+        knobs = replace(knobs, share_freq=args.index_share[0], share_offset=args.index_share[1])
     _shape_defaults(args, None if args.knobs else args.preset)
     if args.topk > args.ctx0:
         raise HisparseError(f"--topk {args.topk} is larger than the context (--ctx0 {args.ctx0}): "

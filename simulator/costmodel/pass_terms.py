@@ -63,7 +63,7 @@ def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
         return {"lightning indexer": sum(c.prefill_indexer(n, prior) for n, prior in w.chunks)}
-    return {"lightning indexer": c.m.indexer_layers * c.indexer(w.ctx_sum, w.decode, s.verify)}  # IndexShare: anchors only
+    return {"lightning indexer": c.indexer_all(w.ctx_sum, w.decode, s.verify)}  # IndexShare anchors; DeepSeek-V4 C4 layers
 
 
 def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
@@ -72,17 +72,18 @@ def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     # a verify pass: every query position reads its own top-k rows (FlashMLA's sparse decode with
     # s_q positions per request gathers each position's indices; no dedupe across positions)
     q = s.verify
-    return {"sparse attention": c.m.layers * c.attention(w.decode * q, w.ctx_sum * q if q > 1 else w.ctx_sum)}
+    return {"sparse attention": c.attention_all(w.decode * q, w.ctx_sum * q if q > 1 else w.ctx_sum)}  # by layer kind
 
 
 def _swap_in(c: CostModel, s: PassShape, w: RankWork) -> Parts:
-    """HiSparse's swap-in of a decoding rank's missed rows (one launch per layer)."""
+    """HiSparse's swap-in of a decoding rank's missed rows (one launch per layer), less what the
+    IndexShare prefetch hides of the shared layers' (``costmodel/indexshare.py``; 0 when off)."""
     if w.chunks or w.missed_rows is None:
         return {}
     batch = w.decode if w.swap_requests is None else w.swap_requests
     if batch <= 0:  # dynamic residency, every request resident: the graph without the swap-in (dual path)
         return {}
-    return {"swap-in": c.swap_in(w.missed_rows, batch)}
+    return {"swap-in": c.swap_in(w.missed_rows, batch) - c.prefetch_hidden(s, w)}
 
 
 def _backup(c: CostModel, s: PassShape, w: RankWork) -> Parts:

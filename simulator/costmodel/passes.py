@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..serving.specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
-from . import pass_terms
+from . import dsv4_ops, pass_terms
 from .collectives import (
     Collective,
     DeepEPMode,
@@ -46,6 +46,7 @@ from .collectives import (
     expected_remote_nodes,
     nic_ring_time_s,
 )
+from .indexshare import LayerTimes, hidden_swap
 from .ops import (
     GROUPED_KINDS,
     INDEXER_OPS,
@@ -93,6 +94,7 @@ REPORT_GROUPS = {
                                                        "silu_mul_quant")},
     "indexer_score_topk": "lightning indexer", "sparse_attention": "sparse attention",
     "lm_head": "lm_head, sampler", "sampler": "lm_head, sampler", "final_norm": "lm_head, sampler",
+    **dsv4_ops.REPORT_GROUPS,
 }
 
 
@@ -231,9 +233,13 @@ class StepTime:
 
 class CostModel:
     def __init__(self, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, params: CostParams,
-                 terms: GpuTerms | None = None, spec: Any = None, cluster: Any = None) -> None:
+                 terms: GpuTerms | None = None, spec: Any = None, cluster: Any = None, *,
+                 prefetch: bool = False) -> None:
         self.m, self.g, self.d, self.p = model, gpu, dep, params
         self.cluster = cluster  # serving.cluster.ClusterSpec when the instance may span nodes (its NIC)
+        # IndexShare prefetch of the shared layers' swap-in (costmodel/indexshare.py): SGLang's default
+        # with HiSparse on an IndexShare model; off with SGLANG_DISABLE_HISPARSE_PREFETCH and under PP
+        self.prefetch = bool(prefetch) and model.shared_layers > 0 and getattr(dep, "pp", 1) == 1
         self.terms = terms or terms_for(gpu)
         self.t: StepTerms = self.terms.terms
         self.layout = layout_for(dep, model)
@@ -299,6 +305,8 @@ class CostModel:
         """(repeat, op) of one rank's attention-side kernels other than the indexer and attention,
         at its (padded) batch: these run on each DP rank's own requests."""
         m = self.m
+        if m.arch == "dsv4":  # per layer kind (dsv4_ops.py)
+            return [(n, o) for kind, n in m.kind_counts.items() for o in dsv4_ops.layer_ops(m, padded, self.layout, kind)]
         ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes)
         # the indexer's projections only on the layers that run it (IndexShare anchors)
         return [(m.indexer_layers if o.name in INDEXER_OPS else m.layers, o) for o in ops
@@ -541,9 +549,37 @@ class CostModel:
         return (launch + batch * per_request) * 1e-6 + copy
 
     def swap_in(self, missed_rows, batch: int = 0):
-        """One launch per layer for the rank's batch, plus the missed rows over the host link."""
-        per_layer = self.swap_in_layer(np.asarray(missed_rows, dtype=float) / self.m.layers, batch)
-        return per_layer * self.m.layers * (1 - self.p.swap_in_overlap)
+        """One launch per HiSparse layer (every DSA layer; DeepSeek-V4's C4 layers) for the rank's
+        batch, plus the missed rows over the host link."""
+        n = self.m.hisparse_layers
+        per_layer = self.swap_in_layer(np.asarray(missed_rows, dtype=float) / n, batch)
+        return per_layer * n * (1 - self.p.swap_in_overlap)
+
+    def layer_times(self, shape: PassShape, work: RankWork) -> LayerTimes:
+        """One decode layer's main-stream seconds before and from its attention, and one layer's
+        swap-in kernel, for the IndexShare prefetch timeline (an average MoE layer; the rank's
+        attention-side ops at its padded graph batch, the MLP at the instance's tokens)."""
+        m, lay = self.m, self.layout
+        rows = shape.padded or work.decode
+        key = ("layer", rows, float(shape.tokens), shape.biggest)
+        if key not in self._fixed_cache:
+            ops = attention_ops(m, rows, 0.0, lay, m.kv_row_bytes)
+            cut = next(i for i, o in enumerate(ops) if o.kind == "attention")
+            pre = sum(self.op_time(o) for o in ops[:cut] if o.name not in INDEXER_OPS)
+            after = sum(self.op_time(o) for o in ops[cut + 1:])
+            mlp = sum(self.op_time(o) for o in moe_ops(m, self._mlp_batch(shape.tokens), lay)) if m.moe_layers else 0.0
+            comm = self.comm_layer(shape.biggest, shape.tokens, shape.padded or None) if shape.tokens > 0 else 0.0
+            self._fixed_cache[key] = (pre, after + mlp + comm)
+        pre, rest = self._fixed_cache[key]
+        post = self.attention(work.decode, work.ctx_sum) + rest
+        swap = self.swap_in_layer(np.asarray(work.missed_rows, dtype=float) / m.layers, work.decode)
+        return LayerTimes(pre, post, swap)
+
+    def prefetch_hidden(self, shape: PassShape, work: RankWork):
+        """Seconds of the rank's swap-in per step the IndexShare prefetch hides (0 when it is off)."""
+        if not self.prefetch or work.missed_rows is None or work.chunks or work.decode <= 0:
+            return 0.0
+        return hidden_swap(self.m.anchor_of, self.layer_times(shape, work)) * (1 - self.p.swap_in_overlap)
 
     # -- a prompt chunk's context terms ----------------------------------------------------------
     def prefill_indexer(self, tokens: int, prior_ctx: int) -> float:
@@ -554,17 +590,65 @@ class CostModel:
         heads_idx = m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
         idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
         idx_bytes = (prior_ctx + tokens) * m.indexer_row_bytes
+        if m.arch == "dsv4":  # C4 layers score the compressed keys, one per 4 tokens
+            idx_flops, idx_bytes = idx_flops / 4, idx_bytes / 4
         return m.indexer_layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
 
     def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
         """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at
         FlashMLA's prefill rate (``prefill_attention_efficiency``)."""
         m = self.m
-        k = min(m.top_k, prior_ctx + tokens / 2)
         heads = max(1, m.attention_heads // self.layout.attention_tp)
+        if m.arch == "dsv4":  # each kind's rows at the chunk's mean position, head_dim for QK and PV
+            from ..serving.layer_kinds import LAYER_KINDS
+
+            pos = prior_ctx + tokens / 2
+            rows = sum(n * float(LAYER_KINDS[k].attended_rows(pos, m.top_k, m.sliding_window))
+                       for k, n in m.kind_counts.items())
+            att_flops = 2.0 * tokens * heads * rows * 2 * m.head_dim
+            return att_flops / (self.terms.bf16_flops * self.p.prefill_attention_efficiency)
+        k = min(m.top_k, prior_ctx + tokens / 2)
         att_flops = 2.0 * tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
         return m.layers * att_flops / (self.terms.bf16_flops * self.p.prefill_attention_efficiency)
 
     def kv_copy_time(self, tokens: int) -> float:
-        """Copying ``tokens`` tokens' KV (every layer) between HBM and host memory over the host link."""
-        return tokens * self.m.kv_bytes_per_token() / self.g.link_bw
+        """Copying ``tokens`` tokens' KV (every layer HiSparse serves: DeepSeek-V4's C4 rows) between HBM
+        and host memory over the host link."""
+        return tokens * self.m.host_kv_bytes_per_token() / self.g.link_bw
+
+    # -- every layer's context terms, by layer kind (serving/layer_kinds.py) -------------------------
+    def indexer_all(self, ctx_sum, requests: int, queries: int = 1):
+        """The step's lightning-indexer scoring: IndexShare anchors over every token's key (MLA), or
+        DeepSeek-V4's C4 layers over a compressed key per 4 tokens; ``queries`` positions per request
+        under a speculative verify (``indexer``)."""
+        if self.m.arch == "dsv4":
+            return self.m.indexer_layers * self.indexer(np.asarray(ctx_sum, dtype=float) / 4, requests, queries)
+        return self.m.indexer_layers * self.indexer(ctx_sum, requests, queries)
+
+    def attention_all(self, batch: int, ctx_sum=None):
+        """The step's attention over every layer: MLA's top-k rows, or per DeepSeek-V4 kind the window
+        and the compressed rows it attends (``attention_kind``)."""
+        if self.m.arch != "dsv4":
+            return self.m.layers * self.attention(batch, ctx_sum)
+        total = 0.0
+        for kind, n in self.m.kind_counts.items():
+            total = total + n * self.attention_kind(kind, batch, ctx_sum)
+        return total
+
+    def attention_kind(self, kind: str, batch: int, ctx_sum=None):
+        """One DeepSeek-V4 layer's attention for ``batch`` requests: the fitted FP8 sparse-attention
+        launch plus the roofline over the rows the kind attends (584 B each; one K=V head of head_dim
+        for QK and PV) divided by the fitted efficiency."""
+        from ..serving.layer_kinds import LAYER_KINDS
+
+        if batch == 0:
+            return 0.0
+        m = self.m
+        launch, eff = self.t.attention["bf16" if m.kv_row_bytes >= 1024 else "fp8"]
+        ctx = np.asarray(m.context_length if ctx_sum is None else np.asarray(ctx_sum, dtype=float) / batch, dtype=float)
+        rows = LAYER_KINDS[kind].attended_rows(ctx, m.top_k, m.sliding_window)
+        heads = max(1, m.attention_heads // self.d.attn_tp)
+        roof = np.maximum(batch * rows * m.kv_row_bytes / self.terms.hbm_bw,
+                          2 * batch * heads * rows * 2 * m.head_dim / self.terms.bf16_flops)
+        out = launch + roof / eff
+        return float(out) if np.ndim(out) == 0 else out

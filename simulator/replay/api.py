@@ -43,6 +43,30 @@ class ReplayResult:
     configs: tuple[ReplayConfig, ...]
     records: list[dict[str, Any]]  # SUMMARY_COLUMNS, one per config, in config order
     streams: list[StreamMisses] = field(default_factory=list)  # with per_step: stream order, then config
+    by_layer: dict[ReplayConfig, dict[int, list[int]]] = field(default_factory=dict)  # layer -> [streams, accesses, misses]
+
+    def group_records(self, anchor_of: Sequence[int]) -> list[dict[str, Any]]:
+        """Misses per IndexShare group (``anchor``: the layers that run the indexer; ``shared``: the
+        layers that reuse an anchor's top-k), per config. A layer beyond ``anchor_of`` is an error."""
+        from ..layer_groups import group_of
+
+        out = []
+        for cfg in self.configs:
+            sums: dict[str, list[int]] = {}
+            for layer, (n, a, m) in sorted(self.by_layer.get(cfg, {}).items()):
+                if layer >= len(anchor_of):
+                    raise ValueError(f"layer {layer} is beyond the {len(anchor_of)} layers of the IndexShare map")
+                t = sums.setdefault(group_of(tuple(anchor_of), layer), [0, 0, 0, 0])
+                t[0] += 1
+                t[1] += n
+                t[2] += a
+                t[3] += m
+            for group in ("anchor", "shared"):
+                if group in sums:
+                    layers, n, a, m = sums[group]
+                    out.append({"policy": str(cfg.policy), "buffer": cfg.buffer, "group": group, "layers": layers,
+                                "streams": n, "accesses": a, "misses": m, "miss_ratio": m / a if a else 0.0})
+        return out
 
     @property
     def summary(self) -> pd.DataFrame:
@@ -91,7 +115,7 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
     else:
         run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
     run(source, configs, k, tally, max(1, workers), wrap)
-    return ReplayResult(configs, tally.records(), tally.kept)
+    return ReplayResult(configs, tally.records(), tally.kept, tally.layers)
 
 
 def replay_stream(stream: Stream, cfg: ReplayConfig, k: int | None = None) -> np.ndarray:
@@ -111,6 +135,7 @@ class _Tally:
 
     def __init__(self, configs: Sequence[ReplayConfig], per_step: bool) -> None:
         self.totals = {cfg: [0, 0, 0, 0] for cfg in configs}
+        self.layers: dict[ReplayConfig, dict[int, list[int]]] = {cfg: {} for cfg in configs}
         self.per_step = per_step
         self.kept: list[StreamMisses] = []
 
@@ -121,6 +146,10 @@ class _Tally:
         t[1] += steps
         t[2] += accesses
         t[3] += misses_total
+        per_layer = self.layers[cfg].setdefault(int(layer), [0, 0, 0])
+        per_layer[0] += 1
+        per_layer[1] += accesses
+        per_layer[2] += misses_total
         if self.per_step:
             self.kept.append(StreamMisses(request, layer, ctx_len, cfg, misses, first_step))
 

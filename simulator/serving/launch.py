@@ -101,6 +101,8 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
         elif hs.residency == "vllm-spill":
             notes.append("residency vllm-spill: vLLM's HiSparse (PRs #49629, #51323, #53781); this SGLang command "
                          "runs swap mode, serve it with vLLM")
+        if not hs.prefetch and model.shared_layers:
+            notes.append("IndexShare prefetch off: set SGLANG_DISABLE_HISPARSE_PREFETCH=1 in the server's environment")
     if dep.tp > gpus_per_node:
         nodes = dep.tp // gpus_per_node
         a += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "<head-node-ip>:5000"]

@@ -67,6 +67,7 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     b = m.bytes_per_param
     attention = m.layers * m.attention_params / dep.attn_tp * b("attention")
     attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
+    attention += m.dsv4_attention_extra_params / dep.attn_tp * b("attention")  # DeepSeek-V4 compressors
     gates = m.indexer_gate_params  # weights_proj: bf16, not quantised
     # replicated on every GPU; IndexShare's shared layers own no indexer (m.indexer_layers)
     attention += m.indexer_layers * ((m.indexer_params - gates) * b("attention") + gates * 2)
@@ -182,6 +183,10 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
     """The pools of one attention rank, with ``where`` (the files) named in errors. ``spec``
     (speculative decoding): the running cap SGLang defaults to, and the draft layer's weights and
     KV pool checked against the slack (``speculative_memory``)."""
+    if model.arch == "dsv4":  # per-kind pools (SGLang's DSV4PoolConfigurator): dsv4_memory.py
+        from .dsv4_memory import plan_memory_dsv4
+
+        return plan_memory_dsv4(model, gpu, dep, hisparse, where=where)
     weights = weights_per_gpu(model, dep)
     budget = gpu.free_before_load * dep.mem_fraction_static - weights
     ratio = hisparse.host_to_device_ratio if hisparse else 1.0

@@ -148,11 +148,16 @@ def speculative_policy(policy: str) -> tuple[str, str]:
 
 
 def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "lru", initial: str = "prefix",
-                  use_cache: bool = True, mtp_steps: int = 1) -> MissProfiles:
+                  use_cache: bool = True, mtp_steps: int = 1,
+                  anchor_of: tuple[int, ...] | None = None) -> MissProfiles:
     """Replay ``trace`` (default: ``DEFAULT_TRACE``) and return per-request miss shares.
+
     ``mtp_steps`` > 1 (speculative decoding: the verify positions of one step): that many
     consecutive trace steps are one swap commit (their union, deduped; a placed policy), each
-    unique miss counted at its first step."""
+    unique miss counted at its first step.
+    ``anchor_of`` (an IndexShare model's ``ModelSpec.anchor_of``): a shared layer swaps its anchor's
+    top-k into its own buffer and misses what the anchor misses, so with a trace of as many layers
+    each layer's share is its anchor's stream's (the trace's own shared-layer streams are not used)."""
     from ..replay import ReplayConfig, replay
     from ..replay.compiled_cache import engine_digest
 
@@ -160,7 +165,9 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
     scaled = max(1, round(buffer * k_trace / top_k))
     if scaled < k_trace:
         raise HisparseError(f"buffer {buffer} scaled to the trace's k ({k_trace}) is {scaled} < k")
-    key = f"{digest}-{policy}-{scaled}-{initial}-engine{engine_digest()[:12]}"
+    share_map = tuple(anchor_of) if anchor_of and any(a != i for i, a in enumerate(anchor_of)) else None
+    tag = "" if share_map is None else "-share" + hashlib.sha256(repr(share_map).encode()).hexdigest()[:10]
+    key = f"{digest}-{policy}-{scaled}-{initial}{tag}-engine{engine_digest()[:12]}"
     if mtp_steps > 1:
         key += f"-mtp{mtp_steps}"
     cached = cache_dir() / f"misses-{key}.npz"
@@ -168,14 +175,26 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         data = np.load(cached)
         names = sorted((n for n in data.files if n.startswith("r")), key=lambda n: int(n[1:]))
         ctx = int(data["ctx0"]) if "ctx0" in data.files else 0
-        return MissProfiles(tuple(data[n] for n in names), label, (), k_trace, scaled, ctx)
+        notes = tuple(str(n) for n in data["notes"]) if "notes" in data.files else ()
+        return MissProfiles(tuple(data[n] for n in names), label, notes, k_trace, scaled, ctx)
     cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial, mtp_steps=mtp_steps)
-    by_request: dict[int, list[np.ndarray]] = {}
+    by_request: dict[int, dict[int, np.ndarray]] = {}
     for m in replay(streams(), cfg, k=k_trace, per_step=True).streams:
-        by_request.setdefault(m.request, []).append(m.misses / k_trace)
+        by_request.setdefault(m.request, {})[m.layer] = m.misses / k_trace
     if not by_request:
         raise HisparseError(f"{label}: the trace holds no streams")
-    shares = tuple(np.mean([a[: min(map(len, v))] for a in v], axis=0) for _, v in sorted(by_request.items()))
+    notes: tuple[str, ...] = ()
+    if share_map is not None:
+        layers = {len(v) for v in by_request.values()}
+        if layers == {len(share_map)} and all(set(v) == set(range(len(share_map))) for v in by_request.values()):
+            by_request = {r: {i: v[share_map[i]] for i in v} for r, v in by_request.items()}
+            notes = (f"IndexShare: each of the {sum(a != i for i, a in enumerate(share_map))} shared layers takes its "
+                     "anchor's misses (its own buffer, the anchor's top-k); the trace's streams of those layers are unused",)
+        else:
+            notes = (f"IndexShare: the trace's {sorted(layers)} layers are not the model's {len(share_map)}: "
+                     "every trace layer kept as its own stream",)
+    shares = tuple(np.mean([a[: min(len(x) for x in v.values())] for a in v.values()], axis=0)
+                   for _, v in sorted(by_request.items()))
     if any(len(a) == 0 for a in shares):
         raise HisparseError(f"{label}: a trace request has no decode steps")
     ctx = _first_context(streams)
@@ -183,8 +202,9 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         from ..fileio import atomic_output
 
         with atomic_output(cached) as fh:
-            np.savez(fh, ctx0=np.int64(ctx), **{f"r{i}": a for i, a in enumerate(shares)})
-    return MissProfiles(shares, label, (), k_trace, scaled, ctx)
+            np.savez(fh, ctx0=np.int64(ctx), notes=np.array(notes, dtype=str),
+                     **{f"r{i}": a for i, a in enumerate(shares)})
+    return MissProfiles(shares, label, notes, k_trace, scaled, ctx)
 
 
 def scenario_profiles(sc, hs, initial: str) -> MissProfiles:
@@ -192,10 +212,11 @@ def scenario_profiles(sc, hs, initial: str) -> MissProfiles:
     under speculative decoding the multi-step commit over the verify positions."""
     spec = getattr(sc, "speculative", None)
     if spec is None:
-        return miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy, initial=initial)
+        return miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=hs.policy, initial=initial,
+                             anchor_of=sc.model.anchor_of)
     policy, note = speculative_policy(hs.policy)
     p = miss_profiles(sc.trace, top_k=hs.top_k, buffer=hs.device_buffer_size, policy=policy, initial=initial,
-                      mtp_steps=spec.verify_tokens)
+                      mtp_steps=spec.verify_tokens, anchor_of=sc.model.anchor_of)
     how = (f"speculative decoding ({spec.label}): {spec.verify_tokens} consecutive trace steps replayed as one swap "
            f"commit ({policy}: the union of the verify positions' top-k, deduped), each unique miss charged at its "
            "first step; a step keeping a tokens is charged the a trace steps it moves over (SGLang's HiSparse + "

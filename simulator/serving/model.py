@@ -84,7 +84,8 @@ class InstanceSim:
         self.profiles = profiles
         self.spec = scenario.speculative  # speculative decoding (serving/speculative.py), or None
         self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms, spec=self.spec,
-                              cluster=scenario.cluster)
+                              cluster=scenario.cluster,
+                              prefetch=self.hs is not None and self.hs.prefetch)
         self._draws: dict[int, np.ndarray] = {}  # per rank: accept lengths drawn, not yet used
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s
@@ -304,7 +305,7 @@ class InstanceSim:
                 accept = int(self._accepts(k, 1)[0])
                 if self.hs is not None:
                     share = sum(float(self.decode.step_misses(q, accept).sum()) for q in k.running)
-                    missed = share * self.hs.top_k * self.m.layers
+                    missed = share * self.hs.top_k * self.m.hisparse_layers
                     self.miss_rows += share
                     self.looked_up += b
                 works.append(RankWork(b, ctx, missed, swap_requests=self._swap_requests(k)))
@@ -415,7 +416,7 @@ class InstanceSim:
                 for r in k.running:
                     share += self._step_union(r, acc, before)
                 shares.append((b, share))
-                missed = share * self.hs.top_k * self.m.layers
+                missed = share * self.hs.top_k * self.m.hisparse_layers
             works.append(RankWork(b, ctx, missed, swap_requests=self._swap_requests(k)))
         tokens = float(sum(w.decode for w in works))
         if self.spec is not None:

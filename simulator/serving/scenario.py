@@ -211,6 +211,12 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
                          "them (--calibration none scales the H200's terms by the GPU's figures)")
     model_spec = _apply(P.load("models", model), ovs, "model", set_notes)
     workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
+    if hisparse == DEFAULT_HISPARSE and model_spec.top_k != P.load("hisparse", hisparse).top_k \
+            and model_spec.name in P.preset_names("hisparse"):
+        # the default config is GLM's (top_k 2048): a model with another index_topk takes its own preset
+        notes.append(f"--hisparse-config: {model_spec.name}'s preset (top_k {model_spec.top_k}), not "
+                     f"{DEFAULT_HISPARSE}'s (top_k 2048)")
+        hisparse = model_spec.name
     hisparse_spec = _apply(P.load("hisparse", hisparse), ovs, "hisparse", set_notes)
     cluster_spec = None
     if dep.cluster:
@@ -224,6 +230,7 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
                     terms=terms, overrides=tuple(o.option for o in ovs), speculative=speculative)
 
 
+DEFAULT_HISPARSE = "blog-8xh200"
 _STEP_TERM_INPUTS = ("hbm_bw", "bf16_flops", "datasheet_hbm_bw", "datasheet_bf16_flops")
 
 

@@ -231,9 +231,42 @@ class ModelSpec(Spec):
     # transformers' GlmMoeDsaConfig / vLLM's deepseek_v32 skip_topk; freq 1: every layer indexes.
     index_topk_freq: int = num(ge=1, default=1, help="config.json index_topk_freq: one indexer per this many layers")
     index_skip_topk_offset: int = num(ge=0, default=0, help="config.json index_skip_topk_offset")
+    # DeepSeek-V4 (arch "dsv4"; config.json keys): per-layer attention kinds from compress_ratios
+    # (serving/layer_kinds.py), shared-KV MQA heads of head_dim, a grouped low-rank output
+    # projection (o_groups x o_lora_rank), the sliding window, hc_mult hyper-connection streams.
+    # The MLA keys (kv_lora_rank, qk_nope_head_dim, v_head_dim) are then not used.
+    arch: str = "mla"  # "mla" (DeepSeek-V3.2, GLM-5.x) or "dsv4"
+    compress_ratios: tuple[int, ...] = ()  # config.json compress_ratios, the backbone's num_hidden_layers entries
+    head_dim: int = num(ge=0, default=0, help="dsv4: head_dim (one shared K=V head)")
+    o_lora_rank: int = num(ge=0, default=0, help="dsv4: o_lora_rank")
+    o_groups: int = num(ge=0, default=0, help="dsv4: o_groups")
+    sliding_window: int = num(ge=0, default=0, help="dsv4: sliding_window (raw rows every layer keeps)")
+    hc_mult: int = num(ge=0, default=0, help="dsv4: hc_mult (hyper-connection streams)")
     where: str = field(default="<model>", compare=False)
 
     def _check(self, where: str) -> None:
+        if self.arch not in ("mla", "dsv4"):
+            raise HisparseError(f"{where}: arch = {self.arch!r}: must be mla or dsv4")
+        if not isinstance(self.compress_ratios, (list, tuple)) or not all(
+                isinstance(r, int) and not isinstance(r, bool) for r in self.compress_ratios):
+            raise HisparseError(f"{where}: compress_ratios must be a list of whole numbers")
+        object.__setattr__(self, "compress_ratios", tuple(self.compress_ratios))
+        if self.arch == "dsv4":
+            from .layer_kinds import RATIO_KIND
+
+            if len(self.compress_ratios) != self.layers:
+                raise HisparseError(f"{where}: compress_ratios has {len(self.compress_ratios)} entries for "
+                                    f"{self.layers} layers (give the backbone's: config.json lists MTP layers after them)")
+            bad = sorted({r for r in self.compress_ratios if r not in RATIO_KIND})
+            if bad:
+                raise HisparseError(f"{where}: compress_ratios {bad}: known ratios {sorted(RATIO_KIND)}")
+            for key in ("head_dim", "o_lora_rank", "o_groups", "sliding_window", "hc_mult"):
+                if getattr(self, key) < 1:
+                    raise HisparseError(f"{where}: arch = \"dsv4\" needs {key} >= 1")
+            if (self.attention_heads * self.head_dim) % self.o_groups:
+                raise HisparseError(f"{where}: attention_heads x head_dim must be a multiple of o_groups")
+        elif self.compress_ratios:
+            raise HisparseError(f"{where}: compress_ratios is a DeepSeek-V4 key: set arch = \"dsv4\"")
         if self.experts_per_token > self.experts:
             raise HisparseError(f"{where}: experts_per_token ({self.experts_per_token}) > experts ({self.experts})")
         if self.dense_layers > self.layers:
@@ -243,11 +276,9 @@ class ModelSpec(Spec):
     @functools.cached_property
     def anchor_of(self) -> tuple[int, ...]:
         """For each layer, the layer whose indexer top-k it attends with (itself for an anchor)."""
-        out: list[int] = []
-        for layer in range(self.layers):
-            full = self.index_topk_freq == 1 or max(layer - self.index_skip_topk_offset + 1, 0) % self.index_topk_freq == 0
-            out.append(layer if full or not out else out[-1])
-        return tuple(out)
+        from ..layer_groups import anchor_map
+
+        return anchor_map(self.layers, self.index_topk_freq, self.index_skip_topk_offset)
 
     @functools.cached_property
     def anchor_layers(self) -> tuple[int, ...]:
@@ -256,12 +287,47 @@ class ModelSpec(Spec):
 
     @property
     def indexer_layers(self) -> int:
+        """Layers that run a lightning indexer: IndexShare anchors (MLA) or C4 layers (DeepSeek-V4)."""
+        if self.arch == "dsv4":
+            return self.kind_counts.get("c4", 0)
         return len(self.anchor_layers)
+
+    # -- layer kinds (serving/layer_kinds.py) ----------------------------------------------------
+    @functools.cached_property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """Each layer's attention kind."""
+        if self.arch == "dsv4":
+            from .layer_kinds import RATIO_KIND
+
+            return tuple(RATIO_KIND[r] for r in self.compress_ratios)
+        return ("dsa",) * self.layers
+
+    @functools.cached_property
+    def kind_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for k in self.layer_kinds:
+            out[k] = out.get(k, 0) + 1
+        return out
+
+    @property
+    def hisparse_layers(self) -> int:
+        """Layers whose rows HiSparse keeps on the host (every DSA layer; DeepSeek-V4's C4 layers)."""
+        from .layer_kinds import LAYER_KINDS
+
+        return sum(n for k, n in self.kind_counts.items() if LAYER_KINDS[k].hisparse)
+
+    def host_kv_bytes_per_token(self) -> float:
+        """Bytes of one token's rows on HiSparse's host tier, every layer it serves (a DeepSeek-V4 C4
+        layer stores a row per 4 tokens)."""
+        from .layer_kinds import LAYER_KINDS
+
+        return sum(n * self.kv_row_bytes / LAYER_KINDS[k].compress for k, n in self.kind_counts.items()
+                   if LAYER_KINDS[k].hisparse)
 
     @property
     def shared_layers(self) -> int:
         """Layers that reuse an anchor's top-k (no indexer weights, keys or scoring)."""
-        return self.layers - self.indexer_layers
+        return self.layers - len(self.anchor_layers)
 
     # -- bytes per token ----------------------------------------------------------------------
     def kv_bytes_per_token(self) -> int:
@@ -277,20 +343,42 @@ class ModelSpec(Spec):
 
     @property
     def attention_params(self) -> int:
-        """MLA weights of one layer: q_a, q_b, kv_a (+rope), kv_b (W_UK + W_UV), o_proj."""
+        """MLA weights of one layer: q_a, q_b, kv_a (+rope), kv_b (W_UK + W_UV), o_proj. DeepSeek-V4:
+        q_a, q_b, kv_proj (one head), the grouped o_a and o_b, and the layer's two hyper-connection
+        maps (transformers DeepseekV4Attention / DeepseekV4HyperConnection; norms, sinks left out)."""
+        if self.arch == "dsv4":
+            d, h, qr, hd = self.hidden_size, self.attention_heads, self.q_lora_rank, self.head_dim
+            hc = 2 * (2 + self.hc_mult) * self.hc_mult * self.hc_mult * d  # attn_hc + ffn_hc .fn
+            return d * qr + qr * h * hd + d * hd + h * hd * self.o_lora_rank + self.o_groups * self.o_lora_rank * d + hc
         d, h, qr, kvr = self.hidden_size, self.attention_heads, self.q_lora_rank, self.kv_lora_rank
         nope, rope, v = self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
         return d * qr + qr * h * (nope + rope) + d * (kvr + rope) + self.absorbed_mla_params + h * v * d
 
+    def compressor_params(self, kind: str) -> int:
+        """DeepSeek-V4 compressor weights of one layer of ``kind``: kv and gate projections (2 x head_dim
+        wide for the overlapping CSA windows, head_dim for HCA); the C4 indexer's are indexer_params."""
+        d, hd = self.hidden_size, self.head_dim
+        return {"c4": 2 * d * 2 * hd, "c128": 2 * d * hd}.get(kind, 0)
+
+    @property
+    def dsv4_attention_extra_params(self) -> int:
+        """Every DeepSeek-V4 layer's compressor weights (indexers apart)."""
+        return sum(n * self.compressor_params(k) for k, n in self.kind_counts.items()) if self.arch == "dsv4" else 0
+
     @property
     def absorbed_mla_params(self) -> int:
         """kv_b_proj of one layer (W_UK and W_UV): what SGLang copies into ``w_kc`` / ``w_vc``."""
+        if self.arch == "dsv4":
+            return 0
         return self.kv_lora_rank * self.attention_heads * (self.qk_nope_head_dim + self.v_head_dim)
 
     @property
     def indexer_params(self) -> int:
-        """Lightning-indexer weights of one layer: wq_b, wk, weights_proj."""
+        """Lightning-indexer weights of one layer: wq_b, wk, weights_proj. DeepSeek-V4's: q_b_proj,
+        its own compressor's kv and gate projections (2 x index_head_dim), weights_proj."""
         d, ih, idim = self.hidden_size, self.indexer_heads, self.indexer_head_dim
+        if self.arch == "dsv4":
+            return self.q_lora_rank * ih * idim + 2 * d * 2 * idim + d * ih
         return self.q_lora_rank * ih * idim + d * idim + d * ih
 
     @property
@@ -318,7 +406,8 @@ class ModelSpec(Spec):
 
     @property
     def total_params(self) -> int:
-        attn = self.layers * self.attention_params + self.indexer_layers * self.indexer_params
+        attn = (self.layers * self.attention_params + self.indexer_layers * self.indexer_params
+                + self.dsv4_attention_extra_params)
         moe = (self.experts + self.shared_experts) * self.expert_params + self.router_params
         return (attn + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
                 + 2 * self.embedding_params)
@@ -326,7 +415,8 @@ class ModelSpec(Spec):
     @property
     def active_params(self) -> int:
         """Parameters one decoded token multiplies (lm_head included, embedding lookup excluded)."""
-        attn = self.layers * self.attention_params + self.indexer_layers * self.indexer_params
+        attn = (self.layers * self.attention_params + self.indexer_layers * self.indexer_params
+                + self.dsv4_attention_extra_params)
         moe = (self.experts_per_token + self.shared_experts) * self.expert_params + self.router_params
         return (attn + self.dense_layers * self.dense_mlp_params + self.moe_layers * moe
                 + self.embedding_params)
@@ -341,7 +431,8 @@ class ModelSpec(Spec):
 
     def class_params(self) -> dict[TensorClass, int]:
         """Parameters of each tensor class (the router gates apart: ``router_params``)."""
-        return {TensorClass.ATTENTION: self.layers * self.attention_params + self.indexer_layers * self.indexer_params,
+        return {TensorClass.ATTENTION: (self.layers * self.attention_params + self.indexer_layers * self.indexer_params
+                                        + self.dsv4_attention_extra_params),
                 TensorClass.DENSE: self.dense_layers * self.dense_mlp_params,
                 TensorClass.SHARED_EXPERT: self.moe_layers * self.shared_experts * self.expert_params,
                 TensorClass.ROUTED_EXPERT: self.moe_layers * self.experts * self.expert_params,
@@ -493,6 +584,13 @@ class HiSparseSpec(Spec):
     # where a request's full KV lives (serving/residency.py): "swap" (always the host, a hot buffer on the
     # device), "sglang-dynamic" or "vllm-spill" (on the device while the pool allows, demoted under pressure)
     residency: str = "swap"
+    # IndexShare prefetch (SGLang PR #29637): the shared layers' swap-in on a side stream while the
+    # layers before them compute. SGLang's default on an IndexShare model (GLM-5.2); false is
+    # SGLANG_DISABLE_HISPARSE_PREFETCH=1. No effect on a model without shared layers, off under PP.
+    prefetch: bool = True
+    # DeepSeek-V4's C4 device pool: "token" (SGLang main: the full pool // (4 x host_to_device_ratio)) or
+    # "request" (PR #33979, open: a hot buffer per request slot); no effect on other models
+    c4_pool: str = "token"
     where: str = field(default="<hisparse>", compare=False)
 
     def _check(self, where: str) -> None:
@@ -501,6 +599,8 @@ class HiSparseSpec(Spec):
         if self.residency not in RESIDENCY_POLICIES:
             raise HisparseError(f"{where}: residency = {self.residency!r}: unknown (residency policies: "
                                 f"{', '.join(RESIDENCY_POLICIES)})")
+        if self.c4_pool not in ("token", "request"):
+            raise HisparseError(f"{where}: c4_pool = {self.c4_pool!r}: must be token or request")
         if self.device_buffer_size < self.top_k:
             raise HisparseError(f"{where}: device_buffer_size {self.device_buffer_size} < top_k {self.top_k} "
                                 "(HiSparse needs room for a whole step's selection)")

@@ -23,6 +23,10 @@ Each step selects k positions out of a context that grows one token per step:
   knob, depth = layer / (layers - 1) in [0, 1], linear between breakpoints and constant beyond
   them (two breakpoints at nearly one depth make a step). Real DSA layers differ: layer 0 keeps
   almost nothing from one step to the next while middle layers keep 35-50% (BRIEF section 4).
+- ``share_freq`` / ``share_offset`` (IndexShare, GLM-5.2: ``index_topk_freq`` 4, ``index_skip_topk_offset``
+  3): only the anchor layers (``simulator.layer_groups.anchor_map``) draw their selections; a shared
+  layer's stream is its anchor's, entry for entry (it attends with the anchor's top-k), and the next
+  anchor correlates with the layer above it as before (a shared layer: its anchor's rows).
 New knobs default to the old behaviour (sink_probs empty, recall_prob 0, no profile): the
 presets draw the same random numbers as before, so their traces are byte-identical.
 While the context holds at most k tokens, every position is selected (DSA's behaviour).
@@ -63,6 +67,8 @@ class GeneratorKnobs:
     above_fresh: bool = False
     recall_draws: float = 2.0
     profile: tuple[tuple[str, tuple[tuple[float, float], ...]], ...] = ()
+    share_freq: int = 1
+    share_offset: int = 0
 
     def at_layer(self, layer: int, layers: int) -> GeneratorKnobs:
         """The knobs of one layer: the profile's values at its depth, the others unchanged."""
@@ -91,7 +97,8 @@ class GeneratorKnobs:
         base._check_own()
 
     def _check_profile(self) -> None:
-        known = {f.name for f in fields(GeneratorKnobs)} - {"profile", "sink_probs", "pop_recent"}
+        known = {f.name for f in fields(GeneratorKnobs)} - {"profile", "sink_probs", "pop_recent", "share_freq",
+                                                            "share_offset"}
         for name, points in self.profile:
             if name not in known:
                 raise HisparseError(f"profile knob {name!r} is not a numeric knob (known: {', '.join(sorted(known))})")
@@ -134,6 +141,9 @@ class GeneratorKnobs:
         if self.sink_probs and (len(self.sink_probs) != self.sinks
                                 or not all(0.0 <= p <= 1.0 for p in self.sink_probs)):
             raise HisparseError(f"knob sink_probs needs {self.sinks} (sinks) values in [0, 1]")
+        if self.share_freq < 1 or self.share_offset < 0:
+            raise HisparseError("knobs share_freq must be >= 1 and share_offset >= 0 (IndexShare's "
+                                "index_topk_freq / index_skip_topk_offset)")
         if self.recall_gap < 1 or self.recall_spread < 0 or self.recall_draws < 1:
             raise HisparseError("knobs recall_gap and recall_draws must be >= 1 and recall_spread >= 0")
 
@@ -221,6 +231,7 @@ def _register_fitted_presets() -> None:
 # Knobs added after the first traces were written: left out of a trace's metadata and of a
 # knobs file while all are at their default (off) values, so older outputs stay byte-identical.
 LATER_KNOBS = ("sink_probs", "recall_prob", "recall_gap", "recall_spread", "pop_recent", "above_fresh", "recall_draws", "profile")
+SHARE_KNOBS = ("share_freq", "share_offset")  # left out while IndexShare is off (share_freq 1)
 
 
 def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
@@ -229,6 +240,9 @@ def knobs_dict(knobs: GeneratorKnobs) -> dict[str, Any]:
     default = GeneratorKnobs()
     if all(out[name] == getattr(default, name) for name in LATER_KNOBS):
         for name in LATER_KNOBS:
+            del out[name]
+    if knobs.share_freq == 1:
+        for name in SHARE_KNOBS:
             del out[name]
     return out
 
@@ -420,12 +434,19 @@ def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k
     for name, v in (("steps", steps), ("layers", layers), ("requests", requests), ("topk", k), ("ctx0", ctx0)):
         if v < 1:
             raise HisparseError(f"--{name} must be >= 1, got {v}")
+    from ..layer_groups import anchor_map
+
+    anchors = anchor_map(layers, knobs.share_freq, knobs.share_offset)
     ctx_len = ctx0 + np.arange(steps, dtype=np.int64)
     for request in range(requests):
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(request,)))
         pops: dict[tuple, _Popularity] = {}
         above_rows: list[np.ndarray] | None = None
+        anchor_indices: np.ndarray | None = None
         for layer in range(layers):
+            if anchors[layer] != layer and anchor_indices is not None:  # IndexShare: the anchor's top-k
+                yield Stream(request, layer, ctx_len.copy(), anchor_indices.copy())
+                continue
             kn = layer_knobs[layer]
             key = (kn.passage_len, kn.zipf_alpha, kn.pop_recent)
             if key not in pops:  # one popularity per request (per distinct popularity knobs)
@@ -446,6 +467,7 @@ def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k
             for t, row in enumerate(rows):
                 indices[t, : row.size] = row
             above_rows = rows
+            anchor_indices = indices
             yield Stream(request, layer, ctx_len.copy(), indices)
 
 
