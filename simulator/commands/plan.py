@@ -747,7 +747,7 @@ def _print_recommendation(rec: dict, search: dict | None = None) -> None:
     if rec["tie"]:
         print(f"TIE: the two systems are within the model's error band ({rec['tie_band']:.0%}: "
               f"{rec['tie_band_source']}); the baseline is named (no pinned host pool; it keeps the radix "
-              "cache and MTP, which HiSparse disables)")
+              "cache, which HiSparse disables)")
 
 
 def _print_residency(summary: dict | None) -> None:

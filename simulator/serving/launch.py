@@ -21,7 +21,9 @@ from .specs import Attention, DeploymentSpec, HiSparseSpec, Mode, ModelSpec, Moe
 
 # Hugging Face repositories of the shipped model presets (the checkpoints their config.json shapes
 # are read from); a model file of the user's gets a placeholder to fill in.
-MODEL_PATHS = {"glm-5.1-fp8": "zai-org/GLM-5.1-FP8", "deepseek-v3.2-fp8": "deepseek-ai/DeepSeek-V3.2"}
+MODEL_PATHS = {"glm-5.1-fp8": "zai-org/GLM-5.1-FP8", "deepseek-v3.2-fp8": "deepseek-ai/DeepSeek-V3.2",
+               "glm-5.2-fp8": "zai-org/GLM-5.2-FP8", "deepseek-v4-flash": "deepseek-ai/DeepSeek-V4-Flash",
+               "deepseek-v4-pro": "deepseek-ai/DeepSeek-V4-Pro"}
 
 
 def model_path(model: ModelSpec) -> str:

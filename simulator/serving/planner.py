@@ -360,7 +360,7 @@ def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None
     """The highest steady-throughput row meeting the targets, per system and overall.
 
     Two systems within ``band`` of each other are a ``tie``: the choice is then the baseline (no
-    pinned host pool, and it keeps the radix cache and MTP, which HiSparse disables). ``edge`` names
+    pinned host pool, and it keeps the radix cache, which HiSparse disables). ``edge`` names
     each system whose best row is the highest (or only) load searched: a higher load may meet the
     targets too."""
     best: dict = {}
