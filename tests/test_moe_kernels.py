@@ -149,3 +149,27 @@ def test_deepep_needs_the_ep_layout(capsys):
     code, _, err = run_cli(["plan", "--deployment", "8xh200-colocated-dp8", "--set",
                             "deployment.moe_a2a_backend=deepep"], capsys)
     assert_clean_error(code, err, "moe_a2a_backend")
+
+
+def test_deepep_all_to_all_rows_per_token_by_kernel_mode():
+    c = _cost("8xh200-dp8-ep8-glm52-balanced")  # GLM-5.2: top-8 of 256 experts over 8 ranks
+    assert c.a2a_copies_per_token(extend=False) == 8.0  # low-latency: one row per selected expert
+    # normal kernels: once per rank holding one of the token's experts (none of the 8 on a rank:
+    # C(224, 8) / C(256, 8))
+    none_here = math.comb(224, 8) / math.comb(256, 8)
+    assert c.a2a_copies_per_token(extend=True) == pytest.approx(8 * (1 - none_here))
+    assert 5.2 < c.a2a_copies_per_token(extend=True) < 5.4
+    ic, h = c.g.interconnect, c.m.hidden_size
+    row = h + 4 * h // 128  # FP8 values + an fp32 scale per 128 channels
+    for extend, copies in ((False, 8.0), (True, 8 * (1 - none_here))):
+        n = 4096 / 8 * copies  # 4096 instance tokens, one rank's share
+        want = ic.time_s("all_to_all", 8, n * row) + ic.time_s("all_to_all", 8, n * h * 2)
+        assert c.comm_layer(512, 4096, None if extend else 512, extend=extend) == pytest.approx(want)
+    # without DeepEP the EP layout keeps min(top-k, ranks) rows
+    none = _cost("8xh200-dp8-ep8-glm52-balanced", moe_a2a_backend="none")
+    assert none.a2a_copies_per_token(extend=True) == none.a2a_copies_per_token(extend=False) == 8.0
+    # an extend pass's collectives follow the normal kernels (fewer rows than a decode pass's)
+    prefill = Pass((RankWork(chunks=((4096, 0),)),) * 8)
+    assert float(c.pass_time(prefill).comm_s[0]) == pytest.approx(
+        c.m.layers * c.comm_layer(4096, 8 * 4096, None, extend=True))
+    assert float(c.pass_time(prefill).comm_s[0]) < float(none.pass_time(prefill).comm_s[0])

@@ -123,7 +123,7 @@ def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:
     """Every layer's collectives (decode: each rank contributes its padded graph batch)."""
     if s.tokens <= 0:
         return {}
-    return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None)}
+    return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None, extend=s.extend)}
 
 
 def _draft_passes(c: CostModel, s: PassShape, w: None) -> Parts:

@@ -496,11 +496,30 @@ class CostModel:
         """A calibrated FP8-row (656 B) figure where the model has such rows and one was fitted."""
         return fp8_value if self.m.kv_row_bytes < 1024 and fp8_value > 0 else value
 
-    def comm_layer(self, batch: float, instance_tokens: float, padded: int | None = None) -> float:
+    def a2a_copies_per_token(self, extend: bool) -> float:
+        """Rows one token puts on the EP all-to-all. DeepEP's low-latency kernels (a decode pass)
+        send a token once per selected expert (their receive buffer is [local experts, ranks x max
+        tokens, hidden]; DeepEP ``internode_ll.cu``): top-k rows. Its normal kernels (an extend
+        pass) send it once per destination rank (``get_dispatch_layout``'s ``is_token_in_rank``), the
+        expected number of ranks that hold at least one of its experts under uniform routing,
+        ``ranks x (1 - C(E - E/ranks, k) / C(E, k))`` (5.3 for top-8 of 256 experts over 8 ranks),
+        the bytes DeepEP's README bandwidths count. Without DeepEP: min(top-k, ranks), as before."""
+        k, e, r = self.m.experts_per_token, self.m.experts, self.d.tp
+        if self.d.a2a_backend != MoeA2ABackend.DEEPEP:
+            return float(min(k, r))
+        if not extend:
+            return float(k)
+        local = e / r
+        miss = math.prod((e - local - i) / (e - i) for i in range(k)) if e - local >= k else 0.0
+        return r * (1.0 - miss)
+
+    def comm_layer(self, batch: float, instance_tokens: float, padded: int | None = None, *,
+                   extend: bool | None = None) -> float:
         """One layer's collectives on the instance's GPUs (seconds). Under DP attention every rank
         gathers ``padded`` rows (its batch padded to the CUDA-graph size, the same on every rank:
         SGLang's MAX_LEN mode, ``layers/dp_attention.py``), so the message is dp x padded rows; under
-        TP attention the all-reduces run on the padded batch of the one scheduler."""
+        TP attention the all-reduces run on the padded batch of the one scheduler. ``extend``
+        (default: no ``padded`` batch) picks DeepEP's normal kernels over its low-latency ones."""
         ic, d, hidden = self.g.interconnect, self.d, self.m.hidden_size
         msg = instance_tokens * hidden * ACT_BYTES
         if padded is not None:  # every scheduler of the instance contributes its padded batch
@@ -511,8 +530,8 @@ class CostModel:
         elif d.attn_tp > 1:
             t += ic.time_s(Collective.ALL_REDUCE, d.attn_tp, batch * hidden * ACT_BYTES)
         if d.moe == MoeLayout.EP:
-            # one rank's send buffer: its tokens, once per destination rank holding one of its experts
-            copies = instance_tokens / d.tp * min(self.m.experts_per_token, d.tp)
+            # one rank's send buffer: its tokens, each sent as many times as the a2a kernel sends it
+            copies = instance_tokens / d.tp * self.a2a_copies_per_token(padded is None if extend is None else extend)
             t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * dispatch_row_bytes(hidden))
             t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * hidden * ACT_BYTES)
         elif d.attention == Attention.DP and d.dp > 1:
