@@ -176,7 +176,7 @@ PASS_TERMS: list[PassTerm] = [
     PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in, _swap_in_how),
     PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup, _backup_how),
     PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _kernels),
-    PassTerm("routed experts (DeepEP decode)", Scope.INSTANCE, Category.COMPUTE, _routed_masked, _routed_masked_how),
+    PassTerm("DeepEP routed GEMM", Scope.INSTANCE, Category.COMPUTE, _routed_masked, _routed_masked_how),
     PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives, _collectives_how),
     PassTerm("draft passes", Scope.INSTANCE, Category.COMPUTE, _draft_passes, _draft_how),
 ]

@@ -434,7 +434,7 @@ class DeploymentSpec(Spec):
     host_bytes: float = num(gt=0, help="host memory per node")
     prefill_chunk_tokens: int = num(ge=1, help="SGLang --chunked-prefill-size")
     moe: MoeLayout = MoeLayout.TP
-    moe_a2a_backend: MoeA2ABackend = MoeA2ABackend.AUTO  # SGLang --moe-a2a-backend (see MoeA2ABackend)
+    moe_a2a_backend: MoeA2ABackend = MoeA2ABackend.AUTO  # SGLang --moe-a2a-backend; auto: deepep under moe = "ep" (decode: DeepEP low-latency + DeepGEMM masked GEMM, docs/moe-kernels.md)
     max_total_tokens: int = num(ge=0, default=0, help="SGLang --max-total-tokens per KV pool; 0: derived")
     max_running_requests: int = num(ge=0, default=0, help="SGLang --max-running-requests (whole server); 0: derived")
     prefill_tok_s: float = num(ge=0, default=0.0,
