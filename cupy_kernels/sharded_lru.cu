@@ -83,8 +83,9 @@ struct Smem {
     int* seg;       // [S + 1] unstamped entries of order before shard s's start
     int* nm;        // [S] misses per shard
     int* cnt;       // [WARPS][S] per-warp miss counts, then their exclusive prefix over warps
-    int* key;       // [max(k, B)] per entry: its shard if a miss, else -1
-    int* rank;      // [max(k, B)] its rank within the warp's chunk, then within the shard
+    int* key;       // [k] per entry: its shard if a miss, else -1
+    int* rank;      // [k] its rank within the warp's chunk, then within the shard
+    // (the fresh prefix ranks B positions in order1 and victim, free at that time)
     int* epos;      // [k] per entry: the position
     int* eslot;     // [k] per entry: its slot after the step
     int* misc;      // [8]: 0 misses, 1 copies queued, 2 stamp, 3 cur order buffer
@@ -93,7 +94,6 @@ struct Smem {
 
 __device__ __forceinline__ Smem carve(int* base, int B, int S, int k) {
     Smem s;
-    int n = B > k ? B : k;
     s.order0 = base;
     s.order1 = s.order0 + B;
     s.slot_pos = s.order1 + B;
@@ -103,8 +103,8 @@ __device__ __forceinline__ Smem carve(int* base, int B, int S, int k) {
     s.nm = s.seg + S + 1;
     s.cnt = s.nm + S;
     s.key = s.cnt + WARPS * S;
-    s.rank = s.key + n;
-    s.epos = s.rank + n;
+    s.rank = s.key + k;
+    s.epos = s.rank + k;
     s.eslot = s.epos + k;
     s.misc = s.eslot + k;
     s.s_warp = s.misc + 8;
@@ -114,7 +114,7 @@ __device__ __forceinline__ Smem carve(int* base, int B, int S, int k) {
 // Stable ranks of keys[0, n) within their key (keys in [0, S), -1 skipped): rank[i] = number
 // of earlier entries with the same key; nm[s] = entries with key s. Warp w takes the chunk
 // [w*CH, (w+1)*CH) in 32-entry rows.
-__device__ __forceinline__ void rank_keys(const Smem& s, int n, int S) {
+__device__ __forceinline__ void rank_keys(const Smem& s, int* keys, int* ranks, int n, int S) {
     const unsigned lane = lane_id(), warp = threadIdx.x >> 5;
     for (int i = threadIdx.x; i < WARPS * S; i += THREADS) s.cnt[i] = 0;
     __syncthreads();
@@ -122,14 +122,14 @@ __device__ __forceinline__ void rank_keys(const Smem& s, int n, int S) {
     int* cnt = s.cnt + warp * S;
     for (int b = warp * ch; b < (int)(warp + 1) * ch && b < n; b += 32) {
         int i = b + lane;
-        int key = i < n ? s.key[i] : -1;
+        int key = i < n ? keys[i] : -1;
         unsigned peers = __match_any_sync(0xffffffffu, key);
         int leader = __ffs(peers) - 1;
         int before = 0;
         if (key >= 0 && (int)lane == leader) before = cnt[key];
         before = __shfl_sync(0xffffffffu, before, leader);
         if (key >= 0) {
-            s.rank[i] = before + __popc(peers & ((1u << lane) - 1));
+            ranks[i] = before + __popc(peers & ((1u << lane) - 1));
             if ((int)lane == leader) cnt[key] = before + __popc(peers);
         }
         __syncwarp();
@@ -146,8 +146,8 @@ __device__ __forceinline__ void rank_keys(const Smem& s, int n, int S) {
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += THREADS) {
-        int key = s.key[i];
-        if (key >= 0) s.rank[i] += s.cnt[(i / ch) * S + key];
+        int key = keys[i];
+        if (key >= 0) ranks[i] += s.cnt[(i / ch) * S + key];
     }
     __syncthreads();
 }
@@ -170,14 +170,16 @@ __device__ __forceinline__ void fresh_state(const Smem& s, int* pos_slot, int B,
         __syncthreads();
         return;
     }
+    int* keys = s.order1;  // free until the first step
+    int* ranks = s.victim;
     for (int p = threadIdx.x; p < B; p += THREADS) {
-        s.key[p] = S == 1 ? 0 : shard_of(p, S);
+        keys[p] = S == 1 ? 0 : shard_of(p, S);
         s.slot_pos[p] = -1;
     }
     __syncthreads();
-    rank_keys(s, B, S);
+    rank_keys(s, keys, ranks, B, S);
     for (int p = threadIdx.x; p < B; p += THREADS) {
-        int sh = s.key[p], r = s.rank[p];
+        int sh = keys[p], r = ranks[p];
         if (r < W) {
             s.slot_pos[sh * W + r] = p;
             pos_slot[p] = sh * W + r;
@@ -219,7 +221,7 @@ __device__ __forceinline__ int step(const Smem& s, PosSlot pos_slot, const int* 
         s.eslot[j] = slot;
     }
     __syncthreads();
-    rank_keys(s, width, S);
+    rank_keys(s, s.key, s.rank, width, S);
     // 2. split each shard's order: one scan of the unstamped flags over all B entries
     const int cur = s.misc[3];
     const int* ord = s.order(cur);

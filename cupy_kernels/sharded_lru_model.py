@@ -57,7 +57,7 @@ def _fresh(B: int, W: int, fill: bool) -> tuple[np.ndarray, np.ndarray, dict[int
         keep = rk < W
         slots = sh[keep] * W + rk[keep]
         slot_pos[slots] = p[keep]
-        pos_slot = dict(zip(p[keep].tolist(), slots.tolist()))
+        pos_slot = dict(zip(p[keep].tolist(), slots.tolist(), strict=True))
         for s in range(S):
             c = min(int((sh == s).sum()), W)
             ways = np.arange(s * W, (s + 1) * W)
@@ -110,7 +110,7 @@ def replay(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, ways: int, *, 
             new_order[s * W:(s + 1) * W] = np.concatenate([E[c:], E[:c], H])
             victims[s] = E[:c]
         placed = {}
-        for p, s, r in zip(mp.tolist(), msh.tolist(), rk.tolist()):
+        for p, s, r in zip(mp.tolist(), msh.tolist(), rk.tolist(), strict=True):
             if r < victims[s].size:
                 v = int(victims[s][r])
                 old = int(slot_pos[v])

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..errors import HisparseError
 from ..trace.stream import Stream
 from . import backend
 from .config import ReplayConfig
@@ -67,14 +68,16 @@ class ReplayResult:
 
 
 def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_step: bool = False,
-           workers: int = 2, progress: bool = False, k: int | None = None) -> ReplayResult:
+           workers: int = 2, progress: bool = False, k: int | None = None, backend: str = "cpu") -> ReplayResult:
     """Replay every stream of ``source`` under every config, ``workers`` threads at a time (the
     compiled replays release the GIL).
 
     ``source`` is a trace source (``simulator.trace.open_trace``), one ``Stream``, or any
     iterable of streams (e.g. the generator's). ``k`` (default: the source's ``meta.k``, else each
     stream's width) is what a batched buffer must hold. ``per_step`` keeps every stream's
-    per-step misses (``ReplayResult.streams``, ``.per_step``); ``progress`` shows a bar."""
+    per-step misses (``ReplayResult.streams``, ``.per_step``); ``progress`` shows a bar.
+    ``backend="gpu"`` replays batched lru / salru in one kernel launch per batch of streams
+    (``simulator.replay.gpu``; the same answer bit for bit)."""
     # A config named twice is replayed once (it used to be counted twice in its record).
     configs = (configs,) if isinstance(configs, ReplayConfig) else tuple(dict.fromkeys(configs))
     if isinstance(source, Stream):
@@ -86,6 +89,15 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
             cfg.check_k(k)
     wrap = _progress(source) if progress else (lambda it: it)
     tally = _Tally(configs, per_step)
+    if backend not in ("cpu", "gpu"):
+        raise HisparseError(f"unknown replay backend {backend!r} (one of: cpu, gpu)")
+    if backend == "gpu":
+        from . import gpu
+
+        gpu.check(configs)
+        gpu.replay_streams(wrap(iter(source)), configs,
+                           lambda s, cfg, m: tally.add_stream(s, int(s.accesses), cfg, m))
+        return ReplayResult(configs, tally.records(), tally.kept)
     if not per_step and backend.uses_raw_path(source, configs):
         run = _replay_raw
     else:
