@@ -26,13 +26,13 @@ step_test() {
 }
 step_replay() { timeout 240 $PY benchmarks/gpu_replay.py --batch 1 10 100 400 --out "$OUT/gpu_replay.csv" 2>&1 | tee -a "$LOG"; }
 step_designs() { timeout 300 $PY benchmarks/swap_in_designs.py --out "$OUT/swap_in_designs.csv" 2>&1 | tee -a "$LOG"; }
-step_seq() { timeout 120 $PY -m cupy_kernels.graph_sequence --repeat 3 2>&1 | tail -14 | tee -a "$LOG"; }
+step_seq() { timeout 120 $PY -m cupy_kernels.graph_sequence --repeat 3 >"$OUT/seq.txt" 2>&1; echo "seq rc=$?" | tee -a "$LOG"; tail -60 "$OUT/seq.txt" >>"$LOG"; rm -f "$OUT/seq.txt"; }
 step_sanitize() {
-    for tool in memcheck racecheck initcheck synccheck; do
-        timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
-            $PY -m cupy_kernels.graph_sequence --replays 1 >"$OUT/san_$tool.txt" 2>&1
+    for tool in ${SAN_TOOLS:-memcheck synccheck initcheck racecheck}; do
+        timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+            $PY -m cupy_kernels.graph_sequence --replays 1 --calls 1 >"$OUT/san_$tool.txt" 2>&1
         echo "$tool rc=$?" | tee -a "$LOG"
-        tail -25 "$OUT/san_$tool.txt" >>"$LOG"
+        tail -40 "$OUT/san_$tool.txt" >>"$LOG"
         rm -f "$OUT/san_$tool.txt"
     done
 }

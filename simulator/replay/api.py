@@ -1,8 +1,9 @@
 """``replay``: every stream of a trace under every config, the one entry point of the replay engine.
 
 The CLI (``hisparse replay``, ``hisparse mrc``), the planner's miss profiles, sweeps and the
-notebooks all call it; ``backend.py`` chooses the code that runs. The summary needs neither numpy
-nor pandas on the compiled path (the CLI's start-up); the frames load pandas when asked for.
+notebooks all call it; ``backend.py`` (imported as ``paths``) chooses the code that runs on the CPU,
+``gpu.py`` the GPU backend. The summary needs neither numpy nor pandas on the compiled path (the
+CLI's start-up); the frames load pandas when asked for.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import HisparseError
 from ..trace.stream import Stream
-from . import backend
+from . import backend as paths
 from .config import ReplayConfig
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -98,10 +99,10 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
         gpu.replay_streams(wrap(iter(source)), configs,
                            lambda s, cfg, m: tally.add_stream(s, int(s.accesses), cfg, m))
         return ReplayResult(configs, tally.records(), tally.kept)
-    if not per_step and backend.uses_raw_path(source, configs):
+    if not per_step and paths.uses_raw_path(source, configs):
         run = _replay_raw
     else:
-        run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
+        run = _replay_coded if paths.uses_coded_path(source, configs) else _replay_streams
     run(source, configs, k, tally, max(1, workers), wrap)
     return ReplayResult(configs, tally.records(), tally.kept)
 
@@ -147,13 +148,13 @@ class _Tally:
 
 
 def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
-    """Each stream's rows through each config (``backend.stream_misses``)."""
+    """Each stream's rows through each config (``paths.stream_misses``)."""
 
     def submit(pool, stream: Stream):
         if k is None:
             for cfg in configs:
                 cfg.check_k(stream.indices.shape[1])
-        return stream, int(stream.accesses), [(cfg, pool.submit(backend.stream_misses, stream, cfg)) for cfg in configs]
+        return stream, int(stream.accesses), [(cfg, pool.submit(paths.stream_misses, stream, cfg)) for cfg in configs]
 
     def collect(item) -> None:
         stream, accesses, futures = item
@@ -171,14 +172,14 @@ def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> No
 
 
 def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
-    """Batched LRU on the source's coded chunks (``backend.coded_misses``), no rows materialised."""
+    """Batched LRU on the source's coded chunks (``paths.coded_misses``), no rows materialised."""
 
     def finish(key, fut) -> None:
         run = fut.result()
         if run is None:  # a chunk is not clean: the ordinary reader raises the error
             stream = source.read(key)
             for cfg in configs:
-                tally.add_stream(stream, int(stream.accesses), cfg, backend.stream_misses(stream, cfg))
+                tally.add_stream(stream, int(stream.accesses), cfg, paths.stream_misses(stream, cfg))
             return
         for i, cfg in enumerate(configs):
             tally.add(cfg, key.request, key.layer, run.accesses, run.steps, run.totals[i], run.ctx_len,
@@ -191,7 +192,7 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for key in wrap(iter(source.keys)):
-            pending.append((key, pool.submit(backend.coded_misses, source.coded_chunks(key), configs, k,
+            pending.append((key, pool.submit(paths.coded_misses, source.coded_chunks(key), configs, k,
                                              per_step=tally.per_step, pool=states)))
             if len(pending) > 2 * workers:
                 finish(*pending.pop(0))
@@ -200,11 +201,11 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
 
 
 def _replay_raw(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
-    """LRU on a ``.npy`` source's mapped rows (``backend.raw_misses``): no numpy on the path."""
+    """LRU on a ``.npy`` source's mapped rows (``paths.raw_misses``): no numpy on the path."""
     rows, steps, width, ctx_len, accesses = source.raw_rows
     for _ in wrap(range(1)):
         for cfg in configs:
-            tally.add(cfg, 0, 0, accesses, steps, backend.raw_misses(rows, steps, width, ctx_len, cfg))
+            tally.add(cfg, 0, 0, accesses, steps, paths.raw_misses(rows, steps, width, ctx_len, cfg))
 
 
 def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:
