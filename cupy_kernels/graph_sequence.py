@@ -108,8 +108,11 @@ if __name__ == "__main__":
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--calls", type=int, default=2, help="calls (input sets) per graph")
     ap.add_argument("--repeat", type=int, default=1, help="the whole sequence this many times")
+    ap.add_argument("--shapes", default=None, help="comma list of kv:B:H (default: the whole sequence)")
     args = ap.parse_args()
+    shapes = DEFAULT_SHAPES if args.shapes is None else tuple(
+        (kv, int(b), int(h)) for kv, b, h in (x.split(":") for x in args.shapes.split(",")))
     for rep in range(args.repeat):
-        for r in run_sequence(replays=args.replays, calls=args.calls, seed=rep):
+        for r in run_sequence(shapes, replays=args.replays, calls=args.calls, seed=rep):
             print(f"rep {rep} {r.kv_dtype:4s} B {r.batch:3d} H {r.heads:3d}: {r.replays} replays, "
                   f"max diff {r.max_diff}, finite {r.finite}", flush=True)

@@ -501,15 +501,23 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // BOUNDED (variant ws2, not yet run on a GPU): a handoff that never comes ends the wait after
 // 2^20 polls (a legitimate wait is a few hundred), so a protocol bug gives wrong outputs,
 // which the tests catch, instead of a hung GPU.
+// The poll is warp-uniform (__all_sync): every caller is a whole warp, and the named barriers
+// after a wait (bar.sync / bar.arrive are the .aligned forms) need the warp converged. With a
+// per-lane poll, lanes that saw the phase complete at different polls reached bar.sync apart:
+// compute-sanitizer synccheck reported "Divergent thread(s) in block" at BAR_EPI of
+// mla_decode_ws_fp8 (4,800 reports over the shape sequence, cupy_kernels/graph_sequence.py),
+// undefined behaviour that depends on timing: the likely cause of the once-seen
+// cudaErrorIllegalInstruction (issue #27 item 5).
 template <bool BOUNDED = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     uint32_t ok = 0;
-    for (uint32_t n = 0; !ok; ++n) {
+    for (uint32_t n = 0;; ++n) {
         asm volatile(
             "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
             : "=r"(ok)
             : "r"(bar), "r"(parity)
             : "memory");
+        if (__all_sync(0xffffffffu, ok)) break;
         if (BOUNDED && n > (1u << 20)) break;
     }
 }
