@@ -33,3 +33,14 @@ def test_supported_configs():
 def test_unknown_backend_named():
     with pytest.raises(HisparseError, match="unknown replay backend 'tpu'"):
         replay([], ReplayConfig(), backend="tpu")
+
+
+def test_gpu_backend_without_cupy_names_what_is_missing(capsys):
+    """Where CuPy is absent (CI), asking for the GPU is exit status 2 with the reason."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here: tests/test_sharded_lru_gpu.py covers the GPU backend")
+    assert main(["replay", TRACE, "--backend", "gpu", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--backend gpu needs CuPy" in err and "Traceback" not in err

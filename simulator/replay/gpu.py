@@ -36,10 +36,13 @@ def check(configs: Sequence[ReplayConfig]) -> None:
     try:
         import cupy
 
+        import cupy_kernels.sharded_lru  # noqa: F401 - the kernels ship beside the package (repository checkout)
+
         if cupy.cuda.runtime.getDeviceCount() < 1:
             raise RuntimeError("no device")
     except Exception as exc:  # ImportError, CUDA errors: no usable GPU here
-        raise HisparseError(f"--backend gpu needs CuPy and an NVIDIA GPU (sm_90): {type(exc).__name__}: {exc}") from None
+        raise HisparseError(f"--backend gpu needs CuPy, the cupy_kernels package and an NVIDIA GPU (sm_90): "
+                            f"{type(exc).__name__}: {exc}") from None
 
 
 def shard_config(cfg: ReplayConfig) -> Any:
