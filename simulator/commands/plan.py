@@ -70,7 +70,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default=None,
                    help=f"workload preset or file (default 32k-in-8k-out; presets: {_presets('workloads')})")
     p.add_argument("--hisparse-config", dest="hisparse", default=None,
-                   help=f"HiSparse config preset or file (default blog-8xh200; presets: {_presets('hisparse')})")
+                   help=f"HiSparse config preset or file (default: the deployment's own, e.g. blog-h20-pd for "
+                        f"2xh20-pd-decode, else blog-8xh200; presets: {_presets('hisparse')})")
     p.add_argument("--calibration", default="auto",
                    help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
@@ -117,6 +118,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "and TTFT against the load with the targets and the recommendation, the scenario, the "
                         "launch command and every point")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from .plan_search import add_arguments as add_search_arguments
+
+    add_search_arguments(p)
     p.set_defaults(run=run_plan_cmd)
     declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate",
                           "prices"],
@@ -130,7 +134,9 @@ VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
 
 def out_files(args: argparse.Namespace) -> tuple[str, ...]:
     """The files ``--out DIR`` will hold."""
-    return VALIDATE_FILES if args.validate else PLAN_FILES
+    from .plan_search import SEARCH_FILES
+
+    return VALIDATE_FILES if args.validate else SEARCH_FILES if getattr(args, "search", False) else PLAN_FILES
 
 
 # preset options and the kind of preset each names
@@ -192,7 +198,7 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
 # the default: (dest, option, the default a plan uses). --validate uses none of them.
 PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("deployment", "--deployment", "8xh200-colocated-dp8"), ("workload", "--workload", "32k-in-8k-out"),
-             ("hisparse", "--hisparse-config", "blog-8xh200"),
+             ("hisparse", "--hisparse-config", None),
              ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
              ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
              ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
@@ -209,6 +215,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
 
     given = _given(args)
+    from .plan_search import check_args
+
+    check_args(args, given)
     if args.validate:
         if given:
             raise HisparseError(f"--validate runs each published set's own scenario and load: "
@@ -238,6 +247,10 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
                      host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides))
     sc = inp.scenario()
+    if args.search:
+        from .plan_search import run_search_cmd
+
+        return run_search_cmd(args, sc)
     if "--concurrency" in given and not inp.rates and sc.workload.arrival.value == "open":
         raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
                             f"{sc.workload.rate_per_s:g}); give --rate to sweep arrival rates, or a closed-loop "
@@ -405,7 +418,13 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
         from ..serving.model import prefill_tok_s
 
         how = "given" if d.prefill_tok_s > 0 else "derived: a prefill instance of the same GPUs and layout"
-        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment ({how}); TTFT = its queue + prefill")
+        from ..serving.model import prefill_seconds_per_token
+
+        solo = prefill_seconds_per_token(sc)[0] * w.input_tokens
+        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment with every rank busy, one "
+              f"{w.input_tokens}-token prompt alone in {solo:.1f} s ({how}); TTFT = its queue + prefill + the decode "
+              "side's admission wait (the first token reaches the client when the decode server admits the request, "
+              "as bench_serving times it); TPOT counts from there")
     for k in plan.knobs:
         print(f"trace: {k.trace}: {k.policy} miss ratio at device_buffer_size {k.device_buffer_size} "
               f"({k.device_buffer_size / sc.hisparse.top_k:g} x top_k): {k.miss_ratio:.1%} over all {k.trace_steps} "

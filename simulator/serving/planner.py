@@ -33,7 +33,7 @@ class PlanInputs:
     gpu: str | None = None  # default: the deployment's GPU
     deployment: str = "8xh200-colocated-dp8"
     workload: str = "32k-in-8k-out"
-    hisparse: str = "blog-8xh200"
+    hisparse: str | None = None  # default: the deployment's hisparse key, else blog-8xh200
     calibration: str = "auto"  # the calibration the GPU file names, else uncalibrated
     trace: str | None = None  # default: misses.DEFAULT_TRACE
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -173,9 +173,10 @@ def _apply(spec, overrides: Sequence[Override], kind: str, notes: list[str], cal
 
 
 def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deployment: str = "8xh200-colocated-dp8",
-                  workload: str = "32k-in-8k-out", hisparse: str = "blog-8xh200", calibration: str = "auto",
+                  workload: str = "32k-in-8k-out", hisparse: str | None = None, calibration: str = "auto",
                   trace: str | None = None, overrides: Sequence[Override | str] = ()) -> Scenario:
-    """Load every input and combine them. ``gpu`` None: the deployment's GPU. ``overrides``
+    """Load every input and combine them. ``gpu`` None: the deployment's GPU; ``hisparse`` None: the
+    deployment's ``hisparse`` key, else ``DEFAULT_HISPARSE`` (the blog's 8xH200 config). ``overrides``
     (``--set``) apply after the calibration; a deployment's ``gpu`` and a GPU's ``calibration``
     before they are read."""
     ovs = parse_overrides([o for o in overrides if isinstance(o, str)]) + tuple(o for o in overrides
@@ -210,13 +211,21 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
                          "them (--calibration none scales the H200's terms by the GPU's figures)")
     model_spec = _apply(P.load("models", model), ovs, "model", set_notes)
     workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
-    hisparse_spec = _apply(P.load("hisparse", hisparse), ovs, "hisparse", set_notes)
+    if hisparse is None and dep.hisparse:
+        try:
+            hs_file = P.load("hisparse", dep.hisparse)
+        except HisparseError as exc:
+            raise HisparseError(f"{dep.where}: hisparse = {dep.hisparse!r}: {exc}") from None
+    else:
+        hs_file = P.load("hisparse", hisparse or DEFAULT_HISPARSE)
+    hisparse_spec = _apply(hs_file, ovs, "hisparse", set_notes)
     return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep,
                     workload=workload_spec, hisparse=hisparse_spec,
                     params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes + set_notes),
                     terms=terms, overrides=tuple(o.option for o in ovs))
 
 
+DEFAULT_HISPARSE = "blog-8xh200"  # the blog's 8xH200 colocated --hisparse-config
 _STEP_TERM_INPUTS = ("hbm_bw", "bf16_flops", "datasheet_hbm_bw", "datasheet_bf16_flops")
 
 

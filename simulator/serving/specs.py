@@ -393,13 +393,17 @@ class DeploymentSpec(Spec):
     max_total_tokens: int = num(ge=0, default=0, help="SGLang --max-total-tokens per KV pool; 0: derived")
     max_running_requests: int = num(ge=0, default=0, help="SGLang --max-running-requests (whole server); 0: derived")
     prefill_tok_s: float = num(ge=0, default=0.0,
-                               help="pd-decode: input tokens/s the prefill side delivers; 0: unlimited")
+                               help="pd-decode: input tokens/s the prefill side delivers; 0: derived from the cost "
+                                    "model (a prefill instance of the same GPUs and layout)")
     page_size: int = num(ge=1, default=64, help="KV pool page size (SGLang's DSA backends use 64)")
     schedule_conservativeness: float = num(
         ge=0, default=1.0, help="SGLang --schedule-conservativeness (default 1.0; x0.3 under DP attention, "
         "server_args._handle_data_parallelism): scales new_token_ratio, the share of each running request's "
         "remaining output the scheduler reserves (admission.py)")
     pool_profile: PoolProfile = PoolProfile.SINCE_31992  # SGLang's memory profiler release: see PoolProfile
+    # the --hisparse-config preset this deployment was published with ("": the blog's 8xH200 one),
+    # what hisparse plan pairs with it when --hisparse-config is not given
+    hisparse: str = ""
     where: str = field(default="<deployment>", compare=False)
 
     def _check(self, where: str) -> None:
