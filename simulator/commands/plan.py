@@ -191,7 +191,8 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms", "itl_p99_ms": "ITL p99 ms",
          "ttft_p50_s": "TTFT p50 s", "ttft_p99_s": "TTFT p99 s", "running_deployment": "running",
          "max_running_deployment": "max run", "kv_used_gb_per_gpu": "KV GB/GPU", "host_used_gb_per_gpu": "host GB/GPU",
-         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out"}
+         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out",
+         "band": "band"}
 
 
 # Plan options whose argparse default is None, so that a value the user gave can be told apart from
@@ -265,10 +266,12 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..serving.prices import add_costs
 
     add_costs(rows, sc, prices)
+    bands = _add_bands(rows, sc)
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
-              "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None}
+              "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
+              "bands": bands}
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if args.out:
         _write_outputs(args.out, rows, report, rec)
@@ -280,12 +283,39 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         print_json(report)
         return 0
     _print_report(sc, plan, rows, rec, report["search"])
+    _print_bands(bands)
     if prices:
         print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
               f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
               "steady output tokens")
     _print_launch(report["launch"], rec)
     return 0
+
+
+def _add_bands(rows: list[dict], sc) -> dict:
+    """Each row's validation error band (``serving.bands``: the nearest published set's median
+    |error|): ``band`` for its throughputs and TPOT / ITL, ``band_set`` naming the set; returns the
+    band per system with what it matches."""
+    from ..serving.bands import band_for_scenario, load_bands
+
+    table = load_bands()
+    out = {}
+    for system in ("baseline", "hisparse"):
+        out[system] = band_for_scenario(sc, system, table)
+    for r in rows:
+        b = out.get(r["system"])
+        r["band"] = b["band"] if b else None
+        r["band_set"] = b["set"] if b else None
+    return out
+
+
+def _print_bands(bands: dict) -> None:
+    for system, b in bands.items():
+        if b:
+            print(f"band {system}: +-{b['band']:.0%} (largest {b['max']:.0%}, {b['points']} points) on throughput, "
+                  f"TPOT and ITL: {b['how']}; TTFT: none (no shipped published set measured it)")
+        else:
+            print(f"band {system}: none (no published set)")
 
 
 def _search_summary(plan, off: bool) -> dict:
@@ -347,6 +377,7 @@ def _scenario_summary(sc) -> dict:
     return {"files": {"model": sc.model.where, "gpu": sc.gpu.where, "deployment": d.where,
                       "workload": sc.workload.where, "hisparse": sc.hisparse.where},
             "calibration": sc.calibration, "calibrated": sc.params.calibrated, "overrides": list(sc.overrides),
+            "trace": {"file": sc.trace, "how": sc.trace_how},
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
@@ -425,6 +456,8 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
               f"{w.input_tokens}-token prompt alone in {solo:.1f} s ({how}); TTFT = its queue + prefill + the decode "
               "side's admission wait (the first token reaches the client when the decode server admits the request, "
               "as bench_serving times it); TPOT counts from there")
+    if sc.trace_how:
+        print(sc.trace_how)
     for k in plan.knobs:
         print(f"trace: {k.trace}: {k.policy} miss ratio at device_buffer_size {k.device_buffer_size} "
               f"({k.device_buffer_size / sc.hisparse.top_k:g} x top_k): {k.miss_ratio:.1%} over all {k.trace_steps} "
@@ -436,13 +469,15 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     df = pd.DataFrame(rows)
     x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
     cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
-                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all())]
+                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all()) and c in df]
     for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"], dropna=False,
                                                 sort=False):
         title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g})"
         print(f"== {title}")
         table = grp[cols].rename(columns=SHORT)
         table["over"] = table["over"].map({True: "yes", False: ""})
+        if "band" in table:
+            table["band"] = table["band"].map(lambda b: "" if b is None or b != b else f"+-{b:.0%}")
         table["found"] = grp["searched"].map({True: "search", False: ""}).values
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"))
         print()
@@ -514,8 +549,9 @@ def _print_recommendation(rec: dict, search: dict | None = None) -> None:
     if choice is None:
         print(f"recommendation: no configuration meets {target} while serving its load")
         return
+    band = f" +-{choice['band']:.0%}" if choice.get("band") is not None else ""
     print(f"recommendation ({target}): {_where(choice)}: "
-          f"{choice['steady_tok_s_deployment']:.0f} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
+          f"{choice['steady_tok_s_deployment']:.0f}{band} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
           f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s{_cost(choice)}"
           + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:

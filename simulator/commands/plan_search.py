@@ -109,7 +109,19 @@ def search_report(res, sc, jobs: int) -> dict:
     from ..serving.launch import launch_for
     from .plan import _scenario_summary
 
+    from ..serving.bands import band_for, load_bands
+
     ranked = res.ranked()
+    frontier = res.frontier()
+    table = load_bands()
+    by_label = {c.label: c for c in res.configs}
+    for row in ranked + frontier:  # each configuration's nearest published set (its layout may differ)
+        cfg = by_label[row["config"]]
+        d = cfg.deployment
+        b = band_for(sc.model.name, sc.gpu.name, d.mode.value, d.attention.value, cfg.system, table)
+        row["band"] = b["band"] if b else None
+        row["band_set"] = b["set"] if b else None
+        row["band_how"] = b["how"] if b else None
     best = ranked[0] if ranked else None
     launch = None
     if best:
@@ -124,9 +136,9 @@ def search_report(res, sc, jobs: int) -> dict:
         "targets": {"slo_tpot_ms": inp.slo_tpot_ms, "slo_ttft_s": inp.slo_ttft_s},
         "searched": {"buffers": list(inp.buffers), "host_ratios": list(inp.host_ratios),
                      "policies": list(inp.policies), "ladder_start": inp.ladder[0],
-                     "knob_deployments": inp.knob_deployments, "trace": sc.trace or "the default trace"},
+                     "knob_deployments": inp.knob_deployments, "trace": sc.trace_how or sc.trace},
         "ranked": ranked[: inp.top], "ranked_all": len(ranked),
-        "frontier": res.frontier(), "infeasible": [i.__dict__ for i in res.infeasible],
+        "frontier": frontier, "infeasible": [i.__dict__ for i in res.infeasible],
         "pruned": [{"config": c, "reason": r} for c, r in res.pruned], "failing": res.failing(),
         "points": res.points(), "best": best, "launch": launch,
         "timing": {"seconds": res.seconds, "simulated_points": res.simulated, "jobs": jobs},
@@ -144,16 +156,17 @@ def _print(report: dict) -> None:
     print(f"configuration search: {sc['files']['model']} on {sc['files']['deployment']}'s GPUs, workload "
           f"{sc['files']['workload']}; targets {target}")
     print(f"searched: every TP / DP-attention / EP layout of the GPUs; HiSparse buffers {s['buffers']}, host ratios "
-          f"{s['host_ratios']}, policies {s['policies']} on the {s['knob_deployments']} best layouts; misses from "
-          f"{s['trace']}")
+          f"{s['host_ratios']}, policies {s['policies']} on the {s['knob_deployments']} best layouts")
+    print(s["trace"])
     ranked = report["ranked"]
     if ranked:
         df = pd.DataFrame(ranked)
         cols = {"rank": "#", "deployment": "deployment", "system": "system", "device_buffer_size": "buffer",
                 "host_to_device_ratio": "ratio", "policy": "policy", "concurrency": "conc",
                 "tok_s_per_gpu": "tok/s/GPU", "tok_s_per_user": "tok/s/user", "tpot_p99_ms": "TPOT p99 ms",
-                "ttft_p99_s": "TTFT p99 s", "capacity": "holds"}
+                "ttft_p99_s": "TTFT p99 s", "capacity": "holds", "band": "band"}
         table = df[list(cols)].rename(columns=cols)
+        table["band"] = table["band"].map(lambda b: "" if b is None or b != b else f"+-{b:.0%}")
         for c in ("buffer", "ratio", "policy"):
             table[c] = table[c].map(lambda v: "" if v is None or v != v else (f"{v:g}" if isinstance(v, float) else v))
         print(f"\n== ranked by tok/s/GPU at the highest load meeting the targets (top {len(ranked)} of "
@@ -182,9 +195,13 @@ def _print(report: dict) -> None:
               "another on the same layout) and not simulated; --json lists them")
     tm = report["timing"]
     print(f"\nsearch: {tm['simulated_points']} simulated points in {tm['seconds']:.1f} s ({tm['jobs']} process(es))")
+    bands = {(r["band_set"], r["band_how"]) for r in report["ranked"] if r.get("band_set")}
+    for _, how in sorted(bands, key=str):
+        print(f"band from {how} (throughput, TPOT; TTFT: none published)")
     best = report["best"]
     if best:
-        print(f"best: {best['config']} at concurrency {best['concurrency']}: {best['tok_s_per_gpu']:.1f} tok/s/GPU, "
+        band = f" +-{best['band']:.0%}" if best.get("band") is not None else ""
+        print(f"best: {best['config']} at concurrency {best['concurrency']}: {best['tok_s_per_gpu']:.1f}{band} tok/s/GPU, "
               f"{best['tok_s_per_user']:.1f} tok/s/user, TPOT p99 {best['tpot_p99_ms']:.1f} ms, TTFT p99 "
               f"{best['ttft_p99_s']:.1f} s")
     lc = report["launch"]

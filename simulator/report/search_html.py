@@ -13,9 +13,11 @@ from .html import _CSS, fmt
 RANKED = (("rank", "#", "d"), ("deployment", "deployment", "s"), ("system", "system", "s"),
           ("device_buffer_size", "buffer", "d"), ("host_to_device_ratio", "ratio", "g"), ("policy", "policy", "s"),
           ("concurrency", "conc", "d"), ("tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tok_s_per_user", "tok/s/user", ".1f"),
-          ("tpot_p99_ms", "TPOT p99 ms", ".1f"), ("ttft_p99_s", "TTFT p99 s", ".2f"))
+          ("tpot_p99_ms", "TPOT p99 ms", ".1f"), ("ttft_p99_s", "TTFT p99 s", ".2f"), ("band", "band +-", ".2f"),
+          ("band_set", "band from", "s"))
 FRONTIER = (("config", "configuration", "s"), ("concurrency", "conc", "d"), ("tok_s_per_user", "tok/s/user", ".1f"),
-            ("tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tpot_p99_ms", "TPOT p99 ms", ".1f"), ("ttft_p99_s", "TTFT p99 s", ".2f"))
+            ("tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tpot_p99_ms", "TPOT p99 ms", ".1f"), ("ttft_p99_s", "TTFT p99 s", ".2f"),
+            ("band", "band +-", ".2f"))
 
 
 def _rows(table_id: str, rows: list[dict], cols) -> str:
@@ -37,6 +39,7 @@ _SCRIPT = """
         return p.config + ' @ ' + p.concurrency; }), marker: {size: 7, opacity: 0.6}});
   });
   traces.push({type: 'scatter', mode: 'lines+markers', name: 'Pareto frontier', line: {shape: 'hv', color: '#000'},
+    error_y: {type: 'data', array: rep.frontier.map(function (p) { return p.band === null ? 0 : p.band * p.tok_s_per_gpu; })},
     x: rep.frontier.map(function (p) { return p.tok_s_per_user; }), y: rep.frontier.map(function (p) { return p.tok_s_per_gpu; }),
     text: rep.frontier.map(function (p) { return p.config + ' @ ' + p.concurrency; })});
   if (rep.best) {

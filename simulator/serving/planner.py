@@ -62,9 +62,15 @@ class PlanInputs:
                 raise HisparseError(f"--sweep-host-ratio {r:g} must be >= 1 (SGLang's host_to_device_ratio)")
 
     def scenario(self) -> Scenario:
-        return load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
-                             hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
-                             overrides=self.overrides)
+        """The scenario, its trace chosen for the model and workload (``trace_choice``: the model's
+        fitted generator preset at the workload's context, unless ``--trace`` names one)."""
+        from .trace_choice import choose_trace
+
+        sc = load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
+                           hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
+                           overrides=self.overrides)
+        choice = choose_trace(sc.model, sc.workload, self.trace)
+        return sc.replace(trace=choice.trace, trace_how=choice.how)
 
 
 @dataclass(frozen=True)

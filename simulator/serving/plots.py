@@ -20,8 +20,13 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike | None = None, rec
     for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"],
                                                 dropna=False, sort=False):
         label = system if system == "baseline" else f"hisparse, buffer {int(buf)}, host x{ratio:g}"
-        ax1.plot(grp[x], grp["steady_tok_s_deployment"], marker="o", ms=3, label=label)
-        ax2.plot(grp[x], grp["tpot_p99_ms"], marker="o", ms=3, label=label)
+        line, = ax1.plot(grp[x], grp["steady_tok_s_deployment"], marker="o", ms=3, label=label)
+        ax2.plot(grp[x], grp["tpot_p99_ms"], marker="o", ms=3, label=label, color=line.get_color())
+        if "band" in grp and grp["band"].notna().all():  # the validation error band (serving.bands)
+            g = grp.sort_values(x)
+            for ax, key in ((ax1, "steady_tok_s_deployment"), (ax2, "tpot_p99_ms")):
+                ax.fill_between(g[x], g[key] * (1 - g["band"]), g[key] * (1 + g["band"]), color=line.get_color(),
+                                alpha=0.12, lw=0)
     rec = recommendation or {}
     if rec.get("slo_tpot_ms"):
         ax2.axhline(rec["slo_tpot_ms"], color="grey", ls="--", lw=1, label=f"TPOT target {rec['slo_tpot_ms']:g} ms")
@@ -122,6 +127,9 @@ def plot_frontier(report: dict, path: str | os.PathLike | None = None):
     if len(fr):
         ax.plot(fr["tok_s_per_user"], fr["tok_s_per_gpu"], color="black", lw=1.5, drawstyle="steps-post",
                 label="Pareto frontier")
+        if "band" in fr and fr["band"].notna().all():  # each frontier point's validation band (serving.bands)
+            ax.errorbar(fr["tok_s_per_user"], fr["tok_s_per_gpu"], yerr=fr["band"] * fr["tok_s_per_gpu"], fmt="none",
+                        ecolor="black", elinewidth=0.8, capsize=2, label="validation band")
     tpot = report["targets"]["slo_tpot_ms"]
     ax.axvline(1e3 / tpot, color="#c00", ls="--", lw=1, label=f"TPOT target {tpot:g} ms")
     best = report.get("best")

@@ -41,6 +41,7 @@ class Scenario:
     notes: tuple[str, ...] = ()  # how the inputs were combined (calibration figures replacing the GPU file's)
     terms: GpuTerms | None = None  # the measured step terms (None: the H200's scaled to ``gpu``)
     overrides: tuple[str, ...] = ()  # the --set options applied, as given
+    trace_how: str = ""  # how the trace was chosen for this model and workload (trace_choice.choose_trace)
 
     def __post_init__(self) -> None:
         if self.hisparse.top_k != self.model.top_k:

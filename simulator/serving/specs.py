@@ -201,6 +201,9 @@ class ModelSpec(Spec):
     kv_row_bytes: int = num(ge=1, help="bytes of one token's MLA KV row per layer (1152 bf16, 656 FP8)")
     indexer_row_bytes: int = num(ge=0, help="bytes of one token's indexer key per layer (132)")
     context_length: int = num(ge=0, default=0, help="max_position_embeddings; 0: unknown")
+    # the trace generator's preset fitted to this model's published top-k statistics (traces/presets/,
+    # hisparse trace gen --preset): hisparse plan generates its trace from it at the workload's context
+    trace_preset: str = ""
     weight_bytes_per_param: float = num(gt=0, default=FP8_BLOCK_SCALE,
                                         help="checkpoint bytes per parameter (FP8 e4m3 + one fp32 scale per 128x128 block)")
     embedding_bytes_per_param: float = num(gt=0, default=2.0)  # embed and lm_head stay bf16 in FP8 checkpoints
