@@ -106,10 +106,9 @@ def run_search_cmd(args: argparse.Namespace, sc) -> int:
 
 
 def search_report(res, sc, jobs: int) -> dict:
+    from ..serving.bands import band_for, load_bands
     from ..serving.launch import launch_for
     from .plan import _scenario_summary
-
-    from ..serving.bands import band_for, load_bands
 
     ranked = res.ranked()
     frontier = res.frontier()
