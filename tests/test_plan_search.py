@@ -81,15 +81,25 @@ def test_search_options_are_checked(capsys, args, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    import contextlib
+    import io
+
+    tmp = tmp_path_factory.mktemp("search")
+    out, page = tmp / "s", tmp / "s.html"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["plan", "--search", "--search-buffer", "4096,8192", "--search-host-ratio", "4,8",
+                     "--search-policy", "lru", "--json", "--quiet", "--out", str(out), "--report", str(page)]) == 0
+    return json.loads(buf.getvalue()), out, page
+
+
 @pytest.mark.slow
-def test_search_end_to_end(tmp_path, capsys):
+def test_search_end_to_end(searched, capsys):
     """A reduced search: a ranked table best first, the scenario's own layout found where the plan
     finds it, the infeasible layouts listed with SGLang's memory error, a Pareto frontier, files."""
-    out = tmp_path / "s"
-    page = tmp_path / "s.html"
-    assert main(["plan", "--search", "--search-buffer", "4096,8192", "--search-host-ratio", "4,8",
-                 "--search-policy", "lru", "--json", "--quiet", "--out", str(out), "--report", str(page)]) == 0
-    rep = json.loads(capsys.readouterr().out)
+    rep, out, page = searched
     ranked = rep["ranked"]
     assert ranked and [r["rank"] for r in ranked] == list(range(1, len(ranked) + 1))
     assert all(a["tok_s_per_gpu"] >= b["tok_s_per_gpu"] for a, b in zip(ranked, ranked[1:], strict=False))
@@ -118,3 +128,50 @@ def test_search_end_to_end(tmp_path, capsys):
     text = page.read_text()
     assert "<script src" not in text and text.count("<script") == 3 and "id='ranked'" in text
     assert f"{best['tok_s_per_gpu']:.1f}" in text
+
+
+@pytest.mark.slow
+def test_search_report_in_a_headless_browser(searched):
+    """The search page loads offline with no console error, draws the frontier (every point, the
+    Pareto line, the best) as SVG, and shows the JSON's numbers."""
+    import shutil
+    import tempfile
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    from simulator.report.html import fmt
+    from simulator.report.search_html import RANKED
+
+    rep, _, page_file = searched
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run"]
+    with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
+        ctx = pw.chromium.launch_persistent_context(profile, executable_path=chromium, headless=True, args=args)
+        try:
+            page = ctx.new_page()
+            errors, remote = [], []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file://")
+                       else (remote.append(r.request.url), r.abort()))
+            page.goto(page_file.as_uri())
+            page.wait_for_selector("#plot-frontier .main-svg", timeout=30_000)
+            assert errors == [] and remote == []
+            assert page.locator("#plot-frontier .scatterlayer .trace").count() == 4  # 2 systems, frontier, best
+            assert json.loads(page.locator("#search-data").text_content()) == rep
+            plotted = page.evaluate("document.getElementById('plot-frontier').data.map(t => [t.name, t.x, t.y])")
+            fr = [p for p in plotted if p[0] == "Pareto frontier"][0]
+            assert fr[1] == [p["tok_s_per_user"] for p in rep["frontier"]]
+            assert fr[2] == [p["tok_s_per_gpu"] for p in rep["frontier"]]
+            cells = page.evaluate("""Array.from(document.querySelectorAll('#ranked tr')).slice(1).map(tr =>
+                Object.fromEntries(Array.from(tr.querySelectorAll('td')).map(td => [td.dataset.key, td.textContent])))""")
+            spec = {k: f for k, _, f in RANKED}
+            assert len(cells) == len(rep["ranked"])
+            for row, cell in zip(rep["ranked"], cells, strict=True):
+                assert all(text == fmt(row.get(k), spec[k]) for k, text in cell.items())
+            assert page.locator("#launch").inner_text() == rep["launch"]["command"]
+        finally:
+            ctx.close()
