@@ -35,6 +35,9 @@ def _sglang_parser() -> argparse.ArgumentParser:
     p.add_argument("--disaggregation-mode", default="null")
     p.add_argument("--enable-hisparse", action="store_true")
     p.add_argument("--hisparse-config", default=None)
+    p.add_argument("--nnodes", type=int, default=1)  # an instance across nodes (server_args.py)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--dist-init-addr", default=None)
     return p
 
 

@@ -98,6 +98,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         f"that meets the targets and the next one, to within {SEARCH_REL_TOL * 100:.1f}%%, per system)")
     p.add_argument("--sweep-buffer", type=comma_list(buffer_size), default=None, help="also sweep device_buffer_size, e.g. 2048,4096,6144 (default: the config's)")
     p.add_argument("--sweep-host-ratio", type=comma_list(positive_float), default=None, help="also sweep host_to_device_ratio, e.g. 2,4,8 (default: the config's)")
+    p.add_argument("--residency", type=comma_list(str), default=None, metavar="POLICY[,POLICY]",
+                   help="what-if: device-resident or swap at this load: also run HiSparse with each residency policy "
+                        "(swap, sglang-dynamic, vllm-spill; docs/residency-and-multi-node.md), e.g. swap,sglang-dynamic "
+                        "(default: the config's residency key)")
+    p.add_argument("--nodes", type=comma_list(positive_int), default=None, metavar="N[,N]",
+                   help="what-if: one node or two: run the plan on each node count of the deployment's cluster "
+                        "(--cluster, or the deployment's cluster key), e.g. 1,2; the recommendation names the node "
+                        "count with the most output tokens/s per GPU under the targets")
+    p.add_argument("--node-layout", choices=["auto", "replicas", "wide"], default=None,
+                   help="--nodes: replicas (copies of the instance), wide (one DP-attention wide-EP instance over "
+                        "every GPU) or auto (wide when the deployment already is one; default)")
+    p.add_argument("--cluster", default=None, help="cluster preset or file for --nodes when the deployment names none "
+                                                   "(presets: " + _presets("clusters") + ")")
     p.add_argument("--seed", type=seed_int, default=0, help="seed for request lengths and arrivals (default 0)")
     p.add_argument("--validate", metavar="SET", default=None,
                    help="check the model against a published set (a shipped name, all, or a TOML file) instead of "
@@ -204,7 +217,9 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
              ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
              ("overrides", "--set", []), ("report", "--report", None), ("price_gpu_hour", "--price-gpu-hour", None),
-             ("price_host_gb_month", "--price-host-gb-month", None), ("prices", "--prices", None))
+             ("price_host_gb_month", "--price-host-gb-month", None), ("prices", "--prices", None),
+             ("residency", "--residency", []), ("nodes", "--nodes", []), ("node_layout", "--node-layout", "auto"),
+             ("cluster", "--cluster", None))
 
 
 def _given(args: argparse.Namespace) -> list[str]:
@@ -246,7 +261,12 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      hisparse=args.hisparse, calibration=args.calibration, trace=args.trace,
                      concurrency=tuple(args.concurrency), rates=tuple(args.rate), slo_tpot_ms=args.slo_tpot_ms,
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
-                     host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides))
+                     host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides),
+                     residencies=tuple(args.residency))
+    if args.nodes:
+        return _run_nodes(args, inp, prices)
+    if args.node_layout != "auto" or args.cluster:
+        raise HisparseError("--node-layout and --cluster belong to --nodes")
     sc = inp.scenario()
     if args.search:
         from .plan_search import run_search_cmd
@@ -268,6 +288,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     add_costs(rows, sc, prices)
     bands = _add_bands(rows, sc)
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
+    from ..serving.whatif import residency_summary
+
+    rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates)},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
@@ -316,6 +339,103 @@ def _print_bands(bands: dict) -> None:
                   f"TPOT and ITL: {b['how']}; TTFT: none (no shipped published set measured it)")
         else:
             print(f"band {system}: none (no published set)")
+
+
+def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
+    """--nodes: the plan on each node count (``cluster.node_overrides``), every table, then the answer."""
+    import dataclasses
+
+    from ..errors import HisparseError
+    from ..progress import progress
+    from ..serving import presets as P
+    from ..serving.cluster import node_overrides
+    from ..serving.planner import prepare, recommend, run_plan_full, search_plan
+    from ..serving.prices import add_costs
+    from ..serving.whatif import nodes_summary, residency_summary
+
+    sc0 = inp.scenario()
+    d0 = sc0.deployment
+    name = args.cluster or d0.cluster
+    if not name:
+        raise HisparseError(f"--nodes: deployment {d0.where} names no cluster; give --cluster (presets: "
+                            f"{_presets('clusters')}) or a deployment with a cluster key")
+    cluster = P.load("clusters", name)
+    if max(args.nodes) > cluster.nodes:
+        raise HisparseError(f"--nodes {max(args.nodes)}: cluster {cluster.name} has {cluster.nodes} nodes ({cluster.where})")
+    per_nodes, gpus, reports = {}, {}, {}
+    all_rows: list[dict] = []
+    runs = []
+    for n in args.nodes:  # every node count checked before the first point is simulated
+        extra = node_overrides(d0, cluster, n, layout=args.node_layout)
+        if args.cluster and not d0.cluster:
+            extra = tuple(o for o in extra if not o.startswith("deployment.cluster=")) + (f"deployment.cluster={name}",)
+        mine = {o.split("=")[0] for o in extra}
+        inp_n = dataclasses.replace(inp, overrides=tuple(o for o in inp.overrides if o.split("=")[0] not in mine) + extra)
+        sc = inp_n.scenario()
+        runs.append((n, extra, inp_n, sc, prepare(inp_n, sc)))
+    for n, extra, inp_n, sc, prep in runs:
+        total = len(prep.points) * (1 + len(prep.knob_sets))
+        bar = iter(progress(range(total), total=total, desc=f"{n} node(s)", quiet=args.quiet, unit="pt"))
+        plan = run_plan_full(inp_n, on_point=lambda bar=bar: next(bar, None), prepared=prep)
+        if not args.no_search:
+            plan = search_plan(plan, inp_n, on_point=None)
+        rows = plan.rows()
+        add_costs(rows, sc, prices)
+        for r in rows:
+            r["nodes"] = n
+        rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
+        rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
+        per_nodes[n], gpus[n] = rec["choice"], sc.deployment.gpus
+        all_rows += rows
+        reports[n] = {"scenario": _scenario_summary(sc), "recommendation": rec, "overrides": list(extra),
+                      "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec)}
+        if not args.json:
+            print(f"######## {n} node(s) of {cluster.name}: " + (" ".join(f"--set {o}" for o in extra) or "the deployment as given"))
+            _print_report(sc, plan, rows, rec, reports[n]["search"])
+            _print_launch(reports[n]["launch"], rec)
+            print()
+    summary = nodes_summary(per_nodes, gpus)
+    first = reports[args.nodes[0]]
+    rec_all = dict(first["recommendation"])
+    rec_all["nodes"] = summary
+    if summary.get("choice") is not None:
+        rec_all["choice"] = summary["best"][summary["choice"]]
+    report = json_safe({"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates),
+                                               "nodes": list(args.nodes), "cluster": cluster.name},
+                        "per_nodes": {str(n): r for n, r in reports.items()}, "rows": all_rows,
+                        "recommendation": rec_all, "launch": reports[summary.get("choice") or args.nodes[0]]["launch"],
+                        "scenario": first["scenario"], "search": first["search"], "misses": [],
+                        "prices": prices.as_dict() if prices else None})
+    if args.out:
+        _write_outputs(args.out, all_rows, report, rec_all)
+    if args.report:
+        from ..report.html import write_report
+
+        write_report(report, args.report)
+    if args.json:
+        print_json(report)
+        return 0
+    _print_nodes(summary, cluster.name)
+    return 0
+
+
+def _print_nodes(summary: dict, cluster: str) -> None:
+    print(f"one node or more ({cluster}): the best point of each node count under the targets")
+    for n in summary["nodes"]:
+        b = summary["best"][n]
+        if b is None:
+            print(f"  {n} node(s), {summary['gpus'][n]} GPUs: no point meets the targets while serving its load")
+            continue
+        print(f"  {n} node(s), {summary['gpus'][n]} GPUs: {_where(b)}: {b['steady_tok_s_deployment']:.0f} tok/s steady, "
+              f"{b['steady_tok_s_per_gpu']:.1f} per GPU, TPOT p99 {b['tpot_p99_ms']:.1f} ms, TTFT p99 {b['ttft_p99_s']:.1f} s")
+    c = summary.get("choice")
+    if c is None:
+        print("recommendation (nodes): none of the node counts meets the targets")
+        return
+    tie = (f" (a tie within the model's error band {summary['tie_band']:.0%}: the fewest nodes named)"
+           if summary.get("tie") else "")
+    print(f"recommendation (nodes): {c} node(s): the most output tokens/s per GPU under the targets{tie}; "
+          f"the most in all: {summary['most_served']} node(s)")
 
 
 def _search_summary(plan, off: bool) -> dict:
@@ -381,7 +501,7 @@ def _scenario_summary(sc) -> dict:
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
-            "term_sources": CostModel(sc.model, sc.gpu, d, sc.params, sc.terms).term_sources(),
+            "term_sources": CostModel(sc.model, sc.gpu, d, sc.params, sc.terms, cluster=sc.cluster).term_sources(),
             "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
                        "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
             "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
@@ -395,7 +515,7 @@ def _step_report(sc, base) -> dict:
     w = sc.workload
     ctx = w.input_tokens + w.output_tokens / 2
     full = max(1, min(base.max_running, base.pool_tokens // (w.input_tokens + w.output_tokens)))
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, cluster=sc.cluster)
     return {"requests_per_scheduler": full, "context_tokens": ctx, **c.step_report(full, ctx)}
 
 
@@ -470,11 +590,16 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
     cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
                   and not (c == "usd_per_m_output_tokens" and df[c].isna().all()) and c in df]
-    for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"], dropna=False,
-                                                sort=False):
-        title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g})"
+    if "residency" not in df:
+        df["residency"] = ""
+    if (df["residency"].fillna("").replace("", "swap") != "swap").any():
+        cols += [c for c in ("resident_share", "demotions") if c in df]
+    for (system, buf, ratio, res), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
+                                                      "residency"], dropna=False, sort=False):
+        title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g}" + (
+            f", residency {res})" if res and res != "swap" else ")")
         print(f"== {title}")
-        table = grp[cols].rename(columns=SHORT)
+        table = grp[cols].rename(columns=SHORT | {"resident_share": "resident", "demotions": "demoted"})
         table["over"] = table["over"].map({True: "yes", False: ""})
         if "band" in table:
             table["band"] = table["band"].map(lambda b: "" if b is None or b != b else f"+-{b:.0%}")
@@ -513,8 +638,10 @@ def _target(rec: dict) -> str:
 
 
 def _where(row: dict) -> str:
+    res = row.get("residency") or "swap"
     knobs = "" if row["system"] == "baseline" else (
-        f" with device_buffer_size {row['device_buffer_size']}, host_to_device_ratio {row['host_to_device_ratio']:g}")
+        f" with device_buffer_size {row['device_buffer_size']}, host_to_device_ratio {row['host_to_device_ratio']:g}"
+        + (f", residency {res}" if res != "swap" else ""))
     load = f"concurrency {row['concurrency']}" if row["concurrency"] else f"{row['rate_per_s']:.4g} requests/s"
     how = " (found by the search)" if row.get("searched") else ""
     return f"{row['system']}{knobs} at {load}{how}"
@@ -556,10 +683,37 @@ def _print_recommendation(rec: dict, search: dict | None = None) -> None:
           + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:
         print(f"best HiSparse / best baseline steady throughput under the targets: {rec['hisparse_over_baseline']:.2f}x")
+    _print_residency(rec.get("residency"))
     if rec["tie"]:
         print(f"TIE: the two systems are within the model's error band ({rec['tie_band']:.0%}: "
               f"{rec['tie_band_source']}); the baseline is named (no pinned host pool; it keeps the radix "
               "cache and MTP, which HiSparse disables)")
+
+
+def _print_residency(summary: dict | None) -> None:
+    """--residency: the best point of each residency policy, and which one at this load."""
+    if not summary:
+        return
+    parts = []
+    for p in summary["policies"]:
+        b = summary["best"][p]
+        parts.append(f"{p} " + ("none meets the targets" if b is None else
+                                f"{b['steady_tok_s_deployment']:.0f} tok/s at {_load_text(b)} (resident "
+                                f"{b.get('resident_share', 0.0):.0%} of request-steps, {b.get('demotions', 0)} demoted)"))
+    print("device-resident or swap (best HiSparse point per residency policy under the targets, swept loads): "
+          + "; ".join(parts))
+    for at in summary["by_load"]:
+        cells = ", ".join(f"{p} {at[p]['steady_tok_s']:.0f} tok/s / TPOT p99 {at[p]['tpot_p99_ms']:.1f} ms / resident "
+                          f"{at[p]['resident_share']:.0%}" for p in summary["policies"] if p in at)
+        print(f"  at {_load_text(at)}: {cells}")
+    if summary["choice"]:
+        tie = (f" (the dynamic policy is within the model's error band {summary['tie_band']:.0%}: swap named)"
+               if summary["tie"] else "")
+        print(f"recommendation (residency): {summary['choice']}{tie}")
+
+
+def _load_text(row: dict) -> str:
+    return f"concurrency {row['concurrency']}" if row["concurrency"] else f"{row['rate_per_s']:.4g} requests/s"
 
 
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:

@@ -7,7 +7,7 @@ import argparse
 
 from .common import Output, declare_io, print_json
 
-KINDS = ("models", "gpus", "deployments", "workloads", "hisparse", "calibration")
+KINDS = ("models", "gpus", "deployments", "workloads", "hisparse", "calibration", "clusters")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -169,3 +169,84 @@ def parse_interconnect(raw: Any, where: str) -> Interconnect:
     if missing:
         raise HisparseError(f"{where}: interconnect lacks {', '.join(missing)}")
     return Interconnect(raw["name"], raw["source"], collectives)
+
+
+# -- across nodes: DeepEP's internode dispatch / combine, NIC ring collectives ---------------------
+@dataclass(frozen=True)
+class DeepEPPoint:
+    """One row of DeepEP's published benchmark table: the bytes one rank sends in the benchmark's
+    setting and the time (or bandwidth) the README reports for it."""
+
+    ep: int
+    dispatch_bw: float  # bytes/s (the README's RDMA / bottleneck bandwidth)
+    combine_bw: float
+    dispatch_us: float = 0.0  # low-latency table only: the measured latency at the benchmark's batch
+    combine_us: float = 0.0
+
+
+# deepseek-ai/DeepEP, docs/legacy.md (the V1 README's "Performance" section), measured on H800 with one
+# CX7 InfiniBand 400 Gb/s NIC per GPU ("~50 GB/s maximum bandwidth"):
+# - normal kernels (NVLink + RDMA forwarding; prefill / training: 4096 tokens per batch, hidden 7168,
+#   top-4 groups, top-8 experts, FP8 dispatch, BF16 combine), "bottleneck bandwidth" (RDMA):
+#   EP16 43 / 43 GB/s, EP32 58 / 57, EP64 51 / 50 (dispatch / combine);
+# - low-latency kernels (pure RDMA; decode: 128 tokens per batch, hidden 7168, top-8, FP8 dispatch, BF16
+#   combine): dispatch 77 us 98 GB/s (EP8), 118 us 63 (16), 155 us 48 (32), 173 us 43 (64), 192 us 39 (128),
+#   194 us 39 (256); combine 114 us 127 GB/s, 195 / 74, 273 / 53, 314 / 46, 369 / 39, 360 / 40.
+# The low-latency bandwidth is the rank's bytes over the latency: 128 x 8 x (7168 + 4 x 56) B / 77 us =
+# 98 GB/s, 128 x 8 x 7168 x 2 B / 114 us = 129 GB/s; so time = bytes / bandwidth reproduces each row.
+DEEPEP_SOURCE = ("deepseek-ai/DeepEP docs/legacy.md (V1 README, Performance): H800 + CX7 InfiniBand 400 Gb/s "
+                 "(~50 GB/s) per GPU; normal kernels 4096 tokens/batch, low-latency 128 tokens/batch, hidden "
+                 "7168, top-8, FP8 dispatch / BF16 combine")
+DEEPEP_REFERENCE_NIC_BW = 50e9  # the benchmark's NIC ("~50 GB/s maximum bandwidth")
+DEEPEP_NORMAL = (DeepEPPoint(16, 43e9, 43e9), DeepEPPoint(32, 58e9, 57e9), DeepEPPoint(64, 51e9, 50e9))
+DEEPEP_LOW_LATENCY = (DeepEPPoint(8, 98e9, 127e9, 77, 114), DeepEPPoint(16, 63e9, 74e9, 118, 195),
+                      DeepEPPoint(32, 48e9, 53e9, 155, 273), DeepEPPoint(64, 43e9, 46e9, 173, 314),
+                      DeepEPPoint(128, 39e9, 39e9, 192, 369), DeepEPPoint(256, 39e9, 40e9, 194, 360))
+
+
+class DeepEPMode(StrEnum):
+    NORMAL = "normal"  # prefill passes (SGLang --deepep-mode auto: normal for extend batches)
+    LOW_LATENCY = "low_latency"  # decode passes (auto: low_latency for decode batches, CUDA-graph safe)
+
+
+def _deepep_point(table: tuple[DeepEPPoint, ...], ep: int) -> DeepEPPoint:
+    """The row at the nearest EP size not below ``ep`` (the largest when ``ep`` exceeds every row)."""
+    for p in table:
+        if p.ep >= ep:
+            return p
+    return table[-1]
+
+
+def deepep_time_s(op: str, mode: DeepEPMode | str, ep: int, nbytes: float, *, nic_bw: float = DEEPEP_REFERENCE_NIC_BW,
+                  floor_s: float = 0.0) -> float:
+    """Seconds of one DeepEP ``dispatch`` or ``combine`` across nodes: the bytes one rank sends over the
+    README's measured bandwidth for this EP size and kernel, scaled by the NIC's line rate over the
+    benchmark's (a derivation: the kernels are NIC-bound), never below ``floor_s`` (the README gives no
+    small-batch figure; the caller passes the NIC's round trip)."""
+    if ep <= 1 or nbytes <= 0:
+        return 0.0
+    table = DEEPEP_LOW_LATENCY if DeepEPMode(mode) == DeepEPMode.LOW_LATENCY else DEEPEP_NORMAL
+    p = _deepep_point(table, ep)
+    bw = {"dispatch": p.dispatch_bw, "combine": p.combine_bw}[op] * (nic_bw / DEEPEP_REFERENCE_NIC_BW)
+    return max(nbytes / bw, floor_s)
+
+
+def expected_remote_nodes(nodes: int, experts_per_token: int) -> float:
+    """Nodes other than its own that one token's experts land on, experts spread uniformly over the
+    nodes (DeepEP's normal kernels send a token once per destination node, then forward over NVLink):
+    (nodes - 1) x (1 - (1 - 1/nodes)^k)."""
+    if nodes <= 1:
+        return 0.0
+    return (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** experts_per_token)
+
+
+def nic_ring_time_s(collective: Collective | str, nodes: int, nbytes: float, nic_bw: float, latency_us: float) -> float:
+    """A collective across ``nodes`` nodes whose inter-node hop is each GPU's NIC (a hierarchical ring:
+    NVLink inside the node is faster, the NIC is the bottleneck): nccl-tests' bus factor over the nodes
+    times the bytes over the NIC, plus one NIC latency per ring step (2 (n - 1) for all-reduce, n - 1
+    otherwise)."""
+    if nodes <= 1 or nbytes <= 0:
+        return 0.0
+    c = Collective(collective)
+    steps = 2 * (nodes - 1) if c == Collective.ALL_REDUCE else nodes - 1
+    return steps * latency_us * 1e-6 + bus_factor(c, nodes) * nbytes / nic_bw

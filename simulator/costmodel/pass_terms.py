@@ -76,7 +76,10 @@ def _swap_in(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     """HiSparse's swap-in of a decoding rank's missed rows (one launch per layer)."""
     if w.chunks or w.missed_rows is None:
         return {}
-    return {"swap-in": c.swap_in(w.missed_rows, w.decode)}
+    batch = w.decode if w.swap_requests is None else w.swap_requests
+    if batch <= 0:  # dynamic residency, every request resident: the graph without the swap-in (dual path)
+        return {}
+    return {"swap-in": c.swap_in(w.missed_rows, batch)}
 
 
 def _backup(c: CostModel, s: PassShape, w: RankWork) -> Parts:
@@ -125,6 +128,13 @@ def _collectives_how(c: CostModel) -> tuple[Provenance, str]:
         kind = Provenance.MEASURED
     else:
         kind = Provenance.INFERRED if ic.source.lstrip().upper().startswith("INFERRED") else Provenance.PUBLISHED
+    if getattr(c, "_internode_ep", False):
+        from .collectives import DEEPEP_SOURCE
+
+        cl = c.cluster
+        return (Provenance.PUBLISHED, f"{ic.name} inside a node; EP dispatch/combine across {cl.name}'s {cl.nic} "
+                f"({cl.nic_bw / 1e9:.3g} GB/s, {cl.nic_latency_us:g} us; {cl.where}) at DeepEP's measured rates: "
+                f"{DEEPEP_SOURCE}")
     return kind, f"{ic.name}: {ic.source}"
 
 

@@ -37,7 +37,13 @@ import numpy as np
 
 from ..serving.specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
 from . import pass_terms
-from .collectives import Collective
+from .collectives import (
+    Collective,
+    DeepEPMode,
+    deepep_time_s,
+    expected_remote_nodes,
+    nic_ring_time_s,
+)
 from .ops import (
     GROUPED_KINDS,
     Op,
@@ -98,6 +104,9 @@ class RankWork:
     ctx_sum: Any = 0.0
     missed_rows: Any = None
     chunks: tuple[tuple[int, int], ...] = ()
+    # dynamic residency: requests of the batch in swap mode (the swap-in's per-request bookkeeping; 0: every
+    # request is resident and the decode graph without the swap-in runs); None: all ``decode`` of them
+    swap_requests: int | None = None
 
     @property
     def busy(self) -> bool:
@@ -204,8 +213,9 @@ class StepTime:
 
 class CostModel:
     def __init__(self, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, params: CostParams,
-                 terms: GpuTerms | None = None) -> None:
+                 terms: GpuTerms | None = None, cluster: Any = None) -> None:
         self.m, self.g, self.d, self.p = model, gpu, dep, params
+        self.cluster = cluster  # serving.cluster.ClusterSpec when the instance may span nodes (its NIC)
         self.terms = terms or terms_for(gpu)
         self.t: StepTerms = self.terms.terms
         self.layout = layout_for(dep, model)
@@ -408,21 +418,58 @@ class CostModel:
         if padded is not None:  # every scheduler of the instance contributes its padded batch
             msg = d.ranks_per_instance * padded * hidden * ACT_BYTES
         t = 0.0
+        coll = self._collective
         if d.attention == Attention.TP:
-            t += ic.time_s(Collective.ALL_REDUCE, d.tp, msg)  # after o_proj (row-parallel)
+            t += coll(Collective.ALL_REDUCE, d.tp, msg)  # after o_proj (row-parallel)
         elif d.attn_tp > 1:
-            t += ic.time_s(Collective.ALL_REDUCE, d.attn_tp, batch * hidden * ACT_BYTES)
-        if d.moe == MoeLayout.EP:
+            t += coll(Collective.ALL_REDUCE, d.attn_tp, batch * hidden * ACT_BYTES)
+        if d.moe == MoeLayout.EP and self._internode_ep:
+            t += self._deepep_layer(instance_tokens, extend=padded is None)
+        elif d.moe == MoeLayout.EP:
             # one rank's send buffer: its tokens, once per destination rank holding one of its experts
             copies = instance_tokens / d.tp * min(self.m.experts_per_token, d.tp)
             t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * dispatch_row_bytes(hidden))
             t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * hidden * ACT_BYTES)
         elif d.attention == Attention.DP and d.dp > 1:
-            t += ic.time_s(Collective.ALL_GATHER, d.tp, msg)  # every rank's tokens into the MLP
-            t += ic.time_s(Collective.REDUCE_SCATTER, d.tp, msg)  # MLP partial sums back to their ranks
+            t += coll(Collective.ALL_GATHER, d.tp, msg)  # every rank's tokens into the MLP
+            t += coll(Collective.REDUCE_SCATTER, d.tp, msg)  # MLP partial sums back to their ranks
         else:
-            t += ic.time_s(Collective.ALL_REDUCE, d.tp, msg)  # after the row-parallel MLP
+            t += coll(Collective.ALL_REDUCE, d.tp, msg)  # after the row-parallel MLP
         return t
+
+    @property
+    def _internode_ep(self) -> bool:
+        """The EP group spans nodes of the cluster: DeepEP's internode kernels carry the tokens."""
+        return self.cluster is not None and self.d.tp > self.cluster.gpus_per_node
+
+    def _collective(self, c: Collective, n: int, nbytes: float) -> float:
+        """A collective over ``n`` GPUs: the GPU's interconnect inside a node; across nodes (a cluster
+        with ``cross_node_tp``) hierarchically, inside each node then a ring over the nodes' NICs."""
+        ic, cl = self.g.interconnect, self.cluster
+        if cl is None or n <= cl.gpus_per_node:
+            return ic.time_s(c, n, nbytes)
+        nodes = -(-n // cl.gpus_per_node)
+        return ic.time_s(c, cl.gpus_per_node, nbytes) + nic_ring_time_s(c, nodes, nbytes, cl.nic_bw, cl.nic_latency_us)
+
+    def _deepep_layer(self, instance_tokens: float, *, extend: bool) -> float:
+        """One layer's dispatch and combine across nodes (DeepEP; ``collectives.deepep_time_s``): a
+        rank's tokens x top-k rows (FP8 dispatch, BF16 combine) with the low-latency kernels in decode
+        passes; with the normal kernels in prefill passes, a token goes once to each remote node its
+        experts live on (``expected_remote_nodes``), then over NVLink."""
+        cl, d, m = self.cluster, self.d, self.m
+        ep, hidden, k = d.tp, m.hidden_size, m.experts_per_token
+        per_rank = float(instance_tokens) / max(d.ranks_per_instance, 1)
+        if per_rank <= 0:
+            return 0.0
+        if extend:
+            copies = per_rank * expected_remote_nodes(-(-ep // cl.gpus_per_node), k)
+            mode = DeepEPMode.NORMAL
+        else:
+            copies = per_rank * k
+            mode = DeepEPMode.LOW_LATENCY
+        kw = {"nic_bw": cl.nic_bw, "floor_s": cl.nic_rtt_s}
+        return (deepep_time_s("dispatch", mode, ep, copies * dispatch_row_bytes(hidden), **kw)
+                + deepep_time_s("combine", mode, ep, copies * hidden * ACT_BYTES, **kw))
 
     # -- HiSparse copies ---------------------------------------------------------------------------
     def swap_in_layer(self, missed_rows, batch: int = 0):

@@ -53,7 +53,7 @@ def _table(rows: list[tuple[str, str]]) -> str:
 
 
 def _is(row: dict | None, other: dict | None) -> bool:
-    keys = ("system", "device_buffer_size", "host_to_device_ratio", "concurrency", "rate_per_s")
+    keys = ("system", "device_buffer_size", "host_to_device_ratio", "concurrency", "rate_per_s", "residency", "nodes")
     return bool(row and other and all(row.get(k) == other.get(k) for k in keys))
 
 
@@ -140,6 +140,8 @@ _SCRIPT = """
   rows.forEach(function (r) {
     var name = r.system === 'baseline' ? 'baseline' :
       'hisparse (buffer ' + r.device_buffer_size + ', ratio ' + r.host_to_device_ratio + ')';
+    if (r.residency && r.residency !== 'swap') { name += ', ' + r.residency; }  // --residency
+    if (r.nodes) { name += ', ' + r.nodes + ' node(s)'; }  // --nodes
     (groups[name] = groups[name] || []).push(r);
   });
   function traces(key) {

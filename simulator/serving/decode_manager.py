@@ -29,10 +29,14 @@ class DecodeManager:
         self.retractions = 0
         self.reprefill_tokens = 0.0  # prompt + generated tokens to prefill again (colocated)
         self.pending_copy_s = 0.0  # pd-decode: KV offloads of retracted requests not yet waited for
+        self.res = None  # dynamic residency (serving/residency.py): demotes before it retracts
 
     def check(self, k: Rank) -> None:
         """``check_decode_mem``, and on failure ``retract_decode`` (the last request is never
-        retracted: SGLang aborts the run when even it does not fit)."""
+        retracted: SGLang aborts the run when even it does not fit). Under dynamic residency resident
+        requests are demoted first, as far as their next pages and the check need."""
+        if self.res is not None:  # the resident requests' next device pages
+            self.res.reclaim(k, 0)
         if not k.running or k.pool.pages_needed(k.running) <= k.pool.available():
             return
         order = retract_order([r.seq for r in k.running])
@@ -74,7 +78,9 @@ class DecodeManager:
         retracted request's buffer and LRU). A context that fits the buffer takes SGLang's fast path."""
         first = r.generated - 1 - r.buffer_since  # decode steps since the buffer was set up
         shares = self.profiles.shares_from(r.profile, first, n).astype(float)
-        if self.pd and first == 0:
+        if self.pd and first == 0 and r.demotions == 0:
             shares[0] = 1.0  # the buffer starts empty: every entry of every layer misses
+        if self.res is not None:
+            shares = shares * self.res.miss_scale(r)  # resident pages are read in place
         ctx = r.input_tokens + r.generated + np.arange(n)
         return np.where(ctx <= self.hs.device_buffer_size, 0.0, shares)

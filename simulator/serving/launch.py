@@ -86,12 +86,21 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
     if dep.mode == Mode.PD_DECODE:
         a += ["--disaggregation-mode", "decode"]
         notes.append("decode node only: the prefill node runs the same model with --disaggregation-mode prefill")
+        if dep.kv_transfer.value != "none":
+            notes.append(f"KV transfer {dep.kv_transfer.value} over RDMA: --disaggregation-transfer-backend mooncake "
+                         "(or nixl) on both sides")
     cfg = None
     if hs is not None:
         cfg = hisparse_config(hs)
         a += ["--enable-hisparse", "--hisparse-config", json.dumps(cfg, separators=(",", ":"))]
         if hs.policy != "lru":
             notes.append(f"policy {hs.policy!r} is simulated only: SGLang's HiSparse evicts LRU")
+        if hs.residency == "sglang-dynamic":
+            notes.append("residency sglang-dynamic: SGLang's dynamic HiSparse residency (PRs #23935, #30266, open "
+                         "when read): a build with those PRs; released SGLang runs swap mode")
+        elif hs.residency == "vllm-spill":
+            notes.append("residency vllm-spill: vLLM's HiSparse (PRs #49629, #51323, #53781); this SGLang command "
+                         "runs swap mode, serve it with vLLM")
     if dep.tp > gpus_per_node:
         nodes = dep.tp // gpus_per_node
         a += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "<head-node-ip>:5000"]
@@ -112,5 +121,6 @@ def launch_for(scenario, row: dict | None) -> Launch | None:
     hs = None
     if row["system"] == "hisparse":
         hs = dataclasses.replace(scenario.hisparse, device_buffer_size=int(row["device_buffer_size"]),
-                                 host_to_device_ratio=float(row["host_to_device_ratio"]))
+                                 host_to_device_ratio=float(row["host_to_device_ratio"]),
+                                 residency=row.get("residency") or scenario.hisparse.residency)
     return launch_command(scenario.model, scenario.deployment, hs, gpus_per_node=scenario.gpu.gpus_per_node)

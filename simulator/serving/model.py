@@ -47,12 +47,14 @@ import simpy
 from ..costmodel import CostModel, Pass, RankWork
 from ..errors import HisparseError
 from .admission import RatioSchedule, ceil_page
+from .cluster import kv_transfer
 from .decode_manager import DecodeManager
 from .memory import MemoryPlan, check_fits, plan_memory
 from .misses import MissProfiles
 from .pd_admission import DecodePreallocQueue
 from .pool import RankPool
 from .prefill_adder import PrefillAdder
+from .residency import ResidencyManager, residency_policy
 from .results import RunResult, mean, pct, steady_rate, wmean, wpct
 from .scenario import Scenario
 from .specs import Attention, Mode
@@ -80,7 +82,7 @@ class InstanceSim:
         if not self.open_loop and concurrency < 1:
             raise HisparseError("a closed-loop point needs concurrency >= 1")
         self.profiles = profiles
-        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms)
+        self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms, cluster=scenario.cluster)
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s
         self.clients = 1 if self.open_loop else max(1, math.ceil(concurrency / d.instances))
@@ -97,6 +99,10 @@ class InstanceSim:
         self.prealloc = DecodePreallocQueue(self.plan, self.hs, d.page_size, self.cost.kv_copy_time, clock,
                                             self._finish)
         self.decode = DecodeManager(self.hs, profiles, self.pd, self.cost.kv_copy_time, scenario.files)
+        self.res = self._residency()
+        self.decode.res = self.res
+        self.prealloc.make_room = self.res.reclaim if self.res else None
+        self.prealloc.on_take = self.res.place if self.res else None
         n_in, n_out = _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter)
         check_fits(self.plan, n_in, n_out, d.mode, scenario.files)
         if not self.pd:
@@ -119,9 +125,49 @@ class InstanceSim:
         # seconds per input token with 1..ranks of them busy (prefill_seconds_per_token)
         self.prefill_s_per_token = prefill_seconds_per_token(scenario) if self.pd else ()
         self.prefill_side = simpy.Resource(self.env, capacity=d.ranks_per_instance) if self.pd else None
+        self.transfers: list[tuple[float, float]] = []  # pd-decode: (whole, exposed) KV transfer seconds per request
 
     def _new_pool(self) -> RankPool:
         return RankPool(self.d.page_size, self.plan.pool_tokens, self.plan.host_tokens, self.hs is not None)
+
+    def _residency(self) -> ResidencyManager | None:
+        """The dynamic residency bookkeeping (``serving/residency.py``), or None for ``swap``."""
+        if self.hs is None or not residency_policy(self.hs.residency).dynamic:
+            return None
+        m, g = self.m, self.sc.gpu
+        res = ResidencyManager(residency_policy(self.hs.residency), self.d.page_size, self.plan.buffer_slots,
+                               d2d_copy_s=lambda nbytes: 2.0 * nbytes / g.hbm_bw,  # read + write (hbm_bw: copy traffic)
+                               d2h_copy_s=self.cost.kv_copy_time,
+                               hot_bytes=float(self.plan.buffer_slots * m.layers * m.kv_row_bytes), pd=self.pd)
+        for k in self.ranks:
+            k.pool.reclaimable = (lambda k=k: res.rank_reclaimable(k))
+        return res
+
+    def _alloc_chunk(self, k: Rank, r: Request, n: int) -> bool:
+        """A prompt chunk's pages; under dynamic residency, resident requests give slots back first."""
+        if k.pool.alloc_prefill(r, n):
+            return True
+        if self.res is None:
+            return False
+        self.res.reclaim(k, k.pool.pages_opened(r.prefilled, n))
+        return k.pool.alloc_prefill(r, n)
+
+    def _residency_stall(self):
+        """Demotion copies the ranks wait for (a synchronous reclaim) before the next pass."""
+        if self.res is None or self.res.pending_s <= 0:
+            return
+        stall = self.res.pending_s
+        self.res.pending_s = 0.0
+        for k in self.ranks:
+            if k.running:
+                k.gap_carry += stall
+        yield self.env.timeout(stall)
+
+    def _swap_requests(self, k: Rank) -> int | None:
+        """Requests of the rank's batch that run the swap-in (None: all, no dynamic residency)."""
+        if self.res is None:
+            return None
+        return sum(1 for r in k.running if self.res.miss_scale(r) > 0 and r.context > self.hs.device_buffer_size)
 
     @property
     def retractions(self) -> int:
@@ -158,11 +204,14 @@ class InstanceSim:
         (pd-decode; its first token is made there but reaches the client only when the decode side
         admits the request, ``DecodePreallocQueue.admit``)."""
         if self.pd:
+            prefill_s = 0.0
             if self.prefill_side is not None:
                 with self.prefill_side.request() as slot:
                     yield slot
                     busy = self.prefill_side.count  # prompts prefilling now, this one included
-                    yield self.env.timeout(r.input_tokens * self.prefill_s_per_token[busy - 1])
+                    prefill_s = r.input_tokens * self.prefill_s_per_token[busy - 1]
+                    yield self.env.timeout(prefill_s)
+            yield from self._transfer(r, prefill_s)
             r.prefilled = r.input_tokens
             r.generated = 1
         self.last_arrival = self.env.now
@@ -174,6 +223,18 @@ class InstanceSim:
         self.queue_at_last_arrival = queued
         if not self.wake.triggered:
             self.wake.succeed()
+
+    def _transfer(self, r: Request, prefill_s: float):
+        """pd-decode across nodes: the request's KV over RDMA to the decode host, what of it the prefill
+        did not hide (``cluster.kv_transfer``; none without a cluster or with kv_transfer = "none")."""
+        cl = self.sc.cluster
+        if cl is None or self.d.kv_transfer.value == "none":
+            return
+        host = self.sc.gpu.link_bw if self.hs is not None else None  # HiSparse: straight into pinned host memory
+        t = kv_transfer(self.m, r.input_tokens, prefill_s, self.d.kv_transfer, cl, host)
+        self.transfers.append((t.total_s, t.exposed_s))
+        if t.exposed_s > 0:
+            yield self.env.timeout(t.exposed_s)
 
     def closed_client(self, n: int):
         for _ in range(n):
@@ -200,12 +261,14 @@ class InstanceSim:
                             k.gap_carry += copy_s
                     yield env.timeout(copy_s)
                     self.decode.pending_copy_s = 0.0
+                yield from self._residency_stall()
                 batches = {}
             else:
                 batches = {id(k): self.adder.batch(k) for k in self.ranks}
                 for k in self.ranks:  # a chunk that cannot get its pages waits (SGLang: "Prefill out of memory")
-                    kept = [(r, n) for r, n in batches[id(k)] if k.pool.alloc_prefill(r, n)]
+                    kept = [(r, n) for r, n in batches[id(k)] if self._alloc_chunk(k, r, n)]
                     batches[id(k)] = kept
+            yield from self._residency_stall()
             if any(batches.values()):
                 yield from self._mixed_pass(batches)
                 continue
@@ -237,7 +300,7 @@ class InstanceSim:
                     missed = share * self.hs.top_k * self.m.layers
                     self.miss_rows += share
                     self.looked_up += b
-                works.append(RankWork(b, ctx, missed))
+                works.append(RankWork(b, ctx, missed, swap_requests=self._swap_requests(k)))
                 decoding.append(k)
             else:
                 works.append(RankWork())
@@ -285,6 +348,10 @@ class InstanceSim:
         if self.hs is None:
             return
         r.buffer_since = r.generated - 1  # the buffer holds the prompt's first positions: trace step 0
+        if self.res is not None:
+            self.res.place(k, r)  # dynamic residency: the prompt's pages stay while the device pool allows
+            if not r.hot:
+                return
         dbs = self.hs.device_buffer_size
         keep = min(ceil_page(r.target, self.d.page_size), dbs)
         if keep == dbs:
@@ -304,6 +371,8 @@ class InstanceSim:
         env, c = self.env, self.cost
         for k in self.ranks:
             self.decode.check(k)
+        if self.res is not None and self.res.pending_s > 0:
+            yield from self._residency_stall()
         if not self.pd and any(k.waiting and not k.batch_is_full for k in self.ranks):
             n_limit = 1  # a retraction freed room: the next round may admit
         else:
@@ -313,6 +382,8 @@ class InstanceSim:
         if n_limit:
             n = min(n, n_limit)
         n = max(1, min([n] + [max(1, k.pool.room_steps(k.running, n)) for k in active]))
+        if self.res is not None:  # resident requests' growth: the next block reclaims when the device fills
+            n = max(1, min([n] + [max(1, self.res.room_steps(k, n)) for k in active]))
         if self.hs is not None and not self.pd:  # batch_is_full is cleared every round: retried each step
             n = min([n] + [s for k in active if (s := self.adder.steps_to_admit(k, n)) is not None])
         works, shares = [], []
@@ -329,7 +400,7 @@ class InstanceSim:
                     share += self.decode.step_misses(r, n)
                 shares.append((b, share))
                 missed = share * self.hs.top_k * self.m.layers
-            works.append(RankWork(b, ctx, missed))
+            works.append(RankWork(b, ctx, missed, swap_requests=self._swap_requests(k)))
         tokens = float(sum(w.decode for w in works))
         step = c.pass_time(Pass(tuple(works), self.hs is not None, n))
         step_s, swap, comm = step.total_s, step.swap_s, step.comm_s
@@ -356,6 +427,8 @@ class InstanceSim:
             self.looked_up += b * steps
         for k in self.ranks:
             self.busy_running_time += spent * len(k.running)
+        if self.res is not None:
+            self.res.note_steps(start, self.ranks, steps)
         self._note_running()
         for k in active:
             gaps = np.array(step_s[:steps], dtype=float)
@@ -370,6 +443,8 @@ class InstanceSim:
         """``steps`` decode steps of every running request (each takes its decode pages)."""
         for r in k.running:
             k.pool.grow(r, steps)
+            if self.res is not None:
+                self.res.grow(k, r, steps)
             r.generated += steps
         k.pool.note_peaks()  # before the finished requests free their slots
         still = []
@@ -455,7 +530,25 @@ class InstanceSim:
             peak_running_deployment=int(round(self.peak_running * self.scale)),
             tpot_mean_ms=mean(tpot) * 1e3, itl_mean_ms=wmean(gaps, weights) * 1e3, ttft_mean_s=mean(ttft),
             total_tok_s_per_gpu=(out_tokens + sum(r.input_tokens for r in done)) / makespan * self.scale / self.d.gpus
-            if makespan > 0 else 0.0, gpus=self.d.gpus)
+            if makespan > 0 else 0.0, gpus=self.d.gpus, **self._residency_figures(), **self._transfer_figures())
+
+    def _residency_figures(self) -> dict:
+        if self.hs is None:
+            return {}
+        res = self.res
+        if res is None:
+            return {"residency": self.hs.residency}
+        return {"residency": self.hs.residency, "resident_share": res.resident_share,
+                "demotions": int(round(res.demotions * self.scale)),
+                "demoted_tokens": res.spilled_tokens * self.scale,
+                "demotion_copy_ms": res.copy_s * 1e3}
+
+    def _transfer_figures(self) -> dict:
+        if not self.transfers:
+            return {}
+        raw = np.array([t[0] for t in self.transfers])
+        exposed = np.array([t[1] for t in self.transfers])
+        return {"kv_transfer_ms": float(raw.mean()) * 1e3, "kv_transfer_exposed_ms": float(exposed.mean()) * 1e3}
 
     def _overloaded(self) -> bool:
         """Offered load beyond what the deployment serves: arrivals faster than completions (open
@@ -485,7 +578,8 @@ def prefill_seconds_per_token(scenario: Scenario) -> tuple[float, ...]:
     ranks = d.ranks_per_instance
     if d.prefill_tok_s > 0:
         return tuple(d.ranks / d.prefill_tok_s for _ in range(ranks))
-    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms)
+    side = d.prefill_gpus / d.gpus if d.prefill_gpus else 1.0  # a prefill side of another size (prefill_tok_s's rule)
+    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms, cluster=scenario.cluster)
     n_in = scenario.workload.input_tokens
     out = []
     for m in range(1, ranks + 1):
@@ -495,7 +589,7 @@ def prefill_seconds_per_token(scenario: Scenario) -> tuple[float, ...]:
             works = tuple(RankWork(chunks=((n, done),)) if i < m else RankWork() for i in range(ranks))
             t += float(cost.pass_time(Pass(works)).total_s[0])
             done += n
-        out.append(t / n_in)
+        out.append(t / n_in / side)
     return tuple(out)
 
 
@@ -506,13 +600,14 @@ def prefill_tok_s(scenario: Scenario) -> float:
     d = scenario.deployment
     if d.prefill_tok_s > 0:
         return d.prefill_tok_s
-    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms)
+    side = d.prefill_gpus / d.gpus if d.prefill_gpus else 1.0  # a prefill side of another size: as many more ranks
+    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms, cluster=scenario.cluster)
     n_in, t, done = scenario.workload.input_tokens, 0.0, 0
     while done < n_in:
         n = min(d.prefill_chunk_tokens, n_in - done)
         t += float(cost.pass_time(Pass((RankWork(chunks=((n, done),)),) * d.ranks_per_instance)).total_s[0])
         done += n
-    return n_in / t * d.ranks
+    return n_in / t * d.ranks * side
 
 
 def _max_len(n: int, jitter: float) -> int:

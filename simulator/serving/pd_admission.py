@@ -24,6 +24,10 @@ class DecodePreallocQueue:
                  finish: Callable[[Rank, Request], None]) -> None:
         self.plan, self.hs, self.page = plan, hisparse, page
         self.kv_copy_time, self.clock, self.finish = kv_copy_time, clock, finish
+        # dynamic residency (serving/residency.py): give device slots back before a request's buffer is
+        # taken, and keep a taken request's whole KV on the device while it fits
+        self.make_room: Callable[[Rank, int], None] | None = None
+        self.on_take: Callable[[Rank, Request], None] | None = None
 
     def slots(self, r: Request) -> tuple[int, int]:
         """(device, host) slots a transferred request takes: its KV so far (``_pre_alloc``'s fill
@@ -37,6 +41,8 @@ class DecodePreallocQueue:
     def take(self, k: Rank, r: Request) -> None:
         r.buffer_since = r.generated - 1  # admit_request_direct: an empty buffer (or the whole context)
         k.pool.take(r, *self.slots(r))
+        if self.on_take is not None:
+            self.on_take(k, r)
         if r.generated >= r.output_tokens:
             self.finish(k, r)
         else:
@@ -49,6 +55,7 @@ class DecodePreallocQueue:
         while k.retracted and len(k.running) < self.plan.max_running:
             r = k.retracted[0]
             allocatable = decode_allocatable(k.pool.available_logical(), [q.seq for q in k.running])
+            self._room(k, r)
             if r.input_tokens + r.generated + NUM_RESERVED_DECODE_TOKENS > allocatable or not k.pool.fits(*self.slots(r)):
                 break
             k.retracted.pop(0)
@@ -60,10 +67,12 @@ class DecodePreallocQueue:
         room = self.plan.max_running - len(k.running)
         if room <= 0 or not k.waiting:
             return copy_s
-        device_requests = None if self.hs is None else k.pool.free_device // self.plan.buffer_slots
+        free_device = k.pool.free_device + (k.pool.reclaimable() if k.pool.reclaimable is not None else 0)
+        device_requests = None if self.hs is None else free_device // self.plan.buffer_slots
         n = decode_preallocs([r.seq for r in k.waiting[:room]], [q.seq for q in k.running],
                              k.pool.available_logical(), device_requests=device_requests)
         for r in k.waiting[:n]:
+            self._room(k, r)
             if not k.pool.fits(*self.slots(r)):  # the prompt's pages themselves (page rounding)
                 break
             k.waiting.remove(r)
@@ -74,6 +83,12 @@ class DecodePreallocQueue:
             self.take(k, r)
         k.pool.note_peaks()
         return copy_s
+
+    def _room(self, k: Rank, r: Request) -> None:
+        if self.make_room is not None and self.hs is not None:
+            device, _ = self.slots(r)
+            if device > k.pool.free_device:
+                self.make_room(k, device)
 
     def running_limit(self, input_tokens: int, output_tokens: int) -> int:
         """Requests of the nominal lengths one scheduler holds at once: whole contexts that fit its pools."""

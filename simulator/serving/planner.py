@@ -44,6 +44,7 @@ class PlanInputs:
     host_ratios: tuple[float, ...] = ()  # sweep host_to_device_ratio (empty: the config's)
     seed: int = 0
     overrides: tuple[str, ...] = ()  # --set KIND.KEY=VALUE, applied after the calibration
+    residencies: tuple[str, ...] = ()  # sweep HiSparse residency policies (serving/residency.py; empty: the config's)
 
     def __post_init__(self) -> None:
         if not self.concurrency or min(self.concurrency) < 1:
@@ -60,6 +61,11 @@ class PlanInputs:
         for r in self.host_ratios:
             if not r >= 1:
                 raise HisparseError(f"--sweep-host-ratio {r:g} must be >= 1 (SGLang's host_to_device_ratio)")
+        from .residency import RESIDENCY_POLICIES
+
+        for name in self.residencies:
+            if name not in RESIDENCY_POLICIES:
+                raise HisparseError(f"--residency {name}: unknown (residency policies: {', '.join(RESIDENCY_POLICIES)})")
 
     def scenario(self) -> Scenario:
         """The scenario, its trace chosen for the model and workload (``trace_choice``: the model's
@@ -86,6 +92,7 @@ class KnobResult:
     trace_steps: int = 0  # decode steps the trace holds (miss_ratio's span)
     steady_from: int = 0  # the first steady-state step (trace compare's warm-up)
     steady_miss_ratio: float = float("nan")  # over steps >= steady_from
+    residency: str = "swap"  # the residency policy of the knob set (serving/residency.py)
 
 
 @dataclass(frozen=True)
@@ -112,10 +119,14 @@ class Plan:
             out.append(row)
         order = {}
         for row in out:
-            order.setdefault((row["system"], row["device_buffer_size"], row["host_to_device_ratio"]), len(order))
-        out.sort(key=lambda r: (order[r["system"], r["device_buffer_size"], r["host_to_device_ratio"]],
-                                r["concurrency"], r["rate_per_s"]))
+            order.setdefault(_group(row), len(order))
+        out.sort(key=lambda r: (order[_group(r)], r["concurrency"], r["rate_per_s"]))
         return out
+
+
+def _group(row: dict) -> tuple:
+    """A row's line in the tables and the plot: system and HiSparse knob set (residency included)."""
+    return (row["system"], row["device_buffer_size"], row["host_to_device_ratio"], row.get("residency", ""))
 
 
 def _points(sc: Scenario, inp: PlanInputs) -> list[tuple[int, float]]:
@@ -128,15 +139,22 @@ def _points(sc: Scenario, inp: PlanInputs) -> list[tuple[int, float]]:
 
 
 def _knob_sets(sc: Scenario, inp: PlanInputs) -> list:
+    """One HiSparse spec per swept (buffer, host ratio, residency). A residency policy with its own hot
+    buffer (vLLM's 2 x top-k rows) takes it unless --sweep-buffer gives the buffers."""
+    from .residency import residency_policy
+
     hs0 = sc.hisparse
     out = []
-    for b in inp.buffers or (hs0.device_buffer_size,):
-        for ratio in inp.host_ratios or (hs0.host_to_device_ratio,):
-            if (b, ratio) == (hs0.device_buffer_size, hs0.host_to_device_ratio):
-                out.append(hs0)
-            else:
-                out.append(dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=ratio,
-                                               where=f"{hs0.where} with --sweep-buffer/--sweep-host-ratio"))
+    for res in inp.residencies or (hs0.residency,):
+        for b in inp.buffers or (hs0.device_buffer_size,):
+            if not inp.buffers:
+                b = residency_policy(res).hot_rows(hs0.top_k, b)
+            for ratio in inp.host_ratios or (hs0.host_to_device_ratio,):
+                if (b, ratio, res) == (hs0.device_buffer_size, hs0.host_to_device_ratio, hs0.residency):
+                    out.append(hs0)
+                else:
+                    out.append(dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=ratio, residency=res,
+                                                   where=f"{hs0.where} with --sweep-buffer/--sweep-host-ratio/--residency"))
     return out
 
 
@@ -232,7 +250,7 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
                                                              output_tokens=w.output_tokens,
                                                              input_tokens=w.input_tokens)),
                                 profiles.steps, profiles.steady_from(),
-                                profiles.mean_share(profiles.steady_from())))
+                                profiles.mean_share(profiles.steady_from()), hs.residency))
         for c, rate in points:
             r = simulate(hsc, System.HISPARSE, concurrency=c, rate_per_s=rate, profiles=profiles, seed=inp.seed)
             results.append((r, hs.device_buffer_size, hs.host_to_device_ratio))
@@ -299,15 +317,16 @@ def search_plan(plan: Plan, inp: PlanInputs, on_point: Callable[[], None] | None
     searched = set(plan.searched)
     rows = plan.rows()
     brackets: dict[str, dict] = {}
-    knob_of = {(k.device_buffer_size, k.host_to_device_ratio): i for i, k in enumerate(plan.knobs)}
+    knob_of = {(k.device_buffer_size, k.host_to_device_ratio, k.residency): i for i, k in enumerate(plan.knobs)}
     for system in (System.BASELINE.value, System.HISPARSE.value):
         mine = [r for r in rows if r["system"] == system]
         good = [r for r in mine if _ok(r, inp.slo_tpot_ms, inp.slo_ttft_s)]
         if not good:
             continue
         best = max(good, key=lambda r: r["steady_tok_s_deployment"])
-        key = (best["device_buffer_size"], best["host_to_device_ratio"])
-        same = sorted((r for r in mine if (r["device_buffer_size"], r["host_to_device_ratio"]) == key), key=_load)
+        key = (best["device_buffer_size"], best["host_to_device_ratio"], best.get("residency") or "swap")
+        same = sorted((r for r in mine if (r["device_buffer_size"], r["host_to_device_ratio"],
+                                           r.get("residency") or "swap") == key), key=_load)
         passing = [r for r in same if _ok(r, inp.slo_tpot_ms, inp.slo_ttft_s)]
         lo = _load(passing[-1])
         above = [r for r in same if _load(r) > lo]
@@ -318,7 +337,8 @@ def search_plan(plan: Plan, inp: PlanInputs, on_point: Callable[[], None] | None
             sc_sys, profiles = sc, None
         else:
             i = knob_of[key]
-            hs = dataclasses.replace(sc.hisparse, device_buffer_size=key[0], host_to_device_ratio=key[1])
+            hs = dataclasses.replace(sc.hisparse, device_buffer_size=key[0], host_to_device_ratio=key[1],
+                                     residency=key[2])
             sc_sys, profiles = sc.replace(hisparse=hs), plan.profiles[i]
         steps = 0
         while _wide(lo, hi, closed) and steps < MAX_SEARCH_STEPS:

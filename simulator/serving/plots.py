@@ -17,9 +17,20 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike | None = None, rec
     open_loop = bool((df["concurrency"] == 0).all())
     x = "rate_per_s" if open_loop else "concurrency"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for (system, buf, ratio), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio"],
-                                                dropna=False, sort=False):
+    df = df.copy()
+    for col, empty in (("residency", ""), ("nodes", 0)):
+        if col not in df:
+            df[col] = empty
+    df["residency"] = df["residency"].fillna("")
+    df["nodes"] = df["nodes"].fillna(0)
+    several_nodes = df["nodes"].nunique() > 1
+    for (system, buf, ratio, res, nodes), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
+                                                             "residency", "nodes"], dropna=False, sort=False):
         label = system if system == "baseline" else f"hisparse, buffer {int(buf)}, host x{ratio:g}"
+        if res and res != "swap":  # --residency: the dynamic policies' lines
+            label += f", {res}"
+        if several_nodes:  # --nodes: one line per node count
+            label += f", {int(nodes)} node(s)"
         line, = ax1.plot(grp[x], grp["steady_tok_s_deployment"], marker="o", ms=3, label=label)
         ax2.plot(grp[x], grp["tpot_p99_ms"], marker="o", ms=3, label=label, color=line.get_color())
         if "band" in grp and grp["band"].notna().all():  # the validation error band (serving.bands)

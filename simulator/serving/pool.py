@@ -8,7 +8,7 @@ only its hot buffer; SGLang's ``available_size()`` is then ``min(logical, device
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,8 @@ class RankPool:
     free_host: int = field(init=False)
     peak_device: int = 0  # device slots in use at the fullest moment
     peak_host: int = 0
+    # dynamic residency (serving/residency.py): device slots a demotion would free, counted as available
+    reclaimable: Callable[[], int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.free_device, self.free_host = self.device_slots, self.host_slots
@@ -42,7 +44,10 @@ class RankPool:
 
     def available(self) -> int:
         """SGLang's ``available_size()``: the device pool; under HiSparse min(logical, device) free."""
-        return self.free_device if not self.hisparse else min(self.free_device, self.free_host)
+        if not self.hisparse:
+            return self.free_device
+        extra = self.reclaimable() if self.reclaimable is not None else 0
+        return min(self.free_device + extra, self.free_host)
 
     def available_logical(self) -> int:
         """What PD decode's ``_allocatable_tokens`` starts from: the device pool, or HiSparse's logical pool."""

@@ -90,7 +90,8 @@ class PrefillAdder:
 
         def admits(steps: int) -> bool:
             opened = sum(k.pool.pages_opened(f, steps) for f in firsts)
-            available = min(k.pool.free_device, k.pool.free_host - opened)
+            extra = k.pool.reclaimable() if k.pool.reclaimable is not None else 0  # dynamic residency
+            available = min(k.pool.free_device + extra, k.pool.free_host - opened)
             running = [Seq(q.output_tokens, q.generated + steps, q.input_tokens) for q in k.running]
             budget = self._budget(available, running, self.ratios.after_steps(k.ratio, steps))
             return budget.add_new(r.seq, r.target)[0] > 0

@@ -20,13 +20,15 @@ from .. import inputs
 from ..costmodel.calibration_file import read_calibration
 from ..costmodel.collectives import Interconnect, parse_interconnect
 from ..errors import HisparseError
+from .cluster import ClusterSpec
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
 
 PRESET_DIR = Path(str(files("simulator").joinpath("presets")))
 
 T = TypeVar("T")
 KINDS: dict[str, type] = {"models": ModelSpec, "gpus": GpuSpec, "deployments": DeploymentSpec,
-                          "hisparse": HiSparseSpec, "workloads": WorkloadSpec, "calibration": CostParams}
+                          "hisparse": HiSparseSpec, "workloads": WorkloadSpec, "calibration": CostParams,
+                          "clusters": ClusterSpec}
 UNCALIBRATED = "uncalibrated"
 # top-level groups of a calibration JSON the serving model reads; any other group is carried along
 _CALIBRATION_READ = ("params", "gpu", "comm")
@@ -48,7 +50,8 @@ def preset_names(kind: str) -> list[str]:
 
 
 def _singular(kind: str) -> str:
-    return {"models": "model", "gpus": "gpu", "deployments": "deployment", "workloads": "workload"}.get(kind, kind)
+    return {"models": "model", "gpus": "gpu", "deployments": "deployment", "workloads": "workload",
+            "clusters": "cluster"}.get(kind, kind)
 
 
 def resolve(kind: str, spec: str) -> Path:

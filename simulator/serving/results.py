@@ -48,6 +48,13 @@ class RunResult:
     ttft_mean_s: float = math.nan
     total_tok_s_per_gpu: float = 0.0  # input + output tokens / duration / GPUs (the cookbooks' tok/s/GPU)
     gpus: int = 0  # GPUs of the deployment
+    residency: str = ""  # HiSparse: the residency policy (serving/residency.py); "" baseline
+    resident_share: float = 0.0  # dynamic residency: share of request-steps whose whole KV was on the device
+    demotions: int = 0  # dynamic residency: requests demoted to swap mode (or first spilled), deployment
+    demoted_tokens: float = 0.0  # dynamic residency: KV positions given back to the host, deployment
+    demotion_copy_ms: float = 0.0  # dynamic residency: the demotions' copy time, one instance (the ranks wait)
+    kv_transfer_ms: float = 0.0  # pd-decode across nodes: mean prefill-to-decode KV transfer per request
+    kv_transfer_exposed_ms: float = 0.0  # of it, what the prefill did not hide (added to TTFT)
 
 
 def steady_rate(blocks: list[tuple[float, float, float]], t0: float, t1: float) -> float:

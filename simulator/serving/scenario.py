@@ -25,6 +25,7 @@ from ..costmodel.collectives import COMM_META
 from ..costmodel.pricing import GpuTerms, terms_for
 from ..errors import HisparseError
 from . import presets as P
+from .cluster import ClusterSpec, check_layout
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
 
 
@@ -42,17 +43,14 @@ class Scenario:
     terms: GpuTerms | None = None  # the measured step terms (None: the H200's scaled to ``gpu``)
     overrides: tuple[str, ...] = ()  # the --set options applied, as given
     trace_how: str = ""  # how the trace was chosen for this model and workload (trace_choice.choose_trace)
+    cluster: ClusterSpec | None = None  # the deployment's cluster preset (serving/cluster.py), None: one node
 
     def __post_init__(self) -> None:
         if self.hisparse.top_k != self.model.top_k:
             raise HisparseError(f"{self.hisparse.where}: top_k = {self.hisparse.top_k} differs from the model's "
                                 f"top_k {self.model.top_k} ({self.model.where})")
         d, g, m, w = self.deployment, self.gpu, self.model, self.workload
-        if d.tp > g.scale_up_gpus:
-            raise HisparseError(f"{d.where}: tp = {d.tp} spans more GPUs than one NVLink domain of {g.name} "
-                                f"({g.scale_up_gpus}: gpus_per_node {g.gpus_per_node}, {g.where}); the model prices "
-                                "an instance's collectives within one domain (give nvlink_domain_gpus in the GPU "
-                                "file for a larger domain, or a smaller tp)")
+        check_layout(d, g, self.cluster, d.where)  # TP inside a node; an instance across nodes needs a cluster
         longest = round(w.input_tokens * (1 + w.length_jitter)) + round(w.output_tokens * (1 + w.length_jitter))
         if m.context_length and longest > m.context_length:
             raise HisparseError(f"{w.where}: requests of up to {longest} tokens ({w.input_tokens} in + "
@@ -220,7 +218,13 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     else:
         hs_file = P.load("hisparse", hisparse or DEFAULT_HISPARSE)
     hisparse_spec = _apply(hs_file, ovs, "hisparse", set_notes)
-    return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep,
+    cluster_spec = None
+    if dep.cluster:
+        try:
+            cluster_spec = P.load("clusters", dep.cluster)
+        except HisparseError as exc:
+            raise HisparseError(f"{dep.where}: cluster = {dep.cluster!r}: {exc}") from None
+    return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep, cluster=cluster_spec,
                     workload=workload_spec, hisparse=hisparse_spec,
                     params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes + set_notes),
                     terms=terms, overrides=tuple(o.option for o in ovs))

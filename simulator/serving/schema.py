@@ -26,7 +26,7 @@ _UNITS = (("_bytes", "bytes"), ("_bw", "bytes/s"), ("_flops", "FLOP/s"), ("_us",
           ("_ms", "milliseconds"), ("_per_s", "per second"), ("_tok_s", "tokens/s"), ("_tokens", "tokens"),
           ("_size", "slots"))
 ALIASES = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
-           "calibrations": "calibration"}
+           "calibrations": "calibration", "cluster": "clusters"}
 
 
 def kind_of(name: str) -> str:
@@ -40,7 +40,8 @@ def kind_of(name: str) -> str:
 def option_for(kind: str) -> str:
     """The ``hisparse plan`` option that takes a file of this kind."""
     return {"models": "model", "gpus": "gpu", "deployments": "deployment", "workloads": "workload",
-            "hisparse": "hisparse-config", "calibration": "calibration"}[kind_of(kind)]
+            "hisparse": "hisparse-config", "calibration": "calibration",
+            "clusters": "set deployment.cluster="}[kind_of(kind)]
 
 
 @dataclass(frozen=True)

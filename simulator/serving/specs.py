@@ -62,6 +62,19 @@ class PoolProfile(StrEnum):
     BEFORE_31992 = "before-31992"
 
 
+class KvTransfer(StrEnum):
+    """How a PD deployment's prefill side sends a request's KV to the decode host over RDMA
+    (``serving/cluster.py`` prices it): ``none`` (arrives with the prefill's end, the model before
+    multi-node deployments), ``layer-wise`` (each layer's KV sent as soon as that layer is prefilled,
+    overlapping the later layers' compute: Mooncake Transfer Engine's layer-wise streaming) or
+    ``whole-request`` (sent after the last layer: NIXL's read of the finished request in vLLM's
+    NixlConnector, SGLang's per-chunk send of a one-chunk prompt)."""
+
+    NONE = "none"
+    LAYER_WISE = "layer-wise"
+    WHOLE_REQUEST = "whole-request"
+
+
 class Arrival(StrEnum):
     """Closed loop (each client sends its next request when the last finishes) or open (Poisson)."""
 
@@ -407,6 +420,11 @@ class DeploymentSpec(Spec):
     # the --hisparse-config preset this deployment was published with ("": the blog's 8xH200 one),
     # what hisparse plan pairs with it when --hisparse-config is not given
     hisparse: str = ""
+    # the cluster preset (simulator/presets/clusters/) the GPUs sit in: nodes, GPUs per node, the NIC; needed
+    # when an instance spans nodes (wide EP, DP attention across nodes). "": one node's fabric only
+    cluster: str = ""
+    prefill_gpus: int = num(ge=0, default=0, help="pd-decode: GPUs of the prefill side; 0: as many as the decode side")
+    kv_transfer: KvTransfer = KvTransfer.NONE  # pd-decode: the prefill-to-decode KV transfer over RDMA (KvTransfer)
     where: str = field(default="<deployment>", compare=False)
 
     def _check(self, where: str) -> None:
@@ -448,9 +466,17 @@ class HiSparseSpec(Spec):
     device_buffer_size: int = num(ge=1, help="--hisparse-config device_buffer_size: hot-buffer slots per request per layer")
     host_to_device_ratio: float = num(ge=1, help="SGLang requires >= 1")
     policy: str = "lru"  # the eviction policy the trace replay runs (SGLang's HiSparse: lru)
+    # where a request's full KV lives (serving/residency.py): "swap" (always the host, a hot buffer on the
+    # device), "sglang-dynamic" or "vllm-spill" (on the device while the pool allows, demoted under pressure)
+    residency: str = "swap"
     where: str = field(default="<hisparse>", compare=False)
 
     def _check(self, where: str) -> None:
+        from .residency import RESIDENCY_POLICIES
+
+        if self.residency not in RESIDENCY_POLICIES:
+            raise HisparseError(f"{where}: residency = {self.residency!r}: unknown (residency policies: "
+                                f"{', '.join(RESIDENCY_POLICIES)})")
         if self.device_buffer_size < self.top_k:
             raise HisparseError(f"{where}: device_buffer_size {self.device_buffer_size} < top_k {self.top_k} "
                                 "(HiSparse needs room for a whole step's selection)")

@@ -32,6 +32,9 @@ class Request:
     generated: int = 0  # output tokens so far (the first comes with the prefill's last chunk)
     retractions: int = 0
     buffer_since: int = 0  # decode steps done when its hot buffer was last set up (the trace restarts there)
+    resident_tokens: int = 0  # dynamic residency: KV positions held on the device (serving/residency.py)
+    hot: bool = True  # dynamic residency: holds a hot buffer (swap mode, or partly spilled); False: wholly resident
+    demotions: int = 0  # dynamic residency: times it was demoted to swap mode (or first spilled)
     first_token: float = math.nan
     admitted: float = math.nan
     finish: float = math.nan
