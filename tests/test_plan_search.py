@@ -175,3 +175,29 @@ def test_search_report_in_a_headless_browser(searched):
             assert page.locator("#launch").inner_text() == rep["launch"]["command"]
         finally:
             ctx.close()
+
+
+def test_node_counts_join_through_the_generator_list():
+    from simulator.serving import presets as P
+
+    sc = load_scenario()
+    cluster = P.load("clusters", "2x8xh200-ib-ndr")
+    out = list(S.node_count_layouts([1, 2], cluster, ("wide", "replicas"))(sc))
+    deps = [d for d in out if not isinstance(d, S.Infeasible)]
+    wide2 = [d for d in deps if d.gpus == 16 and d.tp == 16]
+    assert wide2 and wide2[0].dp == 16 and wide2[0].moe == MoeLayout.EP and wide2[0].cluster == cluster.name
+    assert any(d.gpus == 16 and d.tp == 8 for d in deps)  # two replicas of the 8-GPU instance
+    assert S.same_gpus_layouts in S.DEPLOYMENT_GENERATORS  # the hook: a list other generators join
+
+
+@pytest.mark.slow
+def test_search_over_node_counts_ranks_a_two_node_layout(capsys):
+    assert main(["plan", "--search", "--nodes", "2", "--cluster", "2x8xh200-ib-ndr", "--search-buffer", "8192",
+                 "--search-host-ratio", "4", "--search-policy", "lru", "--json", "--quiet"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    two = [r for r in rep["ranked"] if r["gpus"] == 16]
+    assert two and all(r["tpot_p99_ms"] <= 100 and r["ttft_p99_s"] <= 30 for r in two)
+    # a host pool the node cannot pin is listed, not fatal (ratio 8 on 16 GPUs: 2081 GB of 2000)
+    assert any("16xh200" in i["label"] and "pinned memory" in i["reason"] for i in rep["infeasible"])
+    if rep["best"]["gpus"] == 16:
+        assert "--node-rank" in " ".join(rep["launch"]["notes"]) or "--nnodes" in rep["launch"]["command"]

@@ -263,15 +263,15 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
                      host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides),
                      residencies=tuple(args.residency))
+    if args.search:
+        from .plan_search import run_search_cmd
+
+        return run_search_cmd(args, inp.scenario())
     if args.nodes:
         return _run_nodes(args, inp, prices)
     if args.node_layout != "auto" or args.cluster:
         raise HisparseError("--node-layout and --cluster belong to --nodes")
     sc = inp.scenario()
-    if args.search:
-        from .plan_search import run_search_cmd
-
-        return run_search_cmd(args, sc)
     if "--concurrency" in given and not inp.rates and sc.workload.arrival.value == "open":
         raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
                             f"{sc.workload.rate_per_s:g}); give --rate to sweep arrival rates, or a closed-loop "

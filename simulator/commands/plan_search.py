@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 SEARCH_ONLY = ("--search-top", "--search-buffer", "--search-host-ratio", "--search-policy", "--jobs")
 # plan options that do not apply to a search (it picks its own loads and knob sets)
 NOT_WITH_SEARCH = ("--concurrency", "--rate", "--sweep-buffer", "--sweep-host-ratio", "--no-search",
-                   "--price-gpu-hour", "--price-host-gb-month", "--prices")  # prices: the search does not price yet
+                   "--residency", "--price-gpu-hour", "--price-host-gb-month", "--prices")  # prices: the search does not price yet
 
 
 def check_args(args: argparse.Namespace, given: list[str]) -> None:
@@ -83,15 +83,30 @@ def run_search_cmd(args: argparse.Namespace, sc) -> int:
                          policies=_policies(args.search_policy), top=args.search_top,
                          slo_tpot_ms=args.slo_tpot_ms, slo_ttft_s=args.slo_ttft_s, seed=args.seed)
     jobs = args.jobs or (2 if (os.cpu_count() or 1) > 1 else 1)
+    generators = list(S.DEPLOYMENT_GENERATORS)
+    nodes = getattr(args, "nodes", None) or []
+    if nodes:  # node counts join the search (cluster.deployment_for_nodes)
+        from ..errors import HisparseError
+        from ..serving import presets as P
+
+        name = args.cluster or sc.deployment.cluster
+        if not name:
+            raise HisparseError(f"--search --nodes: deployment {sc.deployment.where} names no cluster; give --cluster "
+                                f"(presets: {', '.join(P.preset_names('clusters'))})")
+        cluster = P.load("clusters", name)
+        layouts = ("wide",) if args.node_layout in (None, "auto") else (args.node_layout,)
+        generators.append(S.node_count_layouts(nodes, cluster, layouts))
+        args.search_nodes_note = f", and {'/'.join(layouts)} on {','.join(map(str, nodes))} node(s) of {cluster.name}"
     bar = None
     if not args.quiet and sys.stderr.isatty():
         from tqdm import tqdm
 
         bar = tqdm(desc="search points", unit="pt", file=sys.stderr, leave=False)
-    res = S.run_search(sc, inp, trace=sc.trace, tick=bar.update if bar else None, jobs=jobs)
+    res = S.run_search(sc, inp, trace=sc.trace, tick=bar.update if bar else None, jobs=jobs, generators=generators)
     if bar:
         bar.close()
     report = search_report(res, sc, jobs)
+    report["searched"]["nodes"] = getattr(args, "search_nodes_note", "")
     if args.out:
         _write(args.out, report)
     if args.report:
@@ -125,7 +140,9 @@ def search_report(res, sc, jobs: int) -> dict:
     launch = None
     if best:
         cfg = next(c for c in res.configs if c.label == best["config"])
-        sc_best = sc.replace(deployment=cfg.deployment, hisparse=cfg.hisparse or sc.hisparse)
+        from ..serving.search import _scenario
+
+        sc_best = _scenario(sc, cfg.deployment, cfg.hisparse)
         lc = launch_for(sc_best, best)
         launch = lc.as_dict() if lc else None
     inp = res.inputs
@@ -154,7 +171,7 @@ def _print(report: dict) -> None:
     s = report["searched"]
     print(f"configuration search: {sc['files']['model']} on {sc['files']['deployment']}'s GPUs, workload "
           f"{sc['files']['workload']}; targets {target}")
-    print(f"searched: every TP / DP-attention / EP layout of the GPUs; HiSparse buffers {s['buffers']}, host ratios "
+    print(f"searched: every TP / DP-attention / EP layout of the GPUs{s.get('nodes') or ''}; HiSparse buffers {s['buffers']}, host ratios "
           f"{s['host_ratios']}, policies {s['policies']} on the {s['knob_deployments']} best layouts")
     print(s["trace"])
     ranked = report["ranked"]

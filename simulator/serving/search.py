@@ -9,7 +9,7 @@ Coarse to fine, so that a search of the default scenario stays within a minute o
    layout whose weights do not fit is listed, not simulated); the rest run the baseline and
    HiSparse at the scenario's knobs on a coarse concurrency ladder (``COARSE_LADDER``, stopping at
    the first load that misses a target: a failing load is taken as failing every load above it);
-2. on the ``knob_deployments`` deployments whose HiSparse serves most, each knob set
+2. on the ``knob_deployments`` deployments that serve most (either system), each knob set
    (buffer x ratio x policy) is sized (memory plan: requests it holds at once) and replayed (miss
    share, cached on disk by ``misses.miss_profiles``); a set that holds no more requests than
    another and misses no less is dominated and not simulated (the step time rises with misses
@@ -88,7 +88,27 @@ def same_gpus_layouts(sc: Scenario) -> Iterator[DeploymentSpec | Infeasible]:
                                           where=f"{base.where} as {layout_label(tp, dp, attention, moe)}")
 
 
-# The search's deployment generators, in order (append one to add node counts or PD splits).
+def node_count_layouts(nodes: Sequence[int], cluster, layouts: Sequence[str] = ("wide",)) -> DeploymentGenerator:
+    """A generator of the deployment on each of ``nodes`` node counts of ``cluster``
+    (``cluster.deployment_for_nodes``: ``wide`` is one DP-attention wide-EP instance of every GPU;
+    ``replicas`` repeats the instance, which gives the one-node tok/s/GPU at a multiple of the load,
+    so it is searched only when asked for). A layout the cluster refuses is an ``Infeasible``."""
+
+    def gen(sc: Scenario) -> Iterator[DeploymentSpec | Infeasible]:
+        from .cluster import deployment_for_nodes
+
+        for n in nodes:
+            for layout in layouts:
+                try:
+                    yield deployment_for_nodes(sc.deployment, cluster, n, layout=layout)
+                except HisparseError as exc:
+                    yield Infeasible(f"{n} node(s) of {cluster.name}, {layout}", str(exc), "layout")
+
+    return gen
+
+
+# The search's deployment generators, in order (append one to add node counts or PD splits;
+# ``hisparse plan --search --nodes 1,2`` appends ``node_count_layouts``).
 DEPLOYMENT_GENERATORS: list[DeploymentGenerator] = [same_gpus_layouts]
 
 
@@ -149,7 +169,12 @@ class Config:
 
 
 def _scenario(sc: Scenario, d: DeploymentSpec, hs: HiSparseSpec | None) -> Scenario:
-    return sc.replace(deployment=d, hisparse=hs or sc.hisparse)
+    cluster = sc.cluster
+    if d.cluster and (cluster is None or cluster.name != d.cluster):
+        from . import presets as P
+
+        cluster = P.load("clusters", d.cluster)
+    return sc.replace(deployment=d, hisparse=hs or sc.hisparse, cluster=cluster if d.cluster else sc.cluster)
 
 
 def _capacity(sc: Scenario, d: DeploymentSpec, hs: HiSparseSpec | None) -> int:
@@ -409,7 +434,7 @@ def run_search(sc: Scenario, inp: SearchInputs, *, trace: str | None = None,
             if isinstance(d, Infeasible):
                 infeasible.append(d)
                 continue
-            key = (d.gpus, d.tp, d.dp, d.attention, d.moe, d.mode, d.gpu)
+            key = (d.gpus, d.tp, d.dp, d.attention, d.moe, d.mode, d.gpu, getattr(d, "prefill_gpus", 0))
             if key in seen:
                 continue
             seen.add(key)
@@ -435,8 +460,10 @@ def run_search(sc: Scenario, inp: SearchInputs, *, trace: str | None = None,
 
     configs: list[Config] = []
     hs_first: dict[int, Config] = {}
+    base_cfg: dict[int, Config] = {}
     for i, d in enumerate(deployments):
-        configs.append(Config(d, System.BASELINE.value, None, capacity=_capacity(sc, d, None)))
+        base_cfg[i] = Config(d, System.BASELINE.value, None, capacity=_capacity(sc, d, None))
+        configs.append(base_cfg[i])
         try:
             cap = _capacity(sc, d, sc.hisparse)
         except HisparseError as exc:
@@ -453,7 +480,18 @@ def run_search(sc: Scenario, inp: SearchInputs, *, trace: str | None = None,
         b = c.best(inp)
         return b["steady_tok_s_per_gpu"] if b else -1.0
 
-    order = sorted(hs_first, key=lambda i: -score(hs_first[i]))
+    def refine(cfgs: Sequence[Config]) -> None:
+        ranked = sorted(cfgs, key=lambda c: -score(c))
+        for c in ranked if inp.refine is None else ranked[: inp.refine]:
+            if score(c) > 0 and not c.refined:
+                _refine(c, sc, inp, count)
+
+    refine(configs)  # the layouts are ranked on their refined loads (a coarse ladder lands unevenly)
+
+    # the layouts that serve most under the targets (either system: a layout whose HiSparse cannot run
+    # the scenario's knobs, e.g. for host memory, may run others)
+    order = sorted(range(len(deployments)),
+                   key=lambda i: -max(score(base_cfg[i]), score(hs_first[i]) if i in hs_first else -1.0))
     new: list[Config] = []
     for i in order[: inp.knob_deployments]:
         d = deployments[i]
@@ -472,8 +510,8 @@ def run_search(sc: Scenario, inp: SearchInputs, *, trace: str | None = None,
             cands.append(Config(d, System.HISPARSE.value, hs, prof, capacity=cap,
                                 miss=prof.mean_share(prof.steady_from())))
         # the scenario's own knob set already ran: it competes in the dominance check, is not re-run
-        first = hs_first[i]
-        pool = [first] + [c for c in cands if c.label != first.label]
+        first = hs_first.get(i)
+        pool = ([first] if first else []) + [c for c in cands if first is None or c.label != first.label]
         dom = _dominated(pool)
         for j, c in enumerate(pool):
             if j in dom:
@@ -489,8 +527,5 @@ def run_search(sc: Scenario, inp: SearchInputs, *, trace: str | None = None,
             new.append(c)
     configs.extend(new)
     _ladders(new, sc, inp, jobs, count)
-    ranked = sorted(configs, key=lambda c: -score(c))
-    for c in ranked if inp.refine is None else ranked[: inp.refine]:
-        if score(c) > 0:
-            _refine(c, sc, inp, count)
+    refine(configs)
     return SearchResult(sc, inp, tuple(configs), tuple(infeasible), tuple(pruned), time.perf_counter() - t0, n0[0])
