@@ -303,6 +303,15 @@ def _refine(cfg: Config, sc: Scenario, inp: SearchInputs, tick: Callable[[int], 
     cfg.refined = True
 
 
+def _refine_task(args: tuple) -> list[dict]:
+    """``_refine`` on a copy of the configuration (a worker process): the points it added."""
+    cfg, sc, inp = args
+    cfg = dataclasses.replace(cfg, points=list(cfg.points))
+    n = len(cfg.points)
+    _refine(cfg, sc, inp, lambda _: None)
+    return cfg.points[n:]
+
+
 def _knob_sets(base: HiSparseSpec, inp: SearchInputs) -> list[HiSparseSpec | Infeasible]:
     """Every buffer x ratio x policy, each checked by the spec's own rules (a set it refuses is an
     ``Infeasible`` with the spec's message)."""
@@ -482,9 +491,11 @@ def run_search(sc: Scenario, inp: SearchInputs, *, trace: str | None = None,
 
     def refine(cfgs: Sequence[Config]) -> None:
         ranked = sorted(cfgs, key=lambda c: -score(c))
-        for c in ranked if inp.refine is None else ranked[: inp.refine]:
-            if score(c) > 0 and not c.refined:
-                _refine(c, sc, inp, count)
+        todo = [c for c in (ranked if inp.refine is None else ranked[: inp.refine]) if score(c) > 0 and not c.refined]
+        for c, rows in zip(todo, _parallel(_refine_task, [(c, sc, inp) for c in todo], jobs), strict=True):
+            c.points.extend(rows)
+            c.refined = True
+            count(len(rows))
 
     refine(configs)  # the layouts are ranked on their refined loads (a coarse ladder lands unevenly)
 
