@@ -577,7 +577,7 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
               "side's admission wait (the first token reaches the client when the decode server admits the request, "
               "as bench_serving times it); TPOT counts from there")
     if sc.trace_how:
-        print(sc.trace_how)
+        print(f"trace choice: {sc.trace_how}")
     for k in plan.knobs:
         print(f"trace: {k.trace}: {k.policy} miss ratio at device_buffer_size {k.device_buffer_size} "
               f"({k.device_buffer_size / sc.hisparse.top_k:g} x top_k): {k.miss_ratio:.1%} over all {k.trace_steps} "

@@ -173,7 +173,7 @@ def _print(report: dict) -> None:
           f"{sc['files']['workload']}; targets {target}")
     print(f"searched: every TP / DP-attention / EP layout of the GPUs{s.get('nodes') or ''}; HiSparse buffers {s['buffers']}, host ratios "
           f"{s['host_ratios']}, policies {s['policies']} on the {s['knob_deployments']} best layouts")
-    print(s["trace"])
+    print(f"trace choice: {s['trace']}")
     ranked = report["ranked"]
     if ranked:
         df = pd.DataFrame(ranked)

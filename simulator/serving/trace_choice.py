@@ -87,16 +87,16 @@ def choose_trace(model, workload, given: str | None) -> TraceChoice:
     d = DEFAULT_TRACE
     if (preset, args["layers"], args["k"], ctx0, steps, 1, 0) == (d.generator_preset, d.layers, d.k, d.ctx0, d.steps,
                                                                   d.requests, d.seed):
-        return TraceChoice(None, f"trace: {why}: the bundled {d.file} ({shape})", preset, False, tuple(args.values()))
+        return TraceChoice(None, f"{why}: the bundled {d.file} ({shape})", preset, False, tuple(args.values()))
     name = trace_name(preset, **args)
     bundled = data_path(f"{GENERATED_DIR}/{name}")
     if bundled.is_file():
-        return TraceChoice(str(bundled), f"trace: {why} at the workload's context: {shape}; bundled "
+        return TraceChoice(str(bundled), f"{why} at the workload's context: {shape}; bundled "
                                          f"{GENERATED_DIR}/{name}", preset, False, tuple(args.values()))
     cached = cache_dir() / "traces" / name
     generated = not cached.is_file()
     if generated:
         generate_trace(cached, preset, **args)
-    return TraceChoice(str(cached), f"trace: {why} at the workload's context: {shape}; "
+    return TraceChoice(str(cached), f"{why} at the workload's context: {shape}; "
                                     f"{'generated into' if generated else 'cached in'} {cached}",
                        preset, generated, tuple(args.values()))
