@@ -70,7 +70,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default=None,
                    help=f"workload preset or file (default 32k-in-8k-out; presets: {_presets('workloads')})")
     p.add_argument("--hisparse-config", dest="hisparse", default=None,
-                   help=f"HiSparse config preset or file (default blog-8xh200; presets: {_presets('hisparse')})")
+                   help=f"HiSparse config preset or file (default: the deployment's own, e.g. blog-h20-pd for "
+                        f"2xh20-pd-decode, else blog-8xh200; presets: {_presets('hisparse')})")
     p.add_argument("--calibration", default="auto",
                    help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
@@ -145,6 +146,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "and TTFT against the load with the targets and the recommendation, the scenario, the "
                         "launch command and every point")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from .plan_search import add_arguments as add_search_arguments
+
+    add_search_arguments(p)
     p.set_defaults(run=run_plan_cmd)
     declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate",
                           "prices"],
@@ -158,7 +162,9 @@ VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
 
 def out_files(args: argparse.Namespace) -> tuple[str, ...]:
     """The files ``--out DIR`` will hold."""
-    return VALIDATE_FILES if args.validate else PLAN_FILES
+    from .plan_search import SEARCH_FILES
+
+    return VALIDATE_FILES if args.validate else SEARCH_FILES if getattr(args, "search", False) else PLAN_FILES
 
 
 # preset options and the kind of preset each names
@@ -213,14 +219,15 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms", "itl_p99_ms": "ITL p99 ms",
          "ttft_p50_s": "TTFT p50 s", "ttft_p99_s": "TTFT p99 s", "running_deployment": "running",
          "max_running_deployment": "max run", "kv_used_gb_per_gpu": "KV GB/GPU", "host_used_gb_per_gpu": "host GB/GPU",
-         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out"}
+         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out",
+         "band": "band"}
 
 
 # Plan options whose argparse default is None, so that a value the user gave can be told apart from
 # the default: (dest, option, the default a plan uses). --validate uses none of them.
 PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("deployment", "--deployment", "8xh200-colocated-dp8"), ("workload", "--workload", "32k-in-8k-out"),
-             ("hisparse", "--hisparse-config", "blog-8xh200"),
+             ("hisparse", "--hisparse-config", None),
              ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
              ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
              ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
@@ -242,6 +249,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
 
     given = _given(args)
+    from .plan_search import check_args
+
+    check_args(args, given)
     if args.validate:
         if given:
             raise HisparseError(f"--validate runs each published set's own scenario and load: "
@@ -272,6 +282,10 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
                      host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides),
                      residencies=tuple(args.residency))
+    if args.search:
+        from .plan_search import run_search_cmd
+
+        return run_search_cmd(args, inp.scenario())
     if args.nodes:
         return _run_nodes(args, inp, prices)
     if args.node_layout != "auto" or args.cluster:
@@ -300,6 +314,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..serving.prices import add_costs
 
     add_costs(rows, sc, prices)
+    bands = _add_bands(rows, sc)
     rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
     from ..serving.whatif import residency_summary
 
@@ -308,7 +323,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                                      "speculative": spec.describe() if spec is not None else None},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
-              "indexshare_prefetch": _prefetch_report(sc, plan)}
+              "indexshare_prefetch": _prefetch_report(sc, plan),
+              "bands": bands}
     if args.compare_speculative:
         from ..serving.spec_whatif import compare
 
@@ -333,6 +349,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
         for line in summary_lines(report["speculative_whatif"]):
             print(line)
+    _print_bands(bands)
     if prices:
         print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
               f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
@@ -358,6 +375,32 @@ def _speculative(args: argparse.Namespace):
     if args.accept_probs and (args.accept_len is not None or args.accept_method):
         raise HisparseError("--accept-probs and --accept-len / --accept-method: give the distribution or the mean")
     return parse_speculative(args.speculative, args.accept_len, args.accept_method, tuple(args.accept_probs or ()))
+
+
+def _add_bands(rows: list[dict], sc) -> dict:
+    """Each row's validation error band (``serving.bands``: the nearest published set's median
+    |error|): ``band`` for its throughputs and TPOT / ITL, ``band_set`` naming the set; returns the
+    band per system with what it matches."""
+    from ..serving.bands import band_for_scenario, load_bands
+
+    table = load_bands()
+    out = {}
+    for system in ("baseline", "hisparse"):
+        out[system] = band_for_scenario(sc, system, table)
+    for r in rows:
+        b = out.get(r["system"])
+        r["band"] = b["band"] if b else None
+        r["band_set"] = b["set"] if b else None
+    return out
+
+
+def _print_bands(bands: dict) -> None:
+    for system, b in bands.items():
+        if b:
+            print(f"band {system}: +-{b['band']:.0%} (largest {b['max']:.0%}, {b['points']} points) on throughput, "
+                  f"TPOT and ITL: {b['how']}; TTFT: none (no shipped published set measured it)")
+        else:
+            print(f"band {system}: none (no published set)")
 
 
 def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
@@ -516,6 +559,7 @@ def _scenario_summary(sc) -> dict:
     return {"files": {"model": sc.model.where, "gpu": sc.gpu.where, "deployment": d.where,
                       "workload": sc.workload.where, "hisparse": sc.hisparse.where},
             "calibration": sc.calibration, "calibrated": sc.params.calibrated, "overrides": list(sc.overrides),
+            "trace": {"file": sc.trace, "how": sc.trace_how},
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
@@ -636,7 +680,15 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
         from ..serving.model import prefill_tok_s
 
         how = "given" if d.prefill_tok_s > 0 else "derived: a prefill instance of the same GPUs and layout"
-        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment ({how}); TTFT = its queue + prefill")
+        from ..serving.model import prefill_seconds_per_token
+
+        solo = prefill_seconds_per_token(sc)[0] * w.input_tokens
+        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment with every rank busy, one "
+              f"{w.input_tokens}-token prompt alone in {solo:.1f} s ({how}); TTFT = its queue + prefill + the decode "
+              "side's admission wait (the first token reaches the client when the decode server admits the request, "
+              "as bench_serving times it); TPOT counts from there")
+    if sc.trace_how:
+        print(f"trace choice: {sc.trace_how}")
     for k in plan.knobs:
         print(f"trace: {k.trace}: {k.policy} miss ratio at device_buffer_size {k.device_buffer_size} "
               f"({k.device_buffer_size / sc.hisparse.top_k:g} x top_k): {k.miss_ratio:.1%} over all {k.trace_steps} "
@@ -648,7 +700,7 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     df = pd.DataFrame(rows)
     x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
     cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
-                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all())]
+                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all()) and c in df]
     if "speculative" not in df:
         df["speculative"] = "off"
     if "residency" not in df:
@@ -663,6 +715,8 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
         print(f"== {title}")
         table = grp[cols].rename(columns=SHORT | {"resident_share": "resident", "demotions": "demoted"})
         table["over"] = table["over"].map({True: "yes", False: ""})
+        if "band" in table:
+            table["band"] = table["band"].map(lambda b: "" if b is None or b != b else f"+-{b:.0%}")
         table["found"] = grp["searched"].map({True: "search", False: ""}).values
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"))
         print()
@@ -737,8 +791,9 @@ def _print_recommendation(rec: dict, search: dict | None = None) -> None:
     if choice is None:
         print(f"recommendation: no configuration meets {target} while serving its load")
         return
+    band = f" +-{choice['band']:.0%}" if choice.get("band") is not None else ""
     print(f"recommendation ({target}): {_where(choice)}: "
-          f"{choice['steady_tok_s_deployment']:.0f} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
+          f"{choice['steady_tok_s_deployment']:.0f}{band} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
           f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s{_cost(choice)}"
           + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:
