@@ -45,6 +45,30 @@ def test_the_nearest_set_wins_and_the_differences_are_said():
     assert far["set"] == "c" and "GPU" in far["differs"] and "may understate" in far["how"]
 
 
+def test_ttft_has_its_own_band_from_the_sets_that_measured_it():
+    """TTFT errs as a queueing figure, not a rate: its band pools only TTFT points, and a set
+    without TTFT points gives none (so a throughput-only table has no TTFT band at all)."""
+    table = {k: dict(v) for k, v in TABLE.items()}
+    assert band_for("glm-5.1-fp8", "h200", "colocated", "dp", "baseline", table, group="ttft") is None
+    table["b"]["ttft"] = {"baseline": {"median_abs_error": 0.42, "max_abs_error": 0.42, "points": 1,
+                                       "abs_errors": [0.42]}}
+    t = band_for("glm-5.1-fp8", "h200", "colocated", "dp", "baseline", table, group="ttft")
+    assert (t["set"], t["band"], t["points"]) == ("b", 0.42, 1)
+    rate = band_for("glm-5.1-fp8", "h200", "colocated", "dp", "baseline", table)
+    assert rate["points"] == 5  # the TTFT point is not among the rate band's
+
+
+def test_compute_bands_splits_ttft_points_from_the_rest():
+    from types import SimpleNamespace
+
+    s = SimpleNamespace(name="paper", scenario={"deployment": "8xh200-colocated-dp8"})
+    rows = [{"set": "paper", "system": "baseline", "metric": m, "error": e}
+            for m, e in (("steady_tok_s", 0.1), ("tpot_mean_ms", -0.3), ("ttft_mean_s", -0.5), ("max_running", 0.9))]
+    out = compute_bands([s], rows)["paper"]
+    assert out["systems"]["baseline"]["abs_errors"] == [0.1, 0.3]
+    assert out["ttft"]["baseline"]["abs_errors"] == [0.5]
+
+
 def test_a_broken_bands_file_is_one_clear_error(tmp_path):
     from simulator.errors import HisparseError
 

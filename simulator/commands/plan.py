@@ -387,20 +387,28 @@ def _add_bands(rows: list[dict], sc) -> dict:
     out = {}
     for system in ("baseline", "hisparse"):
         out[system] = band_for_scenario(sc, system, table)
+        out[system + "_ttft"] = band_for_scenario(sc, system, table, group="ttft")
     for r in rows:
-        b = out.get(r["system"])
+        b, t = out.get(r["system"]), out.get(r["system"] + "_ttft")
         r["band"] = b["band"] if b else None
         r["band_set"] = b["set"] if b else None
+        r["ttft_band"] = t["band"] if t else None
+        r["ttft_band_set"] = t["set"] if t else None
     return out
 
 
 def _print_bands(bands: dict) -> None:
-    for system, b in bands.items():
+    for system in ("baseline", "hisparse"):
+        b, t = bands.get(system), bands.get(system + "_ttft")
         if b:
             print(f"band {system}: +-{b['band']:.0%} (largest {b['max']:.0%}, {b['points']} points) on throughput, "
-                  f"TPOT and ITL: {b['how']}; TTFT: none (no shipped published set measured it)")
+                  f"TPOT and ITL: {b['how']}")
         else:
             print(f"band {system}: none (no published set)")
+        if t:
+            print(f"band {system} TTFT: +-{t['band']:.0%} (largest {t['max']:.0%}, {t['points']} points): {t['how']}")
+        else:
+            print(f"band {system} TTFT: none (no published set measured TTFT)")
 
 
 def _run_nodes(args: argparse.Namespace, inp, prices) -> int:

@@ -32,7 +32,7 @@ COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("dev
            ("steady_tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tpot_p99_ms", "TPOT p99 ms", ".1f"),
            ("ttft_p99_s", "TTFT p99 s", ".2f"), ("max_running_deployment", "max run", "d"),
            ("overloaded", "over", "b"), ("searched", "found by search", "b"), ("usd_per_m_output_tokens", "$/M out", ".3f"),
-           ("band", "band +-", ".2f"), ("band_set", "band from", "s"))
+           ("band", "band +-", ".2f"), ("band_set", "band from", "s"), ("ttft_band", "TTFT band +-", ".2f"))
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -113,7 +113,8 @@ def _scenario(report: dict) -> str:
         rows += [("trace", sc["trace"]["how"] or str(sc["trace"]["file"]))]
     for system, b in (report.get("bands") or {}).items():
         if b:
-            rows += [(f"band {system}", f"+-{b['band']:.0%} (largest {b['max']:.0%}): {b['how']}")]
+            label = f"band {system.replace('_ttft', ' TTFT')}"
+            rows += [(label, f"+-{b['band']:.0%} (largest {b['max']:.0%}): {b['how']}")]
     rows += [("note", n) for n in sc.get("notes", [])]
     if report.get("prices"):
         rows += [("prices", json.dumps(report["prices"]))]

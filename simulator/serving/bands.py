@@ -6,7 +6,8 @@ then the same GPU, then the same deployment kind (mode and attention layout), th
 (baseline or HiSparse; a set's points of the other system when it has none of this one). The band
 says which set it is and what matches, and carries the set's largest |error| too. TPOT and ITL take
 the same band (at a steady running set TPOT = running requests / decode throughput, so their
-relative errors are equal); TTFT carries none: no shipped set measured it.
+relative errors are equal). TTFT has its own band, from the sets' measured TTFT points only (a
+queueing figure errs differently from a rate): ``ttft_band``, None where no set measured TTFT.
 
 The validation takes ~40 s, too long for every plan, so its per-set errors are kept in
 ``simulator/presets/published/bands.json``, written by ``python -m simulator.serving.bands`` from
@@ -45,16 +46,19 @@ def compute_bands(sets: list, rows: list[dict[str, Any]]) -> dict[str, Any]:
         sc = load_scenario(**dict(s.scenario))
         d = sc.deployment
         per: dict[str, Any] = {}
+        ttft: dict[str, Any] = {}
         for system in ("baseline", "hisparse"):
-            errs = [abs(r["error"]) for r in rows if r["set"] == s.name and r["system"] == system
+            kept = [r for r in rows if r["set"] == s.name and r["system"] == system
                     and r.get("kind", "measurement") == "measurement" and r["error"] is not None
                     and not math.isnan(r["error"]) and r["metric"] != "max_running"]
-            if errs:
-                per[system] = {"median_abs_error": statistics.median(errs), "max_abs_error": max(errs),
-                               "points": len(errs), "abs_errors": sorted(errs)}
+            for group, want in ((per, False), (ttft, True)):
+                errs = [abs(r["error"]) for r in kept if str(r["metric"]).startswith("ttft") == want]
+                if errs:
+                    group[system] = {"median_abs_error": statistics.median(errs), "max_abs_error": max(errs),
+                                     "points": len(errs), "abs_errors": sorted(errs)}
         out[s.name] = {"model": sc.model.name, "family": family(sc.model.name), "gpu": sc.gpu.name,
                        "deployment": d.name, "mode": d.mode.value, "attention": d.attention.value,
-                       "systems": per}
+                       "systems": per, "ttft": ttft}
     return out
 
 
@@ -86,13 +90,15 @@ def load_bands(path: Path = BANDS_FILE) -> dict[str, Any]:
 
 
 def band_for(model_name: str, gpu_name: str, mode: str, attention: str, system: str,
-             bands: dict[str, Any] | None = None) -> dict[str, Any] | None:
+             bands: dict[str, Any] | None = None, group: str = "systems") -> dict[str, Any] | None:
     """The nearest published sets' band for a prediction (module docstring), or None without sets:
     the median |error| over the pooled points of every set equally near (one reading of a setup is
-    not preferred over another's: #30985 and the paper disagree for the same flags)."""
+    not preferred over another's: #30985 and the paper disagree for the same flags). ``group``
+    "systems": throughputs, TPOT and ITL; "ttft": the sets' TTFT points."""
     bands = load_bands() if bands is None else bands
     scored = []
     for name, s in sorted(bands.items()):
+        s = dict(s, systems=s.get(group) or {})
         if not s["systems"]:
             continue
         same = {"model family": s["family"] == family(model_name), "GPU": s["gpu"] == gpu_name,
@@ -119,9 +125,10 @@ def band_for(model_name: str, gpu_name: str, mode: str, attention: str, system: 
             "matches": matches, "differs": differs, "how": how}
 
 
-def band_for_scenario(sc, system: str, bands: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def band_for_scenario(sc, system: str, bands: dict[str, Any] | None = None,
+                      group: str = "systems") -> dict[str, Any] | None:
     d = sc.deployment
-    return band_for(sc.model.name, sc.gpu.name, d.mode.value, d.attention.value, system, bands)
+    return band_for(sc.model.name, sc.gpu.name, d.mode.value, d.attention.value, system, bands, group)
 
 
 def main(argv: list[str] | None = None) -> int:
