@@ -201,3 +201,80 @@ def test_search_over_node_counts_ranks_a_two_node_layout(capsys):
     assert any("16xh200" in i["label"] and "pinned memory" in i["reason"] for i in rep["infeasible"])
     if rep["best"]["gpus"] == 16:
         assert "--node-rank" in " ".join(rep["launch"]["notes"]) or "--nnodes" in rep["launch"]["command"]
+
+
+def _pd_files(tmp_path):
+    """A 4-node H200 cluster and an 8-GPU wide-EP PD decode deployment on it (8 prefill GPUs)."""
+    from pathlib import Path
+
+    presets = Path(__file__).resolve().parents[1] / "simulator" / "presets"
+    cl = (presets / "clusters" / "2x8xh200-ib-ndr.toml").read_text()
+    cl = cl.replace('name = "2x8xh200-ib-ndr"', 'name = "4x8xh200-ib-ndr"').replace("nodes = 2", "nodes = 4")
+    (tmp_path / "c4.toml").write_text(cl)
+    dep = (presets / "deployments" / "16x8xh200-pd-dp64-wide-ep.toml").read_text()
+    keys = {"name": '"8xh200-pd-dp8"', "gpus": "8", "tp": "8", "dp": "8", "prefill_gpus": "8",
+            "max_running_requests": "480", "cluster": f'"{tmp_path / "c4.toml"}"'}
+    lines = []
+    for line in dep.splitlines():
+        key = line.split("=")[0].strip()
+        lines.append(f"{key} = {keys.pop(key)}" if key in keys and "=" in line else line)
+    assert not keys, keys
+    dep = "\n".join(lines) + "\n"
+    (tmp_path / "d.toml").write_text(dep)
+    return tmp_path / "c4.toml", tmp_path / "d.toml"
+
+
+def test_pd_split_generator_gives_every_split(tmp_path):
+    from simulator.serving import presets as P
+    from simulator.serving.planner import PlanInputs
+
+    c4, d = _pd_files(tmp_path)
+    sc = PlanInputs(deployment=str(d), hisparse="wide-ep-h200").scenario()
+    cluster = P.load("clusters", str(c4))
+    out = list(S.pd_split_layouts(4, cluster)(sc))
+    assert [(x.gpus, x.prefill_gpus) for x in out] == [(24, 8), (16, 16), (8, 24)]  # p prefill nodes, 4 - p decode
+    assert all(x.tp == x.dp == x.gpus for x in out)  # the wide-EP decode layout kept
+    assert S.dep_label(out[1]).endswith("+ 16 prefill")
+    colocated = PlanInputs().scenario()
+    (bad,) = S.pd_split_layouts(4, cluster)(colocated)
+    assert isinstance(bad, S.Infeasible) and "not pd-decode" in bad.reason
+    (big,) = S.pd_split_layouts(5, cluster)(sc)
+    assert isinstance(big, S.Infeasible) and "2 to 4 nodes" in big.reason
+
+
+def test_pd_split_rows_count_both_sides_gpus(tmp_path):
+    """A split's tok/s/GPU divides the decode side's output by the GPUs of both sides."""
+    from simulator.serving import presets as P
+    from simulator.serving.planner import PlanInputs
+
+    c4, d = _pd_files(tmp_path)
+    sc = PlanInputs(deployment=str(d), hisparse="wide-ep-h200").scenario()
+    dep = next(iter(S.pd_split_layouts(4, P.load("clusters", str(c4)))(sc)))
+    row = S._row(S.Config(dep, "baseline", None), sc, 2, 0)
+    assert row["prefill_gpus"] == 8
+    assert row["steady_tok_s_per_gpu"] == pytest.approx(row["steady_tok_s_deployment"] / (24 + 8))
+
+
+def test_pd_split_option_errors(tmp_path, capsys):
+    c4, d = _pd_files(tmp_path)
+    assert main(["plan", "--pd-split", "4"]) == 2
+    assert "only with --search" in capsys.readouterr().err
+    assert main(["plan", "--search", "--pd-split", "4", "--quiet"]) == 2
+    assert "names no cluster; give --cluster" in capsys.readouterr().err
+    assert main(["plan", "--search", "--pd-split", "2", "--cluster", "2x8xh200-ib-ndr", "--quiet"]) == 2
+    assert "need a pd-decode deployment" in capsys.readouterr().err
+    assert main(["plan", "--search", "--deployment", str(d), "--hisparse-config", "wide-ep-h200",
+                 "--pd-split", "9", "--quiet"]) == 2
+    assert "2 to 4 nodes" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_search_over_pd_splits_ranks_them(tmp_path, capsys):
+    c4, d = _pd_files(tmp_path)
+    assert main(["plan", "--search", "--deployment", str(d), "--hisparse-config", "wide-ep-h200", "--pd-split", "4",
+                 "--search-buffer", "4096", "--search-host-ratio", "3", "--search-policy", "lru",
+                 "--search-top", "40", "--json", "--quiet"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    splits = {(r["gpus"], r["prefill_gpus"]) for r in rep["ranked"]}
+    assert {(24, 8), (16, 16), (8, 24)} <= splits
+    assert "prefill/decode split of 4 nodes" in rep["searched"]["nodes"]

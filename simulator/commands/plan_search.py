@@ -30,11 +30,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--search-policy", default=None, metavar="P[,P...]",
                    help=f"eviction policies searched, names of the replay registry or all (default "
                         f"{','.join(DEFAULT_POLICIES)})")
+    g.add_argument("--pd-split", type=positive_int, default=None, metavar="N",
+                   help="with a pd-decode deployment: search every prefill/decode split of N nodes of its cluster "
+                        "(--cluster, or the deployment's cluster key), ranked by output tok/s over both sides' GPUs")
     g.add_argument("--jobs", type=positive_int, default=None,
                    help="processes for the search's replays and coarse stages (default: 2, or 1 on one core)")
 
 
-SEARCH_ONLY = ("--search-top", "--search-buffer", "--search-host-ratio", "--search-policy", "--jobs")
+SEARCH_ONLY = ("--search-top", "--search-buffer", "--search-host-ratio", "--search-policy", "--pd-split", "--jobs")
 # plan options that do not apply to a search (it picks its own loads and knob sets)
 NOT_WITH_SEARCH = ("--concurrency", "--rate", "--sweep-buffer", "--sweep-host-ratio", "--no-search",
                    "--residency", "--price-gpu-hour", "--price-host-gb-month", "--prices")  # prices: the search does not price yet
@@ -45,7 +48,7 @@ def check_args(args: argparse.Namespace, given: list[str]) -> None:
 
     mine = [o for o, v in (("--search-top", args.search_top != 10), ("--search-buffer", args.search_buffer),
                            ("--search-host-ratio", args.search_host_ratio), ("--search-policy", args.search_policy),
-                           ("--jobs", args.jobs)) if v]
+                           ("--pd-split", args.pd_split), ("--jobs", args.jobs)) if v]
     if not args.search:
         if mine:
             raise HisparseError(f"{', '.join(mine)}: only with --search")
@@ -97,6 +100,23 @@ def run_search_cmd(args: argparse.Namespace, sc) -> int:
         layouts = ("wide",) if args.node_layout in (None, "auto") else (args.node_layout,)
         generators.append(S.node_count_layouts(nodes, cluster, layouts))
         args.search_nodes_note = f", and {'/'.join(layouts)} on {','.join(map(str, nodes))} node(s) of {cluster.name}"
+    if args.pd_split:  # prefill/decode splits join the search (cluster.deployment_for_nodes, prefill_nodes)
+        from ..errors import HisparseError
+        from ..serving import presets as P
+
+        name = args.cluster or sc.deployment.cluster
+        if not name:
+            raise HisparseError(f"--pd-split: deployment {sc.deployment.where} names no cluster; give --cluster "
+                                f"(presets: {', '.join(P.preset_names('clusters'))})")
+        cluster = P.load("clusters", name)
+        if sc.deployment.mode.value != "pd-decode":
+            raise HisparseError(f"--pd-split: deployment {sc.deployment.where} is {sc.deployment.mode.value}; "
+                                "prefill/decode splits need a pd-decode deployment")
+        if not 2 <= args.pd_split <= cluster.nodes:
+            raise HisparseError(f"--pd-split {args.pd_split}: needs 2 to {cluster.nodes} nodes of {cluster.name}")
+        generators.append(S.pd_split_layouts(args.pd_split, cluster))
+        args.search_nodes_note = (getattr(args, "search_nodes_note", "") + f", and every prefill/decode split of "
+                                  f"{args.pd_split} nodes of {cluster.name} (tok/s/GPU over both sides)")
     bar = None
     if not args.quiet and sys.stderr.isatty():
         from tqdm import tqdm
@@ -136,6 +156,9 @@ def search_report(res, sc, jobs: int) -> dict:
         row["band"] = b["band"] if b else None
         row["band_set"] = b["set"] if b else None
         row["band_how"] = b["how"] if b else None
+        t = band_for(sc.model.name, sc.gpu.name, d.mode.value, d.attention.value, cfg.system, table, group="ttft")
+        row["ttft_band"] = t["band"] if t else None
+        row["ttft_band_set"] = t["set"] if t else None
     best = ranked[0] if ranked else None
     launch = None
     if best:
@@ -213,7 +236,10 @@ def _print(report: dict) -> None:
     print(f"\nsearch: {tm['simulated_points']} simulated points in {tm['seconds']:.1f} s ({tm['jobs']} process(es))")
     bands = {(r["band_set"], r["band_how"]) for r in report["ranked"] if r.get("band_set")}
     for _, how in sorted(bands, key=str):
-        print(f"band from {how} (throughput, TPOT; TTFT: none published)")
+        print(f"band from {how} (throughput, TPOT)")
+    ttft = {(r["ttft_band_set"], r["ttft_band"]) for r in report["ranked"] if r.get("ttft_band_set")}
+    for name, b in sorted(ttft, key=str):
+        print(f"TTFT band from {name}: +-{b:.0%}")
     best = report["best"]
     if best:
         band = f" +-{best['band']:.0%}" if best.get("band") is not None else ""

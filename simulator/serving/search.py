@@ -107,8 +107,36 @@ def node_count_layouts(nodes: Sequence[int], cluster, layouts: Sequence[str] = (
     return gen
 
 
+def pd_split_layouts(total_nodes: int, cluster) -> DeploymentGenerator:
+    """A generator of every prefill/decode split of ``total_nodes`` nodes of ``cluster`` for a
+    pd-decode deployment: p prefill nodes and ``total_nodes - p`` decode nodes, p = 1 .. total - 1
+    (``cluster.deployment_for_nodes`` with ``prefill_nodes``; the decode side keeps its layout kind).
+    More prefill nodes raise the rate requests reach the decode side (TTFT) at the cost of decode
+    GPUs; the search ranks the splits by output tok/s over every GPU of both sides (``_row``)."""
+
+    def gen(sc: Scenario) -> Iterator[DeploymentSpec | Infeasible]:
+        from .cluster import deployment_for_nodes
+
+        d = sc.deployment
+        if d.mode.value != "pd-decode":
+            yield Infeasible(f"PD splits of {total_nodes} nodes", f"deployment {d.where} is {d.mode.value}, not "
+                             "pd-decode: no prefill side to split", "layout")
+            return
+        if total_nodes < 2 or total_nodes > cluster.nodes:
+            yield Infeasible(f"PD splits of {total_nodes} nodes", f"--pd-split {total_nodes}: needs 2 to "
+                             f"{cluster.nodes} nodes of {cluster.name}", "layout")
+            return
+        for p in range(1, total_nodes):
+            try:
+                yield deployment_for_nodes(d, cluster, total_nodes - p, prefill_nodes=p)
+            except HisparseError as exc:
+                yield Infeasible(f"{p} prefill + {total_nodes - p} decode node(s) of {cluster.name}", str(exc), "layout")
+
+    return gen
+
+
 # The search's deployment generators, in order (append one to add node counts or PD splits;
-# ``hisparse plan --search --nodes 1,2`` appends ``node_count_layouts``).
+# ``hisparse plan --search --nodes 1,2`` appends ``node_count_layouts``, ``--pd-split N`` ``pd_split_layouts``).
 DEPLOYMENT_GENERATORS: list[DeploymentGenerator] = [same_gpus_layouts]
 
 
@@ -119,7 +147,8 @@ def layout_label(tp: int, dp: int, attention: Attention, moe: MoeLayout) -> str:
 
 def dep_label(d: DeploymentSpec) -> str:
     inst = f"{d.instances}x " if d.instances > 1 else ""
-    return f"{d.gpus}x{d.gpu} {inst}{layout_label(d.tp, d.dp, d.attention, d.moe)}"
+    pd = f" + {d.prefill_gpus} prefill" if d.mode.value == "pd-decode" and d.prefill_gpus else ""
+    return f"{d.gpus}x{d.gpu} {inst}{layout_label(d.tp, d.dp, d.attention, d.moe)}{pd}"
 
 
 @dataclass(frozen=True)
@@ -205,6 +234,10 @@ def _row(cfg: Config, sc: Scenario, c: int, seed: int) -> dict:
     r = simulate(_scenario(sc, cfg.deployment, cfg.hisparse), System(cfg.system), concurrency=c,
                  profiles=cfg.profiles, seed=seed)
     row = dataclasses.asdict(r)
+    d = cfg.deployment
+    if d.mode.value == "pd-decode" and d.prefill_gpus:  # a PD split: per GPU of both sides
+        row["steady_tok_s_per_gpu"] = row["steady_tok_s_deployment"] / (d.gpus + d.prefill_gpus)
+        row["prefill_gpus"] = d.prefill_gpus
     row["tok_s_per_user"] = 1e3 / row["tpot_mean_ms"] if row["tpot_mean_ms"] and row["tpot_mean_ms"] > 0 else 0.0
     row["config"] = cfg.label
     row["searched"] = False
@@ -395,7 +428,8 @@ class SearchResult:
 
 def _summary(cfg: Config, best: dict) -> dict[str, Any]:
     d, h = cfg.deployment, cfg.hisparse
-    return {"config": cfg.label, "deployment": dep_label(d), "gpus": d.gpus, "tp": d.tp, "dp": d.dp,
+    return {"config": cfg.label, "deployment": dep_label(d), "gpus": d.gpus,
+            "prefill_gpus": d.prefill_gpus if d.mode.value == "pd-decode" else 0, "tp": d.tp, "dp": d.dp,
             "attention": d.attention.value, "moe": d.moe.value, "system": cfg.system,
             "device_buffer_size": h.device_buffer_size if h else None,
             "host_to_device_ratio": h.host_to_device_ratio if h else None, "policy": h.policy if h else None,
