@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..bundled import data_path
+from . import STEADY_WARMUP_STEPS
 from ..errors import HisparseError
 from ..replay import ReplayConfig, replay_stream
 from ..trace.stats import layer_overlap, step_overlap
@@ -78,7 +79,7 @@ class Shape:
     steps: int = 128
     requests: int = 1
     seed: int = 0
-    warmup: int = 16
+    warmup: int = STEADY_WARMUP_STEPS
     # IndexShare of the measured model (config.json; GLM-5.2: 4 and 3): the fit draws shared layers
     # as copies of their anchor's (``trace.generator`` share_freq / share_offset)
     index_topk_freq: int = 1

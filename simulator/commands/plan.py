@@ -284,6 +284,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     prep = prepare(inp, sc)  # every check before the first simulated point
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
+    from ..serving.prefetch import prefetch
+
+    prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=lambda: next(bar, None))  # the points on every core
     plan = run_plan_full(inp, on_point=lambda: next(bar, None), prepared=prep)
     if not args.no_search:
         plan = search_plan(plan, inp, on_point=None)

@@ -74,6 +74,8 @@ import math
 from bisect import insort
 from dataclasses import dataclass
 from enum import Enum, auto
+from functools import cached_property
+from typing import NamedTuple
 
 from ..errors import HisparseError
 
@@ -106,19 +108,19 @@ class RatioSchedule:
             raise HisparseError(f"schedule_conservativeness = {self.conservativeness}: must be a number >= 0 "
                                 "(SGLang asserts 'Invalid schedule_conservativeness')")
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def effective_conservativeness(self) -> float:
         return self.conservativeness * (DP_ATTENTION_CONSERVATIVENESS if self.dp_attention else 1.0)
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def init(self) -> float:
         return min(INIT_NEW_TOKEN_RATIO * self.effective_conservativeness, 1.0)
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def min(self) -> float:
         return min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def decay(self) -> float:
         return (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
 
@@ -127,10 +129,10 @@ class RatioSchedule:
         return max(ratio - steps * self.decay, self.min)
 
 
-@dataclass(frozen=True)
-class Seq:
+class Seq(NamedTuple):
     """What the admission arithmetic reads of one request: ``max_new`` (max_new_tokens), ``out``
-    (len(output_ids)) and ``prompt`` (the origin input length)."""
+    (len(output_ids)) and ``prompt`` (the origin input length). A named tuple: the serving model
+    builds one per running request at every admission try."""
 
     max_new: int
     out: int
