@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from ..bundled import data_path
-from . import STEADY_WARMUP_STEPS
 from ..errors import HisparseError
 from ..replay import ReplayConfig, replay_stream
 from ..trace.stats import layer_overlap, step_overlap
 from ..trace.stream import Stream
+from . import STEADY_WARMUP_STEPS
 
 STATISTICS = ("lru_miss", "step_overlap", "layer_overlap", "first_step_miss")
 TARGETS_DIR = data_path("traces/targets")

@@ -284,12 +284,14 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     prep = prepare(inp, sc)  # every check before the first simulated point
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
-    from ..serving.prefetch import prefetch
+    from ..serving import prefetch
 
-    prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=lambda: next(bar, None))  # the points on every core
+    prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=lambda: next(bar, None))  # every core
     plan = run_plan_full(inp, on_point=lambda: next(bar, None), prepared=prep)
     if not args.no_search:
+        prefetch.prefetch_search(lambda: search_plan(plan, inp))  # the systems' bisections side by side
         plan = search_plan(plan, inp, on_point=None)
+    prefetch.forget()
     rows = plan.rows()
     if args.compare_speculative:  # the what-if: the same plan without speculative decoding
         import dataclasses

@@ -8,6 +8,12 @@ workers, and keeps the results by value; the planner's real pass then reads them
 ``simulate`` below, which falls back to simulating any point it was not given. The numbers are the
 same as a serial run's, bit for bit: the same function on the same inputs (tests/test_prefetch.py).
 
+The search between swept points (``planner.search_plan``) bisects each system's bracket in turn, a
+chain of points each depending on the last; ``prefetch_search`` runs the chains side by side: one
+forked worker per system replays the search with ``simulate`` simulating only its system's points
+and answering the others' with a failing stand-in (their points then go unused), and the real
+search that follows finds every point it asks for.
+
 ``HISPARSE_JOBS`` sets the workers (default: the CPUs this process may use; 1 turns it off).
 """
 
@@ -17,6 +23,7 @@ import hashlib
 import multiprocessing
 import os
 import pickle
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +33,9 @@ from .results import RunResult
 from .state import System
 
 _results: dict[bytes, RunResult] = {}  # point key -> its result, filled by prefetch
+_only: str | None = None  # in a prefetch_search worker: the one system it simulates
+_stand_in: RunResult | None = None  # what that worker answers for the other systems' points
+_search: Callable[[], Any] | None = None  # the search prefetch_search's workers replay (inherited)
 _recording: list[tuple[tuple, dict]] | None = None  # the dry run's calls (None: not recording)
 _tasks: list[tuple[tuple, dict]] = []  # what the forked workers simulate (inherited, never pickled)
 
@@ -54,10 +64,16 @@ def simulate(scenario: Any, system: System | str, *, concurrency: int = 0, rate_
     if _recording is not None:
         _recording.append(((scenario, system), kw))
         return _PLACEHOLDER
-    if _results:
+    if _only is not None and str(system) != _only and _stand_in is not None:
+        return _stand_in
+    if _results or _only is not None:
         key = point_key(scenario, system, **kw)
         if key is not None and key in _results:
             return _results[key]
+        r = model.simulate(scenario, system, **kw)
+        if key is not None and _only is not None:
+            _results[key] = r
+        return r
     return model.simulate(scenario, system, **kw)
 
 
@@ -87,6 +103,16 @@ def _cost(call: tuple[tuple, dict]) -> float:
     return load * (2.0 if str(system) == System.HISPARSE.value else 1.0)
 
 
+def _worker_init() -> None:
+    """A worker leaves interrupts to the parent (which stops the pool) and dies quietly when it is stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _pool(n: int):
+    return multiprocessing.get_context("fork").Pool(n, initializer=_worker_init)
+
+
 def _work(i: int) -> tuple[int, RunResult | None]:
     (scenario, system), kw = _tasks[i]
     try:
@@ -99,6 +125,7 @@ def prefetch(dry_run: Callable[[], Any], *, jobs: int | None = None, on_point: C
     """Record the points ``dry_run`` simulates and simulate them on ``jobs`` workers; returns how many
     were prefetched (0: one job, fewer than two points, or no fork on this platform)."""
     global _recording, _tasks
+    _results.clear()  # results of an earlier plan in this process are never reused
     jobs = jobs_from_env() if jobs is None else jobs
     if jobs <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return 0
@@ -116,16 +143,61 @@ def prefetch(dry_run: Callable[[], Any], *, jobs: int | None = None, on_point: C
     order = sorted(range(len(_tasks)), key=lambda i: -_cost(_tasks[i]))
     done = 0
     try:
-        with multiprocessing.get_context("fork").Pool(min(jobs, len(_tasks))) as pool:
+        with _pool(min(jobs, len(_tasks))) as pool:
             for i, r in pool.imap_unordered(_work, order, chunksize=1):
                 if r is not None:
                     _results[keys[i]] = r
                     done += 1
                 if on_point:
                     on_point()
+            pool.close()
+            pool.join()
     finally:
         _tasks = []
     return done
+
+
+def _search_one(system: str) -> dict[bytes, RunResult]:
+    global _only
+    before = set(_results)
+    _only = system
+    try:
+        if _search is not None:
+            _search()
+    except Exception:  # noqa: BLE001 - the stand-ins may lead it anywhere; the real search decides
+        pass
+    finally:
+        _only = None
+    return {k: v for k, v in _results.items() if k not in before}
+
+
+def prefetch_search(search: Callable[[], Any], systems: tuple[str, ...] = (System.BASELINE.value, System.HISPARSE.value),
+                    *, jobs: int | None = None) -> int:
+    """Run ``search`` once per system in forked workers at once, each simulating only its own
+    system's points (the others answered by an overloaded stand-in, which fails every target);
+    keep what they simulated. Returns the points prefetched."""
+    global _search, _stand_in
+    jobs = jobs_from_env() if jobs is None else jobs
+    if jobs <= 1 or not _results or "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    import dataclasses
+    import math
+
+    template = next(iter(_results.values()))
+    _stand_in = dataclasses.replace(template, overloaded=True, tpot_p99_ms=math.inf, ttft_p99_s=math.inf,
+                                    steady_tok_s_deployment=0.0)
+    _search = search
+    got = 0
+    try:
+        with _pool(min(jobs, len(systems))) as pool:
+            for found in pool.imap_unordered(_search_one, systems, chunksize=1):
+                _results.update(found)
+                got += len(found)
+            pool.close()
+            pool.join()
+    finally:
+        _search, _stand_in = None, None
+    return got
 
 
 def forget() -> None:
