@@ -110,6 +110,11 @@ def _worker_init() -> None:
 
 
 def _pool(n: int):
+    # modules every simulation loads on first use (numpy.random for the seeded lengths, numpy.ma
+    # through np.percentile -> np.unique): imported once here, before the fork, not in every worker
+    import numpy.ma  # noqa: F401
+    import numpy.random  # noqa: F401
+
     return multiprocessing.get_context("fork").Pool(n, initializer=_worker_init)
 
 
