@@ -90,12 +90,3 @@ class DecodeManager:
             return shares
         ctx = ctx0 + np.arange(n)
         return np.where(ctx <= dbs, 0.0, shares)
-
-    def step_miss(self, r: Request) -> float:
-        """``step_misses(r, 1)[0]`` as a number (a mixed pass's decoding requests take one step)."""
-        if r.input_tokens + r.generated <= self.hs.device_buffer_size:
-            return 0.0
-        first = r.generated - 1 - r.buffer_since
-        if self.pd and first == 0:
-            return 1.0
-        return self.profiles.share(r.profile, first)
