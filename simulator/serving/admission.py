@@ -154,7 +154,7 @@ class PrefillBudget:
         self.ignore_eos = ignore_eos
         self.running = running
         self.rem_chunk = chunk_tokens
-        self.total_offset = float(sum(min(s.max_new - s.out, CLIP_MAX_NEW_TOKENS) * ratio for s in running))
+        self.total_offset = float(sum(min(m - o, CLIP_MAX_NEW_TOKENS) * ratio for m, o, _ in running))  # Seq fields
         self.cur_offset = 0
         self.admitted: list[Seq] = []
         self._states: list[tuple[float, int]] | None = None
@@ -206,8 +206,8 @@ class PrefillBudget:
             return 0, AddResult.NO_TOKEN
         entry = (float(seq.max_new - seq.out), seq.prompt + seq.out)
         if self._states is None:
-            self._states = sorted((float(s.max_new - s.out), s.prompt + s.out)
-                                  for s in [seq, *self.running, *self.admitted] if s.max_new - s.out > 0)
+            self._states = sorted((float(m - o), p + o)  # Seq fields: max_new, out, prompt
+                                  for m, o, p in [seq, *self.running, *self.admitted] if m - o > 0)
         elif entry[0] > 0:
             insort(self._states, entry)
         cur, freed, n = self.cur_rem - paged, 0, len(self._states)
