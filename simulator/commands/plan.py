@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Any
 
 from ..serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
 from .common import (
@@ -298,9 +299,14 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     prep = prepare(inp, sc)  # every check before the first simulated point
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
+    from ..serving import prefetch
+
+    prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=lambda: next(bar, None))  # every core
     plan = run_plan_full(inp, on_point=lambda: next(bar, None), prepared=prep)
     if not args.no_search:
+        prefetch.prefetch_search(lambda: search_plan(plan, inp))  # the systems' bisections side by side
         plan = search_plan(plan, inp, on_point=None)
+    prefetch.forget()
     rows = plan.rows()
     if args.compare_speculative:  # the what-if: the same plan without speculative decoding
         import dataclasses
@@ -641,9 +647,90 @@ def _step_terms_summary(sc) -> dict:
             "fp4": fp4}
 
 
-def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = None) -> None:
+def _table_float(v: float) -> str:
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+TABLE_NAMES = SHORT | {"resident_share": "resident", "demotions": "demoted"}
+
+
+def _table_columns(rows: list[dict]) -> list[str]:
+    x = "rate_per_s" if all(r["concurrency"] == 0 for r in rows) else "concurrency"
+    usd = "usd_per_m_output_tokens"
+    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
+                  and not (c == usd and all(r[usd] is None or r[usd] != r[usd] for r in rows))
+                  and any(c in r for r in rows)]
+    if any((r.get("residency") or "swap") != "swap" for r in rows):  # dynamic residency: its columns
+        cols += [c for c in ("resident_share", "demotions") if any(c in r for r in rows)]
+    return cols
+
+
+def _table_title(system: str, buf: Any, ratio: Any, spec: Any, res: Any) -> str:
+    title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g}" + (
+        f", residency {res})" if res and res != "swap" else ")")
+    return title + ("" if spec == "off" else f", speculative {spec}")
+
+
+def _band_text(b: Any) -> str:
+    return "" if b is None or b != b else f"+-{b:.0%}"
+
+
+def _cell(col: str, value: Any) -> Any:
+    """A point table's cell: flags as words, the validation band as +-N%."""
+    if col == "overloaded":
+        return {True: "yes", False: ""}.get(value)
+    if col == "band":
+        return _band_text(value)
+    return value
+
+
+def _point_tables(rows: list[dict]) -> list[tuple[str, str]]:
+    """(title, table text) per system and knob set, in first-seen order: the points' rows as
+    pandas' ``to_string(index=False)`` lays them out (``text_table``; pandas itself only for
+    values of a type that module does not cover)."""
+    from .text_table import supported, to_string
+
+    cols = _table_columns(rows)
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = tuple(None if v is None or v != v else v
+                    for v in (r["system"], r["device_buffer_size"], r["host_to_device_ratio"],
+                              r.get("speculative", "off"), r.get("residency", "")))
+        groups.setdefault(key, []).append(r)
+    if not all(supported([r[c] for r in rows]) for c in [*cols, "searched"]):
+        return _point_tables_pandas(rows, cols)
+    out = []
+    for (system, buf, ratio, spec, res), grp in groups.items():
+        title = _table_title(system, buf, ratio, spec, res)
+        columns = [(TABLE_NAMES[c], [_cell(c, r.get(c)) for r in grp]) for c in cols]
+        columns.append(("found", [{True: "search", False: ""}.get(r["searched"]) for r in grp]))
+        out.append((title, to_string(columns, _table_float)))
+    return out
+
+
+def _point_tables_pandas(rows: list[dict], cols: list[str]) -> list[tuple[str, str]]:
+    """``_point_tables`` through pandas (the layout ``text_table`` reproduces)."""
     import pandas as pd
 
+    df = pd.DataFrame(rows)
+    if "speculative" not in df:
+        df["speculative"] = "off"
+    if "residency" not in df:
+        df["residency"] = ""
+    out = []
+    for (system, buf, ratio, spec, res), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
+                                                            "speculative", "residency"], dropna=False, sort=False):
+        title = _table_title(system, buf, ratio, spec, res)
+        table = grp[cols].rename(columns=TABLE_NAMES)
+        table["over"] = table["over"].map({True: "yes", False: ""})
+        if "band" in table:
+            table["band"] = table["band"].map(_band_text)
+        table["found"] = grp["searched"].map({True: "search", False: ""}).values
+        out.append((title, table.to_string(index=False, float_format=_table_float)))
+    return out
+
+
+def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = None) -> None:
     d, w = sc.deployment, sc.workload
     summary = _scenario_summary(sc)
     mem = summary["memory_per_rank"]
@@ -705,28 +792,9 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
         for note in k.notes:
             print(f"  mapped: {note}")
     print()
-    df = pd.DataFrame(rows)
-    x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
-    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
-                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all()) and c in df]
-    if "speculative" not in df:
-        df["speculative"] = "off"
-    if "residency" not in df:
-        df["residency"] = ""
-    if (df["residency"].fillna("").replace("", "swap") != "swap").any():
-        cols += [c for c in ("resident_share", "demotions") if c in df]
-    for (system, buf, ratio, spec, res), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
-                                                            "speculative", "residency"], dropna=False, sort=False):
-        title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g}" + (
-            f", residency {res})" if res and res != "swap" else ")")
-        title += "" if spec == "off" else f", speculative {spec}"
+    for title, table in _point_tables(rows):
         print(f"== {title}")
-        table = grp[cols].rename(columns=SHORT | {"resident_share": "resident", "demotions": "demoted"})
-        table["over"] = table["over"].map({True: "yes", False: ""})
-        if "band" in table:
-            table["band"] = table["band"].map(lambda b: "" if b is None or b != b else f"+-{b:.0%}")
-        table["found"] = grp["searched"].map({True: "search", False: ""}).values
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"))
+        print(table)
         print()
     print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
           "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "

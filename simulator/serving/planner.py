@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import HisparseError
 from .memory import plan_memory
 from .misses import MissProfiles, scenario_profiles, speculative_policy
-from .model import RunResult, System, simulate
+from .model import RunResult, System
+from .prefetch import simulate  # model.simulate, or a point prefetch.prefetch simulated ahead
 from .scenario import Scenario, load_scenario
 from .slo import (
     DEFAULT_SLO_TPOT_MS,
