@@ -19,6 +19,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from ..costmodel.collectives import COMM_META
@@ -213,20 +214,19 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
                          "them (--calibration none scales the H200's terms by the GPU's figures)")
     model_spec = _apply(P.load("models", model), ovs, "model", set_notes)
     workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
+    implicit = hisparse is None or hisparse == DEFAULT_HISPARSE  # not chosen by the user: may follow the model
     if hisparse is None and dep.hisparse:
         try:
             hs_file = P.load("hisparse", dep.hisparse)
         except HisparseError as exc:
             raise HisparseError(f"{dep.where}: hisparse = {dep.hisparse!r}: {exc}") from None
     else:
-        hisparse = hisparse or DEFAULT_HISPARSE
-        if hisparse == DEFAULT_HISPARSE and model_spec.top_k != P.load("hisparse", hisparse).top_k \
-                and model_spec.name in P.preset_names("hisparse"):
-            # the default config is GLM's (top_k 2048): a model with another index_topk takes its own preset
-            notes.append(f"--hisparse-config: {model_spec.name}'s preset (top_k {model_spec.top_k}), not "
-                         f"{DEFAULT_HISPARSE}'s (top_k 2048)")
-            hisparse = model_spec.name
-        hs_file = P.load("hisparse", hisparse)
+        hs_file = P.load("hisparse", hisparse or DEFAULT_HISPARSE)
+    if implicit and model_spec.top_k != hs_file.top_k and model_spec.name in P.preset_names("hisparse"):
+        # the shipped configs are GLM's (top_k 2048): a model with another index_topk takes its own preset
+        notes.append(f"--hisparse-config: {model_spec.name}'s preset (top_k {model_spec.top_k}), not "
+                     f"{Path(hs_file.where).stem}'s (top_k {hs_file.top_k})")
+        hs_file = P.load("hisparse", model_spec.name)
     hisparse_spec = _apply(hs_file, ovs, "hisparse", set_notes)
     cluster_spec = None
     if dep.cluster:
