@@ -145,7 +145,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", metavar="FILE.html", default=None,
                    help="also write one self-contained HTML page (plotly.js inlined, no network): throughput, TPOT "
                         "and TTFT against the load with the targets and the recommendation, the scenario, the "
-                        "launch command and every point")
+                        "launch command and every point (--validate: measured against predicted per point, "
+                        "the error per set and overall; docs/reports.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     from .plan_search import add_arguments as add_search_arguments
 
@@ -254,10 +255,11 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
     check_args(args, given)
     if args.validate:
+        given = [opt for opt in given if opt != "--report"]  # the validation has its own page
         if given:
             raise HisparseError(f"--validate runs each published set's own scenario and load: "
                                 f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply (it takes --trace, --calibration, --seed, "
-                                "--json, --out, --quiet)")
+                                "--json, --out, --report, --quiet)")
         return _run_validate(args)
     if "--concurrency" in given and "--rate" in given:
         raise HisparseError("--concurrency and --rate: give one (closed loop at each concurrency, or open loop "
@@ -965,6 +967,10 @@ def _run_validate(args: argparse.Namespace) -> int:
             from ..serving.plots import plot_validation
 
             plot_validation(rows, str(staged / "validation.png"))
+    if args.report:
+        from ..report.validate_html import write_validation_report
+
+        write_validation_report(report, args.report)
     if args.json:
         print_json(report)
         return 0

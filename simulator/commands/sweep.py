@@ -45,9 +45,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-going", action="store_true",
                    help="exit 0 even if some points failed (they are listed and recorded either way)")
     p.add_argument("--max-points", type=positive_int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--report", metavar="FILE.html", default=None,
+                   help="also write one self-contained HTML page (plotly.js inlined, no network): every row of "
+                        "the results, the failed points with their error, and plots by the grid's kind (replay: "
+                        "miss ratio against buffer per policy; plan: throughput and TPOT p99 against the load "
+                        "per system and knob set); docs/reports.md")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=run_sweep_cmd)
-    declare_io(p, inputs=["grid"], outputs=[Output("out", kind="dir", files=("results.parquet", "parts/"))],
+    declare_io(p, inputs=["grid"], outputs=[Output("out", kind="dir", files=("results.parquet", "parts/")),
+                                            Output("report", suffixes=(".html", ".htm"))],
                more_inputs=grid_files)
 
 
@@ -248,6 +254,11 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
     table = run_sweep(grid, args.out, address=args.address, workers=args.workers, resume=args.resume,
                       use_ray=args.use_ray, max_points=args.max_points, progress=bar)
     failed = int((table["error"] != "").sum()) if "error" in table else 0
+    if args.report:
+        from ..report.sweep_html import sweep_data, write_sweep_report
+
+        write_sweep_report(sweep_data(table, kind=grid.kind, axes=grid.axes, grid=args.grid,
+                                      results=os.path.join(args.out, "results.parquet")), args.report)
     if failed:
         _print_failures(table)
     print(f"{len(table)} of {len(grid.points)} points in {os.path.join(args.out, 'results.parquet')}"

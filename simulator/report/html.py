@@ -12,18 +12,10 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
 
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
-td, th { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
-th { background: #f3f3f3; } td.l, th.l { text-align: left; }
-tr.choice td { background: #fff3c4; font-weight: bold; }
-pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; word-break: break-all; }
-.flag { color: #a40; font-weight: bold; } .plot { width: 100%; height: 420px; }
-"""
+from .page import document, fmt, kv_table, rows_table, write_page
+
+__all__ = ["COLUMNS", "fmt", "render", "write_report"]
 
 # the columns of the points table: (key, header, format)
 COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("device_buffer_size", "buffer", "d"),
@@ -33,24 +25,6 @@ COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("dev
            ("ttft_p99_s", "TTFT p99 s", ".2f"), ("max_running_deployment", "max run", "d"),
            ("overloaded", "over", "b"), ("searched", "found by search", "b"), ("usd_per_m_output_tokens", "$/M out", ".3f"),
            ("band", "band +-", ".2f"), ("band_set", "band from", "s"), ("ttft_band", "TTFT band +-", ".2f"))
-
-
-def fmt(value: Any, spec: str) -> str:
-    """A cell as the page shows it (the browser test parses these back)."""
-    if value is None:
-        return ""
-    if spec == "b":
-        return "yes" if value else ""
-    if spec == "s":
-        return str(value)
-    if spec == "d":
-        return str(int(value))
-    return format(float(value), spec)
-
-
-def _table(rows: list[tuple[str, str]]) -> str:
-    return "<table>" + "".join(f"<tr><th class='l'>{html.escape(k)}</th><td class='l'>{html.escape(v)}</td></tr>"
-                               for k, v in rows) + "</table>"
 
 
 def _is(row: dict | None, other: dict | None) -> bool:
@@ -63,14 +37,7 @@ def _points_table(report: dict) -> str:
     rows = report["rows"]
     cols = [c for c in COLUMNS if any(r.get(c[0]) is not None for r in rows)]
     choice = report["recommendation"]["choice"]
-    head = "".join(f"<th class='{'l' if k == 'system' else ''}'>{html.escape(h)}</th>" for k, h, _ in cols)
-    body = []
-    for i, r in enumerate(rows):
-        cls = " class='choice'" if _is(r, choice) else ""
-        cells = "".join(f"<td data-key='{k}'{' class=l' if k == 'system' else ''}>{html.escape(fmt(r.get(k), f))}</td>"
-                        for k, _, f in cols)
-        body.append(f"<tr data-row='{i}'{cls}>{cells}</tr>")
-    return f"<table id='points'><tr>{head}</tr>{''.join(body)}</table>"
+    return rows_table("points", rows, cols, left=("system",), row_class=lambda r: "choice" if _is(r, choice) else "")
 
 
 def _recommendation(report: dict) -> str:
@@ -118,7 +85,7 @@ def _scenario(report: dict) -> str:
     rows += [("note", n) for n in sc.get("notes", [])]
     if report.get("prices"):
         rows += [("prices", json.dumps(report["prices"]))]
-    return _table(rows)
+    return kv_table(rows)
 
 
 def _launch(report: dict) -> str:
@@ -183,33 +150,18 @@ _SCRIPT = """
 
 def render(report: dict) -> str:
     """The page for a plan report (``hisparse plan --json``'s object)."""
-    try:
-        from plotly.offline import get_plotlyjs
-    except ImportError:
-        from ..errors import HisparseError
-
-        raise HisparseError("--report needs the plotly package (its bundled plotly.js is inlined): "
-                            "pip install 'hisparse-sim[report]'") from None
-    data = json.dumps(report, default=str, allow_nan=False).replace("</", "<\\/")
     from pathlib import Path
 
     f = report["scenario"]["files"]
     title = "hisparse plan: " + html.escape(f"{Path(f['model']).stem} on {Path(f['deployment']).stem}, "
                                             f"workload {Path(f['workload']).stem}")
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>hisparse plan</title>"
-            f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
-            f"<h1>{title}</h1><h2>Recommendation</h2>{_recommendation(report)}"
+    body = (f"<h1>{title}</h1><h2>Recommendation</h2>{_recommendation(report)}"
             f"<div id='plot-throughput' class='plot'></div><div id='plot-tpot' class='plot'></div>"
             f"<div id='plot-ttft' class='plot'></div>"
             f"<h2>Launch command</h2>{_launch(report)}<h2>Scenario</h2>{_scenario(report)}"
-            f"<h2>Every point</h2>{_points_table(report)}"
-            f"<script type='application/json' id='plan-data'>{data}</script><script>{_SCRIPT}</script>"
-            f"</body></html>\n")
+            f"<h2>Every point</h2>{_points_table(report)}")
+    return document("hisparse plan", body, data_id="plan-data", data=report, script=_SCRIPT)
 
 
 def write_report(report: dict, path: str) -> None:
-    from ..fileio import atomic_output
-
-    text = render(report)
-    with atomic_output(path) as fh:
-        fh.write(text.encode())
+    write_page(render(report), path)

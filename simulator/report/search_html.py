@@ -6,9 +6,8 @@ why, and the best configuration's launch command, all drawn from the search's JS
 from __future__ import annotations
 
 import html
-import json
 
-from .html import _CSS, fmt
+from .page import document, rows_table, write_page
 
 RANKED = (("rank", "#", "d"), ("deployment", "deployment", "s"), ("system", "system", "s"),
           ("device_buffer_size", "buffer", "d"), ("host_to_device_ratio", "ratio", "g"), ("policy", "policy", "s"),
@@ -21,10 +20,7 @@ FRONTIER = (("config", "configuration", "s"), ("concurrency", "conc", "d"), ("to
 
 
 def _rows(table_id: str, rows: list[dict], cols) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in cols)
-    body = "".join("<tr>" + "".join(f"<td data-key='{k}'>{html.escape(fmt(r.get(k), f))}</td>" for k, _, f in cols)
-                   + "</tr>" for r in rows)
-    return f"<table id='{table_id}'><tr>{head}</tr>{body}</table>"
+    return rows_table(table_id, rows, cols)
 
 
 _SCRIPT = """
@@ -56,14 +52,6 @@ _SCRIPT = """
 
 
 def render_search(report: dict) -> str:
-    try:
-        from plotly.offline import get_plotlyjs
-    except ImportError:
-        from ..errors import HisparseError
-
-        raise HisparseError("--report needs the plotly package (its bundled plotly.js is inlined): "
-                            "pip install 'hisparse-sim[report]'") from None
-    data = json.dumps(report, default=str, allow_nan=False).replace("</", "<\\/")
     best = report["best"]
     head = (f"<p id='best'>Best under the targets: <b>{html.escape(best['config'])}</b> at concurrency "
             f"{best['concurrency']}: {best['tok_s_per_gpu']:.1f} tok/s/GPU, {best['tok_s_per_user']:.1f} tok/s/user.</p>"
@@ -73,20 +61,14 @@ def render_search(report: dict) -> str:
     infeasible = "".join(f"<li>{html.escape(i['label'])} [{html.escape(i['stage'])}]: {html.escape(i['reason'])}</li>"
                          for i in report["infeasible"])
     t = report["timing"]
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>hisparse plan --search</title>"
-            f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
-            f"<h1>hisparse plan --search</h1>{head}<div id='plot-frontier' class='plot'></div>"
+    body = (f"<h1>hisparse plan --search</h1>{head}<div id='plot-frontier' class='plot'></div>"
             f"<h2>Ranked</h2>{_rows('ranked', report['ranked'], RANKED)}"
             f"<h2>Pareto frontier</h2>{_rows('frontier', report['frontier'], FRONTIER)}"
             f"<h2>Launch command (best)</h2>{launch}"
             f"<h2>Cannot run</h2><ul id='infeasible'>{infeasible}</ul>"
-            f"<p>{t['simulated_points']} simulated points in {t['seconds']:.1f} s.</p>"
-            f"<script type='application/json' id='search-data'>{data}</script><script>{_SCRIPT}</script>"
-            f"</body></html>\n")
+            f"<p>{t['simulated_points']} simulated points in {t['seconds']:.1f} s.</p>")
+    return document("hisparse plan --search", body, data_id="search-data", data=report, script=_SCRIPT)
 
 
 def write_search_report(report: dict, path: str) -> None:
-    from ..fileio import atomic_output
-
-    with atomic_output(path) as fh:
-        fh.write(render_search(report).encode())
+    write_page(render_search(report), path)
