@@ -91,8 +91,12 @@ _SCRIPT = """
     var hs = lines(ok, x, 'hisparse_' + m, ['rate', 'concurrency'], function () { return 'hisparse, '; });
     var t = base.concat(hs);
     t.forEach(function (tr) { tr.name = tr.name.replace(/, $/, ''); });
+    var slo = ok.map(function (r) { return r.slo_tpot_ms; }).filter(function (v) { return v !== null && v !== undefined; });
+    var one = slo.length === ok.length && slo.every(function (v) { return v === slo[0]; });  // the grid's one target
+    var shapes = i && one ? [{type: 'line', xref: 'paper', x0: 0, x1: 1, y0: slo[0], y1: slo[0],
+      line: {dash: 'dash', color: '#c00'}, label: {text: 'target ' + slo[0] + ' ms', textposition: 'end', font: {color: '#c00'}}}] : [];
     Plotly.newPlot(i ? 'plot-tpot' : 'plot-throughput', t, {title: {text: i ? 'TPOT p99' : 'steady output throughput, whole deployment'},
-      xaxis: xaxis(x, ok), yaxis: {title: {text: i ? 'ms' : 'tokens/s'}}}, cfg);
+      xaxis: xaxis(x, ok), yaxis: {title: {text: i ? 'ms' : 'tokens/s'}}, shapes: shapes}, cfg);
   });
 })();
 """.replace("%KNOBS%", str(list(HISPARSE_KNOBS)))
