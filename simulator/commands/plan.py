@@ -330,7 +330,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
               "indexshare_prefetch": _prefetch_report(sc, plan),
-              "bands": bands}
+              "bands": bands, "cannot_run": [{"system": who, "reason": why} for who, why in plan.cannot_run]}
     if args.compare_speculative:
         from ..serving.spec_whatif import compare
 
@@ -795,6 +795,9 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     for title, table in _point_tables(rows):
         print(f"== {title}")
         print(table)
+        print()
+    for who, why in getattr(plan, "cannot_run", ()):
+        print(f"== {who}: cannot run, left out of the plan: {why}")
         print()
     print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
           "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "

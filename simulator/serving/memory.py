@@ -286,8 +286,12 @@ def check_fits(plan: MemoryPlan, input_tokens: int, output_tokens: int, mode: Mo
             f"but the {plan.system} pool holds {plan.pool_tokens} ({plan.budget_bytes / 1e9:.1f} GB after "
             f"{plan.weights_bytes / 1e9:.1f} GB of weights per GPU)"
             + ("; a colocated prompt keeps every chunk's device slots until its last chunk, then "
-               "admit_request_into_staging copies it to the host (hisparse_coordinator.py)"
-               if plan.system == "hisparse" and mode == Mode.COLOCATED else ""))
+               "admit_request_into_staging copies it to the host (hisparse_coordinator.py); fix: a lower "
+               "host_to_device_ratio (the device pool also holds the logical pool's indexer keys) or a pd-decode "
+               "deployment (the prompt arrives in the host pool)"
+               if plan.system == "hisparse" and mode == Mode.COLOCATED else
+               "; fix: HiSparse (the context in host memory), FP8 KV (a -kvfp8 model preset), more GPUs per "
+               "instance or a larger mem_fraction_static" if plan.system == "baseline" else ""))
     if plan.system == "hisparse" and fp.host > plan.host_tokens:
         raise HisparseError(
             f"{where}: one request of {input_tokens + output_tokens} tokens exceeds the HiSparse logical/host pool "
