@@ -501,20 +501,39 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // BOUNDED (variant ws2, not yet run on a GPU): a handoff that never comes ends the wait after
 // 2^20 polls (a legitimate wait is a few hundred), so a protocol bug gives wrong outputs,
 // which the tests catch, instead of a hung GPU.
+// The poll is warp-uniform (__all_sync): every caller is a whole warp, and what follows a wait
+// (bar.sync / bar.arrive, the .aligned forms; wgmma .sync.aligned) needs the warp converged.
+// The per-lane poll compiled to an out-of-line retry loop with no reconvergence before the
+// BAR.SYNC after it (mla_decode_ws_fp8 SASS: TRYWAIT, @!P0 BRA to a spin, BAR.SYNC 0x1), so
+// lanes that saw the phase complete at different polls reached the aligned barrier apart:
+// undefined behaviour that depends on timing, a candidate cause of the once-seen
+// cudaErrorIllegalInstruction (issue #27 item 5; docs/kernels.md). compute-sanitizer synccheck
+// still reports "Divergent thread(s) in block" at BAR_EPI of mla_decode_ws_fp8 after this,
+// __syncwarp before every named barrier and the producer joining BAR_EPI: open.
 template <bool BOUNDED = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     uint32_t ok = 0;
-    for (uint32_t n = 0; !ok; ++n) {
+    for (uint32_t n = 0;; ++n) {
         asm volatile(
             "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
             : "=r"(ok)
             : "r"(bar), "r"(parity)
             : "memory");
+        if (__all_sync(0xffffffffu, ok)) break;
         if (BOUNDED && n > (1u << 20)) break;
     }
 }
-__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+// bar.sync / bar.arrive are the .aligned forms: the warp must arrive converged. ptxas does not
+// always reconverge a warp after a divergent branch (lanes (lane & 3) == 0 writing the row
+// scales, the epilogue's lse stores) before the asm barrier, so each waits for its warp first.
+__device__ __forceinline__ void named_sync(int id, int n) {
+    __syncwarp();
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    __syncwarp();
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void reg_alloc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
@@ -814,7 +833,7 @@ __device__ __forceinline__ void mla_ws_body(
             s_oscale[r0 + 8] = inv[1];
             store_lse_rows(lse_row, r0, b, H, head0, split, n_splits, lse, part_lse);
         }
-        named_sync(BAR_EPI, 256);
+        named_sync(BAR_EPI, NT_WS);  // the producer joins it too
         store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
     } else if (wg == 1) {
         // ------------------------------ consumer 1: P V (right half) --------------------------
@@ -846,7 +865,7 @@ __device__ __forceinline__ void mla_ws_body(
             if (it + 1 < n_tiles) named_arrive(BAR_P_FREE, 256);
             mbar_arrive(empty0 + 8 * buf);
         }
-        named_sync(BAR_EPI, 256);
+        named_sync(BAR_EPI, NT_WS);  // the producer joins it too
         const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
         store_o_half(o_acc, inv, 1, r0, cq, b, H, head0, split, n_splits, out, part_o);
     } else {
@@ -947,6 +966,9 @@ __device__ __forceinline__ void mla_ws_body(
                 }
             }
         }
+        // The producer joins the epilogue barrier (no warp has exited when the consumers meet
+        // there); measured cost none (B 64 H 128 FP8 126.6-129.9 us, docs/kernels.md).
+        named_sync(BAR_EPI, NT_WS);
     }
 }
 

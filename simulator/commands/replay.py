@@ -66,6 +66,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                          "index_skip_topk_offset (GLM-5.2: 4:3); default: the trace's own (a trace generated "
                          "with --index-share), else no groups")
     rp.add_argument("--json", action="store_true", help="print the summary as a JSON list of records")
+    rp.add_argument("--backend", choices=["cpu", "gpu"], default="cpu",
+                    help="cpu (default) or gpu: batched lru / salru, every stream and buffer in one CUDA launch "
+                         "per batch of streams (CuPy, sm_90; the same misses bit for bit)")
     rp.add_argument("--out", metavar="PATH", help="write per-step misses (request, layer, step, ctx_len, "
                                                  "policy, buffer, misses) to .parquet or .csv")
     rp.add_argument("--plot", metavar="PNG", help="plot misses per step, rolling mean, per policy x buffer")
@@ -240,7 +243,12 @@ def run_replay(args: argparse.Namespace) -> int:
     trace = open_input(args, need_accesses=True)
     configs = check_configs(trace, _configs(args, policies, args.buffer), args.workers)
     want_steps = bool(args.out or args.plot)
-    result = replay(trace, configs, per_step=want_steps, workers=args.workers, progress=not args.quiet)
+    if args.backend == "gpu":
+        from ..replay import gpu
+
+        gpu.check(configs)
+    result = replay(trace, configs, per_step=want_steps, workers=args.workers, progress=not args.quiet,
+                    backend=args.backend)
     if want_steps:
         per_step = result.per_step
         if args.out:

@@ -96,15 +96,38 @@ def _backup(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 
 
 def _mlp_side(c: CostModel, s: PassShape, w: None) -> Parts:
-    """Dense MLP layers, the MoE layers and the head over every rank's tokens."""
-    return c.mlp_groups(s.tokens, s.mlp_rows, s.head_rows)
+    """Dense MLP layers, the MoE layers and the head over every rank's tokens (without the routed
+    GEMMs where DeepGEMM's masked kernel runs them: ``_routed_masked``)."""
+    return c.mlp_groups(s.tokens, s.mlp_rows, s.head_rows, masked=c.deepep_masked(s.extend))
+
+
+def _routed_masked(c: CostModel, s: PassShape, w: None) -> Parts:
+    """A DeepEP decode pass's routed gate/up and down GEMMs: SGLang runs DeepEP's low-latency
+    kernels and then DeepGEMM's masked grouped GEMM (``published_kernels``)."""
+    if s.tokens <= 0 or not c.deepep_masked(s.extend):
+        return {}
+    return c.routed_masked(s.tokens)
+
+
+def _routed_masked_how(c: CostModel) -> tuple[Provenance, str]:
+    from .pricing import datasheet_rates
+    from .published_kernels import MASKED_GROUPED_GEMM as K
+
+    if c.d.a2a_backend.value != "deepep":
+        return Provenance.PUBLISHED, (f"not used: moe_a2a_backend {c.d.a2a_backend.value} (the routed experts are "
+                                      "in the MLP side's measured grouped-GEMM terms)")
+    hbm = datasheet_rates(c.g)[0]
+    if hbm == K.ref_hbm_bw:
+        return Provenance.PUBLISHED, f"decode passes under DeepEP: {K.source}"
+    return Provenance.DERIVED, (f"decode passes under DeepEP: {K.source}; bandwidth x {hbm / K.ref_hbm_bw:.3g} "
+                                f"(this GPU's datasheet HBM {hbm / 1e12:.3g} TB/s over the H200's 4.8)")
 
 
 def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:
     """Every layer's collectives (decode: each rank contributes its padded graph batch)."""
     if s.tokens <= 0:
         return {}
-    return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None)}
+    return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None, extend=s.extend)}
 
 
 def _draft_passes(c: CostModel, s: PassShape, w: None) -> Parts:
@@ -164,6 +187,7 @@ PASS_TERMS: list[PassTerm] = [
     PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in, _swap_in_how),
     PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup, _backup_how),
     PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _kernels),
+    PassTerm("DeepEP routed GEMM", Scope.INSTANCE, Category.COMPUTE, _routed_masked, _routed_masked_how),
     PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives, _collectives_how),
     PassTerm("draft passes", Scope.INSTANCE, Category.COMPUTE, _draft_passes, _draft_how),
 ]

@@ -37,7 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from ..serving.specs import Attention, CostParams, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
+from ..serving.specs import (
+    Attention,
+    CostParams,
+    DeploymentSpec,
+    GpuSpec,
+    ModelSpec,
+    MoeA2ABackend,
+    MoeLayout,
+)
 from . import dsv4_ops, pass_terms
 from .collectives import (
     Collective,
@@ -57,7 +65,8 @@ from .ops import (
     step_head_ops,
 )
 from .pass_terms import Category, Scope
-from .pricing import GpuTerms, layout_for, terms_for
+from .pricing import GpuTerms, datasheet_rates, layout_for, terms_for
+from .published_kernels import MASKED_GROUPED_GEMM
 from .terms import IndexerTerm, StepTerms
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
@@ -82,6 +91,10 @@ def cuda_graph_batch(batch: int, max_bs: int = 512) -> int:
 
 _GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range(512, 4097, 32))
 
+
+# the routed experts' GEMMs that DeepGEMM's masked kernel runs in a DeepEP decode pass, and its term kind
+MASKED_OPS = frozenset({"routed_gate_up", "routed_down"})
+MASKED_KIND = "grouped_gemm_masked"
 
 REPORT_GROUPS = {
     **{n: "routed experts" for n in ("routed_gate_up", "routed_down", "routed_silu_mul_quant", "moe_combine",
@@ -282,6 +295,9 @@ class CostModel:
         """Seconds of one op (all its launches) from its fitted term; FP8 grouped and batched GEMMs,
         whose fits never met their compute roof at decode shapes, are also bounded by the FP8 GEMM
         rate (it matters only at prefill token counts: an extrapolation)."""
+        if op.kind == MASKED_KIND:
+            hbm, bf16 = datasheet_rates(self.g)
+            return MASKED_GROUPED_GEMM.time(op, hbm, 2.0 * bf16)  # dense FP8 = 2 x BF16 (GPU presets)
         t = self.t.op_time(op)
         if op.kind in (*GROUPED_KINDS, "batched_gemm"):
             rate = self.t.rates.get(("gemm", op.dtype))
@@ -313,12 +329,33 @@ class CostModel:
         return [(m.indexer_layers if o.name in INDEXER_OPS else m.layers, o) for o in ops
                 if o.kind not in ("indexer", "attention")]
 
+    def deepep_masked(self, extend: bool) -> bool:
+        """Whether a pass's routed experts run as DeepGEMM's masked grouped GEMM: a decode pass (no
+        rank extends) under ``--moe-a2a-backend deepep`` (DeepEP low-latency mode), FP8 experts
+        (DeepGEMM's kernel is FP8; other formats keep their measured term)."""
+        return (not extend and self.d.a2a_backend == MoeA2ABackend.DEEPEP and self.m.moe_layers > 0
+                and self.layout.routed_dtype == "fp8")
+
+    def routed_masked_ops(self, instance_tokens: float) -> list[tuple[int, Op]]:
+        """(repeat, op) of the MoE layers' routed gate/up and down GEMMs as DeepGEMM's masked
+        kernel prices them (``published_kernels``): the same shapes and bytes as ``moe_ops``."""
+        ops = moe_ops(self.m, self._mlp_batch(instance_tokens), self.layout)
+        return [(self.m.moe_layers, dataclasses.replace(o, kind=MASKED_KIND)) for o in ops if o.name in MASKED_OPS]
+
+    def routed_masked(self, instance_tokens: float) -> dict[str, float]:
+        """``routed_masked_ops`` by report group (cached)."""
+        key = ("masked", float(instance_tokens))
+        if key not in self._fixed_cache:
+            self._fixed_cache[key] = self._grouped(self.routed_masked_ops(instance_tokens))
+        return self._fixed_cache[key]
+
     def mlp_side_ops(self, instance_tokens: float, rows: float | None = None,
-                     head_rows: float | None = None) -> list[tuple[int, Op]]:
+                     head_rows: float | None = None, *, masked: bool = False) -> list[tuple[int, Op]]:
         """(repeat, op) of the kernels that see the whole instance's tokens: dense MLP layers on
         ``rows`` (every rank's padded batch under CUDA graphs; default the tokens), the MoE layers
         on the real tokens (pad rows are masked out of routing), and the head once per step on
-        ``head_rows`` (default ``rows``; a prefill chunk samples only a request's last token)."""
+        ``head_rows`` (default ``rows``; a prefill chunk samples only a request's last token).
+        ``masked``: leave out the routed gate/up and down GEMMs (``routed_masked_ops`` prices them)."""
         m, lay = self.m, self.layout
         rows = float(instance_tokens if rows is None else rows)
         head_rows = rows if head_rows is None else float(head_rows)
@@ -326,7 +363,8 @@ class CostModel:
         if m.dense_layers:
             out += [(m.dense_layers, o) for o in dense_mlp_ops(m, self._mlp_batch(rows), lay)]
         if m.moe_layers:
-            out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay)]
+            out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay)
+                    if not (masked and o.name in MASKED_OPS)]
         out += [(1, o) for o in step_head_ops(m, self._mlp_batch(head_rows), lay)]
         return out
 
@@ -356,11 +394,11 @@ class CostModel:
         return sum(self.mlp_groups(instance_tokens, rows, head_rows).values())
 
     def mlp_groups(self, instance_tokens: float, rows: float | None = None,
-                   head_rows: float | None = None) -> dict[str, float]:
-        """``mlp_time`` by report group."""
-        key = ("mlp", float(instance_tokens), rows, head_rows)
+                   head_rows: float | None = None, *, masked: bool = False) -> dict[str, float]:
+        """``mlp_time`` by report group (``masked``: without the routed GEMMs, see ``mlp_side_ops``)."""
+        key = ("mlp", float(instance_tokens), rows, head_rows, masked)
         if key not in self._fixed_cache:
-            self._fixed_cache[key] = self._grouped(self.mlp_side_ops(instance_tokens, rows, head_rows))
+            self._fixed_cache[key] = self._grouped(self.mlp_side_ops(instance_tokens, rows, head_rows, masked=masked))
         return self._fixed_cache[key]
 
     # -- a pass -----------------------------------------------------------------------------------
@@ -477,11 +515,30 @@ class CostModel:
         """A calibrated FP8-row (656 B) figure where the model has such rows and one was fitted."""
         return fp8_value if self.m.kv_row_bytes < 1024 and fp8_value > 0 else value
 
-    def comm_layer(self, batch: float, instance_tokens: float, padded: int | None = None) -> float:
+    def a2a_copies_per_token(self, extend: bool) -> float:
+        """Rows one token puts on the EP all-to-all. DeepEP's low-latency kernels (a decode pass)
+        send a token once per selected expert (their receive buffer is [local experts, ranks x max
+        tokens, hidden]; DeepEP ``internode_ll.cu``): top-k rows. Its normal kernels (an extend
+        pass) send it once per destination rank (``get_dispatch_layout``'s ``is_token_in_rank``), the
+        expected number of ranks that hold at least one of its experts under uniform routing,
+        ``ranks x (1 - C(E - E/ranks, k) / C(E, k))`` (5.3 for top-8 of 256 experts over 8 ranks),
+        the bytes DeepEP's README bandwidths count. Without DeepEP: min(top-k, ranks), as before."""
+        k, e, r = self.m.experts_per_token, self.m.experts, self.d.tp
+        if self.d.a2a_backend != MoeA2ABackend.DEEPEP:
+            return float(min(k, r))
+        if not extend:
+            return float(k)
+        local = e / r
+        miss = math.prod((e - local - i) / (e - i) for i in range(k)) if e - local >= k else 0.0
+        return r * (1.0 - miss)
+
+    def comm_layer(self, batch: float, instance_tokens: float, padded: int | None = None, *,
+                   extend: bool | None = None) -> float:
         """One layer's collectives on the instance's GPUs (seconds). Under DP attention every rank
         gathers ``padded`` rows (its batch padded to the CUDA-graph size, the same on every rank:
         SGLang's MAX_LEN mode, ``layers/dp_attention.py``), so the message is dp x padded rows; under
-        TP attention the all-reduces run on the padded batch of the one scheduler."""
+        TP attention the all-reduces run on the padded batch of the one scheduler. ``extend``
+        (default: no ``padded`` batch) picks DeepEP's normal kernels over its low-latency ones."""
         ic, d, hidden = self.g.interconnect, self.d, self.m.hidden_size
         msg = instance_tokens * hidden * ACT_BYTES
         if padded is not None:  # every scheduler of the instance contributes its padded batch
@@ -492,11 +549,12 @@ class CostModel:
             t += coll(Collective.ALL_REDUCE, d.tp, msg)  # after o_proj (row-parallel)
         elif d.attn_tp > 1:
             t += coll(Collective.ALL_REDUCE, d.attn_tp, batch * hidden * ACT_BYTES)
+        is_extend = padded is None if extend is None else extend
         if d.moe == MoeLayout.EP and self._internode_ep:
-            t += self._deepep_layer(instance_tokens, extend=padded is None)
+            t += self._deepep_layer(instance_tokens, extend=is_extend)
         elif d.moe == MoeLayout.EP:
-            # one rank's send buffer: its tokens, once per destination rank holding one of its experts
-            copies = instance_tokens / d.tp * min(self.m.experts_per_token, d.tp)
+            # one rank's send buffer: its tokens, each sent as many times as the a2a kernel sends it
+            copies = instance_tokens / d.tp * self.a2a_copies_per_token(is_extend)
             t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * dispatch_row_bytes(hidden))
             t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * hidden * ACT_BYTES)
         elif d.attention == Attention.DP and d.dp > 1:

@@ -1,8 +1,9 @@
 """``replay``: every stream of a trace under every config, the one entry point of the replay engine.
 
 The CLI (``hisparse replay``, ``hisparse mrc``), the planner's miss profiles, sweeps and the
-notebooks all call it; ``backend.py`` chooses the code that runs. The summary needs neither numpy
-nor pandas on the compiled path (the CLI's start-up); the frames load pandas when asked for.
+notebooks all call it; ``backend.py`` (imported as ``paths``) chooses the code that runs on the CPU,
+``gpu.py`` the GPU backend. The summary needs neither numpy nor pandas on the compiled path (the
+CLI's start-up); the frames load pandas when asked for.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..errors import HisparseError
 from ..trace.stream import Stream
-from . import backend
+from . import backend as paths
 from .config import ReplayConfig
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -91,14 +93,16 @@ class ReplayResult:
 
 
 def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_step: bool = False,
-           workers: int = 2, progress: bool = False, k: int | None = None) -> ReplayResult:
+           workers: int = 2, progress: bool = False, k: int | None = None, backend: str = "cpu") -> ReplayResult:
     """Replay every stream of ``source`` under every config, ``workers`` threads at a time (the
     compiled replays release the GIL).
 
     ``source`` is a trace source (``simulator.trace.open_trace``), one ``Stream``, or any
     iterable of streams (e.g. the generator's). ``k`` (default: the source's ``meta.k``, else each
     stream's width) is what a batched buffer must hold. ``per_step`` keeps every stream's
-    per-step misses (``ReplayResult.streams``, ``.per_step``); ``progress`` shows a bar."""
+    per-step misses (``ReplayResult.streams``, ``.per_step``); ``progress`` shows a bar.
+    ``backend="gpu"`` replays batched lru / salru in one kernel launch per batch of streams
+    (``simulator.replay.gpu``; the same answer bit for bit)."""
     # A config named twice is replayed once (it used to be counted twice in its record).
     configs = (configs,) if isinstance(configs, ReplayConfig) else tuple(dict.fromkeys(configs))
     if isinstance(source, Stream):
@@ -110,10 +114,19 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
             cfg.check_k(k)
     wrap = _progress(source) if progress else (lambda it: it)
     tally = _Tally(configs, per_step)
-    if not per_step and backend.uses_raw_path(source, configs):
+    if backend not in ("cpu", "gpu"):
+        raise HisparseError(f"unknown replay backend {backend!r} (one of: cpu, gpu)")
+    if backend == "gpu":
+        from . import gpu
+
+        gpu.check(configs)
+        gpu.replay_streams(wrap(iter(source)), configs,
+                           lambda s, cfg, m: tally.add_stream(s, int(s.accesses), cfg, m))
+        return ReplayResult(configs, tally.records(), tally.kept)
+    if not per_step and paths.uses_raw_path(source, configs):
         run = _replay_raw
     else:
-        run = _replay_coded if backend.uses_coded_path(source, configs) else _replay_streams
+        run = _replay_coded if paths.uses_coded_path(source, configs) else _replay_streams
     run(source, configs, k, tally, max(1, workers), wrap)
     return ReplayResult(configs, tally.records(), tally.kept, tally.layers)
 
@@ -164,13 +177,13 @@ class _Tally:
 
 
 def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
-    """Each stream's rows through each config (``backend.stream_misses``)."""
+    """Each stream's rows through each config (``paths.stream_misses``)."""
 
     def submit(pool, stream: Stream):
         if k is None:
             for cfg in configs:
                 cfg.check_k(stream.indices.shape[1])
-        return stream, int(stream.accesses), [(cfg, pool.submit(backend.stream_misses, stream, cfg)) for cfg in configs]
+        return stream, int(stream.accesses), [(cfg, pool.submit(paths.stream_misses, stream, cfg)) for cfg in configs]
 
     def collect(item) -> None:
         stream, accesses, futures = item
@@ -188,14 +201,14 @@ def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> No
 
 
 def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
-    """Batched LRU on the source's coded chunks (``backend.coded_misses``), no rows materialised."""
+    """Batched LRU on the source's coded chunks (``paths.coded_misses``), no rows materialised."""
 
     def finish(key, fut) -> None:
         run = fut.result()
         if run is None:  # a chunk is not clean: the ordinary reader raises the error
             stream = source.read(key)
             for cfg in configs:
-                tally.add_stream(stream, int(stream.accesses), cfg, backend.stream_misses(stream, cfg))
+                tally.add_stream(stream, int(stream.accesses), cfg, paths.stream_misses(stream, cfg))
             return
         for i, cfg in enumerate(configs):
             tally.add(cfg, key.request, key.layer, run.accesses, run.steps, run.totals[i], run.ctx_len,
@@ -208,7 +221,7 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for key in wrap(iter(source.keys)):
-            pending.append((key, pool.submit(backend.coded_misses, source.coded_chunks(key), configs, k,
+            pending.append((key, pool.submit(paths.coded_misses, source.coded_chunks(key), configs, k,
                                              per_step=tally.per_step, pool=states)))
             if len(pending) > 2 * workers:
                 finish(*pending.pop(0))
@@ -217,11 +230,11 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
 
 
 def _replay_raw(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
-    """LRU on a ``.npy`` source's mapped rows (``backend.raw_misses``): no numpy on the path."""
+    """LRU on a ``.npy`` source's mapped rows (``paths.raw_misses``): no numpy on the path."""
     rows, steps, width, ctx_len, accesses = source.raw_rows
     for _ in wrap(range(1)):
         for cfg in configs:
-            tally.add(cfg, 0, 0, accesses, steps, backend.raw_misses(rows, steps, width, ctx_len, cfg))
+            tally.add(cfg, 0, 0, accesses, steps, paths.raw_misses(rows, steps, width, ctx_len, cfg))
 
 
 def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:

@@ -28,8 +28,9 @@ class ReferenceRun(NamedTuple):
 
 
 def reference_swap_in(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *,
-                      initial: str = Initial.PREFIX) -> ReferenceRun:
-    """Replay each request's steps through the engine's batched ``lru`` (newest reserved).
+                      initial: str = Initial.PREFIX, policy: str = Policy.LRU, ways: int = 0) -> ReferenceRun:
+    """Replay each request's steps through the engine's batched ``lru`` (newest reserved), or
+    ``salru`` with ``ways`` ways per shard (the sharded kernels, cupy_kernels/sharded_lru.py).
 
     indices: [steps, R, k]; ctx_len: [steps, R]. A step with ctx_len 0 is idle for that request
     (the kernel leaves its state alone), so it is left out of that request's stream.
@@ -47,8 +48,9 @@ def reference_swap_in(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *,
     orders = []
     for r in range(n_req):
         active = ctx_len[:, r] > 0
-        run = replay_policy(Policy.LRU, indices[active, r], ctx_len[active, r], buffer, reserve=True,
-                            prefix=initial is Initial.PREFIX, batched=True, seed=0, record=True)
+        run = replay_policy(policy, indices[active, r], ctx_len[active, r], buffer, reserve=True,
+                            prefix=initial is Initial.PREFIX, batched=True, seed=0, record=True,
+                            param=ways if policy == Policy.SALRU else 0)
         slots[active, r] = run.slots
         misses[active, r] = run.misses
         slot_pos[r] = run.slot_pos

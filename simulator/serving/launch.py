@@ -17,7 +17,15 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from .specs import Attention, DeploymentSpec, HiSparseSpec, Mode, ModelSpec, MoeLayout
+from .specs import (
+    Attention,
+    DeploymentSpec,
+    HiSparseSpec,
+    Mode,
+    ModelSpec,
+    MoeA2ABackend,
+    MoeLayout,
+)
 
 # Hugging Face repositories of the shipped model presets (the checkpoints their config.json shapes
 # are read from); a model file of the user's gets a placeholder to fill in.
@@ -71,7 +79,9 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
     if dep.attention == Attention.DP:
         a += ["--dp-size", str(dep.dp), "--enable-dp-attention"]
     if dep.moe == MoeLayout.EP:
-        a += ["--ep-size", str(dep.tp), "--moe-a2a-backend", "deepep"]
+        a += ["--ep-size", str(dep.tp)]
+        if dep.a2a_backend == MoeA2ABackend.DEEPEP:
+            a += ["--moe-a2a-backend", "deepep"]
     a += ["--mem-fraction-static", f"{dep.mem_fraction_static:g}"]
     if dep.max_running_requests:
         a += ["--max-running-requests", str(dep.max_running_requests)]

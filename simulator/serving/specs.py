@@ -47,6 +47,19 @@ class MoeLayout(StrEnum):
     EP = "ep"
 
 
+class MoeA2ABackend(StrEnum):
+    """SGLang's ``--moe-a2a-backend``: how tokens reach the experts of an ``ep`` layout. ``deepep``:
+    DeepEP, whose ``--deepep-mode auto`` runs its normal kernels in an extend pass and its
+    low-latency kernels in a decode pass (``layers/moe/utils.py`` ``DeepEPMode.resolve``), the
+    routed experts then as DeepGEMM's masked grouped GEMM (``moe_runner/deep_gemm.py``, the
+    ``deepep_ll`` -> ``deep_gemm`` permute); ``none``: no a2a backend; ``auto`` (the default):
+    ``deepep`` under ``moe = "ep"`` (the launch command this planner writes), else ``none``."""
+
+    AUTO = "auto"
+    DEEPEP = "deepep"
+    NONE = "none"
+
+
 class PoolProfile(StrEnum):
     """Which SGLang memory profiler sizes the KV pool (``pool_configurator._compute_cell_size``).
 
@@ -535,6 +548,7 @@ class DeploymentSpec(Spec):
     host_bytes: float = num(gt=0, help="host memory per node")
     prefill_chunk_tokens: int = num(ge=1, help="SGLang --chunked-prefill-size")
     moe: MoeLayout = MoeLayout.TP
+    moe_a2a_backend: MoeA2ABackend = MoeA2ABackend.AUTO  # SGLang --moe-a2a-backend; auto: deepep under moe = "ep" (decode: DeepEP low-latency + DeepGEMM masked GEMM, docs/moe-kernels.md)
     max_total_tokens: int = num(ge=0, default=0, help="SGLang --max-total-tokens per KV pool; 0: derived")
     max_running_requests: int = num(ge=0, default=0, help="SGLang --max-running-requests (whole server); 0: derived")
     prefill_tok_s: float = num(ge=0, default=0.0,
@@ -561,6 +575,16 @@ class DeploymentSpec(Spec):
         if self.attention == Attention.TP and self.dp != 1:
             raise HisparseError(f"{where}: with attention = \"tp\", dp must be 1 (one scheduler per instance; "
                                 "give more gpus for more instances)")
+        if self.moe_a2a_backend == MoeA2ABackend.DEEPEP and self.moe != MoeLayout.EP:
+            raise HisparseError(f"{where}: moe_a2a_backend = \"deepep\" needs moe = \"ep\" (DeepEP dispatches "
+                                "tokens to whole experts; SGLang sets --ep-size to --tp-size with it)")
+
+    @property
+    def a2a_backend(self) -> MoeA2ABackend:
+        """The a2a backend in effect (``auto`` resolved: DeepEP under the ``ep`` layout)."""
+        if self.moe_a2a_backend != MoeA2ABackend.AUTO:
+            return self.moe_a2a_backend
+        return MoeA2ABackend.DEEPEP if self.moe == MoeLayout.EP else MoeA2ABackend.NONE
 
     @property
     def instances(self) -> int:
