@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -390,3 +391,19 @@ def test_cookbook_capacity_note_is_not_the_nextn_layer():
     per_node = 8 * (pool // (8192 + 1024))
     assert per_node == 128, per_node
     assert per_node > 1.5 * 80, f"model {per_node} requests per node against the cookbook's ~60-80"
+
+
+def test_a_host_pool_the_node_cannot_pin_says_the_ratio_that_fits():
+    """The error names the fix: the largest whole host ratio whose pools fit the node (the pool scales
+    with the ratio), and that ratio does fit."""
+    m, g = P.load("models", "glm-5.1-fp8"), P.load("gpus", "h200")
+    d = dataclasses.replace(P.load("deployments", "8xh200-colocated-dp8-ep8"), gpus=16, tp=16, dp=16,
+                            max_running_requests=960, cluster="2x8xh200-ib-ndr")
+    hs = P.load("hisparse", "blog-8xh200")
+    with pytest.raises(HisparseError, match=r"try --set hisparse.host_to_device_ratio=(\d+)") as exc:
+        plan_memory(m, g, d, hs, where="x")
+    fit = int(re.search(r"host_to_device_ratio=(\d+)", str(exc.value)).group(1))
+    assert 1 <= fit < hs.host_to_device_ratio
+    plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(fit)), where="x")  # fits
+    with pytest.raises(HisparseError):
+        plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(fit + 1)), where="x")

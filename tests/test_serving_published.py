@@ -186,7 +186,8 @@ def test_plan_json_is_strict_and_the_miss_line_says_which_steps(tmp_path, capsys
     report = _strict_json(capsys.readouterr().out)
     _strict_json((out / "plan.json").read_text())
     (knob,) = report["misses"]
-    prof = miss_profiles(None, top_k=2048, buffer=knob["device_buffer_size"], policy="lru")
+    trace = report["scenario"]["trace"]["file"]  # the trace chosen for the question (serving.trace_choice)
+    prof = miss_profiles(trace, top_k=2048, buffer=knob["device_buffer_size"], policy="lru")
     assert knob["trace_steps"] == prof.steps and knob["steady_from"] == 16
     assert knob["miss_ratio"] == pytest.approx(statistics.mean(float(f.mean()) for f in prof.shares))
     assert knob["steady_miss_ratio"] == pytest.approx(statistics.mean(float(f[16:].mean()) for f in prof.shares))

@@ -32,6 +32,7 @@ from ..errors import HisparseError
 from ..replay import ReplayConfig, replay_stream
 from ..trace.stats import layer_overlap, step_overlap
 from ..trace.stream import Stream
+from . import STEADY_WARMUP_STEPS
 
 STATISTICS = ("lru_miss", "step_overlap", "layer_overlap", "first_step_miss")
 TARGETS_DIR = data_path("traces/targets")
@@ -78,7 +79,7 @@ class Shape:
     steps: int = 128
     requests: int = 1
     seed: int = 0
-    warmup: int = 16
+    warmup: int = STEADY_WARMUP_STEPS
     # IndexShare of the measured model (config.json; GLM-5.2: 4 and 3): the fit draws shared layers
     # as copies of their anchor's (``trace.generator`` share_freq / share_offset)
     index_topk_freq: int = 1

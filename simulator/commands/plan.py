@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Any
 
 from ..serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
 from .common import (
@@ -70,7 +71,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", default=None,
                    help=f"workload preset or file (default 32k-in-8k-out; presets: {_presets('workloads')})")
     p.add_argument("--hisparse-config", dest="hisparse", default=None,
-                   help=f"HiSparse config preset or file (default blog-8xh200; presets: {_presets('hisparse')})")
+                   help=f"HiSparse config preset or file (default: the deployment's own, e.g. blog-h20-pd for "
+                        f"2xh20-pd-decode, else blog-8xh200; presets: {_presets('hisparse')})")
     p.add_argument("--calibration", default="auto",
                    help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "
@@ -149,6 +151,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "and TTFT against the load with the targets and the recommendation, the scenario, the "
                         "launch command and every point")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from .plan_search import add_arguments as add_search_arguments
+
+    add_search_arguments(p)
     p.set_defaults(run=run_plan_cmd)
     declare_io(p, inputs=["model", "gpu", "deployment", "workload", "hisparse", "calibration", "trace", "validate",
                           "prices"],
@@ -162,7 +167,9 @@ VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
 
 def out_files(args: argparse.Namespace) -> tuple[str, ...]:
     """The files ``--out DIR`` will hold."""
-    return VALIDATE_FILES if args.validate else PLAN_FILES
+    from .plan_search import SEARCH_FILES
+
+    return VALIDATE_FILES if args.validate else SEARCH_FILES if getattr(args, "search", False) else PLAN_FILES
 
 
 # preset options and the kind of preset each names
@@ -217,14 +224,15 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
          "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms", "itl_p99_ms": "ITL p99 ms",
          "ttft_p50_s": "TTFT p50 s", "ttft_p99_s": "TTFT p99 s", "running_deployment": "running",
          "max_running_deployment": "max run", "kv_used_gb_per_gpu": "KV GB/GPU", "host_used_gb_per_gpu": "host GB/GPU",
-         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out"}
+         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out",
+         "band": "band"}
 
 
 # Plan options whose argparse default is None, so that a value the user gave can be told apart from
 # the default: (dest, option, the default a plan uses). --validate uses none of them.
 PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("deployment", "--deployment", "8xh200-colocated-dp8"), ("workload", "--workload", "32k-in-8k-out"),
-             ("hisparse", "--hisparse-config", "blog-8xh200"),
+             ("hisparse", "--hisparse-config", None),
              ("concurrency", "--concurrency", [1, 2, 4, 8, 16, 32, 64, 128, 256]), ("rate", "--rate", []),
              ("slo_tpot_ms", "--slo-tpot-ms", DEFAULT_SLO_TPOT_MS), ("slo_ttft_s", "--slo-ttft-s", DEFAULT_SLO_TTFT_S),
              ("sweep_buffer", "--sweep-buffer", []), ("sweep_host_ratio", "--sweep-host-ratio", []),
@@ -246,6 +254,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
 
     given = _given(args)
+    from .plan_search import check_args
+
+    check_args(args, given)
     if args.validate:
         if given:
             raise HisparseError(f"--validate runs each published set's own scenario and load: "
@@ -276,6 +287,10 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      slo_ttft_s=args.slo_ttft_s, buffers=tuple(args.sweep_buffer),
                      host_ratios=tuple(args.sweep_host_ratio), seed=args.seed, overrides=tuple(args.overrides),
                      residencies=tuple(args.residency))
+    if args.search:
+        from .plan_search import run_search_cmd
+
+        return run_search_cmd(args, inp.scenario())
     if args.nodes:
         if args.compare_prefetch:
             raise HisparseError("--compare-prefetch and --nodes: give one what-if at a time")
@@ -300,9 +315,14 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     prep = prepare(inp, sc)  # every check before the first simulated point
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
+    from ..serving import prefetch
+
+    prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=lambda: next(bar, None))  # every core
     plan = run_plan_full(inp, on_point=lambda: next(bar, None), prepared=prep)
     if not args.no_search:
+        prefetch.prefetch_search(lambda: search_plan(plan, inp))  # the systems' bisections side by side
         plan = search_plan(plan, inp, on_point=None)
+    prefetch.forget()
     rows = plan.rows()
     if args.compare_speculative:  # the what-if: the same plan without speculative decoding
         import dataclasses
@@ -322,6 +342,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..serving.prices import add_costs
 
     add_costs(rows, sc, prices)
+    bands = _add_bands(rows, sc)
     # the recommendation is the plan as given: a prefetch-off row is the what-if's, not a launch to name
     rec = recommend([r for r in rows if r.get("prefetch") != "off"], args.slo_tpot_ms, args.slo_ttft_s)
     from ..serving.whatif import residency_summary
@@ -331,7 +352,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                                      "speculative": spec.describe() if spec is not None else None},
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
-              "indexshare_prefetch": _prefetch_report(sc, plan)}
+              "indexshare_prefetch": _prefetch_report(sc, plan),
+              "bands": bands}
     if args.compare_speculative:
         from ..serving.spec_whatif import compare
 
@@ -361,6 +383,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     if "prefetch_whatif" in report:
         for line in prefetch_whatif.summary_lines(report["prefetch_whatif"]):
             print(line)
+    _print_bands(bands)
     if prices:
         print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
               f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
@@ -386,6 +409,40 @@ def _speculative(args: argparse.Namespace):
     if args.accept_probs and (args.accept_len is not None or args.accept_method):
         raise HisparseError("--accept-probs and --accept-len / --accept-method: give the distribution or the mean")
     return parse_speculative(args.speculative, args.accept_len, args.accept_method, tuple(args.accept_probs or ()))
+
+
+def _add_bands(rows: list[dict], sc) -> dict:
+    """Each row's validation error band (``serving.bands``: the nearest published set's median
+    |error|): ``band`` for its throughputs and TPOT / ITL, ``band_set`` naming the set; returns the
+    band per system with what it matches."""
+    from ..serving.bands import band_for_scenario, load_bands
+
+    table = load_bands()
+    out = {}
+    for system in ("baseline", "hisparse"):
+        out[system] = band_for_scenario(sc, system, table)
+        out[system + "_ttft"] = band_for_scenario(sc, system, table, group="ttft")
+    for r in rows:
+        b, t = out.get(r["system"]), out.get(r["system"] + "_ttft")
+        r["band"] = b["band"] if b else None
+        r["band_set"] = b["set"] if b else None
+        r["ttft_band"] = t["band"] if t else None
+        r["ttft_band_set"] = t["set"] if t else None
+    return out
+
+
+def _print_bands(bands: dict) -> None:
+    for system in ("baseline", "hisparse"):
+        b, t = bands.get(system), bands.get(system + "_ttft")
+        if b:
+            print(f"band {system}: +-{b['band']:.0%} (largest {b['max']:.0%}, {b['points']} points) on throughput, "
+                  f"TPOT and ITL: {b['how']}")
+        else:
+            print(f"band {system}: none (no published set)")
+        if t:
+            print(f"band {system} TTFT: +-{t['band']:.0%} (largest {t['max']:.0%}, {t['points']} points): {t['how']}")
+        else:
+            print(f"band {system} TTFT: none (no published set measured TTFT)")
 
 
 def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
@@ -544,6 +601,7 @@ def _scenario_summary(sc) -> dict:
     return {"files": {"model": sc.model.where, "gpu": sc.gpu.where, "deployment": d.where,
                       "workload": sc.workload.where, "hisparse": sc.hisparse.where},
             "calibration": sc.calibration, "calibrated": sc.params.calibrated, "overrides": list(sc.overrides),
+            "trace": {"file": sc.trace, "how": sc.trace_how},
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
@@ -617,9 +675,94 @@ def _step_terms_summary(sc) -> dict:
             "fp4": fp4}
 
 
-def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = None) -> None:
+def _table_float(v: float) -> str:
+    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+
+
+TABLE_NAMES = SHORT | {"resident_share": "resident", "demotions": "demoted"}
+
+
+def _table_columns(rows: list[dict]) -> list[str]:
+    x = "rate_per_s" if all(r["concurrency"] == 0 for r in rows) else "concurrency"
+    usd = "usd_per_m_output_tokens"
+    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
+                  and not (c == usd and all(r[usd] is None or r[usd] != r[usd] for r in rows))
+                  and any(c in r for r in rows)]
+    if any((r.get("residency") or "swap") != "swap" for r in rows):  # dynamic residency: its columns
+        cols += [c for c in ("resident_share", "demotions") if any(c in r for r in rows)]
+    return cols
+
+
+def _table_title(system: str, buf: Any, ratio: Any, spec: Any, res: Any, pf: Any = "") -> str:
+    title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g}" + (
+        f", residency {res})" if res and res != "swap" else ")")
+    title += "" if spec == "off" else f", speculative {spec}"
+    return title + (f", IndexShare prefetch {pf}" if pf else "")  # --compare-prefetch
+
+
+def _band_text(b: Any) -> str:
+    return "" if b is None or b != b else f"+-{b:.0%}"
+
+
+def _cell(col: str, value: Any) -> Any:
+    """A point table's cell: flags as words, the validation band as +-N%."""
+    if col == "overloaded":
+        return {True: "yes", False: ""}.get(value)
+    if col == "band":
+        return _band_text(value)
+    return value
+
+
+def _point_tables(rows: list[dict]) -> list[tuple[str, str]]:
+    """(title, table text) per system and knob set, in first-seen order: the points' rows as
+    pandas' ``to_string(index=False)`` lays them out (``text_table``; pandas itself only for
+    values of a type that module does not cover)."""
+    from .text_table import supported, to_string
+
+    cols = _table_columns(rows)
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = tuple(None if v is None or v != v else v
+                    for v in (r["system"], r["device_buffer_size"], r["host_to_device_ratio"],
+                              r.get("speculative", "off"), r.get("residency", ""), r.get("prefetch", "")))
+        groups.setdefault(key, []).append(r)
+    if not all(supported([r[c] for r in rows]) for c in [*cols, "searched"]):
+        return _point_tables_pandas(rows, cols)
+    out = []
+    for (system, buf, ratio, spec, res, pf), grp in groups.items():
+        title = _table_title(system, buf, ratio, spec, res, pf)
+        columns = [(TABLE_NAMES[c], [_cell(c, r.get(c)) for r in grp]) for c in cols]
+        columns.append(("found", [{True: "search", False: ""}.get(r["searched"]) for r in grp]))
+        out.append((title, to_string(columns, _table_float)))
+    return out
+
+
+def _point_tables_pandas(rows: list[dict], cols: list[str]) -> list[tuple[str, str]]:
+    """``_point_tables`` through pandas (the layout ``text_table`` reproduces)."""
     import pandas as pd
 
+    df = pd.DataFrame(rows)
+    if "speculative" not in df:
+        df["speculative"] = "off"
+    if "residency" not in df:
+        df["residency"] = ""
+    if "prefetch" not in df:
+        df["prefetch"] = ""
+    out = []
+    for (system, buf, ratio, spec, res, pf), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
+                                                                "speculative", "residency", "prefetch"],
+                                                               dropna=False, sort=False):
+        title = _table_title(system, buf, ratio, spec, res, pf)
+        table = grp[cols].rename(columns=TABLE_NAMES)
+        table["over"] = table["over"].map({True: "yes", False: ""})
+        if "band" in table:
+            table["band"] = table["band"].map(_band_text)
+        table["found"] = grp["searched"].map({True: "search", False: ""}).values
+        out.append((title, table.to_string(index=False, float_format=_table_float)))
+    return out
+
+
+def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = None) -> None:
     d, w = sc.deployment, sc.workload
     summary = _scenario_summary(sc)
     mem = summary["memory_per_rank"]
@@ -664,7 +807,15 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
         from ..serving.model import prefill_tok_s
 
         how = "given" if d.prefill_tok_s > 0 else "derived: a prefill instance of the same GPUs and layout"
-        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment ({how}); TTFT = its queue + prefill")
+        from ..serving.model import prefill_seconds_per_token
+
+        solo = prefill_seconds_per_token(sc)[0] * w.input_tokens
+        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment with every rank busy, one "
+              f"{w.input_tokens}-token prompt alone in {solo:.1f} s ({how}); TTFT = its queue + prefill + the decode "
+              "side's admission wait (the first token reaches the client when the decode server admits the request, "
+              "as bench_serving times it); TPOT counts from there")
+    if sc.trace_how:
+        print(f"trace choice: {sc.trace_how}")
     for k in plan.knobs:
         print(f"trace: {k.trace}: {k.policy} miss ratio at device_buffer_size {k.device_buffer_size} "
               f"({k.device_buffer_size / sc.hisparse.top_k:g} x top_k): {k.miss_ratio:.1%} over all {k.trace_steps} "
@@ -673,30 +824,9 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
         for note in k.notes:
             print(f"  mapped: {note}")
     print()
-    df = pd.DataFrame(rows)
-    x = "rate_per_s" if (df["concurrency"] == 0).all() else "concurrency"
-    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
-                  and not (c == "usd_per_m_output_tokens" and df[c].isna().all())]
-    if "speculative" not in df:
-        df["speculative"] = "off"
-    if "residency" not in df:
-        df["residency"] = ""
-    if "prefetch" not in df:
-        df["prefetch"] = ""
-    if (df["residency"].fillna("").replace("", "swap") != "swap").any():
-        cols += [c for c in ("resident_share", "demotions") if c in df]
-    for (system, buf, ratio, spec, res, pf), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
-                                                                "speculative", "residency", "prefetch"],
-                                                               dropna=False, sort=False):
-        title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g}" + (
-            f", residency {res})" if res and res != "swap" else ")")
-        title += "" if spec == "off" else f", speculative {spec}"
-        title += f", IndexShare prefetch {pf}" if pf else ""
+    for title, table in _point_tables(rows):
         print(f"== {title}")
-        table = grp[cols].rename(columns=SHORT | {"resident_share": "resident", "demotions": "demoted"})
-        table["over"] = table["over"].map({True: "yes", False: ""})
-        table["found"] = grp["searched"].map({True: "search", False: ""}).values
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"))
+        print(table)
         print()
     print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
           "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "
@@ -769,8 +899,9 @@ def _print_recommendation(rec: dict, search: dict | None = None) -> None:
     if choice is None:
         print(f"recommendation: no configuration meets {target} while serving its load")
         return
+    band = f" +-{choice['band']:.0%}" if choice.get("band") is not None else ""
     print(f"recommendation ({target}): {_where(choice)}: "
-          f"{choice['steady_tok_s_deployment']:.0f} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
+          f"{choice['steady_tok_s_deployment']:.0f}{band} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
           f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s{_cost(choice)}"
           + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:

@@ -32,7 +32,8 @@ COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("pre
            ("concurrency", "conc", "d"), ("rate_per_s", "rate/s", "g"), ("steady_tok_s_deployment", "steady tok/s", ".1f"),
            ("steady_tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tpot_p99_ms", "TPOT p99 ms", ".1f"),
            ("ttft_p99_s", "TTFT p99 s", ".2f"), ("max_running_deployment", "max run", "d"),
-           ("overloaded", "over", "b"), ("searched", "found by search", "b"), ("usd_per_m_output_tokens", "$/M out", ".3f"))
+           ("overloaded", "over", "b"), ("searched", "found by search", "b"), ("usd_per_m_output_tokens", "$/M out", ".3f"),
+           ("band", "band +-", ".2f"), ("band_set", "band from", "s"), ("ttft_band", "TTFT band +-", ".2f"))
 
 
 def fmt(value: Any, spec: str) -> str:
@@ -122,6 +123,12 @@ def _scenario(report: dict) -> str:
             ("layout", f"{lay['gpus']} GPUs, {lay['instances']} instance(s), {lay['ranks']} scheduler(s), "
                        f"{lay['attention']} attention, {lay['mode']}, MoE {lay['moe']}")]
     rows += [("--set", o) for o in sc.get("overrides", [])]
+    if sc.get("trace"):
+        rows += [("trace", sc["trace"]["how"] or str(sc["trace"]["file"]))]
+    for system, b in (report.get("bands") or {}).items():
+        if b:
+            label = f"band {system.replace('_ttft', ' TTFT')}"
+            rows += [(label, f"+-{b['band']:.0%} (largest {b['max']:.0%}): {b['how']}")]
     rows += [("note", n) for n in sc.get("notes", [])]
     if report.get("prices"):
         rows += [("prices", json.dumps(report["prices"]))]
@@ -159,7 +166,9 @@ _SCRIPT = """
   function traces(key) {
     var out = Object.keys(groups).map(function (name) {
       var g = groups[name].slice().sort(function (a, b) { return x(a) - x(b); });
+      var banded = key !== 'ttft_p99_s';  // TTFT carries no band (no published TTFT)
       return {type: 'scatter', mode: 'lines+markers', name: name, x: g.map(x), y: g.map(function (r) { return r[key]; }),
+              error_y: {type: 'data', visible: banded, array: g.map(function (r) { return r.band === null ? 0 : r.band * r[key]; })},
               marker: {symbol: g.map(function (r) { return r.searched ? 'diamond' : 'circle'; }), size: 8},
               text: g.map(function (r) { return (r.searched ? 'found by search' : 'swept') + (r.overloaded ? ', overloaded' : ''); })};
     });

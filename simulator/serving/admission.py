@@ -74,6 +74,8 @@ import math
 from bisect import insort
 from dataclasses import dataclass
 from enum import Enum, auto
+from functools import cached_property
+from typing import NamedTuple
 
 from ..errors import HisparseError
 
@@ -106,19 +108,19 @@ class RatioSchedule:
             raise HisparseError(f"schedule_conservativeness = {self.conservativeness}: must be a number >= 0 "
                                 "(SGLang asserts 'Invalid schedule_conservativeness')")
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def effective_conservativeness(self) -> float:
         return self.conservativeness * (DP_ATTENTION_CONSERVATIVENESS if self.dp_attention else 1.0)
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def init(self) -> float:
         return min(INIT_NEW_TOKEN_RATIO * self.effective_conservativeness, 1.0)
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def min(self) -> float:
         return min(self.init * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
 
-    @property
+    @cached_property  # read at every decode step: computed once
     def decay(self) -> float:
         return (self.init - self.min) / NEW_TOKEN_RATIO_DECAY_STEPS
 
@@ -127,10 +129,10 @@ class RatioSchedule:
         return max(ratio - steps * self.decay, self.min)
 
 
-@dataclass(frozen=True)
-class Seq:
+class Seq(NamedTuple):
     """What the admission arithmetic reads of one request: ``max_new`` (max_new_tokens), ``out``
-    (len(output_ids)) and ``prompt`` (the origin input length)."""
+    (len(output_ids)) and ``prompt`` (the origin input length). A named tuple: the serving model
+    builds one per running request at every admission try."""
 
     max_new: int
     out: int
@@ -152,7 +154,7 @@ class PrefillBudget:
         self.ignore_eos = ignore_eos
         self.running = running
         self.rem_chunk = chunk_tokens
-        self.total_offset = float(sum(min(s.max_new - s.out, CLIP_MAX_NEW_TOKENS) * ratio for s in running))
+        self.total_offset = float(sum(min(m - o, CLIP_MAX_NEW_TOKENS) * ratio for m, o, _ in running))  # Seq fields
         self.cur_offset = 0
         self.admitted: list[Seq] = []
         self._states: list[tuple[float, int]] | None = None
@@ -204,8 +206,8 @@ class PrefillBudget:
             return 0, AddResult.NO_TOKEN
         entry = (float(seq.max_new - seq.out), seq.prompt + seq.out)
         if self._states is None:
-            self._states = sorted((float(s.max_new - s.out), s.prompt + s.out)
-                                  for s in [seq, *self.running, *self.admitted] if s.max_new - s.out > 0)
+            self._states = sorted((float(m - o), p + o)  # Seq fields: max_new, out, prompt
+                                  for m, o, p in [seq, *self.running, *self.admitted] if m - o > 0)
         elif entry[0] > 0:
             insort(self._states, entry)
         cur, freed, n = self.cur_rem - paged, 0, len(self._states)

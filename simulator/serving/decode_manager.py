@@ -78,10 +78,15 @@ class DecodeManager:
         hot buffer was set up (first admission, or again after a retraction: SGLang resets a
         retracted request's buffer and LRU). A context that fits the buffer takes SGLang's fast path."""
         first = r.generated - 1 - r.buffer_since  # decode steps since the buffer was set up
+        ctx0, dbs = r.input_tokens + r.generated, self.hs.device_buffer_size
+        if ctx0 + n - 1 <= dbs:  # every step on the fast path
+            return np.zeros(n)
         shares = self.profiles.shares_from(r.profile, first, n).astype(float)
         if self.pd and first == 0 and r.demotions == 0:
             shares[0] = 1.0  # the buffer starts empty: every entry of every layer misses
         if self.res is not None:
             shares = shares * self.res.miss_scale(r)  # resident pages are read in place
-        ctx = r.input_tokens + r.generated + np.arange(n)
-        return np.where(ctx <= self.hs.device_buffer_size, 0.0, shares)
+        if ctx0 > dbs:  # no step on the fast path
+            return shares
+        ctx = ctx0 + np.arange(n)
+        return np.where(ctx <= dbs, 0.0, shares)

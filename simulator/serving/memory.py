@@ -175,6 +175,16 @@ def legacy_cell_bytes(model: ModelSpec) -> int:
     return model.layers * elements * dtype_bytes + model.indexer_layers * model.indexer_row_bytes
 
 
+def host_ratio_hint(ratio: float, need: float, have: float) -> str:
+    """The fix for a host pool the node cannot pin: the host pool scales with the ratio, so the
+    largest whole ratio that fits is about ratio x have / need."""
+    fit = int(ratio * have / need) if need > 0 else 0
+    if fit >= 1:
+        return (f"; try --set hisparse.host_to_device_ratio={fit} (the pool scales with the ratio), or a "
+                "deployment with more host memory (host_bytes)")
+    return "; a deployment with more host memory (host_bytes) or fewer GPUs per node"
+
+
 def _page_floor(tokens: float, page: int) -> int:
     return int(tokens // page * page) if tokens > 0 else 0
 
@@ -233,7 +243,8 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
             raise HisparseError(
                 f"{where}: HiSparse host pools need {node_need / 1e9:.0f} GB of pinned memory per node "
                 f"({host_tokens} slots x {model.layers * model.kv_row_bytes} B per GPU, host_to_device_ratio "
-                f"{ratio:g}) but the node has {dep.host_bytes / 1e9:.0f} GB less 10 GiB that SGLang keeps free")
+                f"{ratio:g}) but the node has {dep.host_bytes / 1e9:.0f} GB less 10 GiB that SGLang keeps free"
+                + host_ratio_hint(ratio, node_need, dep.host_bytes - HOST_KEEP_FREE))
     if model.context_length:  # SGLang's context_len: the model's max_position_embeddings by default
         estimated = min(max(int(tokens / model.context_length * 512), 2048), 4096)
     else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,18 +40,39 @@ class MissProfiles:
     trace_k: int = 0
     trace_buffer: int = 0
     context_tokens: int = 0  # the trace's context at its first step (mean over requests)
+    # per profile, its shares unrolled over the cyclic mapping (``_unrolled``): the serving model
+    # reads a slice of it every decode block instead of recomputing the index map
+    _unrolled_cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def share(self, profile: int, step: int) -> float:
+        f = self.shares[profile % len(self.shares)]
+        size = len(f)
+        if 0 <= step < size:
+            return float(f[step])
         return float(self.shares_from(profile, step, 1)[0])
 
-    def shares_from(self, profile: int, first: int, n: int) -> np.ndarray:
-        """share(profile, first + i) for i in range(n), vectorised."""
-        f = self.shares[profile % len(self.shares)]
+    @staticmethod
+    def _cyclic(f: np.ndarray, first: int, n: int) -> np.ndarray:
         size = len(f)
         idx = np.arange(first, first + n)
         half = size // 2
         idx = np.where(idx < size, idx, half + (idx - half) % max(size - half, 1))
         return f[idx]
+
+    def _unrolled(self, profile: int, length: int) -> np.ndarray:
+        """The profile's shares at steps 0 .. >= length - 1 (grown by doubling, cached)."""
+        key = profile % len(self.shares)
+        u = self._unrolled_cache.get(key)
+        if u is None or len(u) < length:
+            u = self._cyclic(self.shares[key], 0, max(length, 2 * (len(u) if u is not None else 0), 1024))
+            self._unrolled_cache[key] = u
+        return u
+
+    def shares_from(self, profile: int, first: int, n: int) -> np.ndarray:
+        """share(profile, first + i) for i in range(n), vectorised (a fresh array)."""
+        if first < 0:
+            return self._cyclic(self.shares[profile % len(self.shares)], first, n)
+        return self._unrolled(profile, first + n)[first:first + n].copy()
 
     @property
     def steps(self) -> int:
@@ -64,9 +85,9 @@ class MissProfiles:
     def steady_from(self) -> int:
         """The first steady-state step: the warm-up ``hisparse trace compare`` leaves out (``Shape.warmup``),
         kept to at least two steps of a short trace."""
-        from ..analysis.targets import Shape
+        from ..analysis import STEADY_WARMUP_STEPS  # targets.Shape.warmup, without numba's import
 
-        return max(0, min(Shape.warmup, self.steps - 2))
+        return max(0, min(STEADY_WARMUP_STEPS, self.steps - 2))
 
     def mapping_notes(self, *, top_k: int, buffer: int, output_tokens: int, input_tokens: int) -> list[str]:
         """How this trace stands in for the workload (the plan prints these)."""

@@ -132,8 +132,9 @@ class InstanceSim:
         self.queue_at_last_arrival = 0
         self._rid = 0
         self._next_rank = 0
-        # the prefill side: one server per scheduler (a prefill instance's DP ranks prefill in parallel)
-        self.prefill_rate = prefill_tok_s(scenario) / d.ranks if self.pd else 0.0
+        # the prefill side: one server per scheduler (a prefill instance's DP ranks prefill in parallel);
+        # seconds per input token with 1..ranks of them busy (prefill_seconds_per_token)
+        self.prefill_s_per_token = prefill_seconds_per_token(scenario) if self.pd else ()
         self.prefill_side = simpy.Resource(self.env, capacity=d.ranks_per_instance) if self.pd else None
         self.transfers: list[tuple[float, float]] = []  # pd-decode: (whole, exposed) KV transfer seconds per request
 
@@ -210,15 +211,19 @@ class InstanceSim:
         return r
 
     def _arrive(self, r: Request):
-        """Into a scheduler's queue, round robin: at once (colocated), or after the prefill side (pd-decode)."""
+        """Into a scheduler's queue, round robin: at once (colocated), or after the prefill side
+        (pd-decode; its first token is made there but reaches the client only when the decode side
+        admits the request, ``DecodePreallocQueue.admit``)."""
         if self.pd:
+            prefill_s = 0.0
             if self.prefill_side is not None:
                 with self.prefill_side.request() as slot:
                     yield slot
-                    yield self.env.timeout(r.input_tokens / self.prefill_rate)
-            yield from self._transfer(r)
+                    busy = self.prefill_side.count  # prompts prefilling now, this one included
+                    prefill_s = r.input_tokens * self.prefill_s_per_token[busy - 1]
+                    yield self.env.timeout(prefill_s)
+            yield from self._transfer(r, prefill_s)
             r.prefilled = r.input_tokens
-            r.first_token = self.env.now
             r.generated = 1
         self.last_arrival = self.env.now
         rank = self.ranks[self._next_rank % len(self.ranks)]
@@ -230,13 +235,12 @@ class InstanceSim:
         if not self.wake.triggered:
             self.wake.succeed()
 
-    def _transfer(self, r: Request):
+    def _transfer(self, r: Request, prefill_s: float):
         """pd-decode across nodes: the request's KV over RDMA to the decode host, what of it the prefill
         did not hide (``cluster.kv_transfer``; none without a cluster or with kv_transfer = "none")."""
         cl = self.sc.cluster
         if cl is None or self.d.kv_transfer.value == "none":
             return
-        prefill_s = r.input_tokens / self.prefill_rate if self.prefill_rate > 0 else 0.0
         host = self.sc.gpu.link_bw if self.hs is not None else None  # HiSparse: straight into pinned host memory
         t = kv_transfer(self.m, r.input_tokens, prefill_s, self.d.kv_transfer, cl, host)
         self.transfers.append((t.total_s, t.exposed_s))
@@ -638,6 +642,32 @@ class InstanceSim:
 
 
 RankSim = InstanceSim  # the name issue 13 gave it (it simulated one representative rank then)
+
+
+def prefill_seconds_per_token(scenario: Scenario) -> tuple[float, ...]:
+    """Seconds per input token of one prompt on the prefill side while ``m`` prompts prefill at once
+    (index ``m - 1``, m = 1..ranks per instance): a given ``prefill_tok_s`` is the deployment's rate
+    shared by its ranks; a derived one prices the workload's prompt, chunk by chunk, on a prefill
+    instance of this layout with ``m`` ranks prefilling and the others idle (DP attention: a prompt
+    runs on one rank; the MoE and collectives cover the tokens of every busy rank). The count is
+    taken when a prompt starts (a prompt started alone keeps its solo pace)."""
+    d = scenario.deployment
+    ranks = d.ranks_per_instance
+    if d.prefill_tok_s > 0:
+        return tuple(d.ranks / d.prefill_tok_s for _ in range(ranks))
+    side = d.prefill_gpus / d.gpus if d.prefill_gpus else 1.0  # a prefill side of another size (prefill_tok_s's rule)
+    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms, cluster=scenario.cluster)
+    n_in = scenario.workload.input_tokens
+    out = []
+    for m in range(1, ranks + 1):
+        t, done = 0.0, 0
+        while done < n_in:
+            n = min(d.prefill_chunk_tokens, n_in - done)
+            works = tuple(RankWork(chunks=((n, done),)) if i < m else RankWork() for i in range(ranks))
+            t += float(cost.pass_time(Pass(works)).total_s[0])
+            done += n
+        out.append(t / n_in / side)
+    return tuple(out)
 
 
 def prefill_tok_s(scenario: Scenario) -> float:

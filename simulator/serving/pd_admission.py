@@ -76,7 +76,10 @@ class DecodePreallocQueue:
             if not k.pool.fits(*self.slots(r)):  # the prompt's pages themselves (page rounding)
                 break
             k.waiting.remove(r)
-            r.admitted = self.clock()
+            # the first token (made by the prefill side) reaches the client now: SGLang's decode server
+            # streams it once the request is pre-allocated and its KV received (bench_serving's TTFT);
+            # the wait before this is TTFT, never decode time (TPOT counts from here)
+            r.admitted = r.first_token = self.clock()
             self.take(k, r)
         k.pool.note_peaks()
         return copy_s

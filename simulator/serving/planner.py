@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import HisparseError
 from .memory import plan_memory
 from .misses import MissProfiles, scenario_profiles, speculative_policy
-from .model import RunResult, System, simulate
+from .model import RunResult, System
+from .prefetch import simulate  # model.simulate, or a point prefetch.prefetch simulated ahead
 from .scenario import Scenario, load_scenario
 from .slo import (
     DEFAULT_SLO_TPOT_MS,
@@ -34,7 +35,7 @@ class PlanInputs:
     gpu: str | None = None  # default: the deployment's GPU
     deployment: str = "8xh200-colocated-dp8"
     workload: str = "32k-in-8k-out"
-    hisparse: str = "blog-8xh200"
+    hisparse: str | None = None  # default: the deployment's hisparse key, else blog-8xh200
     calibration: str = "auto"  # the calibration the GPU file names, else uncalibrated
     trace: str | None = None  # default: misses.DEFAULT_TRACE
     concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -70,9 +71,15 @@ class PlanInputs:
                 raise HisparseError(f"--residency {name}: unknown (residency policies: {', '.join(RESIDENCY_POLICIES)})")
 
     def scenario(self) -> Scenario:
-        return load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
-                             hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
-                             overrides=self.overrides, speculative=self.speculative)
+        """The scenario, its trace chosen for the model and workload (``trace_choice``: the model's
+        fitted generator preset at the workload's context, unless ``--trace`` names one)."""
+        from .trace_choice import choose_trace
+
+        sc = load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
+                           hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
+                           overrides=self.overrides, speculative=self.speculative)
+        choice = choose_trace(sc.model, sc.workload, self.trace)
+        return sc.replace(trace=choice.trace, trace_how=choice.how)
 
 
 @dataclass(frozen=True)

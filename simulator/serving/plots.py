@@ -35,8 +35,13 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike | None = None, rec
             label += f", {int(nodes)} node(s)"
         label += "" if sp == "off" else f", {sp}"
         label += f", prefetch {pf}" if pf else ""  # --compare-prefetch: IndexShare prefetch on / off
-        ax1.plot(grp[x], grp["steady_tok_s_deployment"], marker="o", ms=3, label=label)
-        ax2.plot(grp[x], grp["tpot_p99_ms"], marker="o", ms=3, label=label)
+        line, = ax1.plot(grp[x], grp["steady_tok_s_deployment"], marker="o", ms=3, label=label)
+        ax2.plot(grp[x], grp["tpot_p99_ms"], marker="o", ms=3, label=label, color=line.get_color())
+        if "band" in grp and grp["band"].notna().all():  # the validation error band (serving.bands)
+            g = grp.sort_values(x)
+            for ax, key in ((ax1, "steady_tok_s_deployment"), (ax2, "tpot_p99_ms")):
+                ax.fill_between(g[x], g[key] * (1 - g["band"]), g[key] * (1 + g["band"]), color=line.get_color(),
+                                alpha=0.12, lw=0)
     rec = recommendation or {}
     if rec.get("slo_tpot_ms"):
         ax2.axhline(rec["slo_tpot_ms"], color="grey", ls="--", lw=1, label=f"TPOT target {rec['slo_tpot_ms']:g} ms")
@@ -112,4 +117,43 @@ def plot_validation(rows: list[dict], path: str | os.PathLike | None = None, ban
     errs = ran["error"].abs()
     told = f"median |error| {errs.median():.0%}, max {errs.max():.0%}" if len(ran) else "no prediction"
     fig.suptitle(f"Published runs: {told} over {len(ran)} of {len(df)} points (nothing fitted to them)")
+    return finish(fig, path)
+
+
+def plot_frontier(report: dict, path: str | os.PathLike | None = None):
+    """``hisparse plan --search``: every simulated point's tok/s/GPU against tok/s/user (one colour
+    per configuration's system), the Pareto frontier as a line, the TPOT target as a vertical line
+    (1000 / TPOT ms tok/s/user) and the best configuration starred."""
+    plt = pyplot()
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    pts = pd.DataFrame(report["points"])
+    ttft = report["targets"]["slo_ttft_s"]
+    if len(pts):
+        pts = pts[pts["tok_s_per_user"] > 0]
+        within = pts["ttft_p99_s"] <= ttft if ttft else pts["ttft_p99_s"] == pts["ttft_p99_s"]
+        for system, marker in (("baseline", "s"), ("hisparse", "o")):
+            g = pts[(pts["system"] == system) & within]
+            ax.scatter(g["tok_s_per_user"], g["steady_tok_s_per_gpu"], s=14, marker=marker, alpha=0.5, label=system)
+            g = pts[(pts["system"] == system) & ~within]
+            ax.scatter(g["tok_s_per_user"], g["steady_tok_s_per_gpu"], s=10, marker=marker, alpha=0.2, color="grey",
+                       label=f"{system}, past the TTFT target" if len(g) else None)
+    fr = pd.DataFrame(report["frontier"])
+    if len(fr):
+        ax.plot(fr["tok_s_per_user"], fr["tok_s_per_gpu"], color="black", lw=1.5, drawstyle="steps-post",
+                label="Pareto frontier")
+        if "band" in fr and fr["band"].notna().all():  # each frontier point's validation band (serving.bands)
+            ax.errorbar(fr["tok_s_per_user"], fr["tok_s_per_gpu"], yerr=fr["band"] * fr["tok_s_per_gpu"], fmt="none",
+                        ecolor="black", elinewidth=0.8, capsize=2, label="validation band")
+    tpot = report["targets"]["slo_tpot_ms"]
+    ax.axvline(1e3 / tpot, color="#c00", ls="--", lw=1, label=f"TPOT target {tpot:g} ms")
+    best = report.get("best")
+    if best:
+        ax.plot([best["tok_s_per_user"]], [best["tok_s_per_gpu"]], marker="*", ms=16, color="#e0a000",
+                markeredgecolor="black", ls="none", label="best under the targets")
+    ax.set_xlabel("output tokens/s per user (1000 / TPOT mean ms)")
+    ax.set_ylabel("output tokens/s per GPU (steady)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Configuration search: throughput per GPU against per user")
     return finish(fig, path)

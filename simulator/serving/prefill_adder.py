@@ -53,6 +53,8 @@ class PrefillAdder:
             # get_next_batch_to_run under HiSparse skips the last_batch merge (collect_ready_reqs moves
             # staged requests to the running batch) and resets batch_is_full every round
             k.batch_is_full = False
+        if not k.prefilling and (k.batch_is_full or not k.waiting):
+            return []  # nothing to place this round (the budget below would go unread)
         budget = self._budget(k.pool.available(), [r.seq for r in k.running], k.ratio)
         batch: list[tuple[Request, int]] = []
         for r in k.prefilling:
@@ -86,13 +88,16 @@ class PrefillAdder:
         if not k.waiting or k.prefilling or len(k.running) >= self.plan.max_running:
             return None
         r = k.waiting[0]
-        firsts = [q.input_tokens + q.generated - 1 for q in k.running]
+        page = self.page
+        firsts = [(q.input_tokens + q.generated - 1, ceil_page(q.input_tokens + q.generated - 1, page))
+                  for q in k.running]  # (filled, its pages): pages_opened without recomputing the second
+        grown = [(q.output_tokens, q.generated, q.input_tokens) for q in k.running]
 
         def admits(steps: int) -> bool:
-            opened = sum(k.pool.pages_opened(f, steps) for f in firsts)
+            opened = sum(-(-(f + steps) // page) * page - held for f, held in firsts)
             extra = k.pool.reclaimable() if k.pool.reclaimable is not None else 0  # dynamic residency
             available = min(k.pool.free_device + extra, k.pool.free_host - opened)
-            running = [Seq(q.output_tokens, q.generated + steps, q.input_tokens) for q in k.running]
+            running = [Seq(m, g + steps, p) for m, g, p in grown]
             budget = self._budget(available, running, self.ratios.after_steps(k.ratio, steps))
             return budget.add_new(r.seq, r.target)[0] > 0
 

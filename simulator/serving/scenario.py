@@ -19,6 +19,7 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from ..costmodel.collectives import COMM_META
@@ -44,6 +45,7 @@ class Scenario:
     terms: GpuTerms | None = None  # the measured step terms (None: the H200's scaled to ``gpu``)
     overrides: tuple[str, ...] = ()  # the --set options applied, as given
     speculative: SpeculativeSpec | None = None  # speculative decoding (--speculative), or None
+    trace_how: str = ""  # how the trace was chosen for this model and workload (trace_choice.choose_trace)
     cluster: ClusterSpec | None = None  # the deployment's cluster preset (serving/cluster.py), None: one node
 
     def __post_init__(self) -> None:
@@ -173,10 +175,11 @@ def _apply(spec, overrides: Sequence[Override], kind: str, notes: list[str], cal
 
 
 def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deployment: str = "8xh200-colocated-dp8",
-                  workload: str = "32k-in-8k-out", hisparse: str = "blog-8xh200", calibration: str = "auto",
+                  workload: str = "32k-in-8k-out", hisparse: str | None = None, calibration: str = "auto",
                   trace: str | None = None, overrides: Sequence[Override | str] = (),
                   speculative: SpeculativeSpec | None = None) -> Scenario:
-    """Load every input and combine them. ``gpu`` None: the deployment's GPU. ``overrides``
+    """Load every input and combine them. ``gpu`` None: the deployment's GPU; ``hisparse`` None: the
+    deployment's ``hisparse`` key, else ``DEFAULT_HISPARSE`` (the blog's 8xH200 config). ``overrides``
     (``--set``) apply after the calibration; a deployment's ``gpu`` and a GPU's ``calibration``
     before they are read."""
     ovs = parse_overrides([o for o in overrides if isinstance(o, str)]) + tuple(o for o in overrides
@@ -211,13 +214,20 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
                          "them (--calibration none scales the H200's terms by the GPU's figures)")
     model_spec = _apply(P.load("models", model), ovs, "model", set_notes)
     workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
-    if hisparse == DEFAULT_HISPARSE and model_spec.top_k != P.load("hisparse", hisparse).top_k \
-            and model_spec.name in P.preset_names("hisparse"):
-        # the default config is GLM's (top_k 2048): a model with another index_topk takes its own preset
+    implicit = hisparse is None or hisparse == DEFAULT_HISPARSE  # not chosen by the user: may follow the model
+    if hisparse is None and dep.hisparse:
+        try:
+            hs_file = P.load("hisparse", dep.hisparse)
+        except HisparseError as exc:
+            raise HisparseError(f"{dep.where}: hisparse = {dep.hisparse!r}: {exc}") from None
+    else:
+        hs_file = P.load("hisparse", hisparse or DEFAULT_HISPARSE)
+    if implicit and model_spec.top_k != hs_file.top_k and model_spec.name in P.preset_names("hisparse"):
+        # the shipped configs are GLM's (top_k 2048): a model with another index_topk takes its own preset
         notes.append(f"--hisparse-config: {model_spec.name}'s preset (top_k {model_spec.top_k}), not "
-                     f"{DEFAULT_HISPARSE}'s (top_k 2048)")
-        hisparse = model_spec.name
-    hisparse_spec = _apply(P.load("hisparse", hisparse), ovs, "hisparse", set_notes)
+                     f"{Path(hs_file.where).stem}'s (top_k {hs_file.top_k})")
+        hs_file = P.load("hisparse", model_spec.name)
+    hisparse_spec = _apply(hs_file, ovs, "hisparse", set_notes)
     cluster_spec = None
     if dep.cluster:
         try:
@@ -230,7 +240,7 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
                     terms=terms, overrides=tuple(o.option for o in ovs), speculative=speculative)
 
 
-DEFAULT_HISPARSE = "blog-8xh200"
+DEFAULT_HISPARSE = "blog-8xh200"  # the blog's 8xH200 colocated --hisparse-config
 _STEP_TERM_INPUTS = ("hbm_bw", "bf16_flops", "datasheet_hbm_bw", "datasheet_bf16_flops")
 
 

@@ -228,6 +228,9 @@ class ModelSpec(Spec):
     kv_row_bytes: int = num(ge=1, help="bytes of one token's MLA KV row per layer (1152 bf16, 656 FP8)")
     indexer_row_bytes: int = num(ge=0, help="bytes of one token's indexer key per layer (132)")
     context_length: int = num(ge=0, default=0, help="max_position_embeddings; 0: unknown")
+    # the trace generator's preset fitted to this model's published top-k statistics (traces/presets/,
+    # hisparse trace gen --preset): hisparse plan generates its trace from it at the workload's context
+    trace_preset: str = ""
     weight_bytes_per_param: float = num(gt=0, default=FP8_BLOCK_SCALE,
                                         help="checkpoint bytes per parameter (FP8 e4m3 + one fp32 scale per 128x128 block)")
     embedding_bytes_per_param: float = num(gt=0, default=2.0)  # embed and lm_head stay bf16 in FP8 checkpoints
@@ -552,13 +555,17 @@ class DeploymentSpec(Spec):
     max_total_tokens: int = num(ge=0, default=0, help="SGLang --max-total-tokens per KV pool; 0: derived")
     max_running_requests: int = num(ge=0, default=0, help="SGLang --max-running-requests (whole server); 0: derived")
     prefill_tok_s: float = num(ge=0, default=0.0,
-                               help="pd-decode: input tokens/s the prefill side delivers; 0: unlimited")
+                               help="pd-decode: input tokens/s the prefill side delivers; 0: derived from the cost "
+                                    "model (a prefill instance of the same GPUs and layout)")
     page_size: int = num(ge=1, default=64, help="KV pool page size (SGLang's DSA backends use 64)")
     schedule_conservativeness: float = num(
         ge=0, default=1.0, help="SGLang --schedule-conservativeness (default 1.0; x0.3 under DP attention, "
         "server_args._handle_data_parallelism): scales new_token_ratio, the share of each running request's "
         "remaining output the scheduler reserves (admission.py)")
     pool_profile: PoolProfile = PoolProfile.SINCE_31992  # SGLang's memory profiler release: see PoolProfile
+    # the --hisparse-config preset this deployment was published with ("": the blog's 8xH200 one),
+    # what hisparse plan pairs with it when --hisparse-config is not given
+    hisparse: str = ""
     # the cluster preset (simulator/presets/clusters/) the GPUs sit in: nodes, GPUs per node, the NIC; needed
     # when an instance spans nodes (wide EP, DP attention across nodes). "": one node's fabric only
     cluster: str = ""

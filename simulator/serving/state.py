@@ -43,7 +43,7 @@ class Request:
     @property
     def seq(self) -> Seq:
         """The request as SGLang's admission arithmetic sees it."""
-        return Seq(max_new=self.output_tokens, out=self.generated, prompt=self.input_tokens)
+        return Seq(self.output_tokens, self.generated, self.input_tokens)  # max_new, out, prompt
 
     @property
     def context(self) -> int:

@@ -49,7 +49,7 @@ def plan_inputs(p: dict[str, Any]):
                                           "trace", "slo_tpot_ms", "slo_ttft_s", "seed") if k in p},
                      concurrency=(p.get("concurrency", 64),), rates=(p["rate"],) if "rate" in p else ())
     if "device_buffer_size" in p or "host_to_device_ratio" in p:
-        hs = P.load("hisparse", inp.hisparse)
+        hs = inp.scenario().hisparse if inp.hisparse is None else P.load("hisparse", inp.hisparse)
         inp = dataclasses.replace(inp, buffers=(p.get("device_buffer_size", hs.device_buffer_size),),
                                   host_ratios=(p.get("host_to_device_ratio", hs.host_to_device_ratio),))
     return inp

@@ -1,0 +1,78 @@
+"""The plan's points simulated ahead on forked workers (serving/prefetch.py) give the serial run's
+numbers bit for bit, and a prefetched result is never served to a different point."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from simulator.cli import main
+from simulator.serving import prefetch
+from simulator.serving.misses import MissProfiles
+from simulator.serving.planner import PlanInputs, prepare, run_plan_full, search_plan
+
+
+def _plan_json(capsys, monkeypatch, jobs: str, *extra: str) -> dict:
+    monkeypatch.setenv("HISPARSE_JOBS", jobs)
+    assert main(["plan", "--concurrency", "1,2", "--json", "--quiet", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_on_two_workers_equals_the_serial_plan(capsys, monkeypatch):
+    serial = _plan_json(capsys, monkeypatch, "1", "--no-search", "--sweep-buffer", "2048,4096")
+    parallel = _plan_json(capsys, monkeypatch, "2", "--no-search", "--sweep-buffer", "2048,4096")
+    assert parallel == serial
+    assert not prefetch._results  # forgotten once the command is done
+
+
+@pytest.mark.slow
+def test_prefetch_and_search_prefetch_serve_every_point(monkeypatch):
+    """Every swept and searched point comes from the workers; the plan equals the serial one."""
+    inp = PlanInputs(concurrency=(2, 32))
+    sc = inp.scenario()
+    prep = prepare(inp, sc)
+    serial = search_plan(run_plan_full(inp, prepared=prep), inp)
+    calls = []
+    real = prefetch.model.simulate
+    try:
+        assert prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), jobs=2) == 4
+        plan = run_plan_full(inp, prepared=prep)
+        found = prefetch.prefetch_search(lambda: search_plan(plan, inp), jobs=2)
+        assert found == len(serial.results) - 4 > 0
+        monkeypatch.setattr(prefetch.model, "simulate", lambda *a, **k: calls.append(a) or real(*a, **k))
+        plan = search_plan(plan, inp)
+    finally:
+        prefetch.forget()
+    assert calls == []  # the parent simulated nothing itself
+    assert [dataclasses.asdict(r) for r, *_ in plan.results] == [dataclasses.asdict(r) for r, *_ in serial.results]
+
+
+def test_point_key_tells_every_input_apart():
+    sc = PlanInputs().scenario()
+    prof = MissProfiles((np.array([0.1, 0.2]),), "t")
+    base = prefetch.point_key(sc, "hisparse", concurrency=4, profiles=prof)
+    assert base == prefetch.point_key(PlanInputs().scenario(), "hisparse", concurrency=4,
+                                      profiles=MissProfiles((np.array([0.1, 0.2]),), "t"))
+    others = [prefetch.point_key(sc, "baseline", concurrency=4, profiles=prof),
+              prefetch.point_key(sc, "hisparse", concurrency=5, profiles=prof),
+              prefetch.point_key(sc, "hisparse", rate_per_s=4.0, profiles=prof),
+              prefetch.point_key(sc, "hisparse", concurrency=4, profiles=prof, seed=1),
+              prefetch.point_key(sc, "hisparse", concurrency=4, profiles=MissProfiles((np.array([0.1, 0.25]),), "t")),
+              prefetch.point_key(sc.replace(hisparse=dataclasses.replace(sc.hisparse, device_buffer_size=6144)),
+                                 "hisparse", concurrency=4, profiles=prof)]
+    assert len({base, *others}) == 1 + len(others)
+
+
+def test_one_job_prefetches_nothing(monkeypatch):
+    monkeypatch.setenv("HISPARSE_JOBS", "1")
+    assert prefetch.prefetch(lambda: pytest.fail("no dry run with one job")) == 0
+
+
+def test_hisparse_jobs_must_be_a_number(monkeypatch, capsys):
+    monkeypatch.setenv("HISPARSE_JOBS", "two")
+    assert main(["plan", "--concurrency", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "HISPARSE_JOBS" in err and "Traceback" not in err
