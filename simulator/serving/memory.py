@@ -35,7 +35,6 @@ request fits at all.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from ..errors import HisparseError
@@ -90,7 +89,7 @@ def nextn_weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     "Use shared head and embed weights from target model", ``deepseek_weight_loader``). Its KV layer
     (one more MLA + indexer row per token) is not here."""
     m = model
-    one = dataclasses.replace(m, layers=1, dense_layers=0)
+    one = m.draft_model(1)
     no_embed = weights_per_gpu(one, dep) - m.embedding_params * m.embedding_bytes_per_param * (
         (1 if dep.attention == Attention.DP else 1 / dep.tp) + 1 / dep.tp)
     return no_embed + 2 * m.hidden_size * m.hidden_size * 2
@@ -101,10 +100,12 @@ def speculative_memory(model: ModelSpec, dep: DeploymentSpec, spec, pool_tokens:
     ``model_runner.py``): the draft layer's weights (``nextn_weights_per_gpu``) and the draft
     worker's KV pool, sized ``pool + max_num_reqs x (num_steps x topk + num_draft_tokens) + 100``
     slots (the target's pool gets the same headroom) of one MLA row and one indexer row per draft
-    layer. Under HiSparse ``pool_tokens`` is the logical pool: the draft KV stays in its logical GPU
+    layer (DeepSeek-V4's SWA-only MTP layer: one row, no indexer row; an upper bound, its SWA pool is
+    smaller). Under HiSparse ``pool_tokens`` is the logical pool: the draft KV stays in its logical GPU
     space (PR #37771). Activations and the draft's CUDA graphs are not counted."""
     headroom = max_running * (spec.num_steps * spec.eagle_topk + spec.num_draft_tokens) + 100
-    draft_kv = (pool_tokens + headroom) * spec.draft_layers * (model.kv_row_bytes + model.indexer_row_bytes)
+    draft = model.draft_model(spec.draft_layers)  # DeepSeek-V4: SWA rows only, no indexer row
+    draft_kv = (pool_tokens + headroom) * (draft.kv_bytes_per_token() + draft.indexer_bytes_per_token())
     target_headroom = headroom * (model.kv_bytes_per_token() + model.indexer_bytes_per_token())
     return nextn_weights_per_gpu(model, dep) * spec.draft_layers + draft_kv + target_headroom
 
