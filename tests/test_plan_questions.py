@@ -5,6 +5,7 @@ scenario's), not the default reprinted."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,24 @@ def test_every_prediction_carries_a_band(capsys):
     assert "same model family, GPU, deployment kind, system" in b["hisparse"]["how"]
     pd = _plan(capsys, "--concurrency", "4", "--deployment", "2xh20-pd-decode")["bands"]["hisparse"]
     assert "GPU" in pd["differs"] and "deployment kind" in pd["differs"]  # no published H20 PD set: said so
+
+
+def test_one_infeasible_piece_does_not_stop_the_plan(capsys):
+    """'128K prompts': a colocated HiSparse pool cannot prefill one (its device slots), the baseline's
+    can: the plan runs the baseline, and names what HiSparse lacks with its fix; nothing fits at all
+    is one error naming each system."""
+    from simulator.errors import HisparseError
+    from simulator.serving.planner import PlanInputs, prepare
+
+    prep = prepare(PlanInputs(concurrency=(1,), overrides=("workload.input_tokens=131072",)))
+    assert prep.baseline and prep.knob_sets == ()
+    (who, why), = prep.cannot_run
+    assert who.startswith("hisparse") and "131072" in why and "fix: a lower host_to_device_ratio" in why
+    with pytest.raises(HisparseError, match="no system can run this workload: baseline: .*; hisparse"):
+        prepare(PlanInputs(concurrency=(1,), overrides=("workload.input_tokens=163840",)))
+    trace = str(Path(__file__).resolve().parents[1] / "traces" / "glm51-longbench.hst")  # no trace generation
+    assert main(["plan", "--concurrency", "1", "--no-search", "--set", "workload.input_tokens=131072", "--trace", trace,
+                 "--json", "--quiet"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert {r["system"] for r in rep["rows"]} == {"baseline"}
+    assert rep["cannot_run"][0]["system"].startswith("hisparse")

@@ -15,7 +15,7 @@ from simulator.costmodel.collectives import DEEPEP_LOW_LATENCY, deepep_time_s, e
 from simulator.costmodel.passes import CostModel, dispatch_row_bytes
 from simulator.serving import presets as P
 from simulator.serving.cluster import deployment_for_nodes, kv_transfer, node_overrides
-from simulator.serving.misses import miss_profiles
+from simulator.serving.misses import miss_profiles, scenario_profiles
 from simulator.serving.model import InstanceSim, System
 from simulator.serving.pool import RankPool
 from simulator.serving.residency import RESIDENCY_POLICIES, ResidencyManager
@@ -306,8 +306,13 @@ def test_a_request_placed_again_starts_in_swap_mode_unless_it_fits():
 @pytest.mark.parametrize("deployment", P.preset_names("deployments"))
 def test_dynamic_residency_runs_on_every_shipped_deployment(deployment, profiles):
     hs = "wide-ep-h200" if "wide-ep" in deployment else "blog-8xh200"
+    model = "glm-5.1-fp8"
+    for dsv4 in ("deepseek-v4-flash", "deepseek-v4-pro"):  # the DeepSeek-V4 recipes' deployments: their own model
+        if dsv4.replace("deepseek-v4", "dsv4") in deployment:
+            model = hs = dsv4
     for res in ("sglang-dynamic", "vllm-spill"):
-        sc = load_scenario(deployment=deployment, hisparse=hs, overrides=[
+        sc = load_scenario(model=model, deployment=deployment, hisparse=hs, overrides=[
             f"hisparse.residency={res}", "workload.requests_per_client=1", "workload.output_tokens=128"])
-        r = InstanceSim(sc, System.HISPARSE, concurrency=8, profiles=profiles).run()
+        own = profiles if model == "glm-5.1-fp8" else scenario_profiles(sc, sc.hisparse, "prefix")
+        r = InstanceSim(sc, System.HISPARSE, concurrency=8, profiles=own).run()
         assert r.residency == res and 0.0 <= r.resident_share <= 1.0 and r.requests == 8

@@ -98,6 +98,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare-speculative", action="store_true", default=None,
                    help="what-if: also plan without speculative decoding and say whether it pays off at each load "
                         "(table, plot, recommendation)")
+    p.add_argument("--compare-prefetch", action="store_true", default=None,
+                   help="what-if: also plan HiSparse with the IndexShare prefetch off (--set hisparse.prefetch=false, "
+                        "SGLANG_DISABLE_HISPARSE_PREFETCH=1) and say how much it hides at each load (table, plot, "
+                        "report, JSON prefetch_whatif); an IndexShare model (glm-5.2-fp8)")
     p.add_argument("--concurrency", type=comma_list(positive_int), default=None,
                    help="comma-separated concurrencies (default 1,2,4,...,256)")
     p.add_argument("--rate", type=comma_list(positive_float), default=None,
@@ -237,7 +241,7 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("price_host_gb_month", "--price-host-gb-month", None), ("prices", "--prices", None),
              ("speculative", "--speculative", None), ("accept_len", "--accept-len", None),
              ("accept_method", "--accept-method", None), ("accept_probs", "--accept-probs", None),
-             ("compare_speculative", "--compare-speculative", False),
+             ("compare_speculative", "--compare-speculative", False), ("compare_prefetch", "--compare-prefetch", False),
              ("residency", "--residency", []), ("nodes", "--nodes", []), ("node_layout", "--node-layout", "auto"),
              ("cluster", "--cluster", None))
 
@@ -290,7 +294,11 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
         return run_search_cmd(args, inp.scenario())
     if args.nodes:
+        if args.compare_prefetch:
+            raise HisparseError("--compare-prefetch and --nodes: give one what-if at a time")
         return _run_nodes(args, inp, prices)
+    if args.compare_prefetch and args.compare_speculative:
+        raise HisparseError("--compare-prefetch and --compare-speculative: give one what-if at a time")
     if args.node_layout != "auto" or args.cluster:
         raise HisparseError("--node-layout and --cluster belong to --nodes")
     sc = inp.scenario()
@@ -298,6 +306,14 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
                             f"{sc.workload.rate_per_s:g}); give --rate to sweep arrival rates, or a closed-loop "
                             "workload")
+    if args.compare_prefetch:
+        import dataclasses
+
+        from ..serving import prefetch_whatif
+
+        prefetch_whatif.check(sc)
+        inp_nopf = dataclasses.replace(inp, overrides=inp.overrides + (prefetch_whatif.OFF_OVERRIDE,))
+        prep_nopf = prepare(inp_nopf, inp_nopf.scenario())
     prep = prepare(inp, sc)  # every check before the first simulated point
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
@@ -319,11 +335,18 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         if not args.no_search:
             plan_off = search_plan(plan_off, inp_off, on_point=None)
         rows = rows + plan_off.rows()
+    if args.compare_prefetch:  # the what-if: the same HiSparse plan with the prefetch off (the baseline once)
+        plan_nopf = run_plan_full(inp_nopf, prepared=prep_nopf)
+        if not args.no_search:
+            plan_nopf = search_plan(plan_nopf, inp_nopf, on_point=None)
+        rows = prefetch_whatif.tag(rows, prefetch_whatif.ON) + [
+            r for r in prefetch_whatif.tag(plan_nopf.rows(), prefetch_whatif.OFF) if r["system"] != "baseline"]
     from ..serving.prices import add_costs
 
     add_costs(rows, sc, prices)
     bands = _add_bands(rows, sc)
-    rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
+    # the recommendation is the plan as given: a prefetch-off row is the what-if's, not a launch to name
+    rec = recommend([r for r in rows if r.get("prefetch") != "off"], args.slo_tpot_ms, args.slo_ttft_s)
     from ..serving.whatif import residency_summary
 
     rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
@@ -332,11 +355,13 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
               "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
               "indexshare_prefetch": _prefetch_report(sc, plan),
-              "bands": bands}
+              "bands": bands, "cannot_run": [{"system": who, "reason": why} for who, why in plan.cannot_run]}
     if args.compare_speculative:
         from ..serving.spec_whatif import compare
 
         report["speculative_whatif"] = compare(rows, args.slo_tpot_ms, args.slo_ttft_s)
+    if args.compare_prefetch:
+        report["prefetch_whatif"] = prefetch_whatif.compare(rows, args.slo_tpot_ms, args.slo_ttft_s)
     if spec is not None:
         report["speculative"] = spec.describe()
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
@@ -356,6 +381,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         from ..serving.spec_whatif import summary_lines
 
         for line in summary_lines(report["speculative_whatif"]):
+            print(line)
+    if "prefetch_whatif" in report:
+        for line in prefetch_whatif.summary_lines(report["prefetch_whatif"]):
             print(line)
     _print_bands(bands)
     if prices:
@@ -667,10 +695,11 @@ def _table_columns(rows: list[dict]) -> list[str]:
     return cols
 
 
-def _table_title(system: str, buf: Any, ratio: Any, spec: Any, res: Any) -> str:
+def _table_title(system: str, buf: Any, ratio: Any, spec: Any, res: Any, pf: Any = "") -> str:
     title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g}" + (
         f", residency {res})" if res and res != "swap" else ")")
-    return title + ("" if spec == "off" else f", speculative {spec}")
+    title += "" if spec == "off" else f", speculative {spec}"
+    return title + (f", IndexShare prefetch {pf}" if pf else "")  # --compare-prefetch
 
 
 def _band_text(b: Any) -> str:
@@ -697,13 +726,13 @@ def _point_tables(rows: list[dict]) -> list[tuple[str, str]]:
     for r in rows:
         key = tuple(None if v is None or v != v else v
                     for v in (r["system"], r["device_buffer_size"], r["host_to_device_ratio"],
-                              r.get("speculative", "off"), r.get("residency", "")))
+                              r.get("speculative", "off"), r.get("residency", ""), r.get("prefetch", "")))
         groups.setdefault(key, []).append(r)
     if not all(supported([r[c] for r in rows]) for c in [*cols, "searched"]):
         return _point_tables_pandas(rows, cols)
     out = []
-    for (system, buf, ratio, spec, res), grp in groups.items():
-        title = _table_title(system, buf, ratio, spec, res)
+    for (system, buf, ratio, spec, res, pf), grp in groups.items():
+        title = _table_title(system, buf, ratio, spec, res, pf)
         columns = [(TABLE_NAMES[c], [_cell(c, r.get(c)) for r in grp]) for c in cols]
         columns.append(("found", [{True: "search", False: ""}.get(r["searched"]) for r in grp]))
         out.append((title, to_string(columns, _table_float)))
@@ -719,10 +748,13 @@ def _point_tables_pandas(rows: list[dict], cols: list[str]) -> list[tuple[str, s
         df["speculative"] = "off"
     if "residency" not in df:
         df["residency"] = ""
+    if "prefetch" not in df:
+        df["prefetch"] = ""
     out = []
-    for (system, buf, ratio, spec, res), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
-                                                            "speculative", "residency"], dropna=False, sort=False):
-        title = _table_title(system, buf, ratio, spec, res)
+    for (system, buf, ratio, spec, res, pf), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
+                                                                "speculative", "residency", "prefetch"],
+                                                               dropna=False, sort=False):
+        title = _table_title(system, buf, ratio, spec, res, pf)
         table = grp[cols].rename(columns=TABLE_NAMES)
         table["over"] = table["over"].map({True: "yes", False: ""})
         if "band" in table:
@@ -797,6 +829,9 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     for title, table in _point_tables(rows):
         print(f"== {title}")
         print(table)
+        print()
+    for who, why in getattr(plan, "cannot_run", ()):
+        print(f"== {who}: cannot run, left out of the plan: {why}")
         print()
     print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
           "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "

@@ -263,12 +263,13 @@ class CostModel:
     @property
     def draft(self) -> CostModel:
         """The draft model's cost model: GLM's MTP / NextN layer(s), a decoder layer of the target's
-        shapes (attention, indexer, MoE) with the target's lm_head, on the same GPUs and layout
+        shapes (attention, indexer, MoE; DeepSeek-V4's: SWA attention only, ``ModelSpec.draft_model``)
+        with the target's lm_head, on the same GPUs and layout
         (``memory.nextn_weights_per_gpu`` reads its weights the same way); its KV stays on the
         device (no swap-in: PR #37771 keeps the draft KV in its logical GPU space)."""
         if self._draft is None:
             n = self.spec.draft_layers if self.spec is not None else 1
-            one = dataclasses.replace(self.m, layers=n, dense_layers=0, name=f"{self.m.name} draft")
+            one = dataclasses.replace(self.m.draft_model(n), name=f"{self.m.name} draft")
             if hasattr(one, "index_topk_freq"):  # the MTP layer runs its own indexer (no IndexShare group)
                 one = dataclasses.replace(one, index_topk_freq=1)
             self._draft = CostModel(one, self.g, self.d, self.p, self.terms)

@@ -18,7 +18,8 @@ from .page import document, fmt, kv_table, rows_table, write_page
 __all__ = ["COLUMNS", "fmt", "render", "write_report"]
 
 # the columns of the points table: (key, header, format)
-COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("device_buffer_size", "buffer", "d"),
+COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("prefetch", "IndexShare prefetch", "s"),
+           ("device_buffer_size", "buffer", "d"),
            ("host_to_device_ratio", "host ratio", "g"),
            ("concurrency", "conc", "d"), ("rate_per_s", "rate/s", "g"), ("steady_tok_s_deployment", "steady tok/s", ".1f"),
            ("steady_tok_s_per_gpu", "tok/s/GPU", ".1f"), ("tpot_p99_ms", "TPOT p99 ms", ".1f"),
@@ -29,7 +30,7 @@ COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("dev
 
 def _is(row: dict | None, other: dict | None) -> bool:
     keys = ("system", "device_buffer_size", "host_to_device_ratio", "concurrency", "rate_per_s", "speculative",
-            "residency", "nodes")
+            "residency", "nodes", "prefetch")
     return bool(row and other and all(row.get(k) == other.get(k) for k in keys))
 
 
@@ -46,7 +47,7 @@ def _recommendation(report: dict) -> str:
         f", TTFT p99 &le; {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else ", no TTFT target")
     c = rec["choice"]
     if c is None:
-        return f"<p id='recommendation'>No configuration meets {target} while serving its load.</p>"
+        return f"<p id='recommendation'>No configuration meets {target} while serving its load.</p>" + "".join(_whatifs(report))
     load = f"concurrency {c['concurrency']}" if c["concurrency"] else f"{c['rate_per_s']:.4g} requests/s"
     knobs = "" if c["system"] == "baseline" else (
         f" (device_buffer_size {c['device_buffer_size']}, host_to_device_ratio {c['host_to_device_ratio']:g})")
@@ -61,10 +62,23 @@ def _recommendation(report: dict) -> str:
     if rec.get("tie"):
         parts.append(f"<p class='flag' id='tie'>TIE: the systems are within the model's error band "
                      f"({rec['tie_band']:.0%}: {html.escape(rec['tie_band_source'])}); the baseline is named.</p>")
+    parts += _whatifs(report)
     if rec.get("choice_at_edge"):
         parts.append("<p class='flag' id='edge'>EDGE: the pick is the highest load searched; a higher load may "
                      "also meet the targets.</p>")
     return "".join(parts)
+
+
+def _whatifs(report: dict) -> list[str]:
+    """The what-if answers the plan printed (--compare-speculative, --compare-prefetch), one paragraph each."""
+    from ..serving import prefetch_whatif, spec_whatif
+
+    out = []
+    for key, lines, pid in (("speculative_whatif", spec_whatif.summary_lines, "speculative-whatif"),
+                            ("prefetch_whatif", prefetch_whatif.summary_lines, "prefetch-whatif")):
+        if report.get(key):
+            out += [f"<p class='whatif' id='{pid}-{i}'>{html.escape(line)}</p>" for i, line in enumerate(lines(report[key]))]
+    return out
 
 
 def _scenario(report: dict) -> str:
@@ -112,6 +126,7 @@ _SCRIPT = """
       'hisparse (buffer ' + r.device_buffer_size + ', ratio ' + r.host_to_device_ratio + ')') +
       (r.speculative && r.speculative !== 'off' ? ', ' + r.speculative : '');
     if (r.residency && r.residency !== 'swap') { name += ', ' + r.residency; }  // --residency
+    if (r.prefetch) { name += ', prefetch ' + r.prefetch; }  // --compare-prefetch
     if (r.nodes) { name += ', ' + r.nodes + ' node(s)'; }  // --nodes
     (groups[name] = groups[name] || []).push(r);
   });

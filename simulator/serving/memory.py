@@ -35,7 +35,6 @@ request fits at all.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from ..errors import HisparseError
@@ -90,7 +89,7 @@ def nextn_weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     "Use shared head and embed weights from target model", ``deepseek_weight_loader``). Its KV layer
     (one more MLA + indexer row per token) is not here."""
     m = model
-    one = dataclasses.replace(m, layers=1, dense_layers=0)
+    one = m.draft_model(1)
     no_embed = weights_per_gpu(one, dep) - m.embedding_params * m.embedding_bytes_per_param * (
         (1 if dep.attention == Attention.DP else 1 / dep.tp) + 1 / dep.tp)
     return no_embed + 2 * m.hidden_size * m.hidden_size * 2
@@ -101,10 +100,12 @@ def speculative_memory(model: ModelSpec, dep: DeploymentSpec, spec, pool_tokens:
     ``model_runner.py``): the draft layer's weights (``nextn_weights_per_gpu``) and the draft
     worker's KV pool, sized ``pool + max_num_reqs x (num_steps x topk + num_draft_tokens) + 100``
     slots (the target's pool gets the same headroom) of one MLA row and one indexer row per draft
-    layer. Under HiSparse ``pool_tokens`` is the logical pool: the draft KV stays in its logical GPU
+    layer (DeepSeek-V4's SWA-only MTP layer: one row, no indexer row; an upper bound, its SWA pool is
+    smaller). Under HiSparse ``pool_tokens`` is the logical pool: the draft KV stays in its logical GPU
     space (PR #37771). Activations and the draft's CUDA graphs are not counted."""
     headroom = max_running * (spec.num_steps * spec.eagle_topk + spec.num_draft_tokens) + 100
-    draft_kv = (pool_tokens + headroom) * spec.draft_layers * (model.kv_row_bytes + model.indexer_row_bytes)
+    draft = model.draft_model(spec.draft_layers)  # DeepSeek-V4: SWA rows only, no indexer row
+    draft_kv = (pool_tokens + headroom) * (draft.kv_bytes_per_token() + draft.indexer_bytes_per_token())
     target_headroom = headroom * (model.kv_bytes_per_token() + model.indexer_bytes_per_token())
     return nextn_weights_per_gpu(model, dep) * spec.draft_layers + draft_kv + target_headroom
 
@@ -286,8 +287,12 @@ def check_fits(plan: MemoryPlan, input_tokens: int, output_tokens: int, mode: Mo
             f"but the {plan.system} pool holds {plan.pool_tokens} ({plan.budget_bytes / 1e9:.1f} GB after "
             f"{plan.weights_bytes / 1e9:.1f} GB of weights per GPU)"
             + ("; a colocated prompt keeps every chunk's device slots until its last chunk, then "
-               "admit_request_into_staging copies it to the host (hisparse_coordinator.py)"
-               if plan.system == "hisparse" and mode == Mode.COLOCATED else ""))
+               "admit_request_into_staging copies it to the host (hisparse_coordinator.py); fix: a lower "
+               "host_to_device_ratio (the device pool also holds the logical pool's indexer keys) or a pd-decode "
+               "deployment (the prompt arrives in the host pool)"
+               if plan.system == "hisparse" and mode == Mode.COLOCATED else
+               "; fix: HiSparse (the context in host memory), FP8 KV (a -kvfp8 model preset), more GPUs per "
+               "instance or a larger mem_fraction_static" if plan.system == "baseline" else ""))
     if plan.system == "hisparse" and fp.host > plan.host_tokens:
         raise HisparseError(
             f"{where}: one request of {input_tokens + output_tokens} tokens exceeds the HiSparse logical/host pool "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HisparseError
-from .memory import plan_memory
+from .memory import check_fits, plan_memory
 from .misses import MissProfiles, scenario_profiles, speculative_policy
 from .model import RunResult, System
 from .prefetch import simulate  # model.simulate, or a point prefetch.prefetch simulated ahead
@@ -107,6 +107,7 @@ class Plan:
     profiles: tuple[MissProfiles, ...] = dataclasses.field(default=(), compare=False)  # per knob set
     # per system the search ran for: the last passing and failing loads, points simulated, converged
     brackets: dict = dataclasses.field(default_factory=dict, compare=False)
+    cannot_run: tuple[tuple[str, str], ...] = ()  # (system and knobs, why) left out (``Prepared.cannot_run``)
 
     def rows(self) -> list[dict[str, Any]]:
         """One plain row per point (the edge: tables, JSON, CSV), each system and knob set's points
@@ -170,6 +171,8 @@ class Prepared:
     points: tuple[tuple[int, float], ...]
     knob_sets: tuple[HiSparseSpec, ...]
     steps: int = 0  # scheduler steps it is estimated to simulate (limits.plan_steps)
+    baseline: bool = True  # False: no request of the workload fits the baseline's pool (``cannot_run`` says why)
+    cannot_run: tuple[tuple[str, str], ...] = ()  # (system and knobs, why): pieces left out, the rest planned
 
 
 def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
@@ -181,7 +184,7 @@ def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
 
     sc = scenario or inp.scenario()
     points = tuple(_points(sc, inp))
-    knob_sets = _knob_sets(sc, inp)
+    baseline, knob_sets, cannot_run = _runnable(sc, _knob_sets(sc, inp))
     n = len(points) * (1 + len(knob_sets))
     limits.check(n, "HISPARSE_MAX_POINTS", f"plan of {len(points)} load point(s) x (baseline + {len(knob_sets)} "
                  "HiSparse knob set(s))", unit="simulated points", hint="fewer --concurrency/--rate values or swept knobs")
@@ -196,10 +199,39 @@ def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
                  f"{w.output_tokens} tokens; {d.where}: prefill_chunk_tokens {d.prefill_chunk_tokens})",
                  unit="scheduler steps to simulate", hint="fewer points, requests_per_client or larger prefill chunks")
     _check_horizon(sc, points)
-    plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)  # a deployment with no room fails first
+    return Prepared(sc, points, tuple(knob_sets), steps, baseline, tuple(cannot_run))
+
+
+def _runnable(sc: Scenario, knob_sets: Sequence[HiSparseSpec]) -> tuple[bool, list, list[tuple[str, str]]]:
+    """Which systems can run the workload at all. A deployment with no room for the weights, or a
+    knob set whose pools do not fit, is the plan's error; a system whose pool cannot hold one
+    request of the workload's lengths (``check_fits``) is left out with its reason and the rest is
+    planned (a 128K prompt that a colocated HiSparse pool cannot prefill still has a baseline
+    answer); only when nothing can run is it an error."""
+    from .model import _max_len
+
+    d, w = sc.deployment, sc.workload
+    n_in, n_out = _max_len(w.input_tokens, w.length_jitter), _max_len(w.output_tokens, w.length_jitter)
+    cannot: list[tuple[str, str]] = []
+    base = plan_memory(sc.model, sc.gpu, d, None, where=sc.files)  # a deployment with no room fails first
+    try:
+        check_fits(base, n_in, n_out, d.mode, sc.files)
+        baseline = True
+    except HisparseError as exc:
+        baseline = False
+        cannot.append(("baseline", str(exc)))
+    kept = []
     for hs in knob_sets:  # and each knob set's pools, before the first point is simulated
-        plan_memory(sc.model, sc.gpu, sc.deployment, hs, where=sc.files)
-    return Prepared(sc, points, tuple(knob_sets), steps)
+        plan = plan_memory(sc.model, sc.gpu, d, hs, where=sc.files)
+        try:
+            check_fits(plan, n_in, n_out, d.mode, sc.files)
+            kept.append(hs)
+        except HisparseError as exc:
+            cannot.append((f"hisparse (device_buffer_size {hs.device_buffer_size}, host ratio "
+                           f"{hs.host_to_device_ratio:g})", str(exc)))
+    if not baseline and not kept:
+        raise HisparseError("no system can run this workload: " + "; ".join(f"{who}: {why}" for who, why in cannot))
+    return baseline, kept, cannot
 
 
 # The simulated clock is a float of seconds: past ~1e9 s its resolution (~1e-7 s) nears a decode
@@ -236,7 +268,7 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
     sc, points, knob_sets = prep.scenario, prep.points, prep.knob_sets
     initial = "prefix" if sc.deployment.mode == Mode.COLOCATED else "empty"
     results: list[tuple[RunResult, int | None, float | None]] = []
-    for c, rate in points:
+    for c, rate in points if prep.baseline else ():
         results.append((simulate(sc, System.BASELINE, concurrency=c, rate_per_s=rate, seed=inp.seed), None, None))
         if on_point:
             on_point()
@@ -260,7 +292,7 @@ def run_plan_full(inp: PlanInputs, on_point: Callable[[], None] | None = None,
             results.append((r, hs.device_buffer_size, hs.host_to_device_ratio))
             if on_point:
                 on_point()
-    plan = Plan(sc, tuple(results), tuple(knobs), frozenset(), tuple(all_profiles))
+    plan = Plan(sc, tuple(results), tuple(knobs), frozenset(), tuple(all_profiles), cannot_run=prep.cannot_run)
     return search_plan(plan, inp, on_point) if search else plan
 
 

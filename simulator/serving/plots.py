@@ -18,14 +18,15 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike | None = None, rec
     x = "rate_per_s" if open_loop else "concurrency"
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     df = df.copy()
-    for col, empty in (("residency", ""), ("nodes", 0), ("speculative", "off")):
+    for col, empty in (("residency", ""), ("nodes", 0), ("speculative", "off"), ("prefetch", "")):
         if col not in df:
             df[col] = empty
     df["residency"] = df["residency"].fillna("")
     df["nodes"] = df["nodes"].fillna(0)
     several_nodes = df["nodes"].nunique() > 1
-    for (system, buf, ratio, res, nodes, sp), grp in df.groupby(
-            ["system", "device_buffer_size", "host_to_device_ratio", "residency", "nodes", "speculative"],
+    df["prefetch"] = df["prefetch"].fillna("")
+    for (system, buf, ratio, res, nodes, sp, pf), grp in df.groupby(
+            ["system", "device_buffer_size", "host_to_device_ratio", "residency", "nodes", "speculative", "prefetch"],
             dropna=False, sort=False):
         label = system if system == "baseline" else f"hisparse, buffer {int(buf)}, host x{ratio:g}"
         if res and res != "swap":  # --residency: the dynamic policies' lines
@@ -33,6 +34,7 @@ def plot_throughput(df: pd.DataFrame, path: str | os.PathLike | None = None, rec
         if several_nodes:  # --nodes: one line per node count
             label += f", {int(nodes)} node(s)"
         label += "" if sp == "off" else f", {sp}"
+        label += f", prefetch {pf}" if pf else ""  # --compare-prefetch: IndexShare prefetch on / off
         line, = ax1.plot(grp[x], grp["steady_tok_s_deployment"], marker="o", ms=3, label=label)
         ax2.plot(grp[x], grp["tpot_p99_ms"], marker="o", ms=3, label=label, color=line.get_color())
         if "band" in grp and grp["band"].notna().all():  # the validation error band (serving.bands)

@@ -21,18 +21,19 @@ def label(spec: Any) -> str:
 
 
 def compare(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None,
-            band: float = MODEL_ERROR_BAND) -> dict[str, Any]:
+            band: float = MODEL_ERROR_BAND, column: str = "speculative", off_value: str = OFF) -> dict[str, Any]:
     """Per system: each load point's steady throughput and TPOT p99 with speculative decoding over
     without (same knobs, same load), and the best point of each under the targets; the verdict
     ``pays off`` / ``loses`` when the best points differ by more than the model's error ``band``,
-    ``tie`` within it."""
+    ``tie`` within it. ``column`` / ``off_value``: the row column that tells the two plans apart
+    (``prefetch_whatif`` compares ``prefetch`` on / off the same way)."""
     from .planner import _load, _ok
 
     out: dict[str, Any] = {"band": band, "systems": {}}
     for system in sorted({r["system"] for r in rows}):
         mine = [r for r in rows if r["system"] == system]
-        on = [r for r in mine if r.get("speculative", OFF) != OFF]
-        off = [r for r in mine if r.get("speculative", OFF) == OFF]
+        on = [r for r in mine if r.get(column, off_value) != off_value]
+        off = [r for r in mine if r.get(column, off_value) == off_value]
         if not on or not off:
             continue
         key = lambda r: (r["device_buffer_size"], r["host_to_device_ratio"], _load(r))  # noqa: E731
@@ -56,7 +57,7 @@ def compare(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None,
             verdict = "pays off" if best_on and not best_off else "loses" if best_off and not best_on else "n/a"
         else:
             verdict = "pays off" if gain > 1 + band else "loses" if gain < 1 - band else "tie"
-        out["systems"][system] = {"speculative": on[0]["speculative"], "points": points, "best_on": best_on,
+        out["systems"][system] = {column: on[0][column], "points": points, "best_on": best_on,
                                   "best_off": best_off, "gain": gain, "verdict": verdict}
     return out
 

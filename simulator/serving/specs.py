@@ -308,6 +308,16 @@ class ModelSpec(Spec):
             return self.kind_counts.get("c4", 0)
         return len(self.anchor_layers)
 
+    def draft_model(self, layers: int = 1) -> ModelSpec:
+        """The MTP / NextN draft as a model of ``layers`` decoder layers of this model's shapes (MoE,
+        no dense layer). DeepSeek-V4's MTP layer runs sliding-window attention only, no compressor
+        and no indexer (LMSYS day-0 blog, 2026-04-25, "Speculative Decoding": "a separately trained
+        DSv4 decoder layer that runs SWA-only attention"), so its layers are SWA kind (ratio 0)."""
+        extra: dict[str, Any] = {}
+        if self.arch == "dsv4":
+            extra["compress_ratios"] = (0,) * layers
+        return dataclasses.replace(self, layers=layers, dense_layers=0, **extra)
+
     # -- layer kinds (serving/layer_kinds.py) ----------------------------------------------------
     @functools.cached_property
     def layer_kinds(self) -> tuple[str, ...]:
