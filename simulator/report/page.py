@@ -67,7 +67,7 @@ def rows_table(table_id: str, rows: Sequence[dict], cols: Sequence[Column], *, l
     """One row per record: each cell carries ``data-key`` (its JSON key) and each row ``data-row``
     (its index), so a test can read the table back against the JSON. ``left``: text columns."""
     left = set(left)
-    head = "".join(f"<th{' class=l' if k in left else ''}>{html.escape(h)}</th>" for k, h, _ in cols)
+    head = "".join(f"<th class='{'l' if k in left else ''}'>{html.escape(h)}</th>" for k, h, _ in cols)
     body = []
     for i, r in enumerate(rows):
         cls = row_class(r) if row_class else ""
