@@ -5,17 +5,11 @@ shows the numbers of the plan's JSON (issue #29 item 7)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 
 import pytest
 
 from simulator.cli import main
-
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run"]
+from tests.browser import needs_chromium, open_page
 
 
 @pytest.fixture(scope="module")
@@ -41,57 +35,37 @@ def test_report_refuses_a_wrong_suffix(tmp_path, capsys):
     # --validate takes --report for its own page (tests/test_validate_report.py)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@needs_chromium
 def test_report_in_a_headless_browser(planned):
-    from playwright.sync_api import sync_playwright
-
     from simulator.report.html import COLUMNS, fmt
 
     page_file, report = planned
-    with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            page = ctx.new_page()
-            errors, remote = [], []
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
+    with open_page(page_file, "#plot-ttft .main-svg") as (page, errors, remote):
+        assert errors == [] and remote == []
+        for plot in ("plot-throughput", "plot-tpot", "plot-ttft"):
+            # one trace per system and knob set, plus the recommendation's marker, drawn as SVG
+            assert page.locator(f"#{plot} svg.main-svg .scatterlayer .trace").count() == 3
+            assert page.locator(f"#{plot} .scatterlayer .trace path.point").count() >= 3
+        # the target lines are drawn
+        assert page.locator("#plot-tpot .shapelayer path").count() >= 1
+        assert page.locator("#plot-ttft .shapelayer path").count() >= 1
+        # the page's data is the plan's JSON, and what it plots and tabulates is that data
+        shown = json.loads(page.locator("#plan-data").text_content())
+        assert shown == report
+        plotted = page.evaluate("document.getElementById('plot-throughput').data.map(t => [t.name, t.x, t.y])")
+        base = sorted((r["concurrency"], r["steady_tok_s_deployment"]) for r in report["rows"] if r["system"] == "baseline")
+        name, xs, ys = plotted[0]
+        assert name == "baseline" and list(zip(xs, ys, strict=True)) == base
+        choice = report["recommendation"]["choice"]
+        assert plotted[-1][1:] == [[choice["concurrency"]], [choice["steady_tok_s_deployment"]]]
+        assert page.locator("#rec-tok").inner_text() == f"{choice['steady_tok_s_deployment']:.1f}"
+        assert page.locator("#rec-cost").inner_text() == f"{choice['usd_per_m_output_tokens']:.3f}"
+        assert page.locator("#launch").inner_text() == report["launch"]["choice"]["command"]
+        cells = page.evaluate("""Array.from(document.querySelectorAll('#points tr[data-row]')).map(tr =>
+            Object.fromEntries(Array.from(tr.querySelectorAll('td')).map(td => [td.dataset.key, td.textContent])))""")
+        assert len(cells) == len(report["rows"])
+        spec = {k: f for k, _, f in COLUMNS}
+        for row, cell in zip(report["rows"], cells, strict=True):
+            assert cell and all(text == fmt(row.get(k), spec[k]) for k, text in cell.items())
+        assert page.locator("#points tr.choice").count() == 1
 
-            def only_local(route):
-                if route.request.url.startswith("file://"):
-                    route.continue_()
-                else:
-                    remote.append(route.request.url)
-                    route.abort()
-
-            page.route("**/*", only_local)
-            page.goto(page_file.as_uri())
-            page.wait_for_selector("#plot-ttft .main-svg", timeout=30_000)
-            assert errors == [] and remote == []
-            for plot in ("plot-throughput", "plot-tpot", "plot-ttft"):
-                # one trace per system and knob set, plus the recommendation's marker, drawn as SVG
-                assert page.locator(f"#{plot} svg.main-svg .scatterlayer .trace").count() == 3
-                assert page.locator(f"#{plot} .scatterlayer .trace path.point").count() >= 3
-            # the target lines are drawn
-            assert page.locator("#plot-tpot .shapelayer path").count() >= 1
-            assert page.locator("#plot-ttft .shapelayer path").count() >= 1
-            # the page's data is the plan's JSON, and what it plots and tabulates is that data
-            shown = json.loads(page.locator("#plan-data").text_content())
-            assert shown == report
-            plotted = page.evaluate("document.getElementById('plot-throughput').data.map(t => [t.name, t.x, t.y])")
-            base = sorted((r["concurrency"], r["steady_tok_s_deployment"]) for r in report["rows"] if r["system"] == "baseline")
-            name, xs, ys = plotted[0]
-            assert name == "baseline" and list(zip(xs, ys, strict=True)) == base
-            choice = report["recommendation"]["choice"]
-            assert plotted[-1][1:] == [[choice["concurrency"]], [choice["steady_tok_s_deployment"]]]
-            assert page.locator("#rec-tok").inner_text() == f"{choice['steady_tok_s_deployment']:.1f}"
-            assert page.locator("#rec-cost").inner_text() == f"{choice['usd_per_m_output_tokens']:.3f}"
-            assert page.locator("#launch").inner_text() == report["launch"]["choice"]["command"]
-            cells = page.evaluate("""Array.from(document.querySelectorAll('#points tr[data-row]')).map(tr =>
-                Object.fromEntries(Array.from(tr.querySelectorAll('td')).map(td => [td.dataset.key, td.textContent])))""")
-            assert len(cells) == len(report["rows"])
-            spec = {k: f for k, _, f in COLUMNS}
-            for row, cell in zip(report["rows"], cells, strict=True):
-                assert cell and all(text == fmt(row.get(k), spec[k]) for k, text in cell.items())
-            assert page.locator("#points tr.choice").count() == 1
-        finally:
-            ctx.close()

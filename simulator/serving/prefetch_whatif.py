@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import HisparseError
 from .slo import MODEL_ERROR_BAND
+from .spec_whatif import best_text
 from .spec_whatif import compare as _compare
 
 COLUMN = "prefetch"
@@ -67,16 +68,7 @@ def summary_lines(cmp: dict[str, Any]) -> list[str]:
                         if p["throughput_ratio"] is not None)
         tpot = ", ".join(f"{p['load']:g}: x{p['tpot_p99_ratio']:.2f}" for p in s["points"]
                          if p["tpot_p99_ratio"] is not None)
-        best = ""
-        if s["best_on"] and s["best_off"]:
-            best = (f"best under the targets {s['best_on']['steady_tok_s_deployment']:.0f} tok/s at load "
-                    f"{s['best_on']['concurrency'] or s['best_on']['rate_per_s']:g} with it, "
-                    f"{s['best_off']['steady_tok_s_deployment']:.0f} at "
-                    f"{s['best_off']['concurrency'] or s['best_off']['rate_per_s']:g} without (x{s['gain']:.2f})")
-        elif s["best_on"] or s["best_off"]:
-            best = "only " + ("with" if s["best_on"] else "without") + " it does a point meet the targets"
-        else:
-            best = "no point meets the targets with or without it"
+        best = best_text(s)
         lines.append(f"does IndexShare prefetch pay off ({system}): {s['verdict'].upper()} (band {cmp['band']:.0%}); "
                      f"{best}; with / without by load: steady throughput {tok}; TPOT p99 {tpot}")
     return lines

@@ -66,20 +66,25 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b and b == b and a == a else None
 
 
+def best_text(s: dict[str, Any]) -> str:
+    """One system's best points with and without the mechanism, as the what-if lines say them."""
+    on, off = s["best_on"], s["best_off"]
+    if on and off:
+        return (f"best under the targets {on['steady_tok_s_deployment']:.0f} tok/s at load "
+                f"{on['concurrency'] or on['rate_per_s']:g} with it, {off['steady_tok_s_deployment']:.0f} at "
+                f"{off['concurrency'] or off['rate_per_s']:g} without (x{s['gain']:.2f})")
+    if on or off:
+        return "only " + ("with" if on else "without") + " it does a point meet the targets"
+    return "no point meets the targets with or without it"
+
+
 def summary_lines(cmp: dict[str, Any]) -> list[str]:
     """The plan's printed answer, one line per system and the per-load ratios."""
     lines = []
     for system, s in cmp["systems"].items():
         pts = ", ".join(f"{p['load']:g}: x{p['throughput_ratio']:.2f}" for p in s["points"]
                         if p["throughput_ratio"] is not None)
-        best = ""
-        if s["best_on"] and s["best_off"]:
-            best = (f"best under the targets {s['best_on']['steady_tok_s_deployment']:.0f} tok/s at load "
-                    f"{s['best_on']['concurrency'] or s['best_on']['rate_per_s']:g} with it, "
-                    f"{s['best_off']['steady_tok_s_deployment']:.0f} at "
-                    f"{s['best_off']['concurrency'] or s['best_off']['rate_per_s']:g} without (x{s['gain']:.2f})")
-        elif s["best_on"] or s["best_off"]:
-            best = "only " + ("with" if s["best_on"] else "without") + " it does a point meet the targets"
+        best = best_text(s)
         lines.append(f"does {s['speculative']} pay off ({system}): {s['verdict'].upper()} "
                      f"(band {cmp['band']:.0%}); {best}; steady throughput with / without by load: {pts}")
     return lines
