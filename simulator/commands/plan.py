@@ -365,14 +365,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     if spec is not None:
         report["speculative"] = spec.describe()
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
-    if args.out:
-        _write_outputs(args.out, rows, report, rec)
-    if args.report:
-        from ..report.html import write_report
-
-        write_report(report, args.report)
-    if args.json:
-        print_json(report)
+    if _emit(args, rows, report, rec):
         return 0
     _print_report(sc, plan, rows, rec, report["search"])
     if spec is not None:
@@ -447,6 +440,20 @@ def _print_bands(bands: dict) -> None:
             print(f"band {system} TTFT: none (no published set measured TTFT)")
 
 
+def _emit(args: argparse.Namespace, rows: list[dict], report: dict, rec: dict) -> bool:
+    """A plan's outputs: --out's files, --report's page, and --json (True: printed, the text is not)."""
+    if args.out:
+        _write_outputs(args.out, rows, report, rec)
+    if args.report:
+        from ..report.html import write_report
+
+        write_report(report, args.report)
+    if args.json:
+        print_json(report)
+        return True
+    return False
+
+
 def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
     """--nodes: the plan on each node count (``cluster.node_overrides``), every table, then the answer."""
     import dataclasses
@@ -512,14 +519,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
                         "recommendation": rec_all, "launch": reports[summary.get("choice") or args.nodes[0]]["launch"],
                         "scenario": first["scenario"], "search": first["search"], "misses": [],
                         "prices": prices.as_dict() if prices else None})
-    if args.out:
-        _write_outputs(args.out, all_rows, report, rec_all)
-    if args.report:
-        from ..report.html import write_report
-
-        write_report(report, args.report)
-    if args.json:
-        print_json(report)
+    if _emit(args, all_rows, report, rec_all):
         return 0
     _print_nodes(summary, cluster.name)
     return 0
