@@ -25,8 +25,11 @@ def _temps(folder: Path, name: str) -> list[Path]:
 
 
 def _start_and_wait_for_temp(out: Path) -> subprocess.Popen:
+    # Ctrl-C reaches a foreground command with SIGINT at its default; a job started in the background
+    # of a shell inherits it ignored (and Python then keeps ignoring it), so the test sets the default.
     proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *LONG_GEN, str(out)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not _temps(out.parent, out.name):
         if proc.poll() is not None or time.monotonic() > deadline:
