@@ -110,11 +110,17 @@ def test_every_term_says_how_it_is_priced_on_each_gpu(gpu):
 
     sc = load_scenario(gpu=gpu)
     rows = {r["term"]: r for r in _cost(sc).term_sources()}
-    assert set(rows) == {t.name for t in PASS_TERMS}
+    from simulator.costmodel.passes import FLOORS_TERM
+
+    assert set(rows) == {t.name for t in PASS_TERMS} | {FLOORS_TERM}
     assert all(r["priced"] in set(Provenance) and r["source"] for r in rows.values())
     kernels = rows["MLP side"]["priced"]
     assert kernels == ("measured" if gpu == "h200" else "derived")
     assert (f"scaled to {gpu}" in rows["MLP side"]["source"]) == (gpu != "h200")
+    # the fixed per-launch parts: measured on the H200, the H200's kept elsewhere (said so, not hidden)
+    assert rows[FLOORS_TERM]["priced"] == ("measured" if gpu == "h200" else "inferred")
+    assert ("us per GEMM kind" in rows[FLOORS_TERM]["source"]) and (
+        ("no published per-family" in rows[FLOORS_TERM]["source"]) == (gpu != "h200"))
 
 
 def test_the_indexer_is_replicated_under_tp_attention():

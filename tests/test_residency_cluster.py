@@ -310,6 +310,8 @@ def test_dynamic_residency_runs_on_every_shipped_deployment(deployment, profiles
     for dsv4 in ("deepseek-v4-flash", "deepseek-v4-pro"):  # the DeepSeek-V4 recipes' deployments: their own model
         if dsv4.replace("deepseek-v4", "dsv4") in deployment:
             model = hs = dsv4
+    if "rtx-pro-6000" in deployment:  # PR #33075's SM120 decode side: GLM-5.1-FP8 does not fit 8 x 96 GB
+        model, hs = "glm-5.1-nvfp4", "pr33075-sm120"
     for res in ("sglang-dynamic", "vllm-spill"):
         sc = load_scenario(model=model, deployment=deployment, hisparse=hs, overrides=[
             f"hisparse.residency={res}", "workload.requests_per_client=1", "workload.output_tokens=128"])

@@ -26,7 +26,8 @@ PROFILES = MissProfiles((np.full(64, 0.1), np.full(64, 0.05)), "test")
 # the models each of these deployments is meant for (DeepSeek-V4 runs on its own deployments;
 # tests/test_models_plan_grid.py holds it to run or refuse with a reason on every one)
 MEANT_MODELS = ("glm-5.1-fp8", "glm-5.1-fp8-kvfp8", "glm-5.2-fp8", "deepseek-v3.2-fp8", "deepseek-v3.2-fp8-kvfp8")
-MEANT = {(d, m) for d in ("8xh200-colocated-dp8", "8xh200-tp8", "2xh20-pd-decode") for m in MEANT_MODELS}
+MEANT = {(d, m) for d in ("8xh200-colocated-dp8", "8xh200-tp8", "2xh20-pd-decode") for m in MEANT_MODELS} | {
+    ("8xrtx-pro-6000-tp8-pd-decode", "glm-5.1-nvfp4")}  # PR #33075's SM120 decode side: the NVFP4 checkpoint
 
 
 @pytest.fixture(autouse=True)

@@ -673,8 +673,9 @@ def _step_terms_summary(sc) -> dict:
 
     t = sc.terms or terms_for(sc.gpu)
     fp4 = t.fp4 if dtype_of(sc.model.bytes_per_param("routed_expert")) == "fp4" else ""
+    bf16 = t.bf16 if dtype_of(sc.model.bytes_per_param("attention")) == "bf16" else ""
     return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio,
-            "fp4": fp4}
+            "fp4": fp4, "bf16": bf16}
 
 
 def _table_float(v: float) -> str:
@@ -844,6 +845,8 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
     print(f"cost model: step kernels {summary['step_terms']['source']}")
     if summary["step_terms"]["fp4"]:
         print(f"cost model: routed experts {summary['step_terms']['fp4']}")
+    if summary["step_terms"]["bf16"]:
+        print(f"cost model: BF16 attention weights: {summary['step_terms']['bf16']}")
     rep = dict(summary["decode_step_ms"])
     n, ctx, total = rep.pop("requests_per_scheduler"), rep.pop("context_tokens"), rep.pop("total")
     terms = ", ".join(f"{k} {v:.1f}" for k, v in sorted(rep.items(), key=lambda kv: -kv[1]))

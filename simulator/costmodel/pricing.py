@@ -48,6 +48,7 @@ class GpuTerms:
     hbm_ratio: float = 1.0
     flops_ratio: float = 1.0
     fp4: str = ""  # how FP4-weight GEMMs are priced on this GPU (a derivation from the FP8 terms)
+    bf16: str = ""  # how BF16 GEMM kinds timed only in FP8 are priced (a derivation from the FP8 terms)
 
     @property
     def scaled(self) -> bool:
@@ -107,7 +108,7 @@ def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str 
         from ..serving import presets as P  # the packaged reference calibration is a preset
 
         found = scaled_terms(reference_terms(), P.load("gpus", REFERENCE_GPU), gpu)
-    return with_fp4(found, gpu)
+    return with_bf16(with_fp4(found, gpu))
 
 
 def with_fp4(t: GpuTerms, gpu: GpuSpec) -> GpuTerms:
@@ -117,6 +118,17 @@ def with_fp4(t: GpuTerms, gpu: GpuSpec) -> GpuTerms:
     ratio, why = fp4_flops_ratio(gpu)
     return dataclasses.replace(t, terms=t.terms.with_fp4(ratio),
                                fp4=f"FP4 weights: the FP8 terms at FP4 bytes, FLOPs x {ratio:.3g} ({why})")
+
+
+def with_bf16(t: GpuTerms) -> GpuTerms:
+    """BF16 twins of the GEMM kinds timed only in FP8 (``StepTerms.with_bf16``), for checkpoints whose
+    attention weights are BF16 (NVIDIA's NVFP4 GLM checkpoints): a derivation the source names."""
+    twin = t.terms.with_bf16()
+    if twin is t.terms:
+        return t
+    return dataclasses.replace(t, terms=twin, bf16=("the absorbed w_kc / w_vc batched GEMM of BF16 weights (torch.bmm, "
+                                                    "cuBLAS; timed here only as SGLang's bmm_fp8) priced by the measured "
+                                                    "cuBLAS BF16 GEMM term"))
 
 
 def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
