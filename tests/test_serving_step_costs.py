@@ -44,7 +44,8 @@ def test_blog_layout_is_layer_works_default_and_gives_the_calibrated_shapes():
     assert lay == Layout.of(8, 8, "tp")
     assert (lay.attention_tp, lay.attention_dp, lay.mlp_tp, lay.expert_parallel, lay.moe_tp) == (1, 8, 8, 1, 8)
     ep = load_scenario(deployment="8xh200-colocated-dp8-ep8", calibration="none")
-    assert layout_for(ep.deployment, ep.model) == Layout()  # expert_parallel 8: the timed layout
+    # expert_parallel 8: the timed layout; under DeepEP the shared expert whole on every GPU (DeepseekV2MoE tp_size=1)
+    assert layout_for(ep.deployment, ep.model) == Layout(shared_replicated=True)
     up = next(o for o in moe_ops(sc.model, 8, lay) if o.name == "routed_gate_up")
     assert (up.k, up.n, up.groups) == (6144, 2 * 2048 // 8, 256)  # model_shapes 3b: rows x 6144 x 512
     up_ep = next(o for o in moe_ops(ep.model, 8, Layout()) if o.name == "routed_gate_up")
