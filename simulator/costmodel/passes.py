@@ -701,11 +701,23 @@ class CostModel:
             idx_flops, idx_bytes = idx_flops / 4, idx_bytes / 4
         return m.indexer_layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
 
+    def flashmla_heads(self, heads: int) -> int:
+        """Query heads FlashMLA's sparse kernel computes for ``heads`` real ones: SGLang pads them to a
+        multiple of 64 on Hopper, 128 on Blackwell (``nsa_backend._forward_flashmla_sparse``: "FlashMLA
+        sparse kernel requires num_heads to be a multiple of 64 (Hopper) or 128 (Blackwell) ... Pad q to
+        required size"; the LMSYS DeepSeek-V4 blog, "FlashMLA head padding under high TP"). Blackwell:
+        here the GPUs with FP4 tensor cores."""
+        required = 128 if self.g.fp4_flops > 0 else 64
+        return -(-heads // required) * required if heads % required else heads
+
     def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
         """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at
-        FlashMLA's prefill rate (``prefill_attention_efficiency``)."""
+        FlashMLA's prefill rate (``prefill_attention_efficiency``), on the heads FlashMLA's sparse prefill
+        computes (``flashmla_heads``: under attention TP the rank's few heads are padded, 8 -> 64 for
+        GLM at TP8 on Hopper; SGLang's bf16-KV prefill backend on Hopper and Blackwell is flashmla_sparse,
+        ``server_args._set_default_nsa_backends``)."""
         m = self.m
-        heads = max(1, m.attention_heads // self.layout.attention_tp)
+        heads = self.flashmla_heads(max(1, m.attention_heads // self.layout.attention_tp))
         if m.arch == "dsv4":  # each kind's rows at the chunk's mean position, head_dim for QK and PV
             from ..serving.layer_kinds import LAYER_KINDS
 
