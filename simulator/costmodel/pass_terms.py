@@ -80,6 +80,8 @@ def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 def _stream_overlap(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     """DeepSeek-V4 at small batch: what the attention preparation's parallel CUDA streams hide of the
     serial sum the attention-side and indexer terms priced (``CostModel.dsv4_stream_overlap``)."""
+    if c.m.arch != "dsv4" or s.extend:  # the common case first: a term of every pass
+        return {}
     hidden = c.dsv4_stream_overlap(s, w)
     if not np.any(hidden):
         return {}
