@@ -41,6 +41,10 @@ def test_dsv4_draft_kv_is_one_row_per_slot():
     dep = P.load("deployments", "4xh200-tp4-dsv4-flash-low-latency")
     pool, running = 100_000, 48
     headroom = running * (3 * 1 + 4) + 100
-    want = (nextn_weights_per_gpu(m, dep) + (pool + headroom) * m.kv_row_bytes
-            + headroom * (m.kv_bytes_per_token() + m.indexer_bytes_per_token()))
+    # the draft's weights are in the KV budget now (PR #28855: memory.draft_resident_bytes), not the slack
+    want = (pool + headroom) * m.kv_row_bytes + headroom * (m.kv_bytes_per_token() + m.indexer_bytes_per_token())
     assert np.isclose(speculative_memory(m, dep, spec, pool, running), want)
+    # what the profile budgeted of the draft KV (PR #23862's cell scaling) comes off
+    assert np.isclose(speculative_memory(m, dep, spec, pool, running, budgeted_draft_bytes=pool * m.kv_row_bytes),
+                      want - pool * m.kv_row_bytes)
+    assert nextn_weights_per_gpu(m, dep) > 0

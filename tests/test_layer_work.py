@@ -136,3 +136,18 @@ def test_calibration_shapes_are_the_model_presets_and_the_configs():
 
     for config, shapes in ((GLM, GLM_5_1), (DSV32, DEEPSEEK_V3_2)):
         assert shapes == config  # every field, the name keying the CSV rows included
+
+
+def test_shared_expert_split_over_the_mlp_gpus_or_whole_under_deepep():
+    """The shared expert (one, moe_intermediate 2048): split over the MLP's 8 GPUs on all 8 ranks'
+    tokens under either MoE layout (it is not a routed expert: the TP-MoE layout's moe_tp does not cut
+    it again), or under DeepEP whole on every GPU on the rank's own tokens (SGLang DeepseekV2MoE builds
+    it with tp_size=1 when the a2a backend is DeepEP)."""
+    def shared(layout, batch=4):
+        up, down = _names(moe_ops(GLM, batch, layout), "shared_gate_up", "shared_down")
+        return (up.m, up.k, up.n), (down.m, down.k, down.n), up.weight_bytes + down.weight_bytes
+
+    full = 3 * 6144 * 2048  # FP8 bytes of the whole shared expert
+    for lay in (Layout(), Layout.of(8, 8, "tp")):
+        assert shared(lay) == ((32, 6144, 512), (32, 256, 6144), full / 8)
+    assert shared(Layout(shared_replicated=True)) == ((4, 6144, 4096), (4, 2048, 6144), full)

@@ -78,14 +78,18 @@ def test_attention_rows_per_kind():
 
 
 def test_step_terms_follow_the_kinds():
-    """The indexer scores a compressed key per 4 tokens on the 21 C4 layers; the swap-in launches on
-    the 21 C4 layers only; attention is the sum of each kind's."""
+    """The indexer scores a compressed key per 4 tokens on the 21 C4 layers (its select: Lightning
+    TopK, tests/test_dsv4_kernels.py); the swap-in launches on the 21 C4 layers only; attention is the
+    sum of each kind's."""
     from simulator.costmodel.passes import CostModel
     from simulator.serving.scenario import load_scenario
 
     sc = load_scenario(model="deepseek-v4-flash")
     c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
-    assert c.indexer_all(8 * 40000.0, 8) == pytest.approx(21 * c.indexer(8 * 10000.0, 8))
+    assert c.indexer_all(8 * 40000.0, 8) == pytest.approx(21 * c.c4_indexer(8 * 40000.0, 8))
+    t = c._indexer_term()  # the scoring reads one compressed key per 4 tokens, as the DSA term would
+    assert c.c4_indexer(8 * 40000.0, 8) - c.indexer(8 * 10000.0, 8) == pytest.approx(
+        15e-6 * 10000 / 262_144 - t.select_s_per_token * 10000)
     want = 2 * c.attention_kind("swa", 8, 8 * 40000.0) + 21 * c.attention_kind("c4", 8, 8 * 40000.0) \
         + 20 * c.attention_kind("c128", 8, 8 * 40000.0)
     assert float(c.attention_all(8, 8 * 40000.0)) == pytest.approx(float(want))

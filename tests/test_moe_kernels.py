@@ -105,7 +105,12 @@ def test_a_deepep_decode_pass_prices_the_routed_gemms_by_the_masked_term():
     base = _cost("8xh200-dp8-ep8-glm52-balanced", moe_a2a_backend="none")
     old = decode_pass(base, batch, ctx)
     measured = sum(n * base.op_time(o) for n, o in base.mlp_side_ops(tokens) if o.name in {"routed_gate_up", "routed_down"})
-    assert float(step.total_s[0]) == pytest.approx(float(old.total_s[0]) - measured + by_hand)
+    # and DeepEP's shared expert: whole on every GPU, on the rank's own tokens (DeepseekV2MoE tp_size=1)
+    shared = {"shared_gate_up", "shared_silu_mul", "shared_down"}
+    replicated = (sum(n * c.op_time(o) for n, o in c.mlp_side_ops(tokens) if o.name in shared)
+                  - sum(n * base.op_time(o) for n, o in base.mlp_side_ops(tokens) if o.name in shared))
+    assert replicated > 0
+    assert float(step.total_s[0]) == pytest.approx(float(old.total_s[0]) - measured + by_hand + replicated)
     assert float(step.parts["routed experts"][0]) < float(old.parts["routed experts"][0]) - 10e-3  # ~13 ms less
     assert math.isclose(float(step.comm_s[0]), float(old.comm_s[0]))  # dispatch/combine unchanged
 

@@ -310,7 +310,15 @@ def test_expert_parallel_moe_dispatches_and_combines_all_to_all():
     want = ic.time_s("all_to_all", 8, copies * (h + 4 * h // 128)) + ic.time_s("all_to_all", 8, copies * h * 2)
     assert c.comm_layer(8, 64, 8) == pytest.approx(want)
     assert c.comm_layer(8, 64, extend=False) == pytest.approx(want)
-    assert weights_per_gpu(sc.model, ep) == weights_per_gpu(sc.model, sc.deployment)  # E/tp whole experts: same bytes
+    # E/tp whole experts: the same routed bytes; without DeepEP every weight is laid out as under TP MoE
+    plain = dataclasses.replace(ep, moe_a2a_backend="none")
+    assert weights_per_gpu(sc.model, plain) == weights_per_gpu(sc.model, sc.deployment)
+    # DeepEP (moe_a2a_backend auto under moe = "ep"): the shared expert whole on every GPU (SGLang DeepseekV2MoE,
+    # tp_size=1): 75 layers x 3 x 6144 x 2048 FP8 bytes, of which the TP layout held 1/8
+    m = sc.model
+    shared = m.moe_layers * 3 * m.hidden_size * m.moe_intermediate_size * 1.0
+    assert weights_per_gpu(m, ep) - weights_per_gpu(m, plain) == pytest.approx(shared * 7 / 8, rel=1e-3)  # + scales
+    assert shared == pytest.approx(2.83e9, rel=0.01)
 
 
 def test_a_bad_figure_in_a_calibration_names_both_files(tmp_path):
@@ -371,26 +379,60 @@ def test_issue_23704_decode_pool_against_the_model():
         f"#23704 decode pool {ISSUE_23704_POOL}; the model: {table}")
 
 
-def test_cookbook_capacity_note_is_not_the_nextn_layer():
-    """SGLang's GLM-5.2 H200 cookbook (docs_new/src/snippets/configs/zai-org/glm-5.2.jsx, balanced FP8
-    cell: --tp 8 --dp 8 --enable-dp-attention --moe-a2a-backend deepep, EAGLE 1-1-2, mfs 0.85,
-    --cuda-graph-max-bs 128) notes "max-running tracks KV capacity (~60-80 for 8K+1K reqs on 8xH200)".
-    A comment beside a config, not a logged pool: an estimate. Of what that cell adds to the blog's
-    flags, only the NextN layer's weights (1.57 GB per GPU) and its KV layer come before the profile
-    (DeepEP's buffer is a singleton built inside the first dispatch_a, token_dispatcher/deepep.py _get_buffer -> DeepEPBuffer.get_deepep_buffer, as a published traceback shows; CUDA graphs are captured after the pool). With
-    both, GLM-5.1's shapes (GLM-5.2 shares only fewer indexer caches, which would enlarge the pool)
-    hold 16 requests of 9,216 tokens per rank, 128 per node: 1.6-2.1x the note, so MTP does not
-    explain it."""
-    sc = _blog()
-    m, dep = sc.model, dataclasses.replace(sc.deployment, moe="ep", max_running_requests=0)
-    nextn = nextn_weights_per_gpu(m, dep)
-    assert 1.5e9 < nextn < 1.65e9
-    budget = sc.gpu.free_before_load * dep.mem_fraction_static - weights_per_gpu(m, dep) - nextn
-    cell = (m.layers + 1) * (m.kv_row_bytes + m.indexer_row_bytes)  # the draft's KV layer too
-    pool = int(budget // cell) // 64 * 64
-    per_node = 8 * (pool // (8192 + 1024))
-    assert per_node == 128, per_node
-    assert per_node > 1.5 * 80, f"model {per_node} requests per node against the cookbook's ~60-80"
+def test_indexer_cache_before_30531_holds_every_layers_indexer():
+    """GLM-5.2 (21 anchor, 57 shared layers). Before sglang PR #30531 every layer builds an Indexer and
+    owns index-K rows (PR #30041: "dead VRAM at 132 B/token/layer"; PR #30922: ~0.55 GB FP8 per GPU);
+    after it only the anchors do (its A/B: 55,225 -> 47,702 B per token on GLM-5.2-NVFP4, FP8 KV rows
+    budgeted as 576 B: 78 x 576 + 78 x 132 = 55,224, 78 x 576 + 21 x 132 = 47,700)."""
+    m, g = P.load("models", "glm-5.2-fp8"), P.load("gpus", "h200")
+    new = P.load("deployments", "8xh200-colocated-dp8")
+    old = dataclasses.replace(new, indexer_cache="before-30531")
+    assert (m.layers, m.indexer_layers) == (78, 21)
+    assert plan_memory(m, g, new, None).cell_bytes == 78 * 1152 + 21 * 132
+    assert plan_memory(m, g, old, None).cell_bytes == 78 * 1152 + 78 * 132
+    assert 78 * 576 + 78 * 132 == 55_224 and 78 * 576 + 21 * 132 == 47_700  # the PR's A/B, within a byte
+    # the 57 shared layers' Indexer modules: wq_b 2048 x 4096 and wk 6144 x 128 FP8 (+ block scales),
+    # weights_proj 6144 x 32 bf16
+    per_layer = (2048 * 4096 + 6144 * 128) * m.bytes_per_param("attention") + 6144 * 32 * 2
+    assert weights_per_gpu(m, old) - weights_per_gpu(m, new) == pytest.approx(57 * per_layer)
+    assert 0.54e9 < 57 * per_layer < 0.56e9  # PR #30922: "~0.55 GB FP8 per GPU"
+    # a model without shared layers is the same either way
+    m51 = P.load("models", "glm-5.1-fp8")
+    assert plan_memory(m51, g, old, None).pool_tokens == plan_memory(m51, g, new, None).pool_tokens
+
+
+def test_cookbook_balanced_pool_by_hand():
+    """The GLM-5.2 H200 cookbook's balanced cell (--tp 8 --dp 8 --enable-dp-attention --moe-a2a-backend
+    deepep, EAGLE 1-1-2, mfs 0.85, --max-running-requests 256; v0.5.14). Its note "max-running tracks KV
+    capacity (~60-80 for 8K+1K reqs on 8xH200)". What takes the pool, each from SGLang's source:
+    the shared expert whole on every GPU under DeepEP (DeepseekV2MoE tp_size=1, 2.83 GB instead of 0.35);
+    the 57 shared layers' indexers and index-K rows (before PR #30531); the draft's weights resident at the
+    profile (PR #28855) with its own vocabulary embedding and lm_head (freed only after it: PR #32468);
+    the cell scaled by 1 + 1/78 for the draft's KV layer (PR #23862). DeepEP's buffers are built at the
+    first dispatch, after the pool (token_dispatcher/deepep.py _get_buffer), so they are not here."""
+    from simulator.serving.memory import draft_resident_bytes, draft_vocab_bytes
+    from simulator.serving.speculative import from_table
+
+    spec = from_table({"speculative": "eagle:1-1-2", "accept_len": 2.0}, "t")
+    m, g = P.load("models", "glm-5.2-fp8"), P.load("gpus", "h200")
+    dep = P.load("deployments", "8xh200-dp8-ep8-glm52-balanced")
+    plan = plan_memory(m, g, dep, None, spec=spec)
+    vocab = 154_880 * 6144 * 2 * (1 + 1 / 8)  # embedding replicated under DP attention, lm_head over tp 8
+    assert draft_vocab_bytes(m, dep) == pytest.approx(vocab)
+    resident = nextn_weights_per_gpu(m, dep) + vocab
+    assert draft_resident_bytes(m, dep, spec) == pytest.approx(resident)
+    budget = g.free_before_load * 0.85 - weights_per_gpu(m, dep) - resident
+    assert plan.budget_bytes == pytest.approx(budget)
+    cell = int((78 * 1152 + 78 * 132) * (1 + 1 / 78))  # every layer's index-K rows, the draft's KV layer
+    assert plan.pool_tokens == int(budget // cell) // 64 * 64
+    per_rank = plan.pool_tokens // (8192 + 1024)
+    assert plan.max_running == 32  # 256 // dp 8
+    # 11 requests per rank, 88 per node: the note's "~60-80" is the running set a bench sees (ramp, drain,
+    # prompts waiting for their chunks), not the cap
+    assert per_rank == 11 and 8 * per_rank == 88
+    # the same cell before these mechanisms were modelled held 20 per rank
+    assert 8 * (plan_memory(m, g, dataclasses.replace(dep, moe_a2a_backend="none", indexer_cache="since-30531"),
+                            None).pool_tokens // 9216) == 160
 
 
 def test_a_host_pool_the_node_cannot_pin_says_the_ratio_that_fits():
@@ -407,3 +449,20 @@ def test_a_host_pool_the_node_cannot_pin_says_the_ratio_that_fits():
     plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(fit)), where="x")  # fits
     with pytest.raises(HisparseError):
         plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(fit + 1)), where="x")
+
+
+def test_high_throughput_cell_runs_fewer_requests_at_once():
+    """The plan moves: the cookbook's high-throughput cell at c1024 (8K/1K, 2 prompts per client) peaks at
+    the pool's 15 requests per rank (shared expert whole under DeepEP, indexers on every layer), not the
+    20 the pool held without them; --max-running-requests 256 (32 per rank) does not bind."""
+    import dataclasses as dc
+
+    sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-high-throughput")
+    sc = sc.replace(workload=dc.replace(sc.workload, input_tokens=8192, output_tokens=1024, requests_per_client=2,
+                                        length_jitter=0.0))
+    assert sc.deployment.max_running_requests == 256
+    now = simulate(sc, System.BASELINE, concurrency=1024)
+    old = sc.replace(deployment=dc.replace(sc.deployment, moe_a2a_backend="none", indexer_cache="since-30531"))
+    before = simulate(old, System.BASELINE, concurrency=1024)
+    assert now.peak_running_deployment == 8 * 15 and before.peak_running_deployment == 8 * 20
+    assert now.running_deployment < 0.85 * before.running_deployment

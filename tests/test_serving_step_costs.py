@@ -44,7 +44,8 @@ def test_blog_layout_is_layer_works_default_and_gives_the_calibrated_shapes():
     assert lay == Layout.of(8, 8, "tp")
     assert (lay.attention_tp, lay.attention_dp, lay.mlp_tp, lay.expert_parallel, lay.moe_tp) == (1, 8, 8, 1, 8)
     ep = load_scenario(deployment="8xh200-colocated-dp8-ep8", calibration="none")
-    assert layout_for(ep.deployment, ep.model) == Layout()  # expert_parallel 8: the timed layout
+    # expert_parallel 8: the timed layout; under DeepEP the shared expert whole on every GPU (DeepseekV2MoE tp_size=1)
+    assert layout_for(ep.deployment, ep.model) == Layout(shared_replicated=True)
     up = next(o for o in moe_ops(sc.model, 8, lay) if o.name == "routed_gate_up")
     assert (up.k, up.n, up.groups) == (6144, 2 * 2048 // 8, 256)  # model_shapes 3b: rows x 6144 x 512
     up_ep = next(o for o in moe_ops(ep.model, 8, Layout()) if o.name == "routed_gate_up")
@@ -228,3 +229,23 @@ def test_tp_moe_routed_experts_use_their_own_measured_term_and_ep_keeps_its_own(
     cal["step_terms"]["tp_moe_kernel"] = "cutlass"
     with pytest.raises(HisparseError, match="tp_moe_kernel"):
         measured_terms(cal, "mine.json")
+
+
+def test_flashmla_sparse_prefill_pads_the_heads_of_attention_tp():
+    """SGLang's nsa_backend._forward_flashmla_sparse pads q to a multiple of 64 heads on Hopper (128 on
+    Blackwell): GLM's 64 heads over TP8 are 8 per GPU, computed as 64, so a prompt's sparse attention
+    costs 8x its real FLOPs; under DP attention (64 heads per rank) nothing is padded."""
+    tp = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency")
+    c = CostModel(tp.model, tp.gpu, tp.deployment, tp.params, tp.terms)
+    assert [c.flashmla_heads(h) for h in (8, 16, 64, 65, 128)] == [64, 64, 64, 128, 128]
+    m = tp.model
+    k = min(m.top_k, 4096 + 8192 / 2)  # rows per query at the chunk's mean position
+    flops = 2.0 * 8192 * 64 * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)  # 64 padded heads, not 8
+    want = m.layers * flops / (c.terms.bf16_flops * tp.params.prefill_attention_efficiency)
+    assert c.prefill_attention(8192, 4096) == pytest.approx(want)
+    dp = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-balanced")
+    cd = CostModel(dp.model, dp.gpu, dp.deployment, dp.params, dp.terms)
+    assert cd.prefill_attention(8192, 4096) == pytest.approx(want)  # 64 real heads on one GPU: the same
+    b200 = load_scenario(model="deepseek-v4-pro", deployment="8xb200-tp8-dsv4-pro-low-latency")
+    cb = CostModel(b200.model, b200.gpu, b200.deployment, b200.params, b200.terms)
+    assert cb.flashmla_heads(128 // 8) == 128  # Blackwell: 16 heads padded to 128

@@ -139,8 +139,14 @@ def test_speculative_caps_running_at_48_and_checks_draft_memory():
     sc = load_scenario(deployment="8xh200-tp8-glm52-low-latency", model="glm-5.2-fp8")
     assert plan_memory(sc.model, sc.gpu, sc.deployment, None, spec=spec).max_running == 48
     assert plan_memory(sc.model, sc.gpu, sc.deployment, None).max_running > 48
-    tight = dataclasses.replace(sc.deployment, mem_fraction_static=0.99)
-    with pytest.raises(HisparseError, match="draft layer"):
+    # the draft's weights are resident when the KV budget is measured (SGLang PR #28855): a static fraction that
+    # leaves the target a pool but not the draft's weights as well has no room for a pool
+    from simulator.serving.memory import draft_resident_bytes, weights_per_gpu
+
+    w, d = weights_per_gpu(sc.model, sc.deployment), draft_resident_bytes(sc.model, sc.deployment, spec)
+    tight = dataclasses.replace(sc.deployment, mem_fraction_static=(w + d / 2) / sc.gpu.free_before_load)
+    plan_memory(sc.model, sc.gpu, tight, None)  # without speculative decoding it fits
+    with pytest.raises(HisparseError, match="and the draft model"):
         plan_memory(sc.model, sc.gpu, tight, None, spec=spec)
 
 

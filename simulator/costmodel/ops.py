@@ -97,20 +97,24 @@ class Layout:
     weight_dtype: str = "fp8"  # attention, indexer, dense MLP and shared-expert GEMMs
     expert_dtype: str = ""  # routed experts ("": weight_dtype)
     expert_bytes: float = 0.0  # routed experts' bytes per weight, scales included (0: WEIGHT_BYTES[expert_dtype])
+    # the shared expert whole on every GPU, run on the rank's own tokens: SGLang's DeepseekV2MoE builds it
+    # with ``tp_rank=0, tp_size=1`` under ``--moe-a2a-backend deepep`` (DeepEP combines, nothing all-reduces it)
+    shared_replicated: bool = False
 
     @classmethod
     def of(cls, tp: int, dp: int, moe: str = "ep", weight_dtype: str = "fp8", expert_dtype: str = "",
-           expert_bytes: float = 0.0) -> Layout:
+           expert_bytes: float = 0.0, shared_replicated: bool = False) -> Layout:
         """SGLang's ``--tp tp --dp dp`` (``dp == tp``: ``--enable-dp-attention``, attention whole on
         each of the dp ranks; else attention split over tp / dp GPUs), MoE ``"ep"`` (DeepEP) or
-        ``"tp"`` (fused MoE, each expert split over the tp GPUs)."""
+        ``"tp"`` (fused MoE, each expert split over the tp GPUs); ``shared_replicated``: DeepEP's
+        whole shared expert per GPU."""
         if moe not in ("ep", "tp"):
             raise ValueError(f"layout: moe must be 'ep' or 'tp', got {moe!r}")
         if tp < 1 or dp < 1 or tp % dp:
             raise ValueError(f"layout: tp ({tp}) must be a positive multiple of dp ({dp})")
         return cls(attention_tp=tp // dp, attention_dp=dp, mlp_tp=tp, expert_parallel=tp if moe == "ep" else 1,
                    moe_tp=1 if moe == "ep" else tp, weight_dtype=weight_dtype, expert_dtype=expert_dtype,
-                   expert_bytes=expert_bytes)
+                   expert_bytes=expert_bytes, shared_replicated=shared_replicated)
 
     def __post_init__(self) -> None:
         for name in ("attention_tp", "attention_dp", "mlp_tp", "expert_parallel", "moe_tp"):
@@ -237,7 +241,9 @@ def dense_mlp_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
 def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
     t, w, d = mlp_tokens(batch, layout), layout.weight_dtype, m.hidden_size
     inter = m.moe_intermediate_size // layout.moe_tp
-    shared = inter * m.shared_experts // layout.mlp_tp
+    # the shared expert: split over the MLP's GPUs on every rank's tokens, or (DeepEP) whole on the rank's own
+    shared = m.moe_intermediate_size * m.shared_experts // (1 if layout.shared_replicated else layout.mlp_tp)
+    st = batch if layout.shared_replicated else t
     rows, touched = routed_rows(batch, m, layout)
     local = m.experts // layout.expert_parallel
     per_expert = rows / local
@@ -247,8 +253,8 @@ def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
         elementwise("moe_align_sort", t * m.experts_per_token, passes=4),
     ]
     if shared:
-        ops += [gemm("shared_gate_up", t, d, 2 * shared, w), elementwise("shared_silu_mul", t * shared, passes=3),
-                gemm("shared_down", t, shared, d, w)]
+        ops += [gemm("shared_gate_up", st, d, 2 * shared, w), elementwise("shared_silu_mul", st * shared, passes=3),
+                gemm("shared_down", st, shared, d, w)]
     tp = layout.moe_tp > 1
     rw, wb = layout.routed_dtype, layout.routed_bytes  # the routed experts' own format
     up = gemm("routed_gate_up", math.ceil(per_expert), d, 2 * inter, rw, groups=local, weight_groups=touched,

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 if TYPE_CHECKING:
     from .passes import CostModel, PassShape, RankWork
 
@@ -73,6 +75,24 @@ def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     # s_q positions per request gathers each position's indices; no dedupe across positions)
     q = s.verify
     return {"sparse attention": c.attention_all(w.decode * q, w.ctx_sum * q if q > 1 else w.ctx_sum)}  # by layer kind
+
+
+def _stream_overlap(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    """DeepSeek-V4 at small batch: what the attention preparation's parallel CUDA streams hide of the
+    serial sum the attention-side and indexer terms priced (``CostModel.dsv4_stream_overlap``)."""
+    if c.m.arch != "dsv4" or s.extend:  # the common case first: a term of every pass
+        return {}
+    hidden = c.dsv4_stream_overlap(s, w)
+    if not np.any(hidden):
+        return {}
+    return {"multi-stream overlap": -hidden}
+
+
+def _stream_overlap_how(c: CostModel) -> tuple[Provenance, str]:
+    kind, src = _kernels(c)
+    return kind, (f"the preparation ops' own terms ({src}), run as SGLang's deepseek_v4.py MQALayer streams them "
+                  "(_forward_prepare_multi_stream: q on the main stream; KV, compressor and indexer on their own; "
+                  "at most 64 tokens, 128 on Blackwell)")
 
 
 def _swap_in(c: CostModel, s: PassShape, w: RankWork) -> Parts:
@@ -184,6 +204,7 @@ PASS_TERMS: list[PassTerm] = [
     PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side, _kernels),
     PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer, _kernels),
     PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention, _kernels),
+    PassTerm("multi-stream overlap", Scope.RANK, Category.COMPUTE, _stream_overlap, _stream_overlap_how),
     PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in, _swap_in_how),
     PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup, _backup_how),
     PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _kernels),

@@ -66,7 +66,7 @@ from .ops import (
 )
 from .pass_terms import Category, Scope
 from .pricing import GpuTerms, datasheet_rates, layout_for, terms_for
-from .published_kernels import MASKED_GROUPED_GEMM
+from .published_kernels import LIGHTNING_TOPK, MASKED_GROUPED_GEMM
 from .terms import IndexerTerm, StepTerms
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
@@ -624,6 +624,47 @@ class CostModel:
         return (deepep_time_s("dispatch", mode, ep, copies * dispatch_row_bytes(hidden), **kw)
                 + deepep_time_s("combine", mode, ep, copies * hidden * ACT_BYTES, **kw))
 
+    # -- DeepSeek-V4's attention preparation on parallel streams --------------------------------------
+    def dsv4_stream_overlap(self, shape: PassShape, work: RankWork):
+        """Seconds per step the parallel streams hide of a DeepSeek-V4 decode pass's attention
+        preparation (SGLang ``models/deepseek_v4.py`` ``MQALayer._forward_prepare_multi_stream``, on by
+        default: ``SGLANG_OPT_USE_MULTI_STREAM_OVERLAP``; LMSYS blog "Hierarchical Multi-Stream
+        Overlap"). Inside the CUDA graph, when the layer's tokens are at most ``_multi_stream_bs_limit``
+        (64, 128 on Blackwell: ``is_blackwell_supported()``, here the GPUs with FP4 tensor cores), the
+        main stream runs q_a (recording ``q_lora_ready``) then q_b; the KV projection and its store run on
+        a second stream, the attention compressor on a third, the C4 indexer on a fourth, which splits
+        again (``C4IndexerBackend._forward_prepare_multi_stream``): its compressor, its q_b after
+        ``q_lora_ready``, its weights projection, then the scoring and top-k. The preparation then takes
+        its longest stream instead of the sum; attention waits for all of them. Extend passes (no graph)
+        and larger batches run serially."""
+        m = self.m
+        if m.arch != "dsv4" or shape.extend or work.chunks or work.decode <= 0:
+            return 0.0
+        rows = shape.padded or work.decode * shape.verify
+        if rows > (128 if self.g.fp4_flops > 0 else 64):
+            return 0.0
+        key = ("dsv4-streams", rows)
+        if key not in self._fixed_cache:
+            per_kind = {}
+            for kind in m.kind_counts:
+                t = {o.name: self.op_time(o) for o in dsv4_ops.layer_ops(m, rows, self.layout, kind)}
+                g = t.get
+                main = g("dsv4_q_a", 0.0) + g("q_a_norm", 0.0) + g("dsv4_q_b", 0.0) + g("q_norm_rope", 0.0)
+                kv = g("dsv4_kv_proj", 0.0) + g("kv_norm_rope_store", 0.0)
+                comp = g("dsv4_compressor", 0.0)
+                idx_q = g("dsv4_q_a", 0.0) + g("q_a_norm", 0.0) + g("dsv4_indexer_q_b", 0.0) + g("indexer_q_rope_quant", 0.0)
+                idx_pre = max(g("dsv4_indexer_compressor", 0.0), idx_q, g("dsv4_indexer_weights_proj", 0.0))
+                idx_ops = sum(g(n, 0.0) for n in (*dsv4_ops.INDEXER_OPS, "indexer_q_rope_quant"))
+                per_kind[kind] = (main, kv, comp, idx_pre, idx_ops)
+            self._fixed_cache[key] = per_kind
+        hidden = 0.0
+        for kind, (main, kv, comp, idx_pre, idx_ops) in self._fixed_cache[key].items():
+            scoring = self.c4_indexer(work.ctx_sum, work.decode, shape.verify) if kind == "c4" else 0.0
+            serial = main + kv + comp + (idx_ops + scoring if kind == "c4" else 0.0)
+            longest = np.maximum(max(main, kv, comp), idx_pre + scoring) if kind == "c4" else max(main, kv, comp)
+            hidden = hidden + m.kind_counts[kind] * (serial - longest)
+        return hidden
+
     # -- HiSparse copies ---------------------------------------------------------------------------
     def swap_in_layer(self, missed_rows, batch: int = 0):
         """One layer's swap-in launch: a fixed cost, bookkeeping per request, and the missed rows
@@ -679,11 +720,23 @@ class CostModel:
             idx_flops, idx_bytes = idx_flops / 4, idx_bytes / 4
         return m.indexer_layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
 
+    def flashmla_heads(self, heads: int) -> int:
+        """Query heads FlashMLA's sparse kernel computes for ``heads`` real ones: SGLang pads them to a
+        multiple of 64 on Hopper, 128 on Blackwell (``nsa_backend._forward_flashmla_sparse``: "FlashMLA
+        sparse kernel requires num_heads to be a multiple of 64 (Hopper) or 128 (Blackwell) ... Pad q to
+        required size"; the LMSYS DeepSeek-V4 blog, "FlashMLA head padding under high TP"). Blackwell:
+        here the GPUs with FP4 tensor cores."""
+        required = 128 if self.g.fp4_flops > 0 else 64
+        return -(-heads // required) * required if heads % required else heads
+
     def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
         """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at
-        FlashMLA's prefill rate (``prefill_attention_efficiency``)."""
+        FlashMLA's prefill rate (``prefill_attention_efficiency``), on the heads FlashMLA's sparse prefill
+        computes (``flashmla_heads``: under attention TP the rank's few heads are padded, 8 -> 64 for
+        GLM at TP8 on Hopper; SGLang's bf16-KV prefill backend on Hopper and Blackwell is flashmla_sparse,
+        ``server_args._set_default_nsa_backends``)."""
         m = self.m
-        heads = max(1, m.attention_heads // self.layout.attention_tp)
+        heads = self.flashmla_heads(max(1, m.attention_heads // self.layout.attention_tp))
         if m.arch == "dsv4":  # each kind's rows at the chunk's mean position, head_dim for QK and PV
             from ..serving.layer_kinds import LAYER_KINDS
 
@@ -704,11 +757,22 @@ class CostModel:
     # -- every layer's context terms, by layer kind (serving/layer_kinds.py) -------------------------
     def indexer_all(self, ctx_sum, requests: int, queries: int = 1):
         """The step's lightning-indexer scoring: IndexShare anchors over every token's key (MLA), or
-        DeepSeek-V4's C4 layers over a compressed key per 4 tokens; ``queries`` positions per request
-        under a speculative verify (``indexer``)."""
+        DeepSeek-V4's C4 layers over a compressed key per 4 tokens (``c4_indexer``); ``queries``
+        positions per request under a speculative verify (``indexer``)."""
         if self.m.arch == "dsv4":
-            return self.m.indexer_layers * self.indexer(np.asarray(ctx_sum, dtype=float) / 4, requests, queries)
+            return self.m.indexer_layers * self.c4_indexer(ctx_sum, requests, queries)
         return self.m.indexer_layers * self.indexer(ctx_sum, requests, queries)
+
+    def c4_indexer(self, ctx_sum, requests: int, queries: int = 1):
+        """One DeepSeek-V4 C4 layer's indexer: the fitted scoring (launch + every compressed key read
+        once, one per 4 tokens) and SGLang's Lightning TopK select over those candidates, per query row
+        (``published_kernels.LIGHTNING_TOPK``), in place of the DSA models' fitted exact top-k."""
+        if requests <= 0:
+            return np.asarray(ctx_sum, dtype=float) * 0.0
+        t = self._indexer_term()
+        keys = np.asarray(ctx_sum, dtype=float) / 4
+        out = t.launch_s + keys * 132 / t.bw + LIGHTNING_TOPK.time(requests * queries, keys / requests, t.sms)
+        return float(out) if np.ndim(out) == 0 else out
 
     def attention_all(self, batch: int, ctx_sum=None):
         """The step's attention over every layer: MLA's top-k rows, or per DeepSeek-V4 kind the window

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import HisparseError
-from ..serving.specs import Attention, DeploymentSpec, GpuSpec, ModelSpec, MoeLayout
+from ..serving.specs import Attention, DeploymentSpec, GpuSpec, ModelSpec, MoeA2ABackend, MoeLayout
 from .ops import Layout, dtype_of
 from .terms import StepTerms
 
@@ -137,7 +137,8 @@ def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
     DP attention (``--dp dp --enable-dp-attention``): attention on the rank's ``tp / dp`` GPUs, the
     MLP side sees the tokens of the instance's ``dp`` ranks. TP attention: heads over the instance's
     ``tp`` GPUs, one scheduler (``dp`` 1). Dense MLPs, the shared expert and the lm_head split over
-    ``tp``. Routed experts: ``moe = "tp"`` (SGLang's default fused MoE) splits each expert's
+    ``tp``, except the shared expert under ``--moe-a2a-backend deepep``: whole on every GPU, on the
+    rank's own tokens (``Layout.shared_replicated``, SGLang ``DeepseekV2MoE``). Routed experts: ``moe = "tp"`` (SGLang's default fused MoE) splits each expert's
     intermediate over the ``tp`` GPUs; ``"ep"`` places E/tp whole experts per GPU. Both move the same
     weight bytes per GPU, at different rates: each layout's routed experts have their own measured
     term (``grouped_gemm`` whole experts; the TP slices, N 512 and K 256 for GLM-5.1, by the Triton
@@ -156,7 +157,8 @@ def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:
     dp = dep.dp if dep.attention == Attention.DP else 1
     return Layout.of(dep.tp, dp, "ep" if dep.moe == MoeLayout.EP else "tp", weight_dtype=dtype,
                      expert_dtype=expert_dtype if expert_dtype != dtype else "",
-                     expert_bytes=routed if expert_dtype == "fp4" else 0.0)
+                     expert_bytes=routed if expert_dtype == "fp4" else 0.0,
+                     shared_replicated=dep.a2a_backend == MoeA2ABackend.DEEPEP)
 
 
 def fp4_flops_ratio(gpu: GpuSpec) -> tuple[float, str]:

@@ -23,6 +23,17 @@ The term is ``launch + max(bytes / bw, padded FLOPs / the GPU's dense FP8 rate)`
   2.8 TB/s streaming (84% of the H800's HBM) plus ``launch`` 2 us; 2.8 x 4.8 / 3.35 = 4.0 TB/s on an
   H200, the issue's figure within 2%.
 - padded FLOPs: the kernel computes whole 64-row M blocks per expert that receives a token.
+
+**Lightning TopK**, the top-512 select of DeepSeek-V4's C4 indexer in SGLang (LMSYS blog "DeepSeek-V4 on
+Day 0", 2026-04-25, "Lightning TopK" and Figure 5): a cluster-of-8 radix select -- each CTA builds a
+local 10-bit radix histogram of its share of the candidates, the cluster reduces the histograms to the
+threshold that admits exactly K = 512, each CTA scatters its entries above it -- "With 4:1 compression,
+a 1M-token context still produces 256K candidates per request. At this scale, a naive implementation
+can take more than 100 us even at batch size 1 ... reduces small-batch top-k latency to about 15 us".
+One published point: 15 us at 262,144 candidates, one query row (GPU not stated; the blog's runs are
+H200 and B200). Every pass of the kernel reads each candidate's score once, so its time is priced
+linear in the candidates from that point; one cluster (8 CTAs) per query row, rows in waves of the
+GPU's SMs / 8. The DSA models' select (GLM-5.x, DeepSeek-V3.2) keeps its fitted term.
 """
 
 from __future__ import annotations
@@ -60,3 +71,26 @@ class MaskedGroupedGemm:
 
 
 MASKED_GROUPED_GEMM = MaskedGroupedGemm()
+
+
+@dataclass(frozen=True)
+class LightningTopK:
+    """SGLang's cluster radix top-k select for DeepSeek-V4's C4 indexer, from the LMSYS blog's figure
+    (module docstring)."""
+
+    ref_s: float = 15e-6  # "about 15 us"
+    ref_candidates: int = 262_144  # "256K candidates per request": 1M tokens / 4
+    cluster_ctas: int = 8  # "a cluster-of-8 radix-select reduction"
+    source: str = ("Lightning TopK (LMSYS blog 'DeepSeek-V4 on Day 0', 2026-04-25): a cluster-of-8 radix select, "
+                   "'about 15 us' for the 256K candidates of a 1M context at batch size 1; linear in the candidates, "
+                   "one cluster per query row in waves of SMs / 8")
+
+    def time(self, rows: int, candidates_per_row, sms: int):
+        """Seconds of the select for ``rows`` query rows of ``candidates_per_row`` candidates each."""
+        if rows <= 0:
+            return 0.0 * candidates_per_row
+        waves = math.ceil(rows * self.cluster_ctas / max(sms, self.cluster_ctas))
+        return self.ref_s * waves * candidates_per_row / self.ref_candidates
+
+
+LIGHTNING_TOPK = LightningTopK()

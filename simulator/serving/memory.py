@@ -5,8 +5,12 @@ Read from sgl-project/sglang (current upstream; files named at each step):
 1. KV budget per GPU (``mem_cache/kv_cache_configurator.py``, ``_profile_available_bytes``; formerly
    ``model_executor/model_runner.py`` ``profile_max_num_token``): free memory before the weights
    load (``GpuSpec.free_before_load``: HBM less the CUDA context and communicators) times
-   ``mem_fraction_static``, minus the weights. Activations, CUDA graphs and the HiSparse
-   coordinator's tables live in the other ``1 - mem_fraction_static`` (no separate reserve here).
+   ``mem_fraction_static``, minus whatever is resident when it is measured: the weights (under
+   ``--moe-a2a-backend deepep`` with the shared expert whole on every GPU; before PR #30531 with an
+   indexer on every layer, ``IndexerCache``) and, under speculative decoding, the draft model's
+   weights and its duplicate vocabulary tensors (PR #28855, #32468: ``draft_resident_bytes``).
+   Activations, CUDA graphs, DeepEP's buffers and the HiSparse coordinator's tables live in the
+   other ``1 - mem_fraction_static`` (no separate reserve here).
 2. Token pool (``model_executor/pool_configurator.py``, ``DefaultPoolConfigurator``):
    ``max_total_num_tokens = budget // cell`` rounded down to a page (64 for DSA on CUDA), with
    ``cell = layers x (MLA row + indexer row x ratio)``; ``ratio`` is HiSparse's
@@ -16,6 +20,8 @@ Read from sgl-project/sglang (current upstream; files named at each step):
    ``pool_profile = "before-31992"``, ``PoolProfile``): FP8 rows as 576 B, one indexer row under
    HiSparse too; the pool is larger and what it allocates beyond the budget comes out of the
    slack, which must hold it (else SGLang runs out of memory at start-up).
+   Speculative decoding scales the cell by ``1 + draft layers / layers`` (PR #23862: the draft
+   worker's KV pool, as many slots, is budgeted with the target's).
    The MLA cell is not divided by attention TP: under TP attention every GPU stores every token.
    ``--max-total-tokens`` (deployment key ``max_total_tokens``) caps it.
 3. Running-request cap per rank (``kv_cache_configurator.py``, ``resolve_max_num_reqs``):
@@ -38,9 +44,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import HisparseError
-from .specs import Attention, DeploymentSpec, GpuSpec, HiSparseSpec, Mode, ModelSpec, PoolProfile
+from .specs import (
+    Attention,
+    DeploymentSpec,
+    GpuSpec,
+    HiSparseSpec,
+    IndexerCache,
+    Mode,
+    ModelSpec,
+    MoeA2ABackend,
+    PoolProfile,
+)
 
 HOST_KEEP_FREE = 10 * (1 << 30)  # SGLang's host pool leaves 10 GiB of host memory free
+
+
+def indexer_cache_layers(model: ModelSpec, dep: DeploymentSpec) -> int:
+    """Layers whose lightning indexer SGLang builds and whose index-K rows it allocates and budgets:
+    the layers that run it (IndexShare anchors; DeepSeek-V4's C4 layers), or every MLA layer under
+    ``indexer_cache = "before-30531"`` (``IndexerCache``: releases before PR #30531 build an
+    ``Indexer`` and an index-K buffer on IndexShare's shared layers too, never used)."""
+    if model.arch == "mla" and dep.indexer_cache == IndexerCache.BEFORE_30531:
+        return model.layers
+    return model.indexer_layers
+
+
+def draft_vocab_bytes(model: ModelSpec, dep: DeploymentSpec) -> float:
+    """Bytes per GPU of the draft (NextN) model's own vocabulary embedding and lm_head: SGLang
+    constructs them with the draft model and repoints it at the target's only in
+    ``EagleDraftWorker.alloc_memory_pool`` (``init_lm_head``), after the target's memory profile, so
+    they are resident when the KV budget is measured and freed into the slack after
+    (sgl-project/sglang PR #32468, open 2026-07-27: "the duplicate vocab tensors are resident when free
+    memory is measured"). Laid out as the target's: the embedding replicated under DP attention
+    (vocab-parallel otherwise), lm_head vocab-parallel over tp."""
+    e = model.embedding_bytes_per_param
+    embed_split = 1 if dep.attention == Attention.DP else dep.tp
+    return model.embedding_params * e / embed_split + model.embedding_params * e / dep.tp
 
 
 def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
@@ -58,9 +97,12 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     matrices: after loading, SGLang splits kv_b_proj into ``w_kc`` / ``w_vc`` as new contiguous bf16
     tensors (block-FP8 checkpoints dequantised first) and keeps kv_b_proj itself for the MHA prefill
     path (``models/deepseek_common/deepseek_weight_loader.py``, ``post_load_weights``).
-    Not here because they are not resident under the shipped flags: the MTP / NextN layer (loaded
-    only with ``--speculative-algorithm``, as its own ``...NextN`` model), DeepEP buffers (only with
-    ``--moe-a2a-backend deepep``)."""
+    Not here: the MTP / NextN layer (only with ``--speculative-algorithm``, as its own ``...NextN`` model:
+    ``draft_resident_bytes``); DeepEP's buffers (``--moe-a2a-backend deepep``), which
+    ``DeepEPBuffer.get_deepep_buffer`` builds inside the first dispatch (``token_dispatcher/deepep.py``
+    ``_get_buffer``), i.e. in the CUDA-graph capture after the pool is sized, so out of the slack: its
+    low-latency buffer (DeepEP ``LowLatencyLayout``, 128 tokens per rank, GLM's hidden 6144, 256
+    experts) is 2 x (send + receive) x 256 x 128 x 12,480 B = 1.64 GB, the normal NVL buffer ~0.3 GB."""
     m = model
     e = m.embedding_bytes_per_param
     b = m.bytes_per_param
@@ -68,11 +110,16 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     attention += m.layers * m.absorbed_mla_params / dep.attn_tp * 2  # w_kc + w_vc, bf16
     attention += m.dsv4_attention_extra_params / dep.attn_tp * b("attention")  # DeepSeek-V4 compressors
     gates = m.indexer_gate_params  # weights_proj: bf16, not quantised
-    # replicated on every GPU; IndexShare's shared layers own no indexer (m.indexer_layers)
-    attention += m.indexer_layers * ((m.indexer_params - gates) * b("attention") + gates * 2)
+    # replicated on every GPU; IndexShare's shared layers own no indexer since SGLang PR #30531 (before it
+    # every layer built one: indexer_cache_layers)
+    attention += indexer_cache_layers(m, dep) * ((m.indexer_params - gates) * b("attention") + gates * 2)
     mlp = (m.dense_layers * m.dense_mlp_params * b("dense")
-           + m.moe_layers * m.shared_experts * m.expert_params * b("shared_expert")
            + m.moe_layers * m.experts * m.expert_params * b("routed_expert")) / dep.tp
+    # the shared expert: split over tp, or whole on every GPU under DeepEP (SGLang DeepseekV2MoE builds it
+    # with tp_rank=0, tp_size=1 when get_moe_a2a_backend().is_deepep(): DeepEP combines the routed output
+    # and nothing all-reduces a TP-split shared expert)
+    shared_split = 1 if dep.a2a_backend == MoeA2ABackend.DEEPEP else dep.tp
+    mlp += m.moe_layers * m.shared_experts * m.expert_params * b("shared_expert") / shared_split
     router = m.moe_layers * m.router_params * 2  # bf16
     embed_split = 1 if dep.attention == Attention.DP else dep.tp
     embedding = m.embedding_params * e / embed_split + m.embedding_params * e / dep.tp
@@ -81,7 +128,7 @@ def weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
 
 def nextn_weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     """Weight bytes per GPU of the MTP / NextN draft layer, loaded only with ``--speculative-algorithm
-    EAGLE`` (no shipped deployment: HiSparse does not support MTP; for checking published MTP runs).
+    EAGLE``.
     SGLang builds it as its own model (``...NextN``, log "Load weight end. ... type=...NextN"): one
     decoder layer of the target's shape (attention, indexer, MoE, router) laid out as the target's
     layers are, plus ``eh_proj`` (2 x hidden -> hidden, a plain bf16 linear) and norms; it reuses the
@@ -95,19 +142,33 @@ def nextn_weights_per_gpu(model: ModelSpec, dep: DeploymentSpec) -> float:
     return no_embed + 2 * m.hidden_size * m.hidden_size * 2
 
 
-def speculative_memory(model: ModelSpec, dep: DeploymentSpec, spec, pool_tokens: int, max_running: int) -> float:
-    """HBM per GPU speculative decoding takes beyond the target's KV budget (SGLang
-    ``model_runner.py``): the draft layer's weights (``nextn_weights_per_gpu``) and the draft
-    worker's KV pool, sized ``pool + max_num_reqs x (num_steps x topk + num_draft_tokens) + 100``
-    slots (the target's pool gets the same headroom) of one MLA row and one indexer row per draft
-    layer (DeepSeek-V4's SWA-only MTP layer: one row, no indexer row; an upper bound, its SWA pool is
-    smaller). Under HiSparse ``pool_tokens`` is the logical pool: the draft KV stays in its logical GPU
-    space (PR #37771). Activations and the draft's CUDA graphs are not counted."""
+def draft_resident_bytes(model: ModelSpec, dep: DeploymentSpec, spec) -> float:
+    """Bytes per GPU the draft model holds when the target's KV budget is measured, so the budget
+    loses them (sgl-project/sglang PR #28855, merged 2026-06-21, "account draft weights in
+    --mem-fraction-static": the draft worker's weights load before the target's memory profile,
+    ``_profile_available_bytes``: "If using speculative decoding, draft weights are now counted"):
+    the draft layers' weights (``nextn_weights_per_gpu``) and the draft's own vocabulary tensors,
+    freed only after the profile (``draft_vocab_bytes``, PR #32468)."""
+    return nextn_weights_per_gpu(model, dep) * spec.draft_layers + draft_vocab_bytes(model, dep)
+
+
+def speculative_memory(model: ModelSpec, dep: DeploymentSpec, spec, pool_tokens: int, max_running: int,
+                       budgeted_draft_bytes: float = 0.0) -> float:
+    """HBM per GPU speculative decoding takes beyond the KV budget, out of the ``1 - mem_fraction_static``
+    slack (SGLang ``model_runner.py``): the draft worker's KV pool, sized ``pool + max_num_reqs x
+    (num_steps x topk + num_draft_tokens) + 100`` slots (the target's pool gets the same headroom) of
+    one MLA row and one indexer row per draft layer (DeepSeek-V4's SWA-only MTP layer: one row, no
+    indexer row; an upper bound, its SWA pool is smaller), less ``budgeted_draft_bytes``, the share of it
+    the profile already budgeted (PR #23862: ``DefaultPoolConfigurator`` scales the cell by ``1 + draft
+    layers / layers``), and the target's headroom. Under HiSparse ``pool_tokens`` is the logical pool: the
+    draft KV stays in its logical GPU space (PR #37771), beyond what the device-slot budget covered. The
+    draft's weights are in the budget (``draft_resident_bytes``); activations and the draft's CUDA graphs
+    are not counted."""
     headroom = max_running * (spec.num_steps * spec.eagle_topk + spec.num_draft_tokens) + 100
     draft = model.draft_model(spec.draft_layers)  # DeepSeek-V4: SWA rows only, no indexer row
     draft_kv = (pool_tokens + headroom) * (draft.kv_bytes_per_token() + draft.indexer_bytes_per_token())
     target_headroom = headroom * (model.kv_bytes_per_token() + model.indexer_bytes_per_token())
-    return nextn_weights_per_gpu(model, dep) * spec.draft_layers + draft_kv + target_headroom
+    return max(draft_kv - budgeted_draft_bytes, 0.0) + target_headroom
 
 
 @dataclass(frozen=True)
@@ -125,7 +186,7 @@ class MemoryPlan:
 
     system: str  # "baseline" or "hisparse"
     weights_bytes: float  # per GPU
-    budget_bytes: float  # per GPU: mem_fraction_static x HBM - weights
+    budget_bytes: float  # per GPU: mem_fraction_static x HBM - weights (- the draft's, speculative decoding)
     cell_bytes: int  # HBM bytes per token slot (all layers; indexer x ratio under HiSparse)
     pool_tokens: int  # max_total_num_tokens: device slots
     pool_tokens_derived: int  # before a max_total_tokens override
@@ -165,14 +226,14 @@ class MemoryPlan:
         return self.weights_bytes + self.pool_tokens * self.cell_bytes
 
 
-def legacy_cell_bytes(model: ModelSpec) -> int:
+def legacy_cell_bytes(model: ModelSpec, dep: DeploymentSpec) -> int:
     """The cell SGLang's profile budgeted before PR #31992 (all layers): the MLA row as
     ``kv_lora_rank + qk_rope_head_dim`` elements of the KV dtype (1 byte for FP8 rows, whose real
     656 B add scales and a bf16 rope) plus one indexer row, with or without HiSparse
     (``pool_configurator.py`` at main 2026-04-10)."""
     elements = model.kv_lora_rank + model.qk_rope_head_dim
     dtype_bytes = 2 if model.kv_row_bytes >= 2 * elements else 1
-    return model.layers * elements * dtype_bytes + model.indexer_layers * model.indexer_row_bytes
+    return model.layers * elements * dtype_bytes + indexer_cache_layers(model, dep) * model.indexer_row_bytes
 
 
 def host_ratio_hint(ratio: float, need: float, have: float) -> str:
@@ -199,12 +260,18 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
 
         return plan_memory_dsv4(model, gpu, dep, hisparse, where=where)
     weights = weights_per_gpu(model, dep)
-    budget = gpu.free_before_load * dep.mem_fraction_static - weights
+    # speculative decoding: the draft's weights (and its duplicate vocabulary tensors) are resident when
+    # the budget is measured (draft_resident_bytes)
+    resident = draft_resident_bytes(model, dep, spec) if spec is not None else 0.0
+    budget = gpu.free_before_load * dep.mem_fraction_static - weights - resident
     ratio = hisparse.host_to_device_ratio if hisparse else 1.0
     # index-K rows only on the layers that own an indexer (IndexShare elides the shared layers':
     # sglang DSATokenToKVPool ``indexer_layer_ids`` / ``indexer_layer_id_to_slot``)
-    cell = model.layers * model.kv_row_bytes + int(model.indexer_layers * model.indexer_row_bytes * ratio)
-    budgeted = cell if dep.pool_profile == PoolProfile.SINCE_31992 else legacy_cell_bytes(model)
+    cell = model.layers * model.kv_row_bytes + int(indexer_cache_layers(model, dep) * model.indexer_row_bytes * ratio)
+    target_budgeted = cell if dep.pool_profile == PoolProfile.SINCE_31992 else legacy_cell_bytes(model, dep)
+    budgeted = target_budgeted
+    if spec is not None:  # the draft worker's KV pool in the budget (PR #23862, DefaultPoolConfigurator)
+        budgeted = int(target_budgeted * (1 + spec.draft_layers / model.layers))
     derived = _page_floor(budget // budgeted, dep.page_size)
     if derived <= 0 and budget > 0 and budget // budgeted < 1:  # the slot, not the weights
         raise HisparseError(
@@ -221,18 +288,19 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
                if hisparse and ratio > 1 else ")"))
     if derived <= 0:
         raise HisparseError(
-            f"{where}: no room for a KV pool: {model.name} weights take {weights / 1e9:.1f} GB per GPU, more than "
+            f"{where}: no room for a KV pool: {model.name} weights take {weights / 1e9:.1f} GB per GPU"
+            + (f" and the draft model {resident / 1e9:.1f} GB" if resident else "") + ", more than "
             f"mem_fraction_static {dep.mem_fraction_static:g} x {gpu.free_before_load / 1e9:.1f} GB free of {gpu.name} "
             f"(SGLang: 'Not enough memory'; use more GPUs per instance or a larger mem_fraction_static)")
     tokens = min(derived, dep.max_total_tokens) if dep.max_total_tokens else derived
     tokens = _page_floor(tokens, dep.page_size) or tokens
     host_tokens = int(tokens * ratio) if hisparse else tokens
-    beyond = tokens * (cell - budgeted)
+    beyond = tokens * (cell - target_budgeted)
     slack = gpu.free_before_load * (1 - dep.mem_fraction_static)
     if beyond > slack:
         raise HisparseError(
             f"{where}: pool_profile = \"before-31992\": the KV pool of {tokens} slots allocates {cell} B per slot "
-            f"(indexer keys for the x{ratio:g} logical pool) against the {budgeted} B its profile budgeted: "
+            f"(indexer keys for the x{ratio:g} logical pool) against the {target_budgeted} B its profile budgeted: "
             f"{beyond / 1e9:.1f} GB per GPU beyond the budget, more than the {slack / 1e9:.1f} GB that "
             f"mem_fraction_static {dep.mem_fraction_static:g} leaves (SGLang runs out of memory at start-up; "
             "lower host_to_device_ratio or mem_fraction_static)")
@@ -266,16 +334,17 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
     system = "hisparse" if hisparse else "baseline"
     buffer_slots = hisparse.device_buffer_size + dep.page_size if hisparse else 0
     if spec is not None:
-        need = speculative_memory(model, dep, spec, host_tokens if hisparse else tokens, running)
-        slack = gpu.free_before_load * (1 - dep.mem_fraction_static) - beyond
+        need = speculative_memory(model, dep, spec, host_tokens if hisparse else tokens, running,
+                                  budgeted_draft_bytes=tokens * (budgeted - target_budgeted))
+        # the draft's duplicate vocabulary tensors are freed after the profile, back into the slack
+        slack = gpu.free_before_load * (1 - dep.mem_fraction_static) - beyond + draft_vocab_bytes(model, dep)
         if need > slack:
             raise HisparseError(
-                f"{where}: speculative decoding ({spec.label}): the draft layer's weights and KV pool take "
+                f"{where}: speculative decoding ({spec.label}): the draft's KV pool and both pools' headroom take "
                 f"{need / 1e9:.1f} GB per GPU beyond the KV budget, more than the {slack / 1e9:.1f} GB that "
-                f"mem_fraction_static {dep.mem_fraction_static:g} leaves (SGLang loads the draft worker after "
-                "the target's pool; lower mem_fraction_static)")
+                f"mem_fraction_static {dep.mem_fraction_static:g} leaves (lower mem_fraction_static)")
     return MemoryPlan(system, weights, budget, cell, tokens, derived, host_tokens, host_pool, running,
-                      derived_running, buffer_slots, model.kv_row_bytes, model.layers, budgeted)
+                      derived_running, buffer_slots, model.kv_row_bytes, model.layers, target_budgeted)
 
 
 def check_fits(plan: MemoryPlan, input_tokens: int, output_tokens: int, mode: Mode, where: str) -> None:

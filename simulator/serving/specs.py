@@ -76,6 +76,21 @@ class PoolProfile(StrEnum):
     BEFORE_31992 = "before-31992"
 
 
+class IndexerCache(StrEnum):
+    """Which SGLang release builds the lightning indexer of an IndexShare model (GLM-5.2: 21 anchor,
+    57 shared layers). ``since-30531``: only the layers that run the indexer build an ``Indexer``
+    module and own index-K rows in the pool and in the profile's cell (sgl-project/sglang PR #30531
+    "[DSA] Skip indexer KV cache for skip-topk layers", merged after 2026-08-14: its A/B on
+    GLM-5.2-NVFP4 gives 55,225 -> 47,702 B per token, weights 107.74 -> 106.76 GB per rank).
+    ``before-30531``: every layer builds an ``Indexer`` (``DeepseekV2AttentionMLA``; the shared
+    layers' weights are allocated, uninitialised and never run: PR #30922) and ``DSATokenToKVPool``
+    allocates, and ``_compute_cell_size`` charges, index-K rows on every layer (PR #30041: "dead
+    VRAM at 132 B/token/layer"). Models without shared layers are the same under both."""
+
+    SINCE_30531 = "since-30531"
+    BEFORE_30531 = "before-30531"
+
+
 class KvTransfer(StrEnum):
     """How a PD deployment's prefill side sends a request's KV to the decode host over RDMA
     (``serving/cluster.py`` prices it): ``none`` (arrives with the prefill's end, the model before
@@ -563,6 +578,7 @@ class DeploymentSpec(Spec):
         "server_args._handle_data_parallelism): scales new_token_ratio, the share of each running request's "
         "remaining output the scheduler reserves (admission.py)")
     pool_profile: PoolProfile = PoolProfile.SINCE_31992  # SGLang's memory profiler release: see PoolProfile
+    indexer_cache: IndexerCache = IndexerCache.SINCE_30531  # IndexShare's shared layers' indexer: see IndexerCache
     # the --hisparse-config preset this deployment was published with ("": the blog's 8xH200 one),
     # what hisparse plan pairs with it when --hisparse-config is not given
     hisparse: str = ""
