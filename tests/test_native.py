@@ -18,7 +18,15 @@ from simulator import native
 from simulator.replay import ReplayConfig, replay
 from simulator.replay.backend import coded_misses
 from simulator.replay.engine import replay_policy
-from simulator.trace import CodedChunk, Stream, TraceMeta, TraceReader, codec_jit, write_trace
+from simulator.trace import (
+    CodedChunk,
+    Stream,
+    TraceMeta,
+    TraceReader,
+    TraceWriter,
+    codec_jit,
+    write_trace,
+)
 from simulator.trace.codec import encode_stream
 from tests.helpers import random_stream
 
@@ -626,3 +634,83 @@ def test_stored_payloads_are_copied_out_as_zlib_would_inflate_them():
     bad = bytearray(zlib.compress(bytes(100), 0))
     bad[3] ^= 1  # LEN no longer the complement of NLEN
     assert native.unstore(bytes(bad)) == -2
+
+
+@pytest.mark.parametrize("keep_order", [False, True])
+def test_coded_rows_replay_matches_the_stream_path(tmp_path, monkeypatch, keep_order):
+    """Sequential LRU / OPT / LFU and batched LRU from rows decoded and checked in C
+    (``backend.coded_rows``: the summary path) equal the numba engine's totals; several chunks
+    per stream, ragged and ordered rows, the newest token reserved or not."""
+    rng = np.random.default_rng(31 + keep_order)
+    streams = [Stream(0, layer, s.ctx_len, s.indices) for layer in range(3)
+               for s in [wandering_stream(rng, steps=70, k=24, ctx0=30, overlap=0.8)]]
+    path = tmp_path / "s.hst"
+    with TraceWriter(path, k=24, source={"kind": "test"}, keep_order=keep_order, chunk_steps=16) as w:
+        for s in streams:
+            w.write_stream(s)
+    configs = [ReplayConfig(policy=p, buffer=b, semantics=s, initial=i, reserve_newest=r)
+               for p, s in [("lru", "sequential"), ("opt", "sequential"), ("lfu", "sequential"), ("lru", "batched")]
+               for b in (24, 40) for i in ("empty", "prefix") for r in (True, False)]
+    configs = [c for c in configs if c.semantics == "sequential" or c.buffer >= 24]
+    from simulator.replay import backend
+
+    assert backend.uses_coded_rows_path(TraceReader(path), [c for c in configs if c.semantics == "sequential"])
+    fast = replay(TraceReader(path), [c for c in configs if c.semantics == "sequential"])
+    mixed = replay(TraceReader(path), configs)  # batched LRU beside them: the rows path takes all
+    monkeypatch.setenv("HISPARSE_NATIVE", "0")
+    slow = replay(TraceReader(path), configs)
+    assert fast.records == [r for r in slow.records if r["semantics"] == "sequential"]
+    assert mixed.records == slow.records
+
+
+def test_coded_rows_give_up_where_the_reader_refuses(tmp_path):
+    """A chunk that breaks a rule, or whose header disagrees with its payload, is None on the C
+    path (the replay then reads the stream the ordinary way, which names the problem)."""
+    from simulator.errors import TraceError
+    from simulator.replay import backend
+    from tests.hst_craft import coded_chunk, craft
+
+    meta = b'{"format_version": 2, "k": 4, "source": {"kind": "test"}}'
+    cases = {
+        "ok": coded_chunk([[0, 1], [1, 2, 3]], [5, 6]),
+        "out of range": coded_chunk([[0, 1], [1, 6]], [5, 6]),
+        "too many": coded_chunk([[0, 1, 2, 3, 4]], [9], width=5),
+        "ctx down": coded_chunk([[0, 1], [1, 2]], [5, 4]),
+        "accesses": coded_chunk([[0, 1], [1, 2, 3]], [5, 6], accesses=4),
+        "ctx_last": coded_chunk([[0, 1], [1, 2, 3]], [5, 6], ctx_last=7),
+    }
+    for name, chunk in cases.items():
+        reader = TraceReader(craft(tmp_path / f"{name}.hst", meta, [chunk]))
+        rows = backend.coded_rows(reader.coded_chunks((0, 0)), 4)
+        cfg = ReplayConfig(policy="opt", buffer=2, semantics="sequential")
+        if name == "ok":
+            assert rows is not None and rows.accesses == 5 and list(rows.ctx_len) == [5, 6]
+            assert list(rows.rows.cast("i")) == [0, 1, -1, 1, 2, 3]
+            assert replay(reader, cfg).records[0]["misses"] == 2  # buffer starts {0, 1}: 2 and 3 miss
+            continue
+        assert rows is None, name
+        with pytest.raises(TraceError):
+            replay(reader, cfg)
+
+
+def test_sequential_replay_on_hst_imports_neither_numpy_nor_numba(tmp_path):
+    """Sequential LRU, OPT and LFU on a .hst file: rows decoded in C, no numpy or numba."""
+    if not native.available():
+        pytest.skip("HISPARSE_NATIVE=0: the reference path loads numba by design")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "s.hst"
+    write_trace(path, TraceMeta(k=16, source={"kind": "test"}), [random_stream(np.random.default_rng(3), steps=30,
+                                                                                k=16, ctx0=40)])
+    probe = ("import sys\nfrom simulator.cli import main\ncode = 0\n"
+             "for p in ('lru', 'opt', 'lfu'):\n"
+             f"    code |= main(['replay', {str(path)!r}, '--policy', p, '--buffer', '8,24', '--semantics', 'sequential',"
+             " '--quiet', '--json'])\n"
+             "print('LOADED', sorted(m for m in ('numpy', 'numba', 'pandas') if m in sys.modules))\n"
+             "sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent).stdout
+    assert '"misses"' in out
+    assert "LOADED []" in out

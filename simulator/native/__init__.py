@@ -158,6 +158,58 @@ def lru_total(rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bo
     return sum(misses)
 
 
+def keyed_total(policy: str, rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bool,
+                prefix: bool) -> int:
+    """Total misses of sequential ``opt`` or ``lfu`` over rows given as buffers, without numpy:
+    ``keyed_sequential``."""
+    fn = {"opt": _native.opt_seq_rows, "lfu": _native.lfu_seq_rows}[policy]
+    misses = array("q", bytes(8 * steps))
+    fn(rows, steps, width, ctx_len, int(buffer), reserve, prefix, misses, bytearray(8 * int(buffer)))
+    return sum(misses)
+
+
+class Rows(NamedTuple):
+    """A stream's rows decoded and checked in C, as plain buffers (no numpy)."""
+
+    rows: memoryview  # int32 [steps, width] in C order, -1 pads
+    ctx_len: array  # int64 [steps]
+    steps: int
+    width: int
+    accesses: int
+
+
+def coded_rows(chunks: Sequence[tuple[int, int, bool, Callable[[bytearray], bytes | None], int, int]], k: int,
+               into: bytearray | None = None) -> Rows | None:
+    """A stream given as coded chunks (steps, width, ordered, a function giving the coded bytes
+    or None, the header's accesses and ctx_last (0: not stored)) decoded into rows in ``into``
+    (grown as needed; a fresh buffer without it), every rule of the trace model checked as
+    ``TraceReader.read`` checks it. None when a chunk is corrupt, breaks a rule or disagrees
+    with its header: the caller reads the stream the ordinary way, which raises the error."""
+    steps = sum(c[0] for c in chunks)
+    width = max((c[1] for c in chunks), default=1)
+    need = 4 * steps * width
+    if into is None:
+        into = bytearray(need)
+    elif len(into) < need:
+        into.extend(bytes(need - len(into)))
+    rows = memoryview(into)[:need]
+    ctx = array("q", bytes(8 * steps))
+    scratch = bytearray()
+    row, prev_ctx, accesses = 0, 0, 0
+    for n, w, ordered, coded, acc, ctx_last in chunks:
+        raw = coded(scratch)
+        if raw is None:
+            return None
+        code, _, got = _native.decode_rows_checked(raw, n, w, ordered, int(k), prev_ctx, rows[4 * row * width:],
+                                                   width, memoryview(ctx)[row:row + n])
+        if code or got != acc or (ctx_last and n and ctx[row + n - 1] != ctx_last):
+            return None
+        row += n
+        prev_ctx = ctx[row - 1] if n else prev_ctx
+        accesses += got
+    return Rows(rows, ctx, steps, width, accesses)
+
+
 def lru_replay_coded(lrus: list[BatchedLru], misses: list[np.ndarray], raw: bytes, steps: int, width: int,
                      ordered: bool, k: int, prev_ctx: int, ctx_out: np.ndarray) -> tuple[int, int, int]:
     """Decode one coded chunk and replay it through every buffer in ``lrus`` (misses[i] gets

@@ -228,6 +228,46 @@ static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t
     return code;
 }
 
+/* decode_steps with the rules of the trace model checked as the coded replays check them
+ * (lru_replay_coded): ctx_len positive, never going down and below INT32_MAX, at most k entries,
+ * every entry below its ctx_len, an ordered step's ranks a permutation. A decoded step is sorted
+ * and free of repeats by construction, so these O(1)-a-step checks are what check_rows would
+ * find. Returns 0, a DECODE_* code (DECODE_BREAKS_RULE for a broken rule) with *err_step, or -1
+ * (memory); *accesses counts the entries. */
+static int decode_rows_checked(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int ordered, int64_t k,
+                               int64_t prev_ctx, int32_t *out, int64_t out_width, int64_t *ctx_out, int64_t *accesses,
+                               int64_t *err_step)
+{
+    decoder d;
+    if (!dec_init(&d, buf, n, width)) return -1;
+    int32_t *seen = ordered ? (int32_t *)calloc((size_t)(width > 0 ? width : 1), sizeof(int32_t)) : NULL;
+    int code = 0;
+    int64_t t, acc = 0;
+    if (ordered && !seen) { free(d.work); free(d.gone); return -1; }
+    for (t = 0; t < steps; t++) {
+        int32_t *row = out + t * out_width;
+        code = dec_step(&d);
+        if (code) break;
+        int64_t c = d.ctx, cnt = d.cnt;
+        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k || cnt > out_width ||
+            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = DECODE_BREAKS_RULE; break; }
+        if (ordered) {
+            if ((code = dec_ranks(&d, row, seen, (int32_t)(t + 1)))) break;
+        } else {
+            for (int64_t j = 0; j < cnt; j++) row[j] = (int32_t)d.cur[j];
+        }
+        for (int64_t j = cnt; j < out_width; j++) row[j] = -1;
+        ctx_out[t] = c;
+        prev_ctx = c;
+        acc += cnt;
+    }
+    if (!code && d.pos != n) { code = DECODE_TRAILING_BYTES; t = steps; }
+    free(d.work); free(d.gone); free(seen);
+    *accesses = acc;
+    *err_step = code ? t : 0;
+    return code;
+}
+
 /* First problem of a stream as (code, step, value, extra); code 0 when none (ROW_* codes). */
 static int check_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t k,
                       int64_t res[4])
@@ -928,6 +968,7 @@ static int lru_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
 /* tournament tree over the slots that each access updates along one leaf's path.              */
 
 #define OPT_INF ((int64_t)1 << 61)
+#define OPT_NONE INT32_MAX /* an int32 next use: none */
 
 static inline int opt_better(const int64_t *key, int32_t a, int32_t b)
 {
@@ -945,6 +986,19 @@ static inline void opt_set(int32_t *tree, int64_t *key, int64_t size, int32_t sl
     }
 }
 
+/* ``slot`` became better (a larger key, or the first key of an empty slot): it climbs while it
+ * beats the winner of the other side. Where it loses, it lost before too (the order is total),
+ * so that node and every one above keep their winners: a hit's next use is usually near, and
+ * the climb stops within a level or two instead of walking all log2(B) levels. */
+static inline void opt_raise(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t nu)
+{
+    key[slot] = nu;
+    for (int64_t j = size + slot; j > 1; j >>= 1) {
+        if (!opt_better(key, slot, tree[j ^ 1])) return;
+        tree[j >> 1] = slot;
+    }
+}
+
 static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
                         int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
 {
@@ -953,19 +1007,21 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
         cmax = ctx[t] > cmax ? ctx[t] : cmax;
         for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
     }
+    if (n >= OPT_NONE) return STEP_NOMEM; /* access numbers are int32 (below): 8 GB of rows already */
     int64_t size = 1;
     while (size < B) size <<= 1;
-    int64_t *nu = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    int64_t *last = (int64_t *)malloc(sizeof(int64_t) * (size_t)cmax);
-    int64_t *first = (int64_t *)malloc(sizeof(int64_t) * (size_t)cmax);
+    /* Next uses as int32 access numbers (OPT_NONE: never again): half the memory of int64, and
+     * it is the one table as large as the stream. */
+    int32_t *nu = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    int32_t *last = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
     int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
     int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
     int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1));
     int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
     int64_t *start = (int64_t *)malloc(sizeof(int64_t) * (size_t)(steps + 1)); /* access number of each step's first entry */
     int code = STEP_OK;
-    if (!nu || !last || !first || !pos || !sp || !key || !tree || !start) { code = STEP_NOMEM; goto done; }
-    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_INF;
+    if (!nu || !last || !pos || !sp || !key || !tree || !start) { code = STEP_NOMEM; goto done; }
+    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_NONE;
     start[0] = 0;
     for (int64_t t = 0; t < steps; t++) {
         int64_t c = 0;
@@ -979,10 +1035,10 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             int32_t p = row[j];
             if (p >= cmax) { *bad = t; code = STEP_RANGE; goto done; }
             nu[start[t] + j] = last[p];
-            last[p] = start[t] + j;
+            last[p] = (int32_t)(start[t] + j);
         }
     }
-    /* last[p] is now the first access of p; first[] for a later step is rebuilt when needed */
+    /* last[p] is now the first access of p; a later step's first accesses are rebuilt when needed */
     for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
     for (int64_t x = 0; x < B; x++) sp[x] = -1;
     key[size] = -1; /* the leaves past B: never a victim */
@@ -997,14 +1053,17 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = -1; }
             free_next = 0;
             if (prefix || fast) {
-                /* first access at or after step t of each position < B */
-                for (int64_t p = 0; p < B && p < cmax; p++) first[p] = OPT_INF;
+                /* first access at or after step t of each position < B (last[] is free now) */
+                for (int64_t p = 0; p < B && p < cmax; p++) last[p] = OPT_NONE;
                 for (int64_t u = steps - 1; u >= t; u--) {
                     const int32_t *r = idx + u * width;
                     for (int64_t j = start[u + 1] - start[u] - 1; j >= 0; j--)
-                        if (r[j] < B) first[r[j]] = start[u] + j;
+                        if (r[j] < B) last[r[j]] = (int32_t)(start[u] + j);
                 }
-                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; key[p] = p < cmax ? first[p] : OPT_INF; }
+                for (int64_t p = 0; p < B; p++) {
+                    sp[p] = (int32_t)p; pos[p] = (int32_t)p;
+                    key[p] = p < cmax && last[p] != OPT_NONE ? last[p] : OPT_INF;
+                }
                 free_next = B;
             }
             for (int64_t i = size - 1; i >= 1; i--) {
@@ -1021,46 +1080,66 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             if (p < 0) break;
             if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
             if (reserve && p == newest) continue;
-            int64_t next = nu[start[t] + j];
+            int32_t u = nu[start[t] + j];
+            int64_t next = u == OPT_NONE ? OPT_INF : u;
             int32_t x = pos[p];
-            if (x < 0) {
-                if (free_next < B) x = (int32_t)free_next++;
-                else { x = tree[1]; pos[sp[x]] = -1; }
+            if (x >= 0) { /* a hit: its key was this access (or an earlier, skipped one): it grows */
+                opt_raise(tree, key, size, x, next);
+                continue;
+            }
+            m++;
+            if (free_next < B) { /* an empty slot (key -1): it grows too */
+                x = (int32_t)free_next++;
                 sp[x] = p;
                 pos[p] = x;
-                m++;
+                opt_raise(tree, key, size, x, next);
+                continue;
             }
+            x = tree[1]; /* the victim won every node on its path: all of them are recomputed */
+            pos[sp[x]] = -1;
+            sp[x] = p;
+            pos[p] = x;
             opt_set(tree, key, size, x, next);
         }
         misses[t] = m;
     }
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
-    free(nu); free(last); free(first); free(pos); free(sp); free(key); free(tree); free(start);
+    free(nu); free(last); free(pos); free(sp); free(key); free(tree); free(start);
     return code;
 }
 
 
 /* ------------------------------------------------------------------------------------------ */
 /* Sequential LFU over rows: step.run's sequential branch with policies/lfu.py, bit for bit     */
-/* (tests/test_native.py). A slot's key is count * 2**40 + tick (the tick counts every load and */
-/* hit since the buffer was last made fresh); the victim is the smallest key, at the root of a  */
-/* tournament tree over the slots.                                                              */
+/* (tests/test_native.py). The engine keys a slot by count * 2**40 + tick (the tick counts every */
+/* load and hit since the buffer was last made fresh) and evicts the smallest key: the least    */
+/* used slot, the least recently touched among equals. Here that is O(1) an access: one list    */
+/* per count, slots in touch order (a touch appends at the tail, so ticks ascend along a list), */
+/* the victim at the head of the smallest non-empty count's list.                               */
 
-#define LFU_SHIFT ((int64_t)1 << 40)
+typedef struct {
+    int32_t *cnt, *prv, *nxt; /* [B] a slot's count and its neighbours in its count's list (-1: none) */
+    int32_t *head, *tail;     /* [counts] */
+    int64_t minf, maxf;
+} lfu_lists;
 
-static inline int lfu_better(const int64_t *key, int32_t a, int32_t b)
+static inline void lfu_unlink(lfu_lists *L, int32_t x)
 {
-    return key[a] < key[b] || (key[a] == key[b] && a < b);
+    int32_t a = L->prv[x], b = L->nxt[x], f = L->cnt[x];
+    if (a >= 0) L->nxt[a] = b; else L->head[f] = b;
+    if (b >= 0) L->prv[b] = a; else L->tail[f] = a;
 }
 
-static inline void lfu_set(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+static inline void lfu_append(lfu_lists *L, int32_t x, int32_t f)
 {
-    key[slot] = k;
-    for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
-        int32_t l = tree[2 * i], r = tree[2 * i + 1];
-        tree[i] = lfu_better(key, l, r) ? l : r;
-    }
+    int32_t z = L->tail[f];
+    L->cnt[x] = f;
+    L->prv[x] = z;
+    L->nxt[x] = -1;
+    if (z >= 0) L->nxt[z] = x; else L->head[f] = x;
+    L->tail[f] = x;
+    if (f > L->maxf) L->maxf = f;
 }
 
 static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
@@ -1068,35 +1147,35 @@ static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
 {
     int64_t cmax = 1;
     for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
-    int64_t size = 1;
-    while (size < B) size <<= 1;
+    int64_t counts = steps + 2; /* a position is accessed at most once a step: counts stay below steps + 2 */
     int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
     int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1));
-    int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
+    lfu_lists L;
+    L.cnt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.head = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.tail = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.minf = 1; L.maxf = 0;
     int code = STEP_OK;
-    if (!pos || !sp || !key || !tree) { code = STEP_NOMEM; goto done; }
+    if (!pos || !sp || !L.cnt || !L.prv || !L.nxt || !L.head || !L.tail) { code = STEP_NOMEM; goto done; }
     for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
     for (int64_t x = 0; x < B; x++) sp[x] = -1;
-    key[size] = INT64_MAX; /* the leaves past B: never a victim */
-    for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
-    int64_t free_next = 0, tick = 0;
+    for (int64_t f = 0; f < counts; f++) L.head[f] = L.tail[f] = -1;
+    int64_t free_next = 0;
     int fast = 0, started = 0;
     for (int64_t t = 0; t < steps; t++) {
         const int64_t c = ctx[t];
         const int32_t *row = idx + t * width;
         if (c <= B) { misses[t] = 0; fast = 1; continue; }
         if (!started || fast) {
-            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = INT64_MAX; }
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
+            for (int64_t f = 0; f <= L.maxf; f++) L.head[f] = L.tail[f] = -1;
+            L.minf = 1; L.maxf = 0;
             free_next = 0;
-            tick = 0;
-            if (prefix || fast) {
-                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; key[p] = LFU_SHIFT + ++tick; }
+            if (prefix || fast) { /* count 1, ticks in slot order */
+                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; lfu_append(&L, (int32_t)p, 1); }
                 free_next = B;
-            }
-            for (int64_t i = size - 1; i >= 1; i--) {
-                int32_t l = tree[2 * i], r = tree[2 * i + 1];
-                tree[i] = lfu_better(key, l, r) ? l : r;
             }
             started = 1;
             fast = 0;
@@ -1109,22 +1188,30 @@ static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
             if (reserve && p == newest) continue;
             int32_t x = pos[p];
-            if (x >= 0) {
-                lfu_set(tree, key, size, x, (key[x] / LFU_SHIFT + 1) * LFU_SHIFT + ++tick);
+            if (x >= 0) { /* a hit: one count up, the newest tick */
+                int32_t f = L.cnt[x];
+                lfu_unlink(&L, x);
+                if (f == L.minf && L.head[f] < 0) L.minf = f + 1;
+                lfu_append(&L, x, f + 1);
                 continue;
             }
-            if (free_next < B) x = (int32_t)free_next++;
-            else { x = tree[1]; pos[sp[x]] = -1; }
+            m++;
+            if (free_next < B) x = (int32_t)free_next++; /* empty slots first, in slot order */
+            else {
+                x = L.head[L.minf]; /* the smallest key: the least count, its oldest tick */
+                lfu_unlink(&L, x);
+                pos[sp[x]] = -1;
+            }
             sp[x] = p;
             pos[p] = x;
-            m++;
-            lfu_set(tree, key, size, x, LFU_SHIFT + ++tick);
+            lfu_append(&L, x, 1);
+            L.minf = 1;
         }
         misses[t] = m;
     }
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
-    free(pos); free(sp); free(key); free(tree);
+    free(pos); free(sp); free(L.cnt); free(L.prv); free(L.nxt); free(L.head); free(L.tail);
     return code;
 }
 
@@ -1157,6 +1244,31 @@ static PyObject *py_decode(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         if (code < 0) PyErr_NoMemory();
         else res = Py_BuildValue("(iL)", code, (long long)err_step);
+    }
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+static PyObject *py_decode_rows_checked(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, out, ctx;
+    long long steps, width, out_width, k, prev_ctx;
+    int ordered;
+    if (!PyArg_ParseTuple(args, "y*LLpLLw*Lw*", &raw, &steps, &width, &ordered, &k, &prev_ctx, &out, &out_width, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    if (steps < 0 || width < 0 || out_width < 0) PyErr_SetString(PyExc_ValueError, "decode_rows_checked: negative size");
+    else if (need_len(&out, (Py_ssize_t)(steps * out_width * 4), "out") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) {
+        int64_t err_step = 0, acc = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = decode_rows_checked((const uint8_t *)raw.buf, raw.len, steps, width, ordered, k, prev_ctx,
+                                   (int32_t *)out.buf, out_width, (int64_t *)ctx.buf, &acc, &err_step);
+        Py_END_ALLOW_THREADS
+        if (code < 0) PyErr_NoMemory();
+        else res = Py_BuildValue("(iLL)", code, (long long)err_step, (long long)acc);
     }
     PyBuffer_Release(&raw);
     PyBuffer_Release(&out);
@@ -1555,6 +1667,8 @@ static PyMethodDef methods[] = {
     {"lru_seq_rows", py_lru_seq_rows, METH_VARARGS,
      "lru_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, record, slots, slot_pos, order) "
      "-> length of order"},
+    {"decode_rows_checked", py_decode_rows_checked, METH_VARARGS,
+     "decode_rows_checked(raw, steps, width, ordered, k, prev_ctx, out, out_width, ctx_out) -> (code, step, accesses)"},
     {"opt_seq_rows", py_opt_seq_rows, METH_VARARGS,
      "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,

@@ -7,7 +7,8 @@
   and no numpy is loaded), or over a stream's rows.
 - Sequential LRU, OPT and LFU run in C over a stream's rows when built
   (``native.lru_sequential``, ``native.keyed_sequential``, checked bit for bit against the engine
-  in tests/test_native.py).
+  in tests/test_native.py); from a coded source without per-step output, the rows are decoded
+  and checked in C too (``coded_rows``: no numpy).
 - Everything else runs in the numba engine (``engine.replay_policy``).
 """
 
@@ -42,6 +43,35 @@ def uses_raw_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
     as a plain int32 buffer (``NpyTrace.raw_rows``)."""
     return bool(configs) and getattr(source, "raw_rows", None) is not None and native.available() \
         and all(c.policy is Policy.LRU for c in configs)
+
+
+def _native_rows(cfg: ReplayConfig) -> bool:
+    """A config the C replays take from a stream's rows as plain buffers: LRU in either
+    semantics, sequential OPT and LFU."""
+    return native.available() and (cfg.policy is Policy.LRU
+                                   or (cfg.policy in (Policy.OPT, Policy.LFU) and not cfg.batched))
+
+
+def uses_coded_rows_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
+    """Whether every config runs in C on rows (``_native_rows``) and the source offers coded
+    chunks: its streams are then decoded and checked in C (``coded_rows``), no numpy loaded."""
+    return bool(configs) and all(_native_rows(c) for c in configs) and isinstance(source, CodedSource)
+
+
+def coded_rows(chunks: Sequence[CodedChunk], k: int, into: bytearray | None = None) -> native.Rows | None:
+    """One stream's rows decoded and checked in C from its coded chunks (into ``into``, reused);
+    None when a chunk is not clean (read the stream the ordinary way to get the error)."""
+    return native.coded_rows([(c.steps, c.width, c.ordered, c.coded, c.accesses, c.ctx_last) for c in chunks], k,
+                             into)
+
+
+def rows_misses(rows: native.Rows, cfg: ReplayConfig) -> int:
+    """Total misses of one stream's rows (``coded_rows``) under a config ``_native_rows`` takes."""
+    if cfg.policy is Policy.LRU:
+        return native.lru_total(rows.rows, rows.steps, rows.width, rows.ctx_len, cfg.buffer,
+                                reserve=cfg.reserve_newest, prefix=cfg.prefix, batched=cfg.batched)
+    return native.keyed_total(str(cfg.policy), rows.rows, rows.steps, rows.width, rows.ctx_len, cfg.buffer,
+                              reserve=cfg.reserve_newest, prefix=cfg.prefix)
 
 
 def raw_misses(rows, steps: int, width: int, ctx_len, cfg: ReplayConfig) -> int:

@@ -173,6 +173,7 @@ class CodedChunk(NamedTuple):
     ordered: bool
     payload: bytes  # compressed, checksum verified
     accesses: int = -1  # from the header: bounds what the payload may inflate to (-1: the chunk budget only)
+    ctx_last: int = 0  # from the header: the last step's ctx_len (0: not stored, version 1)
 
     @property
     def bound(self) -> int:
@@ -673,7 +674,7 @@ class TraceReader:
         """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
         that lets a consumer skip materialising rows). File reads happen here, in the caller's
         thread; ``CodedChunk.coded`` may then run in any thread."""
-        return [CodedChunk(c.steps, c.width, c.ordered, payload, c.accesses)
+        return [CodedChunk(c.steps, c.width, c.ordered, payload, c.accesses, c.ctx_last if self.version >= 2 else 0)
                 for c, payload in self.chunks(key, views=True)]
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
