@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -373,6 +372,9 @@ def _ahead(makers: Sequence[Callable[[], bytes | None]]) -> Iterator[bytes | Non
     if len(makers) < 2:
         yield from (make() for make in makers)
         return
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inflate") as pool:
         ahead = pool.submit(makers[0])
         for i in range(len(makers)):

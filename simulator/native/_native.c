@@ -1276,6 +1276,25 @@ static PyObject *py_decode_rows_checked(PyObject *self, PyObject *args)
     return res;
 }
 
+static PyObject *py_count_entries(PyObject *self, PyObject *args)
+{
+    Py_buffer idx;
+    long long steps, width;
+    if (!PyArg_ParseTuple(args, "y*LL", &idx, &steps, &width)) return NULL;
+    PyObject *res = NULL;
+    if (steps < 0 || width < 0) PyErr_SetString(PyExc_ValueError, "count_entries: negative size");
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices")) {
+        const int32_t *v = (const int32_t *)idx.buf;
+        int64_t n = 0, total = steps * width;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < total; i++) n += v[i] >= 0;
+        Py_END_ALLOW_THREADS
+        res = PyLong_FromLongLong((long long)n);
+    }
+    PyBuffer_Release(&idx);
+    return res;
+}
+
 static PyObject *py_check_rows(PyObject *self, PyObject *args)
 {
     Py_buffer idx, ctx;
@@ -1669,6 +1688,7 @@ static PyMethodDef methods[] = {
      "-> length of order"},
     {"decode_rows_checked", py_decode_rows_checked, METH_VARARGS,
      "decode_rows_checked(raw, steps, width, ordered, k, prev_ctx, out, out_width, ctx_out) -> (code, step, accesses)"},
+    {"count_entries", py_count_entries, METH_VARARGS, "count_entries(indices, steps, width) -> entries >= 0"},
     {"opt_seq_rows", py_opt_seq_rows, METH_VARARGS,
      "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,

@@ -9,7 +9,6 @@ CLI's start-up); the frames load pandas when asked for.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -194,6 +193,9 @@ def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> No
         for cfg, fut in futures:
             tally.add_stream(stream, accesses, cfg, fut.result())
 
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for stream in wrap(iter(source)):
@@ -222,6 +224,9 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
     from .. import native
 
     states = native.LruPool()  # reused between streams (fresh ones cost their page faults each time)
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for key in wrap(iter(source.keys)):
@@ -258,6 +263,9 @@ def _replay_coded_rows(source, configs, k, tally: _Tally, workers: int, wrap) ->
         steps, accesses, totals = done
         for cfg, total in zip(configs, totals, strict=True):
             tally.add(cfg, key.request, key.layer, accesses, steps, total)
+
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []

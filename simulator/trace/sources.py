@@ -146,9 +146,7 @@ class NpyTrace:
         ctx_len = array("q", range(ctx0, ctx0 + steps))
         if native._native.check_rows(rows, steps, k, ctx_len, k)[0]:
             return False
-        flat = array("i")
-        flat.frombytes(rows)
-        self.raw_rows = (rows, steps, k, ctx_len, steps * k - flat.count(-1))
+        self.raw_rows = (rows, steps, k, ctx_len, native._native.count_entries(rows, steps, k))
         self.file_bytes = os.path.getsize(self.path)
         self.meta = TraceMeta(k=k, source={"kind": "npy", "file": self.path.name, "ctx0": ctx0})
         return True
