@@ -176,12 +176,7 @@ def test_coded_replay_matches_engine_for_several_buffers_at_once(tmp_path, keep_
         assert np.array_equal(got.ctx_len, stream.ctx_len)
         assert got.accesses == stream.accesses
         # The same through the states themselves, to compare the final buffer and recency order.
-        (info, payload), = reader.chunks(key)
-        lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
-        outs = [np.zeros(stream.steps, np.int64) for _ in configs]
-        code, _, _ = native.lru_replay_coded(lrus, outs, zlib.decompress(payload), info.steps, info.width,
-                                             info.ordered, 24, 0, np.zeros(stream.steps, np.int64))
-        assert code == 0
+        outs, lrus = _replay_changes(reader.coded_chunks(key), configs, 24)
         for cfg, misses, out, lru in zip(configs, got.misses, outs, lrus, strict=True):
             ref = _engine(stream, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
             assert np.array_equal(misses, ref.misses), (key, cfg)
@@ -241,34 +236,39 @@ def test_replay_native_and_reference_agree(tmp_path, monkeypatch):
         assert np.array_equal(a.misses, b.misses) and np.array_equal(a.ctx_len, b.ctx_len)
 
 
-def _decode_both(raw: np.ndarray, steps: int, width: int, ordered: bool, extra: int):
+def _decode_both(raw: np.ndarray, steps: int, width: int, ordered: bool, extra: int, coding: int):
     out = [np.full((steps, width + extra), 7, np.int32) for _ in range(2)]
     ctx = [np.zeros(steps, np.int64) for _ in range(2)]
-    ref = tuple(codec_jit.decode(raw, steps, width, ordered, out[0], ctx[0]))
-    got = tuple(native.decode(raw.tobytes(), steps, width, ordered, out[1], ctx[1]))
+    ref = tuple(int(v) for v in (codec_jit.decode3 if coding == 3 else codec_jit.decode)(raw, steps, width, ordered,
+                                                                                          out[0], ctx[0]))
+    got = tuple(native.decode(raw.tobytes(), steps, width, ordered, out[1], ctx[1], coding=coding))
     return ref, got, out, ctx
 
 
+@pytest.mark.parametrize("coding", [2, 3])
 @pytest.mark.parametrize("keep_order", [False, True])
-def test_decoder_matches_reference_on_good_and_corrupt_data(keep_order):
-    rng = np.random.default_rng(21 + keep_order)
+def test_decoder_matches_reference_on_good_and_corrupt_data(keep_order, coding):
+    rng = np.random.default_rng(21 + keep_order + 2 * coding)
     for _ in range(60):
         k = int(rng.integers(1, 40))
         stream = random_stream(rng, steps=int(rng.integers(1, 50)), k=k, ctx0=int(rng.integers(k + 1, 5 * k + 2)),
                                overlap=float(rng.choice([0.3, 0.9, 1.0])), ragged=bool(rng.integers(2)))
-        payload, ordered = encode_stream(stream.indices, stream.ctx_len, keep_order=keep_order)
+        payload, ordered = encode_stream(stream.indices, stream.ctx_len, keep_order=keep_order, coding=coding)
         raw = np.frombuffer(zlib.decompress(payload), np.uint8)
         extra = int(rng.integers(0, 3))
-        ref, got, out, ctx = _decode_both(raw, stream.steps, k, ordered, extra)
+        ref, got, out, ctx = _decode_both(raw, stream.steps, k, ordered, extra, coding)
         assert ref == got == (0, 0)
         assert np.array_equal(out[0], out[1]) and np.array_equal(ctx[0], ctx[1])
+        want = stream.indices if ordered else np.sort(np.where(stream.indices < 0, 2**31 - 1, stream.indices), axis=1)
+        assert np.array_equal(np.where(out[0][:, :k] == -1, 2**31 - 1, out[0][:, :k]) if not ordered else out[0][:, :k],
+                              want)
         for _ in range(6):  # truncated or with a flipped byte: the same error code and step
             bad = raw.copy()
             if rng.integers(2):
                 bad = bad[: int(rng.integers(0, len(bad)))]
             else:
                 bad[int(rng.integers(len(bad)))] ^= int(rng.integers(1, 256))
-            ref, got, _, _ = _decode_both(bad, stream.steps, k, ordered, extra)
+            ref, got, _, _ = _decode_both(bad, stream.steps, k, ordered, extra, coding)
             assert ref == got
 
 
@@ -398,12 +398,7 @@ def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):
     reader = TraceReader(path)
     stream = reader.read(reader.keys[0])
     configs = [ReplayConfig(buffer=b, initial=i) for b in (512, 768, 2048) for i in ("prefix", "empty")]
-    (info, payload), = reader.chunks(reader.keys[0])
-    lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
-    outs = [np.zeros(stream.steps, np.int64) for _ in configs]
-    code, _, _ = native.lru_replay_coded(lrus, outs, zlib.decompress(payload), info.steps, info.width,
-                                         info.ordered, 512, 0, np.zeros(stream.steps, np.int64))
-    assert code == 0
+    outs, lrus = _replay_changes(reader.coded_chunks(reader.keys[0]), configs, 512)
     for cfg, out, lru in zip(configs, outs, lrus, strict=True):
         ref = _engine(stream, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
         assert np.array_equal(out, ref.misses), cfg
@@ -525,7 +520,8 @@ def _replay_changes(chunks, configs, k: int, bufs: tuple[int, ...] | None = None
     space, row = native._native.changes_new(), 0
     for c in chunks:
         end = row + c.steps
-        code, _, _ = native._native.decode_changes(space, c.coded(), c.steps, c.width, k, ctx[row - 1] if row else 0,
+        code, _, _ = native._native.decode_changes(space, c.coded(), c.steps, c.width, c.ordered, c.coding, k,
+                                                   ctx[row - 1] if row else 0,
                                                    tuple(x.buffer for x in lrus) if bufs is None else bufs,
                                                    memoryview(ctx)[row:end])
         assert code == 0
@@ -670,7 +666,7 @@ def test_coded_rows_give_up_where_the_reader_refuses(tmp_path):
     from simulator.replay import backend
     from tests.hst_craft import coded_chunk, craft
 
-    meta = b'{"format_version": 2, "k": 4, "source": {"kind": "test"}}'
+    meta = b'{"format_version": 3, "k": 4, "source": {"kind": "test"}}'
     cases = {
         "ok": coded_chunk([[0, 1], [1, 2, 3]], [5, 6]),
         "out of range": coded_chunk([[0, 1], [1, 6]], [5, 6]),

@@ -61,8 +61,8 @@ def uses_coded_rows_path(source: object, configs: Sequence[ReplayConfig]) -> boo
 def coded_rows(chunks: Sequence[CodedChunk], k: int, into: bytearray | None = None) -> native.Rows | None:
     """One stream's rows decoded and checked in C from its coded chunks (into ``into``, reused);
     None when a chunk is not clean (read the stream the ordinary way to get the error)."""
-    return native.coded_rows([(c.steps, c.width, c.ordered, c.coded, c.accesses, c.ctx_last) for c in chunks], k,
-                             into)
+    return native.coded_rows([(c.steps, c.width, c.ordered, c.coded, c.accesses, c.ctx_last, c.coding)
+                              for c in chunks], k, into)
 
 
 def rows_misses(rows: native.Rows, cfg: ReplayConfig) -> int:
@@ -85,7 +85,8 @@ def coded_misses(chunks: Sequence[CodedChunk], configs: Sequence[ReplayConfig], 
     """Batched LRU of one stream, given as its coded chunks, under each config (states from
     ``pool``, reused between streams); None when a chunk is not clean (read the stream the
     ordinary way to get the error)."""
-    return native.lru_replay_chunks([(c.steps, c.width, c.ordered, c.coded) for c in chunks],
+    return native.lru_replay_chunks([(c.steps, c.width, c.ordered, c.coded, c.coding, c.accesses, c.ctx_last)
+                                     for c in chunks],
                                     [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k, per_step=per_step,
                                     pool=pool)
 
