@@ -100,20 +100,23 @@ def test_sequential_lru_rows_match_engine(seed):
             assert np.array_equal(got.order, ref.order)
 
 
+@pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("policy", ["opt", "lfu"])
 @pytest.mark.parametrize("seed", range(6))
-def test_sequential_keyed_rows_match_engine(seed, policy):
-    rng = np.random.default_rng(200 + seed)
+def test_keyed_rows_match_engine(seed, policy, batched):
+    """OPT and LFU in C, sequential and batched (protected hits, victims in (key, slot) order),
+    against the numba engine: every step's misses and the final slots, 100 replays each."""
+    rng = np.random.default_rng(200 + seed + 10 * batched)
     for _ in range(25):
         k = int(rng.integers(2, 40))
         stream = wandering_stream(rng, steps=int(rng.integers(1, 90)), k=k, ctx0=int(rng.integers(k + 1, 4 * k)),
                                   overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
-        B = int(rng.integers(1, 3 * k + 2))
+        B = int(rng.integers(k if batched else 1, 3 * k + 2))  # batched needs B >= k
         for reserve, prefix in itertools.product([True, False], repeat=2):
             ref = replay_policy(policy, stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
-                                batched=False, seed=0)
+                                batched=batched, seed=0)
             misses, slot_pos = native.keyed_sequential(policy, stream.indices, stream.ctx_len, B, reserve=reserve,
-                                                       prefix=prefix)
+                                                       prefix=prefix, batched=batched)
             assert np.array_equal(misses, ref.misses)
             assert np.array_equal(slot_pos, ref.slot_pos)
 
@@ -634,7 +637,7 @@ def test_stored_payloads_are_copied_out_as_zlib_would_inflate_them():
 
 @pytest.mark.parametrize("keep_order", [False, True])
 def test_coded_rows_replay_matches_the_stream_path(tmp_path, monkeypatch, keep_order):
-    """Sequential LRU / OPT / LFU and batched LRU from rows decoded and checked in C
+    """LRU, OPT and LFU (sequential and batched) from rows decoded and checked in C
     (``backend.coded_rows``: the summary path) equal the numba engine's totals; several chunks
     per stream, ragged and ordered rows, the newest token reserved or not."""
     rng = np.random.default_rng(31 + keep_order)
@@ -645,14 +648,15 @@ def test_coded_rows_replay_matches_the_stream_path(tmp_path, monkeypatch, keep_o
         for s in streams:
             w.write_stream(s)
     configs = [ReplayConfig(policy=p, buffer=b, semantics=s, initial=i, reserve_newest=r)
-               for p, s in [("lru", "sequential"), ("opt", "sequential"), ("lfu", "sequential"), ("lru", "batched")]
+               for p, s in [("lru", "sequential"), ("opt", "sequential"), ("lfu", "sequential"), ("lru", "batched"),
+                            ("opt", "batched"), ("lfu", "batched")]
                for b in (24, 40) for i in ("empty", "prefix") for r in (True, False)]
     configs = [c for c in configs if c.semantics == "sequential" or c.buffer >= 24]
     from simulator.replay import backend
 
     assert backend.uses_coded_rows_path(TraceReader(path), [c for c in configs if c.semantics == "sequential"])
     fast = replay(TraceReader(path), [c for c in configs if c.semantics == "sequential"])
-    mixed = replay(TraceReader(path), configs)  # batched LRU beside them: the rows path takes all
+    mixed = replay(TraceReader(path), configs)  # batched policies beside them: the rows path takes all
     monkeypatch.setenv("HISPARSE_NATIVE", "0")
     slow = replay(TraceReader(path), configs)
     assert fast.records == [r for r in slow.records if r["semantics"] == "sequential"]
@@ -689,8 +693,9 @@ def test_coded_rows_give_up_where_the_reader_refuses(tmp_path):
             replay(reader, cfg)
 
 
-def test_sequential_replay_on_hst_imports_neither_numpy_nor_numba(tmp_path):
-    """Sequential LRU, OPT and LFU on a .hst file: rows decoded in C, no numpy or numba."""
+def test_keyed_and_sequential_replay_on_hst_imports_neither_numpy_nor_numba(tmp_path):
+    """Sequential LRU, and OPT and LFU in both semantics, on a .hst file: rows decoded in C, no
+    numpy or numba."""
     if not native.available():
         pytest.skip("HISPARSE_NATIVE=0: the reference path loads numba by design")
     import subprocess
@@ -704,6 +709,8 @@ def test_sequential_replay_on_hst_imports_neither_numpy_nor_numba(tmp_path):
              "for p in ('lru', 'opt', 'lfu'):\n"
              f"    code |= main(['replay', {str(path)!r}, '--policy', p, '--buffer', '8,24', '--semantics', 'sequential',"
              " '--quiet', '--json'])\n"
+             "for p in ('opt', 'lfu'):\n"
+             f"    code |= main(['replay', {str(path)!r}, '--policy', p, '--buffer', '16,24', '--quiet', '--json'])\n"
              "print('LOADED', sorted(m for m in ('numpy', 'numba', 'pandas') if m in sys.modules))\n"
              "sys.exit(code)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,

@@ -123,13 +123,17 @@ def lru_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, res
     return LruRun(misses, slot_pos, order[:n].copy(), slots if record else None)
 
 
+KEYED = {("opt", False): "opt_seq_rows", ("lfu", False): "lfu_seq_rows", ("opt", True): "opt_batched_rows",
+         ("lfu", True): "lfu_batched_rows"}  # the C replay of each (policy, batched)
+
+
 def keyed_sequential(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
-                     prefix: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The engine's sequential ``opt`` or ``lfu`` over one stream (engine.replay_policy(policy,
-    batched=False)): (misses per step, slot -> position at the end), in one compiled call (no
-    numba)."""
+                     prefix: bool, batched: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's ``opt`` or ``lfu`` over one stream (engine.replay_policy(policy, batched=...);
+    sequential unless ``batched``): (misses per step, slot -> position at the end), in one
+    compiled call (no numba)."""
     import numpy as np
-    fn = {"opt": _native.opt_seq_rows, "lfu": _native.lfu_seq_rows}[policy]
+    fn = getattr(_native, KEYED[policy, batched])
     idx = np.ascontiguousarray(indices, dtype=np.int32)
     steps, width = idx.shape
     misses = np.zeros(steps, dtype=np.int64)
@@ -159,10 +163,10 @@ def lru_total(rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bo
 
 
 def keyed_total(policy: str, rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bool,
-                prefix: bool) -> int:
-    """Total misses of sequential ``opt`` or ``lfu`` over rows given as buffers, without numpy:
+                prefix: bool, batched: bool = False) -> int:
+    """Total misses of ``opt`` or ``lfu`` over rows given as buffers, without numpy:
     ``keyed_sequential``."""
-    fn = {"opt": _native.opt_seq_rows, "lfu": _native.lfu_seq_rows}[policy]
+    fn = getattr(_native, KEYED[policy, batched])
     misses = array("q", bytes(8 * steps))
     fn(rows, steps, width, ctx_len, int(buffer), reserve, prefix, misses, bytearray(8 * int(buffer)))
     return sum(misses)

@@ -1411,6 +1411,251 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Batched OPT and LFU over rows: step.run's batched branch with policies/opt.py and lfu.py, bit */
+/* for bit (tests/test_native.py). The engine keys a slot (OPT: minus its entry's next use, INF  */
+/* when none; LFU: count * 2**40 + tick) and takes victims by a lazy heap in (key, slot) order,  */
+/* passing over the step's protected slots (its hits and the slots it has loaded).               */
+/* OPT: a min tournament tree over the slots in that order, where a protected slot's key is      */
+/* KEY_PROT for the step: its hits are protected first, each miss takes the root, and at the     */
+/* step's end the loaded slots get their keys, then the hits. A slot whose key grows walks up    */
+/* only while it won; one whose key falls climbs only while it wins.                            */
+
+#define KEY_PROT INT64_MAX
+#define ENGINE_INF ((int64_t)1 << 61) /* step.INF */
+
+static inline int key_better(const int64_t *key, int32_t a, int32_t b)
+{
+    return key[a] < key[b] || (key[a] == key[b] && a < b);
+}
+
+static inline void key_fix(int32_t *tree, const int64_t *key, int64_t size, int32_t slot)
+{
+    for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = key_better(key, l, r) ? l : r;
+    }
+}
+
+static inline void key_worse(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+{
+    key[slot] = k;
+    for (int64_t i = (size + slot) >> 1; i >= 1 && tree[i] == slot; i >>= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = key_better(key, l, r) ? l : r;
+    }
+}
+
+static inline void key_better_set(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+{
+    key[slot] = k;
+    for (int64_t j = size + slot; j > 1; j >>= 1) {
+        if (!key_better(key, slot, tree[j ^ 1])) return;
+        tree[j >> 1] = slot;
+    }
+}
+
+static inline int64_t opt_key(const int32_t *nu, int64_t a) /* the engine's key of access a: -next use */
+{
+    return -(nu[a] == OPT_NONE ? ENGINE_INF : (int64_t)nu[a]);
+}
+
+static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                            int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
+{
+    int64_t cmax = 1, n = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        cmax = ctx[t] > cmax ? ctx[t] : cmax;
+        for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
+    }
+    if (n >= OPT_NONE) return STEP_NOMEM; /* int32 access numbers (opt_seq_rows) */
+    int64_t size = 1;
+    while (size < B) size <<= 1;
+    int64_t w = width > 0 ? width : 1;
+    int32_t *nu = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    int32_t *last = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int64_t *start = (int64_t *)malloc(sizeof(int64_t) * (size_t)(steps + 1));
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1)); /* KEY_PROT while protected */
+    int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
+    int32_t *hit_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *load_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
+    int64_t *hit_k = (int64_t *)malloc(sizeof(int64_t) * (size_t)w), *load_k = (int64_t *)malloc(sizeof(int64_t) * (size_t)w);
+    int code = STEP_OK;
+    if (!nu || !last || !start || !pos || !sp || !key || !tree || !hit_s || !load_s || !hit_k || !load_k) {
+        code = STEP_NOMEM;
+        goto done;
+    }
+    start[0] = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        int64_t c = 0;
+        for (int64_t j = 0; j < width; j++) c += idx[t * width + j] >= 0;
+        start[t + 1] = start[t] + c;
+    }
+    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_NONE;
+    for (int64_t t = steps - 1; t >= 0; t--) {
+        const int32_t *row = idx + t * width;
+        for (int64_t j = start[t + 1] - start[t] - 1; j >= 0; j--) {
+            int32_t p = row[j];
+            if (p >= cmax) { *bad = t; code = STEP_RANGE; goto done; }
+            nu[start[t] + j] = last[p];
+            last[p] = (int32_t)(start[t] + j);
+        }
+    }
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    key[size] = KEY_PROT; /* the leaves past B */
+    for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
+    int64_t free_next = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) { misses[t] = 0; fast = 1; continue; }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = KEY_PROT; }
+            free_next = 0;
+            if (prefix || fast) { /* first access at or after step t of each position < B (last[] is free now) */
+                for (int64_t p = 0; p < B && p < cmax; p++) last[p] = OPT_NONE;
+                for (int64_t u = steps - 1; u >= t; u--) {
+                    const int32_t *r = idx + u * width;
+                    for (int64_t j = start[u + 1] - start[u] - 1; j >= 0; j--)
+                        if (r[j] < B) last[r[j]] = (int32_t)(start[u] + j);
+                }
+                for (int64_t p = 0; p < B; p++) {
+                    sp[p] = (int32_t)p; pos[p] = (int32_t)p;
+                    key[p] = -(p < cmax && last[p] != OPT_NONE ? (int64_t)last[p] : ENGINE_INF);
+                }
+                free_next = B;
+            }
+            for (int64_t i = size - 1; i >= 1; i--) {
+                int32_t l = tree[2 * i], r = tree[2 * i + 1];
+                tree[i] = key_better(key, l, r) ? l : r;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t nh = 0, nl = 0, cnt = start[t + 1] - start[t];
+        for (int64_t j = 0; j < cnt; j++) { /* the hits, protected */
+            int32_t p = row[j];
+            if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x < 0) continue;
+            hit_s[nh] = x;
+            hit_k[nh++] = opt_key(nu, start[t] + j);
+            key_worse(tree, key, size, x, KEY_PROT);
+        }
+        for (int64_t j = 0; j < cnt; j++) { /* the misses, in stored order */
+            int32_t p = row[j];
+            if ((reserve && p == newest) || pos[p] >= 0) continue;
+            int32_t x;
+            if (free_next < B) x = (int32_t)free_next++; /* its key is KEY_PROT already */
+            else { /* B >= the step's entries: an unprotected slot is left, at the root */
+                x = tree[1];
+                pos[sp[x]] = -1;
+                key[x] = KEY_PROT; /* it won every node on its path */
+                key_fix(tree, key, size, x);
+            }
+            sp[x] = p;
+            pos[p] = x;
+            load_s[nl] = x;
+            load_k[nl++] = opt_key(nu, start[t] + j);
+        }
+        for (int64_t i = 0; i < nl; i++) key_better_set(tree, key, size, load_s[i], load_k[i]);
+        for (int64_t i = 0; i < nh; i++) key_better_set(tree, key, size, hit_s[i], hit_k[i]);
+        misses[t] = nl;
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+done:
+    free(nu); free(last); free(start); free(pos); free(sp); free(key); free(tree);
+    free(hit_s); free(load_s); free(hit_k); free(load_k);
+    return code;
+}
+
+/* LFU: in O(1) an access, lfu_seq_rows' count lists (ticks ascend along each), a step's
+ * hits unlinked for the step (protected: no victim can reach them) and its loaded slots linked
+ * only at its end, first the loaded (count 1, ticks in load order), then the hits (one count up,
+ * ticks in stored order), as the engine's insert and hits hooks number them. */
+static int lfu_batched_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                            int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
+{
+    int64_t cmax = 1;
+    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
+    int64_t counts = steps + 2, w = width > 0 ? width : 1;
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *hit_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *load_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
+    lfu_lists L;
+    L.cnt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.head = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.tail = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.minf = 1; L.maxf = 0;
+    int code = STEP_OK;
+    if (!pos || !sp || !hit_s || !load_s || !L.cnt || !L.prv || !L.nxt || !L.head || !L.tail) { code = STEP_NOMEM; goto done; }
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    for (int64_t f = 0; f < counts; f++) L.head[f] = L.tail[f] = -1;
+    int64_t free_next = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) { misses[t] = 0; fast = 1; continue; }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
+            for (int64_t f = 0; f <= L.maxf; f++) L.head[f] = L.tail[f] = -1;
+            L.minf = 1; L.maxf = 0;
+            free_next = 0;
+            if (prefix || fast) {
+                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; lfu_append(&L, (int32_t)p, 1); }
+                free_next = B;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t nh = 0, nl = 0;
+        for (int64_t j = 0; j < width; j++) { /* the hits leave their lists for the step */
+            int32_t p = row[j];
+            if (p < 0) break;
+            if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x < 0) continue;
+            hit_s[nh++] = x;
+            lfu_unlink(&L, x);
+        }
+        for (int64_t j = 0; j < width; j++) { /* the misses, in stored order */
+            int32_t p = row[j];
+            if (p < 0) break;
+            if ((reserve && p == newest) || pos[p] >= 0) continue;
+            int32_t x;
+            if (free_next < B) x = (int32_t)free_next++;
+            else {
+                while (L.head[L.minf] < 0) L.minf++; /* an unprotected slot is left: B >= the step's entries */
+                x = L.head[L.minf];
+                lfu_unlink(&L, x);
+                pos[sp[x]] = -1;
+            }
+            sp[x] = p;
+            pos[p] = x;
+            load_s[nl++] = x;
+        }
+        for (int64_t i = 0; i < nl; i++) lfu_append(&L, load_s[i], 1);
+        for (int64_t i = 0; i < nh; i++) lfu_append(&L, hit_s[i], L.cnt[hit_s[i]] + 1);
+        L.minf = 1; /* the next victim search starts low again */
+        misses[t] = nl;
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+done:
+    free(pos); free(sp); free(hit_s); free(load_s); free(L.cnt); free(L.prv); free(L.nxt); free(L.head); free(L.tail);
+    return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Python bindings                                                                            */
 
 static int need_len(Py_buffer *b, Py_ssize_t bytes, const char *name)
@@ -1807,6 +2052,10 @@ static PyObject *py_opt_seq_rows(PyObject *self, PyObject *args) { return seq_ro
 
 static PyObject *py_lfu_seq_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, lfu_seq_rows); }
 
+static PyObject *py_opt_batched_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, opt_batched_rows); }
+
+static PyObject *py_lfu_batched_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, lfu_batched_rows); }
+
 static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn)
 {
     Py_buffer idx, ctx, misses, slot_pos;
@@ -1853,6 +2102,10 @@ static PyMethodDef methods[] = {
      "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,
      "lfu_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
+    {"opt_batched_rows", py_opt_batched_rows, METH_VARARGS,
+     "opt_batched_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
+    {"lfu_batched_rows", py_lfu_batched_rows, METH_VARARGS,
+     "lfu_batched_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
     {"unstore", py_unstore, METH_VARARGS,
      "unstore(zlib_payload, out=None) -> size of its stored blocks' data (copied into out); -1 compressed, -2 broken"},

@@ -5,7 +5,7 @@
   bit against the engine in tests/test_native.py): from a coded source's chunks without
   materialising a row (``coded_misses``: a 41 M-access stream costs a few MB instead of 164 MB,
   and no numpy is loaded), or over a stream's rows.
-- Sequential LRU, OPT and LFU run in C over a stream's rows when built
+- Sequential LRU, and OPT and LFU in either semantics, run in C over a stream's rows when built
   (``native.lru_sequential``, ``native.keyed_sequential``, checked bit for bit against the engine
   in tests/test_native.py); from a coded source without per-step output, the rows are decoded
   and checked in C too (``coded_rows``: no numpy).
@@ -46,15 +46,15 @@ def uses_raw_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
 
 
 def _native_rows(cfg: ReplayConfig) -> bool:
-    """A config the C replays take from a stream's rows as plain buffers: LRU in either
-    semantics, sequential OPT and LFU."""
-    return native.available() and (cfg.policy is Policy.LRU
-                                   or (cfg.policy in (Policy.OPT, Policy.LFU) and not cfg.batched))
+    """A config the C replays take from a stream's rows as plain buffers: LRU, OPT and LFU, in
+    either semantics."""
+    return native.available() and cfg.policy in (Policy.LRU, Policy.OPT, Policy.LFU)
 
 
 def uses_coded_rows_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
     """Whether every config runs in C on rows (``_native_rows``) and the source offers coded
-    chunks: its streams are then decoded and checked in C (``coded_rows``), no numpy loaded."""
+    chunks: its streams are then decoded and checked in C (``coded_rows``), no numpy loaded.
+    (All batched LRU takes ``uses_coded_path`` first: the changes, not the rows.)"""
     return bool(configs) and all(_native_rows(c) for c in configs) and isinstance(source, CodedSource)
 
 
@@ -71,7 +71,7 @@ def rows_misses(rows: native.Rows, cfg: ReplayConfig) -> int:
         return native.lru_total(rows.rows, rows.steps, rows.width, rows.ctx_len, cfg.buffer,
                                 reserve=cfg.reserve_newest, prefix=cfg.prefix, batched=cfg.batched)
     return native.keyed_total(str(cfg.policy), rows.rows, rows.steps, rows.width, rows.ctx_len, cfg.buffer,
-                              reserve=cfg.reserve_newest, prefix=cfg.prefix)
+                              reserve=cfg.reserve_newest, prefix=cfg.prefix, batched=cfg.batched)
 
 
 def raw_misses(rows, steps: int, width: int, ctx_len, cfg: ReplayConfig) -> int:
@@ -113,9 +113,9 @@ def stream_misses(stream: Stream, cfg: ReplayConfig) -> np.ndarray:
     if cfg.policy is Policy.LRU and native.available():  # sequential: one compiled call, no numba
         return native.lru_sequential(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
                                      prefix=cfg.prefix).misses
-    if cfg.policy in (Policy.OPT, Policy.LFU) and not cfg.batched and native.available():
+    if cfg.policy in (Policy.OPT, Policy.LFU) and native.available():
         return native.keyed_sequential(str(cfg.policy), stream.indices, stream.ctx_len, cfg.buffer,
-                                       reserve=cfg.reserve_newest, prefix=cfg.prefix)[0]
+                                       reserve=cfg.reserve_newest, prefix=cfg.prefix, batched=cfg.batched)[0]
     from .engine import replay_policy
 
     return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
