@@ -1415,10 +1415,10 @@ done:
 /* for bit (tests/test_native.py). The engine keys a slot (OPT: minus its entry's next use, INF  */
 /* when none; LFU: count * 2**40 + tick) and takes victims by a lazy heap in (key, slot) order,  */
 /* passing over the step's protected slots (its hits and the slots it has loaded).               */
-/* OPT: a min tournament tree over the slots in that order, where a protected slot's key is      */
-/* KEY_PROT for the step: its hits are protected first, each miss takes the root, and at the     */
-/* step's end the loaded slots get their keys, then the hits. A slot whose key grows walks up    */
-/* only while it won; one whose key falls climbs only while it wins.                            */
+/* OPT: a min tournament tree over the slots in that order, where a slot loaded in the step has */
+/* key KEY_PROT until its end (the hits need no such keying: see the loop); each miss takes the  */
+/* root, and at the step's end the loaded slots get their keys, then the hits. A slot whose key  */
+/* falls climbs only while it wins.                                                             */
 
 #define KEY_PROT INT64_MAX
 #define ENGINE_INF ((int64_t)1 << 61) /* step.INF */
@@ -1431,15 +1431,6 @@ static inline int key_better(const int64_t *key, int32_t a, int32_t b)
 static inline void key_fix(int32_t *tree, const int64_t *key, int64_t size, int32_t slot)
 {
     for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
-        int32_t l = tree[2 * i], r = tree[2 * i + 1];
-        tree[i] = key_better(key, l, r) ? l : r;
-    }
-}
-
-static inline void key_worse(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
-{
-    key[slot] = k;
-    for (int64_t i = (size + slot) >> 1; i >= 1 && tree[i] == slot; i >>= 1) {
         int32_t l = tree[2 * i], r = tree[2 * i + 1];
         tree[i] = key_better(key, l, r) ? l : r;
     }
@@ -1480,8 +1471,9 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
     int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
     int32_t *hit_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *load_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
     int64_t *hit_k = (int64_t *)malloc(sizeof(int64_t) * (size_t)w), *load_k = (int64_t *)malloc(sizeof(int64_t) * (size_t)w);
+    int64_t *mark = (int64_t *)calloc((size_t)B, sizeof(int64_t)); /* step + 1 of a slot's last hit */
     int code = STEP_OK;
-    if (!nu || !last || !start || !pos || !sp || !key || !tree || !hit_s || !load_s || !hit_k || !load_k) {
+    if (!nu || !last || !start || !pos || !sp || !key || !tree || !hit_s || !load_s || !hit_k || !load_k || !mark) {
         code = STEP_NOMEM;
         goto done;
     }
@@ -1536,7 +1528,12 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
         }
         const int32_t newest = (int32_t)(c - 1);
         int64_t nh = 0, nl = 0, cnt = start[t + 1] - start[t];
-        for (int64_t j = 0; j < cnt; j++) { /* the hits, protected */
+        /* The hits need no keying out: a hit's key is minus this step's access of it, the
+         * nearest next use any resident has (a resident entry is never a later step's reserved
+         * newest token, so no key names an access before the step), and the step leaves an
+         * unprotected slot (B >= its entries), whose key is smaller: the root is never a hit.
+         * The guard below checks it rather than trust it. */
+        for (int64_t j = 0; j < cnt; j++) {
             int32_t p = row[j];
             if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
             if (reserve && p == newest) continue;
@@ -1544,15 +1541,16 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
             if (x < 0) continue;
             hit_s[nh] = x;
             hit_k[nh++] = opt_key(nu, start[t] + j);
-            key_worse(tree, key, size, x, KEY_PROT);
+            mark[x] = t + 1;
         }
         for (int64_t j = 0; j < cnt; j++) { /* the misses, in stored order */
             int32_t p = row[j];
             if ((reserve && p == newest) || pos[p] >= 0) continue;
             int32_t x;
             if (free_next < B) x = (int32_t)free_next++; /* its key is KEY_PROT already */
-            else { /* B >= the step's entries: an unprotected slot is left, at the root */
+            else { /* the root: the farthest next use among the unprotected slots */
                 x = tree[1];
+                if (mark[x] == t + 1 || key[x] == KEY_PROT) { *bad = t; code = STEP_FULL; goto done; }
                 pos[sp[x]] = -1;
                 key[x] = KEY_PROT; /* it won every node on its path */
                 key_fix(tree, key, size, x);
@@ -1569,7 +1567,7 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
     free(nu); free(last); free(start); free(pos); free(sp); free(key); free(tree);
-    free(hit_s); free(load_s); free(hit_k); free(load_k);
+    free(hit_s); free(load_s); free(hit_k); free(load_k); free(mark);
     return code;
 }
 
@@ -2076,6 +2074,9 @@ static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn)
         if (code == STEP_NOMEM) PyErr_NoMemory();
         else if (code == STEP_RANGE)
             PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else if (code == STEP_FULL) /* opt_batched_rows' guard: a protected slot at the root */
+            PyErr_Format(PyExc_RuntimeError, "step %lld: no unprotected slot to evict (ctx_len going down?)",
+                         (long long)bad);
         else res = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&idx);
