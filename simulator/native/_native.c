@@ -1415,10 +1415,12 @@ done:
 /* for bit (tests/test_native.py). The engine keys a slot (OPT: minus its entry's next use, INF  */
 /* when none; LFU: count * 2**40 + tick) and takes victims by a lazy heap in (key, slot) order,  */
 /* passing over the step's protected slots (its hits and the slots it has loaded).               */
-/* OPT: a min tournament tree over the slots in that order, where a slot loaded in the step has */
-/* key KEY_PROT until its end (the hits need no such keying: see the loop); each miss takes the  */
-/* root, and at the step's end the loaded slots get their keys, then the hits. A slot whose key  */
-/* falls climbs only while it wins.                                                             */
+/* OPT: a min tournament tree over the slots in that order, with lazy keys: a slot whose entry */
+/* the last step touched (a hit or a load) sits at KEY_PROT, and gets its key (minus the next    */
+/* use that touch recorded) only when a step leaves it out; a stale slot a step hits is keyed    */
+/* out for the step. Victims are the root: exactly the engine's unprotected slot with the least  */
+/* (key, slot). A row's kept entries, most of a step, cost no tree work at all. A slot whose key */
+/* grows walks up only while it won; one whose key falls climbs only while it wins.              */
 
 #define KEY_PROT INT64_MAX
 #define ENGINE_INF ((int64_t)1 << 61) /* step.INF */
@@ -1431,6 +1433,15 @@ static inline int key_better(const int64_t *key, int32_t a, int32_t b)
 static inline void key_fix(int32_t *tree, const int64_t *key, int64_t size, int32_t slot)
 {
     for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = key_better(key, l, r) ? l : r;
+    }
+}
+
+static inline void key_worse(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+{
+    key[slot] = k;
+    for (int64_t i = (size + slot) >> 1; i >= 1 && tree[i] == slot; i >>= 1) {
         int32_t l = tree[2 * i], r = tree[2 * i + 1];
         tree[i] = key_better(key, l, r) ? l : r;
     }
@@ -1467,13 +1478,13 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
     int64_t *start = (int64_t *)malloc(sizeof(int64_t) * (size_t)(steps + 1));
     int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
     int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1)); /* KEY_PROT while protected */
+    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1)); /* the tree's (KEY_PROT: lazy or protected) */
+    int64_t *real = (int64_t *)malloc(sizeof(int64_t) * (size_t)B);          /* the engine's key */
+    int64_t *touch = (int64_t *)calloc((size_t)B, sizeof(int64_t));           /* step + 1 of the last touch */
     int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
-    int32_t *hit_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *load_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
-    int64_t *hit_k = (int64_t *)malloc(sizeof(int64_t) * (size_t)w), *load_k = (int64_t *)malloc(sizeof(int64_t) * (size_t)w);
-    int64_t *mark = (int64_t *)calloc((size_t)B, sizeof(int64_t)); /* step + 1 of a slot's last hit */
+    int32_t *prev = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *cur = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
     int code = STEP_OK;
-    if (!nu || !last || !start || !pos || !sp || !key || !tree || !hit_s || !load_s || !hit_k || !load_k || !mark) {
+    if (!nu || !last || !start || !pos || !sp || !key || !real || !touch || !tree || !prev || !cur) {
         code = STEP_NOMEM;
         goto done;
     }
@@ -1497,15 +1508,19 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
     for (int64_t x = 0; x < B; x++) sp[x] = -1;
     key[size] = KEY_PROT; /* the leaves past B */
     for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
-    int64_t free_next = 0;
+    int64_t free_next = 0, n_prev = 0;
     int fast = 0, started = 0;
     for (int64_t t = 0; t < steps; t++) {
         const int64_t c = ctx[t];
         const int32_t *row = idx + t * width;
         if (c <= B) { misses[t] = 0; fast = 1; continue; }
         if (!started || fast) {
-            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = KEY_PROT; }
+            for (int64_t x = 0; x < B; x++) {
+                if (sp[x] >= 0) pos[sp[x]] = -1;
+                sp[x] = -1; key[x] = KEY_PROT; touch[x] = 0;
+            }
             free_next = 0;
+            n_prev = 0;
             if (prefix || fast) { /* first access at or after step t of each position < B (last[] is free now) */
                 for (int64_t p = 0; p < B && p < cmax; p++) last[p] = OPT_NONE;
                 for (int64_t u = steps - 1; u >= t; u--) {
@@ -1515,7 +1530,7 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
                 }
                 for (int64_t p = 0; p < B; p++) {
                     sp[p] = (int32_t)p; pos[p] = (int32_t)p;
-                    key[p] = -(p < cmax && last[p] != OPT_NONE ? (int64_t)last[p] : ENGINE_INF);
+                    key[p] = real[p] = -(p < cmax && last[p] != OPT_NONE ? (int64_t)last[p] : ENGINE_INF);
                 }
                 free_next = B;
             }
@@ -1527,47 +1542,50 @@ static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
             fast = 0;
         }
         const int32_t newest = (int32_t)(c - 1);
-        int64_t nh = 0, nl = 0, cnt = start[t + 1] - start[t];
-        /* The hits need no keying out: a hit's key is minus this step's access of it, the
-         * nearest next use any resident has (a resident entry is never a later step's reserved
-         * newest token, so no key names an access before the step), and the step leaves an
-         * unprotected slot (B >= its entries), whose key is smaller: the root is never a hit.
-         * The guard below checks it rather than trust it. */
-        for (int64_t j = 0; j < cnt; j++) {
+        const int64_t cnt = start[t + 1] - start[t], now = t + 1;
+        int64_t n_cur = 0, m = 0;
+        for (int64_t j = 0; j < cnt; j++) { /* the hits: touched now, keyed out if they were not last step */
             int32_t p = row[j];
             if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
             if (reserve && p == newest) continue;
             int32_t x = pos[p];
             if (x < 0) continue;
-            hit_s[nh] = x;
-            hit_k[nh++] = opt_key(nu, start[t] + j);
-            mark[x] = t + 1;
+            if (key[x] != KEY_PROT) key_worse(tree, key, size, x, KEY_PROT); /* a stale slot hit: out of reach */
+            touch[x] = now;
+            real[x] = opt_key(nu, start[t] + j);
+            cur[n_cur++] = x;
+        }
+        for (int64_t i = 0; i < n_prev; i++) { /* last step's entries left out now: their keys, at last */
+            int32_t x = prev[i];
+            if (touch[x] != now) key_better_set(tree, key, size, x, real[x]);
         }
         for (int64_t j = 0; j < cnt; j++) { /* the misses, in stored order */
             int32_t p = row[j];
             if ((reserve && p == newest) || pos[p] >= 0) continue;
             int32_t x;
             if (free_next < B) x = (int32_t)free_next++; /* its key is KEY_PROT already */
-            else { /* the root: the farthest next use among the unprotected slots */
+            else { /* the root: the farthest next use among the slots no one touched now */
                 x = tree[1];
-                if (mark[x] == t + 1 || key[x] == KEY_PROT) { *bad = t; code = STEP_FULL; goto done; }
+                if (touch[x] == now || key[x] == KEY_PROT) { *bad = t; code = STEP_FULL; goto done; }
                 pos[sp[x]] = -1;
                 key[x] = KEY_PROT; /* it won every node on its path */
                 key_fix(tree, key, size, x);
             }
             sp[x] = p;
             pos[p] = x;
-            load_s[nl] = x;
-            load_k[nl++] = opt_key(nu, start[t] + j);
+            touch[x] = now;
+            real[x] = opt_key(nu, start[t] + j);
+            cur[n_cur++] = x;
+            m++;
         }
-        for (int64_t i = 0; i < nl; i++) key_better_set(tree, key, size, load_s[i], load_k[i]);
-        for (int64_t i = 0; i < nh; i++) key_better_set(tree, key, size, hit_s[i], hit_k[i]);
-        misses[t] = nl;
+        int32_t *swap = prev; prev = cur; cur = swap;
+        n_prev = n_cur;
+        misses[t] = m;
     }
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
-    free(nu); free(last); free(start); free(pos); free(sp); free(key); free(tree);
-    free(hit_s); free(load_s); free(hit_k); free(load_k); free(mark);
+    free(nu); free(last); free(start); free(pos); free(sp); free(key); free(real); free(touch); free(tree);
+    free(prev); free(cur);
     return code;
 }
 
@@ -1654,6 +1672,50 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* LRU stack distances over rows (replay/mrc.py's _stack_distance_histogram, bit for bit): hist[d] */
+/* counts the accesses at distance d (1..max_size), hist[0] the cold ones and those farther. A    */
+/* Fenwick tree over access times marks each position's latest access; the distinct positions  */
+/* touched since an access's previous one are the marks between them.                          */
+
+static int lru_stack_hist(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int reserve,
+                          int64_t max_size, int64_t *hist, int64_t *bad)
+{
+    int64_t cmax = 1, n = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        cmax = ctx[t] > cmax ? ctx[t] : cmax;
+        for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
+    }
+    int32_t *tree = (int32_t *)calloc((size_t)(n + 1), sizeof(int32_t)); /* marks per access time, 1-based */
+    int64_t *last = (int64_t *)calloc((size_t)cmax, sizeof(int64_t));   /* a position's latest time, 0: none */
+    if (!tree || !last) { free(tree); free(last); return STEP_NOMEM; }
+    int64_t now = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int32_t *row = idx + t * width;
+        const int64_t newest = ctx[t] - 1;
+        for (int64_t j = 0; j < width; j++) {
+            int64_t p = row[j];
+            if (p < 0) break;
+            if (p >= cmax) { *bad = t; free(tree); free(last); return STEP_RANGE; }
+            if (reserve && p == newest) continue;
+            now++;
+            int64_t prev = last[p];
+            if (!prev) hist[0]++;
+            else {
+                int64_t sum = 0; /* marks in (prev, now) */
+                for (int64_t i = now - 1; i > 0; i -= i & -i) sum += tree[i];
+                for (int64_t i = prev; i > 0; i -= i & -i) sum -= tree[i];
+                hist[sum + 1 > max_size ? 0 : sum + 1]++;
+                for (int64_t i = prev; i <= n; i += i & -i) tree[i]--;
+            }
+            for (int64_t i = now; i <= n; i += i & -i) tree[i]++;
+            last[p] = now;
+        }
+    }
+    free(tree); free(last);
+    return STEP_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Python bindings                                                                            */
 
 static int need_len(Py_buffer *b, Py_ssize_t bytes, const char *name)
@@ -1731,6 +1793,33 @@ static PyObject *py_count_entries(PyObject *self, PyObject *args)
         res = PyLong_FromLongLong((long long)n);
     }
     PyBuffer_Release(&idx);
+    return res;
+}
+
+static PyObject *py_lru_stack_hist(PyObject *self, PyObject *args)
+{
+    Py_buffer idx, ctx, hist;
+    long long steps, width, max_size;
+    int reserve;
+    if (!PyArg_ParseTuple(args, "y*LLy*pLw*", &idx, &steps, &width, &ctx, &reserve, &max_size, &hist)) return NULL;
+    PyObject *res = NULL;
+    if (steps < 0 || width < 0 || max_size < 1) PyErr_SetString(PyExc_ValueError, "lru_stack_hist: bad size");
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len") &&
+             need_len(&hist, (Py_ssize_t)((max_size + 1) * 8), "hist")) {
+        int64_t bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_stack_hist((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, reserve, max_size,
+                              (int64_t *)hist.buf, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else if (code == STEP_RANGE)
+            PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else res = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&hist);
     return res;
 }
 
@@ -2099,6 +2188,8 @@ static PyMethodDef methods[] = {
     {"decode_rows_checked", py_decode_rows_checked, METH_VARARGS,
      "decode_rows_checked(raw, steps, width, ordered, coding, k, prev_ctx, out, out_width, ctx_out) -> (code, step, accesses)"},
     {"count_entries", py_count_entries, METH_VARARGS, "count_entries(indices, steps, width) -> entries >= 0"},
+    {"lru_stack_hist", py_lru_stack_hist, METH_VARARGS,
+     "lru_stack_hist(indices, steps, width, ctx_len, reserve, max_size, hist): adds LRU stack distances to hist"},
     {"opt_seq_rows", py_opt_seq_rows, METH_VARARGS,
      "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,
