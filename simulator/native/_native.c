@@ -225,12 +225,14 @@ typedef struct {
     uint64_t *mem;   /* membership of positions, [mem_words] */
     int64_t mem_words;
     int32_t *srt, *srt_next; /* [w] the set sorted (dec3_sorted keeps it, for sorted rows) */
+    int32_t *kept;           /* [w + 1] dec3_sorted's scratch */
     int64_t srt_n;
 } dec3;
 
 static void dec3_free(dec3 *d)
 {
     free(d->slots); free(d->leave); free(d->lpos); free(d->add); free(d->mem); free(d->srt); free(d->srt_next);
+    free(d->kept);
 }
 
 static int dec3_init(dec3 *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
@@ -241,12 +243,16 @@ static int dec3_init(dec3 *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
     d->slots = (int32_t *)malloc(sizeof(int32_t) * w);
     d->leave = (int32_t *)malloc(sizeof(int32_t) * w);
     d->lpos = (int32_t *)malloc(sizeof(int32_t) * w);
-    d->add = (int32_t *)malloc(sizeof(int32_t) * w);
+    d->add = (int32_t *)malloc(sizeof(int32_t) * (w + 1)); /* + 1: dec3_sorted's sentinel */
     d->srt = (int32_t *)malloc(sizeof(int32_t) * w);
     d->srt_next = (int32_t *)malloc(sizeof(int32_t) * w);
+    d->kept = (int32_t *)malloc(sizeof(int32_t) * (w + 1));
     d->mem_words = 64;
     d->mem = (uint64_t *)calloc((size_t)d->mem_words, sizeof(uint64_t));
-    if (!d->slots || !d->leave || !d->lpos || !d->add || !d->srt || !d->srt_next || !d->mem) { dec3_free(d); return 0; }
+    if (!d->slots || !d->leave || !d->lpos || !d->add || !d->srt || !d->srt_next || !d->kept || !d->mem) {
+        dec3_free(d);
+        return 0;
+    }
     return 1;
 }
 
@@ -356,22 +362,32 @@ static int dec3_step(dec3 *d)
 }
 
 /* The set sorted ascending (after dec3_step): the previous sorted set without the leavers (no
- * longer members) merged with the arrivals. Call it after every step, or never. */
+ * longer members: a branch-free pass over it) merged with the arrivals (branch-free, with a
+ * sentinel after each input). Call it after every step, or never. */
 static void dec3_sorted(dec3 *d)
 {
-    const int32_t *prev = d->srt, *add = d->add;
-    int32_t *out = d->srt_next;
-    int64_t i = 0, a = 0, m = 0, np = d->srt_n, na = d->n_add;
-    for (;;) {
-        while (i < np && !mem_has(d, prev[i])) i++; /* a leaver */
-        if (i >= np) break;
-        if (a < na && add[a] < prev[i]) out[m++] = add[a++];
-        else out[m++] = prev[i++];
+    const int32_t *prev = d->srt;
+    int32_t *kept = d->kept, *add = d->add, *out = d->srt_next;
+    const uint64_t *mem = d->mem;
+    int64_t nk = 0, np = d->srt_n, na = d->n_add;
+    for (int64_t i = 0; i < np; i++) { /* every earlier entry lies below the bitset's size */
+        int32_t p = prev[i];
+        kept[nk] = p;
+        nk += (mem[p >> 6] >> (p & 63)) & 1;
     }
-    while (a < na) out[m++] = add[a++];
+    kept[nk] = INT32_MAX;
+    add[na] = INT32_MAX; /* add has width + 1 words */
+    const int32_t *x = kept, *y = add;
+    for (int64_t m = 0, total = nk + na; m < total; m++) {
+        int32_t a = *x, b = *y;
+        int take = b < a;
+        out[m] = take ? b : a;
+        x += !take;
+        y += take;
+    }
     d->srt_next = d->srt;
     d->srt = out;
-    d->srt_n = m;
+    d->srt_n = nk + na;
 }
 
 /* Both codings behind one interface, for the callers that want rows or changes. */
