@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's package, as the timed processes (cwd ROOT) import it
 LCS = """import sys, math, libcachesim as lcs
 policy = getattr(lcs, sys.argv[1]); b = int(sys.argv[2]); hp = max(4, math.ceil(math.log2(b)) + 1); misses = 0
 for path in sys.argv[3:]:
