@@ -221,18 +221,19 @@ typedef struct {
     int32_t *slots;  /* [w] the set, in the coding's order */
     int32_t *leave;  /* [w] this step's leavers' places, ascending */
     int32_t *lpos;   /* [w] their positions */
-    int32_t *add;    /* [w] arrivals, ascending */
+    int32_t *add;    /* [w] arrivals, ascending (add_base + 1: a sentinel word on each side) */
+    int32_t *add_base, *kept_base;
     uint64_t *mem;   /* membership of positions, [mem_words] */
     int64_t mem_words;
     int32_t *srt, *srt_next; /* [w] the set sorted (dec3_sorted keeps it, for sorted rows) */
-    int32_t *kept;           /* [w + 1] dec3_sorted's scratch */
+    int32_t *kept;           /* [w] dec3_sorted's scratch (kept_base + 1) */
     int64_t srt_n;
 } dec3;
 
 static void dec3_free(dec3 *d)
 {
-    free(d->slots); free(d->leave); free(d->lpos); free(d->add); free(d->mem); free(d->srt); free(d->srt_next);
-    free(d->kept);
+    free(d->slots); free(d->leave); free(d->lpos); free(d->add_base); free(d->mem); free(d->srt); free(d->srt_next);
+    free(d->kept_base);
 }
 
 static int dec3_init(dec3 *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
@@ -243,10 +244,12 @@ static int dec3_init(dec3 *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
     d->slots = (int32_t *)malloc(sizeof(int32_t) * w);
     d->leave = (int32_t *)malloc(sizeof(int32_t) * w);
     d->lpos = (int32_t *)malloc(sizeof(int32_t) * w);
-    d->add = (int32_t *)malloc(sizeof(int32_t) * (w + 1)); /* + 1: dec3_sorted's sentinel */
+    d->add_base = (int32_t *)malloc(sizeof(int32_t) * (w + 2)); /* + 2: dec3_sorted's sentinels */
+    d->add = d->add_base ? d->add_base + 1 : NULL;
     d->srt = (int32_t *)malloc(sizeof(int32_t) * w);
     d->srt_next = (int32_t *)malloc(sizeof(int32_t) * w);
-    d->kept = (int32_t *)malloc(sizeof(int32_t) * (w + 1));
+    d->kept_base = (int32_t *)malloc(sizeof(int32_t) * (w + 2));
+    d->kept = d->kept_base ? d->kept_base + 1 : NULL;
     d->mem_words = 64;
     d->mem = (uint64_t *)calloc((size_t)d->mem_words, sizeof(uint64_t));
     if (!d->slots || !d->leave || !d->lpos || !d->add || !d->srt || !d->srt_next || !d->kept || !d->mem) {
@@ -375,19 +378,27 @@ static void dec3_sorted(dec3 *d)
         kept[nk] = p;
         nk += (mem[p >> 6] >> (p & 63)) & 1;
     }
-    kept[nk] = INT32_MAX;
-    add[na] = INT32_MAX; /* add has width + 1 words */
-    const int32_t *x = kept, *y = add;
-    for (int64_t m = 0, total = nk + na; m < total; m++) {
-        int32_t a = *x, b = *y;
-        int take = b < a;
+    /* Merged from both ends at once (two independent dependency chains, the smallest half from
+     * the front, the largest from the back), a sentinel beyond each end of each input: kept and
+     * add have a word before them and one after (dec3_init); they hold no value in common. */
+    kept[-1] = add[-1] = INT32_MIN;
+    kept[nk] = add[na] = INT32_MAX;
+    const int32_t *x = kept, *y = add, *xb = kept + nk - 1, *yb = add + na - 1;
+    int64_t total = nk + na, half = total >> 1;
+    for (int64_t m = 0; m < half; m++) {
+        int32_t a = *x, b = *y, ab = *xb, bb = *yb;
+        int take = b < a, takeb = bb > ab;
         out[m] = take ? b : a;
+        out[total - 1 - m] = takeb ? bb : ab;
         x += !take;
         y += take;
+        xb -= !takeb;
+        yb -= takeb;
     }
+    if (total & 1) out[half] = *y < *x ? *y : *x; /* the middle one */
     d->srt_next = d->srt;
     d->srt = out;
-    d->srt_n = nk + na;
+    d->srt_n = total;
 }
 
 /* Both codings behind one interface, for the callers that want rows or changes. */
