@@ -1,13 +1,18 @@
 """`hisparse replay` of one checkout against another (e.g. before and after a change), whole
 processes, interleaved, on the rows users wait on; medians of wall and CPU (user + system).
 
-    git archive COMMIT simulator setup.py pyproject.toml | tar -x -C OLD
+    git archive COMMIT simulator traces setup.py pyproject.toml | tar -x -C OLD
     (cd OLD && python setup.py build_ext --inplace -q)
     python benchmarks/replay_speed.py --rows npy --repeats 1   # makes the .npy files once
     python benchmarks/replay_old_new.py OLD [--repeats 3] [--rows "glm51 batched,..."]
 
+Rows: batched and sequential LRU on the bundled glm51-longbench trace, a plain .npy stream,
+sequential and batched OPT / LFU on the high-overlap trace, batched OPT on glm51-longbench.
+
 Each checkout runs from its own folder with PYTHONPATH set to itself (``python -m`` puts the
-working folder first on sys.path); the traces are this repository's, by absolute path.
+working folder first on sys.path) on its own bundled traces (``{traces}`` in a row: a checkout
+reads the trace format it ships; the rows assert the same misses); the .npy files are shared.
+OLD needs its ``traces/`` too: ``git archive COMMIT simulator traces setup.py pyproject.toml``.
 """
 
 from __future__ import annotations
@@ -26,19 +31,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def rows(data: Path) -> dict[str, list[str]]:
-    glm = str(ROOT / "traces" / "glm51-longbench.hst")
+    glm, dsa = "{traces}/glm51-longbench.hst", "{traces}/synthetic-dsa-like.hst"
     seq = ["--semantics", "sequential", "--initial", "empty", "--no-reserve-newest"]
     return {
         "glm51 batched": ["--policy", "lru", "--buffer", "4096", glm],
         "glm51 sequential": ["--policy", "lru", "--buffer", "4096", *seq, glm],
         "npy layer 0 batched": ["--policy", "lru", "--buffer", "1024", "--ctx0", "7168",
                                 str(data / "smollm2-gpl3-k512-layer0.npy")],
-        "dsa-like OPT sequential": ["--policy", "opt", "--buffer", "4096", *seq,
-                                    str(ROOT / "traces" / "synthetic-dsa-like.hst")],
+        "dsa-like OPT sequential": ["--policy", "opt", "--buffer", "4096", *seq, dsa],
+        "dsa-like LFU sequential": ["--policy", "lfu", "--buffer", "4096", *seq, dsa],
+        "dsa-like OPT batched": ["--policy", "opt", "--buffer", "4096", dsa],
+        "dsa-like LFU batched": ["--policy", "lfu", "--buffer", "4096", dsa],
+        "glm51 OPT batched": ["--policy", "opt", "--buffer", "4096", glm],
     }
 
 
 def run(checkout: Path, args: list[str]) -> tuple[float, float, str]:
+    args = [a.replace("{traces}", str(checkout / "traces")) for a in args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "simulator.cli", "replay", "--quiet", *args],

@@ -10,7 +10,8 @@ table sized to the cache (``hashpower`` = log2 of the buffer + 1, not its defaul
 Rows (buffer 4096 unless told; the .hst files are the bundled ones or made from them, cached):
 
 - ``glm51-longbench`` batched LRU on ``traces/glm51-longbench.hst`` (78 layers x 128 steps,
-  k = 2048, as bundled: zlib), and the same trace rewritten ``--compression stored``;
+  k = 2048, as bundled: format version 3, ``--compression auto``), and the same trace rewritten
+  ``--compression zlib`` and ``--compression stored`` (``trace convert``, cached per format version);
 - ``8x longer``: 10 layers of the glm51-longbench preset at 1,024 steps (``trace gen``);
 - ``high-overlap``: ``traces/synthetic-dsa-like.hst``;
 - ``sequential``: ``--semantics sequential --initial empty --no-reserve-newest`` on
@@ -21,7 +22,9 @@ Rows (buffer 4096 unless told; the .hst files are the bundled ones or made from 
   ``traces/smollm2-gpl3-k512.hst`` as ``[steps, k]`` int32 arrays), buffer 1024, one process per
   file on each side.
 
-    python benchmarks/replay_speed.py [--repeats 5] [--rows glm51,glm51-stored,...]
+After the table, the floor: a replay of a 2-step trace (start-up alone) beside ``import libcachesim``.
+
+    python benchmarks/replay_speed.py [--repeats 5] [--rows glm51,glm51-stored,...] [--no-floor]
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's package, as the timed processes (cwd ROOT) import it
 LCS = """import sys, math, libcachesim as lcs
 policy = getattr(lcs, sys.argv[1]); b = int(sys.argv[2]); hp = max(4, math.ceil(math.log2(b)) + 1); misses = 0
 for path in sys.argv[3:]:
@@ -81,13 +85,17 @@ def make_inputs(data: Path) -> dict[str, tuple[list[list[str]], list[str], int]]
     import numpy as np
 
     from simulator.trace import open_trace
+    from simulator.trace.stream import FORMAT_VERSION
 
     glm = str(ROOT / "traces" / "glm51-longbench.hst")
-    stored = data / "glm51-longbench-stored.hst"
-    if not stored.exists():
-        subprocess.run([sys.executable, "-m", "simulator.cli", "trace", "convert", glm, "--out", str(stored),
-                        "--compression", "stored"], check=True, cwd=ROOT)
-    longer = data / "glm51-longbench-1024x10.hst"
+    v = f"v{FORMAT_VERSION}"  # cached files are remade when the writer's format changes
+    converted = {}
+    for how in ("stored", "zlib"):
+        converted[how] = data / f"glm51-longbench-{how}-{v}.hst"
+        if not converted[how].exists():
+            subprocess.run([sys.executable, "-m", "simulator.cli", "trace", "convert", glm, "--out",
+                            str(converted[how]), "--compression", how], check=True, cwd=ROOT)
+    longer = data / f"glm51-longbench-1024x10-{v}.hst"
     if not longer.exists():
         subprocess.run([sys.executable, "-m", "simulator.cli", "trace", "gen", "--preset", "glm51-longbench",
                         "--steps", "1024", "--layers", "10", "--out", str(longer), "--quiet"], check=True, cwd=ROOT)
@@ -106,7 +114,8 @@ def make_inputs(data: Path) -> dict[str, tuple[list[list[str]], list[str], int]]
     npy_or = [oracle_files(p, data, Path(p).stem, ctx0=c)[0] for p, c in npys]
     return {
         "glm51": ([replay + ["--buffer", "4096", glm]], glm_or, 4096),
-        "glm51-stored": ([replay + ["--buffer", "4096", str(stored)]], glm_or, 4096),
+        "glm51-zlib": ([replay + ["--buffer", "4096", str(converted["zlib"])]], glm_or, 4096),
+        "glm51-stored": ([replay + ["--buffer", "4096", str(converted["stored"])]], glm_or, 4096),
         "8x-longer": ([replay + ["--buffer", "4096", str(longer)]], oracle_files(str(longer), data, "glm51-1024x10"), 4096),
         "high-overlap": ([replay + ["--buffer", "4096", str(ROOT / "traces" / "synthetic-dsa-like.hst")]],
                          oracle_files(str(ROOT / "traces" / "synthetic-dsa-like.hst"), data, "dsa-like"), 4096),
@@ -121,10 +130,34 @@ def make_inputs(data: Path) -> dict[str, tuple[list[list[str]], list[str], int]]
     }
 
 
+def floor(data: Path, repeats: int) -> None:
+    """What no replay can go below: ``hisparse replay`` of a 2-step trace (the interpreter, its
+    site packages, the CLI's imports and set-up) beside ``import libcachesim`` alone, and the
+    glm51 row's hisparse time that 10x libCacheSim would need."""
+    import numpy as np
+
+    from simulator.trace import Stream, TraceMeta, write_trace
+
+    tiny = data / "tiny.hst"
+    write_trace(tiny, TraceMeta(k=2048, source={"kind": "floor"}),
+                [Stream(0, 0, np.array([5000, 5001]), np.array([[1, 2], [2, 3]], dtype=np.int32))])
+    ours = [run([sys.executable, "-m", "simulator.cli", "replay", "--policy", "lru", "--buffer", "4096", "--quiet",
+                 str(tiny)])[:2] for _ in range(repeats)]
+    theirs = [run([sys.executable, "-c", "import libcachesim"])[:2] for _ in range(repeats)]
+    bare = [run([sys.executable, "-c", "pass"])[:2] for _ in range(repeats)]
+    med = statistics.median
+    print(f"\nfloor (medians of {repeats}, wall / CPU s): `hisparse replay` of a 2-step trace "
+          f"{med(x[0] for x in ours):.3f} / {med(x[1] for x in ours):.3f}; `python -c pass` "
+          f"{med(x[0] for x in bare):.3f} / {med(x[1] for x in bare):.3f}; `import libcachesim` "
+          f"{med(x[0] for x in theirs):.3f} / {med(x[1] for x in theirs):.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rows", default="glm51,glm51-stored,8x-longer,high-overlap,sequential,npy,opt-sequential,lfu-sequential")
+    parser.add_argument("--rows", default="glm51,glm51-zlib,glm51-stored,8x-longer,high-overlap,sequential,npy,"
+                                          "opt-sequential,lfu-sequential")
+    parser.add_argument("--no-floor", action="store_true", help="skip the start-up floor line")
     args = parser.parse_args()
     from simulator.serving.misses import cache_dir
 
@@ -163,6 +196,8 @@ def main() -> int:
         b, bc = med(x[0] for x in theirs), med(x[1] for x in theirs)
         print(f"| {name} | {misses:,} | {lcs_misses:,} | {a:.2f} / {ac:.2f} | {b:.2f} / {bc:.2f} | **{b / a:.1f}x** "
               f"| {bc / ac:.1f}x |", flush=True)
+    if not args.no_floor:
+        floor(data, args.repeats)
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 

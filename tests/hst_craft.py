@@ -1,5 +1,6 @@
-"""Craft version-2 .hst files field by field with every checksum valid: what a hostile writer
-can make, so that the reader's range and agreement checks (not its checksums) are what is tested."""
+"""Craft .hst files (version 3 unless told; version 2 has the same fields) field by field with every
+checksum valid: what a hostile writer can make, so that the reader's range and agreement checks
+(not its checksums) are what is tested."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class Chunk:
         return replace(self, **kw)
 
 
-def craft(path: str | Path, meta: bytes, chunks: list[Chunk], version: int = 2) -> Path:
+def craft(path: str | Path, meta: bytes, chunks: list[Chunk], version: int = 3) -> Path:
     """Write ``meta`` (raw JSON bytes) and ``chunks`` as a .hst file whose checksums all hold."""
     head = _HEAD.pack(MAGIC, version, len(meta)) + meta
     out = bytearray(head + _U32.pack(zlib.crc32(head[8:])))
@@ -45,8 +46,9 @@ def craft(path: str | Path, meta: bytes, chunks: list[Chunk], version: int = 2) 
     return Path(path)
 
 
-def coded_chunk(rows: list[list[int]], ctx: list[int], **kw) -> Chunk:
-    """A chunk of real coded steps (rows sorted, no padding beyond width)."""
+def coded_chunk(rows: list[list[int]], ctx: list[int], *, coding: int = 3, **kw) -> Chunk:
+    """A chunk of real coded steps (rows sorted, no padding beyond width), in ``coding``
+    (``codec.CODING_OF_VERSION``: 3 for the version-3 files ``craft`` writes by default)."""
     import numpy as np
 
     from simulator.trace.codec import encode_stream
@@ -55,7 +57,7 @@ def coded_chunk(rows: list[list[int]], ctx: list[int], **kw) -> Chunk:
     arr = np.full((len(rows), width), -1, dtype=np.int64)
     for i, r in enumerate(rows):
         arr[i, :len(r)] = sorted(r)
-    payload, _ = encode_stream(arr, np.asarray(ctx, dtype=np.int64), keep_order=False)
+    payload, _ = encode_stream(arr, np.asarray(ctx, dtype=np.int64), keep_order=False, coding=coding)
     fields = dict(steps=len(rows), width=width, accesses=int((arr >= 0).sum()), ctx_last=int(ctx[-1]), payload=payload)
     fields.update(kw)
     return Chunk(**fields)

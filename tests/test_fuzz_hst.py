@@ -171,15 +171,15 @@ def test_version_1_chunk_headers_are_checked_against_the_index(clean, tmp_path, 
     prop()
 
 
-def test_convert_rewrites_a_version_1_file_as_version_2_with_the_same_streams(clean, tmp_path, capsys):
+def test_convert_rewrites_a_version_1_file_as_version_3_with_the_same_streams(clean, tmp_path, capsys):
     """The documented upgrade (traces/README.md): hisparse trace convert OLD --keep-order --out NEW."""
-    src, new = tmp_path / "v1.hst", tmp_path / "v2.hst"
+    src, new = tmp_path / "v1.hst", tmp_path / "v3.hst"
     (tmp_path / "orig.hst").write_bytes(clean[0])
     to_version_1(tmp_path / "orig.hst", src)
     code, _, err = run_cli(["trace", "convert", str(src), "--keep-order", "--out", str(new)], capsys)
     assert code == 0, err
     old, fresh = TraceReader(src), TraceReader(new)
-    assert (old.version, fresh.version) == (1, 2)
+    assert (old.version, fresh.version) == (1, 3)
     assert old.meta.source == fresh.meta.source and old.meta.extra == fresh.meta.extra
     assert old.keys == fresh.keys
     for key in old.keys:

@@ -62,3 +62,29 @@ def test_batched_lru_contents_nest_across_sizes_in_random_search():
                                       batched=True, seed=0) for b in (B, B + 1)]
                 small, large = ({int(p) for p in r.slot_pos if p >= 0} for r in runs)
                 assert small <= large
+
+
+def test_stack_distances_in_c_equal_the_numba_reference(tmp_path):
+    """native.lru_stack_hist against mrc_jit's numba pass, and the .hst one-pass path (rows
+    decoded in C) against the streams' path: the same curve."""
+    from simulator import native
+    from simulator.replay.mrc_jit import stack_distance_histogram
+    from simulator.trace import TraceMeta, TraceReader, write_trace
+
+    if not native.available():
+        return  # the numba pass is then the only one, tested above
+    streams = list(generate(PRESETS["bursty"], steps=60, layers=2, requests=2, k=64, ctx0=900, seed=6))
+    for reserve in (True, False):
+        for s in streams:
+            rows, ctx = np.ascontiguousarray(s.indices, dtype=np.int32), s.ctx_len.astype(np.int64)
+            want = stack_distance_histogram(rows, ctx, reserve, 300)
+            got = np.zeros(301, dtype=np.int64)
+            native._native.lru_stack_hist(rows, *rows.shape, ctx, reserve, 300, got)
+            assert np.array_equal(got, want)
+    path = tmp_path / "b.hst"
+    write_trace(path, TraceMeta(k=64, source={"kind": "test"}), streams)
+    cfg = ReplayConfig(policy="lru", semantics="sequential", initial="empty")
+    a, how_a = miss_ratio_curve(TraceReader(path), cfg, range(64, 400, 7), k=64)
+    b, how_b = miss_ratio_curve(streams, cfg, range(64, 400, 7), k=64)
+    assert how_a == how_b == "one-pass"
+    assert a.equals(b)

@@ -18,7 +18,15 @@ from simulator import native
 from simulator.replay import ReplayConfig, replay
 from simulator.replay.backend import coded_misses
 from simulator.replay.engine import replay_policy
-from simulator.trace import CodedChunk, Stream, TraceMeta, TraceReader, codec_jit, write_trace
+from simulator.trace import (
+    CodedChunk,
+    Stream,
+    TraceMeta,
+    TraceReader,
+    TraceWriter,
+    codec_jit,
+    write_trace,
+)
 from simulator.trace.codec import encode_stream
 from tests.helpers import random_stream
 
@@ -92,20 +100,23 @@ def test_sequential_lru_rows_match_engine(seed):
             assert np.array_equal(got.order, ref.order)
 
 
+@pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("policy", ["opt", "lfu"])
 @pytest.mark.parametrize("seed", range(6))
-def test_sequential_keyed_rows_match_engine(seed, policy):
-    rng = np.random.default_rng(200 + seed)
+def test_keyed_rows_match_engine(seed, policy, batched):
+    """OPT and LFU in C, sequential and batched (protected hits, victims in (key, slot) order),
+    against the numba engine: every step's misses and the final slots, 100 replays each."""
+    rng = np.random.default_rng(200 + seed + 10 * batched)
     for _ in range(25):
         k = int(rng.integers(2, 40))
         stream = wandering_stream(rng, steps=int(rng.integers(1, 90)), k=k, ctx0=int(rng.integers(k + 1, 4 * k)),
                                   overlap=float(rng.choice([0.3, 0.8, 0.95, 1.0])))
-        B = int(rng.integers(1, 3 * k + 2))
+        B = int(rng.integers(k if batched else 1, 3 * k + 2))  # batched needs B >= k
         for reserve, prefix in itertools.product([True, False], repeat=2):
             ref = replay_policy(policy, stream.indices, stream.ctx_len, B, reserve=reserve, prefix=prefix,
-                                batched=False, seed=0)
+                                batched=batched, seed=0)
             misses, slot_pos = native.keyed_sequential(policy, stream.indices, stream.ctx_len, B, reserve=reserve,
-                                                       prefix=prefix)
+                                                       prefix=prefix, batched=batched)
             assert np.array_equal(misses, ref.misses)
             assert np.array_equal(slot_pos, ref.slot_pos)
 
@@ -168,12 +179,7 @@ def test_coded_replay_matches_engine_for_several_buffers_at_once(tmp_path, keep_
         assert np.array_equal(got.ctx_len, stream.ctx_len)
         assert got.accesses == stream.accesses
         # The same through the states themselves, to compare the final buffer and recency order.
-        (info, payload), = reader.chunks(key)
-        lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
-        outs = [np.zeros(stream.steps, np.int64) for _ in configs]
-        code, _, _ = native.lru_replay_coded(lrus, outs, zlib.decompress(payload), info.steps, info.width,
-                                             info.ordered, 24, 0, np.zeros(stream.steps, np.int64))
-        assert code == 0
+        outs, lrus = _replay_changes(reader.coded_chunks(key), configs, 24)
         for cfg, misses, out, lru in zip(configs, got.misses, outs, lrus, strict=True):
             ref = _engine(stream, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
             assert np.array_equal(misses, ref.misses), (key, cfg)
@@ -233,34 +239,39 @@ def test_replay_native_and_reference_agree(tmp_path, monkeypatch):
         assert np.array_equal(a.misses, b.misses) and np.array_equal(a.ctx_len, b.ctx_len)
 
 
-def _decode_both(raw: np.ndarray, steps: int, width: int, ordered: bool, extra: int):
+def _decode_both(raw: np.ndarray, steps: int, width: int, ordered: bool, extra: int, coding: int):
     out = [np.full((steps, width + extra), 7, np.int32) for _ in range(2)]
     ctx = [np.zeros(steps, np.int64) for _ in range(2)]
-    ref = tuple(codec_jit.decode(raw, steps, width, ordered, out[0], ctx[0]))
-    got = tuple(native.decode(raw.tobytes(), steps, width, ordered, out[1], ctx[1]))
+    ref = tuple(int(v) for v in (codec_jit.decode3 if coding == 3 else codec_jit.decode)(raw, steps, width, ordered,
+                                                                                          out[0], ctx[0]))
+    got = tuple(native.decode(raw.tobytes(), steps, width, ordered, out[1], ctx[1], coding=coding))
     return ref, got, out, ctx
 
 
+@pytest.mark.parametrize("coding", [2, 3])
 @pytest.mark.parametrize("keep_order", [False, True])
-def test_decoder_matches_reference_on_good_and_corrupt_data(keep_order):
-    rng = np.random.default_rng(21 + keep_order)
+def test_decoder_matches_reference_on_good_and_corrupt_data(keep_order, coding):
+    rng = np.random.default_rng(21 + keep_order + 2 * coding)
     for _ in range(60):
         k = int(rng.integers(1, 40))
         stream = random_stream(rng, steps=int(rng.integers(1, 50)), k=k, ctx0=int(rng.integers(k + 1, 5 * k + 2)),
                                overlap=float(rng.choice([0.3, 0.9, 1.0])), ragged=bool(rng.integers(2)))
-        payload, ordered = encode_stream(stream.indices, stream.ctx_len, keep_order=keep_order)
+        payload, ordered = encode_stream(stream.indices, stream.ctx_len, keep_order=keep_order, coding=coding)
         raw = np.frombuffer(zlib.decompress(payload), np.uint8)
         extra = int(rng.integers(0, 3))
-        ref, got, out, ctx = _decode_both(raw, stream.steps, k, ordered, extra)
+        ref, got, out, ctx = _decode_both(raw, stream.steps, k, ordered, extra, coding)
         assert ref == got == (0, 0)
         assert np.array_equal(out[0], out[1]) and np.array_equal(ctx[0], ctx[1])
+        want = stream.indices if ordered else np.sort(np.where(stream.indices < 0, 2**31 - 1, stream.indices), axis=1)
+        assert np.array_equal(np.where(out[0][:, :k] == -1, 2**31 - 1, out[0][:, :k]) if not ordered else out[0][:, :k],
+                              want)
         for _ in range(6):  # truncated or with a flipped byte: the same error code and step
             bad = raw.copy()
             if rng.integers(2):
                 bad = bad[: int(rng.integers(0, len(bad)))]
             else:
                 bad[int(rng.integers(len(bad)))] ^= int(rng.integers(1, 256))
-            ref, got, _, _ = _decode_both(bad, stream.steps, k, ordered, extra)
+            ref, got, _, _ = _decode_both(bad, stream.steps, k, ordered, extra, coding)
             assert ref == got
 
 
@@ -390,12 +401,7 @@ def test_coded_replay_matches_engine_on_high_churn_with_large_steps(tmp_path):
     reader = TraceReader(path)
     stream = reader.read(reader.keys[0])
     configs = [ReplayConfig(buffer=b, initial=i) for b in (512, 768, 2048) for i in ("prefix", "empty")]
-    (info, payload), = reader.chunks(reader.keys[0])
-    lrus = [native.BatchedLru(c.buffer, reserve=c.reserve_newest, prefix=c.initial == "prefix") for c in configs]
-    outs = [np.zeros(stream.steps, np.int64) for _ in configs]
-    code, _, _ = native.lru_replay_coded(lrus, outs, zlib.decompress(payload), info.steps, info.width,
-                                         info.ordered, 512, 0, np.zeros(stream.steps, np.int64))
-    assert code == 0
+    outs, lrus = _replay_changes(reader.coded_chunks(reader.keys[0]), configs, 512)
     for cfg, out, lru in zip(configs, outs, lrus, strict=True):
         ref = _engine(stream, cfg.buffer, cfg.reserve_newest, cfg.initial == "prefix")
         assert np.array_equal(out, ref.misses), cfg
@@ -517,7 +523,8 @@ def _replay_changes(chunks, configs, k: int, bufs: tuple[int, ...] | None = None
     space, row = native._native.changes_new(), 0
     for c in chunks:
         end = row + c.steps
-        code, _, _ = native._native.decode_changes(space, c.coded(), c.steps, c.width, k, ctx[row - 1] if row else 0,
+        code, _, _ = native._native.decode_changes(space, c.coded(), c.steps, c.width, c.ordered, c.coding, k,
+                                                   ctx[row - 1] if row else 0,
                                                    tuple(x.buffer for x in lrus) if bufs is None else bufs,
                                                    memoryview(ctx)[row:end])
         assert code == 0
@@ -626,3 +633,87 @@ def test_stored_payloads_are_copied_out_as_zlib_would_inflate_them():
     bad = bytearray(zlib.compress(bytes(100), 0))
     bad[3] ^= 1  # LEN no longer the complement of NLEN
     assert native.unstore(bytes(bad)) == -2
+
+
+@pytest.mark.parametrize("keep_order", [False, True])
+def test_coded_rows_replay_matches_the_stream_path(tmp_path, monkeypatch, keep_order):
+    """LRU, OPT and LFU (sequential and batched) from rows decoded and checked in C
+    (``backend.coded_rows``: the summary path) equal the numba engine's totals; several chunks
+    per stream, ragged and ordered rows, the newest token reserved or not."""
+    rng = np.random.default_rng(31 + keep_order)
+    streams = [Stream(0, layer, s.ctx_len, s.indices) for layer in range(3)
+               for s in [wandering_stream(rng, steps=70, k=24, ctx0=30, overlap=0.8)]]
+    path = tmp_path / "s.hst"
+    with TraceWriter(path, k=24, source={"kind": "test"}, keep_order=keep_order, chunk_steps=16) as w:
+        for s in streams:
+            w.write_stream(s)
+    configs = [ReplayConfig(policy=p, buffer=b, semantics=s, initial=i, reserve_newest=r)
+               for p, s in [("lru", "sequential"), ("opt", "sequential"), ("lfu", "sequential"), ("lru", "batched"),
+                            ("opt", "batched"), ("lfu", "batched")]
+               for b in (24, 40) for i in ("empty", "prefix") for r in (True, False)]
+    configs = [c for c in configs if c.semantics == "sequential" or c.buffer >= 24]
+    from simulator.replay import backend
+
+    assert backend.uses_coded_rows_path(TraceReader(path), [c for c in configs if c.semantics == "sequential"])
+    fast = replay(TraceReader(path), [c for c in configs if c.semantics == "sequential"])
+    mixed = replay(TraceReader(path), configs)  # batched policies beside them: the rows path takes all
+    monkeypatch.setenv("HISPARSE_NATIVE", "0")
+    slow = replay(TraceReader(path), configs)
+    assert fast.records == [r for r in slow.records if r["semantics"] == "sequential"]
+    assert mixed.records == slow.records
+
+
+def test_coded_rows_give_up_where_the_reader_refuses(tmp_path):
+    """A chunk that breaks a rule, or whose header disagrees with its payload, is None on the C
+    path (the replay then reads the stream the ordinary way, which names the problem)."""
+    from simulator.errors import TraceError
+    from simulator.replay import backend
+    from tests.hst_craft import coded_chunk, craft
+
+    meta = b'{"format_version": 3, "k": 4, "source": {"kind": "test"}}'
+    cases = {
+        "ok": coded_chunk([[0, 1], [1, 2, 3]], [5, 6]),
+        "out of range": coded_chunk([[0, 1], [1, 6]], [5, 6]),
+        "too many": coded_chunk([[0, 1, 2, 3, 4]], [9], width=5),
+        "ctx down": coded_chunk([[0, 1], [1, 2]], [5, 4]),
+        "accesses": coded_chunk([[0, 1], [1, 2, 3]], [5, 6], accesses=4),
+        "ctx_last": coded_chunk([[0, 1], [1, 2, 3]], [5, 6], ctx_last=7),
+    }
+    for name, chunk in cases.items():
+        reader = TraceReader(craft(tmp_path / f"{name}.hst", meta, [chunk]))
+        rows = backend.coded_rows(reader.coded_chunks((0, 0)), 4)
+        cfg = ReplayConfig(policy="opt", buffer=2, semantics="sequential")
+        if name == "ok":
+            assert rows is not None and rows.accesses == 5 and list(rows.ctx_len) == [5, 6]
+            assert list(rows.rows.cast("i")) == [0, 1, -1, 1, 2, 3]
+            assert replay(reader, cfg).records[0]["misses"] == 2  # buffer starts {0, 1}: 2 and 3 miss
+            continue
+        assert rows is None, name
+        with pytest.raises(TraceError):
+            replay(reader, cfg)
+
+
+def test_keyed_and_sequential_replay_on_hst_imports_neither_numpy_nor_numba(tmp_path):
+    """Sequential LRU, and OPT and LFU in both semantics, on a .hst file: rows decoded in C, no
+    numpy or numba."""
+    if not native.available():
+        pytest.skip("HISPARSE_NATIVE=0: the reference path loads numba by design")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "s.hst"
+    write_trace(path, TraceMeta(k=16, source={"kind": "test"}), [random_stream(np.random.default_rng(3), steps=30,
+                                                                                k=16, ctx0=40)])
+    probe = ("import sys\nfrom simulator.cli import main\ncode = 0\n"
+             "for p in ('lru', 'opt', 'lfu'):\n"
+             f"    code |= main(['replay', {str(path)!r}, '--policy', p, '--buffer', '8,24', '--semantics', 'sequential',"
+             " '--quiet', '--json'])\n"
+             "for p in ('opt', 'lfu'):\n"
+             f"    code |= main(['replay', {str(path)!r}, '--policy', p, '--buffer', '16,24', '--quiet', '--json'])\n"
+             "print('LOADED', sorted(m for m in ('numpy', 'numba', 'pandas') if m in sys.modules))\n"
+             "sys.exit(code)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent).stdout
+    assert '"misses"' in out
+    assert "LOADED []" in out

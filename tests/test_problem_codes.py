@@ -56,23 +56,25 @@ def test_numba_and_c_checkers_report_the_code_and_python_names_it(problem, rows,
     assert err.value.problem == ROW_MESSAGES[problem].format(value=value, extra=extra)
 
 
-def _coded(rows, ctx) -> np.ndarray:
+def _coded(rows, ctx, coding: int) -> np.ndarray:
     import zlib
 
-    payload, _ = encode_stream(np.array(rows, dtype=np.int64), np.array(ctx, dtype=np.int64), keep_order=False)
+    payload, _ = encode_stream(np.array(rows, dtype=np.int64), np.array(ctx, dtype=np.int64), keep_order=False,
+                               coding=coding)
     return np.frombuffer(zlib.decompress(payload), dtype=np.uint8)
 
 
+@pytest.mark.parametrize("coding", [2, 3])
 @pytest.mark.parametrize("problem", [DecodeProblem.ENDS_EARLY, DecodeProblem.TRAILING_BYTES])
-def test_numba_and_c_decoders_report_the_code(problem):
-    raw = _coded([[0, 1], [1, 2]], [5, 6])
+def test_numba_and_c_decoders_report_the_code(problem, coding):
+    raw = _coded([[0, 1], [1, 2]], [5, 6], coding)
     bad = raw[:-1] if problem is DecodeProblem.ENDS_EARLY else np.concatenate([raw, np.zeros(1, np.uint8)])
     out = np.empty((2, 2), dtype=np.int32)
     ctx = np.empty(2, dtype=np.int64)
-    assert codec_jit.decode(bad, 2, 2, False, out, ctx)[0] == problem
+    assert (codec_jit.decode3 if coding == 3 else codec_jit.decode)(bad, 2, 2, False, out, ctx)[0] == problem
     if native.available():
-        assert native.decode(bad.tobytes(), 2, 2, False, out, ctx)[0] == problem
+        assert native.decode(bad.tobytes(), 2, 2, False, out, ctx, coding=coding)[0] == problem
     import zlib
 
     with pytest.raises(TraceError, match=DECODE_MESSAGES[problem]):
-        decode_stream(zlib.compress(bad.tobytes()), 2, 2, False)
+        decode_stream(zlib.compress(bad.tobytes()), 2, 2, False, coding=coding)

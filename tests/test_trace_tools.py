@@ -45,7 +45,7 @@ def test_stored_compression_same_streams_larger_file(tmp_path, capsys):
     from simulator.errors import TraceError
     from simulator.trace import TraceWriter
 
-    z = _gen(tmp_path, "z.hst", "--seed", "7")
+    z = _gen(tmp_path, "z.hst", "--seed", "7", "--compression", "zlib")
     s1 = _gen(tmp_path, "s1.hst", "--seed", "7", "--compression", "stored")
     s2 = _gen(tmp_path, "s2.hst", "--seed", "7", "--compression", "stored")
     assert s1.read_bytes() == s2.read_bytes()
@@ -62,12 +62,40 @@ def test_stored_compression_same_streams_larger_file(tmp_path, capsys):
         outs.append(json.loads(capsys.readouterr().out))
     assert outs[0] == outs[1]
     back = tmp_path / "back.hst"
-    assert main(["trace", "convert", str(s1), "--out", str(back)]) == 0
+    assert main(["trace", "convert", str(s1), "--out", str(back), "--compression", "zlib"]) == 0
     assert back.read_bytes() == z.read_bytes()
     with pytest.raises(TraceError, match="unknown compression 'lz4'"):
         TraceWriter(tmp_path / "x.hst", k=4, source={"kind": "test"}, compression="lz4")
     assert main(["trace", "convert", str(z), "--out", str(back), "--compression", "lz4"]) == 2
     assert "--compression: invalid choice: 'lz4'" in capsys.readouterr().err
+
+
+def test_auto_compression_keeps_zlib_only_where_it_saves_a_quarter(tmp_path):
+    """The default (auto): each chunk is its zlib stream where that is at most 3/4 of the coded
+    bytes, else stored; a churning stream and a nearly static one land on either side."""
+    import zlib
+
+    from simulator.trace import Stream, TraceReader, TraceWriter
+    from simulator.trace.format import CodedChunk
+    from tests.helpers import random_stream
+
+    rng = np.random.default_rng(3)
+    churn = random_stream(rng, steps=60, k=256, ctx0=50_000, overlap=0.3)  # scattered positions: zlib gains little
+    still = random_stream(rng, steps=60, k=256, ctx0=400, overlap=1.0)  # the same row again and again
+    path = tmp_path / "auto.hst"
+    with TraceWriter(path, k=256, source={"kind": "test"}) as w:
+        w.write_stream(churn)
+        w.write_stream(Stream(0, 1, still.ctx_len, still.indices))
+    kinds = {}
+    with TraceReader(path) as r:
+        for key in r.keys:
+            (c, payload), = r.chunks(key)
+            coded = zlib.decompress(payload)
+            stored = CodedChunk(c.steps, c.width, c.ordered, payload).coded(bytearray()) is not None and \
+                payload == zlib.compress(coded, 0)
+            assert stored == (len(zlib.compress(coded, 6)) > 0.75 * len(coded))
+            kinds[key.layer] = stored
+    assert kinds == {0: True, 1: False}
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -43,13 +42,14 @@ def unstore(payload: bytes | memoryview, out: bytearray | None = None) -> int:
 
 
 def decode(raw: np.ndarray | bytes, steps: int, width: int, ordered: bool, out: np.ndarray,
-           ctx_out: np.ndarray) -> tuple[int, int]:
-    """codec_jit.decode: fill out (int32 [steps, >= width], C-contiguous) and ctx_out (int64)."""
+           ctx_out: np.ndarray, *, coding: int = 3) -> tuple[int, int]:
+    """codec_jit.decode (coding 2) or decode3 (coding 3): fill out (int32 [steps, >= width],
+    C-contiguous) and ctx_out (int64)."""
     import numpy as np
     if out.dtype != np.int32 or ctx_out.dtype != np.int64 or not out.flags.c_contiguous \
             or not ctx_out.flags.c_contiguous or out.shape[0] != steps or ctx_out.shape != (steps,):
         raise ValueError("decode: out must be C-contiguous int32 [steps, w], ctx_out int64 [steps]")
-    return _native.decode(raw, steps, width, ordered, out, out.shape[1], ctx_out)
+    return _native.decode(raw, steps, width, ordered, out, out.shape[1], ctx_out, coding)
 
 
 def check_rows(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> tuple[int, int, int, int]:
@@ -123,13 +123,17 @@ def lru_sequential(indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, res
     return LruRun(misses, slot_pos, order[:n].copy(), slots if record else None)
 
 
+KEYED = {("opt", False): "opt_seq_rows", ("lfu", False): "lfu_seq_rows", ("opt", True): "opt_batched_rows",
+         ("lfu", True): "lfu_batched_rows"}  # the C replay of each (policy, batched)
+
+
 def keyed_sequential(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer: int, *, reserve: bool,
-                     prefix: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The engine's sequential ``opt`` or ``lfu`` over one stream (engine.replay_policy(policy,
-    batched=False)): (misses per step, slot -> position at the end), in one compiled call (no
-    numba)."""
+                     prefix: bool, batched: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's ``opt`` or ``lfu`` over one stream (engine.replay_policy(policy, batched=...);
+    sequential unless ``batched``): (misses per step, slot -> position at the end), in one
+    compiled call (no numba)."""
     import numpy as np
-    fn = {"opt": _native.opt_seq_rows, "lfu": _native.lfu_seq_rows}[policy]
+    fn = getattr(_native, KEYED[policy, batched])
     idx = np.ascontiguousarray(indices, dtype=np.int32)
     steps, width = idx.shape
     misses = np.zeros(steps, dtype=np.int64)
@@ -158,14 +162,56 @@ def lru_total(rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bo
     return sum(misses)
 
 
-def lru_replay_coded(lrus: list[BatchedLru], misses: list[np.ndarray], raw: bytes, steps: int, width: int,
-                     ordered: bool, k: int, prev_ctx: int, ctx_out: np.ndarray) -> tuple[int, int, int]:
-    """Decode one coded chunk and replay it through every buffer in ``lrus`` (misses[i] gets
-    buffer i's per-step misses). Returns (code, step, accesses): code 0, or nonzero when the chunk
-    is corrupt or breaks a rule of the trace model; the caller then reads it the ordinary way,
-    which raises the proper error."""
-    return _native.lru_replay_coded(tuple(lru.state for lru in lrus), tuple(misses), raw, steps, width, ordered,
-                                    int(k), int(prev_ctx), ctx_out)
+def keyed_total(policy: str, rows, steps: int, width: int, ctx_len, buffer: int, *, reserve: bool,
+                prefix: bool, batched: bool = False) -> int:
+    """Total misses of ``opt`` or ``lfu`` over rows given as buffers, without numpy:
+    ``keyed_sequential``."""
+    fn = getattr(_native, KEYED[policy, batched])
+    misses = array("q", bytes(8 * steps))
+    fn(rows, steps, width, ctx_len, int(buffer), reserve, prefix, misses, bytearray(8 * int(buffer)))
+    return sum(misses)
+
+
+class Rows(NamedTuple):
+    """A stream's rows decoded and checked in C, as plain buffers (no numpy)."""
+
+    rows: memoryview  # int32 [steps, width] in C order, -1 pads
+    ctx_len: array  # int64 [steps]
+    steps: int
+    width: int
+    accesses: int
+
+
+def coded_rows(chunks: Sequence[tuple[int, int, bool, Callable[[bytearray], bytes | None], int, int, int]], k: int,
+               into: bytearray | None = None) -> Rows | None:
+    """A stream given as coded chunks (steps, width, ordered, a function giving the coded bytes
+    or None, the header's accesses (-1: not known) and ctx_last (0: not stored), the coding) decoded into rows in ``into``
+    (grown as needed; a fresh buffer without it), every rule of the trace model checked as
+    ``TraceReader.read`` checks it. None when a chunk is corrupt, breaks a rule or disagrees
+    with its header: the caller reads the stream the ordinary way, which raises the error."""
+    steps = sum(c[0] for c in chunks)
+    width = max((c[1] for c in chunks), default=1)
+    need = 4 * steps * width
+    if into is None:
+        into = bytearray(need)
+    elif len(into) < need:
+        into.extend(bytes(need - len(into)))
+    rows = memoryview(into)[:need]
+    ctx = array("q", bytes(8 * steps))
+    scratch = bytearray()
+    row, prev_ctx, accesses = 0, 0, 0
+    for n, w, ordered, coded, acc, ctx_last, coding in chunks:
+        raw = coded(scratch)
+        if raw is None:
+            return None
+        code, _, got = _native.decode_rows_checked(raw, n, w, ordered, coding, int(k), prev_ctx,
+                                                   rows[4 * row * width:], width, memoryview(ctx)[row:row + n])
+        if code or (acc >= 0 and got != acc) or (ctx_last and n and ctx[row + n - 1] != ctx_last):
+            return None
+        row += n
+        prev_ctx = ctx[row - 1] if n else prev_ctx
+        accesses += got
+    return Rows(rows, ctx, steps, width, accesses)
 
 
 GROUP = 64  # states one lru_replay_coded call takes (MAX_STATES in _native.c)
@@ -207,36 +253,33 @@ class LruPool:
                 self._free.setdefault(x.key, []).append(x)
 
 
-def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]],
+def lru_replay_chunks(chunks: Sequence[tuple[int, int, bool, Callable[[bytearray], bytes | None], int, int, int]],
                       buffers: Sequence[tuple[int, bool, bool]], k: int, *, per_step: bool,
                       pool: LruPool | None = None) -> CodedLruRun | None:
     """The engine's batched LRU over one stream given as coded chunks (steps, width, ordered, a
     function giving the coded bytes or None, taking a bytearray it may inflate into: e.g.
-    ``CodedChunk.coded``), for each (buffer, reserve, prefix): one decoding
-    pass per 64 buffers, the states taken from ``pool`` (and given back) when one is passed.
-    None when a chunk is corrupt or breaks a rule of the trace model: the
-    caller reads the stream the ordinary way, which raises the error with its context.
+    ``CodedChunk.coded``; the coding, ``codec.CODING_OF_VERSION``; the header's accesses, -1
+    when not known, and ctx_last, 0 when not stored), for each (buffer, reserve, prefix): one decoding pass per 64
+    buffers, the states taken from ``pool`` (and given back) when one is passed. None when a
+    chunk is corrupt, breaks a rule of the trace model or disagrees with its header: the caller
+    reads the stream the ordinary way, which raises the error with its context.
 
-    Two threads share the work: the next chunk is inflated and decoded into its step changes
-    (``decode_changes``) on a second thread while the current one's changes replay
-    (``lru_apply_changes``); both release the GIL. Streams stored in their own order (``ordered``
-    chunks), or a process allowed one CPU, replay each chunk in one call (``lru_replay_coded``)
-    instead, its inflating ahead: the halves cost ~0.02 s more CPU on a 41 M-access stream (the
-    changes buffer), which only a second core pays back. The results are the same either way
-    (tests/test_native.py)."""
+    Each chunk is inflated and decoded into its step changes (``decode_changes``), then replayed
+    (``lru_apply_changes``); both release the GIL. With a second CPU the next chunk is decoded on
+    a second thread while the current one replays; a process allowed one CPU runs the halves in
+    turn. The results are the same either way (tests/test_native.py)."""
     steps = sum(c[0] for c in chunks)
     ctx = array("q", bytes(8 * steps))
     misses = [array("q", bytes(8 * steps)) for _ in buffers]
-    split = not any(c[2] for c in chunks) and _cpus() > 1
     taken: list[BatchedLru] = []
     try:
-        return _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, split, taken)
+        return _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, _cpus() > 1, taken)
     finally:
         if pool is not None:
             pool.give(taken)
 
 
-def _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, split, taken) -> CodedLruRun | None:
+def _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, ahead, taken) -> CodedLruRun | None:
     """lru_replay_chunks' body: 64 buffers at a time (states from ``pool`` when given, each
     appended to ``taken``)."""
     accesses = 0
@@ -244,25 +287,10 @@ def _replay_groups(chunks, buffers, k, per_step, pool, steps, ctx, misses, split
         lrus = [pool.take(b, r, p) if pool is not None else BatchedLru(b, reserve=r, prefix=p)
                 for b, r, p in buffers[g:g + GROUP]]
         taken.extend(lrus)
-        states = tuple(x.state for x in lrus)
-        outs = misses[g:g + GROUP]
-        if split:
-            accesses = _replay_split(chunks, states, outs, tuple(x.buffer for x in lrus), k, ctx)
-            if accesses is None:
-                return None
-            continue
-        row, prev_ctx, accesses = 0, 0, 0
-        for (n, width, ordered, _), raw in zip(chunks, _ahead([c[3] for c in chunks]), strict=True):
-            if raw is None:
-                return None
-            end = row + n
-            code, _, acc = _native.lru_replay_coded(states, tuple(memoryview(m)[row:end] for m in outs),
-                                                    raw, n, width, ordered, int(k), prev_ctx, memoryview(ctx)[row:end])
-            if code:
-                return None
-            accesses += acc
-            prev_ctx = ctx[end - 1] if n else prev_ctx
-            row = end
+        accesses = _replay_changes(chunks, tuple(x.state for x in lrus), misses[g:g + GROUP],
+                                   tuple(x.buffer for x in lrus), k, ctx, ahead)
+        if accesses is None:
+            return None
     totals = [sum(m) for m in misses]
     if not per_step:
         return CodedLruRun(steps, accesses, totals, None, None)
@@ -279,11 +307,13 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _replay_split(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | None]]], states: tuple,
-                  outs: list[array], bufs: tuple[int, ...], k: int, ctx: array) -> int | None:
-    """Unordered chunks through ``states``: chunk i + 1 inflated and decoded into one of two
-    changes buffers on a second thread while chunk i's buffer replays here. The accesses, or
-    None when a chunk is not clean. A chunk's maker takes a bytearray it may inflate into."""
+def _replay_changes(chunks: Sequence[tuple[int, int, bool, Callable[[bytearray], bytes | None], int, int, int]],
+                    states: tuple,
+                    outs: list[array], bufs: tuple[int, ...], k: int, ctx: array, ahead: bool) -> int | None:
+    """Chunks through ``states``: each inflated and decoded into one of two changes buffers,
+    chunk i + 1 on a second thread while chunk i's buffer replays here when ``ahead``. The
+    accesses, or None when a chunk is not clean. A chunk's maker takes a bytearray it may inflate
+    into."""
     spaces = (_native.changes_new(), _native.changes_new())
     starts = [0]
     for c in chunks:
@@ -292,18 +322,21 @@ def _replay_split(chunks: Sequence[tuple[int, int, bool, Callable[[], bytes | No
     into = (bytearray(), bytearray())  # what stored payloads are copied into, reused
 
     def make(i: int) -> int | None:  # the makers run one after another, in chunk order
-        n, width, _, coded = chunks[i]
+        n, width, ordered, coded, coding, header_acc, ctx_last = chunks[i]
         raw = coded(into[i % 2])
         if raw is None:
             return None
         row = starts[i]
         prev_ctx = ctx[row - 1] if row else 0  # written by chunk i - 1's maker
-        code, _, acc = _native.decode_changes(spaces[i % 2], raw, n, width, int(k), prev_ctx, bufs,
+        code, _, acc = _native.decode_changes(spaces[i % 2], raw, n, width, ordered, coding, int(k), prev_ctx, bufs,
                                               memoryview(ctx)[row:row + n])
-        return None if code else acc
+        if code or (header_acc >= 0 and acc != header_acc) or (ctx_last and n and ctx[row + n - 1] != ctx_last):
+            return None  # corrupt, or disagrees with its header (TraceReader.read refuses both)
+        return acc
 
     accesses = 0
-    for i, acc in enumerate(_ahead([lambda i=i: make(i) for i in range(len(chunks))])):
+    makers = [lambda i=i: make(i) for i in range(len(chunks))]
+    for i, acc in enumerate(_ahead(makers) if ahead else (make() for make in makers)):
         if acc is None:
             return None
         row, end = starts[i], starts[i + 1]
@@ -321,6 +354,9 @@ def _ahead(makers: Sequence[Callable[[], bytes | None]]) -> Iterator[bytes | Non
     if len(makers) < 2:
         yield from (make() for make in makers)
         return
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inflate") as pool:
         ahead = pool.submit(makers[0])
         for i in range(len(makers)):

@@ -203,27 +203,320 @@ static int dec_ranks(decoder *d, int32_t *row, int32_t *seen, int32_t stamp)
     return 0;
 }
 
-/* Returns 0, or a DECODE_* code (ends early, inconsistent, trailing bytes) with *err_step. */
-static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int ordered,
+/* ------------------------------------------------------------------------------------------ */
+/* Coding 3 (format version 3; codec_jit.decode3 is the reference). The decoder keeps the set in
+ * a slot array of its own order; a step names its leavers by their places in it (a bitmap or
+ * gaps), its arrivals by position gaps, ascending. Arrivals take the leavers' places (ascending),
+ * extra ones go at the end, places left over below the new count take the entries at or past
+ * it (codec_jit.slots_apply, the rule the writer shares). A membership bitset over positions
+ * (grown with the largest arrival) refuses an arrival already held. No sorted row is needed to
+ * replay the changes: coding 2's leaver ranks index one, kept by a merge a step. */
+
+#define POS_LIMIT INT32_MAX /* positions are int32: an arrival must lie below it */
+
+typedef struct {
+    const uint8_t *buf;
+    Py_ssize_t n, pos;
+    int64_t width, n_prev, cnt, n_rem, n_add, ctx;
+    int32_t *slots;  /* [w] the set, in the coding's order */
+    int32_t *leave;  /* [w] this step's leavers' places, ascending */
+    int32_t *lpos;   /* [w] their positions */
+    int32_t *add;    /* [w] arrivals, ascending (add_base + 1: a sentinel word on each side) */
+    int32_t *add_base, *kept_base;
+    uint64_t *mem;   /* membership of positions, [mem_words] */
+    int64_t mem_words;
+    int32_t *srt, *srt_next; /* [w] the set sorted (dec3_sorted keeps it, for sorted rows) */
+    int32_t *kept;           /* [w] dec3_sorted's scratch (kept_base + 1) */
+    int64_t srt_n;
+} dec3;
+
+static void dec3_free(dec3 *d)
+{
+    free(d->slots); free(d->leave); free(d->lpos); free(d->add_base); free(d->mem); free(d->srt); free(d->srt_next);
+    free(d->kept_base);
+}
+
+static int dec3_init(dec3 *d, const uint8_t *buf, Py_ssize_t n, int64_t width)
+{
+    memset(d, 0, sizeof(*d));
+    d->buf = buf; d->n = n; d->width = width;
+    size_t w = (size_t)(width > 0 ? width : 1);
+    d->slots = (int32_t *)malloc(sizeof(int32_t) * w);
+    d->leave = (int32_t *)malloc(sizeof(int32_t) * w);
+    d->lpos = (int32_t *)malloc(sizeof(int32_t) * w);
+    d->add_base = (int32_t *)malloc(sizeof(int32_t) * (w + 2)); /* + 2: dec3_sorted's sentinels */
+    d->add = d->add_base ? d->add_base + 1 : NULL;
+    d->srt = (int32_t *)malloc(sizeof(int32_t) * w);
+    d->srt_next = (int32_t *)malloc(sizeof(int32_t) * w);
+    d->kept_base = (int32_t *)malloc(sizeof(int32_t) * (w + 2));
+    d->kept = d->kept_base ? d->kept_base + 1 : NULL;
+    d->mem_words = 64;
+    d->mem = (uint64_t *)calloc((size_t)d->mem_words, sizeof(uint64_t));
+    if (!d->slots || !d->leave || !d->lpos || !d->add || !d->srt || !d->srt_next || !d->kept || !d->mem) {
+        dec3_free(d);
+        return 0;
+    }
+    return 1;
+}
+
+static inline int mem_has(const dec3 *d, int64_t p)
+{
+    return p >= 0 && (p >> 6) < d->mem_words && ((d->mem[p >> 6] >> (p & 63)) & 1);
+}
+
+/* Room for position p (below POS_LIMIT): 0 when memory runs out. */
+static int mem_grow(dec3 *d, int64_t p)
+{
+    int64_t need = (p >> 6) + 1, words = 2 * d->mem_words > need ? 2 * d->mem_words : need;
+    uint64_t *m = (uint64_t *)calloc((size_t)words, sizeof(uint64_t));
+    if (!m) return 0;
+    memcpy(m, d->mem, sizeof(uint64_t) * (size_t)d->mem_words);
+    free(d->mem);
+    d->mem = m;
+    d->mem_words = words;
+    return 1;
+}
+
+/* One step: 0, DECODE_ENDS_EARLY, DECODE_INCONSISTENT, DECODE_BREAKS_RULE (an arrival at or past
+ * the step's ctx_len or POS_LIMIT), or -1 (memory). After it: slots[0..cnt) the set, add[0..n_add)
+ * the arrivals, lpos[0..n_rem) the leavers' positions (in place order). */
+static int dec3_step(dec3 *d)
+{
+    int64_t z, h, g;
+    if (!get_varint(d->buf, d->n, &d->pos, &z)) return DECODE_ENDS_EARLY;
+    d->ctx = (int64_t)((uint64_t)d->ctx + (uint64_t)((z >> 1) ^ -(z & 1)));
+    if (!get_varint(d->buf, d->n, &d->pos, &h) || !get_varint(d->buf, d->n, &d->pos, &d->n_add)) return DECODE_ENDS_EARLY;
+    const int64_t n_prev = d->n_prev, n_add = d->n_add, n_rem = h >> 1, ctx = d->ctx;
+    if (n_rem > n_prev || n_add > d->width || n_prev - n_rem + n_add > d->width) return DECODE_INCONSISTENT;
+    d->n_rem = n_rem;
+    const uint8_t *buf = d->buf;
+    Py_ssize_t n = d->n, q = d->pos;
+    int32_t *leave = d->leave, *slots = d->slots, *lpos = d->lpos, *add = d->add;
+    if (h & 1) { /* a bitmap over the places */
+        int64_t nbytes = (n_prev + 7) >> 3, got = 0;
+        if (q + nbytes > n) return DECODE_ENDS_EARLY;
+        for (int64_t b = 0; b < nbytes; b++) {
+            unsigned byte = buf[q + b];
+            while (byte) {
+                int64_t i = 8 * b + __builtin_ctz(byte);
+                if (i >= n_prev || got >= n_rem) return DECODE_INCONSISTENT;
+                leave[got++] = (int32_t)i;
+                byte &= byte - 1;
+            }
+        }
+        if (got != n_rem) return DECODE_INCONSISTENT;
+        q += nbytes;
+    } else {
+        int64_t last = -1;
+        for (int64_t r = 0; r < n_rem; r++) {
+            if (!get_varint(buf, n, &q, &g)) { d->pos = q; return DECODE_ENDS_EARLY; }
+            if (g >= n_prev) { d->pos = q; return DECODE_INCONSISTENT; }
+            last += g + 1;
+            if (last >= n_prev) { d->pos = q; return DECODE_INCONSISTENT; }
+            leave[r] = (int32_t)last;
+        }
+    }
+    /* Arrivals: gaps of one or two bytes (nearly all of them) decoded without a branch on their
+     * length, which a churning step mixes at random; longer ones, and the last bytes of the
+     * buffer, take get_varint. The membership table in locals (it grows only here). */
+    int64_t last = -1, lim = ctx < POS_LIMIT ? ctx : POS_LIMIT, words = d->mem_words;
+    uint64_t *mem = d->mem;
+    for (int64_t a = 0; a < n_add; a++) {
+        if (q + 2 <= n && !(buf[q] & buf[q + 1] & 0x80)) {
+            uint64_t b0 = buf[q], b1 = buf[q + 1], c0 = b0 >> 7;
+            g = (int64_t)((b0 & 0x7F) | (((b1 & 0x7F) << 7) & (0 - c0)));
+            q += 1 + (Py_ssize_t)c0;
+        } else if (!get_varint(buf, n, &q, &g)) { d->pos = q; return DECODE_ENDS_EARLY; }
+        if (g >= POS_LIMIT) { d->pos = q; return DECODE_BREAKS_RULE; }
+        last += g + 1;
+        if (last >= lim) { d->pos = q; return DECODE_BREAKS_RULE; }
+        if ((last >> 6) >= words) {
+            if (!mem_grow(d, last)) { d->pos = q; return -1; }
+            mem = d->mem;
+            words = d->mem_words;
+        }
+        uint64_t bit = (uint64_t)1 << (last & 63), word = mem[last >> 6];
+        if (word & bit) { d->pos = q; return DECODE_INCONSISTENT; } /* held already (a leaver too) */
+        mem[last >> 6] = word | bit;
+        add[a] = (int32_t)last;
+    }
+    d->pos = q;
+    /* codec_jit.slots_apply */
+    for (int64_t i = 0; i < n_rem; i++) {
+        int32_t p = slots[leave[i]];
+        lpos[i] = p;
+        mem[p >> 6] &= ~((uint64_t)1 << (p & 63));
+    }
+    int64_t m = n_rem < n_add ? n_rem : n_add, cnt = n_prev - n_rem + n_add;
+    for (int64_t i = 0; i < m; i++) slots[leave[i]] = add[i];
+    if (n_add > n_rem) {
+        memcpy(slots + n_prev, add + n_rem, sizeof(int32_t) * (size_t)(n_add - n_rem));
+    } else if (n_rem > n_add) {
+        int64_t qq = n_add;
+        while (qq < n_rem && leave[qq] < cnt) qq++;
+        int64_t j = cnt, r = qq; /* leave[r..] lie at or past cnt: skipped */
+        for (int64_t i = n_add; i < qq; i++) {
+            while (r < n_rem && leave[r] == j) { r++; j++; }
+            slots[leave[i]] = slots[j++];
+        }
+    }
+    d->n_prev = d->cnt = cnt;
+    return 0;
+}
+
+/* The set sorted ascending (after dec3_step): the previous sorted set without the leavers (no
+ * longer members: a branch-free pass over it) merged with the arrivals (branch-free, with a
+ * sentinel after each input). Call it after every step, or never. */
+static void dec3_sorted(dec3 *d)
+{
+    const int32_t *prev = d->srt;
+    int32_t *kept = d->kept, *add = d->add, *out = d->srt_next;
+    const uint64_t *mem = d->mem;
+    int64_t nk = 0, np = d->srt_n, na = d->n_add;
+    for (int64_t i = 0; i < np; i++) { /* every earlier entry lies below the bitset's size */
+        int32_t p = prev[i];
+        kept[nk] = p;
+        nk += (mem[p >> 6] >> (p & 63)) & 1;
+    }
+    /* Merged from both ends at once (two independent dependency chains, the smallest half from
+     * the front, the largest from the back), a sentinel beyond each end of each input: kept and
+     * add have a word before them and one after (dec3_init); they hold no value in common. */
+    kept[-1] = add[-1] = INT32_MIN;
+    kept[nk] = add[na] = INT32_MAX;
+    const int32_t *x = kept, *y = add, *xb = kept + nk - 1, *yb = add + na - 1;
+    int64_t total = nk + na, half = total >> 1;
+    for (int64_t m = 0; m < half; m++) {
+        int32_t a = *x, b = *y, ab = *xb, bb = *yb;
+        int take = b < a, takeb = bb > ab;
+        out[m] = take ? b : a;
+        out[total - 1 - m] = takeb ? bb : ab;
+        x += !take;
+        y += take;
+        xb -= !takeb;
+        yb -= takeb;
+    }
+    if (total & 1) out[half] = *y < *x ? *y : *x; /* the middle one */
+    d->srt_next = d->srt;
+    d->srt = out;
+    d->srt_n = total;
+}
+
+/* Both codings behind one interface, for the callers that want rows or changes. */
+typedef struct {
+    int coding;
+    decoder v2;
+    dec3 v3;
+} any_dec;
+
+static int any_init(any_dec *d, int coding, const uint8_t *buf, Py_ssize_t n, int64_t width)
+{
+    d->coding = coding;
+    return coding == 3 ? dec3_init(&d->v3, buf, n, width) : dec_init(&d->v2, buf, n, width);
+}
+
+static void any_free(any_dec *d)
+{
+    if (d->coding == 3) dec3_free(&d->v3);
+    else { free(d->v2.work); free(d->v2.gone); }
+}
+
+static inline Py_ssize_t any_pos(const any_dec *d) { return d->coding == 3 ? d->v3.pos : d->v2.pos; }
+static inline int64_t any_ctx(const any_dec *d) { return d->coding == 3 ? d->v3.ctx : d->v2.ctx; }
+static inline int64_t any_cnt(const any_dec *d) { return d->coding == 3 ? d->v3.cnt : d->v2.cnt; }
+
+/* A step's row: ordered, the stored order (ranks read here; a repeated rank is
+ * DECODE_BREAKS_RULE when ``seen`` is given, with a new ``stamp``); else sorted ascending. The
+ * largest entry in *top. Coding 3 keeps its sorted set only when ``sorted`` asks. */
+static int any_row(any_dec *d, int ordered, int32_t *row, int32_t *seen, int32_t stamp, int64_t *top)
+{
+    if (d->coding != 3) {
+        decoder *v = &d->v2;
+        *top = !v->cnt ? -1 : v->cur[0] < 0 ? INT64_MAX : v->cur[v->cnt - 1]; /* a negative entry: past any ctx */
+        if (ordered) return dec_ranks(v, row, seen, stamp);
+        for (int64_t j = 0; j < v->cnt; j++) row[j] = (int32_t)v->cur[j];
+        return 0;
+    }
+    dec3 *v = &d->v3;
+    if (ordered) {
+        int64_t rk, hi = -1;
+        for (int64_t j = 0; j < v->cnt; j++) {
+            if (!get_varint(v->buf, v->n, &v->pos, &rk)) return DECODE_ENDS_EARLY;
+            if (rk >= v->cnt) return DECODE_INCONSISTENT;
+            if (seen) {
+                if (seen[rk] == stamp) return DECODE_BREAKS_RULE;
+                seen[rk] = stamp;
+            }
+            row[j] = v->slots[rk];
+            hi = row[j] > hi ? row[j] : hi;
+        }
+        *top = hi;
+        return 0;
+    }
+    dec3_sorted(v);
+    memcpy(row, v->srt, sizeof(int32_t) * (size_t)v->srt_n);
+    *top = v->srt_n ? v->srt[v->srt_n - 1] : -1;
+    return 0;
+}
+
+static inline int any_step(any_dec *d) { return d->coding == 3 ? dec3_step(&d->v3) : dec_step(&d->v2); }
+
+/* Returns 0, or a DECODE_* code (ends early, inconsistent, trailing bytes; coding 3 also breaks
+ * a rule) with *err_step, or -1 (memory). */
+static int decode_steps(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int ordered, int coding,
                         int32_t *out, int64_t out_width, int64_t *ctx_out, int64_t *err_step)
 {
-    decoder d;
-    if (!dec_init(&d, buf, n, width))
+    any_dec d;
+    if (!any_init(&d, coding, buf, n, width))
         return -1;
     int code = 0;
-    int64_t t;
+    int64_t t, top;
     for (t = 0; t < steps; t++) {
         int32_t *row = out + t * out_width;
-        code = dec_step(&d);
-        if (!code && ordered) code = dec_ranks(&d, row, NULL, 0);
+        code = any_step(&d);
+        if (!code) code = any_row(&d, ordered, row, NULL, 0, &top);
         if (code) break;
-        ctx_out[t] = d.ctx;
-        if (!ordered)
-            for (int64_t j = 0; j < d.cnt; j++) row[j] = (int32_t)d.cur[j];
-        for (int64_t j = d.cnt; j < out_width; j++) row[j] = -1;
+        ctx_out[t] = any_ctx(&d);
+        for (int64_t j = any_cnt(&d); j < out_width; j++) row[j] = -1;
     }
-    if (!code && d.pos != n) { code = DECODE_TRAILING_BYTES; t = steps; }
-    free(d.work); free(d.gone);
+    if (!code && any_pos(&d) != n) { code = DECODE_TRAILING_BYTES; t = steps; }
+    any_free(&d);
+    *err_step = code ? t : 0;
+    return code;
+}
+
+/* decode_steps with the rules of the trace model checked as the coded replays check them
+ * (decode_changes): ctx_len positive, never going down and below INT32_MAX, at most k entries,
+ * every entry below its ctx_len, an ordered step's ranks a permutation. A decoded step is free
+ * of repeats by construction, so these O(1)-a-step checks are what check_rows would find.
+ * Returns 0, a DECODE_* code (DECODE_BREAKS_RULE for a broken rule) with *err_step, or -1
+ * (memory); *accesses counts the entries. */
+static int decode_rows_checked(const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int ordered, int coding,
+                               int64_t k, int64_t prev_ctx, int32_t *out, int64_t out_width, int64_t *ctx_out,
+                               int64_t *accesses, int64_t *err_step)
+{
+    any_dec d;
+    if (!any_init(&d, coding, buf, n, width)) return -1;
+    int32_t *seen = ordered ? (int32_t *)calloc((size_t)(width > 0 ? width : 1), sizeof(int32_t)) : NULL;
+    int code = 0;
+    int64_t t, acc = 0, top;
+    if (ordered && !seen) { any_free(&d); return -1; }
+    for (t = 0; t < steps; t++) {
+        int32_t *row = out + t * out_width;
+        code = any_step(&d);
+        if (code) break;
+        int64_t c = any_ctx(&d), cnt = any_cnt(&d);
+        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k || cnt > out_width) { code = DECODE_BREAKS_RULE; break; }
+        if ((code = any_row(&d, ordered, row, seen, (int32_t)(t + 1), &top))) break;
+        if (top >= c) { code = DECODE_BREAKS_RULE; break; }
+        for (int64_t j = cnt; j < out_width; j++) row[j] = -1;
+        ctx_out[t] = c;
+        prev_ctx = c;
+        acc += cnt;
+    }
+    if (!code && any_pos(&d) != n) { code = DECODE_TRAILING_BYTES; t = steps; }
+    any_free(&d);
+    free(seen);
+    *accesses = acc;
     *err_step = code ? t : 0;
     return code;
 }
@@ -282,7 +575,7 @@ done:
  * their keys' span, which the ring bounds. The block is an array of slots in block order
  * (oldest first); one branch-free pass over it splits D (in block order, to the queue) from the
  * kept entries (to the new block's newest end). A step costs O(|A| + |X| + span / 64) once A
- * and D are known: from the coded stream's own changes (lru_replay_coded, lru_apply_changes),
+ * and D are known: from the coded stream's own changes (decode_changes, lru_apply_changes),
  * or from a pass over the row and the block (lru_rows). */
 
 enum { FREE = 0, STALE = 1, BLOCK = 2, DROPPED = 3 }; /* DROPPED: in the block, leaving it this step */
@@ -564,32 +857,11 @@ static inline int sorted_has(const int64_t *a, int64_t n, int64_t v)
     return lo < n && a[lo] == v;
 }
 
-/* One step from the decoder's changes, when X is the previous row (newest excluded). */
-static int64_t lru_delta(lru_state *s, decoder *d, int64_t c)
+static inline int sorted_has32(const int32_t *a, int64_t n, int32_t v)
 {
-    int64_t nA = 0, nD = 0, nw = c - 1, old = s->last_ctx - 1;
-    if (!s->reserve) {
-        for (int64_t a = 0; a < d->n_add; a++) s->A[a] = (int32_t)d->add[a];
-        nA = d->n_add;
-        if (d->cnt > s->B) return STEP_FULL;
-        for (int64_t r = 0; r < d->n_rem; r++) s->region[s->pos[d->prev[d->rem[r]]]] = DROPPED;
-        return lru_apply(s, s->A, nA, d->n_rem);
-    }
-    /* X' = R' - {nw}, X = R - {old}: the old newest joins A if it stays selected past it. (The
-     * new newest cannot have been selected before unless nw == old: ctx never goes down.) */
-    int both_old = nw != old && sorted_has(d->prev, d->prev_n, old) && sorted_has(d->cur, d->cnt, old);
-    for (int64_t a = 0; a < d->n_add; a++) {
-        int64_t p = d->add[a];
-        if (both_old && old < p) { s->A[nA++] = (int32_t)old; both_old = 0; }
-        if (p != nw) s->A[nA++] = (int32_t)p;
-    }
-    if (both_old) s->A[nA++] = (int32_t)old;
-    if (d->cnt - (sorted_has(d->cur, d->cnt, nw) ? 1 : 0) > s->B) return STEP_FULL;
-    for (int64_t r = 0; r < d->n_rem; r++) {
-        int64_t p = d->prev[d->rem[r]];
-        if (p != old) { s->region[s->pos[p]] = DROPPED; nD++; }
-    }
-    return lru_apply(s, s->A, nA, nD);
+    int64_t lo = 0, hi = n;
+    while (lo < hi) { int64_t mid = (lo + hi) / 2; if (a[mid] < v) lo = mid + 1; else hi = mid; }
+    return lo < n && a[lo] == v;
 }
 
 /* Final slot -> position and recency order (oldest first); returns the order's length. */
@@ -631,71 +903,21 @@ static int lru_rows(lru_state *s, const int32_t *idx, int64_t steps, int64_t wid
     return 0;
 }
 
-/* A coded payload (one chunk of a stream) through several states at once: decode, check what
- * the reader would check, replay. Returns 0, a DECODE_* code (DECODE_BREAKS_RULE when a step breaks a rule
- * of the trace model) (the caller then reads the stream the ordinary way for the error), or
- * STEP_FULL / STEP_NOMEM; *bad_step is the step. */
-static int lru_replay_coded(lru_state **st, int64_t ns, const uint8_t *buf, Py_ssize_t n, int64_t steps,
-                            int64_t width, int ordered, int64_t k, int64_t prev_ctx, int64_t **misses,
-                            int64_t *ctx_out, int64_t *accesses, int64_t *bad_step)
-{
-    decoder d;
-    if (!dec_init(&d, buf, n, width)) return STEP_NOMEM;
-    int32_t *row = (int32_t *)malloc(sizeof(int32_t) * (size_t)(width > 0 ? width : 1));
-    int32_t *seen = (int32_t *)calloc((size_t)(width > 0 ? width : 1), sizeof(int32_t));
-    int code = 0;
-    int64_t t = 0, acc = 0;
-    if (!row || !seen) { code = STEP_NOMEM; goto done; }
-    for (t = 0; t < steps; t++) {
-        code = dec_step(&d);
-        if (code) goto done;
-        int64_t c = d.ctx, cnt = d.cnt;
-        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k ||
-            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = DECODE_BREAKS_RULE; goto done; }
-        if (ordered && (code = dec_ranks(&d, row, seen, (int32_t)(t + 1)))) goto done; /* a permutation */
-        int row_ready = ordered; /* an unsorted step's row is filled once, when a state needs it */
-        prev_ctx = c;
-        ctx_out[t] = c;
-        acc += cnt;
-        for (int64_t i = 0; i < ns; i++) {
-            lru_state *s = st[i];
-            int64_t m = 0;
-            if (!lru_reserve(s, c)) { code = STEP_NOMEM; goto done; }
-            int how = lru_begin(s, c);
-            if (how == BEGIN_NEXT && t > 0 && !ordered) m = lru_delta(s, &d, c);
-            else if (how != BEGIN_FAST) {
-                if (!row_ready) {
-                    for (int64_t j = 0; j < cnt; j++) row[j] = (int32_t)d.cur[j];
-                    row_ready = 1;
-                }
-                m = lru_row(s, row, cnt, c);
-            }
-            if (m < 0) { code = (int)m; goto done; }
-            misses[i][t] = m;
-            s->last_ctx = c;
-        }
-    }
-    if (d.pos != n) code = DECODE_TRAILING_BYTES;
-done:
-    free(d.work); free(d.gone); free(row); free(seen);
-    *accesses = acc;
-    *bad_step = t;
-    return code;
-}
-
 /* ------------------------------------------------------------------------------------------ */
-/* lru_replay_coded in two halves that can run on two threads: decode_changes turns a coded
- * chunk into each step's changes as positions (what lru_delta reads from the decoder), checked
- * as lru_replay_coded checks them, into a changes buffer; lru_apply_changes replays a buffer
- * through the states. The halves only split that function's loop, so decoding chunk i + 1 while
- * chunk i replays gives its misses, bit for bit (tests/test_native.py).
+/* A coded stream replayed in two halves that can run on two threads: decode_changes turns a
+ * coded chunk into each step's changes as positions, checked as TraceReader.read checks the
+ * rows (the rules of the trace model), into a changes buffer; lru_apply_changes replays a buffer
+ * through the states. Decoding chunk i + 1 while chunk i replays gives the misses of replaying
+ * the rows, bit for bit (tests/test_native.py); with one CPU the halves run in turn.
  *
  * A buffer is int32 words, per step: flags, cnt (entries in the step), n_add, n_rem, then n_add
- * positions and n_rem positions. CH_FULL: the positions are the whole row (sorted), for a step
- * that some state replays from its row (a chunk's first step, where the decoder has no previous
- * row; the step where a buffer's ctx first exceeds its B). CH_OLD_BOTH: the previous step's
- * newest position stays selected past it; CH_NW_IN: the newest position is selected (for
- * reserved buffers, as in lru_delta). */
+ * positions and n_rem positions. CH_FULL: the positions are the whole row (sorted, or in stored
+ * order for an ordered chunk, whose every step is full: its misses follow the stored order), for
+ * a step that some state replays from its row (a chunk's first step, where the decoder has no
+ * previous row; the step where a buffer's ctx first exceeds its B). Otherwise arrivals ascending,
+ * leavers in any order but the previous step's newest position, if it left, last. CH_OLD_BOTH:
+ * the previous step's newest position stays selected past it; CH_NW_IN: the newest position is
+ * selected (for reserved buffers: X = the row without the newest). */
 
 enum { CH_FULL = 1, CH_OLD_BOTH = 2, CH_NW_IN = 4 };
 enum { CH_HEAD = 4 };
@@ -706,19 +928,27 @@ typedef struct {
     int64_t cap, steps; /* steps: of the last clean decode, 0 after a failed one */
 } changes_t;
 
-static int decode_changes(changes_t *ch, const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int64_t k,
-                          int64_t prev_ctx, const int64_t *Bs, int64_t nbs, int64_t *ctx_out, int64_t *accesses,
-                          int64_t *bad_step)
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int decode_changes(changes_t *ch, const uint8_t *buf, Py_ssize_t n, int64_t steps, int64_t width, int ordered,
+                          int coding, int64_t k, int64_t prev_ctx, const int64_t *Bs, int64_t nbs, int64_t *ctx_out,
+                          int64_t *accesses, int64_t *bad_step)
 {
     int64_t w = width > 0 ? width : 1, most = CH_HEAD + 2 * w; /* the most words one step takes */
     ch->steps = 0;
     *accesses = 0;
     *bad_step = 0;
-    decoder d;
-    if (!dec_init(&d, buf, n, width)) return STEP_NOMEM;
+    any_dec d;
+    if (!any_init(&d, coding, buf, n, width)) return STEP_NOMEM;
+    int32_t *seen = ordered ? (int32_t *)calloc((size_t)w, sizeof(int32_t)) : NULL;
+    if (ordered && !seen) { any_free(&d); return STEP_NOMEM; }
     int32_t *out = ch->w;
     int code = 0;
-    int64_t t, acc = 0;
+    int64_t t, acc = 0, top;
     for (t = 0; t < steps; t++) {
         int64_t used = out - ch->w;
         if (used + most > ch->cap) { /* grown as the steps need it: a step rarely changes all of k */
@@ -729,47 +959,79 @@ static int decode_changes(changes_t *ch, const uint8_t *buf, Py_ssize_t n, int64
             ch->cap = cap;
             out = p + used;
         }
-        code = dec_step(&d);
-        if (code) break;
-        int64_t c = d.ctx, cnt = d.cnt;
-        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k ||
-            (cnt && (d.cur[0] < 0 || d.cur[cnt - 1] >= c))) { code = DECODE_BREAKS_RULE; break; }
-        int full = t == 0; /* or the first step past some buffer's B (lru_begin: BEGIN_FRESH) */
+        code = any_step(&d);
+        if (code) { code = code < 0 ? STEP_NOMEM : code; break; }
+        int64_t c = any_ctx(&d), cnt = any_cnt(&d);
+        if (c < 1 || c < prev_ctx || c >= INT32_MAX || cnt > k) { code = DECODE_BREAKS_RULE; break; }
+        int full = t == 0 || ordered; /* or the first step past some buffer's B (lru_begin: BEGIN_FRESH) */
         for (int64_t i = 0; i < nbs && !full; i++) full = prev_ctx <= Bs[i] && Bs[i] < c;
         int64_t old = prev_ctx - 1, nw = c - 1;
-        ctx_out[t] = c;
-        acc += cnt;
-        prev_ctx = c;
         int32_t *head = out;
         out += CH_HEAD;
         if (full) {
-            for (int64_t j = 0; j < cnt; j++) out[j] = (int32_t)d.cur[j];
+            if (ordered || coding != 3) { /* the row as any_row gives it */
+                if ((code = any_row(&d, ordered, out, seen, (int32_t)(t + 1), &top))) break;
+            } else { /* coding 3 keeps no sorted set: sorted here, on a chunk's first step (its
+                      * arrivals, already ascending) or once a buffer passes its size */
+                memcpy(out, d.v3.slots, sizeof(int32_t) * (size_t)cnt);
+                if (t > 0) qsort(out, (size_t)cnt, sizeof(int32_t), cmp_i32);
+                top = cnt ? out[cnt - 1] : -1;
+            }
+            if (top >= c) { code = DECODE_BREAKS_RULE; break; }
             out += cnt;
             head[0] = CH_FULL; head[1] = (int32_t)cnt; head[2] = (int32_t)cnt; head[3] = 0;
-            continue;
+        } else if (coding != 3) {
+            decoder *v = &d.v2;
+            if (cnt && (v->cur[0] < 0 || v->cur[cnt - 1] >= c)) { code = DECODE_BREAKS_RULE; break; }
+            int32_t flags = 0;
+            if (nw != old && sorted_has(v->prev, v->prev_n, old) && sorted_has(v->cur, v->cnt, old)) flags |= CH_OLD_BOTH;
+            if (sorted_has(v->cur, v->cnt, nw)) flags |= CH_NW_IN;
+            const int64_t *add = v->add, *rem = v->rem, *prev = v->prev;
+            int64_t na = v->n_add, nr = v->n_rem;
+            for (int64_t a = 0; a < na; a++) out[a] = (int32_t)add[a];
+            out += na;
+            for (int64_t r = 0; r < nr; r++) out[r] = (int32_t)prev[rem[r]]; /* ascending: old, if there, last */
+            out += nr;
+            head[0] = flags; head[1] = (int32_t)cnt; head[2] = (int32_t)na; head[3] = (int32_t)nr;
+        } else {
+            dec3 *v = &d.v3;
+            int64_t na = v->n_add, nr = v->n_rem;
+            memcpy(out, v->add, sizeof(int32_t) * (size_t)na); /* every arrival lies below c */
+            int old_arrived = na > 0 && v->add[na - 1] >= old && sorted_has32(v->add, na, (int32_t)old);
+            out += na;
+            int64_t m = 0, old_left = 0;
+            for (int64_t r = 0; r < nr; r++) { /* old, if it left, goes last */
+                int32_t p = v->lpos[r];
+                out[m] = p;
+                int is_old = p == old;
+                m += !is_old;
+                old_left |= is_old;
+            }
+            if (old_left) out[m++] = (int32_t)old;
+            out += nr;
+            int32_t flags = 0;
+            if (nw != old && mem_has(v, old) && !old_arrived) flags |= CH_OLD_BOTH;
+            if (mem_has(v, nw)) flags |= CH_NW_IN;
+            head[0] = flags; head[1] = (int32_t)cnt; head[2] = (int32_t)na; head[3] = (int32_t)nr;
         }
-        int32_t flags = 0;
-        if (nw != old && sorted_has(d.prev, d.prev_n, old) && sorted_has(d.cur, d.cnt, old)) flags |= CH_OLD_BOTH;
-        if (sorted_has(d.cur, d.cnt, nw)) flags |= CH_NW_IN;
-        const int64_t *add = d.add, *rem = d.rem, *prev = d.prev;
-        int64_t na = d.n_add, nr = d.n_rem;
-        for (int64_t a = 0; a < na; a++) out[a] = (int32_t)add[a];
-        out += na;
-        for (int64_t r = 0; r < nr; r++) out[r] = (int32_t)prev[rem[r]];
-        out += nr;
-        head[0] = flags; head[1] = (int32_t)cnt; head[2] = (int32_t)na; head[3] = (int32_t)nr;
+        ctx_out[t] = c;
+        acc += cnt;
+        prev_ctx = c;
     }
-    if (!code && d.pos != n) code = DECODE_TRAILING_BYTES;
-    free(d.work); free(d.gone);
+    if (!code && any_pos(&d) != n) code = DECODE_TRAILING_BYTES;
+    any_free(&d);
+    free(seen);
     ch->steps = code ? 0 : steps;
     *accesses = acc;
     *bad_step = t;
     return code;
 }
 
-/* lru_delta on a changes buffer's step. Positions are below c and ascending, so the newest
- * position, if it arrived, is the last arrival, and the old newest, if it left, the last leaver:
- * they are cut from the ends, and the arrivals replay in place unless the old newest joins them. */
+/* One step from a changes buffer, when X is the previous row (the newest excluded when
+ * reserved: X' = R' - {nw}, X = R - {old}; the old newest joins A if it stays selected past it).
+ * Arrivals ascend below c, so the newest position, if it arrived, is the last arrival; the old
+ * newest, if it left, is the last leaver (decode_changes puts it there): both are cut from the
+ * ends, and the arrivals replay in place unless the old newest joins them. */
 static int64_t lru_delta_changes(lru_state *s, int32_t flags, int64_t cnt, const int32_t *add, int64_t na,
                                  const int32_t *rem, int64_t nr, int64_t c)
 {
@@ -795,7 +1057,7 @@ static int64_t lru_delta_changes(lru_state *s, int32_t flags, int64_t cnt, const
     return lru_apply(s, add, na, nr);
 }
 
-/* A changes buffer through several states, as lru_replay_coded's loop. 0, or STEP_FULL /
+/* A changes buffer through several states. 0, or STEP_FULL /
  * STEP_NOMEM / STEP_NOROW (a buffer decoded for other buffers' B) with *bad_step. */
 static int lru_apply_changes(lru_state **st, int64_t ns, const changes_t *ch, int64_t steps, const int64_t *ctx,
                              int64_t **misses, int64_t *bad_step)
@@ -928,6 +1190,7 @@ static int lru_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
 /* tournament tree over the slots that each access updates along one leaf's path.              */
 
 #define OPT_INF ((int64_t)1 << 61)
+#define OPT_NONE INT32_MAX /* an int32 next use: none */
 
 static inline int opt_better(const int64_t *key, int32_t a, int32_t b)
 {
@@ -945,6 +1208,19 @@ static inline void opt_set(int32_t *tree, int64_t *key, int64_t size, int32_t sl
     }
 }
 
+/* ``slot`` became better (a larger key, or the first key of an empty slot): it climbs while it
+ * beats the winner of the other side. Where it loses, it lost before too (the order is total),
+ * so that node and every one above keep their winners: a hit's next use is usually near, and
+ * the climb stops within a level or two instead of walking all log2(B) levels. */
+static inline void opt_raise(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t nu)
+{
+    key[slot] = nu;
+    for (int64_t j = size + slot; j > 1; j >>= 1) {
+        if (!opt_better(key, slot, tree[j ^ 1])) return;
+        tree[j >> 1] = slot;
+    }
+}
+
 static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
                         int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
 {
@@ -953,19 +1229,21 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
         cmax = ctx[t] > cmax ? ctx[t] : cmax;
         for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
     }
+    if (n >= OPT_NONE) return STEP_NOMEM; /* access numbers are int32 (below): 8 GB of rows already */
     int64_t size = 1;
     while (size < B) size <<= 1;
-    int64_t *nu = (int64_t *)malloc(sizeof(int64_t) * (size_t)(n > 0 ? n : 1));
-    int64_t *last = (int64_t *)malloc(sizeof(int64_t) * (size_t)cmax);
-    int64_t *first = (int64_t *)malloc(sizeof(int64_t) * (size_t)cmax);
+    /* Next uses as int32 access numbers (OPT_NONE: never again): half the memory of int64, and
+     * it is the one table as large as the stream. */
+    int32_t *nu = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    int32_t *last = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
     int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
     int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
     int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1));
     int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
     int64_t *start = (int64_t *)malloc(sizeof(int64_t) * (size_t)(steps + 1)); /* access number of each step's first entry */
     int code = STEP_OK;
-    if (!nu || !last || !first || !pos || !sp || !key || !tree || !start) { code = STEP_NOMEM; goto done; }
-    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_INF;
+    if (!nu || !last || !pos || !sp || !key || !tree || !start) { code = STEP_NOMEM; goto done; }
+    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_NONE;
     start[0] = 0;
     for (int64_t t = 0; t < steps; t++) {
         int64_t c = 0;
@@ -979,10 +1257,10 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             int32_t p = row[j];
             if (p >= cmax) { *bad = t; code = STEP_RANGE; goto done; }
             nu[start[t] + j] = last[p];
-            last[p] = start[t] + j;
+            last[p] = (int32_t)(start[t] + j);
         }
     }
-    /* last[p] is now the first access of p; first[] for a later step is rebuilt when needed */
+    /* last[p] is now the first access of p; a later step's first accesses are rebuilt when needed */
     for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
     for (int64_t x = 0; x < B; x++) sp[x] = -1;
     key[size] = -1; /* the leaves past B: never a victim */
@@ -997,14 +1275,17 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = -1; }
             free_next = 0;
             if (prefix || fast) {
-                /* first access at or after step t of each position < B */
-                for (int64_t p = 0; p < B && p < cmax; p++) first[p] = OPT_INF;
+                /* first access at or after step t of each position < B (last[] is free now) */
+                for (int64_t p = 0; p < B && p < cmax; p++) last[p] = OPT_NONE;
                 for (int64_t u = steps - 1; u >= t; u--) {
                     const int32_t *r = idx + u * width;
                     for (int64_t j = start[u + 1] - start[u] - 1; j >= 0; j--)
-                        if (r[j] < B) first[r[j]] = start[u] + j;
+                        if (r[j] < B) last[r[j]] = (int32_t)(start[u] + j);
                 }
-                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; key[p] = p < cmax ? first[p] : OPT_INF; }
+                for (int64_t p = 0; p < B; p++) {
+                    sp[p] = (int32_t)p; pos[p] = (int32_t)p;
+                    key[p] = p < cmax && last[p] != OPT_NONE ? last[p] : OPT_INF;
+                }
                 free_next = B;
             }
             for (int64_t i = size - 1; i >= 1; i--) {
@@ -1021,46 +1302,66 @@ static int opt_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             if (p < 0) break;
             if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
             if (reserve && p == newest) continue;
-            int64_t next = nu[start[t] + j];
+            int32_t u = nu[start[t] + j];
+            int64_t next = u == OPT_NONE ? OPT_INF : u;
             int32_t x = pos[p];
-            if (x < 0) {
-                if (free_next < B) x = (int32_t)free_next++;
-                else { x = tree[1]; pos[sp[x]] = -1; }
+            if (x >= 0) { /* a hit: its key was this access (or an earlier, skipped one): it grows */
+                opt_raise(tree, key, size, x, next);
+                continue;
+            }
+            m++;
+            if (free_next < B) { /* an empty slot (key -1): it grows too */
+                x = (int32_t)free_next++;
                 sp[x] = p;
                 pos[p] = x;
-                m++;
+                opt_raise(tree, key, size, x, next);
+                continue;
             }
+            x = tree[1]; /* the victim won every node on its path: all of them are recomputed */
+            pos[sp[x]] = -1;
+            sp[x] = p;
+            pos[p] = x;
             opt_set(tree, key, size, x, next);
         }
         misses[t] = m;
     }
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
-    free(nu); free(last); free(first); free(pos); free(sp); free(key); free(tree); free(start);
+    free(nu); free(last); free(pos); free(sp); free(key); free(tree); free(start);
     return code;
 }
 
 
 /* ------------------------------------------------------------------------------------------ */
 /* Sequential LFU over rows: step.run's sequential branch with policies/lfu.py, bit for bit     */
-/* (tests/test_native.py). A slot's key is count * 2**40 + tick (the tick counts every load and */
-/* hit since the buffer was last made fresh); the victim is the smallest key, at the root of a  */
-/* tournament tree over the slots.                                                              */
+/* (tests/test_native.py). The engine keys a slot by count * 2**40 + tick (the tick counts every */
+/* load and hit since the buffer was last made fresh) and evicts the smallest key: the least    */
+/* used slot, the least recently touched among equals. Here that is O(1) an access: one list    */
+/* per count, slots in touch order (a touch appends at the tail, so ticks ascend along a list), */
+/* the victim at the head of the smallest non-empty count's list.                               */
 
-#define LFU_SHIFT ((int64_t)1 << 40)
+typedef struct {
+    int32_t *cnt, *prv, *nxt; /* [B] a slot's count and its neighbours in its count's list (-1: none) */
+    int32_t *head, *tail;     /* [counts] */
+    int64_t minf, maxf;
+} lfu_lists;
 
-static inline int lfu_better(const int64_t *key, int32_t a, int32_t b)
+static inline void lfu_unlink(lfu_lists *L, int32_t x)
 {
-    return key[a] < key[b] || (key[a] == key[b] && a < b);
+    int32_t a = L->prv[x], b = L->nxt[x], f = L->cnt[x];
+    if (a >= 0) L->nxt[a] = b; else L->head[f] = b;
+    if (b >= 0) L->prv[b] = a; else L->tail[f] = a;
 }
 
-static inline void lfu_set(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+static inline void lfu_append(lfu_lists *L, int32_t x, int32_t f)
 {
-    key[slot] = k;
-    for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
-        int32_t l = tree[2 * i], r = tree[2 * i + 1];
-        tree[i] = lfu_better(key, l, r) ? l : r;
-    }
+    int32_t z = L->tail[f];
+    L->cnt[x] = f;
+    L->prv[x] = z;
+    L->nxt[x] = -1;
+    if (z >= 0) L->nxt[z] = x; else L->head[f] = x;
+    L->tail[f] = x;
+    if (f > L->maxf) L->maxf = f;
 }
 
 static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
@@ -1068,35 +1369,35 @@ static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
 {
     int64_t cmax = 1;
     for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
-    int64_t size = 1;
-    while (size < B) size <<= 1;
+    int64_t counts = steps + 2; /* a position is accessed at most once a step: counts stay below steps + 2 */
     int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
     int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1));
-    int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
+    lfu_lists L;
+    L.cnt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.head = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.tail = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.minf = 1; L.maxf = 0;
     int code = STEP_OK;
-    if (!pos || !sp || !key || !tree) { code = STEP_NOMEM; goto done; }
+    if (!pos || !sp || !L.cnt || !L.prv || !L.nxt || !L.head || !L.tail) { code = STEP_NOMEM; goto done; }
     for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
     for (int64_t x = 0; x < B; x++) sp[x] = -1;
-    key[size] = INT64_MAX; /* the leaves past B: never a victim */
-    for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
-    int64_t free_next = 0, tick = 0;
+    for (int64_t f = 0; f < counts; f++) L.head[f] = L.tail[f] = -1;
+    int64_t free_next = 0;
     int fast = 0, started = 0;
     for (int64_t t = 0; t < steps; t++) {
         const int64_t c = ctx[t];
         const int32_t *row = idx + t * width;
         if (c <= B) { misses[t] = 0; fast = 1; continue; }
         if (!started || fast) {
-            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; key[x] = INT64_MAX; }
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
+            for (int64_t f = 0; f <= L.maxf; f++) L.head[f] = L.tail[f] = -1;
+            L.minf = 1; L.maxf = 0;
             free_next = 0;
-            tick = 0;
-            if (prefix || fast) {
-                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; key[p] = LFU_SHIFT + ++tick; }
+            if (prefix || fast) { /* count 1, ticks in slot order */
+                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; lfu_append(&L, (int32_t)p, 1); }
                 free_next = B;
-            }
-            for (int64_t i = size - 1; i >= 1; i--) {
-                int32_t l = tree[2 * i], r = tree[2 * i + 1];
-                tree[i] = lfu_better(key, l, r) ? l : r;
             }
             started = 1;
             fast = 0;
@@ -1109,23 +1410,336 @@ static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
             if (reserve && p == newest) continue;
             int32_t x = pos[p];
-            if (x >= 0) {
-                lfu_set(tree, key, size, x, (key[x] / LFU_SHIFT + 1) * LFU_SHIFT + ++tick);
+            if (x >= 0) { /* a hit: one count up, the newest tick */
+                int32_t f = L.cnt[x];
+                lfu_unlink(&L, x);
+                if (f == L.minf && L.head[f] < 0) L.minf = f + 1;
+                lfu_append(&L, x, f + 1);
                 continue;
             }
-            if (free_next < B) x = (int32_t)free_next++;
-            else { x = tree[1]; pos[sp[x]] = -1; }
+            m++;
+            if (free_next < B) x = (int32_t)free_next++; /* empty slots first, in slot order */
+            else {
+                x = L.head[L.minf]; /* the smallest key: the least count, its oldest tick */
+                lfu_unlink(&L, x);
+                pos[sp[x]] = -1;
+            }
             sp[x] = p;
             pos[p] = x;
-            m++;
-            lfu_set(tree, key, size, x, LFU_SHIFT + ++tick);
+            lfu_append(&L, x, 1);
+            L.minf = 1;
         }
         misses[t] = m;
     }
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
-    free(pos); free(sp); free(key); free(tree);
+    free(pos); free(sp); free(L.cnt); free(L.prv); free(L.nxt); free(L.head); free(L.tail);
     return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batched OPT and LFU over rows: step.run's batched branch with policies/opt.py and lfu.py, bit */
+/* for bit (tests/test_native.py). The engine keys a slot (OPT: minus its entry's next use, INF  */
+/* when none; LFU: count * 2**40 + tick) and takes victims by a lazy heap in (key, slot) order,  */
+/* passing over the step's protected slots (its hits and the slots it has loaded).               */
+/* OPT: a min tournament tree over the slots in that order, with lazy keys: a slot whose entry */
+/* the last step touched (a hit or a load) sits at KEY_PROT, and gets its key (minus the next    */
+/* use that touch recorded) only when a step leaves it out; a stale slot a step hits is keyed    */
+/* out for the step. Victims are the root: exactly the engine's unprotected slot with the least  */
+/* (key, slot). A row's kept entries, most of a step, cost no tree work at all. A slot whose key */
+/* grows walks up only while it won; one whose key falls climbs only while it wins.              */
+
+#define KEY_PROT INT64_MAX
+#define ENGINE_INF ((int64_t)1 << 61) /* step.INF */
+
+static inline int key_better(const int64_t *key, int32_t a, int32_t b)
+{
+    return key[a] < key[b] || (key[a] == key[b] && a < b);
+}
+
+static inline void key_fix(int32_t *tree, const int64_t *key, int64_t size, int32_t slot)
+{
+    for (int64_t i = (size + slot) >> 1; i >= 1; i >>= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = key_better(key, l, r) ? l : r;
+    }
+}
+
+static inline void key_worse(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+{
+    key[slot] = k;
+    for (int64_t i = (size + slot) >> 1; i >= 1 && tree[i] == slot; i >>= 1) {
+        int32_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = key_better(key, l, r) ? l : r;
+    }
+}
+
+static inline void key_better_set(int32_t *tree, int64_t *key, int64_t size, int32_t slot, int64_t k)
+{
+    key[slot] = k;
+    for (int64_t j = size + slot; j > 1; j >>= 1) {
+        if (!key_better(key, slot, tree[j ^ 1])) return;
+        tree[j >> 1] = slot;
+    }
+}
+
+static inline int64_t opt_key(const int32_t *nu, int64_t a) /* the engine's key of access a: -next use */
+{
+    return -(nu[a] == OPT_NONE ? ENGINE_INF : (int64_t)nu[a]);
+}
+
+static int opt_batched_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                            int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
+{
+    int64_t cmax = 1, n = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        cmax = ctx[t] > cmax ? ctx[t] : cmax;
+        for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
+    }
+    if (n >= OPT_NONE) return STEP_NOMEM; /* int32 access numbers (opt_seq_rows) */
+    int64_t size = 1;
+    while (size < B) size <<= 1;
+    int64_t w = width > 0 ? width : 1;
+    int32_t *nu = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    int32_t *last = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int64_t *start = (int64_t *)malloc(sizeof(int64_t) * (size_t)(steps + 1));
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)(size + 1)); /* the tree's (KEY_PROT: lazy or protected) */
+    int64_t *real = (int64_t *)malloc(sizeof(int64_t) * (size_t)B);          /* the engine's key */
+    int64_t *touch = (int64_t *)calloc((size_t)B, sizeof(int64_t));           /* step + 1 of the last touch */
+    int32_t *tree = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * size));
+    int32_t *prev = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *cur = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
+    int code = STEP_OK;
+    if (!nu || !last || !start || !pos || !sp || !key || !real || !touch || !tree || !prev || !cur) {
+        code = STEP_NOMEM;
+        goto done;
+    }
+    start[0] = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        int64_t c = 0;
+        for (int64_t j = 0; j < width; j++) c += idx[t * width + j] >= 0;
+        start[t + 1] = start[t] + c;
+    }
+    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_NONE;
+    for (int64_t t = steps - 1; t >= 0; t--) {
+        const int32_t *row = idx + t * width;
+        for (int64_t j = start[t + 1] - start[t] - 1; j >= 0; j--) {
+            int32_t p = row[j];
+            if (p >= cmax) { *bad = t; code = STEP_RANGE; goto done; }
+            nu[start[t] + j] = last[p];
+            last[p] = (int32_t)(start[t] + j);
+        }
+    }
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    key[size] = KEY_PROT; /* the leaves past B */
+    for (int64_t x = 0; x < size; x++) tree[size + x] = (int32_t)(x < B ? x : size);
+    int64_t free_next = 0, n_prev = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) { misses[t] = 0; fast = 1; continue; }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) {
+                if (sp[x] >= 0) pos[sp[x]] = -1;
+                sp[x] = -1; key[x] = KEY_PROT; touch[x] = 0;
+            }
+            free_next = 0;
+            n_prev = 0;
+            if (prefix || fast) { /* first access at or after step t of each position < B (last[] is free now) */
+                for (int64_t p = 0; p < B && p < cmax; p++) last[p] = OPT_NONE;
+                for (int64_t u = steps - 1; u >= t; u--) {
+                    const int32_t *r = idx + u * width;
+                    for (int64_t j = start[u + 1] - start[u] - 1; j >= 0; j--)
+                        if (r[j] < B) last[r[j]] = (int32_t)(start[u] + j);
+                }
+                for (int64_t p = 0; p < B; p++) {
+                    sp[p] = (int32_t)p; pos[p] = (int32_t)p;
+                    key[p] = real[p] = -(p < cmax && last[p] != OPT_NONE ? (int64_t)last[p] : ENGINE_INF);
+                }
+                free_next = B;
+            }
+            for (int64_t i = size - 1; i >= 1; i--) {
+                int32_t l = tree[2 * i], r = tree[2 * i + 1];
+                tree[i] = key_better(key, l, r) ? l : r;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        const int64_t cnt = start[t + 1] - start[t], now = t + 1;
+        int64_t n_cur = 0, m = 0;
+        for (int64_t j = 0; j < cnt; j++) { /* the hits: touched now, keyed out if they were not last step */
+            int32_t p = row[j];
+            if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x < 0) continue;
+            if (key[x] != KEY_PROT) key_worse(tree, key, size, x, KEY_PROT); /* a stale slot hit: out of reach */
+            touch[x] = now;
+            real[x] = opt_key(nu, start[t] + j);
+            cur[n_cur++] = x;
+        }
+        for (int64_t i = 0; i < n_prev; i++) { /* last step's entries left out now: their keys, at last */
+            int32_t x = prev[i];
+            if (touch[x] != now) key_better_set(tree, key, size, x, real[x]);
+        }
+        for (int64_t j = 0; j < cnt; j++) { /* the misses, in stored order */
+            int32_t p = row[j];
+            if ((reserve && p == newest) || pos[p] >= 0) continue;
+            int32_t x;
+            if (free_next < B) x = (int32_t)free_next++; /* its key is KEY_PROT already */
+            else { /* the root: the farthest next use among the slots no one touched now */
+                x = tree[1];
+                if (touch[x] == now || key[x] == KEY_PROT) { *bad = t; code = STEP_FULL; goto done; }
+                pos[sp[x]] = -1;
+                key[x] = KEY_PROT; /* it won every node on its path */
+                key_fix(tree, key, size, x);
+            }
+            sp[x] = p;
+            pos[p] = x;
+            touch[x] = now;
+            real[x] = opt_key(nu, start[t] + j);
+            cur[n_cur++] = x;
+            m++;
+        }
+        int32_t *swap = prev; prev = cur; cur = swap;
+        n_prev = n_cur;
+        misses[t] = m;
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+done:
+    free(nu); free(last); free(start); free(pos); free(sp); free(key); free(real); free(touch); free(tree);
+    free(prev); free(cur);
+    return code;
+}
+
+/* LFU: in O(1) an access, lfu_seq_rows' count lists (ticks ascend along each), a step's
+ * hits unlinked for the step (protected: no victim can reach them) and its loaded slots linked
+ * only at its end, first the loaded (count 1, ticks in load order), then the hits (one count up,
+ * ticks in stored order), as the engine's insert and hits hooks number them. */
+static int lfu_batched_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
+                            int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
+{
+    int64_t cmax = 1;
+    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
+    int64_t counts = steps + 2, w = width > 0 ? width : 1;
+    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *hit_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *load_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
+    lfu_lists L;
+    L.cnt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    L.head = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.tail = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
+    L.minf = 1; L.maxf = 0;
+    int code = STEP_OK;
+    if (!pos || !sp || !hit_s || !load_s || !L.cnt || !L.prv || !L.nxt || !L.head || !L.tail) { code = STEP_NOMEM; goto done; }
+    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) sp[x] = -1;
+    for (int64_t f = 0; f < counts; f++) L.head[f] = L.tail[f] = -1;
+    int64_t free_next = 0;
+    int fast = 0, started = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int64_t c = ctx[t];
+        const int32_t *row = idx + t * width;
+        if (c <= B) { misses[t] = 0; fast = 1; continue; }
+        if (!started || fast) {
+            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
+            for (int64_t f = 0; f <= L.maxf; f++) L.head[f] = L.tail[f] = -1;
+            L.minf = 1; L.maxf = 0;
+            free_next = 0;
+            if (prefix || fast) {
+                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; lfu_append(&L, (int32_t)p, 1); }
+                free_next = B;
+            }
+            started = 1;
+            fast = 0;
+        }
+        const int32_t newest = (int32_t)(c - 1);
+        int64_t nh = 0, nl = 0;
+        for (int64_t j = 0; j < width; j++) { /* the hits leave their lists for the step */
+            int32_t p = row[j];
+            if (p < 0) break;
+            if (p >= c) { *bad = t; code = STEP_RANGE; goto done; }
+            if (reserve && p == newest) continue;
+            int32_t x = pos[p];
+            if (x < 0) continue;
+            hit_s[nh++] = x;
+            lfu_unlink(&L, x);
+        }
+        for (int64_t j = 0; j < width; j++) { /* the misses, in stored order */
+            int32_t p = row[j];
+            if (p < 0) break;
+            if ((reserve && p == newest) || pos[p] >= 0) continue;
+            int32_t x;
+            if (free_next < B) x = (int32_t)free_next++;
+            else {
+                while (L.head[L.minf] < 0) L.minf++; /* an unprotected slot is left: B >= the step's entries */
+                x = L.head[L.minf];
+                lfu_unlink(&L, x);
+                pos[sp[x]] = -1;
+            }
+            sp[x] = p;
+            pos[p] = x;
+            load_s[nl++] = x;
+        }
+        for (int64_t i = 0; i < nl; i++) lfu_append(&L, load_s[i], 1);
+        for (int64_t i = 0; i < nh; i++) lfu_append(&L, hit_s[i], L.cnt[hit_s[i]] + 1);
+        L.minf = 1; /* the next victim search starts low again */
+        misses[t] = nl;
+    }
+    for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
+done:
+    free(pos); free(sp); free(hit_s); free(load_s); free(L.cnt); free(L.prv); free(L.nxt); free(L.head); free(L.tail);
+    return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LRU stack distances over rows (replay/mrc.py's _stack_distance_histogram, bit for bit): hist[d] */
+/* counts the accesses at distance d (1..max_size), hist[0] the cold ones and those farther. A    */
+/* Fenwick tree over access times marks each position's latest access; the distinct positions  */
+/* touched since an access's previous one are the marks between them.                          */
+
+static int lru_stack_hist(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int reserve,
+                          int64_t max_size, int64_t *hist, int64_t *bad)
+{
+    int64_t cmax = 1, n = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        cmax = ctx[t] > cmax ? ctx[t] : cmax;
+        for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
+    }
+    int32_t *tree = (int32_t *)calloc((size_t)(n + 1), sizeof(int32_t)); /* marks per access time, 1-based */
+    int64_t *last = (int64_t *)calloc((size_t)cmax, sizeof(int64_t));   /* a position's latest time, 0: none */
+    if (!tree || !last) { free(tree); free(last); return STEP_NOMEM; }
+    int64_t now = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int32_t *row = idx + t * width;
+        const int64_t newest = ctx[t] - 1;
+        for (int64_t j = 0; j < width; j++) {
+            int64_t p = row[j];
+            if (p < 0) break;
+            if (p >= cmax) { *bad = t; free(tree); free(last); return STEP_RANGE; }
+            if (reserve && p == newest) continue;
+            now++;
+            int64_t prev = last[p];
+            if (!prev) hist[0]++;
+            else {
+                int64_t sum = 0; /* marks in (prev, now) */
+                for (int64_t i = now - 1; i > 0; i -= i & -i) sum += tree[i];
+                for (int64_t i = prev; i > 0; i -= i & -i) sum -= tree[i];
+                hist[sum + 1 > max_size ? 0 : sum + 1]++;
+                for (int64_t i = prev; i <= n; i += i & -i) tree[i]--;
+            }
+            for (int64_t i = now; i <= n; i += i & -i) tree[i]++;
+            last[p] = now;
+        }
+    }
+    free(tree); free(last);
+    return STEP_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1144,15 +1758,15 @@ static PyObject *py_decode(PyObject *self, PyObject *args)
 {
     Py_buffer raw, out, ctx;
     long long steps, width, out_width;
-    int ordered;
-    if (!PyArg_ParseTuple(args, "y*LLpw*Lw*", &raw, &steps, &width, &ordered, &out, &out_width, &ctx))
+    int ordered, coding = 2;
+    if (!PyArg_ParseTuple(args, "y*LLpw*Lw*|i", &raw, &steps, &width, &ordered, &out, &out_width, &ctx, &coding))
         return NULL;
     PyObject *res = NULL;
     if (need_len(&out, (Py_ssize_t)(steps * out_width * 4), "out") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) {
         int64_t err_step = 0;
         int code;
         Py_BEGIN_ALLOW_THREADS
-        code = decode_steps((const uint8_t *)raw.buf, raw.len, steps, width, ordered, (int32_t *)out.buf,
+        code = decode_steps((const uint8_t *)raw.buf, raw.len, steps, width, ordered, coding, (int32_t *)out.buf,
                             out_width, (int64_t *)ctx.buf, &err_step);
         Py_END_ALLOW_THREADS
         if (code < 0) PyErr_NoMemory();
@@ -1161,6 +1775,78 @@ static PyObject *py_decode(PyObject *self, PyObject *args)
     PyBuffer_Release(&raw);
     PyBuffer_Release(&out);
     PyBuffer_Release(&ctx);
+    return res;
+}
+
+static PyObject *py_decode_rows_checked(PyObject *self, PyObject *args)
+{
+    Py_buffer raw, out, ctx;
+    long long steps, width, out_width, k, prev_ctx;
+    int ordered, coding;
+    if (!PyArg_ParseTuple(args, "y*LLpiLLw*Lw*", &raw, &steps, &width, &ordered, &coding, &k, &prev_ctx, &out,
+                          &out_width, &ctx))
+        return NULL;
+    PyObject *res = NULL;
+    if (steps < 0 || width < 0 || out_width < 0) PyErr_SetString(PyExc_ValueError, "decode_rows_checked: negative size");
+    else if (need_len(&out, (Py_ssize_t)(steps * out_width * 4), "out") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) {
+        int64_t err_step = 0, acc = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = decode_rows_checked((const uint8_t *)raw.buf, raw.len, steps, width, ordered, coding, k, prev_ctx,
+                                   (int32_t *)out.buf, out_width, (int64_t *)ctx.buf, &acc, &err_step);
+        Py_END_ALLOW_THREADS
+        if (code < 0) PyErr_NoMemory();
+        else res = Py_BuildValue("(iLL)", code, (long long)err_step, (long long)acc);
+    }
+    PyBuffer_Release(&raw);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&ctx);
+    return res;
+}
+
+static PyObject *py_count_entries(PyObject *self, PyObject *args)
+{
+    Py_buffer idx;
+    long long steps, width;
+    if (!PyArg_ParseTuple(args, "y*LL", &idx, &steps, &width)) return NULL;
+    PyObject *res = NULL;
+    if (steps < 0 || width < 0) PyErr_SetString(PyExc_ValueError, "count_entries: negative size");
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices")) {
+        const int32_t *v = (const int32_t *)idx.buf;
+        int64_t n = 0, total = steps * width;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < total; i++) n += v[i] >= 0;
+        Py_END_ALLOW_THREADS
+        res = PyLong_FromLongLong((long long)n);
+    }
+    PyBuffer_Release(&idx);
+    return res;
+}
+
+static PyObject *py_lru_stack_hist(PyObject *self, PyObject *args)
+{
+    Py_buffer idx, ctx, hist;
+    long long steps, width, max_size;
+    int reserve;
+    if (!PyArg_ParseTuple(args, "y*LLy*pLw*", &idx, &steps, &width, &ctx, &reserve, &max_size, &hist)) return NULL;
+    PyObject *res = NULL;
+    if (steps < 0 || width < 0 || max_size < 1) PyErr_SetString(PyExc_ValueError, "lru_stack_hist: bad size");
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len") &&
+             need_len(&hist, (Py_ssize_t)((max_size + 1) * 8), "hist")) {
+        int64_t bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = lru_stack_hist((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, reserve, max_size,
+                              (int64_t *)hist.buf, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else if (code == STEP_RANGE)
+            PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else res = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&hist);
     return res;
 }
 
@@ -1287,45 +1973,6 @@ static int take_states(PyObject *caps, PyObject *outs, Py_ssize_t ns, long long 
     return 1;
 }
 
-static PyObject *py_lru_replay_coded(PyObject *self, PyObject *args)
-{
-    PyObject *caps, *outs;
-    Py_buffer raw, ctx;
-    long long steps, width, k, prev_ctx;
-    int ordered;
-    if (!PyArg_ParseTuple(args, "O!O!y*LLpLLw*", &PyTuple_Type, &caps, &PyTuple_Type, &outs, &raw, &steps, &width,
-                          &ordered, &k, &prev_ctx, &ctx))
-        return NULL;
-    PyObject *res = NULL;
-    Py_ssize_t ns = PyTuple_GET_SIZE(caps);
-    lru_state *st[MAX_STATES];
-    int64_t *mis[MAX_STATES];
-    Py_buffer bufs[MAX_STATES];
-    Py_ssize_t got = 0;
-    if (ns > MAX_STATES || PyTuple_GET_SIZE(outs) != ns) {
-        PyErr_SetString(PyExc_ValueError, "lru_replay_coded: one misses array per state, at most 64");
-        goto out;
-    }
-    if (!need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_out")) goto out;
-    if (!take_states(caps, outs, ns, steps, st, mis, bufs, &got)) goto out;
-    {
-        int64_t acc = 0, bad = 0;
-        int code;
-        Py_BEGIN_ALLOW_THREADS
-        code = lru_replay_coded(st, ns, (const uint8_t *)raw.buf, raw.len, steps, width, ordered, k, prev_ctx, mis,
-                                (int64_t *)ctx.buf, &acc, &bad);
-        Py_END_ALLOW_THREADS
-        if (code == STEP_NOMEM) PyErr_NoMemory();
-        else if (code == STEP_FULL || code == STEP_RANGE) step_error(code, bad, st[0]);
-        else res = Py_BuildValue("(iLL)", code, (long long)bad, (long long)acc);
-    }
-out:
-    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
-    PyBuffer_Release(&raw);
-    PyBuffer_Release(&ctx);
-    return res;
-}
-
 static const char *CHANGES_CAPSULE = "hisparse.changes";
 
 static void changes_capsule_free(PyObject *cap)
@@ -1348,7 +1995,9 @@ static PyObject *py_decode_changes(PyObject *self, PyObject *args)
     PyObject *cap, *bufs;
     Py_buffer raw, ctx;
     long long steps, width, k, prev_ctx;
-    if (!PyArg_ParseTuple(args, "Oy*LLLLO!w*", &cap, &raw, &steps, &width, &k, &prev_ctx, &PyTuple_Type, &bufs, &ctx))
+    int ordered, coding;
+    if (!PyArg_ParseTuple(args, "Oy*LLpiLLO!w*", &cap, &raw, &steps, &width, &ordered, &coding, &k, &prev_ctx,
+                          &PyTuple_Type, &bufs, &ctx))
         return NULL;
     PyObject *res = NULL;
     int64_t Bs[MAX_STATES];
@@ -1364,7 +2013,7 @@ static PyObject *py_decode_changes(PyObject *self, PyObject *args)
         int64_t acc = 0, bad = 0;
         int code;
         Py_BEGIN_ALLOW_THREADS
-        code = decode_changes(ch, (const uint8_t *)raw.buf, raw.len, steps, width, k, prev_ctx, Bs, nbs,
+        code = decode_changes(ch, (const uint8_t *)raw.buf, raw.len, steps, width, ordered, coding, k, prev_ctx, Bs, nbs,
                               (int64_t *)ctx.buf, &acc, &bad);
         Py_END_ALLOW_THREADS
         if (code == STEP_NOMEM) PyErr_NoMemory();
@@ -1517,6 +2166,10 @@ static PyObject *py_opt_seq_rows(PyObject *self, PyObject *args) { return seq_ro
 
 static PyObject *py_lfu_seq_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, lfu_seq_rows); }
 
+static PyObject *py_opt_batched_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, opt_batched_rows); }
+
+static PyObject *py_lfu_batched_rows(PyObject *self, PyObject *args) { return seq_rows_call(args, lfu_batched_rows); }
+
 static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn)
 {
     Py_buffer idx, ctx, misses, slot_pos;
@@ -1537,6 +2190,9 @@ static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn)
         if (code == STEP_NOMEM) PyErr_NoMemory();
         else if (code == STEP_RANGE)
             PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else if (code == STEP_FULL) /* opt_batched_rows' guard: a protected slot at the root */
+            PyErr_Format(PyExc_RuntimeError, "step %lld: no unprotected slot to evict (ctx_len going down?)",
+                         (long long)bad);
         else res = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&idx);
@@ -1547,7 +2203,8 @@ static PyObject *seq_rows_call(PyObject *args, seq_rows_fn fn)
 }
 
 static PyMethodDef methods[] = {
-    {"decode", py_decode, METH_VARARGS, "decode(raw, steps, width, ordered, out, out_width, ctx_out) -> (code, step)"},
+    {"decode", py_decode, METH_VARARGS,
+     "decode(raw, steps, width, ordered, out, out_width, ctx_out, coding=2) -> (code, step)"},
     {"check_rows", py_check_rows, METH_VARARGS, "check_rows(indices, steps, width, ctx_len, k) -> (code, step, value, extra)"},
     {"lru_new", py_lru_new, METH_VARARGS, "lru_new(buffer, reserve, prefix) -> state"},
     {"lru_reset", py_lru_reset, METH_VARARGS, "lru_reset(state): as lru_new left it, its memory kept"},
@@ -1555,18 +2212,25 @@ static PyMethodDef methods[] = {
     {"lru_seq_rows", py_lru_seq_rows, METH_VARARGS,
      "lru_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, record, slots, slot_pos, order) "
      "-> length of order"},
+    {"decode_rows_checked", py_decode_rows_checked, METH_VARARGS,
+     "decode_rows_checked(raw, steps, width, ordered, coding, k, prev_ctx, out, out_width, ctx_out) -> (code, step, accesses)"},
+    {"count_entries", py_count_entries, METH_VARARGS, "count_entries(indices, steps, width) -> entries >= 0"},
+    {"lru_stack_hist", py_lru_stack_hist, METH_VARARGS,
+     "lru_stack_hist(indices, steps, width, ctx_len, reserve, max_size, hist): adds LRU stack distances to hist"},
     {"opt_seq_rows", py_opt_seq_rows, METH_VARARGS,
      "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,
      "lfu_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
+    {"opt_batched_rows", py_opt_batched_rows, METH_VARARGS,
+     "opt_batched_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
+    {"lfu_batched_rows", py_lfu_batched_rows, METH_VARARGS,
+     "lfu_batched_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lru_result", py_lru_result, METH_VARARGS, "lru_result(state, slot_pos, order) -> length of order"},
-    {"lru_replay_coded", py_lru_replay_coded, METH_VARARGS,
-     "lru_replay_coded(states, misses, raw, steps, width, ordered, k, prev_ctx, ctx_out) -> (code, step, accesses)"},
     {"unstore", py_unstore, METH_VARARGS,
      "unstore(zlib_payload, out=None) -> size of its stored blocks' data (copied into out); -1 compressed, -2 broken"},
     {"changes_new", py_changes_new, METH_NOARGS, "changes_new() -> a changes buffer"},
     {"decode_changes", py_decode_changes, METH_VARARGS,
-     "decode_changes(changes, raw, steps, width, k, prev_ctx, buffers, ctx_out) -> (code, step, accesses)"},
+     "decode_changes(changes, raw, steps, width, ordered, coding, k, prev_ctx, buffers, ctx_out) -> (code, step, accesses)"},
     {"lru_apply_changes", py_lru_apply_changes, METH_VARARGS, "lru_apply_changes(states, misses, changes, steps, ctx)"},
     {NULL, NULL, 0, NULL},
 };

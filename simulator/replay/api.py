@@ -9,7 +9,6 @@ CLI's start-up); the frames load pandas when asked for.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -125,8 +124,12 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
         return ReplayResult(configs, tally.records(), tally.kept)
     if not per_step and paths.uses_raw_path(source, configs):
         run = _replay_raw
+    elif paths.uses_coded_path(source, configs):
+        run = _replay_coded
+    elif not per_step and paths.uses_coded_rows_path(source, configs):
+        run = _replay_coded_rows
     else:
-        run = _replay_coded if paths.uses_coded_path(source, configs) else _replay_streams
+        run = _replay_streams
     run(source, configs, k, tally, max(1, workers), wrap)
     return ReplayResult(configs, tally.records(), tally.kept, tally.layers)
 
@@ -190,6 +193,9 @@ def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> No
         for cfg, fut in futures:
             tally.add_stream(stream, accesses, cfg, fut.result())
 
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for stream in wrap(iter(source)):
@@ -218,11 +224,53 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
     from .. import native
 
     states = native.LruPool()  # reused between streams (fresh ones cost their page faults each time)
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: list = []
         for key in wrap(iter(source.keys)):
             pending.append((key, pool.submit(paths.coded_misses, source.coded_chunks(key), configs, k,
                                              per_step=tally.per_step, pool=states)))
+            if len(pending) > 2 * workers:
+                finish(*pending.pop(0))
+        for item in pending:
+            finish(*item)
+
+
+def _replay_coded_rows(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
+    """Configs that run in C on rows (sequential LRU, OPT, LFU; batched LRU among them), each
+    stream decoded and checked in C from its coded chunks (``paths.coded_rows``): no numpy."""
+    import threading
+
+    local = threading.local()  # each thread's rows buffer, reused from stream to stream
+    k = source.meta.k if k is None else k
+
+    def work(chunks):
+        into = local.__dict__.setdefault("into", bytearray())
+        rows = paths.coded_rows(chunks, k, into)
+        if rows is None:
+            return None
+        return rows.steps, rows.accesses, [paths.rows_misses(rows, cfg) for cfg in configs]
+
+    def finish(key, fut) -> None:
+        done = fut.result()
+        if done is None:  # a chunk is not clean: the ordinary reader raises the error
+            stream = source.read(key)
+            for cfg in configs:
+                tally.add_stream(stream, int(stream.accesses), cfg, paths.stream_misses(stream, cfg))
+            return
+        steps, accesses, totals = done
+        for cfg, total in zip(configs, totals, strict=True):
+            tally.add(cfg, key.request, key.layer, accesses, steps, total)
+
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending: list = []
+        for key in wrap(iter(source.keys)):
+            pending.append((key, pool.submit(work, source.coded_chunks(key))))  # file reads in this thread
             if len(pending) > 2 * workers:
                 finish(*pending.pop(0))
         for item in pending:

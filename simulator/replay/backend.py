@@ -5,9 +5,10 @@
   bit against the engine in tests/test_native.py): from a coded source's chunks without
   materialising a row (``coded_misses``: a 41 M-access stream costs a few MB instead of 164 MB,
   and no numpy is loaded), or over a stream's rows.
-- Sequential LRU, OPT and LFU run in C over a stream's rows when built
+- Sequential LRU, and OPT and LFU in either semantics, run in C over a stream's rows when built
   (``native.lru_sequential``, ``native.keyed_sequential``, checked bit for bit against the engine
-  in tests/test_native.py).
+  in tests/test_native.py); from a coded source without per-step output, the rows are decoded
+  and checked in C too (``coded_rows``: no numpy).
 - Everything else runs in the numba engine (``engine.replay_policy``).
 """
 
@@ -44,6 +45,35 @@ def uses_raw_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
         and all(c.policy is Policy.LRU for c in configs)
 
 
+def _native_rows(cfg: ReplayConfig) -> bool:
+    """A config the C replays take from a stream's rows as plain buffers: LRU, OPT and LFU, in
+    either semantics."""
+    return native.available() and cfg.policy in (Policy.LRU, Policy.OPT, Policy.LFU)
+
+
+def uses_coded_rows_path(source: object, configs: Sequence[ReplayConfig]) -> bool:
+    """Whether every config runs in C on rows (``_native_rows``) and the source offers coded
+    chunks: its streams are then decoded and checked in C (``coded_rows``), no numpy loaded.
+    (All batched LRU takes ``uses_coded_path`` first: the changes, not the rows.)"""
+    return bool(configs) and all(_native_rows(c) for c in configs) and isinstance(source, CodedSource)
+
+
+def coded_rows(chunks: Sequence[CodedChunk], k: int, into: bytearray | None = None) -> native.Rows | None:
+    """One stream's rows decoded and checked in C from its coded chunks (into ``into``, reused);
+    None when a chunk is not clean (read the stream the ordinary way to get the error)."""
+    return native.coded_rows([(c.steps, c.width, c.ordered, c.coded, c.accesses, c.ctx_last, c.coding)
+                              for c in chunks], k, into)
+
+
+def rows_misses(rows: native.Rows, cfg: ReplayConfig) -> int:
+    """Total misses of one stream's rows (``coded_rows``) under a config ``_native_rows`` takes."""
+    if cfg.policy is Policy.LRU:
+        return native.lru_total(rows.rows, rows.steps, rows.width, rows.ctx_len, cfg.buffer,
+                                reserve=cfg.reserve_newest, prefix=cfg.prefix, batched=cfg.batched)
+    return native.keyed_total(str(cfg.policy), rows.rows, rows.steps, rows.width, rows.ctx_len, cfg.buffer,
+                              reserve=cfg.reserve_newest, prefix=cfg.prefix, batched=cfg.batched)
+
+
 def raw_misses(rows, steps: int, width: int, ctx_len, cfg: ReplayConfig) -> int:
     """Total LRU misses of one stream given as an int32 rows buffer and an int64 ctx_len buffer."""
     return native.lru_total(rows, steps, width, ctx_len, cfg.buffer, reserve=cfg.reserve_newest, prefix=cfg.prefix,
@@ -55,7 +85,8 @@ def coded_misses(chunks: Sequence[CodedChunk], configs: Sequence[ReplayConfig], 
     """Batched LRU of one stream, given as its coded chunks, under each config (states from
     ``pool``, reused between streams); None when a chunk is not clean (read the stream the
     ordinary way to get the error)."""
-    return native.lru_replay_chunks([(c.steps, c.width, c.ordered, c.coded) for c in chunks],
+    return native.lru_replay_chunks([(c.steps, c.width, c.ordered, c.coded, c.coding, c.accesses, c.ctx_last)
+                                     for c in chunks],
                                     [(c.buffer, c.reserve_newest, c.prefix) for c in configs], k, per_step=per_step,
                                     pool=pool)
 
@@ -82,9 +113,9 @@ def stream_misses(stream: Stream, cfg: ReplayConfig) -> np.ndarray:
     if cfg.policy is Policy.LRU and native.available():  # sequential: one compiled call, no numba
         return native.lru_sequential(stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
                                      prefix=cfg.prefix).misses
-    if cfg.policy in (Policy.OPT, Policy.LFU) and not cfg.batched and native.available():
+    if cfg.policy in (Policy.OPT, Policy.LFU) and native.available():
         return native.keyed_sequential(str(cfg.policy), stream.indices, stream.ctx_len, cfg.buffer,
-                                       reserve=cfg.reserve_newest, prefix=cfg.prefix)[0]
+                                       reserve=cfg.reserve_newest, prefix=cfg.prefix, batched=cfg.batched)[0]
     from .engine import replay_policy
 
     return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,

@@ -25,71 +25,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from numba import njit
 
+from .. import native
+from ..trace.sources import CodedSource
 from ..trace.stream import Stream
 from .api import replay
 from .config import Initial, ReplayConfig, Semantics
 from .policies import Policy
-
-
-@njit(cache=True, nogil=True)
-def _stack_distance_histogram(indices, ctx_len, reserve, max_size):  # pragma: no cover - compiled
-    """hist[d] = accesses with LRU stack distance d (1..max_size); hist[0] counts cold misses and
-    distances above max_size."""
-    steps, width = indices.shape
-    n = 0
-    cmax = 1
-    for t in range(steps):
-        cmax = max(cmax, ctx_len[t])
-        for j in range(width):
-            if indices[t, j] >= 0:
-                n += 1
-    tree = np.zeros(n + 1, dtype=np.int64)  # Fenwick over access times (1-based)
-    last = np.zeros(cmax, dtype=np.int64)  # latest access time of each position, 0 = never
-    hist = np.zeros(max_size + 1, dtype=np.int64)
-    now = 0
-    live = 0
-    for t in range(steps):
-        newest = ctx_len[t] - 1
-        for j in range(width):
-            p = indices[t, j]
-            if p < 0:
-                break
-            if reserve and p == newest:
-                continue
-            now += 1
-            prev = last[p]
-            if prev == 0:
-                hist[0] += 1
-            else:
-                # distinct positions touched after prev = live marks in (prev, now)
-                s = 0
-                i = now - 1
-                while i > 0:
-                    s += tree[i]
-                    i -= i & -i
-                i = prev
-                while i > 0:
-                    s -= tree[i]
-                    i -= i & -i
-                d = s + 1
-                if d > max_size:
-                    hist[0] += 1
-                else:
-                    hist[d] += 1
-                i = prev
-                while i <= n:
-                    tree[i] -= 1
-                    i += i & -i
-                live -= 1
-            i = now
-            while i <= n:
-                tree[i] += 1
-                i += i & -i
-            live += 1
-            last[p] = now
-    return hist
 
 
 def one_pass_applies(cfg: ReplayConfig, min_ctx: int, max_buffer: int) -> bool:
@@ -98,18 +40,56 @@ def one_pass_applies(cfg: ReplayConfig, min_ctx: int, max_buffer: int) -> bool:
             and min_ctx > max_buffer)
 
 
+def _add_histogram(hist: np.ndarray, rows, steps: int, width: int, ctx_len, reserve: bool) -> None:
+    """hist[d] += the accesses at LRU stack distance d of one stream's rows (int32 [steps,
+    width], int64 ctx_len; numpy arrays or buffers), hist[0] the cold ones and those past the
+    largest size: in C (``native.lru_stack_hist``), else the numba reference (``mrc_jit``)."""
+    if native.available():
+        native._native.lru_stack_hist(rows, steps, width, ctx_len, reserve, len(hist) - 1, hist)
+        return
+    from .mrc_jit import stack_distance_histogram
+
+    hist += stack_distance_histogram(np.frombuffer(rows, dtype=np.int32).reshape(steps, width),
+                                     np.frombuffer(ctx_len, dtype=np.int64), reserve, len(hist) - 1)
+
+
 def lru_stack_misses(streams: Iterable[Stream], sizes: np.ndarray, reserve: bool) -> tuple[np.ndarray, int]:
     """Sequential LRU misses at each size (one pass per stream) and the access count."""
     max_size = int(sizes.max())
     hist = np.zeros(max_size + 1, dtype=np.int64)
     accesses = 0
     for s in streams:
-        hist += _stack_distance_histogram(np.ascontiguousarray(s.indices, dtype=np.int32),
-                                          s.ctx_len.astype(np.int64), reserve, max_size)
+        rows = np.ascontiguousarray(s.indices, dtype=np.int32)
+        _add_histogram(hist, rows, *rows.shape, np.ascontiguousarray(s.ctx_len, dtype=np.int64), reserve)
         accesses += s.accesses
+    return _misses_at(hist, sizes), accesses
+
+
+def _coded_stack_misses(source: CodedSource, keys, sizes: np.ndarray, reserve: bool,
+                        k: int) -> tuple[np.ndarray, int] | None:
+    """``lru_stack_misses`` of a ``.hst`` source's streams, their rows decoded and checked in C
+    (``backend.coded_rows``); None when a chunk is not clean (the caller reads the streams the
+    ordinary way, which raises the error)."""
+    from . import backend
+
+    hist = np.zeros(int(sizes.max()) + 1, dtype=np.int64)
+    accesses = 0
+    into = bytearray()
+    for key in keys:
+        rows = backend.coded_rows(source.coded_chunks(key), k, into)
+        if rows is None:
+            return None
+        _add_histogram(hist, rows.rows, rows.steps, rows.width, rows.ctx_len, reserve)
+        accesses += rows.accesses
+        del rows  # its view of ``into``, which the next stream may grow
+    return _misses_at(hist, sizes), accesses
+
+
+def _misses_at(hist: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Misses at each size from a stack-distance histogram."""
     # misses(C) = cold + distances > C
     beyond = hist[0] + (hist[1:].sum() - np.cumsum(hist[1:]))  # index C-1 -> size C
-    return beyond[sizes - 1], accesses
+    return beyond[sizes - 1]
 
 
 def miss_ratio_curve(source: Any, cfg: ReplayConfig, sizes: Sequence[int], *, k: int | None = None,
@@ -124,13 +104,19 @@ def miss_ratio_curve(source: Any, cfg: ReplayConfig, sizes: Sequence[int], *, k:
     if min_ctx is None:
         min_ctx = min((int(s.ctx_len.min()) for s in source if s.steps), default=0)
     if one_pass_applies(cfg, min_ctx, int(sizes.max())):
-        streams = iter(source)
+        wrap = lambda it: it  # noqa: E731
         if progress:
             from ..progress import progress as bar
 
-            streams = bar(streams, total=len(source) if hasattr(source, "__len__") else None,
-                          desc=f"{cfg.policy} one-pass", unit="stream")
-        misses, accesses = lru_stack_misses(streams, sizes, cfg.reserve_newest)
+            def wrap(it):
+                return bar(it, total=len(source) if hasattr(source, "__len__") else None,
+                           desc=f"{cfg.policy} one-pass", unit="stream")
+        done = None
+        if native.available() and isinstance(source, CodedSource):
+            done = _coded_stack_misses(source, wrap(source.keys), sizes, cfg.reserve_newest,
+                                       source.meta.k if k is None else k)
+        misses, accesses = done if done is not None else lru_stack_misses(wrap(iter(source)), sizes,
+                                                                          cfg.reserve_newest)
         curve = pd.DataFrame({"policy": str(cfg.policy), "buffer": sizes, "accesses": accesses,
                               "misses": misses})
         method = "one-pass"

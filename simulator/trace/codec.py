@@ -44,17 +44,36 @@ def check_stream(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> None:
 
 
 # How a payload's coded steps are compressed: the zlib level for each name. Both are zlib
-# streams, so every reader reads both; "stored" (deflate's uncompressed blocks) makes files ~1.5x
-# larger on a churning trace but inflates ~10x faster (a memory copy instead of Huffman decoding,
-# which runs at ~250 MB/s of output whatever level wrote it): for traces replayed many times.
+# streams, so every reader reads both; "stored" (deflate's uncompressed blocks) is larger but is
+# copied out, where zlib inflates at ~170-250 MB/s of output whatever level wrote it: on the
+# bundled glm51-longbench trace in coding 3, inflating costs more CPU than decoding the steps
+# (traces/README.md). "auto" (the default) keeps a chunk's zlib stream only where it saves at
+# least AUTO_SAVING of the bytes, and stores the chunk otherwise: churning synthetic traces
+# (zlib saves ~15%) are stored, recorded ones (30-40%) stay compressed.
 COMPRESSION_LEVELS = {"zlib": 6, "stored": 0}
+COMPRESSIONS = ("auto", *COMPRESSION_LEVELS)
+AUTO_SAVING = 0.25
+
+
+# How steps are coded, by the format version that writes them: 2 (versions 1 and 2) names a
+# step's leavers by their ranks in the previous sorted row; 3 by their places in the decoder's
+# slot array (``codec_jit.encode3``), so that replaying the changes needs no sorted row.
+CODING_OF_VERSION = {1: 2, 2: 2, 3: 3}
+
+
+def compress(coded: bytes, compression: str) -> bytes:
+    """A payload: ``coded`` as a zlib stream, compressed or stored (COMPRESSIONS)."""
+    if compression != "auto":
+        return zlib.compress(coded, COMPRESSION_LEVELS[compression])
+    packed = zlib.compress(coded, COMPRESSION_LEVELS["zlib"])
+    return packed if len(packed) <= (1 - AUTO_SAVING) * len(coded) else zlib.compress(coded, 0)
 
 
 def encode_stream(indices: np.ndarray, ctx_len: np.ndarray, *, keep_order: bool,
-                  compression: str = "zlib") -> tuple[bytes, bool]:
+                  compression: str = "auto", coding: int = 3) -> tuple[bytes, bool]:
     """Compress a checked stream. Returns (payload, ordered): ordered is False when every row
     is already ascending or when keep_order is False (rows are then stored sorted).
-    ``compression`` is a key of COMPRESSION_LEVELS."""
+    ``compression`` is one of COMPRESSIONS, ``coding`` a value of CODING_OF_VERSION."""
     import numpy as np
     counts = (indices >= 0).sum(axis=1).astype(np.int64)
     keyed = np.where(indices >= 0, indices, np.iinfo(np.int32).max).astype(np.int64)
@@ -63,18 +82,19 @@ def encode_stream(indices: np.ndarray, ctx_len: np.ndarray, *, keep_order: bool,
     ordered = bool(keep_order and (order != np.arange(indices.shape[1])).any())
     ranks = np.argsort(order, axis=1).astype(np.int64) if ordered else np.zeros((1, 1), np.int64)
     ctx = ctx_len.astype(np.int64)
-    from .codec_jit import encode as _encode
+    from .codec_jit import encode, encode3
 
+    _encode = encode3 if coding == 3 else encode
     empty = np.zeros(0, dtype=np.uint8)
     size = _encode(sorted_rows, ranks, counts, ctx, ordered, empty, False)
     buf = np.empty(size, dtype=np.uint8)
     _encode(sorted_rows, ranks, counts, ctx, ordered, buf, True)
-    return zlib.compress(buf.tobytes(), COMPRESSION_LEVELS[compression]), ordered
+    return compress(buf.tobytes(), compression), ordered
 
 
 def decode_stream(payload: bytes, steps: int, width: int, ordered: bool,
                   out: np.ndarray | None = None, ctx_out: np.ndarray | None = None, *,
-                  max_coded: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  max_coded: int | None = None, coding: int = 3) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of encode_stream: (indices int32 [steps, width], ctx_len int64 [steps]).
 
     ``out``/``ctx_out`` may be slices of a larger array (rows of a multi-chunk stream), decoded
@@ -98,11 +118,11 @@ def decode_stream(payload: bytes, steps: int, width: int, ordered: bool,
     out = np.empty((steps, width), dtype=np.int32) if out is None else out
     ctx = np.empty(steps, dtype=np.int64) if ctx_out is None else ctx_out
     if native.available() and out.dtype == np.int32 and out.flags.c_contiguous and ctx.flags.c_contiguous:
-        code, step = native.decode(raw, steps, width, ordered, out, ctx)
+        code, step = native.decode(raw, steps, width, ordered, out, ctx, coding=coding)
     else:
-        from .codec_jit import decode
+        from .codec_jit import decode, decode3
 
-        code, step = decode(raw, steps, width, ordered, out, ctx)
+        code, step = (decode3 if coding == 3 else decode)(raw, steps, width, ordered, out, ctx)
     if code:
         problem = DecodeProblem(code)
         raise TraceError(f"corrupt stream data: {DECODE_MESSAGES[problem]}",

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .. import native
 from ..errors import TraceError
 from ..fileio import InputError, OutputError, check_input, replace_into, temp_beside, why_os
-from .codec import COMPRESSION_LEVELS, check_stream, decode_stream, encode_stream
+from .codec import CODING_OF_VERSION, COMPRESSIONS, check_stream, decode_stream, encode_stream
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
@@ -49,7 +49,8 @@ _HEAD = struct.Struct("<8sII")
 _CHUNK_V1 = struct.Struct("<4sIIIIIB3xQQI")
 _CHUNK_HEAD = struct.Struct("<4sIIIIIB3xQQQI")  # version 2: + ctx_last (the chunk's largest ctx_len)
 _CHUNK = struct.Struct("<4sIIIIIB3xQQQII")  # version 2 as stored: + crc32 of the 56 bytes before it
-READ_VERSIONS = (1, 2)
+READ_VERSIONS = (1, 2, 3)
+WRITE_VERSIONS = (2, 3)  # 3 (the default) codes steps for replay (coding 3); 2 for readers that predate it
 _ENTRY_V1 = struct.Struct("<IIIIIB3xQQ")
 _ENTRY = struct.Struct("<IIIIIB3xQQQ")  # version 2: + ctx_last
 _FOOT = struct.Struct("<QI8s")
@@ -173,6 +174,8 @@ class CodedChunk(NamedTuple):
     ordered: bool
     payload: bytes  # compressed, checksum verified
     accesses: int = -1  # from the header: bounds what the payload may inflate to (-1: the chunk budget only)
+    ctx_last: int = 0  # from the header: the last step's ctx_len (0: not stored, version 1)
+    coding: int = 3  # how the steps are coded (codec.CODING_OF_VERSION of the file's version)
 
     @property
     def bound(self) -> int:
@@ -239,15 +242,18 @@ class TraceWriter:
     ``atomic=True`` (the default) writes a temp file and renames it to ``path`` on close, so a
     failed run leaves nothing. A hook in a live server should pass ``atomic=False``: every
     complete chunk is then flushed to ``path`` as it is written, and if the process dies the file
-    still reads with ``recover=True``. ``compression="stored"`` writes the coded steps in
-    deflate's uncompressed blocks (codec.COMPRESSION_LEVELS): larger, much faster to read.
+    still reads with ``recover=True``. ``compression`` (codec.COMPRESSIONS): "auto" (the default)
+    compresses a chunk with zlib where that saves at least a quarter of its bytes and stores it
+    in deflate's uncompressed blocks otherwise; "zlib" and "stored" do one or the other always.
+    ``version`` (WRITE_VERSIONS): 3, or 2 for a reader that predates coding 3.
     """
 
     def __init__(self, path: str | os.PathLike, *, k: int, source: dict[str, Any],
                  extra: dict[str, Any] | None = None, keep_order: bool = False,
-                 atomic: bool = True, chunk_steps: int = 1024, compression: str = "zlib") -> None:
-        if compression not in COMPRESSION_LEVELS:
-            raise TraceError(f"unknown compression {compression!r} (one of {', '.join(COMPRESSION_LEVELS)})", path=path)
+                 atomic: bool = True, chunk_steps: int = 1024, compression: str = "auto",
+                 version: int = FORMAT_VERSION) -> None:
+        if compression not in COMPRESSIONS:
+            raise TraceError(f"unknown compression {compression!r} (one of {', '.join(COMPRESSIONS)})", path=path)
         if isinstance(k, bool) or not hasattr(k, "__index__"):
             raise TraceError(f"k must be an integer from 1 to {MAX_K}, got {_short(k)}", path=path)
         if isinstance(chunk_steps, bool) or not hasattr(chunk_steps, "__index__") or int(chunk_steps) < 1:
@@ -255,9 +261,13 @@ class TraceWriter:
         for name, value in (("source", source), ("extra", extra or {})):
             if not isinstance(value, dict):
                 raise TraceError(f"{name} must be a dict, got {type(value).__name__}", path=path)
+        if version not in WRITE_VERSIONS:
+            raise TraceError(f"cannot write format version {_short(version)} (one of "
+                             f"{', '.join(map(str, WRITE_VERSIONS))})", path=path)
         self.compression = compression
+        self.version = version
         self.path = Path(path)
-        self.meta = TraceMeta(k=int(k), source=dict(source), extra=dict(extra or {}))
+        self.meta = TraceMeta(k=int(k), source=dict(source), extra=dict(extra or {}), format_version=version)
         meta = meta_bytes(self.meta, path)  # checked before anything is created
         self.keep_order = keep_order
         self.chunk_steps = int(chunk_steps)
@@ -269,7 +279,7 @@ class TraceWriter:
             self._tmp = None
             self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self._closed = False
-        head = _HEAD.pack(MAGIC, FORMAT_VERSION, len(meta)) + meta
+        head = _HEAD.pack(MAGIC, version, len(meta)) + meta
         try:
             self._put(head + _U32.pack(zlib.crc32(head[8:])))
         except BaseException:  # no ``with`` block yet to drop the temp file
@@ -360,7 +370,8 @@ class TraceWriter:
         if len(ctx_len) and ctx_len[0] < last_ctx:
             raise TraceError(f"ctx_len goes down, to {int(ctx_len[0])} from {last_ctx}",
                              path=self.path, request=key.request, layer=key.layer, step=start)
-        payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order, compression=self.compression)
+        payload, ordered = encode_stream(indices, ctx_len, keep_order=self.keep_order, compression=self.compression,
+                                         coding=CODING_OF_VERSION[self.version])
         info = ChunkInfo(key.request, key.layer, start, int(indices.shape[0]), int(indices.shape[1]),
                          ordered, int(np.count_nonzero(indices >= 0)), self._fh.tell(),
                          int(ctx_len[-1]) if len(ctx_len) else last_ctx)
@@ -466,6 +477,7 @@ class TraceReader:
             raise self._fail(f"unknown format version {version} (this hisparse-sim reads versions "
                              f"{', '.join(map(str, READ_VERSIONS))})")
         self.version = version
+        self.coding = CODING_OF_VERSION[version]
         self._chunk_struct = _CHUNK if version >= 2 else _CHUNK_V1
         self._entry_struct = _ENTRY if version >= 2 else _ENTRY_V1
         from ..inputs import max_input_bytes, parse_json
@@ -673,7 +685,8 @@ class TraceReader:
         """A stream's chunks in step order, still coded (the optional method of ``TraceSource``
         that lets a consumer skip materialising rows). File reads happen here, in the caller's
         thread; ``CodedChunk.coded`` may then run in any thread."""
-        return [CodedChunk(c.steps, c.width, c.ordered, payload, c.accesses)
+        return [CodedChunk(c.steps, c.width, c.ordered, payload, c.accesses, c.ctx_last if self.version >= 2 else 0,
+                           self.coding)
                 for c, payload in self.chunks(key, views=True)]
 
     def read(self, key: StreamKey | tuple[int, int]) -> Stream:
@@ -690,7 +703,7 @@ class TraceReader:
             try:
                 decode_stream(payload, c.steps, c.width, c.ordered, indices[row:row + c.steps],
                               ctx_len[row:row + c.steps], max_coded=CodedChunk(c.steps, c.width, c.ordered, b"",
-                                                                             c.accesses).bound)
+                                                                             c.accesses).bound, coding=self.coding)
             except TraceError as exc:
                 step = None if exc.step is None else exc.step + c.first_step
                 raise TraceError(exc.problem, step=step, **fail) from None
@@ -724,9 +737,10 @@ class TraceReader:
 
 
 def write_trace(path: str | os.PathLike, meta: TraceMeta, streams, *, keep_order: bool = False,
-                compression: str = "zlib") -> None:
-    """Write streams (any iterable) to ``path`` atomically (``compression``: COMPRESSION_LEVELS)."""
+                compression: str = "auto", version: int = FORMAT_VERSION) -> None:
+    """Write streams (any iterable) to ``path`` atomically (``compression``: codec.COMPRESSIONS;
+    ``version``: WRITE_VERSIONS)."""
     with TraceWriter(path, k=meta.k, source=meta.source, extra=meta.extra, keep_order=keep_order,
-                     compression=compression) as w:
+                     compression=compression, version=version) as w:
         for s in streams:
             w.write_stream(s)

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import TraceError
-from .codec import check_stream
-from .format import CodedChunk, TraceReader
 from .stream import Stream, StreamKey, TraceMeta
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
     import numpy as np
+
+    from .format import CodedChunk
 
 
 class TraceSource(Protocol):
@@ -91,6 +91,8 @@ class NpyTrace:
         ctx_len = ctx0 + np.arange(len(indices), dtype=np.int64)
         self.meta = TraceMeta(k=int(array.shape[1]), source={"kind": "npy", "file": self.path.name, "ctx0": ctx0})
         try:
+            from .codec import check_stream
+
             check_stream(indices, ctx_len, self.meta.k)
         except TraceError as exc:
             raise exc.at(path=path, request=0, layer=0) from None
@@ -146,9 +148,7 @@ class NpyTrace:
         ctx_len = array("q", range(ctx0, ctx0 + steps))
         if native._native.check_rows(rows, steps, k, ctx_len, k)[0]:
             return False
-        flat = array("i")
-        flat.frombytes(rows)
-        self.raw_rows = (rows, steps, k, ctx_len, steps * k - flat.count(-1))
+        self.raw_rows = (rows, steps, k, ctx_len, native._native.count_entries(rows, steps, k))
         self.file_bytes = os.path.getsize(self.path)
         self.meta = TraceMeta(k=k, source={"kind": "npy", "file": self.path.name, "ctx0": ctx0})
         return True
@@ -228,4 +228,6 @@ def open_trace(path: str | os.PathLike, *, ctx0: int | None = None, recover: boo
         return NpyTrace(path, ctx0=ctx0)
     if ctx0 is not None:
         raise TraceError("--ctx0 applies to .npy arrays only (.hst files carry ctx_len)", path=path)
+    from .format import TraceReader  # not imported with the module: a .npy replay never needs it
+
     return TraceReader(path, recover=recover)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
     import numpy as np
 
-FORMAT_VERSION = 2  # 2: checksums over the header and each chunk header (1 is still read)
+FORMAT_VERSION = 3  # 2: checksums over the header and each chunk header; 3: coding 3 (1 and 2 are still read)
 PAD = -1
 
 
