@@ -1,9 +1,11 @@
-"""A BF16-attention checkpoint (NVIDIA's NVFP4 GLM checkpoints keep attention in BF16): SGLang runs
-the absorbed ``w_kc`` / ``w_vc`` projections as a cuBLAS ``torch.bmm`` (``bmm_fp8`` only for FP8
-weights), priced by the measured cuBLAS BF16 GEMM term; and the GLM-5.1 NVFP4 preset's weights."""
+"""The absorbed ``w_kc`` / ``w_vc`` projections run as a cuBLAS BF16 ``torch.bmm`` for every MLA
+checkpoint (BF16 attention as in NVIDIA's NVFP4 GLM checkpoints, and block-FP8 ``kv_b_proj``, which
+SGLang's ``post_load_weights`` dequantises to BF16 on CUDA; ``bmm_fp8`` only for an FP8 ``w_kc``),
+priced by the measured cuBLAS BF16 GEMM term; and the GLM-5.1 NVFP4 preset's weights."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -52,12 +54,11 @@ def test_the_nvfp4_preset_prices_its_absorbed_bmm_through_cublas_and_says_so():
     assert op.dtype == "bf16"
     gemm = c.terms.terms.rates[("gemm", "bf16")]
     assert c.op_time(op) == pytest.approx(gemm.launch_s + max(op.bytes / gemm.bw, op.flops / gemm.flops_rate))
-    # the FP8 checkpoint's step still prices the bmm as SGLang's bmm_fp8 (the measured term)
+    # the block-FP8 checkpoint's bmm is the same BF16 torch.bmm (its kv_b_proj dequantised at load), not bmm_fp8
     fp8 = load_scenario(model="glm-5.1-fp8", deployment="8xh200-tp8", calibration="h200")
     c8 = CostModel(fp8.model, fp8.gpu, fp8.deployment, fp8.params, fp8.terms)
     op8 = {o.name: o for _, o in c8.fixed_ops(1, 32768.0)}["w_kc_absorbed"]
-    assert op8.dtype == "fp8" and c8.op_time(op8) == pytest.approx(
-        c8.terms.terms.rates[("batched_gemm", "fp8")].op_time(op8))
+    assert op8.dtype == "bf16" and c8.op_time(op8) == pytest.approx(gemm.time(op8.bytes, op8.flops))
 
 
 def test_the_nvfp4_preset_weighs_what_the_checkpoints_do():
@@ -86,3 +87,28 @@ def test_the_twin_reaches_the_pass_time_the_plan_prices():
     assert b - a == pytest.approx(per * (bmm8.launch_s - gemm.launch_s), rel=0.05)  # launch-bound at batch 4
     ta, tb = (float(decode_pass(x, 4, 4 * 34816.0).total_s[0]) for x in (c, c2))
     assert tb - ta == pytest.approx(b - a, rel=1e-6)
+
+
+def test_the_fp8_checkpoint_absorbed_bmm_by_hand_and_without_fp8_quantisation():
+    """GLM-5.2-FP8 at TP8 (8 heads per GPU), a verify pass of 1 request x 6 positions: each layer's w_kc is
+    [8 heads, 6, 192] x [192, 512] and w_vc [8, 6, 512] x [512, 256] in BF16, priced as the cuBLAS BF16
+    GEMM term over their bytes; the per-tensor FP8 quantisations that feed bmm_fp8 are gone."""
+    from tests.helpers import decode_pass
+
+    sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency", calibration="h200")
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    names = {o.name for _, o in c.attention_side_ops(6)}
+    assert "quant_q_nope" not in names and "quant_attn_out" not in names
+    gemm = c.terms.terms.rates[("gemm", "bf16")]
+    h, rows = 64 // 8, 6
+    kc = 192 * 512 * 2.0 * h + 2.0 * rows * (192 + 512) * h
+    vc = 512 * 256 * 2.0 * h + 2.0 * rows * (512 + 256) * h
+    by_hand = 78 * (gemm.time(kc, 2.0 * rows * 192 * 512 * h) + gemm.time(vc, 2.0 * rows * 512 * 256 * h))
+    assert c.attention_fixed(6)["absorbed bmm"] == pytest.approx(by_hand, rel=1e-9)
+    # the pass the plan prices moves by exactly the bmm's change when the twin's price changes
+    st = c.terms.terms
+    dear = dataclasses.replace(st, rates={**st.rates, ("batched_gemm", "bf16"): Rate(gemm.launch_s + 10e-6, gemm.bw,
+                                                                                      gemm.flops_rate)})
+    c2 = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, dataclasses.replace(c.terms, terms=dear))
+    a, b = (float(decode_pass(x, 1, 8704.0).total_s[0]) for x in (c, c2))
+    assert b - a == pytest.approx(78 * 2 * 10e-6, rel=1e-6)

@@ -98,6 +98,50 @@ def test_draft_passes_by_hand():
     assert step.total_s[0] == pytest.approx(no_drafts.total_s[0] + extend + 4 * one)
 
 
+def test_glm52_draft_reuses_its_first_decode_steps_topk_by_hand():
+    """GLM-5.2 (config.json index_share_for_mtp_iteration): of the 4 one-token draft passes of 5-1-6, the
+    first runs the MTP layer's indexer and the other 3 reuse its top-k (SGLang PR #29654), so each of those
+    3 costs the one-token pass less the indexer's scoring and its projections, computed op by op here."""
+    from simulator.costmodel.ops import INDEXER_OPS
+
+    spec = parse_speculative("eagle:5-1-6", 3.5, "match-expected")
+    sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency")
+    assert sc.model.mtp_index_share
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    ranks = (RankWork(1, 8704.0),)
+    d = c.draft
+    extend = d.pass_time(Pass(ranks, verify=6)).total_s[0]
+    one = d.pass_time(Pass(ranks)).total_s[0]
+    idx_ops = sum(n * d.op_time(o) for n, o in d.attention_side_ops(1) if o.name in INDEXER_OPS)
+    reuse = one - idx_ops - d.indexer_all(8704.0, 1)
+    assert idx_ops > 0 and reuse < one
+    got = c.pass_time(Pass(ranks, verify=6, drafts=True)).parts["draft passes (MTP layer)"][0]
+    assert got == pytest.approx(extend + one + 3 * reuse, rel=1e-9)
+    assert d.pass_time(Pass(ranks, skip_indexer=True)).total_s[0] == pytest.approx(reuse, rel=1e-9)
+    # GLM-5.1 has no such key: every draft pass runs the indexer; and the verify pass never skips it
+    off = dataclasses.replace(sc.model, mtp_index_share=False)
+    c_off = CostModel(off, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    assert c_off.pass_time(Pass(ranks, verify=6, drafts=True)).parts["draft passes (MTP layer)"][0] == \
+        pytest.approx(extend + 4 * one, rel=1e-9)
+
+
+def test_the_draft_topk_reuse_reaches_the_simulated_tpot():
+    """The same one-request run of GLM-5.2 with and without the draft's top-k reuse: the TPOT falls by
+    the 3 indexer passes saved per step over the tokens each step keeps."""
+    spec = parse_speculative("eagle:5-1-6", 3.0, "match-expected")
+    sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency", speculative=spec)
+    sc = sc.replace(workload=dataclasses.replace(sc.workload, input_tokens=4000, output_tokens=31,
+                                                 requests_per_client=1, length_jitter=0.0))
+    on = simulate(sc, "baseline", concurrency=1)
+    off = simulate(sc.replace(model=dataclasses.replace(sc.model, mtp_index_share=False)), "baseline", concurrency=1)
+    assert on.tpot_mean_ms < off.tpot_mean_ms
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    d = c.draft
+    ranks = (RankWork(1, 4001.0),)
+    saved = d.pass_time(Pass(ranks)).total_s[0] - d.pass_time(Pass(ranks, skip_indexer=True)).total_s[0]
+    assert (off.tpot_mean_ms - on.tpot_mean_ms) == pytest.approx(3 * saved / 3 * 1e3, rel=0.05)
+
+
 # -- the serving model ----------------------------------------------------------------------------
 def test_tokens_per_step_and_tpot_by_hand():
     """One request, TP8, accept length fixed at 3 (match-expected of an integer): 31 output tokens

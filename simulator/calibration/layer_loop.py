@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..costmodel.ops import Layout, layer_ops
+from ..costmodel.ops import ABSORBED_BMM_DTYPE, Layout, layer_ops
 from ..costmodel.terms import StepTerms
 from .grids import LayerLoopConfig
 from .model_shapes import GLM_5_1
@@ -27,13 +27,21 @@ K = 2048
 WARM = 2  # the first steps include module loads and allocations
 
 
+def absorbed_dtype(result: dict) -> str:
+    """The absorbed bmm's dtype a stored run measured: its own record, else ``"fp8"`` (the runs
+    committed before it was recorded timed ``bmm_fp8`` through ``torch._scaled_grouped_mm``, with the
+    per-tensor quantisations before it)."""
+    return str(result.get("absorbed_dtype", "fp8"))
+
+
 def predicted_step_s(terms: StepTerms, cfg: dict, ctx: float, misses_per_layer) -> float:
     """costmodel.ops's ops at this step's contexts, priced by the fitted terms, plus each layer's
     swap-in with its missed rows."""
     m, layout, r = GLM_5_1, Layout(), cfg["requests"]
     total = 0.0
     for lyr, missed in enumerate(misses_per_layer):
-        ops = layer_ops(m, r, r * float(ctx), layout, dense=lyr < cfg["dense"], kv_row_bytes=cfg["row_bytes"])
+        ops = layer_ops(m, r, r * float(ctx), layout, dense=lyr < cfg["dense"], kv_row_bytes=cfg["row_bytes"],
+                        absorbed=absorbed_dtype(cfg))
         total += terms.ops_time(ops, indexer_heads=m.indexer_heads, indexer_q="fp8")
         total += terms.swap_in_time(float(missed), r, cfg["row_bytes"])
     return total
@@ -43,7 +51,8 @@ def repredict_layers(terms: StepTerms, result: dict) -> dict:
     """(Re)compute a configuration's predictions from its stored contexts and misses (no GPU)."""
     pred = [predicted_step_s(terms, result, c, m) for c, m in zip(result["ctx"], result["misses_per_layer"], strict=True)]
     m, r = GLM_5_1, result["requests"]
-    ops = layer_ops(m, r, r * float(result["ctx"][0]), Layout(), kv_row_bytes=result["row_bytes"])
+    ops = layer_ops(m, r, r * float(result["ctx"][0]), Layout(), kv_row_bytes=result["row_bytes"],
+                    absorbed=absorbed_dtype(result))
     return result | {"predicted_s": pred,
                      "predicted_moe_layer_breakdown_us": {k: v * 1e6 for k, v in terms.breakdown(
                          ops, indexer_heads=m.indexer_heads, indexer_q="fp8").items()}}
@@ -123,7 +132,7 @@ def run_layer_config(cp: Any, torch: Any, pool: Any, terms: StepTerms, cfg: Laye
               "miss_share": float(engine.sum() / (steps * L * R * K)),
               "misses_per_layer": engine.sum(axis=2)[WARM:].tolist(), "ctx": ctx[WARM:].tolist(),
               "measured_s": measured[WARM:], "host_enqueue_s": host_s[WARM:], "hold_s": hold_us * 1e-6,
-              "impl": kernels.impl}
+              "impl": kernels.impl, "absorbed_dtype": ABSORBED_BMM_DTYPE}
     out = repredict_layers(terms, result)
     err = np.abs(np.array(out["predicted_s"]) - np.array(out["measured_s"])) / np.array(out["measured_s"])
     print(f"  measured {np.median(out['measured_s']) * 1e3:.3f} ms/step, predicted "

@@ -673,7 +673,7 @@ def _step_terms_summary(sc) -> dict:
 
     t = sc.terms or terms_for(sc.gpu)
     fp4 = t.fp4 if dtype_of(sc.model.bytes_per_param("routed_expert")) == "fp4" else ""
-    bf16 = t.bf16 if dtype_of(sc.model.bytes_per_param("attention")) == "bf16" else ""
+    bf16 = t.bf16 if sc.model.arch == "mla" else ""  # every MLA checkpoint's absorbed bmm (ops.ABSORBED_BMM_DTYPE)
     return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio,
             "fp4": fp4, "bf16": bf16}
 

@@ -6,8 +6,8 @@ quantisation, the sampler) as an ``Op``: its kind (the cost term that prices it)
 GEMM shape, FLOPs and bytes through HBM, for a batch, the requests' contexts and a parallel
 layout. Shapes follow DeepSeek-V3.2's ``inference/model.py`` (``MLA``, ``Indexer``, ``MoE``) and
 SGLang's ``python/sglang/srt/models/deepseek_v2.py`` (fused q_a + kv_a projection; absorbed
-``w_kc``/``w_vc`` as batched GEMMs in the weights' dtype: for FP8 checkpoints a per-tensor
-quantisation of the input, then ``bmm_fp8``). Communication is not here (the serving model's term).
+``w_kc``/``w_vc`` as BF16 batched GEMMs, ``ABSORBED_BMM_DTYPE``). Communication is not here (the
+serving model's term).
 
 ``ModelShape`` is the protocol the serving branch's ``ModelSpec`` satisfies (same attribute names);
 tests use a local frozen dataclass with GLM-5.1's and DeepSeek-V3.2's config values.
@@ -20,6 +20,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 INDEXER_ROW_BYTES = 132  # 128 fp8 codes + fp32 scale (BRIEF 2; cupy_kernels/indexer.py ROW_BYTES)
+
+# The absorbed ``w_kc`` / ``w_vc`` of an MLA layer run in BF16 on NVIDIA GPUs whatever the checkpoint: SGLang's
+# ``post_load_weights`` (``models/deepseek_common/deepseek_weight_loader.py``; ``deepseek_v2.py`` before the
+# split) dequantises a block-FP8 ``kv_b_proj`` with 128 x 128 blocks to BF16 on CUDA (``block_quant_dequant``;
+# ``bmm_fp8`` on per-tensor FP8 only with ``block_quant_to_tensor_quant`` for other block sizes, DeepGEMM's bmm
+# only with ``SGL_USE_DEEPGEMM_BMM``, off by default), and GLM ships ``kv_b_proj`` in BF16 ("GLM ships kv_b_proj
+# as bf16, which falls back to torch.bmm"). ``forward_absorb_prepare`` / ``forward_absorb_core`` then run
+# ``torch.bmm`` on the BF16 activations: no per-tensor FP8 quantisation of q_nope or of the attention output
+# (``per_tensor_quant_mla_fp8`` runs only before ``bmm_fp8``, for an FP8 ``w_kc``). GLM-5.x-FP8 and
+# DeepSeek-V3.2-FP8 both use 128 x 128 blocks; the memory model counts the same BF16 copies (serving/memory.py).
+ABSORBED_BMM_DTYPE = "bf16"
 
 # bytes of one weight element by storage format, scales apart: FP4 (e2m1, NVFP4 and MXFP4) packs two
 # per byte; each format's block scales come with the model's bytes per parameter (Layout.expert_bytes)
@@ -191,8 +202,12 @@ def routed_rows(batch: int, m: ModelShape, layout: Layout) -> tuple[float, float
     return tokens * m.experts_per_token / layout.expert_parallel, local * (1.0 - (1.0 - p) ** tokens)
 
 
-def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_row_bytes: int) -> list[Op]:
-    """MLA (absorbed) + indexer of one layer for ``batch`` requests on this rank."""
+def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_row_bytes: int,
+                  absorbed: str = ABSORBED_BMM_DTYPE) -> list[Op]:
+    """MLA (absorbed) + indexer of one layer for ``batch`` requests on this rank. ``absorbed``: the
+    dtype of the ``w_kc`` / ``w_vc`` bmm, SGLang's BF16 ``torch.bmm`` by default; ``"fp8"`` is the
+    ``bmm_fp8`` path of a per-tensor FP8 ``w_kc`` (a per-tensor quantisation of its input first), which
+    the committed layer-loop measurements ran (``calibration/layer_loop.py``)."""
     b, w, tp = batch, layout.weight_dtype, layout.attention_tp
     h = m.attention_heads // tp
     d, qr, kvr = m.hidden_size, m.q_lora_rank, m.kv_lora_rank
@@ -204,6 +219,9 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
     k_rows = min(m.top_k, ctx_sum / max(b, 1)) if b else 0
     att_bytes = b * k_rows * kv_row_bytes
     att_flops = 2.0 * b * h * k_rows * ((kvr + rope) + kvr)
+    fp8 = absorbed == "fp8"  # per_tensor_quant_mla_fp8 before each bmm_fp8: absmax, then quantise
+    quant_q = [elementwise("quant_q_nope", b * h * nope, passes=1.5, count=2)] if fp8 else []
+    quant_out = [elementwise("quant_attn_out", b * h * kvr, passes=1.5, count=2)] if fp8 else []
     return [
         elementwise("input_norm", b * d, passes=3),  # fused residual add + RMSNorm
         elementwise("quant_qkv_a", b * d, passes=1.5),  # per-token-group fp8 quantisation
@@ -211,8 +229,8 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
         elementwise("q_a_norm", b * qr),
         elementwise("kv_a_norm", b * (kvr + rope)),
         gemm("q_b_proj", b, qr, h * (nope + rope), w),
-        elementwise("quant_q_nope", b * h * nope, passes=1.5, count=2),  # per-tensor: absmax, then quantise
-        gemm("w_kc_absorbed", b, nope, kvr, w, groups=h, kind="batched_gemm"),  # SGLang bmm_fp8
+        *quant_q,
+        gemm("w_kc_absorbed", b, nope, kvr, absorbed, groups=h, kind="batched_gemm"),  # torch.bmm (BF16)
         elementwise("rope_and_kv_store", b * h * rope + b * (kvr + rope)),
         gemm("indexer_wq_b", b, qr, ih * idx_dim, w),
         gemm("indexer_wk", b, d, idx_dim, w),
@@ -223,8 +241,8 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
            ctx_sum * INDEXER_ROW_BYTES + 8.0 * ctx_sum, m=b, k=idx_dim, n=ih, tokens=ctx_sum),
         Op("sparse_attention", "attention", "bf16" if kv_row_bytes >= 1024 else "fp8", att_flops, att_bytes,
            m=b, tokens=b),
-        elementwise("quant_attn_out", b * h * kvr, passes=1.5, count=2),
-        gemm("w_vc_absorbed", b, kvr, v, w, groups=h, kind="batched_gemm"),
+        *quant_out,
+        gemm("w_vc_absorbed", b, kvr, v, absorbed, groups=h, kind="batched_gemm"),
         elementwise("quant_o", b * h * v, passes=1.5),
         gemm("o_proj", b, h * v, d, w),
         elementwise("post_attention_norm", b * d, passes=3),
@@ -275,12 +293,12 @@ def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
 
 
 def layer_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(), *, dense: bool = False,
-              kv_row_bytes: int = 1152) -> list[Op]:
+              kv_row_bytes: int = 1152, absorbed: str = ABSORBED_BMM_DTYPE) -> list[Op]:
     """Every kernel of one decoder layer (a dense-MLP layer when ``dense``)."""
     if batch <= 0:
         return []
     mlp = dense_mlp_ops(m, batch, layout) if dense else moe_ops(m, batch, layout)
-    return attention_ops(m, batch, ctx_sum, layout, kv_row_bytes) + mlp
+    return attention_ops(m, batch, ctx_sum, layout, kv_row_bytes, absorbed) + mlp
 
 
 def step_head_ops(m: ModelShape, batch: int, layout: Layout = Layout()) -> list[Op]:

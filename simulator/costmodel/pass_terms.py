@@ -59,10 +59,12 @@ def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     pass decodes (CUDA graph), at the extend batch's tokens, or at the real batch of a rank that
     decodes inside an extend pass (no graph)."""
     rows = w.tokens * s.verify if (s.extend or not s.padded) else s.padded
-    return c.attention_fixed(rows)
+    return c.attention_fixed(rows, indexer=not s.skip_indexer)
 
 
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    if s.skip_indexer:  # the layers reuse a top-k computed before (Pass.skip_indexer)
+        return {}
     if w.chunks:
         return {"lightning indexer": sum(c.prefill_indexer(n, prior) for n, prior in w.chunks)}
     return {"lightning indexer": c.indexer_all(w.ctx_sum, w.decode, s.verify)}  # IndexShare anchors; DeepSeek-V4 C4 layers

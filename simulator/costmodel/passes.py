@@ -150,6 +150,9 @@ class Pass:
     verify: int = 1
     accepted: Any = 1.0
     drafts: bool = False
+    # the layers reuse a top-k computed before (no indexer projections, keys or scoring): the MTP draft's
+    # later decode steps under config.json index_share_for_mtp_iteration (``CostModel.draft_time``)
+    skip_indexer: bool = False
 
     @classmethod
     def uniform(cls, batch: int, ctx_per_request: Any, ranks: int, *, hisparse: bool = False,
@@ -183,13 +186,14 @@ class PassShape:
     drafts: bool = False  # price the draft model's passes (Pass.drafts)
     work: tuple = ()  # every rank's work (the draft passes re-run it on the draft model)
     steps: int = 1  # consecutive steps the pass prices (Pass.steps)
+    skip_indexer: bool = False  # no indexer runs (Pass.skip_indexer)
 
     @classmethod
     def of(cls, cost: CostModel, p: Pass) -> PassShape:
         busy = [r for r in p.ranks if r.busy]
         tokens = float(sum(r.tokens for r in busy))
         biggest = max((r.tokens for r in busy), default=0)
-        spec = dict(accepted=p.accepted, drafts=p.drafts, work=p.ranks, steps=p.steps)
+        spec = dict(accepted=p.accepted, drafts=p.drafts, work=p.ranks, steps=p.steps, skip_indexer=p.skip_indexer)
         if p.extend:
             decode_tokens = sum(r.decode for r in busy if not r.chunks)
             samples = sum(len(r.chunks) for r in busy)
@@ -291,7 +295,13 @@ class CostModel:
         rest = self.spec.num_steps - 1 if self.spec is not None else 0
         if rest <= 0:
             return extend
-        return extend + rest * d.pass_time(Pass(ranks, steps=s.steps)).total_s
+        first = d.pass_time(Pass(ranks, steps=s.steps)).total_s
+        if not self.m.mtp_index_share or rest == 1:
+            return extend + rest * first
+        # index_share_for_mtp_iteration: the first draft decode step runs the indexer, the later ones reuse its
+        # top-k (SGLang PR #29654: "run the DSA indexer once on the first MTP draft step and reuse its top-k for
+        # the remaining steps", topk 1)
+        return extend + first + (rest - 1) * d.pass_time(Pass(ranks, steps=s.steps, skip_indexer=True)).total_s
 
     # -- ops --------------------------------------------------------------------------------------
     def op_time(self, op: Op) -> float:
@@ -321,16 +331,17 @@ class CostModel:
         """The per-rank batch whose MLP side sees ``instance_tokens`` (costmodel.ops multiplies by dp)."""
         return max(float(instance_tokens) / self.layout.attention_dp, 1e-9)
 
-    def attention_side_ops(self, padded: int) -> list[tuple[int, Op]]:
+    def attention_side_ops(self, padded: int, indexer: bool = True) -> list[tuple[int, Op]]:
         """(repeat, op) of one rank's attention-side kernels other than the indexer and attention,
-        at its (padded) batch: these run on each DP rank's own requests."""
+        at its (padded) batch: these run on each DP rank's own requests. ``indexer`` False: without
+        the indexer's projections (the layers reuse a top-k: ``Pass.skip_indexer``)."""
         m = self.m
         if m.arch == "dsv4":  # per layer kind (dsv4_ops.py)
             return [(n, o) for kind, n in m.kind_counts.items() for o in dsv4_ops.layer_ops(m, padded, self.layout, kind)]
         ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes)
         # the indexer's projections only on the layers that run it (IndexShare anchors)
         return [(m.indexer_layers if o.name in INDEXER_OPS else m.layers, o) for o in ops
-                if o.kind not in ("indexer", "attention")]
+                if o.kind not in ("indexer", "attention") and (indexer or o.name not in INDEXER_OPS)]
 
     def deepep_masked(self, extend: bool) -> bool:
         """Whether a pass's routed experts run as DeepGEMM's masked grouped GEMM: a decode pass (no
@@ -384,12 +395,12 @@ class CostModel:
             out[group] = out.get(group, 0.0) + n * self.op_time(o)
         return out
 
-    def attention_fixed(self, rows: int) -> dict[str, float]:
+    def attention_fixed(self, rows: int, indexer: bool = True) -> dict[str, float]:
         """A rank's attention-side GEMMs and elementwise ops at ``rows`` (its padded decode batch,
-        or an extend batch's tokens), by report group."""
-        key = ("att", rows)
+        or an extend batch's tokens), by report group (``indexer`` False: without the indexer's)."""
+        key = ("att", rows, indexer)
         if key not in self._fixed_cache:
-            self._fixed_cache[key] = self._grouped(self.attention_side_ops(rows))
+            self._fixed_cache[key] = self._grouped(self.attention_side_ops(rows, indexer))
         return self._fixed_cache[key]
 
     def mlp_time(self, instance_tokens: float, rows: float | None = None, head_rows: float | None = None) -> float:

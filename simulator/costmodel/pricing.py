@@ -121,14 +121,16 @@ def with_fp4(t: GpuTerms, gpu: GpuSpec) -> GpuTerms:
 
 
 def with_bf16(t: GpuTerms) -> GpuTerms:
-    """BF16 twins of the GEMM kinds timed only in FP8 (``StepTerms.with_bf16``), for checkpoints whose
-    attention weights are BF16 (NVIDIA's NVFP4 GLM checkpoints): a derivation the source names."""
+    """BF16 twins of the GEMM kinds timed only in FP8 (``StepTerms.with_bf16``): the absorbed MLA bmm, which
+    SGLang runs in BF16 for every MLA checkpoint on NVIDIA GPUs (``ops.ABSORBED_BMM_DTYPE``): a derivation the
+    source names."""
     twin = t.terms.with_bf16()
     if twin is t.terms:
         return t
-    return dataclasses.replace(t, terms=twin, bf16=("the absorbed w_kc / w_vc batched GEMM of BF16 weights (torch.bmm, "
-                                                    "cuBLAS; timed here only as SGLang's bmm_fp8) priced by the measured "
-                                                    "cuBLAS BF16 GEMM term"))
+    return dataclasses.replace(t, terms=twin, bf16=("the absorbed w_kc / w_vc batched GEMM (torch.bmm in BF16: SGLang "
+                                                    "dequantises a 128 x 128 block-FP8 kv_b_proj to BF16 on CUDA, and GLM "
+                                                    "ships it in BF16; post_load_weights) priced by the measured cuBLAS "
+                                                    "BF16 GEMM term"))
 
 
 def layout_for(dep: DeploymentSpec, model: ModelSpec) -> Layout:

@@ -24,8 +24,8 @@ from .ops import DEFAULT_TP_MOE_KERNEL, TP_MOE_KERNELS, TP_MOE_KINDS, Op
 # BRIEF 3: measured HBM copy and 8192^3 GEMM on this workplace's H200).
 ATTENTION_ROOFLINE = {"hbm_bw": 4.266e12, "bf16_flops": 7.69e14}
 
-# GEMM kinds a BF16 checkpoint runs through cuBLAS, priced by the measured cuBLAS BF16 term of
-# another kind when no BF16 term of their own was timed (``StepTerms.with_bf16``)
+# GEMM kinds SGLang runs through cuBLAS in BF16 (the absorbed MLA bmm of every checkpoint), priced by the
+# measured cuBLAS BF16 term of another kind when no BF16 term of their own was timed (``StepTerms.with_bf16``)
 BF16_TWINS = {"batched_gemm": "gemm"}
 
 
@@ -122,12 +122,13 @@ class StepTerms:
         return dataclasses.replace(self, rates={**self.rates, **extra}) if extra else self
 
     def with_bf16(self) -> StepTerms:
-        """These terms with a ``bf16`` twin of the GEMM kinds timed here only in FP8 that a BF16
-        checkpoint runs through cuBLAS: the absorbed ``w_kc`` / ``w_vc`` batched GEMM, timed as
-        SGLang's ``bmm_fp8`` for FP8 checkpoints, is a ``torch.bmm`` (cuBLAS batched GEMM) when the
-        weights are BF16 (``deepseek_v2.py`` ``forward_absorb_prepare``: ``bmm_fp8`` only for an FP8
-        ``w_kc``). Priced by the measured cuBLAS BF16 GEMM term (``BF16_TWINS``): a derivation from a
-        kernel of the same library and dtype, not a measurement of the batched kernel."""
+        """These terms with a ``bf16`` twin of the GEMM kinds timed here only in FP8 that SGLang runs
+        through cuBLAS in BF16: the absorbed ``w_kc`` / ``w_vc`` batched GEMM (timed by earlier
+        calibrations as ``bmm_fp8``) is a ``torch.bmm`` of BF16 weights for every MLA checkpoint on
+        NVIDIA GPUs (``ops.ABSORBED_BMM_DTYPE``: ``post_load_weights`` dequantises block-FP8 ``kv_b_proj``;
+        ``forward_absorb_prepare`` calls ``bmm_fp8`` only for an FP8 ``w_kc``). Priced by the measured
+        cuBLAS BF16 GEMM term (``BF16_TWINS``): a derivation from a kernel of the same library and dtype,
+        not a measurement of the batched kernel; a calibration that times it keeps its own."""
         extra = {(kind, "bf16"): self.rates[(twin, "bf16")] for kind, twin in BF16_TWINS.items()
                  if (kind, "bf16") not in self.rates and (twin, "bf16") in self.rates}
         return dataclasses.replace(self, rates={**self.rates, **extra}) if extra else self

@@ -262,6 +262,10 @@ class ModelSpec(Spec):
     # transformers' GlmMoeDsaConfig / vLLM's deepseek_v32 skip_topk; freq 1: every layer indexes.
     index_topk_freq: int = num(ge=1, default=1, help="config.json index_topk_freq: one indexer per this many layers")
     index_skip_topk_offset: int = num(ge=0, default=0, help="config.json index_skip_topk_offset")
+    # config.json index_share_for_mtp_iteration (GLM-5.2: true): under EAGLE with topk 1 the MTP draft runs its
+    # indexer on the first draft decode step and reuses that top-k on the later ones (SGLang PR #28192; the
+    # reuse engages since PR #29654, merged 2026-06-29, before the cookbook's main @ 09ca4fc)
+    mtp_index_share: bool = False
     # DeepSeek-V4 (arch "dsv4"; config.json keys): per-layer attention kinds from compress_ratios
     # (serving/layer_kinds.py), shared-KV MQA heads of head_dim, a grouped low-rank output
     # projection (o_groups x o_lora_rank), the sliding window, hc_mult hyper-connection streams.
