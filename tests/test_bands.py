@@ -88,3 +88,23 @@ def test_the_bundled_bands_are_the_current_validation():
     rows = [r for s in sets for r in validate(s)]
     fresh = json.loads(json.dumps(compute_bands(sets, rows)))
     assert fresh == load_bands(BANDS_FILE)  # deterministic (seed 0): equal to the digit
+
+
+def test_the_tie_band_is_the_paper_sets_median_from_the_bands_file(tmp_path):
+    """The recommendation's tie band follows the validation: the median |error| of the set that
+    measured both systems, over both systems' points (an odd and an even count by hand)."""
+    import json
+    import statistics
+
+    from simulator.serving import slo
+    from simulator.serving.bands import load_bands
+
+    systems = load_bands()[slo.TIE_SET]["systems"]
+    errs = [e for s in systems.values() for e in s["abs_errors"]]
+    assert slo.MODEL_ERROR_BAND == statistics.median(errs)
+    assert f"{slo.MODEL_ERROR_BAND:.0%}" in slo.MODEL_ERROR_SOURCE
+    for base, hisp, want in (([0.01, 0.30], [0.05], 0.05), ([0.01, 0.30], [0.05, 0.2], (0.05 + 0.2) / 2)):
+        f = tmp_path / "bands.json"
+        f.write_text(json.dumps({"sets": {slo.TIE_SET: {"systems": {"baseline": {"abs_errors": base},
+                                                                      "hisparse": {"abs_errors": hisp}}}}}))
+        assert slo._tie_band(f) == (want, len(base) + len(hisp))

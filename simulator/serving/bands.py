@@ -25,9 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HisparseError
-from . import presets as P
-
-BANDS_FILE = Path(P.PUBLISHED_DIR) / "bands.json"
+from .slo import BANDS_FILE
 
 
 def family(model_name: str) -> str:
