@@ -43,11 +43,21 @@
 #define PROBE (-2)
 #define SKIP (-3)
 #define PROPOSED(c) (-4 - (c))
+// occ_slot codes besides a slot (>= 0) and INT_MIN + ordinal (a miss)
+#define OCC_MISS (-1)
+#define OCC_PAD (-2)
+#define OCC_RESERVED (-3)
+// flag bits per slot
+#define F_HIT 1        // hit in this commit
+#define F_LAST 2       // hit in the commit's last step
+#define F_TAKEN 4      // stamped with this commit's epoch (the engine's ref == e)
+#define F_NEWPOS 8     // a miss was placed here (its old position left)
 
 struct ClockSmem {
-    int* slot_pos;  // [B]
-    int* ref;       // [B] epoch stamp per slot
-    int* flag;      // [B] hit flags (1 hit, 2 in the last step); then `interest` in the rounds
+    int* flag;      // [B]
+    int* interest;  // [B] the rounds' minimum interested ordinal
+    int* occ;       // [N] per occurrence: the position (staged from indices)
+    int* occ_slot;  // [N] per occurrence: its slot (hit), INT_MIN + ordinal (miss), or OCC_*
     int* miss_pos;  // [N] per ordinal: the position
     int* vplan;     // [N] per ordinal: its victim slot (>= 0) or UNRESOLVED / PROBE / SKIP / PROPOSED
     int* step_m;    // [S] misses counted per step
@@ -58,10 +68,11 @@ struct ClockSmem {
 
 __device__ __forceinline__ ClockSmem clock_carve(int* base, int B, int N, int S) {
     ClockSmem s;
-    s.slot_pos = base;
-    s.ref = s.slot_pos + B;
-    s.flag = s.ref + B;
-    s.miss_pos = s.flag + B;
+    s.flag = base;
+    s.interest = s.flag + B;
+    s.occ = s.interest + B;
+    s.occ_slot = s.occ + N;
+    s.miss_pos = s.occ_slot + N;
     s.vplan = s.miss_pos + N;
     s.step_m = s.vplan + N;
     s.misc = s.step_m + S;
@@ -74,6 +85,9 @@ __device__ __forceinline__ unsigned ring(unsigned start, unsigned a, int B) {
     return (start + a * HASHU) % (unsigned)B;  // unsigned arithmetic wraps mod 2**32 as the engine's & M32
 }
 
+// State per request in global memory: slot_pos [B], ref [B] (epoch stamps), pos_slot [C],
+// meta [4] = started, fast, epoch, cursor. A commit reads and writes only the slots it touches
+// (hits, sampled and placed slots) except on the approximate path and a fresh start (all B).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx_len, int S, int w, int B,
               long long C, int N, int prefix, int reserve, unsigned mask, int* slot_pos_g, int* ref_g, int* pos_slot_g,
@@ -84,7 +98,9 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
     const int n_occ = S * w;
     ClockSmem s = clock_carve(smem, B, N, S);
     int* pos_slot = pos_slot_g + (long long)r * C;
-    int* meta = meta_g + 4 * r;  // started, fast, epoch, cursor
+    int* slot_pos = slot_pos_g + (long long)r * B;
+    int* ref = ref_g + (long long)r * B;
+    int* meta = meta_g + 4 * r;
     const int* idx = indices + (long long)r * n_occ;
     const long long* ctx = ctx_len + (long long)r * S;
     int* sout = slots_out + (long long)r * n_occ;
@@ -103,43 +119,57 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
         }
         return;
     }
+    const long long first_new = ctx[0] - 1;  // reserved from here on (every step's newest token)
+    for (int o = threadIdx.x; o < n_occ; o += THREADS) s.occ[o] = idx[o];
+    for (int x = threadIdx.x; x < B; x += THREADS) s.flag[x] = 0;
+    for (int t = threadIdx.x; t < S; t += THREADS) s.step_m[t] = 0;
+    if (threadIdx.x < 8) s.misc[threadIdx.x] = 0;
     const int started = meta[0], fast = meta[1];
     const bool fresh = !started || fast;
-    int epoch = fresh ? 0 : meta[2];
+    const int epoch = fresh ? 0 : meta[2];
     const int cursor = fresh ? 0 : meta[3];
-    if (fresh) {  // clear the positions held before (the state the fast path left behind)
+    if (fresh) {  // clear the positions held before (the state the fast path left behind), then fill
         if (started)
             for (int x = threadIdx.x; x < B; x += THREADS) {
-                int p = slot_pos_g[(long long)r * B + x];
+                int p = slot_pos[x];
                 if (p >= 0) pos_slot[p] = -1;
             }
         __syncthreads();
-    }
-    const bool fill = prefix || fast;
-    for (int x = threadIdx.x; x < B; x += THREADS) {
-        if (fresh) {
-            s.slot_pos[x] = fill ? x : -1;
-            s.ref[x] = 0;
+        const bool fill = prefix || fast;
+        for (int x = threadIdx.x; x < B; x += THREADS) {
+            slot_pos[x] = fill ? x : -1;
+            ref[x] = 0;
             if (fill) pos_slot[x] = x;
-        } else {
-            s.slot_pos[x] = slot_pos_g[(long long)r * B + x];
-            s.ref[x] = ref_g[(long long)r * B + x];
         }
-        s.flag[x] = 0;
     }
-    for (int t = threadIdx.x; t < S; t += THREADS) s.step_m[t] = 0;
-    if (threadIdx.x < 8) s.misc[threadIdx.x] = 0;
     __syncthreads();
-    const long long first_new = ctx[0] - 1;  // reserved from here on (every step's newest token)
-    // 1. look-up
-    for (int o = threadIdx.x; o < n_occ; o += THREADS) {
-        int p = idx[o];
-        if (p < 0 || (reserve && p >= first_new)) continue;
-        int sl = pos_slot[p];
-        if (sl >= 0)
-            atomicOr(&s.flag[sl], o / w == S - 1 ? 3 : 1);
-        else
-            atomicMin(&pos_slot[p], INT_MIN + o);
+    // 1. look-up: 4 occurrences per thread in flight
+    int new_hits = 0;
+    for (int o0 = threadIdx.x; o0 < n_occ; o0 += 4 * THREADS) {
+        int p[4], sl[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int o = o0 + u * THREADS;
+            p[u] = o < n_occ ? s.occ[o] : -1;
+            const bool live = p[u] >= 0 && !(reserve && p[u] >= first_new);
+            sl[u] = live ? pos_slot[p[u]] : (p[u] < 0 ? OCC_PAD : OCC_RESERVED);
+            if (!live) p[u] = -1;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int o = o0 + u * THREADS;
+            if (o >= n_occ) continue;
+            if (p[u] < 0) {
+                s.occ_slot[o] = sl[u];
+            } else if (sl[u] >= 0) {
+                const int old = atomicOr(&s.flag[sl[u]], o / w == S - 1 ? F_HIT | F_LAST : F_HIT);
+                new_hits += !(old & F_HIT);
+                s.occ_slot[o] = sl[u];
+            } else {
+                atomicMin(&pos_slot[p[u]], INT_MIN + o);
+                s.occ_slot[o] = OCC_MISS;
+            }
+        }
     }
     __syncthreads();
     // 2. ordinals: thread t owns occurrences [t*per, (t+1)*per) (per <= 64)
@@ -148,9 +178,8 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
     unsigned long long firsts = 0;
     int cnt = 0;
     for (int o = o0; o < o1; ++o) {
-        int p = idx[o];
-        if (p < 0 || (reserve && p >= first_new)) continue;
-        if (pos_slot[p] == INT_MIN + o) {
+        if (s.occ_slot[o] != OCC_MISS) continue;
+        if (pos_slot[s.occ[o]] == INT_MIN + o) {
             firsts |= 1ull << (o - o0);
             ++cnt;
         }
@@ -159,7 +188,7 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
     int q = block_excl_scan(cnt, s.s_warp, &nm);
     for (int o = o0; o < o1; ++o) {
         if (!(firsts >> (o - o0) & 1)) continue;
-        int p = idx[o];
+        const int p = s.occ[o];
         s.miss_pos[q] = p;
         s.adm[q] = 0;
         atomicAdd(&s.step_m[o / w], 1);
@@ -167,23 +196,21 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
         ++q;
     }
     __syncthreads();
-    int nh_mine = 0;
-    for (int x = threadIdx.x; x < B; x += THREADS) nh_mine += s.flag[x] != 0;
-    for (int o = (S - 1) * w + threadIdx.x; o < n_occ; o += THREADS) {  // admitted: read in the last step
-        int p = idx[o];
-        if (p < 0 || (reserve && p >= first_new)) continue;
-        int v = pos_slot[p];
-        if (v < 0) s.adm[v - INT_MIN] = 1;
+    for (int o = threadIdx.x; o < n_occ; o += THREADS) {  // every miss occurrence learns its ordinal
+        if (s.occ_slot[o] != OCC_MISS) continue;
+        const int v = pos_slot[s.occ[o]];
+        s.occ_slot[o] = v;
+        if (o / w == S - 1) s.adm[v - INT_MIN] = 1;  // admitted: read in the last step
     }
     int nh;
-    block_excl_scan(nh_mine, s.s_warp, &nh);  // (its barriers also publish adm)
+    block_excl_scan(new_hits, s.s_warp, &nh);  // (its barriers also publish occ_slot and adm)
     // 3. victims
     int e = (int)(((unsigned)epoch + 1u) & mask);
     if (e == 0) e = 1;
     const bool union_path = nm + nh <= B;
+    for (int x = threadIdx.x; x < B; x += THREADS)  // stamped this commit: hits (union) / last-step hits
+        if (s.flag[x] & (union_path ? F_HIT : F_LAST)) s.flag[x] |= F_TAKEN;
     if (union_path) {
-        for (int x = threadIdx.x; x < B; x += THREADS)
-            if (s.flag[x]) s.ref[x] = e;
         __syncthreads();
         for (int i = threadIdx.x; i < nm; i += THREADS) {
             const int share = (B - 1 - i) / nm + 1;
@@ -191,10 +218,11 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
             int best = -1;
             unsigned best_age = 0;
             for (int j = 0; j < n; ++j) {
-                int c = (int)(((long long)cursor + i + (long long)(j * share / n) * nm) % B);
-                int rc = s.ref[c];
-                if (rc == e) continue;
-                unsigned age = ((unsigned)e - (unsigned)rc) & mask;
+                const int c = (int)(((long long)cursor + i + (long long)(j * share / n) * nm) % B);
+                if (s.flag[c] & F_TAKEN) continue;  // the sample sets are disjoint: only hits are stamped here
+                const int rc = ref[c];
+                if (rc == e) continue;  // an old stamp equal to e after the epoch wrapped: the engine skips it too
+                const unsigned age = ((unsigned)e - (unsigned)rc) & mask;
                 if (best < 0 || age > best_age) {
                     best = c;
                     best_age = age;
@@ -204,36 +232,34 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
         }
         __syncthreads();
         for (int i = threadIdx.x; i < nm; i += THREADS)
-            if (s.vplan[i] >= 0) s.ref[s.vplan[i]] = e;
+            if (s.vplan[i] >= 0) s.flag[s.vplan[i]] |= F_TAKEN;
     } else {
-        for (int x = threadIdx.x; x < B; x += THREADS) s.ref[x] = (s.flag[x] & 2) ? e : 0;
         for (int i = threadIdx.x; i < nm; i += THREADS) s.vplan[i] = s.adm[i] ? UNRESOLVED : SKIP;
         __syncthreads();
-        int* interest = s.flag;  // the hit flags are spent
         for (int round = 0;; ++round) {
             int* left = &s.misc[2 + (round & 1)];  // two flags: a slow reader of the last round's is never reset under it
-            for (int x = threadIdx.x; x < B; x += THREADS) interest[x] = INT_MAX;
+            for (int x = threadIdx.x; x < B; x += THREADS) s.interest[x] = INT_MAX;
             if (threadIdx.x == 0) *left = 0;
             __syncthreads();
             for (int i = threadIdx.x; i < nm && i < B; i += THREADS) {
                 if (s.vplan[i] != UNRESOLVED) continue;
                 int first = -1;
                 for (int j = i; j < B; j += nm) {
-                    int c = (int)ring((unsigned)e, (unsigned)j, B);  // (j*HASH + e) mod 2**32 mod B
-                    if (s.ref[c] == e) continue;
-                    atomicMin(&interest[c], i);
+                    const int c = (int)ring((unsigned)e, (unsigned)j, B);  // (j*HASH + e) mod 2**32 mod B
+                    if (s.flag[c] & F_TAKEN) continue;
+                    atomicMin(&s.interest[c], i);
                     if (first < 0) first = c;
                 }
                 s.vplan[i] = first < 0 ? PROBE : PROPOSED(first);
             }
             __syncthreads();
             for (int i = threadIdx.x; i < nm && i < B; i += THREADS) {
-                int v = s.vplan[i];
+                const int v = s.vplan[i];
                 if (v > PROPOSED(0)) continue;
-                int c = -4 - v;
-                if (interest[c] == i) {
+                const int c = -4 - v;
+                if (s.interest[c] == i) {
                     s.vplan[i] = c;
-                    s.ref[c] = e;
+                    s.flag[c] |= F_TAKEN;
                 } else {
                     s.vplan[i] = UNRESOLVED;
                     *left = 1;
@@ -259,13 +285,12 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
                 for (int a0 = 0; a0 < B && got < 0; a0 += 32) {
                     const int a = a0 + (int)lane;
                     const int c = a < B ? (int)ring(start, (unsigned)a, B) : 0;
-                    const unsigned ok = __ballot_sync(0xffffffffu, a < B && s.ref[c] != e);
-                    if (ok) {
-                        got = __shfl_sync(0xffffffffu, c, __ffs(ok) - 1);
-                    }
+                    const unsigned ok = __ballot_sync(0xffffffffu, a < B && !(s.flag[c] & F_TAKEN) &&
+                                                                   !(union_path && ref[c] == e));
+                    if (ok) got = __shfl_sync(0xffffffffu, c, __ffs(ok) - 1);
                 }
                 if (lane == 0) {
-                    if (got >= 0) s.ref[got] = e;
+                    if (got >= 0) s.flag[got] |= F_TAKEN;
                     s.vplan[i] = got >= 0 ? got : SKIP;
                 }
                 __syncwarp();
@@ -273,43 +298,42 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
         }
     }
     __syncthreads();
-    // 4. placement, then the slots after the commit
+    // 4. the stamps, placement (victims distinct, evicted and loaded positions disjoint)
+    for (int x = threadIdx.x; x < B; x += THREADS) {
+        const bool taken = s.flag[x] & F_TAKEN;
+        if (taken || !union_path) ref[x] = taken ? e : 0;  // the approximate path cleared every stamp
+    }
     for (int i = threadIdx.x; i < nm; i += THREADS) {
-        int v = s.vplan[i];
-        if (v < 0) continue;  // served from scratch, not cached (pos_slot keeps INT_MIN + i)
-        int old = s.slot_pos[v];
+        const int v = s.vplan[i];
+        if (v < 0) continue;  // served from scratch, not cached
+        const int old = slot_pos[v];
         if (old >= 0) pos_slot[old] = -1;
-        int p = s.miss_pos[i];
-        s.slot_pos[v] = p;
+        const int p = s.miss_pos[i];
+        slot_pos[v] = p;
         pos_slot[p] = v;
+        s.flag[v] |= F_NEWPOS;
     }
     __syncthreads();
+    // 5. the slots after the commit, the copy list, misses not cached back to -1
     for (int o = threadIdx.x; o < n_occ; o += THREADS) {
-        int p = idx[o];
-        int v = -1;
-        if (p >= 0) {
-            if (reserve && p >= first_new) {
-                v = B;
-            } else {
-                v = pos_slot[p];
-                if (v < -1) v = B + 1 + (v - INT_MIN);  // a miss not cached: its scratch row
-            }
+        const int c = s.occ_slot[o];
+        int v;
+        if (c == OCC_PAD) v = -1;
+        else if (c == OCC_RESERVED) v = B;
+        else if (c >= 0) v = (s.flag[c] & F_NEWPOS) ? -1 : c;  // a hit whose slot took a miss: evicted
+        else {
+            const int i = c - INT_MIN;
+            v = s.vplan[i] >= 0 ? s.vplan[i] : B + 1 + i;  // a miss: its slot, or its scratch row
         }
         sout[o] = v;
     }
     int2* mine = plan + (long long)r * N;
     for (int i = threadIdx.x; i < nm; i += THREADS) {
-        int v = s.vplan[i];
+        const int v = s.vplan[i];
         mine[i] = make_int2(s.miss_pos[i], v >= 0 ? v : B + 1 + i);
-    }
-    for (int x = threadIdx.x; x < B; x += THREADS) {
-        slot_pos_g[(long long)r * B + x] = s.slot_pos[x];
-        ref_g[(long long)r * B + x] = s.ref[x];
+        if (v < 0) pos_slot[s.miss_pos[i]] = -1;
     }
     for (int t = threadIdx.x; t < S; t += THREADS) mout[t] = s.step_m[t];
-    __syncthreads();
-    for (int i = threadIdx.x; i < nm; i += THREADS)  // markers of the misses not cached back to -1
-        if (s.vplan[i] < 0) pos_slot[s.miss_pos[i]] = -1;
     if (threadIdx.x == 0) {
         meta[0] = 1;
         meta[1] = 0;
@@ -318,5 +342,6 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
         if (plan_mode) plan_n[r] = nm;
     }
     if (plan_mode) return;
+    __syncthreads();
     copy_rows_block(mine, nm, host + (long long)r * C * row_bytes, dev + (long long)r * rows * row_bytes, row_bytes);
 }

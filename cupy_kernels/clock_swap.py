@@ -32,7 +32,7 @@ _NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90,code=
 
 def smem_bytes(buffer: int, n_occ: int, steps: int) -> int:
     """Dynamic shared memory of a block (mirrors ``clock_carve``)."""
-    return 4 * (3 * buffer + 2 * n_occ + steps + 8 + WARPS) + n_occ
+    return 4 * (2 * buffer + 4 * n_occ + steps + 8 + WARPS) + n_occ
 
 
 def check_config(buffer: int, steps: int, top_k: int) -> None:
