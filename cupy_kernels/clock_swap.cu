@@ -262,7 +262,7 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
                     s.flag[c] |= F_TAKEN;
                 } else {
                     s.vplan[i] = UNRESOLVED;
-                    *left = 1;
+                    atomicOr(left, 1);
                 }
             }
             __syncthreads();
@@ -277,6 +277,7 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
         for (int b0 = 0; b0 < nm; b0 += 32) {
             const int i0 = b0 + (int)lane;
             unsigned need = __ballot_sync(0xffffffffu, i0 < nm && s.vplan[i0] == PROBE);
+            __syncwarp();  // every lane's read of vplan before lane 0 writes it
             while (need) {
                 const int i = b0 + __ffs(need) - 1;
                 need &= need - 1;
@@ -303,6 +304,7 @@ swap_in_clock(const int* __restrict__ indices, const long long* __restrict__ ctx
         const bool taken = s.flag[x] & F_TAKEN;
         if (taken || !union_path) ref[x] = taken ? e : 0;  // the approximate path cleared every stamp
     }
+    __syncthreads();  // the flags read above are marked below
     for (int i = threadIdx.x; i < nm; i += THREADS) {
         const int v = s.vplan[i];
         if (v < 0) continue;  // served from scratch, not cached
