@@ -4,7 +4,8 @@
 # Steps: build (C extension + cubins + resource report), test (GPU tests of the sharded kernels
 # and the attention sequence, CPU reference tests), replay (benchmarks/gpu_replay.py),
 # designs (benchmarks/swap_in_designs.py), seq (the attention sequence 3 times, plain),
-# sanitize (compute-sanitizer memcheck / racecheck / initcheck / synccheck over the sequence).
+# sanitize (compute-sanitizer memcheck / racecheck / initcheck / synccheck over the sequence);
+# issue #27's remaining items: test27, designs27, accuracy, test_att, sanitize_clock, sass_epi.
 # Everything goes to $OUT/session.log; CSVs to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -35,6 +36,37 @@ step_sanitize() {
         tail -40 "$OUT/san_$tool.txt" >>"$LOG"
         rm -f "$OUT/san_$tool.txt"
     done
+}
+# Issue #27, remaining items (CLOCK kernel, SGLang's kernels in the same run, the epilogue
+# barrier, the narrow FP8 case). SGLANG_SRC: the folder benchmarks/fetch_sglang_kernels.sh filled.
+step_test27() {
+    timeout 420 $PY -m pytest -q -p no:cacheprovider -rf tests/test_clock_swap_gpu.py tests/test_sharded_lru_gpu.py \
+        tests/test_swap_in_gpu.py tests/test_clock_swap_reference.py 2>&1 | tail -30 | tee -a "$LOG"
+}
+step_designs27() {
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
+    timeout "${DESIGNS_TIMEOUT:-420}" $PY benchmarks/swap_in_designs.py --sglang "${SGLANG_SRC:-.sglang-src}" \
+        ${DESIGNS_ARGS:---clock-steps 4} --out "$OUT/swap_in_designs.csv" 2>&1 | tee -a "$LOG"
+}
+step_accuracy() {
+    timeout 200 $PY benchmarks/attention_accuracy.py --seeds "${ACC_SEEDS:-100}" --repeat 3 \
+        --out "$OUT/attention_accuracy.csv" 2>&1 | tee -a "$LOG"
+}
+step_test_att() {
+    timeout 300 $PY -m pytest -q -p no:cacheprovider -rf tests/test_sparse_attention_gpu.py \
+        tests/test_attention_sequence_gpu.py 2>&1 | tail -15 | tee -a "$LOG"
+}
+step_sanitize_clock() {  # the CLOCK kernel: one small random case per copy mode, both paths
+    for tool in memcheck racecheck synccheck; do
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 10 $PY -m pytest -q \
+            -p no:cacheprovider tests/test_clock_swap_gpu.py -k "random and 192 and prefix and 4" >"/tmp/sc_$tool.txt" 2>&1
+        echo "clock $tool rc=$?" | tee -a "$LOG"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|Barrier|Hazard" "/tmp/sc_$tool.txt" | head -8 | tee -a "$LOG"
+    done
+}
+step_sass_epi() {  # the FP8 warp-specialised kernel's barriers in SASS
+    f=$($PY -c "from cupy_kernels import sparse_attention as a; print(a.compiled_cubin())")
+    cuobjdump -sass -fun mla_decode_ws_fp8 "$f" | grep -nE "BAR|WARPSYNC|BSSY|BSYNC|EXIT" | tail -40 | tee -a "$LOG"
 }
 for s in "$@"; do say "$s"; "step_$s"; done
 say done

@@ -4,7 +4,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 OUT=${OUT:-session-out}; mkdir -p "$OUT"
-for tool in ${SAN_TOOLS:-synccheck racecheck}; do
+for tool in ${SAN_TOOLS:-synccheck memcheck initcheck racecheck}; do
     shapes=${SAN_SHAPES:-}
     timeout "${SAN_TIMEOUT:-120}" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 12 \
         python3 -m cupy_kernels.graph_sequence --replays 1 --calls 1 ${shapes:+--shapes $shapes} >"$OUT/san_$tool.log" 2>&1

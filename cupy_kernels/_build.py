@@ -32,10 +32,13 @@ def kernel_cache_dir() -> Path:
 
 
 def build_cubin(source: Path, flags: Sequence[str], name: str) -> Path:
-    """Compile ``source`` once per (source bytes, flags); return the cached cubin's path.
-    The cubin is written to a temp file and renamed, so a failed or concurrent build leaves no
-    half-written file."""
-    key = hashlib.sha256(source.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    """Compile ``source`` once per (source bytes, the ``.cuh`` headers beside it, flags); return
+    the cached cubin's path. The cubin is written to a temp file and renamed, so a failed or
+    concurrent build leaves no half-written file."""
+    h = hashlib.sha256(source.read_bytes())
+    for header in sorted(source.parent.glob("*.cuh")):  # local includes (rows.cuh)
+        h.update(header.name.encode() + header.read_bytes())
+    key = hashlib.sha256(h.digest() + " ".join(flags).encode()).hexdigest()[:16]
     cache = kernel_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     cubin = cache / f"{name}-{key}.cubin"

@@ -28,8 +28,8 @@
 //   swap_in_sharded     one block per request, one decode step of one layer: the same step, the
 //                       state in global memory; the missing rows either copied by the block
 //                       itself (plan = 0) or written as a copy plan (plan = 1) for
-//   copy_plan           a full-grid copy of every request's planned rows (zero-copy 16-byte loads
-//                       from pinned host memory, UNROLL in flight per thread).
+//   copy_plan           (rows.cuh) a full-grid copy of every request's planned rows (zero-copy
+//                       16-byte loads from pinned host memory, UNROLL in flight per thread).
 #include <climits>
 
 #define THREADS 512
@@ -38,6 +38,7 @@
 #ifndef UNROLL
 #define UNROLL 4
 #endif
+#include "rows.cuh"
 
 __device__ __forceinline__ int shard_of(long long p, int S) {
     unsigned h = (unsigned)p * HASH;
@@ -45,33 +46,6 @@ __device__ __forceinline__ int shard_of(long long p, int S) {
 }
 
 __device__ __forceinline__ unsigned lane_id() { return threadIdx.x & 31; }
-
-// Exclusive block scan of one value per thread; returns the exclusive prefix, *total the sum.
-__device__ __forceinline__ int block_excl_scan(int v, int* s_warp, int* total) {
-    const unsigned lane = lane_id(), warp = threadIdx.x >> 5;
-    int x = v;
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        int y = __shfl_up_sync(0xffffffffu, x, d);
-        if (lane >= (unsigned)d) x += y;
-    }
-    if (lane == 31) s_warp[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        int w = lane < WARPS ? s_warp[lane] : 0;
-#pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            int y = __shfl_up_sync(0xffffffffu, w, d);
-            if (lane >= (unsigned)d) w += y;
-        }
-        if (lane < WARPS) s_warp[lane] = w;  // inclusive per warp
-    }
-    __syncthreads();
-    int base = warp ? s_warp[warp - 1] : 0;
-    *total = s_warp[WARPS - 1];
-    __syncthreads();  // s_warp is reused by the next scan
-    return base + x - v;
-}
 
 struct Smem {
     int* order0;    // [B] each (double buffered): per shard, ways least recent first
@@ -354,14 +328,6 @@ replay_sharded_lru(const int* __restrict__ idx, const long long* __restrict__ ct
 // State per request: slot_pos [B], order [B], pos_slot [C], meta [4] = started, fast, stamp, _.
 // Device rows per request: B + 1 + k (slot B: the newest; B + 1 + i: the i-th miss not cached).
 // ------------------------------------------------------------------------------------------
-__device__ __forceinline__ uint4 ld_host(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 swap_in_sharded(const int* __restrict__ indices, const long long* __restrict__ ctx_len, int width, int B, int W,
                 long long C, int k, int prefix, int reserve, int* slot_pos_g, int* order_g, int* pos_slot_g,
@@ -429,72 +395,6 @@ swap_in_sharded(const int* __restrict__ indices, const long long* __restrict__ c
         if (plan_mode) plan_n[r] = nq;
     }
     if (plan_mode) return;
-    // the block copies its own rows: 16-byte chunks, UNROLL loads in flight per thread
-    const int cpr = row_bytes / 16;
-    const unsigned total = (unsigned)nq * cpr;
-    const unsigned char* hsrc = host + (long long)r * C * row_bytes;
-    unsigned char* ddst = dev + (long long)r * rows * row_bytes;
-    for (unsigned c0 = threadIdx.x; c0 < total; c0 += THREADS * UNROLL) {
-        uint4 v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            unsigned c = c0 + u * THREADS;
-            if (c < total) {
-                int2 e = mine[c / cpr];
-                v[u] = ld_host(hsrc + (long long)e.x * row_bytes + (c % cpr) * 16);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            unsigned c = c0 + u * THREADS;
-            if (c < total) {
-                int2 e = mine[c / cpr];
-                *reinterpret_cast<uint4*>(ddst + (long long)e.y * row_bytes + (c % cpr) * 16) = v[u];
-            }
-        }
-    }
-}
-
-// Full-grid copy of every request's planned rows (requests' counts prefixed in shared memory).
-extern "C" __global__ void __launch_bounds__(256)
-copy_plan(const int2* __restrict__ plan, const int* __restrict__ plan_n, int R, int k, long long C, int rows,
-          const unsigned char* __restrict__ host, unsigned char* dev, int row_bytes) {
-    extern __shared__ int pre[];  // [R + 1]
-    if (threadIdx.x == 0) {
-        int run = 0;
-        for (int q = 0; q < R; ++q) {
-            pre[q] = run;
-            run += plan_n[q];
-        }
-        pre[R] = run;
-    }
-    __syncthreads();
-    const unsigned cpr = row_bytes / 16;
-    const unsigned total = (unsigned)pre[R] * cpr;
-    const unsigned T = gridDim.x * blockDim.x;
-    for (unsigned c0 = blockIdx.x * blockDim.x + threadIdx.x; c0 < total; c0 += T * UNROLL) {
-        uint4 v[UNROLL];
-        long long dsto[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            unsigned c = c0 + u * T;
-            if (c < total) {
-                unsigned row = c / cpr;
-                int lo = 0, hi = R - 1;  // the request whose rows hold `row`
-                while (lo < hi) {
-                    int mid = (lo + hi + 1) >> 1;
-                    if ((unsigned)pre[mid] <= row) lo = mid; else hi = mid - 1;
-                }
-                int2 e = plan[(long long)lo * k + (row - pre[lo])];
-                unsigned off = (c % cpr) * 16;
-                v[u] = ld_host(host + ((long long)lo * C + e.x) * row_bytes + off);
-                dsto[u] = ((long long)lo * rows + e.y) * row_bytes + off;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            unsigned c = c0 + u * T;
-            if (c < total) *reinterpret_cast<uint4*>(dev + dsto[u]) = v[u];
-        }
-    }
+    // the block copies its own rows
+    copy_rows_block(mine, nq, host + (long long)r * C * row_bytes, dev + (long long)r * rows * row_bytes, row_bytes);
 }

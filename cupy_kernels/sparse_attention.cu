@@ -507,9 +507,9 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 // BAR.SYNC after it (mla_decode_ws_fp8 SASS: TRYWAIT, @!P0 BRA to a spin, BAR.SYNC 0x1), so
 // lanes that saw the phase complete at different polls reached the aligned barrier apart:
 // undefined behaviour that depends on timing, a candidate cause of the once-seen
-// cudaErrorIllegalInstruction (issue #27 item 5; docs/kernels.md). compute-sanitizer synccheck
-// still reports "Divergent thread(s) in block" at BAR_EPI of mla_decode_ws_fp8 after this,
-// __syncwarp before every named barrier and the producer joining BAR_EPI: open.
+// cudaErrorIllegalInstruction (issue #27 item 5; docs/kernels.md). synccheck still reported
+// "Divergent thread(s) in block" at BAR_EPI while all 384 threads met there at three bar.sync
+// sites; BAR_EPI is now WG0's arrive and WG1's sync (see the producer's branch).
 template <bool BOUNDED = false>
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
     uint32_t ok = 0;
@@ -833,7 +833,7 @@ __device__ __forceinline__ void mla_ws_body(
             s_oscale[r0 + 8] = inv[1];
             store_lse_rows(lse_row, r0, b, H, head0, split, n_splits, lse, part_lse);
         }
-        named_sync(BAR_EPI, NT_WS);  // the producer joins it too
+        named_arrive(BAR_EPI, 256);  // 1 / l published for WG1; WG0 itself need not wait
         store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
     } else if (wg == 1) {
         // ------------------------------ consumer 1: P V (right half) --------------------------
@@ -865,7 +865,7 @@ __device__ __forceinline__ void mla_ws_body(
             if (it + 1 < n_tiles) named_arrive(BAR_P_FREE, 256);
             mbar_arrive(empty0 + 8 * buf);
         }
-        named_sync(BAR_EPI, NT_WS);  // the producer joins it too
+        named_sync(BAR_EPI, 256);  // WG0's 1 / l
         const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
         store_o_half(o_acc, inv, 1, r0, cq, b, H, head0, split, n_splits, out, part_o);
     } else {
@@ -966,9 +966,10 @@ __device__ __forceinline__ void mla_ws_body(
                 }
             }
         }
-        // The producer joins the epilogue barrier (no warp has exited when the consumers meet
-        // there); measured cost none (B 64 H 128 FP8 126.6-129.9 us, docs/kernels.md).
-        named_sync(BAR_EPI, NT_WS);
+        // The producer takes no part in the epilogue: BAR_EPI is WG0's arrive and WG1's sync
+        // (256 threads, the P_READY pattern). With all 384 threads at three different bar.sync
+        // sites (the earlier form), compute-sanitizer synccheck reported "Divergent thread(s)
+        // in block" at BAR_EPI (issue #27 item 4).
     }
 }
 

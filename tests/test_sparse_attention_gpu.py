@@ -22,6 +22,7 @@ from cupy_kernels.mla_reference import (
 
 pytestmark = pytest.mark.gpu
 REL_TOL = 1e-2
+FP8_EXACT_TOL = 2e-2  # FP8 rows against the exact reference: twice the worst measured (see _run_and_check)
 WIDE = ["ws", "ws2", "serial"]  # wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS)
 NARROW = ["narrow", "narrow2"]  # narrow-kernel variants (NARROW_VARIANTS)
 N_ROWS = 6000
@@ -87,7 +88,20 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
     assert not np.isnan(got).any(), f"NaN / unwritten outputs ({msg})"
     assert not np.isnan(got_lse).any(), f"NaN / unwritten lse ({msg})"
     rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
-    assert rel <= REL_TOL, f"out rel err {rel:.2e} ({msg})"
+    if kv_dtype == "fp8":
+        # The tensor cores see each dequantised FP8 value x block scale rounded to bf16; a sharp
+        # softmax amplifies that rounding in the scores. Against a reference fed those same bf16
+        # rows the kernel keeps REL_TOL; against the exact rows it gets FP8_EXACT_TOL, measured:
+        # benchmarks/attention_accuracy.py, B 2 H 16 k 2048 scale 0.1, 30 seeds on an H100:
+        # exact max 1.01e-2 (median 6.6e-3), bf16-rows max 1.69e-3, every repeat bit-identical
+        # (BENCHMARKS.md, issue #27 item 4).
+        ref16, _ = mla_decode_reference(unpack_bf16_rows(q_bits.reshape(-1, D_QK)).reshape(q_bits.shape),
+                                        unpack_bf16_rows(float_to_bf16(rows_seen)), slots, scale)
+        rel16 = np.linalg.norm(got - ref16) / np.linalg.norm(ref16)
+        assert rel16 <= REL_TOL, f"out rel err {rel16:.2e} against the bf16 rows ({msg})"
+        assert rel <= FP8_EXACT_TOL, f"out rel err {rel:.2e} against the exact rows ({msg})"
+    else:
+        assert rel <= REL_TOL, f"out rel err {rel:.2e} ({msg})"
     dead = np.isneginf(ref_lse)
     np.testing.assert_array_equal(np.isneginf(got_lse), dead, err_msg=msg)
     assert np.all(got[dead] == 0), f"all-masked rows must be 0 ({msg})"

@@ -254,8 +254,9 @@ FLOORS_TERM = "kernel floors"  # term_sources row for the kernel terms' fixed pe
 class CostModel:
     def __init__(self, model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, params: CostParams,
                  terms: GpuTerms | None = None, spec: Any = None, cluster: Any = None, *,
-                 prefetch: bool = False) -> None:
+                 prefetch: bool = False, swap_in_extra_us: float = 0.0) -> None:
         self.m, self.g, self.d, self.p = model, gpu, dep, params
+        self.swap_in_extra_us = float(swap_in_extra_us)  # a swap-in design's fixed cost beyond the fitted launch
         self.cluster = cluster  # serving.cluster.ClusterSpec when the instance may span nodes (its NIC)
         # IndexShare prefetch of the shared layers' swap-in (costmodel/indexshare.py): SGLang's default
         # with HiSparse on an IndexShare model; off with SGLANG_DISABLE_HISPARSE_PREFETCH and under PP
@@ -683,7 +684,7 @@ class CostModel:
         copy = np.asarray(missed_rows, dtype=float) * self.m.kv_row_bytes / self.g.swap_bw(self.m.kv_row_bytes)
         launch = self._pick_fp8(self.p.swap_in_launch_fp8_us, self.p.swap_in_launch_us)
         per_request = self._pick_fp8(self.p.swap_in_per_request_fp8_us, self.p.swap_in_per_request_us)
-        return (launch + batch * per_request) * 1e-6 + copy
+        return (launch + self.swap_in_extra_us + batch * per_request) * 1e-6 + copy
 
     def swap_in(self, missed_rows, batch: int = 0):
         """One launch per HiSparse layer (every DSA layer; DeepSeek-V4's C4 layers) for the rank's

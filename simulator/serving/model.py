@@ -59,6 +59,7 @@ from .results import RunResult, mean, pct, steady_rate, wmean, wpct
 from .scenario import Scenario
 from .specs import Attention, Mode
 from .state import Rank, Request, System
+from .swap_designs import swap_in_extra_us
 
 __all__ = ["InstanceSim", "RankSim", "Request", "RunResult", "System", "prefill_tok_s", "simulate"]
 
@@ -85,7 +86,8 @@ class InstanceSim:
         self.spec = scenario.speculative  # speculative decoding (serving/speculative.py), or None
         self.cost = CostModel(m, scenario.gpu, d, scenario.params, scenario.terms, spec=self.spec,
                               cluster=scenario.cluster,
-                              prefetch=self.hs is not None and self.hs.prefetch)
+                              prefetch=self.hs is not None and self.hs.prefetch,
+                              swap_in_extra_us=swap_in_extra_us(self.hs))
         self._draws: dict[int, np.ndarray] = {}  # per rank: accept lengths drawn, not yet used
         self.concurrency = 0 if self.open_loop else concurrency
         self.rate = rate_per_s

@@ -652,6 +652,10 @@ class HiSparseSpec(Spec):
     # DeepSeek-V4's C4 device pool: "token" (SGLang main: the full pool // (4 x host_to_device_ratio)) or
     # "request" (PR #33979, open: a hot buffer per request slot); no effect on other models
     c4_pool: str = "token"
+    # how the swap-in copies its rows (serving/swap_designs.py): "fused" (the one launch per layer that
+    # the calibration's swap-in terms were fitted on) or "plan" (plan-then-copy: a planning launch, then
+    # a full-grid copy; its measured extra fixed cost per layer added)
+    swap_in_copy: str = "fused"
     where: str = field(default="<hisparse>", compare=False)
 
     def _check(self, where: str) -> None:
@@ -662,6 +666,11 @@ class HiSparseSpec(Spec):
                                 f"{', '.join(RESIDENCY_POLICIES)})")
         if self.c4_pool not in ("token", "request"):
             raise HisparseError(f"{where}: c4_pool = {self.c4_pool!r}: must be token or request")
+        from .swap_designs import SWAP_IN_COPY
+
+        if self.swap_in_copy not in SWAP_IN_COPY:
+            raise HisparseError(f"{where}: swap_in_copy = {self.swap_in_copy!r}: must be one of "
+                                f"{', '.join(SWAP_IN_COPY)}")
         if self.device_buffer_size < self.top_k:
             raise HisparseError(f"{where}: device_buffer_size {self.device_buffer_size} < top_k {self.top_k} "
                                 "(HiSparse needs room for a whole step's selection)")
