@@ -1,4 +1,4 @@
-"""`hisparse plan --model glm-5.2-fp8` and `--model deepseek-v4-flash` on every shipped GPU and
+"""`hisparse plan --model glm-5.2-fp8` (also with EAGLE 1-1-2) and `--model deepseek-v4-flash` on every shipped GPU and
 deployment: each runs (a system that cannot hold one request left out with its reason), or refuses with exit 2 and a one-line reason (never a traceback)."""
 
 from __future__ import annotations
@@ -52,11 +52,13 @@ def test_a_configuration_that_cannot_fit_says_why(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["glm-5.2-fp8", "deepseek-v4-flash"])
-def test_every_gpu_and_deployment(capsys, model):
+@pytest.mark.parametrize("model, extra", [("glm-5.2-fp8", ()),
+                                          ("glm-5.2-fp8", ("--speculative", "eagle:1-1-2", "--accept-len", "2")),
+                                          ("deepseek-v4-flash", ())], ids=["glm-5.2", "glm-5.2-eagle", "dsv4-flash"])
+def test_every_gpu_and_deployment(capsys, model, extra):
     for gpu in P.preset_names("gpus"):
         for dep in P.preset_names("deployments"):
-            rc, out, err = _plan(capsys, model, gpu, dep)
+            rc, out, err = _plan(capsys, model, gpu, dep, *extra)
             assert rc in (0, 2), (gpu, dep, err)
             assert "Traceback" not in err
             if rc == 2:
