@@ -10,7 +10,7 @@ import math
 import pytest
 
 from simulator.costmodel import CostModel, Pass, RankWork
-from simulator.costmodel.ops import Op
+from simulator.costmodel.ops import RANK_MOE_OPS, Op, rank_moe_ops
 from simulator.costmodel.pass_terms import Provenance
 from simulator.costmodel.passes import MASKED_KIND
 from simulator.costmodel.published_kernels import MASKED_GROUPED_GEMM, MaskedGroupedGemm
@@ -105,14 +105,23 @@ def test_a_deepep_decode_pass_prices_the_routed_gemms_by_the_masked_term():
     base = _cost("8xh200-dp8-ep8-glm52-balanced", moe_a2a_backend="none")
     old = decode_pass(base, batch, ctx)
     measured = sum(n * base.op_time(o) for n, o in base.mlp_side_ops(tokens) if o.name in {"routed_gate_up", "routed_down"})
-    # and DeepEP's shared expert: whole on every GPU, on the rank's own tokens (DeepseekV2MoE tp_size=1)
-    shared = {"shared_gate_up", "shared_silu_mul", "shared_down"}
-    replicated = (sum(n * c.op_time(o) for n, o in c.mlp_side_ops(tokens) if o.name in shared)
-                  - sum(n * base.op_time(o) for n, o in base.mlp_side_ops(tokens) if o.name in shared))
-    assert replicated > 0
-    assert float(step.total_s[0]) == pytest.approx(float(old.total_s[0]) - measured + by_hand + replicated)
+    # and DeepEP's shared expert (whole on every GPU, DeepseekV2MoE tp_size=1) and router, on the rank's own
+    # tokens at its padded graph batch (forward_deepep), where the TP-sharded layout runs them on every rank's
+    assert not any(o.name in RANK_MOE_OPS for _, o in c.mlp_side_ops(tokens))
+    rank = \
+        sum(c.m.moe_layers * c.op_time(o) for o in rank_moe_ops(c.m, 8, c.layout))
+    sharded = sum(n * base.op_time(o) for n, o in base.mlp_side_ops(tokens) if o.name in RANK_MOE_OPS)
+    assert rank > sharded
+    # the collectives: DeepEP's low-latency rows at its received-bytes figure in the 75 MoE layers, the 3 dense
+    # layers' gather and scatter (MAX_LEN) in both; without DeepEP the NCCL all-to-all (bus factor 7/8)
+    ic, h = c.g.interconnect, c.m.hidden_size
+    rows = tokens / 8 * 8
+    a2a = ic.received_time_s("all_to_all", 8, rows * (h + 4 * h // 128)) + ic.received_time_s("all_to_all", 8, rows * h * 2)
+    gather = ic.time_s("all_gather", 8, tokens * h * 2) + ic.time_s("reduce_scatter", 8, tokens * h * 2)
+    assert float(step.comm_s[0]) == pytest.approx(75 * a2a + 3 * gather)
+    comm = float(step.comm_s[0]) - float(old.comm_s[0])
+    assert float(step.total_s[0]) == pytest.approx(float(old.total_s[0]) - measured + by_hand + rank - sharded + comm)
     assert float(step.parts["routed experts"][0]) < float(old.parts["routed experts"][0]) - 10e-3  # ~13 ms less
-    assert math.isclose(float(step.comm_s[0]), float(old.comm_s[0]))  # dispatch/combine unchanged
 
 
 def test_the_masked_term_is_selected_only_for_deepep_decode_passes():
@@ -178,7 +187,11 @@ def test_deepep_all_to_all_rows_per_token_by_kernel_mode():
     row = h + 4 * h // 128  # FP8 values + an fp32 scale per 128 channels
     for extend, copies in ((False, 8.0), (True, 8 * (1 - none_here))):
         n = 4096 / 8 * copies  # 4096 instance tokens, one rank's share
-        want = ic.time_s("all_to_all", 8, n * row) + ic.time_s("all_to_all", 8, n * h * 2)
+        # DeepEP's bandwidths count every row a rank receives, its own included (test_intranode.py:
+        # recv_x.numel() * 2 over the time): the rank's rows over the figure, no (n - 1) / n
+        busbw, lat = 153e9, ic.collectives["all_to_all"].latency_us * 1e-6
+        want = 2 * lat + n * row / busbw + n * h * 2 / busbw
+        assert ic.received_time_s("all_to_all", 8, n * row) == pytest.approx(lat + n * row / busbw)
         assert c.comm_layer(512, 4096, None if extend else 512, extend=extend) == pytest.approx(want)
     # without DeepEP the EP layout keeps min(top-k, ranks) rows
     none = _cost("8xh200-dp8-ep8-glm52-balanced", moe_a2a_backend="none")
@@ -186,5 +199,6 @@ def test_deepep_all_to_all_rows_per_token_by_kernel_mode():
     # an extend pass's collectives follow the normal kernels (fewer rows than a decode pass's)
     prefill = Pass((RankWork(chunks=((4096, 0),)),) * 8)
     assert float(c.pass_time(prefill).comm_s[0]) == pytest.approx(
-        c.m.layers * c.comm_layer(4096, 8 * 4096, None, extend=True))
+        c.m.moe_layers * c.comm_layer(4096, 8 * 4096, None, extend=True)
+        + c.m.dense_layers * c.comm_layer(4096, 8 * 4096, None, extend=True, dense=True))
     assert float(c.pass_time(prefill).comm_s[0]) < float(none.pass_time(prefill).comm_s[0])

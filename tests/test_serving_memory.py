@@ -305,9 +305,12 @@ def test_expert_parallel_moe_dispatches_and_combines_all_to_all():
 
     c = CostModel(sc.model, sc.gpu, ep, sc.params)
     ic, h = sc.gpu.interconnect, sc.model.hidden_size
-    # a decode pass (DeepEP low-latency kernels): 64 tokens over 8 ranks, each sent once per selected expert
+    # a decode pass (DeepEP low-latency kernels): 64 tokens over 8 ranks, each sent once per selected expert;
+    # DeepEP's figures count every row a rank receives (test_intranode.py recv_x.numel()): no bus factor
     copies = 64 / 8 * 8
-    want = ic.time_s("all_to_all", 8, copies * (h + 4 * h // 128)) + ic.time_s("all_to_all", 8, copies * h * 2)
+    want = (ic.received_time_s("all_to_all", 8, copies * (h + 4 * h // 128))
+            + ic.received_time_s("all_to_all", 8, copies * h * 2))
+    assert want == pytest.approx(2 * 15.2e-6 + copies * (h + 4 * h // 128 + 2 * h) / 153e9)
     assert c.comm_layer(8, 64, 8) == pytest.approx(want)
     assert c.comm_layer(8, 64, extend=False) == pytest.approx(want)
     # E/tp whole experts: the same routed bytes; without DeepEP every weight is laid out as under TP MoE

@@ -83,6 +83,15 @@ class Interconnect:
         """Seconds for one ``collective`` over ``n`` GPUs of a ``nbytes`` message (nccl-tests size)."""
         return self.collectives[Collective(collective)].time_s(Collective(collective), n, nbytes)
 
+    def received_time_s(self, collective: Collective | str, n: int, nbytes: float) -> float:
+        """Seconds for ``nbytes`` that one GPU receives in a ``collective`` over ``n`` GPUs, at a figure
+        quoted on the bytes received, the GPU's own rows included (DeepEP's intranode benchmark:
+        ``test_intranode.py`` divides ``recv_x.numel() * 2`` by the time): no (n - 1) / n bus factor."""
+        f = self.collectives[Collective(collective)]
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        return _by_count(f.latency_us, n) * 1e-6 + nbytes / _by_count(f.busbw, n)
+
     def with_overrides(self, comm: Mapping[str, Any], where: str) -> Interconnect:
         """The same fabric with a calibration's measured figures in place of the preset's."""
         merged = dict(self.collectives)

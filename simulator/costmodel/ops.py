@@ -292,6 +292,20 @@ def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
     return ops
 
 
+# The MoE kernels a DeepEP layer runs on the rank's own tokens before its dispatch (SGLang
+# ``DeepseekV2MoE.forward_deepep``: ``_forward_shared_experts(hidden_states)`` and the router on the local
+# ``hidden_states``; the shared expert whole on every GPU, ``Layout.shared_replicated``)
+RANK_MOE_OPS = frozenset({"router_gate", "router_topk", "shared_gate_up", "shared_silu_mul", "shared_down"})
+
+
+def rank_moe_ops(m: ModelShape, rows: int, layout: Layout) -> list[Op]:
+    """``RANK_MOE_OPS`` of one MoE layer on a rank's ``rows`` tokens under DeepEP (``shared_replicated``):
+    the router and the whole shared expert, as ``moe_ops`` shapes them for one rank's tokens."""
+    shared = [o for o in moe_ops(m, rows, layout) if o.name in RANK_MOE_OPS and o.name.startswith("shared")]
+    router = [o for o in moe_ops(m, max(rows / layout.attention_dp, 1e-9), layout) if o.name.startswith("router")]
+    return router + shared
+
+
 def layer_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(), *, dense: bool = False,
               kv_row_bytes: int = 1152, absorbed: str = ABSORBED_BMM_DTYPE) -> list[Op]:
     """Every kernel of one decoder layer (a dense-MLP layer when ``dense``)."""

@@ -62,6 +62,14 @@ def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     return c.attention_fixed(rows, indexer=not s.skip_indexer)
 
 
+def _rank_moe(c: CostModel, s: PassShape, w: RankWork) -> Parts:
+    """Under DeepEP the router and the whole shared expert of every MoE layer on the rank's own
+    tokens (``CostModel.rank_moe``), at the rows its attention side runs: the padded graph batch of a
+    decode pass, the extend batch's tokens, the real batch of a rank decoding inside an extend pass."""
+    rows = w.tokens * s.verify if (s.extend or not s.padded) else s.padded
+    return c.rank_moe(rows)
+
+
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if s.skip_indexer:  # the layers reuse a top-k computed before (Pass.skip_indexer)
         return {}
@@ -149,7 +157,13 @@ def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:
     """Every layer's collectives (decode: each rank contributes its padded graph batch)."""
     if s.tokens <= 0:
         return {}
-    return {"collectives": c.m.layers * c.comm_layer(s.biggest, s.tokens, s.padded or None, extend=s.extend)}
+    args = (s.biggest, s.tokens, s.padded or None)
+    dense = getattr(c.m, "dense_layers", 0)
+    if dense and c.d.moe.value == "ep" and c.d.attention.value == "dp" and c.d.dp > 1:
+        # under DP attention with an a2a backend the dense layers gather and scatter instead (comm_layer)
+        return {"collectives": (c.m.layers - dense) * c.comm_layer(*args, extend=s.extend)
+                + dense * c.comm_layer(*args, extend=s.extend, dense=True)}
+    return {"collectives": c.m.layers * c.comm_layer(*args, extend=s.extend)}
 
 
 def _draft_passes(c: CostModel, s: PassShape, w: None) -> Parts:
@@ -205,6 +219,7 @@ def _collectives_how(c: CostModel) -> tuple[Provenance, str]:
 PASS_TERMS: list[PassTerm] = [
     PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side, _kernels),
     PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer, _kernels),
+    PassTerm("DeepEP shared expert, router", Scope.RANK, Category.COMPUTE, _rank_moe, _kernels),
     PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention, _kernels),
     PassTerm("multi-stream overlap", Scope.RANK, Category.COMPUTE, _stream_overlap, _stream_overlap_how),
     PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in, _swap_in_how),

@@ -58,10 +58,12 @@ from .indexshare import LayerTimes, hidden_swap
 from .ops import (
     GROUPED_KINDS,
     INDEXER_OPS,
+    RANK_MOE_OPS,
     Op,
     attention_ops,
     dense_mlp_ops,
     moe_ops,
+    rank_moe_ops,
     step_head_ops,
 )
 from .pass_terms import Category, Scope
@@ -370,7 +372,9 @@ class CostModel:
         ``rows`` (every rank's padded batch under CUDA graphs; default the tokens), the MoE layers
         on the real tokens (pad rows are masked out of routing), and the head once per step on
         ``head_rows`` (default ``rows``; a prefill chunk samples only a request's last token).
-        ``masked``: leave out the routed gate/up and down GEMMs (``routed_masked_ops`` prices them)."""
+        ``masked``: leave out the routed gate/up and down GEMMs (``routed_masked_ops`` prices them).
+        Under DeepEP (``shared_replicated``) the router and the shared expert run on each rank's own
+        tokens: ``rank_moe`` prices them for the rank, not here."""
         m, lay = self.m, self.layout
         rows = float(instance_tokens if rows is None else rows)
         head_rows = rows if head_rows is None else float(head_rows)
@@ -379,9 +383,20 @@ class CostModel:
             out += [(m.dense_layers, o) for o in dense_mlp_ops(m, self._mlp_batch(rows), lay)]
         if m.moe_layers:
             out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay)
-                    if not (masked and o.name in MASKED_OPS)]
+                    if not (masked and o.name in MASKED_OPS) and not (lay.shared_replicated and o.name in RANK_MOE_OPS)]
         out += [(1, o) for o in step_head_ops(m, self._mlp_batch(head_rows), lay)]
         return out
+
+    def rank_moe(self, rows: float) -> dict[str, float]:
+        """A rank's router and whole shared expert over its own ``rows`` tokens in every MoE layer, by
+        report group, under DeepEP (``ops.rank_moe_ops``; empty for other layouts: the MLP side has them)."""
+        m, lay = self.m, self.layout
+        if not (lay.shared_replicated and m.moe_layers and rows > 0):
+            return {}
+        key = ("rank-moe", float(rows))
+        if key not in self._fixed_cache:
+            self._fixed_cache[key] = self._grouped([(m.moe_layers, o) for o in rank_moe_ops(m, rows, lay)])
+        return self._fixed_cache[key]
 
     def fixed_ops(self, padded: int, instance_tokens: float) -> list[tuple[int, Op]]:
         """(repeat, op) of a decode step's kernels other than the indexer and attention: attention
@@ -571,12 +586,21 @@ class CostModel:
         return r * (1.0 - miss)
 
     def comm_layer(self, batch: float, instance_tokens: float, padded: int | None = None, *,
-                   extend: bool | None = None) -> float:
-        """One layer's collectives on the instance's GPUs (seconds). Under DP attention every rank
-        gathers ``padded`` rows (its batch padded to the CUDA-graph size, the same on every rank:
-        SGLang's MAX_LEN mode, ``layers/dp_attention.py``), so the message is dp x padded rows; under
-        TP attention the all-reduces run on the padded batch of the one scheduler. ``extend``
-        (default: no ``padded`` batch) picks DeepEP's normal kernels over its low-latency ones."""
+                   extend: bool | None = None, dense: bool = False) -> float:
+        """One layer's collectives on the instance's GPUs (seconds). Under DP attention the MLP side
+        gathers every rank's tokens and scatters the result back (SGLang ``layers/dp_attention.py``
+        ``DpPaddingMode``): in a decode pass (CUDA graph) each rank's batch is padded to the graph
+        size, the same on every rank (MAX_LEN: ``all_gather_into_tensor`` of dp x padded rows, the MLP
+        skips its all-reduce and ``dp_reduce_scatter_tensor`` returns each rank's rows); in a pass with
+        an extend batch on any rank ``get_dp_padding_mode`` returns SUM_LEN, where
+        ``_dp_gather_via_all_reduce`` zero-fills a buffer of the instance's tokens, copies the rank's
+        rows in and all-reduces it, and the MLP all-reduces its output before ``dp_scatter`` takes the
+        rank's rows (``communicator.py`` ``_scatter_hidden_states``: reduce-scatter only for MAX_LEN):
+        two all-reduces of the instance's tokens. Under TP attention the all-reduces run on the padded
+        batch of the one scheduler. ``extend`` (default: no ``padded`` batch) picks SUM_LEN and DeepEP's
+        normal kernels over its low-latency ones. ``dense``: a dense-MLP layer, whose MLP under DP
+        attention is TP-sharded and gathered like the above even with an a2a backend
+        (``LayerScatterModes._compute_mlp_mode``: FULL unless ``--moe-dense-tp-size 1``)."""
         ic, d, hidden = self.g.interconnect, self.d, self.m.hidden_size
         msg = instance_tokens * hidden * ACT_BYTES
         if padded is not None:  # every scheduler of the instance contributes its padded batch
@@ -588,15 +612,20 @@ class CostModel:
         elif d.attn_tp > 1:
             t += coll(Collective.ALL_REDUCE, d.attn_tp, batch * hidden * ACT_BYTES)
         is_extend = padded is None if extend is None else extend
-        if d.moe == MoeLayout.EP and self._internode_ep:
+        if d.moe == MoeLayout.EP and not dense and self._internode_ep:
             t += self._deepep_layer(instance_tokens, extend=is_extend)
-        elif d.moe == MoeLayout.EP:
+        elif d.moe == MoeLayout.EP and not dense:
             # one rank's send buffer: its tokens, each sent as many times as the a2a kernel sends it
             copies = instance_tokens / d.tp * self.a2a_copies_per_token(is_extend)
-            t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * dispatch_row_bytes(hidden))
-            t += ic.time_s(Collective.ALL_TO_ALL, d.tp, copies * hidden * ACT_BYTES)
+            rows = (copies * dispatch_row_bytes(hidden), copies * hidden * ACT_BYTES)
+            if d.a2a_backend == MoeA2ABackend.DEEPEP:  # DeepEP's figures count every row a rank receives
+                t += sum(ic.received_time_s(Collective.ALL_TO_ALL, d.tp, b) for b in rows)
+            else:
+                t += sum(ic.time_s(Collective.ALL_TO_ALL, d.tp, b) for b in rows)
+        elif d.attention == Attention.DP and d.dp > 1 and is_extend:
+            t += 2 * coll(Collective.ALL_REDUCE, d.tp, msg)  # SUM_LEN: gather and MLP output, each an all-reduce
         elif d.attention == Attention.DP and d.dp > 1:
-            t += coll(Collective.ALL_GATHER, d.tp, msg)  # every rank's tokens into the MLP
+            t += coll(Collective.ALL_GATHER, d.tp, msg)  # MAX_LEN: every rank's padded rows into the MLP
             t += coll(Collective.REDUCE_SCATTER, d.tp, msg)  # MLP partial sums back to their ranks
         else:
             t += coll(Collective.ALL_REDUCE, d.tp, msg)  # after the row-parallel MLP

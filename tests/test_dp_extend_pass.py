@@ -1,0 +1,110 @@
+"""An extend pass under DP attention, priced as SGLang runs it: the DP gather and scatter in SUM_LEN
+mode (two all-reduces of the instance's tokens), the dense layers' gather under DeepEP, and DeepEP's
+router and whole shared expert on each rank's own tokens (the slowest rank's, not the average)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.costmodel import CostModel, Pass, RankWork
+from simulator.costmodel.ops import RANK_MOE_OPS, rank_moe_ops
+from simulator.serving.model import prefill_tok_s
+from simulator.serving.scenario import load_scenario
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+
+
+def _cost(deployment: str, model: str) -> CostModel:
+    sc = load_scenario(model=model, deployment=deployment)
+    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+
+
+def test_sum_len_gather_and_scatter_are_two_all_reduces_by_hand():
+    # the blog's DP8 deployment, fused MoE TP-sharded: every layer gathers into the MLP and scatters back
+    c = _cost("8xh200-colocated-dp8-sglang-2026-04", "glm-5.1-fp8")
+    h = c.m.hidden_size
+    tokens = 8 * 8192  # every rank extends an 8,192-token chunk: sum_len rows in the buffer
+    msg = tokens * h * 2
+    # all-reduce over 8 GPUs: 10.8 us + 2 x 7/8 x bytes / 370 GB/s (gpus/h200.toml), twice
+    ar = 10.8e-6 + 2 * 7 / 8 * msg / 370e9
+    assert c.comm_layer(8192, tokens, None, extend=True) == pytest.approx(2 * ar)
+    # a decode pass (CUDA graph, MAX_LEN): all-gather and reduce-scatter of dp x the padded batch
+    padded = 16
+    gather = 8 * padded * h * 2
+    want = (15.2e-6 + 7 / 8 * gather / 370e9) + (13.6e-6 + 7 / 8 * gather / 370e9)
+    assert c.comm_layer(16, 8 * 13, padded) == pytest.approx(want)
+    # the pass: every layer's two all-reduces
+    p = Pass((RankWork(chunks=((8192, 0),)),) * 8)
+    assert float(c.pass_time(p).comm_s[0]) == pytest.approx(c.m.layers * 2 * ar)
+
+
+def test_dense_layers_gather_under_deepep():
+    # GLM-5.2 with DeepEP: 75 MoE layers dispatch/combine, the 3 dense layers' TP-sharded MLP gathers (FULL)
+    c = _cost("8xh200-dp8-ep8-glm52-balanced", "glm-5.2-fp8")
+    assert (c.m.dense_layers, c.m.moe_layers) == (3, 75)
+    tokens = 8 * 4096
+    moe = c.comm_layer(4096, tokens, None, extend=True)
+    dense = c.comm_layer(4096, tokens, None, extend=True, dense=True)
+    ic, h = c.g.interconnect, c.m.hidden_size
+    assert dense == pytest.approx(2 * ic.time_s("all_reduce", 8, tokens * h * 2))
+    p = Pass((RankWork(chunks=((4096, 0),)),) * 8)
+    assert float(c.pass_time(p).comm_s[0]) == pytest.approx(75 * moe + 3 * dense)
+
+
+def test_deepep_shared_expert_runs_on_the_slowest_ranks_own_tokens():
+    c = _cost("8xh200-dp8-ep8-glm52-high-throughput", "glm-5.2-fp8")
+    assert c.layout.shared_replicated
+    # one rank extends 1,024 tokens, the others are idle: the shared expert and router run on its 1,024
+    one = Pass((RankWork(chunks=((1024, 0),)),) + (RankWork(),) * 7)
+    ops = rank_moe_ops(c.m, 1024, c.layout)
+    assert {o.name for o in ops} == RANK_MOE_OPS
+    # shapes by hand: the shared expert whole (gate/up 6144 -> 2 x 2048, down 2048 -> 6144), router 6144 -> 256
+    shapes = {o.name: (o.m, o.k, o.n) for o in ops if o.k}
+    assert shapes == {"router_gate": (1024, 6144, 256), "shared_gate_up": (1024, 6144, 4096),
+                      "shared_down": (1024, 2048, 6144)}
+    by_hand = 75 * sum(c.op_time(o) for o in ops)
+    parts = c.pass_time(one).parts
+    assert float(parts["shared expert, router, dense MLP"][0]) == pytest.approx(
+        by_hand + sum(n * c.op_time(o) for n, o in c.mlp_side_ops(1024.0) if o.name in ("dense_gate_up", "silu_mul_quant", "dense_down")))
+    # the same 8,192 tokens spread over the eight ranks: each rank's share is an eighth
+    spread = Pass((RankWork(chunks=((1024, 0),)),) * 8)
+    rank_spread = 75 * sum(c.op_time(o) for o in rank_moe_ops(c.m, 1024, c.layout))
+    assert rank_spread == pytest.approx(by_hand)  # per rank the same rows: the rank term does not grow with dp
+    assert float(c.pass_time(spread).total_s[0]) > float(c.pass_time(one).total_s[0])
+
+
+def test_the_extend_pricing_moves_the_prefill_rate_and_the_plan():
+    # the prefill side's rate (prefill_tok_s) reads the same passes: the SUM_LEN all-reduces slow it
+    sc = load_scenario(model="glm-5.1-fp8", deployment="8xh200-colocated-dp8-sglang-2026-04",
+                       workload="32k-in-8k-out")
+    rate = prefill_tok_s(sc)
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    n, chunk = sc.workload.input_tokens, sc.deployment.prefill_chunk_tokens
+    t = 0.0
+    for done in range(0, n, chunk):
+        p = Pass((RankWork(chunks=((min(chunk, n - done), done),)),) * 8)
+        t += float(c.pass_time(p).total_s[0])
+    assert rate == pytest.approx(n / t * sc.deployment.ranks)
+    # against the gather priced as an all-gather + reduce-scatter (the older formula) the rate is lower
+    ic, h = c.g.interconnect, c.m.hidden_size
+    old = 0.0
+    for done in range(0, n, chunk):
+        k = min(chunk, n - done)
+        msg = 8 * k * h * 2
+        new_comm = 2 * ic.time_s("all_reduce", 8, msg)
+        old_comm = ic.time_s("all_gather", 8, msg) + ic.time_s("reduce_scatter", 8, msg)
+        p = Pass((RankWork(chunks=((k, done),)),) * 8)
+        old += float(c.pass_time(p).total_s[0]) - c.m.layers * (new_comm - old_comm)
+    assert n / old * sc.deployment.ranks > rate * 1.05
+
+
+def test_tp_attention_passes_do_not_move():
+    # the TP8 low-latency layout all-reduces after attention and after the MLP in every pass, as before
+    c = _cost("8xh200-tp8-glm52-low-latency", "glm-5.2-fp8")
+    assert c.d.attention.value == "tp"
+    tokens = 8192
+    ar = c.g.interconnect.time_s("all_reduce", 8, tokens * c.m.hidden_size * 2)
+    assert c.comm_layer(tokens, tokens, None, extend=True) == pytest.approx(2 * ar)
