@@ -4,13 +4,7 @@
 // Each including file defines THREADS (and WARPS = THREADS / 32) and UNROLL first.
 #pragma once
 
-__device__ __forceinline__ uint4 ld_host(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
+#include "host_load.cuh"
 
 // Exclusive block scan of one value per thread; returns the exclusive prefix, *total the sum.
 __device__ __forceinline__ int block_excl_scan(int v, int* s_warp, int* total) {

@@ -35,6 +35,8 @@
 // Duplicate check: a bitmap of max_ctx bits in shared memory (dup_words > 0), else a hash table.
 #include <climits>
 
+#include "host_load.cuh"
+
 #ifndef UNROLL
 #define UNROLL 4
 #endif
@@ -132,14 +134,6 @@ __device__ __forceinline__ int block_rank(int n, unsigned* s_ballot, int* s_warp
     }
     __syncthreads();  // s_warp / s_ballot free for the next call
     return total;
-}
-
-__device__ __forceinline__ uint4 ld_host(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
 }
 
 __device__ __forceinline__ void st_release(unsigned long long* p, unsigned long long v) {
