@@ -1364,26 +1364,59 @@ static inline void lfu_append(lfu_lists *L, int32_t x, int32_t f)
     if (f > L->maxf) L->maxf = f;
 }
 
+/* The state both LFU replays keep: a position's slot, a slot's position and the count lists, made  */
+/* fresh (empty, or the prefix: count 1, ticks in slot order) where the engine starts a buffer.     */
+typedef struct {
+    int32_t *pos, *sp; /* [cmax] a position's slot (-1: none), [B] a slot's position (-1: free) */
+    lfu_lists L;
+    int64_t cmax, counts, B;
+} lfu_state;
+
+static void lfu_state_free(lfu_state *S)
+{
+    free(S->pos); free(S->sp); free(S->L.cnt); free(S->L.prv); free(S->L.nxt); free(S->L.head); free(S->L.tail);
+}
+
+static int lfu_state_open(lfu_state *S, const int64_t *ctx, int64_t steps, int64_t B)
+{
+    S->cmax = 1;
+    for (int64_t t = 0; t < steps; t++) S->cmax = ctx[t] > S->cmax ? ctx[t] : S->cmax;
+    S->counts = steps + 2; /* a position is accessed at most once a step: counts stay below steps + 2 */
+    S->B = B;
+    S->pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)S->cmax);
+    S->sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    S->L.cnt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    S->L.prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    S->L.nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    S->L.head = (int32_t *)malloc(sizeof(int32_t) * (size_t)S->counts);
+    S->L.tail = (int32_t *)malloc(sizeof(int32_t) * (size_t)S->counts);
+    S->L.minf = 1; S->L.maxf = 0;
+    if (!S->pos || !S->sp || !S->L.cnt || !S->L.prv || !S->L.nxt || !S->L.head || !S->L.tail) return STEP_NOMEM;
+    for (int64_t p = 0; p < S->cmax; p++) S->pos[p] = -1;
+    for (int64_t x = 0; x < B; x++) S->sp[x] = -1;
+    for (int64_t f = 0; f < S->counts; f++) S->L.head[f] = S->L.tail[f] = -1;
+    return STEP_OK;
+}
+
+static int64_t lfu_fresh(lfu_state *S, int fill) /* the next free slot: B when filled, else 0 */
+{
+    int32_t *pos = S->pos, *sp = S->sp;
+    for (int64_t x = 0; x < S->B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
+    for (int64_t f = 0; f <= S->L.maxf; f++) S->L.head[f] = S->L.tail[f] = -1;
+    S->L.minf = 1; S->L.maxf = 0;
+    if (!fill) return 0;
+    for (int64_t p = 0; p < S->B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; lfu_append(&S->L, (int32_t)p, 1); }
+    return S->B; /* count 1, ticks in slot order */
+}
+
 static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
                         int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
 {
-    int64_t cmax = 1;
-    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
-    int64_t counts = steps + 2; /* a position is accessed at most once a step: counts stay below steps + 2 */
-    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
-    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    lfu_lists L;
-    L.cnt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    L.prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    L.nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    L.head = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
-    L.tail = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
-    L.minf = 1; L.maxf = 0;
-    int code = STEP_OK;
-    if (!pos || !sp || !L.cnt || !L.prv || !L.nxt || !L.head || !L.tail) { code = STEP_NOMEM; goto done; }
-    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
-    for (int64_t x = 0; x < B; x++) sp[x] = -1;
-    for (int64_t f = 0; f < counts; f++) L.head[f] = L.tail[f] = -1;
+    lfu_state S;
+    int code = lfu_state_open(&S, ctx, steps, B);
+    if (code != STEP_OK) goto done;
+    int32_t *pos = S.pos, *sp = S.sp;
+    lfu_lists *L = &S.L;
     int64_t free_next = 0;
     int fast = 0, started = 0;
     for (int64_t t = 0; t < steps; t++) {
@@ -1391,14 +1424,7 @@ static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
         const int32_t *row = idx + t * width;
         if (c <= B) { misses[t] = 0; fast = 1; continue; }
         if (!started || fast) {
-            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
-            for (int64_t f = 0; f <= L.maxf; f++) L.head[f] = L.tail[f] = -1;
-            L.minf = 1; L.maxf = 0;
-            free_next = 0;
-            if (prefix || fast) { /* count 1, ticks in slot order */
-                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; lfu_append(&L, (int32_t)p, 1); }
-                free_next = B;
-            }
+            free_next = lfu_fresh(&S, prefix || fast);
             started = 1;
             fast = 0;
         }
@@ -1411,29 +1437,29 @@ static int lfu_seq_rows(const int32_t *idx, int64_t steps, int64_t width, const 
             if (reserve && p == newest) continue;
             int32_t x = pos[p];
             if (x >= 0) { /* a hit: one count up, the newest tick */
-                int32_t f = L.cnt[x];
-                lfu_unlink(&L, x);
-                if (f == L.minf && L.head[f] < 0) L.minf = f + 1;
-                lfu_append(&L, x, f + 1);
+                int32_t f = L->cnt[x];
+                lfu_unlink(L, x);
+                if (f == L->minf && L->head[f] < 0) L->minf = f + 1;
+                lfu_append(L, x, f + 1);
                 continue;
             }
             m++;
             if (free_next < B) x = (int32_t)free_next++; /* empty slots first, in slot order */
             else {
-                x = L.head[L.minf]; /* the smallest key: the least count, its oldest tick */
-                lfu_unlink(&L, x);
+                x = L->head[L->minf]; /* the smallest key: the least count, its oldest tick */
+                lfu_unlink(L, x);
                 pos[sp[x]] = -1;
             }
             sp[x] = p;
             pos[p] = x;
-            lfu_append(&L, x, 1);
-            L.minf = 1;
+            lfu_append(L, x, 1);
+            L->minf = 1;
         }
         misses[t] = m;
     }
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
-    free(pos); free(sp); free(L.cnt); free(L.prv); free(L.nxt); free(L.head); free(L.tail);
+    lfu_state_free(&S);
     return code;
 }
 
@@ -1623,24 +1649,14 @@ done:
 static int lfu_batched_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t B, int reserve,
                             int prefix, int64_t *misses, int64_t *slot_pos_out, int64_t *bad)
 {
-    int64_t cmax = 1;
-    for (int64_t t = 0; t < steps; t++) cmax = ctx[t] > cmax ? ctx[t] : cmax;
-    int64_t counts = steps + 2, w = width > 0 ? width : 1;
-    int32_t *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
-    int32_t *sp = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
+    int64_t w = width > 0 ? width : 1;
     int32_t *hit_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w), *load_s = (int32_t *)malloc(sizeof(int32_t) * (size_t)w);
-    lfu_lists L;
-    L.cnt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    L.prv = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    L.nxt = (int32_t *)malloc(sizeof(int32_t) * (size_t)B);
-    L.head = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
-    L.tail = (int32_t *)malloc(sizeof(int32_t) * (size_t)counts);
-    L.minf = 1; L.maxf = 0;
-    int code = STEP_OK;
-    if (!pos || !sp || !hit_s || !load_s || !L.cnt || !L.prv || !L.nxt || !L.head || !L.tail) { code = STEP_NOMEM; goto done; }
-    for (int64_t p = 0; p < cmax; p++) pos[p] = -1;
-    for (int64_t x = 0; x < B; x++) sp[x] = -1;
-    for (int64_t f = 0; f < counts; f++) L.head[f] = L.tail[f] = -1;
+    lfu_state S;
+    int code = lfu_state_open(&S, ctx, steps, B);
+    if (code == STEP_OK && (!hit_s || !load_s)) code = STEP_NOMEM;
+    if (code != STEP_OK) goto done;
+    int32_t *pos = S.pos, *sp = S.sp;
+    lfu_lists *L = &S.L;
     int64_t free_next = 0;
     int fast = 0, started = 0;
     for (int64_t t = 0; t < steps; t++) {
@@ -1648,14 +1664,7 @@ static int lfu_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
         const int32_t *row = idx + t * width;
         if (c <= B) { misses[t] = 0; fast = 1; continue; }
         if (!started || fast) {
-            for (int64_t x = 0; x < B; x++) { if (sp[x] >= 0) pos[sp[x]] = -1; sp[x] = -1; }
-            for (int64_t f = 0; f <= L.maxf; f++) L.head[f] = L.tail[f] = -1;
-            L.minf = 1; L.maxf = 0;
-            free_next = 0;
-            if (prefix || fast) {
-                for (int64_t p = 0; p < B; p++) { sp[p] = (int32_t)p; pos[p] = (int32_t)p; lfu_append(&L, (int32_t)p, 1); }
-                free_next = B;
-            }
+            free_next = lfu_fresh(&S, prefix || fast);
             started = 1;
             fast = 0;
         }
@@ -1669,7 +1678,7 @@ static int lfu_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
             int32_t x = pos[p];
             if (x < 0) continue;
             hit_s[nh++] = x;
-            lfu_unlink(&L, x);
+            lfu_unlink(L, x);
         }
         for (int64_t j = 0; j < width; j++) { /* the misses, in stored order */
             int32_t p = row[j];
@@ -1678,23 +1687,23 @@ static int lfu_batched_rows(const int32_t *idx, int64_t steps, int64_t width, co
             int32_t x;
             if (free_next < B) x = (int32_t)free_next++;
             else {
-                while (L.head[L.minf] < 0) L.minf++; /* an unprotected slot is left: B >= the step's entries */
-                x = L.head[L.minf];
-                lfu_unlink(&L, x);
+                while (L->head[L->minf] < 0) L->minf++; /* an unprotected slot is left: B >= the step's entries */
+                x = L->head[L->minf];
+                lfu_unlink(L, x);
                 pos[sp[x]] = -1;
             }
             sp[x] = p;
             pos[p] = x;
             load_s[nl++] = x;
         }
-        for (int64_t i = 0; i < nl; i++) lfu_append(&L, load_s[i], 1);
-        for (int64_t i = 0; i < nh; i++) lfu_append(&L, hit_s[i], L.cnt[hit_s[i]] + 1);
-        L.minf = 1; /* the next victim search starts low again */
+        for (int64_t i = 0; i < nl; i++) lfu_append(L, load_s[i], 1);
+        for (int64_t i = 0; i < nh; i++) lfu_append(L, hit_s[i], L->cnt[hit_s[i]] + 1);
+        L->minf = 1; /* the next victim search starts low again */
         misses[t] = nl;
     }
     for (int64_t x = 0; x < B; x++) slot_pos_out[x] = sp[x];
 done:
-    free(pos); free(sp); free(hit_s); free(load_s); free(L.cnt); free(L.prv); free(L.nxt); free(L.head); free(L.tail);
+    lfu_state_free(&S); free(hit_s); free(load_s);
     return code;
 }
 
