@@ -179,6 +179,29 @@ class _Tally:
                  "miss_ratio": m / a if a else 0.0} for c, (s, n, a, m) in self.totals.items()]
 
 
+def _in_threads(items, workers: int, ahead: int, submit, collect) -> None:
+    """``submit(pool, item)`` for each item on a pool of ``workers`` threads and ``collect`` the
+    results in order, at most ``ahead`` beyond the one collected next (bounded memory)."""
+    # not imported with the module: the .npy path needs no threads
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending: list = []
+        for item in items:
+            pending.append(submit(pool, item))
+            if len(pending) > ahead:
+                collect(pending.pop(0))
+        for done in pending:
+            collect(done)
+
+
+def _replay_read(source, key, configs, tally: _Tally) -> None:
+    """A stream whose coded chunks are not clean, through the ordinary reader (which raises its error)."""
+    stream = source.read(key)
+    for cfg in configs:
+        tally.add_stream(stream, int(stream.accesses), cfg, paths.stream_misses(stream, cfg))
+
+
 def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
     """Each stream's rows through each config (``paths.stream_misses``)."""
 
@@ -193,49 +216,32 @@ def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> No
         for cfg, fut in futures:
             tally.add_stream(stream, accesses, cfg, fut.result())
 
-    # not imported with the module: the .npy path needs no threads
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: list = []
-        for stream in wrap(iter(source)):
-            pending.append(submit(pool, stream))
-            if len(pending) >= 2:  # one stream replaying while the next is read: bounded memory
-                collect(pending.pop(0))
-        for item in pending:
-            collect(item)
+    # one stream replaying while the next is read
+    _in_threads(wrap(iter(source)), workers, 1, submit, collect)
 
 
 def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
     """Batched LRU on the source's coded chunks (``paths.coded_misses``), no rows materialised."""
+    from .. import native
 
-    def finish(key, fut) -> None:
+    states = native.LruPool()  # reused between streams (fresh ones cost their page faults each time)
+
+    def submit(pool, key):
+        return key, pool.submit(paths.coded_misses, source.coded_chunks(key), configs, k,
+                                per_step=tally.per_step, pool=states)
+
+    def finish(item) -> None:
+        key, fut = item
         run = fut.result()
-        if run is None:  # a chunk is not clean: the ordinary reader raises the error
-            stream = source.read(key)
-            for cfg in configs:
-                tally.add_stream(stream, int(stream.accesses), cfg, paths.stream_misses(stream, cfg))
+        if run is None:
+            _replay_read(source, key, configs, tally)
             return
         for i, cfg in enumerate(configs):
             tally.add(cfg, key.request, key.layer, run.accesses, run.steps, run.totals[i], run.ctx_len,
                       run.misses[i] if run.misses is not None else None,
                       source.first_step(key) if hasattr(source, "first_step") else 0)
 
-    from .. import native
-
-    states = native.LruPool()  # reused between streams (fresh ones cost their page faults each time)
-    # not imported with the module: the .npy path needs no threads
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: list = []
-        for key in wrap(iter(source.keys)):
-            pending.append((key, pool.submit(paths.coded_misses, source.coded_chunks(key), configs, k,
-                                             per_step=tally.per_step, pool=states)))
-            if len(pending) > 2 * workers:
-                finish(*pending.pop(0))
-        for item in pending:
-            finish(*item)
+    _in_threads(wrap(iter(source.keys)), workers, 2 * workers, submit, finish)
 
 
 def _replay_coded_rows(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
@@ -253,28 +259,20 @@ def _replay_coded_rows(source, configs, k, tally: _Tally, workers: int, wrap) ->
             return None
         return rows.steps, rows.accesses, [paths.rows_misses(rows, cfg) for cfg in configs]
 
-    def finish(key, fut) -> None:
+    def submit(pool, key):
+        return key, pool.submit(work, source.coded_chunks(key))  # file reads in this thread
+
+    def finish(item) -> None:
+        key, fut = item
         done = fut.result()
-        if done is None:  # a chunk is not clean: the ordinary reader raises the error
-            stream = source.read(key)
-            for cfg in configs:
-                tally.add_stream(stream, int(stream.accesses), cfg, paths.stream_misses(stream, cfg))
+        if done is None:
+            _replay_read(source, key, configs, tally)
             return
         steps, accesses, totals = done
         for cfg, total in zip(configs, totals, strict=True):
             tally.add(cfg, key.request, key.layer, accesses, steps, total)
 
-    # not imported with the module: the .npy path needs no threads
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: list = []
-        for key in wrap(iter(source.keys)):
-            pending.append((key, pool.submit(work, source.coded_chunks(key))))  # file reads in this thread
-            if len(pending) > 2 * workers:
-                finish(*pending.pop(0))
-        for item in pending:
-            finish(*item)
+    _in_threads(wrap(iter(source.keys)), workers, 2 * workers, submit, finish)
 
 
 def _replay_raw(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
