@@ -117,10 +117,13 @@ def test_every_term_says_how_it_is_priced_on_each_gpu(gpu):
     kernels = rows["MLP side"]["priced"]
     assert kernels == ("measured" if gpu == "h200" else "derived")
     assert (f"scaled to {gpu}" in rows["MLP side"]["source"]) == (gpu != "h200")
-    # the fixed per-launch parts: measured on the H200, the H200's kept elsewhere (said so, not hidden)
-    assert rows[FLOORS_TERM]["priced"] == ("measured" if gpu == "h200" else "inferred")
-    assert ("us per GEMM kind" in rows[FLOORS_TERM]["source"]) and (
-        ("no published per-family" in rows[FLOORS_TERM]["source"]) == (gpu != "h200"))
+    # the fixed per-launch parts: measured on the H200; elsewhere the H200's scaled by the SM clock ratio
+    # where the vendor's clock is published, kept (and said so) where it is not (the H20)
+    floors = rows[FLOORS_TERM]
+    assert floors["priced"] == {"h200": "measured", "h20": "inferred"}.get(gpu, "derived")
+    assert "us per GEMM kind" in floors["source"]
+    assert ("SM boost clock ratio" in floors["source"]) == (gpu not in ("h200", "h20"))
+    assert ("INFERRED" in floors["source"]) == (gpu == "h20")
 
 
 def test_the_indexer_is_replicated_under_tp_attention():

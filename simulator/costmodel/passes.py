@@ -495,17 +495,18 @@ class CostModel:
 
     def floors_source(self) -> tuple[pass_terms.Provenance, str]:
         """How the kernel terms' fixed per-launch parts (the fitted intercepts every kernel term
-        carries) are priced on this GPU: measured with its own calibration, else the H200's kept
-        as they are (no per-family floor was found: docs/validation.md, issue #25 item 3 (d))."""
+        carries) are priced on this GPU: measured with its own calibration; else the H200's scaled by
+        the SM boost clock ratio where both GPUs' clocks are published (DERIVED, ``pricing.floor_ratio``),
+        or kept as they are (INFERRED)."""
         st = self.t
         gemm = [r.launch_s * 1e6 for (kind, _), r in st.rates.items() if kind != "elementwise"]
         span = (f"{min(gemm):.1f}-{max(gemm):.1f} us per GEMM kind, {st.graph_launch_s * 1e6:.2f} us per graph "
                 "node, attention " + " / ".join(f"{v[0] * 1e6:.1f}" for v in st.attention.values()) + " us")
         if not self.terms.scaled:
             return pass_terms.Provenance.MEASURED, f"the fitted per-kernel intercepts of this GPU's calibration ({span})"
-        return pass_terms.Provenance.INFERRED, (
-            f"the H200's fitted per-kernel intercepts kept on {self.g.name} ({span}): no published per-family "
-            "launch or kernel floor was found (docs/validation.md, issue #25 item 3 (d))")
+        how = self.terms.floor_source or f"the H200's fitted per-kernel intercepts kept on {self.g.name}"
+        kind = pass_terms.Provenance.INFERRED if "INFERRED" in how else pass_terms.Provenance.DERIVED
+        return kind, f"{how} ({span})"
 
     def step_report(self, batch: int, ctx_per_request: float) -> dict[str, float]:
         """Milliseconds of one baseline decode step with ``batch`` requests on every scheduler of

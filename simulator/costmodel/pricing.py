@@ -11,9 +11,16 @@ takes the H200's terms with each rate scaled by a datasheet ratio, target / H200
   the sparse-attention roofline's row reads) by the HBM bandwidth ratio;
 - every FLOP-rate term (dense BF16 and FP8 GEMMs, the attention roofline) by the dense BF16 tensor
   rate ratio (FP8 is twice BF16 on every shipped GPU, ``GpuSpec.fp8_flops``, so the ratio is the same);
-- launch costs, the indexer's per-request select time and the attention efficiency unchanged
-  (INFERRED: per-kernel fixed costs and one-block-per-request kernels follow clocks and SM counts
-  that the datasheet ratios do not describe; the plan output says the terms are scaled).
+- every fitted per-kernel floor (each kernel kind's launch intercept, the CUDA-graph node, the
+  attention and indexer launches) by the SM boost clock ratio, H200 / target (``floor_ratio``): a
+  kernel at zero work is a fixed number of SM cycles (block scheduling, prologue, the dependent
+  loads of a latency-bound kernel, epilogue), so its time goes as 1 / clock. Each preset's
+  ``sm_boost_mhz`` is its vendor FP32 vector rate over 2 x its FP32 cores (NVIDIA's definition of that
+  rate). Where no vendor figure is published (the H20s) the H200's floors are kept (INFERRED). The
+  DRAM-latency part of a floor does not follow the SM clock (no per-kernel split was found: the
+  whole floor is scaled);
+- the indexer's per-request select time and the attention efficiency unchanged (INFERRED; the plan
+  output says the terms are scaled).
 
 The GPU presets' ``hbm_bw`` and ``bf16_flops`` are datasheet figures except the H200's (measured
 here); the H200 preset keeps its datasheet figures in ``datasheet_hbm_bw`` / ``datasheet_bf16_flops``.
@@ -47,12 +54,14 @@ class GpuTerms:
     source: str
     hbm_ratio: float = 1.0
     flops_ratio: float = 1.0
+    floor_ratio: float = 1.0  # the H200's fitted per-kernel floors x this (SM boost clock, H200 / this GPU)
+    floor_source: str = ""  # how the floors were carried to this GPU ('' measured on it)
     fp4: str = ""  # how FP4-weight GEMMs are priced on this GPU (a derivation from the FP8 terms)
     bf16: str = ""  # how BF16 GEMM kinds timed only in FP8 are priced (a derivation from the FP8 terms)
 
     @property
     def scaled(self) -> bool:
-        return self.hbm_ratio != 1.0 or self.flops_ratio != 1.0
+        return self.hbm_ratio != 1.0 or self.flops_ratio != 1.0 or self.floor_ratio != 1.0
 
 
 def datasheet_rates(gpu: GpuSpec) -> tuple[float, float]:
@@ -87,17 +96,35 @@ def reference_terms() -> GpuTerms:
     return found
 
 
+def floor_ratio(ref_gpu: GpuSpec, gpu: GpuSpec) -> tuple[float, str]:
+    """(factor on the reference GPU's fitted per-kernel floors, how it was found) for ``gpu``: the
+    reference's SM boost clock over ``gpu``'s, both from vendor figures (``GpuSpec.sm_boost_mhz``); 1.0,
+    INFERRED, where either is not published."""
+    if ref_gpu.sm_boost_mhz > 0 and gpu.sm_boost_mhz > 0:
+        r = ref_gpu.sm_boost_mhz / gpu.sm_boost_mhz
+        return r, (f"the H200's fitted per-kernel floors x {r:.3f}, the SM boost clock ratio {ref_gpu.sm_boost_mhz:.0f} / "
+                   f"{gpu.sm_boost_mhz:.0f} MHz (vendor FP32 rate / 2 x FP32 cores: {ref_gpu.where}, {gpu.where}; "
+                   "a kernel at zero work is a fixed number of SM cycles; its DRAM-latency part, which the clock "
+                   "does not move, is not split out)")
+    return 1.0, (f"the H200's fitted per-kernel floors kept on {gpu.name} (INFERRED: no vendor SM clock figure for "
+                 f"{gpu.name if gpu.sm_boost_mhz <= 0 else ref_gpu.name}, sm_boost_mhz 0)")
+
+
 def scaled_terms(ref: GpuTerms, ref_gpu: GpuSpec, gpu: GpuSpec) -> GpuTerms:
-    """The reference GPU's terms with bandwidths and FLOP rates scaled by datasheet ratios."""
+    """The reference GPU's terms with bandwidths and FLOP rates scaled by datasheet ratios and the
+    per-kernel floors by the SM clock ratio (``floor_ratio``)."""
     ref_bw, ref_fl = datasheet_rates(ref_gpu)
     bw, fl = datasheet_rates(gpu)
     hr, fr = bw / ref_bw, fl / ref_fl
-    terms = ref.terms.scaled(hr, fr)  # swap-in is priced from the GPU's own link (passes.py), not scaled here
+    cr, floors = floor_ratio(ref_gpu, gpu)
+    terms = ref.terms.scaled(hr, fr, floor=cr)  # swap-in is priced from the GPU's own link (passes.py), not scaled here
     src = (f"H200 measurements ({ref.source.split('(')[-1].rstrip(')')}) scaled to {gpu.name}: bandwidths x {hr:.3f} "
            f"(HBM {bw / 1e12:.3g} / {ref_bw / 1e12:.3g} TB/s), FLOP rates x {fr:.3f} (dense BF16 "
            f"{fl / 1e12:.4g} / {ref_fl / 1e12:.4g} TFLOP/s; datasheets: {gpu.where}, {ref_gpu.where}); "
-           "launch costs as measured on the H200")
-    return GpuTerms(terms, terms.roofline["hbm_bw"], terms.roofline["bf16_flops"], src, hr, fr)
+           + (f"kernel floors x {cr:.3f} (SM boost clock {ref_gpu.sm_boost_mhz:.0f} / {gpu.sm_boost_mhz:.0f} MHz)"
+              if ref_gpu.sm_boost_mhz > 0 and gpu.sm_boost_mhz > 0 else "kernel floors as measured on the H200"))
+    return GpuTerms(terms, terms.roofline["hbm_bw"], terms.roofline["bf16_flops"], src, hr, fr,
+                    floor_ratio=cr, floor_source=floors)
 
 
 def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str = "") -> GpuTerms:

@@ -101,16 +101,21 @@ class StepTerms:
         return cls(rates, idx, st["graph_launch_us"] * 1e-6, att, sw,
                    tp_moe_kernel=st.get("tp_moe_kernel", DEFAULT_TP_MOE_KERNEL))
 
-    def scaled(self, hbm: float, flops: float, link: float = 1.0) -> StepTerms:
+    def scaled(self, hbm: float, flops: float, link: float = 1.0, floor: float = 1.0) -> StepTerms:
         """These terms for another GPU from datasheet ratios (its figure / the H200's): every
         bandwidth x ``hbm``, every compute rate and attention's roofline x ``flops``, swap-in
-        bandwidth x ``link``; launch costs, efficiencies and the indexer's select (one block per
-        request, latency-bound) unchanged. A derivation, not a
+        bandwidth x ``link``, and every fitted per-kernel floor (each kernel kind's launch intercept,
+        the graph node, attention's and the indexer's launch) x ``floor``: the H200's SM boost clock
+        over this GPU's (``pricing.floor_ratio``; a kernel at zero work runs a fixed number of SM
+        cycles). Efficiencies and the indexer's per-token select unchanged. A derivation, not a
         measurement: say so where it is used."""
-        rates = {k: dataclasses.replace(r, bw=r.bw * hbm, flops_rate=r.flops_rate * flops) for k, r in self.rates.items()}
-        idx = {k: dataclasses.replace(t, bw=t.bw * hbm) for k, t in self.indexer.items()}
+        rates = {k: dataclasses.replace(r, launch_s=r.launch_s * floor, bw=r.bw * hbm, flops_rate=r.flops_rate * flops)
+                 for k, r in self.rates.items()}
+        idx = {k: dataclasses.replace(t, launch_s=t.launch_s * floor, bw=t.bw * hbm) for k, t in self.indexer.items()}
         sw = {r: (a, b, bw * link) for r, (a, b, bw) in self.swap_in.items()}
-        return dataclasses.replace(self, rates=rates, indexer=idx, swap_in=sw,
+        att = {k: (launch * floor, eff) for k, (launch, eff) in self.attention.items()}
+        return dataclasses.replace(self, rates=rates, indexer=idx, swap_in=sw, attention=att,
+                                   graph_launch_s=self.graph_launch_s * floor,
                                    roofline={"hbm_bw": self.roofline["hbm_bw"] * hbm,
                                              "bf16_flops": self.roofline["bf16_flops"] * flops})
 

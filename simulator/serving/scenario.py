@@ -241,7 +241,7 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
 
 
 DEFAULT_HISPARSE = "blog-8xh200"  # the blog's 8xH200 colocated --hisparse-config
-_STEP_TERM_INPUTS = ("hbm_bw", "bf16_flops", "datasheet_hbm_bw", "datasheet_bf16_flops")
+_STEP_TERM_INPUTS = ("hbm_bw", "bf16_flops", "datasheet_hbm_bw", "datasheet_bf16_flops", "sm_boost_mhz")
 
 
 def _fmt(v) -> str:

@@ -513,6 +513,10 @@ class GpuSpec(Spec):
     datasheet_hbm_bw: float = num(ge=0, default=0.0)
     datasheet_bf16_flops: float = num(ge=0, default=0.0, help="datasheet dense BF16 rate where bf16_flops is measured; 0: same")
     fp4_flops: float = num(ge=0, default=0.0, help="dense FP4 tensor-core rate (datasheet); 0: no FP4 tensor cores")
+    # the SM boost clock from the vendor's figures (FP32 vector rate / (2 x FP32 cores)): the per-kernel
+    # floors measured on the H200 scale to another GPU by the clock ratio (costmodel/pricing.py); 0: no
+    # vendor figure, the H200's floors are kept (INFERRED)
+    sm_boost_mhz: float = num(ge=0, default=0.0, help="SM boost clock, MHz (vendor FP32 rate / 2 x cores); 0: not published")
     calibration: str = ""  # the packaged calibration that applies to this GPU ("" none)
     # HBM already taken when SGLang measures free memory before loading the weights (CUDA context,
     # torch.distributed / NCCL and custom all-reduce buffers). H200 logs: "Load weight begin. avail
