@@ -108,3 +108,46 @@ def test_tp_attention_passes_do_not_move():
     tokens = 8192
     ar = c.g.interconnect.time_s("all_reduce", 8, tokens * c.m.hidden_size * 2)
     assert c.comm_layer(tokens, tokens, None, extend=True) == pytest.approx(2 * ar)
+
+
+def test_deepep_normal_dispatch_aligns_each_experts_rows_to_128():
+    """SGLang's DeepEP normal dispatch (extend passes) asks DeepEP for ``expert_alignment=128`` and DeepGEMM's
+    contiguous GEMM multiplies every aligned row: E[ceil(X / 128) * 128] per local expert, X ~ Binomial."""
+    from simulator.costmodel.ops import aligned_rows_per_expert
+
+    # by hand: 2 tokens, p 1/2, alignment 2 -> X = 0, 1, 2 with 1/4, 1/2, 1/4 -> 0, 2, 2 rows
+    assert aligned_rows_per_expert(2, 0.5, 2) == pytest.approx(1.5)
+    assert aligned_rows_per_expert(8192, 8 / 256, 1) == pytest.approx(256.0)
+    # mean 256, sd ~16: about half the experts land on 256 rows, half on 384
+    assert 300.0 < aligned_rows_per_expert(8192, 8 / 256, 128) < 336.0
+    assert aligned_rows_per_expert(1108, 8 / 256, 128) == pytest.approx(128.0, abs=1e-6)  # ~35 rows each: one block
+    assert aligned_rows_per_expert(0, 8 / 256, 128) == 0.0
+
+
+def test_the_alignment_prices_only_deepep_extend_passes():
+    import numpy as np
+
+    from simulator.costmodel.ops import aligned_rows_per_expert
+
+    sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-high-throughput")
+    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    chunk = sc.deployment.prefill_chunk_tokens  # 8192 // dp 8
+    tokens = 8.0 * chunk
+    plain = {o.name: o for _, o in c.mlp_side_ops(tokens, aligned=False) if o.name.startswith("routed")}
+    padded = {o.name: o for _, o in c.mlp_side_ops(tokens, aligned=True) if o.name.startswith("routed")}
+    m = sc.model
+    expected = tokens * m.experts_per_token / 8  # rows this GPU's 32 experts receive on average
+    aligned = m.experts // 8 * aligned_rows_per_expert(int(tokens), m.experts_per_token / m.experts, 128)
+    assert padded["routed_gate_up"].flops / plain["routed_gate_up"].flops == pytest.approx(aligned / expected)
+    assert aligned / expected > 1.2  # 256 rows per expert on average, padded to 256 or 384
+    assert padded["routed_down"].weight_bytes == plain["routed_down"].weight_bytes  # the same experts' weights
+    assert c.deepep_contiguous(True) and not c.deepep_masked(True)
+    assert not c.deepep_contiguous(False)  # decode: the low-latency kernels and the masked GEMM
+    extend = Pass(tuple(RankWork(chunks=((chunk, 0),)) for _ in range(8)))
+    with_align = float(np.ravel(c.pass_time(extend).parts["routed experts"])[0])
+    c2 = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c2.deepep_contiguous = lambda extend: False  # type: ignore[method-assign]
+    assert with_align > float(np.ravel(c2.pass_time(extend).parts["routed experts"])[0])
+    # a deployment without DeepEP keeps its extend pass's rows as routed
+    tp = load_scenario(model="glm-5.1-fp8", deployment="8xh200-colocated-dp8")
+    assert not CostModel(tp.model, tp.gpu, tp.deployment, tp.params, tp.terms).deepep_contiguous(True)

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
+
+import numpy as np
 
 INDEXER_ROW_BYTES = 132  # 128 fp8 codes + fp32 scale (BRIEF 2; cupy_kernels/indexer.py ROW_BYTES)
 
@@ -256,7 +259,38 @@ def dense_mlp_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
             gemm("dense_down", t, inter, d, w)]
 
 
-def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
+# Rows per local expert under DeepEP's normal dispatch (SGLang's extend passes with --moe-a2a-backend deepep):
+# ``token_dispatcher/deepep.py`` ``_DeepEPDispatcherImplNormal._dispatch_core`` calls DeepEP's ``buffer.dispatch``
+# with ``expert_alignment=128 if deep_gemm_wrapper.ENABLE_JIT_DEEPGEMM else 1`` (JIT DeepGEMM is SGLang's default
+# on SM90 / SM100), so every local expert's received count is rounded up to 128, and the DeepGEMM contiguous path
+# (``pre_permute_deepep_normal_to_deep_gemm`` / ``forward_deepgemm_contiguous``) allocates and multiplies
+# ``all_tokens = sum(num_recv_tokens_per_expert)`` rows: the padding rows are computed (each 128-row M block starts
+# with a real row, so DeepGEMM's skip of all-padding blocks never applies).
+DEEPEP_NORMAL_EXPERT_ALIGNMENT = 128
+
+
+@lru_cache(maxsize=4096)
+def aligned_rows_per_expert(tokens: int, p: float, align: int) -> float:
+    """E[ceil(X / align) * align] for X ~ Binomial(tokens, p): the rows one expert computes when each of
+    ``tokens`` tokens picks it with probability ``p`` (uniform routing: top-k / experts) and its count is
+    rounded up to ``align`` (an expert that receives none computes none)."""
+    if tokens <= 0 or p <= 0.0:
+        return 0.0
+    if align <= 1:
+        return tokens * p
+    mean, sd = tokens * p, math.sqrt(tokens * p * (1.0 - p))
+    lo, hi = max(0, int(mean - 12 * sd) - align), min(tokens, int(mean + 12 * sd) + align + 1)
+    ks = np.arange(lo, hi + 1, dtype=float)
+    logpmf = (math.lgamma(tokens + 1) - np.array([math.lgamma(k + 1) + math.lgamma(tokens - k + 1) for k in ks])
+              + ks * math.log(p) + (tokens - ks) * math.log1p(-p))
+    pmf = np.exp(logpmf - logpmf.max())
+    return float((np.ceil(ks / align) * align * pmf).sum() / pmf.sum())
+
+
+def moe_ops(m: ModelShape, batch: int, layout: Layout, *, align: int = 0) -> list[Op]:
+    """One MoE layer's kernels for ``batch`` tokens per rank. ``align`` > 1: the routed GEMMs compute every
+    local expert's rows rounded up to ``align`` (DeepEP's normal dispatch into DeepGEMM's contiguous layout,
+    ``DEEPEP_NORMAL_EXPERT_ALIGNMENT``); their weight bytes do not change."""
     t, w, d = mlp_tokens(batch, layout), layout.weight_dtype, m.hidden_size
     inter = m.moe_intermediate_size // layout.moe_tp
     # the shared expert: split over the MLP's GPUs on every rank's tokens, or (DeepEP) whole on the rank's own
@@ -264,6 +298,8 @@ def moe_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
     st = batch if layout.shared_replicated else t
     rows, touched = routed_rows(batch, m, layout)
     local = m.experts // layout.expert_parallel
+    if align > 1:  # rows as computed: each local expert's count rounded up to the alignment
+        rows = local * aligned_rows_per_expert(int(round(t)), m.experts_per_token / m.experts, align)
     per_expert = rows / local
     ops = [
         gemm("router_gate", t, d, m.experts, "bf16"),

@@ -127,8 +127,10 @@ def _backup(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 
 def _mlp_side(c: CostModel, s: PassShape, w: None) -> Parts:
     """Dense MLP layers, the MoE layers and the head over every rank's tokens (without the routed
-    GEMMs where DeepGEMM's masked kernel runs them: ``_routed_masked``)."""
-    return c.mlp_groups(s.tokens, s.mlp_rows, s.head_rows, masked=c.deepep_masked(s.extend))
+    GEMMs where DeepGEMM's masked kernel runs them: ``_routed_masked``; in an extend pass under DeepEP the
+    routed GEMMs compute each expert's rows rounded up to 128: ``CostModel.deepep_contiguous``)."""
+    return c.mlp_groups(s.tokens, s.mlp_rows, s.head_rows, masked=c.deepep_masked(s.extend),
+                        aligned=c.deepep_contiguous(s.extend))
 
 
 def _routed_masked(c: CostModel, s: PassShape, w: None) -> Parts:

@@ -56,6 +56,7 @@ from .collectives import (
 )
 from .indexshare import LayerTimes, hidden_swap
 from .ops import (
+    DEEPEP_NORMAL_EXPERT_ALIGNMENT,
     GROUPED_KINDS,
     INDEXER_OPS,
     RANK_MOE_OPS,
@@ -353,6 +354,14 @@ class CostModel:
         return (not extend and self.d.a2a_backend == MoeA2ABackend.DEEPEP and self.m.moe_layers > 0
                 and self.layout.routed_dtype == "fp8")
 
+    def deepep_contiguous(self, extend: bool) -> bool:
+        """Whether a pass's routed experts run DeepEP's normal dispatch into DeepGEMM's contiguous grouped
+        GEMM, each local expert's rows rounded up to ``ops.DEEPEP_NORMAL_EXPERT_ALIGNMENT``: a pass in which
+        any rank extends (``--deepep-mode auto`` resolves to normal for the whole pass) under
+        ``--moe-a2a-backend deepep``, FP8 experts (DeepGEMM's kernel)."""
+        return (extend and self.d.a2a_backend == MoeA2ABackend.DEEPEP and self.m.moe_layers > 0
+                and self.layout.routed_dtype == "fp8")
+
     def routed_masked_ops(self, instance_tokens: float) -> list[tuple[int, Op]]:
         """(repeat, op) of the MoE layers' routed gate/up and down GEMMs as DeepGEMM's masked
         kernel prices them (``published_kernels``): the same shapes and bytes as ``moe_ops``."""
@@ -367,14 +376,16 @@ class CostModel:
         return self._fixed_cache[key]
 
     def mlp_side_ops(self, instance_tokens: float, rows: float | None = None,
-                     head_rows: float | None = None, *, masked: bool = False) -> list[tuple[int, Op]]:
+                     head_rows: float | None = None, *, masked: bool = False,
+                     aligned: bool = False) -> list[tuple[int, Op]]:
         """(repeat, op) of the kernels that see the whole instance's tokens: dense MLP layers on
         ``rows`` (every rank's padded batch under CUDA graphs; default the tokens), the MoE layers
         on the real tokens (pad rows are masked out of routing), and the head once per step on
         ``head_rows`` (default ``rows``; a prefill chunk samples only a request's last token).
         ``masked``: leave out the routed gate/up and down GEMMs (``routed_masked_ops`` prices them).
         Under DeepEP (``shared_replicated``) the router and the shared expert run on each rank's own
-        tokens: ``rank_moe`` prices them for the rank, not here."""
+        tokens: ``rank_moe`` prices them for the rank, not here. ``aligned``: the routed GEMMs compute each
+        local expert's rows rounded up to DeepEP's normal-dispatch alignment (``deepep_contiguous``)."""
         m, lay = self.m, self.layout
         rows = float(instance_tokens if rows is None else rows)
         head_rows = rows if head_rows is None else float(head_rows)
@@ -382,7 +393,8 @@ class CostModel:
         if m.dense_layers:
             out += [(m.dense_layers, o) for o in dense_mlp_ops(m, self._mlp_batch(rows), lay)]
         if m.moe_layers:
-            out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay)
+            align = DEEPEP_NORMAL_EXPERT_ALIGNMENT if aligned else 0
+            out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay, align=align)
                     if not (masked and o.name in MASKED_OPS) and not (lay.shared_replicated and o.name in RANK_MOE_OPS)]
         out += [(1, o) for o in step_head_ops(m, self._mlp_batch(head_rows), lay)]
         return out
@@ -424,11 +436,13 @@ class CostModel:
         return sum(self.mlp_groups(instance_tokens, rows, head_rows).values())
 
     def mlp_groups(self, instance_tokens: float, rows: float | None = None,
-                   head_rows: float | None = None, *, masked: bool = False) -> dict[str, float]:
-        """``mlp_time`` by report group (``masked``: without the routed GEMMs, see ``mlp_side_ops``)."""
-        key = ("mlp", float(instance_tokens), rows, head_rows, masked)
+                   head_rows: float | None = None, *, masked: bool = False, aligned: bool = False) -> dict[str, float]:
+        """``mlp_time`` by report group (``masked``: without the routed GEMMs; ``aligned``: DeepEP's
+        normal-dispatch row alignment; see ``mlp_side_ops``)."""
+        key = ("mlp", float(instance_tokens), rows, head_rows, masked, aligned)
         if key not in self._fixed_cache:
-            self._fixed_cache[key] = self._grouped(self.mlp_side_ops(instance_tokens, rows, head_rows, masked=masked))
+            self._fixed_cache[key] = self._grouped(self.mlp_side_ops(instance_tokens, rows, head_rows, masked=masked,
+                                                                     aligned=aligned))
         return self._fixed_cache[key]
 
     # -- a pass -----------------------------------------------------------------------------------
