@@ -360,3 +360,38 @@ def test_a_retracted_hisparse_request_restarts_its_trace():
             assert first[0] == 1.0 and np.allclose(first[1:], ramp[1:3])
         else:
             np.testing.assert_allclose(first, ramp[:3])
+
+
+def test_the_radix_cache_sends_ignore_eos_requests_through_the_estimate():
+    """SGLang's add_one_req takes the exact look-ahead only when ``ignore_eos and getattr(tree_cache,
+    "disable", True)``: with the radix cache on (the cookbook cells' flags do not disable it) bench_serving's
+    ignore_eos requests are admitted by the new_token_ratio estimate, over-admit and retract, exactly as with
+    ignore_eos off; HiSparse requires the radix cache off, so its look-ahead stays."""
+    from simulator.serving.prefill_adder import PrefillAdder
+
+    off = _small_pool(4 * 3136, ignore_eos=True, jitter=0.3)
+    on = off.replace(deployment=dataclasses.replace(off.deployment, radix_cache=True))
+    estimate = _small_pool(4 * 3136, ignore_eos=False, jitter=0.3)
+    r_on = InstanceSim(on, System.BASELINE, concurrency=8).run()
+    r_est = InstanceSim(estimate, System.BASELINE, concurrency=8).run()
+    r_off = InstanceSim(off, System.BASELINE, concurrency=8).run()
+    assert r_on.retractions == r_est.retractions > 0 and r_on.reprefill_tokens == r_est.reprefill_tokens
+    assert r_off.retractions == 0
+    assert not InstanceSim(on, System.BASELINE, concurrency=8).adder.exact
+    hs = PrefillAdder.__new__(PrefillAdder)  # the rule alone: HiSparse runs with --disable-radix-cache
+    hs.d, hs.w, hs.hs = on.deployment, on.workload, on.hisparse
+    assert hs.exact
+    hs.w = estimate.workload
+    assert not hs.exact  # ignore_eos off: the estimate whatever the cache
+
+
+def test_the_cookbook_cells_keep_the_radix_cache_and_the_launch_says_so():
+    from simulator.serving.launch import launch_command
+
+    for name in ("8xh200-tp8-glm52-low-latency", "8xh200-dp8-ep8-glm52-balanced", "8xh200-dp8-ep8-glm52-high-throughput"):
+        sc = load_scenario(model="glm-5.2-fp8", deployment=name)
+        assert sc.deployment.radix_cache
+        assert "--disable-radix-cache" not in launch_command(sc.model, sc.deployment, None).argv
+        assert "--disable-radix-cache" in launch_command(sc.model, sc.deployment, sc.hisparse).argv
+    blog = load_scenario()
+    assert not blog.deployment.radix_cache  # the blog's flags pass --disable-radix-cache

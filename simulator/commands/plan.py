@@ -799,8 +799,10 @@ def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = N
 
         ratios = RatioSchedule(d.schedule_conservativeness, d.attention.value == "dp")
         adm = {r["system"]: r["max_running_deployment"] // max(d.ranks, 1) for r in rows}
-        how = ("the ignore_eos look-ahead (bench_serving's default)" if w.ignore_eos else
-               f"new_token_ratio {ratios.init:.3g} -> {ratios.min:.3g} over {600} steps")
+        est = f"new_token_ratio {ratios.init:.3g} -> {ratios.min:.3g} over {600} steps"
+        how = ("the ignore_eos look-ahead (bench_serving's default)" if w.ignore_eos and not d.radix_cache else
+               f"baseline: {est} (the radix cache is on: add_one_req takes the look-ahead only with the tree "
+               "cache off); HiSparse: the ignore_eos look-ahead" if w.ignore_eos else est)
         print(f"admission (SGLang's PrefillAdder, {how}; schedule_conservativeness {d.schedule_conservativeness:g}"
               f"{' x 0.3 under DP attention' if d.attention.value == 'dp' else ''}): at most "
               + ", ".join(f"{s} {n}" for s, n in adm.items()) + " running per scheduler (baseline: a wave from "

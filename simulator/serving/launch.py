@@ -94,7 +94,8 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
         a += ["--schedule-conservativeness", f"{dep.schedule_conservativeness:g}"]
     if dep.page_size != 64:
         a += ["--page-size", str(dep.page_size)]
-    a += ["--disable-radix-cache"]  # the blog's runs; HiSparse requires it
+    if not dep.radix_cache or hs is not None:
+        a += ["--disable-radix-cache"]  # the blog's runs; HiSparse requires it
     if dep.mode == Mode.PD_DECODE:
         a += ["--disaggregation-mode", "decode"]
         notes.append("decode node only: the prefill node runs the same model with --disaggregation-mode prefill")

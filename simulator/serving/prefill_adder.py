@@ -29,14 +29,21 @@ class PrefillAdder:
 
     def _budget(self, available: int, running: list[Seq], ratio: float, chunk: int | None = None) -> PrefillBudget:
         return PrefillBudget(available, running, ratio, self.d.prefill_chunk_tokens if chunk is None else chunk,
-                             self.page, self.w.ignore_eos)
+                             self.page, self.exact)
+
+    @property
+    def exact(self) -> bool:
+        """SGLang's ``add_one_req`` takes the exact ignore_eos look-ahead only when the tree cache is off
+        (``getattr(self.tree_cache, "disable", True)``: ChunkCache under ``--disable-radix-cache``, which
+        HiSparse requires); with the radix cache on, ignore_eos requests go through the estimate."""
+        return self.w.ignore_eos and (not self.d.radix_cache or self.hs is not None)
 
     def check_admissible(self, n_in: int, n_out: int, empty_available: int) -> None:
         """A request SGLang's PrefillAdder refuses even on an empty scheduler can never run: the
         user's error, named with the files."""
         took, _ = self._budget(empty_available, [], self.ratios.init).add_new(Seq(n_out, 0, n_in), n_in)
         if not took:
-            rule = ("prompt + all output tokens (PrefillAdder.add_one_req_ignore_eos)" if self.w.ignore_eos else
+            rule = ("prompt + all output tokens (PrefillAdder.add_one_req_ignore_eos)" if self.exact else
                     "prompt + min(output, 4096) + a page (PrefillAdder.add_one_req)")
             raise HisparseError(
                 f"{self.files}: SGLang never admits a request of {n_in} + {n_out} tokens: its {rule} exceed "

@@ -585,6 +585,12 @@ class DeploymentSpec(Spec):
         ge=0, default=1.0, help="SGLang --schedule-conservativeness (default 1.0; x0.3 under DP attention, "
         "server_args._handle_data_parallelism): scales new_token_ratio, the share of each running request's "
         "remaining output the scheduler reserves (admission.py)")
+    # SGLang's RadixCache (on unless --disable-radix-cache; HiSparse requires it off, as do the blog's flags).
+    # Only admission reads it: PrefillAdder.add_one_req takes the exact ignore_eos look-ahead only when
+    # ``req.sampling_params.ignore_eos and getattr(self.tree_cache, "disable", True)``, so with the radix cache on
+    # bench_serving's ignore_eos requests are admitted by the new_token_ratio estimate (admission.py). The
+    # presets write it where their flags say (false: the model's earlier assumption, kept as the default)
+    radix_cache: bool = False
     pool_profile: PoolProfile = PoolProfile.SINCE_31992  # SGLang's memory profiler release: see PoolProfile
     indexer_cache: IndexerCache = IndexerCache.SINCE_30531  # IndexShare's shared layers' indexer: see IndexerCache
     # the --hisparse-config preset this deployment was published with ("": the blog's 8xH200 one),
