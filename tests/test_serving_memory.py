@@ -464,6 +464,9 @@ def test_high_throughput_cell_runs_fewer_requests_at_once():
     sc = sc.replace(workload=dc.replace(sc.workload, input_tokens=8192, output_tokens=1024, requests_per_client=2,
                                         length_jitter=0.0))
     assert sc.deployment.max_running_requests == 256
+    # the pool alone: the exact ignore_eos look-ahead (radix cache off); the cell's own flags keep the radix
+    # cache, whose estimate admission over-admits and retracts (tests/test_serving_admission.py)
+    sc = sc.replace(deployment=dc.replace(sc.deployment, radix_cache=False))
     now = simulate(sc, System.BASELINE, concurrency=1024)
     old = sc.replace(deployment=dc.replace(sc.deployment, moe_a2a_backend="none", indexer_cache="since-30531"))
     before = simulate(old, System.BASELINE, concurrency=1024)
