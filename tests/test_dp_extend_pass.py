@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.costmodel import CostModel, Pass, RankWork
+from simulator.costmodel.host_sync import deepep_host_wait_s
 from simulator.costmodel.ops import RANK_MOE_OPS, rank_moe_ops
 from simulator.serving.model import prefill_tok_s
 from simulator.serving.scenario import load_scenario
@@ -51,7 +52,8 @@ def test_dense_layers_gather_under_deepep():
     ic, h = c.g.interconnect, c.m.hidden_size
     assert dense == pytest.approx(2 * ic.time_s("all_reduce", 8, tokens * h * 2))
     p = Pass((RankWork(chunks=((4096, 0),)),) * 8)
-    assert float(c.pass_time(p).comm_s[0]) == pytest.approx(75 * moe + 3 * dense)
+    # and every MoE layer's DeepEP normal-dispatch host wait (costmodel/host_sync.py)
+    assert float(c.pass_time(p).comm_s[0]) == pytest.approx(75 * moe + 3 * dense + deepep_host_wait_s(75))
 
 
 def test_deepep_shared_expert_runs_on_the_slowest_ranks_own_tokens():

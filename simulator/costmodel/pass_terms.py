@@ -168,6 +168,25 @@ def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:
     return {"collectives": c.m.layers * c.comm_layer(*args, extend=s.extend)}
 
 
+def _deepep_host_wait(c: CostModel, s: PassShape, w: None) -> Parts:
+    """An extend pass under DeepEP: every MoE layer's normal dispatch makes the CPU wait for the
+    received token counts before it launches the dispatch kernel, the GPU idle meanwhile
+    (``costmodel/host_sync.py``); decode passes run the low-latency kernels in a CUDA graph (no wait)."""
+    if not s.extend or s.tokens <= 0 or not c.deepep_normal(s.extend):
+        return {}
+    from .host_sync import deepep_host_wait_s
+
+    return {"DeepEP host wait": deepep_host_wait_s(c.m.moe_layers)}
+
+
+def _deepep_host_wait_how(c: CostModel) -> tuple[Provenance, str]:
+    from .host_sync import SOURCE
+
+    if c.d.a2a_backend.value != "deepep":
+        return Provenance.MEASURED, f"not used: moe_a2a_backend {c.d.a2a_backend.value} ({SOURCE})"
+    return Provenance.MEASURED, f"extend passes under DeepEP: {SOURCE} (a host-side cost, not scaled by GPU)"
+
+
 def _draft_passes(c: CostModel, s: PassShape, w: None) -> Parts:
     """Speculative decoding: the draft model's passes before the verify (``CostModel.draft_time``),
     each priced by this same table on the draft layer's shapes."""
@@ -229,5 +248,6 @@ PASS_TERMS: list[PassTerm] = [
     PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _kernels),
     PassTerm("DeepEP routed GEMM", Scope.INSTANCE, Category.COMPUTE, _routed_masked, _routed_masked_how),
     PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives, _collectives_how),
+    PassTerm("DeepEP host wait", Scope.INSTANCE, Category.COMM, _deepep_host_wait, _deepep_host_wait_how),
     PassTerm("draft passes", Scope.INSTANCE, Category.COMPUTE, _draft_passes, _draft_how),
 ]

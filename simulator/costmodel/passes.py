@@ -354,6 +354,12 @@ class CostModel:
         return (not extend and self.d.a2a_backend == MoeA2ABackend.DEEPEP and self.m.moe_layers > 0
                 and self.layout.routed_dtype == "fp8")
 
+    def deepep_normal(self, extend: bool) -> bool:
+        """Whether a pass runs DeepEP's normal dispatch (its host wait per MoE layer,
+        ``costmodel/host_sync.py``): a pass in which any rank extends under ``--moe-a2a-backend deepep``
+        (``--deepep-mode auto`` resolves to normal for the whole pass), whatever the experts' format."""
+        return extend and self.d.a2a_backend == MoeA2ABackend.DEEPEP and self.m.moe_layers > 0
+
     def deepep_contiguous(self, extend: bool) -> bool:
         """Whether a pass's routed experts run DeepEP's normal dispatch into DeepGEMM's contiguous grouped
         GEMM, each local expert's rows rounded up to ``ops.DEEPEP_NORMAL_EXPERT_ALIGNMENT``: a pass in which
