@@ -183,7 +183,7 @@ def _deepep_host_wait_how(c: CostModel) -> tuple[Provenance, str]:
     from .host_sync import SOURCE
 
     if c.d.a2a_backend.value != "deepep":
-        return Provenance.MEASURED, f"not used: moe_a2a_backend {c.d.a2a_backend.value} ({SOURCE})"
+        return Provenance.MEASURED, f"not used: moe_a2a_backend {c.d.a2a_backend.value} (no DeepEP normal dispatch)"
     return Provenance.MEASURED, f"extend passes under DeepEP: {SOURCE} (a host-side cost, not scaled by GPU)"
 
 
