@@ -10,6 +10,7 @@ import math
 import pytest
 
 from simulator.costmodel import CostModel, Pass, RankWork
+from simulator.costmodel.host_sync import deepep_host_wait_s
 from simulator.costmodel.ops import RANK_MOE_OPS, Op, rank_moe_ops
 from simulator.costmodel.pass_terms import Provenance
 from simulator.costmodel.passes import MASKED_KIND
@@ -200,5 +201,6 @@ def test_deepep_all_to_all_rows_per_token_by_kernel_mode():
     prefill = Pass((RankWork(chunks=((4096, 0),)),) * 8)
     assert float(c.pass_time(prefill).comm_s[0]) == pytest.approx(
         c.m.moe_layers * c.comm_layer(4096, 8 * 4096, None, extend=True)
-        + c.m.dense_layers * c.comm_layer(4096, 8 * 4096, None, extend=True, dense=True))
+        + c.m.dense_layers * c.comm_layer(4096, 8 * 4096, None, extend=True, dense=True)
+        + deepep_host_wait_s(c.m.moe_layers))  # and the normal dispatch's host wait (costmodel/host_sync.py)
     assert float(c.pass_time(prefill).comm_s[0]) < float(none.pass_time(prefill).comm_s[0])
