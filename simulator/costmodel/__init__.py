@@ -4,6 +4,7 @@
 - ``terms``: the fitted kernel terms (launch + bytes / bandwidth or FLOPs / rate), from calibration;
 - ``pricing``: which terms a GPU gets (measured, or another GPU's scaled) and the layout of a deployment;
 - ``collectives``: NCCL/DeepEP collective times on a GPU's interconnect;
+- ``host_sync``: the GPU idle gap of DeepEP normal dispatch's host wait (measured);
 - ``passes``: ``CostModel.pass_time(Pass) -> StepTime`` for a decode, mixed or prefill pass;
 - ``pass_terms``: the table of terms a pass's time is the sum of.
 
