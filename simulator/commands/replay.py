@@ -51,6 +51,12 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Both commands' parsers (``hisparse replay`` and ``hisparse mrc``)."""
+    add_replay_parser(sub)
+    add_mrc_parser(sub)
+
+
+def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     rp = sub.add_parser("replay", help="exact misses per step for policies x buffer sizes",
                         description="Replay a trace through per-(request, layer) hot buffers and count "
                                     "the misses at every step, for each policy and buffer size.")
@@ -77,6 +83,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     declare_io(rp, inputs=["trace"], outputs=[Output("out", suffixes=(".parquet", ".csv")),
                                               Output("plot", suffixes=(".png",))])
 
+
+def add_mrc_parser(sub: argparse._SubParsersAction) -> None:
     mp = sub.add_parser("mrc", help="miss-ratio curve: misses for every buffer size",
                         description="Misses against buffer size. Sequential LRU from an empty buffer "
                                     "is a stack algorithm: one pass gives every size exactly. Batched "

@@ -183,9 +183,9 @@ def _in_threads(items, workers: int, ahead: int, submit, collect) -> None:
     """``submit(pool, item)`` for each item on a pool of ``workers`` threads and ``collect`` the
     results in order, at most ``ahead`` beyond the one collected next (bounded memory)."""
     # not imported with the module: the .npy path needs no threads
-    from concurrent.futures import ThreadPoolExecutor
+    from ..thread_pool import ThreadPool
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPool(workers) as pool:
         pending: list = []
         for item in items:
             pending.append(submit(pool, item))
