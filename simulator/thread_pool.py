@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -105,3 +105,17 @@ class ThreadPool:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(drop_queued=exc_type is not None)
+
+
+def run_in_order(items: Iterable[Any], workers: int, ahead: int, submit: Callable[[ThreadPool, Any], Any],
+                 collect: Callable[[Any], None]) -> None:
+    """``submit(pool, item)`` for each item on a pool of ``workers`` threads and ``collect`` what
+    it returned, in order, at most ``ahead`` items beyond the one collected next (bounded memory)."""
+    with ThreadPool(workers) as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(submit(pool, item))
+            if len(pending) > ahead:
+                collect(pending.popleft())
+        while pending:
+            collect(pending.popleft())

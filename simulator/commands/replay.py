@@ -86,10 +86,11 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
 
 def add_mrc_parser(sub: argparse._SubParsersAction) -> None:
     mp = sub.add_parser("mrc", help="miss-ratio curve: misses for every buffer size",
-                        description="Misses against buffer size. Sequential LRU from an empty buffer "
-                                    "is a stack algorithm: one pass gives every size exactly. Batched "
-                                    "(HiSparse) order breaks stack inclusion, so batched LRU, OPT and "
-                                    "prefix-initialised buffers are replayed size by size on a grid "
+                        description="Misses against buffer size. Sequential LRU from an empty buffer, "
+                                    "and OPT under either semantics and initial buffer, are stack "
+                                    "algorithms: one pass gives every size exactly. Batched (HiSparse) "
+                                    "order breaks LRU's stack inclusion, so batched LRU, prefix-initialised "
+                                    "LRU and the other policies are replayed size by size on a grid "
                                     "(--step); the output says which method ran.")
     add_trace_input(mp)
     mp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
