@@ -1872,6 +1872,31 @@ static void os_core_down(os_core *c, int64_t i)
     os_core_put(c, i, key, pos);
 }
 
+/* After a walk: the leaves it rewrote (ascending slots, their leaves already written) pull their
+ * ancestors' maxima up, each ancestor once. A walk only reads nodes whose range lies past its
+ * current slot, so the ancestors of the slots behind it may wait until here. */
+static void os_tree_fix(int64_t *tree, int64_t size, int64_t *nodes, int64_t n)
+{
+    if (size == 1) return; /* the one leaf is the root */
+    for (int64_t i = 0; i < n; i++) nodes[i] = (size + nodes[i] - 1) >> 1;
+    while (n > 0) {
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t x = nodes[i];
+            if (m && nodes[m - 1] == x) continue;
+            int64_t l = tree[2 * x], r = tree[2 * x + 1];
+            tree[x] = l > r ? l : r;
+            nodes[m++] = x;
+        }
+        if (nodes[0] == 1) break;
+        n = 0;
+        for (int64_t i = 0; i < m; i++) {
+            int64_t up = nodes[i] >> 1;
+            if (!n || nodes[n - 1] != up) nodes[n++] = up;
+        }
+    }
+}
+
 static int opt_stack_hist(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int reserve,
                           int prefix, int batched, int64_t L, int64_t H, int64_t *hist, int64_t *bad)
 {
@@ -1895,10 +1920,12 @@ static int opt_stack_hist(const int32_t *idx, int64_t steps, int64_t width, cons
     int64_t *tree = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * size));
     os_item *D = (os_item *)malloc(sizeof(os_item) * (size_t)cap);
     os_item *A = (os_item *)malloc(sizeof(os_item) * (size_t)cap);
+    int64_t *dirty = (int64_t *)malloc(sizeof(int64_t) * (size_t)(T + 1)); /* slots a walk rewrote */
     os_core core = {(int64_t *)malloc(sizeof(int64_t) * (size_t)L), (int32_t *)malloc(sizeof(int32_t) * (size_t)L),
                     (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax), 0};
     int code = STEP_OK;
-    if (!nu || !last || !depth || !mark || !spos || !skey || !tree || !D || !A || !core.key || !core.pos || !core.at) {
+    if (!nu || !last || !depth || !mark || !spos || !skey || !tree || !D || !A || !dirty || !core.key || !core.pos ||
+        !core.at) {
         code = STEP_NOMEM;
         goto done;
     }
@@ -1977,7 +2004,7 @@ static int opt_stack_hist(const int32_t *idx, int64_t steps, int64_t width, cons
                 os_core_put(&core, core.n++, it.key, it.pos);
                 os_core_up(&core, core.n - 1);
             }
-            int64_t s = 0; /* the tail: A's slots take D's best; an entry used later than D's best swaps with it */
+            int64_t s = 0, nw = 0; /* the tail: A's slots take D's best; an entry used later than D's best swaps with it */
             while (nd > 0) {
                 s = os_first_above(tree, size, s + 1, D[0].key);
                 if (!s) break;
@@ -1992,8 +2019,10 @@ static int opt_stack_hist(const int32_t *idx, int64_t steps, int64_t width, cons
                 spos[s] = best.pos;
                 skey[s] = best.key;
                 depth[best.pos] = (int32_t)(L + s);
-                os_tree_set(tree, size, s, best.key);
+                tree[size + s - 1] = best.key;
+                dirty[nw++] = s;
             }
+            os_tree_fix(tree, size, dirty, nw);
             /* what D still holds fell below H (its depths are 0 already); A's new keys in the core */
             for (int64_t i = 0; i < na; i++) {
                 int32_t p = A[i].pos;
@@ -2010,7 +2039,7 @@ static int opt_stack_hist(const int32_t *idx, int64_t steps, int64_t width, cons
         }
     }
 done:
-    free(nu); free(last); free(depth); free(mark); free(spos); free(skey); free(tree); free(D); free(A);
+    free(nu); free(last); free(depth); free(mark); free(spos); free(skey); free(tree); free(D); free(A); free(dirty);
     free(core.key); free(core.pos); free(core.at);
     return code;
 }
