@@ -68,14 +68,19 @@ def test_one_pass_opt_curve_on_a_bundled_trace_equals_per_size_replays(semantics
     assert (np.diff(curve["misses"]) <= 0).all()  # inclusion: a larger buffer never misses more
 
 
+def _small_stream(seed, k, steps, max_size, overlap, ragged):
+    """A random stream whose every ctx_len is above ``max_size`` (no step takes the fast path), and its rng."""
+    rng = np.random.default_rng(seed)
+    return rng, random_stream(rng, steps=steps, k=k, ctx0=max_size + 1 + int(rng.integers(0, 8)), overlap=overlap,
+                              ragged=ragged)
+
+
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 6), steps=st.integers(1, 14), extra=st.integers(0, 10),
        overlap=st.floats(0, 1), ragged=st.booleans())
 @fuzz_settings(100)
 def test_reference_stack_depths_equal_per_size_engine_replays(seed, k, steps, extra, overlap, ragged):
-    rng = np.random.default_rng(seed)
     max_size = k + extra
-    s = random_stream(rng, steps=steps, k=k, ctx0=max_size + 1 + int(rng.integers(0, 8)), overlap=overlap,
-                      ragged=ragged)
+    _, s = _small_stream(seed, k, steps, max_size, overlap, ragged)
     for reserve, prefix, batched in itertools.product((False, True), repeat=3):
         sizes = np.arange(k if batched else 1, max_size + 1)
         hist = opt_stack_histogram(s.indices, s.ctx_len, reserve=reserve, prefix=prefix, batched=batched,
@@ -90,10 +95,8 @@ def test_reference_stack_depths_equal_per_size_engine_replays(seed, k, steps, ex
 @fuzz_settings(150)
 def test_c_stack_depths_equal_the_reference(seed, k, steps, extra, overlap, ragged):
     """Bit for bit, with the depths above a random smallest size kept as one set (hist[min_size])."""
-    rng = np.random.default_rng(seed)
     max_size = k + extra
-    s = random_stream(rng, steps=steps, k=k, ctx0=max_size + 1 + int(rng.integers(0, 8)), overlap=overlap,
-                      ragged=ragged)
+    rng, s = _small_stream(seed, k, steps, max_size, overlap, ragged)
     for reserve, prefix, batched in itertools.product((False, True), repeat=3):
         lo = int(rng.integers(k if batched else 1, max_size + 1))
         ref = opt_stack_histogram(s.indices, s.ctx_len, reserve=reserve, prefix=prefix, batched=batched,
