@@ -30,21 +30,23 @@ def _add_trace_commands(sub: argparse._SubParsersAction) -> None:
     cmd.add_parsers(tsub)
 
 
-def _add_module_commands(name: str) -> Callable[[argparse._SubParsersAction], None]:
+def _add_module_commands(name: str, adder: str = "add_parsers") -> Callable[[argparse._SubParsersAction], None]:
     def add(sub: argparse._SubParsersAction) -> None:
         import importlib
 
-        importlib.import_module(f".commands.{name}", __package__).add_parsers(sub)
+        getattr(importlib.import_module(f".commands.{name}", __package__), adder)(sub)
 
     return add
 
 
 # The module adding each command's parser, in --help order. `hisparse replay ...` builds only
-# the replay parsers: the others import the serving model and the sweep grid (~25 ms of CPU,
-# a seventh of replaying a 41 M-access stream; BENCHMARKS.md "Replay engine").
+# the replay parser: the others import the serving model and the sweep grid (~25 ms of CPU,
+# a seventh of replaying a 41 M-access stream; BENCHMARKS.md "Replay engine"), and even mrc's
+# parser is ~1 ms of a .npy replay's ~50 ms process.
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "trace": _add_trace_commands,
-    **dict.fromkeys(("replay", "mrc"), _add_module_commands("replay")),
+    "replay": _add_module_commands("replay", "add_replay_parser"),
+    "mrc": _add_module_commands("replay", "add_mrc_parser"),
     "plan": _add_module_commands("plan"),
     "sweep": _add_module_commands("sweep"),
     "presets": _add_module_commands("presets"),

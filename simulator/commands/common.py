@@ -9,7 +9,6 @@ the command runs (``simulator.fileio.check_output``).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -281,6 +280,8 @@ def require_accesses(trace, path) -> None:
 
 def print_json(obj: Any) -> None:
     """Strict JSON on stdout: NaN and infinity print as null (``json_safe``), never bare."""
+    import json  # not with the module: a replay's table needs no JSON (start-up)
+
     json.dump(json_safe(obj), sys.stdout, indent=2, default=_jsonable, allow_nan=False)
     sys.stdout.write("\n")
 

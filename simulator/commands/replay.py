@@ -51,6 +51,12 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Both commands' parsers (``hisparse replay`` and ``hisparse mrc``)."""
+    add_replay_parser(sub)
+    add_mrc_parser(sub)
+
+
+def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     rp = sub.add_parser("replay", help="exact misses per step for policies x buffer sizes",
                         description="Replay a trace through per-(request, layer) hot buffers and count "
                                     "the misses at every step, for each policy and buffer size.")
@@ -77,11 +83,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     declare_io(rp, inputs=["trace"], outputs=[Output("out", suffixes=(".parquet", ".csv")),
                                               Output("plot", suffixes=(".png",))])
 
+
+def add_mrc_parser(sub: argparse._SubParsersAction) -> None:
     mp = sub.add_parser("mrc", help="miss-ratio curve: misses for every buffer size",
-                        description="Misses against buffer size. Sequential LRU from an empty buffer "
-                                    "is a stack algorithm: one pass gives every size exactly. Batched "
-                                    "(HiSparse) order breaks stack inclusion, so batched LRU, OPT and "
-                                    "prefix-initialised buffers are replayed size by size on a grid "
+                        description="Misses against buffer size. Sequential LRU from an empty buffer, "
+                                    "and OPT under either semantics and initial buffer, are stack "
+                                    "algorithms: one pass gives every size exactly. Batched (HiSparse) "
+                                    "order breaks LRU's stack inclusion, so batched LRU, prefix-initialised "
+                                    "LRU and the other policies are replayed size by size on a grid "
                                     "(--step); the output says which method ran.")
     add_trace_input(mp)
     mp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
@@ -307,10 +316,8 @@ def _print_params(args, policies) -> None:
 
 
 def run_mrc(args: argparse.Namespace) -> int:
-    import pandas as pd
-
     from ..errors import HisparseError
-    from ..replay.mrc import miss_ratio_curve, one_pass_applies
+    from ..replay.mrc import curve_records, one_pass_applies
 
     policies = _with_baseline(args, check_policies(args.policy, POLICIES))
     if args.min_buffer and args.max_buffer and args.max_buffer < args.min_buffer:
@@ -343,29 +350,62 @@ def run_mrc(args: argparse.Namespace) -> int:
             raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {cfg.policy}, each one "
                                 f"replay (at most {MAX_GRID_SIZES}); give a larger --step or a narrower range")
         plans.append((cfg, sizes))
-    curves, methods = [], {}
+    rows, methods = [], {}
     for cfg, sizes in plans:
-        curve, method = miss_ratio_curve(trace, cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
-                                         progress=not args.quiet)
+        curve, method = curve_records(trace, cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
+                                      progress=not args.quiet)
         methods[str(cfg.policy)] = method
-        curves.append(curve)
-    table = pd.concat(curves, ignore_index=True)
+        rows += curve
     if args.vs is not None:  # the baseline at every size any curve has (one-pass curves have them all)
-        base = table[table["policy"] == args.vs].set_index("buffer")
-        table["hit_penalty"] = table["miss_ratio"] - table["buffer"].map(base["miss_ratio"])
-        table["miss_x"] = table["misses"] / table["buffer"].map(base["misses"])
+        _add_curve_penalty(rows, args.vs)
     _print_params(args, policies)
-    if args.out:
-        _write_table(table, args.out)
-    if args.plot:
-        from ..replay.plots import plot_miss_ratio_curves
+    if args.out or args.plot:
+        import pandas as pd
 
-        plot_miss_ratio_curves(table, args.plot, title=f"{os.path.basename(args.trace)}, {args.semantics}")
+        table = pd.DataFrame(rows)
+        if args.out:
+            _write_table(table, args.out)
+        if args.plot:
+            from ..replay.plots import plot_miss_ratio_curves
+
+            plot_miss_ratio_curves(table, args.plot, title=f"{os.path.basename(args.trace)}, {args.semantics}")
     if args.json:
-        print_json({"methods": methods, "curve": table.to_dict(orient="records")})
+        print_json({"methods": methods, "curve": rows})
     else:
         for policy, method in methods.items():
             print(f"# {policy}: {method}")
-        shown = table if len(table) <= 60 else table[table["buffer"] % step == lo % step]
-        print(shown.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        shown = rows if len(rows) <= 60 else [r for r in rows if r["buffer"] % step == lo % step]
+        print(_curve_text(shown))
     return 0
+
+
+def _add_curve_penalty(rows: list[dict], base: str) -> None:
+    """hit_penalty and miss_x against ``base``'s curve at the same size, as pandas computes them
+    (NaN where the baseline has no such size; miss_x inf over no baseline misses, NaN for 0 / 0)."""
+    ref = {r["buffer"]: r for r in rows if r["policy"] == base}
+    nan = float("nan")
+    for r in rows:
+        b = ref.get(r["buffer"])
+        r["hit_penalty"] = r["miss_ratio"] - b["miss_ratio"] if b else nan
+        if not b:
+            r["miss_x"] = nan
+        elif b["misses"]:
+            r["miss_x"] = r["misses"] / b["misses"]
+        else:
+            r["miss_x"] = nan if r["misses"] == 0 else float("inf")
+
+
+def _curve_text(rows: list[dict]) -> str:
+    """The curve as ``pandas.DataFrame(rows).to_string(index=False)`` lays it out (``text_table``;
+    pandas itself only for a value the rules do not cover)."""
+    from .text_table import supported, to_string
+
+    def fmt(v: float) -> str:
+        return f"{v:.4f}"
+
+    columns = [(c, [r[c] for r in rows]) for c in rows[0]]
+    if all(supported(values) for _, values in columns):
+        return to_string(columns, fmt)
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_string(index=False, float_format=fmt)

@@ -355,9 +355,9 @@ def _ahead(makers: Sequence[Callable[[], bytes | None]]) -> Iterator[bytes | Non
         yield from (make() for make in makers)
         return
     # not imported with the module: the .npy path needs no threads
-    from concurrent.futures import ThreadPoolExecutor
+    from ..thread_pool import ThreadPool
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="inflate") as pool:
+    with ThreadPool(1, name="inflate") as pool:
         ahead = pool.submit(makers[0])
         for i in range(len(makers)):
             current = ahead.result()

@@ -1752,6 +1752,299 @@ static int lru_stack_hist(const int32_t *idx, int64_t steps, int64_t width, cons
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* OPT stack depths over rows (replay/opt_stack.py's opt_stack_histogram, bit for bit): hist[d] */
+/* counts the accesses at depth d (1..max_size) of the one stack whose top C entries are the    */
+/* OPT buffer of C slots, for every C at once; hist[0] those deeper or not in it. Sequential is */
+/* a step of one access. A step's accesses A go to depths 1..|A|; the entries there that are    */
+/* not in A join D (a heap, nearest next use on top); below, an entry moves only where it is in */
+/* A (D's best takes its depth) or used later than D's best (the two swap): a max tree over the */
+/* depths' keys finds the next such depth, so a step costs O(|A| + moves) x log(max_size).     */
+/* Only sizes >= min_size are asked for, so depths 1..min_size are one unordered set (below);  */
+/* hist[min_size] counts the accesses found there.                                           */
+
+#define OS_FREE (INT64_MAX - 1) /* a free slot below the stack's end: evicted before any entry */
+#define OS_MOVE INT64_MAX       /* an entry of the current step, below depth |A|: it leaves   */
+
+typedef struct { int64_t key; int32_t pos; } os_item;
+
+static inline int os_less(os_item a, os_item b) { return a.key < b.key || (a.key == b.key && a.pos < b.pos); }
+
+static void os_push(os_item *h, int64_t *n, os_item x)
+{
+    int64_t i = (*n)++;
+    while (i > 0) {
+        int64_t up = (i - 1) >> 1;
+        if (!os_less(x, h[up])) break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = x;
+}
+
+static void os_sift(os_item *h, int64_t n, os_item x) /* x replaces the top */
+{
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && os_less(h[c + 1], h[c])) c++;
+        if (!os_less(h[c], x)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+}
+
+static inline os_item os_pop(os_item *h, int64_t *n)
+{
+    os_item top = h[0];
+    if (--*n > 0) os_sift(h, *n, h[*n]);
+    return top;
+}
+
+static inline void os_tree_set(int64_t *tree, int64_t size, int64_t d, int64_t key) /* depth d, 1-based */
+{
+    int64_t i = size + d - 1;
+    tree[i] = key;
+    for (i >>= 1; i >= 1; i >>= 1) {
+        int64_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = l > r ? l : r;
+    }
+}
+
+static int64_t os_first_above(const int64_t *tree, int64_t size, int64_t d, int64_t thr) /* first depth >= d with key > thr, or 0 */
+{
+    if (d > size) return 0;
+    int64_t i = size + d - 1;
+    if (tree[i] <= thr) {
+        for (;;) {
+            while (i & 1) { i >>= 1; if (i == 0) return 0; }
+            i++;
+            if (tree[i] > thr) break;
+        }
+        while (i < size) { i = 2 * i; if (tree[i] <= thr) i++; }
+    }
+    return i - size + 1;
+}
+
+/* The top L depths (L: the smallest size asked for) as one set: no size >= L sees their order.  */
+/* It is a max-heap on (key, position), the worst on top, so a hit there is one sift (its key  */
+/* only grows: the next use moves past this access) and a step's misses evict its worst.       */
+
+typedef struct {
+    int64_t *key;
+    int32_t *pos, *at; /* at[position]: its index in the heap */
+    int64_t n;
+} os_core;
+
+static inline int os_worse(int64_t ka, int32_t pa, int64_t kb, int32_t pb) { return ka > kb || (ka == kb && pa > pb); }
+
+static void os_core_put(os_core *c, int64_t i, int64_t key, int32_t pos)
+{
+    c->key[i] = key; c->pos[i] = pos; c->at[pos] = (int32_t)i;
+}
+
+static void os_core_up(os_core *c, int64_t i)
+{
+    int64_t key = c->key[i];
+    int32_t pos = c->pos[i];
+    while (i > 0) {
+        int64_t up = (i - 1) >> 1;
+        if (!os_worse(key, pos, c->key[up], c->pos[up])) break;
+        os_core_put(c, i, c->key[up], c->pos[up]);
+        i = up;
+    }
+    os_core_put(c, i, key, pos);
+}
+
+static void os_core_down(os_core *c, int64_t i)
+{
+    int64_t key = c->key[i];
+    int32_t pos = c->pos[i];
+    for (;;) {
+        int64_t ch = 2 * i + 1;
+        if (ch >= c->n) break;
+        if (ch + 1 < c->n && os_worse(c->key[ch + 1], c->pos[ch + 1], c->key[ch], c->pos[ch])) ch++;
+        if (!os_worse(c->key[ch], c->pos[ch], key, pos)) break;
+        os_core_put(c, i, c->key[ch], c->pos[ch]);
+        i = ch;
+    }
+    os_core_put(c, i, key, pos);
+}
+
+/* After a walk: the leaves it rewrote (ascending slots, their leaves already written) pull their
+ * ancestors' maxima up, each ancestor once. A walk only reads nodes whose range lies past its
+ * current slot, so the ancestors of the slots behind it may wait until here. */
+static void os_tree_fix(int64_t *tree, int64_t size, int64_t *nodes, int64_t n)
+{
+    if (size == 1) return; /* the one leaf is the root */
+    for (int64_t i = 0; i < n; i++) nodes[i] = (size + nodes[i] - 1) >> 1;
+    while (n > 0) {
+        int64_t m = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t x = nodes[i];
+            if (m && nodes[m - 1] == x) continue;
+            int64_t l = tree[2 * x], r = tree[2 * x + 1];
+            tree[x] = l > r ? l : r;
+            nodes[m++] = x;
+        }
+        if (nodes[0] == 1) break;
+        n = 0;
+        for (int64_t i = 0; i < m; i++) {
+            int64_t up = nodes[i] >> 1;
+            if (!n || nodes[n - 1] != up) nodes[n++] = up;
+        }
+    }
+}
+
+static int opt_stack_hist(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int reserve,
+                          int prefix, int batched, int64_t L, int64_t H, int64_t *hist, int64_t *bad)
+{
+    int64_t cmax = 1, n = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        cmax = ctx[t] > cmax ? ctx[t] : cmax;
+        for (int64_t j = 0; j < width; j++) n += idx[t * width + j] >= 0;
+    }
+    if (n >= OPT_NONE) return STEP_NOMEM;
+    if (prefix && cmax < H) cmax = H;
+    const int64_t T = H - L; /* tail depths L+1..H are tail slots 1..T */
+    int64_t size = 1;
+    while (size < T) size <<= 1;
+    int64_t cap = width > 0 ? width : 1;
+    int32_t *nu = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+    int32_t *last = (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax);
+    int32_t *depth = (int32_t *)calloc((size_t)cmax, sizeof(int32_t)); /* 0: out; L: the core; L+i: tail slot i */
+    int64_t *mark = (int64_t *)calloc((size_t)cmax, sizeof(int64_t));  /* group stamp of A's entries */
+    int32_t *spos = (int32_t *)malloc(sizeof(int32_t) * (size_t)(T + 1)); /* tail slot -> position, -1 free */
+    int64_t *skey = (int64_t *)malloc(sizeof(int64_t) * (size_t)(T + 1));
+    int64_t *tree = (int64_t *)malloc(sizeof(int64_t) * (size_t)(2 * size));
+    os_item *D = (os_item *)malloc(sizeof(os_item) * (size_t)cap);
+    os_item *A = (os_item *)malloc(sizeof(os_item) * (size_t)cap);
+    int64_t *dirty = (int64_t *)malloc(sizeof(int64_t) * (size_t)(T + 1)); /* slots a walk rewrote */
+    os_core core = {(int64_t *)malloc(sizeof(int64_t) * (size_t)L), (int32_t *)malloc(sizeof(int32_t) * (size_t)L),
+                    (int32_t *)malloc(sizeof(int32_t) * (size_t)cmax), 0};
+    int code = STEP_OK;
+    if (!nu || !last || !depth || !mark || !spos || !skey || !tree || !D || !A || !dirty || !core.key || !core.pos ||
+        !core.at) {
+        code = STEP_NOMEM;
+        goto done;
+    }
+    /* next uses (access numbers over every entry, as the engine's); last[] ends as first uses */
+    for (int64_t p = 0; p < cmax; p++) last[p] = OPT_NONE;
+    int64_t vt = n;
+    for (int64_t t = steps - 1; t >= 0; t--) {
+        const int32_t *row = idx + t * width;
+        int64_t c = 0;
+        while (c < width && row[c] >= 0) c++;
+        for (int64_t j = c - 1; j >= 0; j--) {
+            int32_t p = row[j];
+            vt--;
+            if (p >= ctx[t]) { *bad = t; code = STEP_RANGE; goto done; }
+            nu[vt] = last[p];
+            last[p] = (int32_t)vt;
+        }
+    }
+    /* the initial stack: positions 0, 1, ... keyed by their first use (prefix), else free slots */
+    for (int64_t d = 1; d <= H; d++) {
+        int32_t p = (int32_t)(d - 1);
+        int64_t key = prefix ? (last[p] == OPT_NONE ? OPT_INF : last[p]) : OS_FREE;
+        if (d <= L) {
+            if (prefix) { os_core_put(&core, core.n++, key, p); os_core_up(&core, core.n - 1); depth[p] = (int32_t)L; }
+        } else {
+            spos[d - L] = prefix ? p : -1;
+            skey[d - L] = key;
+            if (prefix) depth[p] = (int32_t)d;
+        }
+    }
+    for (int64_t x = 0; x < 2 * size; x++) tree[x] = INT64_MIN; /* slots past T: never found */
+    for (int64_t i = 1; i <= T; i++) tree[size + i - 1] = skey[i];
+    for (int64_t i = size - 1; i >= 1; i--) tree[i] = tree[2 * i] > tree[2 * i + 1] ? tree[2 * i] : tree[2 * i + 1];
+    int64_t stamp = 0, a_no = 0;
+    for (int64_t t = 0; t < steps; t++) {
+        const int32_t *row = idx + t * width;
+        const int32_t newest = (int32_t)(ctx[t] - 1);
+        int64_t j = 0;
+        while (j < width && row[j] >= 0) {
+            /* the next group: the whole step (batched) or one access (sequential) */
+            int64_t na = 0, m = 0;
+            stamp++;
+            for (; j < width && row[j] >= 0; j++) {
+                int32_t p = row[j];
+                int64_t a = a_no++;
+                if (reserve && p == newest) continue;
+                if (mark[p] == stamp) { *bad = t; code = STEP_RANGE; goto done; } /* twice in a step */
+                mark[p] = stamp;
+                A[na].pos = p;
+                A[na].key = nu[a] == OPT_NONE ? OPT_INF : nu[a];
+                na++;
+                int32_t d = depth[p];
+                hist[d]++;
+                if (d != L) {
+                    m++;
+                    if (d > L) os_tree_set(tree, size, d - L, OS_MOVE); /* leaves its slot to D's best */
+                }
+                if (!batched) { j++; break; }
+            }
+            if (!na) continue;
+            if (na > L) { *bad = t; code = STEP_FULL; goto done; }
+            /* the core keeps A and its best L - |A| others: the m - (free slots) worst others go to D */
+            int64_t nd = 0, evict = core.n + m - L, kept = 0;
+            while (evict > 0) {
+                int32_t p = core.pos[0];
+                os_item worst = {core.key[0], p};
+                core.n--;
+                if (core.n > 0) { os_core_put(&core, 0, core.key[core.n], core.pos[core.n]); os_core_down(&core, 0); }
+                if (mark[p] == stamp) { D[cap - 1 - kept++] = worst; continue; } /* in A: kept (at D's far end) */
+                os_push(D, &nd, worst);
+                depth[p] = 0;
+                evict--;
+            }
+            while (kept > 0) { /* A's entries popped on the way: back in */
+                os_item it = D[cap - kept--];
+                os_core_put(&core, core.n++, it.key, it.pos);
+                os_core_up(&core, core.n - 1);
+            }
+            int64_t s = 0, nw = 0; /* the tail: A's slots take D's best; an entry used later than D's best swaps with it */
+            while (nd > 0) {
+                s = os_first_above(tree, size, s + 1, D[0].key);
+                if (!s) break;
+                os_item best = D[0];
+                if (tree[size + s - 1] == OS_MOVE) {
+                    os_pop(D, &nd);
+                } else {
+                    os_item worse = {skey[s], spos[s]};
+                    if (worse.pos >= 0) depth[worse.pos] = 0;
+                    os_sift(D, nd, worse);
+                }
+                spos[s] = best.pos;
+                skey[s] = best.key;
+                depth[best.pos] = (int32_t)(L + s);
+                tree[size + s - 1] = best.key;
+                dirty[nw++] = s;
+            }
+            os_tree_fix(tree, size, dirty, nw);
+            /* what D still holds fell below H (its depths are 0 already); A's new keys in the core */
+            for (int64_t i = 0; i < na; i++) {
+                int32_t p = A[i].pos;
+                if (depth[p] == L) {
+                    int64_t h = core.at[p];
+                    core.key[h] = A[i].key; /* a later next use: it only sinks toward the top */
+                    os_core_up(&core, h);
+                } else {
+                    depth[p] = (int32_t)L;
+                    os_core_put(&core, core.n++, A[i].key, p);
+                    os_core_up(&core, core.n - 1);
+                }
+            }
+        }
+    }
+done:
+    free(nu); free(last); free(depth); free(mark); free(spos); free(skey); free(tree); free(D); free(A); free(dirty);
+    free(core.key); free(core.pos); free(core.at);
+    return code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Python bindings                                                                            */
 
 static int need_len(Py_buffer *b, Py_ssize_t bytes, const char *name)
@@ -1851,6 +2144,37 @@ static PyObject *py_lru_stack_hist(PyObject *self, PyObject *args)
         if (code == STEP_NOMEM) PyErr_NoMemory();
         else if (code == STEP_RANGE)
             PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len", (long long)bad);
+        else res = Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&ctx);
+    PyBuffer_Release(&hist);
+    return res;
+}
+
+static PyObject *py_opt_stack_hist(PyObject *self, PyObject *args)
+{
+    Py_buffer idx, ctx, hist;
+    long long steps, width, min_size, max_size;
+    int reserve, prefix, batched;
+    if (!PyArg_ParseTuple(args, "y*LLy*pppLLw*", &idx, &steps, &width, &ctx, &reserve, &prefix, &batched, &min_size,
+                          &max_size, &hist)) return NULL;
+    PyObject *res = NULL;
+    if (steps < 0 || width < 0 || min_size < 1 || max_size < min_size || max_size >= INT32_MAX)
+        PyErr_SetString(PyExc_ValueError, "opt_stack_hist: bad size");
+    else if (need_len(&idx, (Py_ssize_t)(steps * width * 4), "indices") && need_len(&ctx, (Py_ssize_t)(steps * 8), "ctx_len") &&
+             need_len(&hist, (Py_ssize_t)((max_size + 1) * 8), "hist")) {
+        int64_t bad = 0;
+        int code;
+        Py_BEGIN_ALLOW_THREADS
+        code = opt_stack_hist((const int32_t *)idx.buf, steps, width, (const int64_t *)ctx.buf, reserve, prefix, batched,
+                              min_size, max_size, (int64_t *)hist.buf, &bad);
+        Py_END_ALLOW_THREADS
+        if (code == STEP_NOMEM) PyErr_NoMemory();
+        else if (code == STEP_RANGE)
+            PyErr_Format(PyExc_ValueError, "step %lld selects a position at or past its ctx_len, or one twice", (long long)bad);
+        else if (code == STEP_FULL)
+            PyErr_Format(PyExc_ValueError, "step %lld has more entries than the smallest size", (long long)bad);
         else res = Py_NewRef(Py_None);
     }
     PyBuffer_Release(&idx);
@@ -2226,6 +2550,9 @@ static PyMethodDef methods[] = {
     {"count_entries", py_count_entries, METH_VARARGS, "count_entries(indices, steps, width) -> entries >= 0"},
     {"lru_stack_hist", py_lru_stack_hist, METH_VARARGS,
      "lru_stack_hist(indices, steps, width, ctx_len, reserve, max_size, hist): adds LRU stack distances to hist"},
+    {"opt_stack_hist", py_opt_stack_hist, METH_VARARGS,
+     "opt_stack_hist(indices, steps, width, ctx_len, reserve, prefix, batched, min_size, max_size, hist): adds OPT "
+     "stack depths to hist (those <= min_size at min_size)"},
     {"opt_seq_rows", py_opt_seq_rows, METH_VARARGS,
      "opt_seq_rows(indices, steps, width, ctx_len, buffer, reserve, prefix, misses, slot_pos)"},
     {"lfu_seq_rows", py_lfu_seq_rows, METH_VARARGS,

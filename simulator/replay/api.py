@@ -180,19 +180,10 @@ class _Tally:
 
 
 def _in_threads(items, workers: int, ahead: int, submit, collect) -> None:
-    """``submit(pool, item)`` for each item on a pool of ``workers`` threads and ``collect`` the
-    results in order, at most ``ahead`` beyond the one collected next (bounded memory)."""
-    # not imported with the module: the .npy path needs no threads
-    from concurrent.futures import ThreadPoolExecutor
+    """``thread_pool.run_in_order`` (not imported with the module: the .npy path needs no threads)."""
+    from ..thread_pool import run_in_order
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: list = []
-        for item in items:
-            pending.append(submit(pool, item))
-            if len(pending) > ahead:
-                collect(pending.pop(0))
-        for done in pending:
-            collect(done)
+    run_in_order(items, workers, ahead, submit, collect)
 
 
 def _replay_read(source, key, configs, tally: _Tally) -> None:
