@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._build import build_cubin
+from ._build import SM90_FLAGS, build_cubin
 
 THREADS = 512
 WARPS = THREADS // 32
@@ -38,7 +38,7 @@ INITIAL_MODES = ("prefix", "empty")
 SMEM_LIMIT = 227 * 1024
 _INT32_MAX = 2**31 - 1
 _SOURCE = Path(__file__).with_name("swap_in.cu")
-_NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90")
+_NVCC_FLAGS = SM90_FLAGS
 _HOST_ALLOC_PORTABLE, _HOST_ALLOC_MAPPED = 1, 2
 _MEMCPY_H2D = 1
 ERR_CTX, ERR_POS, ERR_PAD, ERR_DUP = 1, 2, 3, 4
@@ -228,13 +228,17 @@ def decode_errors(geom: SwapInGeometry, errors: np.ndarray, indices: np.ndarray,
 # Build and load
 # --------------------------------------------------------------------------------------------
 def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-                   stop_after: int | None = None, max_regs: int = 0) -> Path:
+                   stop_after: int | None = None, max_regs: int = 0, newest_early: bool = False) -> Path:
     """Build (once, cached by source hash and flags) and return the kernel's cubin.
     stop_after 0..6 builds a timing-breakdown variant whose bookkeeping ends after that phase
     (0: before its first load);
     max_regs > 0 caps the registers per thread (benchmarks: room for a preceding kernel's block
-    on the same SM, which programmatic dependent launch needs to overlap it)."""
+    on the same SM, which programmatic dependent launch needs to overlap it);
+    newest_early builds the variant whose owner reads a long request's newest row with the hit
+    lookup (copy order "early"; benchmarks)."""
     flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}", f"-DMIN_BLOCKS={int(blocks_per_sm)}")
+    if newest_early:
+        flags = (*flags, "-DNEWEST_EARLY=1")
     if stop_after is not None:
         flags = (*flags, f"-DSTOP_AFTER={int(stop_after)}")
     if max_regs:
@@ -244,14 +248,14 @@ def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BL
 
 @cache
 def _kernel(device_id: int, unroll: int, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-            stop_after: int | None = None, max_regs: int = 0) -> tuple[Any, int, int]:
+            stop_after: int | None = None, max_regs: int = 0, newest_early: bool = False) -> tuple[Any, int, int]:
     """(kernel, SM count, opt-in shared memory limit) on a device; needs sm_90."""
     import cupy as cp
 
     dev = cp.cuda.Device(device_id)
     if int(dev.compute_capability) < 90:
         raise RuntimeError(f"the swap-in kernel is built for sm_90; device has sm_{dev.compute_capability}")
-    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after, max_regs)),
+    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after, max_regs, newest_early)),
                        enable_cooperative_groups=True)
     kern = mod.get_function("swap_in_lru")
     optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
@@ -371,7 +375,8 @@ class HotBuffer:
     set-up (shared-memory clears, this layer's table loads) overlaps the kernel before it in the
     stream; that kernel must not write this layer's tables (in a decode step it is the indexer;
     two launches on the same layer back to back are launched plainly; measured gain about 1 us,
-    BENCHMARKS.md). ``unroll``, ``blocks_per_sm`` and ``max_regs`` select kernel builds
+    BENCHMARKS.md). ``unroll``, ``blocks_per_sm``, ``max_regs`` and ``newest_early`` (the newest
+    row read by its owner with the hit lookup, out of the copy list) select kernel builds
     (benchmarks).
     """
 
@@ -379,7 +384,8 @@ class HotBuffer:
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
                  blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "early",
-                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0) -> None:
+                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0,
+                 newest_early: bool = False) -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -418,7 +424,8 @@ class HotBuffer:
         self._ready = cp.zeros(2 * R, cp.uint64)
         self._epoch = 0
         self.unroll, self.blocks_per_sm = int(unroll), int(blocks_per_sm)
-        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, None, int(max_regs))
+        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, None, int(max_regs),
+                                       bool(newest_early))
         self.max_grid = _grid_size(self._kern, n_sms, smem_bytes(g.buffer, g.top_k, self.dup_words))
         self.reset()
 

@@ -27,12 +27,12 @@ def _fresh_seed() -> int:
 
 
 def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat",
-            dup_check="bitmap", pdl=False, pool=None):
+            dup_check="bitmap", pdl=False, pool=None, newest_early=False):
     import cupy as cp
 
     hb = HotBuffer(layers=layers, requests=requests, max_ctx=max_ctx, device_buffer_size=buffer, top_k=k,
                    row_bytes=row_bytes, initial=initial, copy_order=copy_order, dup_check=dup_check, pdl=pdl,
-                   pool=pool)
+                   pool=pool, newest_early=newest_early)
     assert hb.copy_order == copy_order
     assert hb.dup_check == dup_check
     for lyr in range(layers):
@@ -109,6 +109,42 @@ def test_random_streams_bit_exact(initial, row_bytes, copy_order, dup_check):
                             f"seed={seed} initial={initial} row={row_bytes} order={copy_order} dup={dup_check}")
     assert misses.sum() > 10_000  # the streams really exercise evictions
     assert (hb.state(0).started == 0).all()  # layer 0 untouched
+
+
+@pytest.mark.parametrize("initial, row_bytes, dup_check", [("prefix", 656, "bitmap"), ("empty", 512, "hash")])
+def test_newest_early_bit_exact(initial, row_bytes, dup_check):
+    """The build whose owner reads the newest row with the hit lookup (out of the copy list)."""
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
+    idx, ctx = random_batch(rng, steps=800, requests=4, k=48, buffer=64, max_ctx=300)
+    hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=row_bytes, initial=initial,
+                 copy_order="early", dup_check=dup_check, newest_early=True)
+    misses = _run_and_check(hb, 1, idx, ctx, initial, f"seed={seed} newest_early initial={initial} dup={dup_check}")
+    assert misses.sum() > 5_000
+
+
+@pytest.mark.parametrize("dup_check", ["bitmap", "hash"])
+def test_wide_steps_bit_exact(dup_check):
+    """k 2600 and B 2800: more entries per thread than the kernel's batched first pass of loads
+    (STEP_BATCH x THREADS = 2048), so the remainder loop runs too."""
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
+    steps, n_req, k = 24, 2, 2600
+    idx = np.full((steps, n_req, k), -1, np.int32)
+    ctx = np.tile(4000 + np.arange(steps, dtype=np.int64)[:, None], (1, n_req))
+    for r in range(n_req):
+        prev = np.zeros(0, np.int64)
+        for t in range(steps):
+            n = int(rng.integers(2049, k + 1))
+            keep = prev[rng.random(prev.size) < 0.75]
+            fresh = rng.choice(int(ctx[t, r]), size=n, replace=False)
+            sel = rng.permutation(np.unique(np.r_[keep, fresh]))[:n]
+            idx[t, r, :n] = sel
+            prev = sel
+    hb = _buffer(rng, requests=2, max_ctx=4500, buffer=2800, k=2600, row_bytes=512, layers=1, initial="empty",
+                 copy_order="early", dup_check=dup_check)
+    misses = _run_and_check(hb, 0, idx, ctx, "empty", f"seed={seed} wide dup={dup_check}")
+    assert (idx[:, :, 2048:] >= 0).any() and misses.sum() > 1000
 
 
 @pytest.mark.parametrize("buffer, copy_order", [(32, "request"), (320, "early")])
