@@ -94,11 +94,13 @@ step_designs_fixed() {
         --baseline-cu "${BASELINE_CU:-baseline/swap_in.cu}" --designs sglang-fused sglang-nocopy exact-lru \
         exact-lru-no-newest exact-lru-nocopy exact-lru-nostage exact-lru-base exact-lru-base-no-newest \
         exact-lru-base-nocopy --batches ${FIXED_BATCHES:-1 100} --rows 656 --miss-rates 0.001 0.2 \
-        --iters "${FIXED_ITERS:-11}" --out "$OUT/swap_in_designs-fixed.csv" 2>&1 | tee -a "$LOG"
+        --iters "${FIXED_ITERS:-11}" --seed "${FIXED_SEED:-0}" --out "$OUT/swap_in_designs-fixed${FIXED_SEED:-}.csv" \
+        2>&1 | tee -a "$LOG"
 }
 step_phases() {
     timeout 200 $PY benchmarks/swap_in.py --batches 100 --hots 4096 --rows 656 --miss-rates 0.001 --phases \
         --pool-gib 4 --iters 11 --out "$OUT/swap_in-phases-main.csv" 2>&1 | grep -E "phases|case|bs" | tee -a "$LOG"
 }
+step_designs_fixed2() { FIXED_SEED=1 step_designs_fixed; }  # the same, drawn again: the spread
 for s in "$@"; do say "$s"; "step_$s"; done
 say done
