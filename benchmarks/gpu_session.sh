@@ -74,7 +74,7 @@ step_sass_epi() {  # the FP8 warp-specialised kernel's barriers in SASS
 step_build_swap() {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$LOG"
     timeout 200 $PY -c "from cupy_kernels import swap_in as s, sharded_lru as l, clock_swap as c
-print(s.compiled_cubin(), s.compiled_cubin(stage=False), l.compiled_cubin(), c.compiled_cubin())" 2>&1 | tee -a "$LOG"
+print(s.compiled_cubin(), l.compiled_cubin(), c.compiled_cubin())" 2>&1 | tee -a "$LOG"
 }
 step_test_swap() {
     timeout 300 $PY -m pytest -q -p no:cacheprovider -rf tests/test_swap_in_gpu.py tests/test_clock_swap_gpu.py \
@@ -92,7 +92,7 @@ step_designs_fixed() {
     nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
     timeout "${DESIGNS_TIMEOUT:-300}" $PY benchmarks/swap_in_designs.py --sglang "${SGLANG_SRC:-.sglang-src}" \
         --baseline-cu "${BASELINE_CU:-baseline/swap_in.cu}" --designs sglang-fused sglang-nocopy exact-lru \
-        exact-lru-no-newest exact-lru-nocopy exact-lru-nostage exact-lru-base exact-lru-base-no-newest \
+        exact-lru-no-newest exact-lru-nocopy exact-lru-base exact-lru-base-no-newest \
         exact-lru-base-nocopy --batches ${FIXED_BATCHES:-1 100} --rows 656 --miss-rates 0.001 0.2 \
         --iters "${FIXED_ITERS:-11}" --seed "${FIXED_SEED:-0}" --out "$OUT/swap_in_designs-fixed${FIXED_SEED:-}.csv" \
         2>&1 | tee -a "$LOG"

@@ -61,9 +61,8 @@ from cupy_kernels.swap_in import HotBuffer, PinnedPool  # noqa: E402
 
 HOT = 4096
 OURS = ("exact-lru", "exact-lru-no-newest", "exact-lru-nocopy", "lru1-plan", "salru32-inline", "salru32-plan", "clock-inline", "clock-plan")
-VARIANTS = ("exact-lru-nostage", "exact-lru-base", "exact-lru-base-no-newest", "exact-lru-base-nocopy")
-"""Opt-in designs: the build without the staging of a few missed rows in shared memory, and the kernel of
-another commit (``--baseline-cu``, e.g. main's ``swap_in.cu``) with and without copies, timed in
+VARIANTS = ("exact-lru-base", "exact-lru-base-no-newest", "exact-lru-base-nocopy")
+"""Opt-in designs: the kernel of another commit (``--baseline-cu``, e.g. main's ``swap_in.cu``) with and without copies, timed in
 the same run."""
 SGLANG = ("sglang-fused", "sglang-nocopy", "sglang-plan")
 DESIGNS = OURS + SGLANG + VARIANTS
@@ -164,8 +163,7 @@ def run_design(cp, design, pool, bs, row, rate, iters, kern, rng, sgl=None, copy
     layer_bytes = bs * MAX_CTX * row
     if design.startswith("exact-lru"):
         hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=HOT, top_k=K, row_bytes=row,
-                       pool=pool, load_newest=not design.endswith("no-newest"),
-                       stage=design != "exact-lru-nostage")
+                       pool=pool, load_newest=not design.endswith("no-newest"))
         if design.startswith("exact-lru-base"):
             if baseline_cu is None:
                 raise SystemExit("the exact-lru-base* designs need --baseline-cu FILE")

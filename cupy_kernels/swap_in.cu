@@ -54,10 +54,6 @@
 #ifndef MIN_BLOCKS  // resident blocks per SM the register budget is cut for (launch bounds)
 #define MIN_BLOCKS 1
 #endif
-#ifndef STAGE_CHUNKS  // 16-byte chunks of static shared memory that stage a request's missed rows
-#define STAGE_CHUNKS 1024  // (0: no staging)
-#endif
-#define STAGE_ROWS 32  // most rows staged per request
 #ifndef STEP_BATCH  // step entries per thread loaded, then looked up, before any is used (k 2048: all)
 #define STEP_BATCH 4
 #endif
@@ -68,7 +64,7 @@
 
 enum { ERR_NONE = 0, ERR_CTX = 1, ERR_POS = 2, ERR_PAD = 3, ERR_DUP = 4 };
 enum {  // per-request scalars in shared memory
-    SC_MINLOAD, SC_NLOAD, SC_PCOUNT, SC_DUP, SC_NCOPY, SC_EARLY, SC_SELF, SC_NSTAGE, SC_N
+    SC_MINLOAD, SC_NLOAD, SC_PCOUNT, SC_DUP, SC_NCOPY, SC_EARLY, SC_SELF, SC_N
 };
 enum { ORDER_REQUEST = 0, ORDER_FLAT = 1, ORDER_HYBRID = 2, ORDER_EARLY = 3 };
 
@@ -155,11 +151,6 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(gmem) : "memory");
 }
-// 16 bytes, global (pinned host memory too: a zero-copy read) -> shared, not kept in L1.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem) : "memory");
-}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 __device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
@@ -239,7 +230,7 @@ __device__ __forceinline__ void dup_insert(int* table, unsigned size, int p, int
 }
 
 __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int* s_warp, int* s_red,
-                             uint4* s_stage, int* s_stage_j, bool wait_first) {
+                             bool wait_first) {
     const int tid = threadIdx.x, B = a.B, k = a.k;
     const long long C = a.C;
     int* pos_slot = a.pos_slot + (size_t)r * C;
@@ -253,7 +244,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         s_sc[SC_DUP] = INT_MAX;    // smallest repeated position
         s_sc[SC_EARLY] = 0;        // early word published (ORDER_EARLY)
         s_sc[SC_SELF] = 0;         // rows loaded and stored by this block (ORDER_EARLY)
-        s_sc[SC_NSTAGE] = 0;       // missed rows staged in shared memory
     }
     PHASE_END(0)  // timing: the launch and the publishing alone
     // Phase 1, every global load in as few dependent round trips as the PDL contract allows:
@@ -313,19 +303,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
             dup_insert(s.miss_j, 2u * (unsigned)k, p, s_sc);
         }
     };
-    // Staging (early order, a long step that keeps its tables): the rows of the entries the
-    // lookup found missing leave for shared memory (cp.async from pinned host memory) at once,
-    // while the ranking and the victims are still to come; they go to their slots at the end.
-    // A request with more misses than the stage holds takes the ordinary path (rows listed or
-    // loaded after the ranking); what it staged is waited for and dropped.
-    const unsigned cpr = (unsigned)a.row_bytes >> 4;
-    const bool spec = STAGE_CHUNKS && a.order_mode == ORDER_EARLY && a.do_copy && m.y && !m.z && ctx > B &&
-                      ctx <= C && cpr <= STAGE_CHUNKS / 2;
-    const int stage_cap = min(STAGE_CHUNKS / (int)max(cpr, 1u), STAGE_ROWS) - 1;  // rows; the newest: the last
-    auto stage_row = [&](int t, int pos) {  // the calling warp's lanes over the row's chunks
-        const unsigned char* src = a.host + ((size_t)r * C + (size_t)pos) * a.row_bytes;
-        for (unsigned c = tid & 31; c < cpr; c += 32) cp_async16(s_stage + t * cpr + c, src + (c << 4));
-    };
     {
         int sl[STEP_BATCH];
 #pragma unroll
@@ -339,26 +316,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         for (int u = 0; u < STEP_BATCH; ++u) {
             const int j = tid + u * THREADS;
             if (j < k) scan_entries(j, pj[u], sl[u]);
-        }
-        if (spec) {  // (warp-uniform) each warp stages its misses: one atomic per ballot
-            const int lane = tid & 31;
-#pragma unroll
-            for (int u = 0; u < STEP_BATCH; ++u) {
-                const int p = pj[u];
-                unsigned bal = __ballot_sync(0xffffffffu, p >= 0 && p < ctx - 1 && sl[u] < 0);
-                if (!bal) continue;
-                int t = 0;
-                if (lane == 0) t = atomicAdd(&s_sc[SC_NSTAGE], __popc(bal));
-                t = __shfl_sync(0xffffffffu, t, 0);
-                if (t + __popc(bal) > stage_cap) continue;  // overflow: the ordinary path
-                while (bal) {
-                    const int src = __ffs(bal) - 1;
-                    bal &= bal - 1;
-                    if (lane == 0) s_stage_j[t] = tid - lane + src + u * THREADS;
-                    stage_row(t++, __shfl_sync(0xffffffffu, p, src));
-                }
-            }
-            if (a.load_newest && tid < 32) stage_row(stage_cap, (int)(ctx - 1));
         }
     }
     for (int j = tid + STEP_BATCH * THREADS; j < k; j += THREADS) {  // k > STEP_BATCH x THREADS
@@ -456,11 +413,8 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     const int rc = r * (int)C, rd = r * (B + 1);
 
     // ---- early order: the copy starts now (sources are known; slots are chosen below) --------
-    // staged: every miss is in shared memory already (the lookup's candidates are the ranking's
-    // misses when the step keeps its tables and has no error; entries past the batched first
-    // pass were not staged, hence the count); self: loaded into registers now
-    const bool staged = spec && s_sc[SC_NSTAGE] == n_miss && n_miss <= stage_cap;
-    const bool self = !staged && a.order_mode == ORDER_EARLY && a.do_copy && !load_prefix &&
+    const unsigned cpr = (unsigned)a.row_bytes >> 4;
+    const bool self = a.order_mode == ORDER_EARLY && a.do_copy && !load_prefix &&
                       (unsigned)n_head * cpr <= SELF_CHUNKS;
     uint4 pv[UNROLL];  // self: this thread's chunks (c = tid + u * THREADS), in flight meanwhile
     if (self) {
@@ -473,8 +427,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
                 pv[u] = ld_host(a.host + (size_t)(rc + p) * a.row_bytes + off);
             }
         }
-    }
-    if (self || staged) {
         if (tid == 0) {  // nothing for other blocks: count 0, no data to release
             st_relaxed(a.ready + a.R + r, (unsigned long long)a.epoch << 32);
             s_sc[SC_EARLY] = 1;
@@ -534,7 +486,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     __syncthreads();
     PHASE_END(6)
     // early order: the sources are out already (other blocks may be reading them): slots only
-    const bool early_src = a.order_mode == ORDER_EARLY && !self && !staged;
+    const bool early_src = a.order_mode == ORDER_EARLY && !self;
     int* cl = reinterpret_cast<int*>(a.copy_list);
     for (int i = tid; i < n_miss; i += THREADS) {
         const int j = s.miss_j[i];
@@ -578,15 +530,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
                 const int sl = (int)e < n_miss ? s.res[s.miss_j[e]] : B;
                 *reinterpret_cast<uint4*>(a.dev + (size_t)(rd + sl) * a.row_bytes + off) = pv[u];
             }
-        }
-    }
-    if (staged) {  // the staged rows, from shared memory into their slots
-        cp_async_wait_all();
-        __syncthreads();
-        for (unsigned c = tid; c < (unsigned)n_head * cpr; c += THREADS) {
-            const unsigned t = c / cpr, off = c - t * cpr;
-            const int st = (int)t < n_miss ? (int)t : stage_cap, sl = (int)t < n_miss ? s.res[s_stage_j[t]] : B;
-            *reinterpret_cast<uint4*>(a.dev + (size_t)(rd + sl) * a.row_bytes + (off << 4)) = s_stage[st * cpr + off];
         }
     }
 }
@@ -810,13 +753,6 @@ swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* or
     __shared__ int s_sc[SC_N];
     __shared__ int s_warp[WARPS + 1];
     __shared__ int s_red[3 * WARPS];
-#if STAGE_CHUNKS
-    __shared__ uint4 s_stage[STAGE_CHUNKS];
-    __shared__ int s_stage_j[STAGE_ROWS];
-#else
-    uint4* s_stage = nullptr;
-    int* s_stage_j = nullptr;
-#endif
     const Args a{indices, ctx_len, slot_pos, order, pos_slot, meta, slots_out, misses_out, errors,
                  copy_list, ready, host, dev, R, k, B, C, prefix, load_newest, global_rows, seg,
                  row_bytes, flat, do_copy, dup_words, epoch};
@@ -826,8 +762,7 @@ swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* or
         allow_dependents();
     }
     for (int r = blockIdx.x; r < R; r += gridDim.x) {
-        book_request(a, r, s, s_sc, s_warp, s_red, s_stage, s_stage_j, r == (int)blockIdx.x);
-        if (STAGE_CHUNKS) cp_async_wait_all();  // rows staged by a request that took another path
+        book_request(a, r, s, s_sc, s_warp, s_red, r == (int)blockIdx.x);
         __syncthreads();  // the segment and every write of the request done
         const unsigned n = (unsigned)s_sc[SC_NCOPY];
         // hybrid order: a request with at most one pass of rows is copied by its owner at once;

@@ -35,8 +35,7 @@ COPY_ORDERS = ("flat", "request", "hybrid", "early")
 _COPY_ORDER_ARG = {"request": 0, "flat": 1, "hybrid": 2, "early": 3}
 DUP_CHECKS = ("bitmap", "hash")  # duplicate check: a max_ctx-bit bitmap in shared memory, or a hash table
 INITIAL_MODES = ("prefix", "empty")
-STATIC_SMEM = 17 * 1024  # the kernel's static shared memory (16 KB of staged rows, the scalars)
-SMEM_LIMIT = 227 * 1024 - STATIC_SMEM  # dynamic shared memory a block may take
+SMEM_LIMIT = 227 * 1024
 _INT32_MAX = 2**31 - 1
 _SOURCE = Path(__file__).with_name("swap_in.cu")
 _NVCC_FLAGS = SM90_FLAGS
@@ -229,16 +228,13 @@ def decode_errors(geom: SwapInGeometry, errors: np.ndarray, indices: np.ndarray,
 # Build and load
 # --------------------------------------------------------------------------------------------
 def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-                   stop_after: int | None = None, max_regs: int = 0, stage: bool = True) -> Path:
+                   stop_after: int | None = None, max_regs: int = 0) -> Path:
     """Build (once, cached by source hash and flags) and return the kernel's cubin.
     stop_after 0..6 builds a timing-breakdown variant whose bookkeeping ends after that phase
     (0: before its first load);
     max_regs > 0 caps the registers per thread (benchmarks: room for a preceding kernel's block
-    on the same SM, which programmatic dependent launch needs to overlap it);
-    stage=False builds the kernel without its shared-memory staging of missed rows (benchmarks)."""
+    on the same SM, which programmatic dependent launch needs to overlap it)."""
     flags = (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}", f"-DMIN_BLOCKS={int(blocks_per_sm)}")
-    if not stage:
-        flags = (*flags, "-DSTAGE_CHUNKS=0")
     if stop_after is not None:
         flags = (*flags, f"-DSTOP_AFTER={int(stop_after)}")
     if max_regs:
@@ -248,14 +244,14 @@ def compiled_cubin(unroll: int = DEFAULT_UNROLL, blocks_per_sm: int = DEFAULT_BL
 
 @cache
 def _kernel(device_id: int, unroll: int, blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM,
-            stop_after: int | None = None, max_regs: int = 0, stage: bool = True) -> tuple[Any, int, int]:
+            stop_after: int | None = None, max_regs: int = 0) -> tuple[Any, int, int]:
     """(kernel, SM count, opt-in shared memory limit) on a device; needs sm_90."""
     import cupy as cp
 
     dev = cp.cuda.Device(device_id)
     if int(dev.compute_capability) < 90:
         raise RuntimeError(f"the swap-in kernel is built for sm_90; device has sm_{dev.compute_capability}")
-    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after, max_regs, stage)),
+    mod = cp.RawModule(path=str(compiled_cubin(unroll, blocks_per_sm, stop_after, max_regs)),
                        enable_cooperative_groups=True)
     kern = mod.get_function("swap_in_lru")
     optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
@@ -375,17 +371,15 @@ class HotBuffer:
     set-up (shared-memory clears, this layer's table loads) overlaps the kernel before it in the
     stream; that kernel must not write this layer's tables (in a decode step it is the indexer;
     two launches on the same layer back to back are launched plainly; measured gain about 1 us,
-    BENCHMARKS.md). ``unroll``, ``blocks_per_sm``, ``max_regs`` and ``stage`` (False: no
-    shared-memory staging of a few missed rows issued right after the hit lookup) select kernel
-    builds (benchmarks).
+    BENCHMARKS.md). ``unroll``, ``blocks_per_sm`` and ``max_regs`` select kernel builds
+    (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
                  blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "early",
-                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0,
-                 stage: bool = True) -> None:
+                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0) -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -424,8 +418,7 @@ class HotBuffer:
         self._ready = cp.zeros(2 * R, cp.uint64)
         self._epoch = 0
         self.unroll, self.blocks_per_sm = int(unroll), int(blocks_per_sm)
-        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, None, int(max_regs),
-                                       bool(stage))
+        self._kern, n_sms, _ = _kernel(cp.cuda.Device().id, self.unroll, self.blocks_per_sm, None, int(max_regs))
         self.max_grid = _grid_size(self._kern, n_sms, smem_bytes(g.buffer, g.top_k, self.dup_words))
         self.reset()
 

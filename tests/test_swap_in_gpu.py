@@ -27,12 +27,12 @@ def _fresh_seed() -> int:
 
 
 def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat",
-            dup_check="bitmap", pdl=False, pool=None, stage=True):
+            dup_check="bitmap", pdl=False, pool=None):
     import cupy as cp
 
     hb = HotBuffer(layers=layers, requests=requests, max_ctx=max_ctx, device_buffer_size=buffer, top_k=k,
                    row_bytes=row_bytes, initial=initial, copy_order=copy_order, dup_check=dup_check, pdl=pdl,
-                   pool=pool, stage=stage)
+                   pool=pool)
     assert hb.copy_order == copy_order
     assert hb.dup_check == dup_check
     for lyr in range(layers):
@@ -109,19 +109,6 @@ def test_random_streams_bit_exact(initial, row_bytes, copy_order, dup_check):
                             f"seed={seed} initial={initial} row={row_bytes} order={copy_order} dup={dup_check}")
     assert misses.sum() > 10_000  # the streams really exercise evictions
     assert (hb.state(0).started == 0).all()  # layer 0 untouched
-
-
-@pytest.mark.parametrize("initial, row_bytes, dup_check", [("prefix", 656, "bitmap"), ("empty", 512, "hash")])
-def test_unstaged_bit_exact(initial, row_bytes, dup_check):
-    """The build without the shared-memory staging of missed rows (every early-order test above
-    runs the staged build, whose few-miss steps stage and whose many-miss steps overflow)."""
-    seed = _fresh_seed()
-    rng = np.random.default_rng(seed)
-    idx, ctx = random_batch(rng, steps=800, requests=4, k=48, buffer=64, max_ctx=300)
-    hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=row_bytes, initial=initial,
-                 copy_order="early", dup_check=dup_check, stage=False)
-    misses = _run_and_check(hb, 1, idx, ctx, initial, f"seed={seed} unstaged initial={initial} dup={dup_check}")
-    assert misses.sum() > 5_000
 
 
 @pytest.mark.parametrize("dup_check", ["bitmap", "hash"])
