@@ -30,8 +30,8 @@
 // The launch is cooperative only so that all blocks are resident together (a helper spinning on
 // a word must not keep the owner from being scheduled).
 // Programmatic dependent launch (optional, swap_in.py): everything before griddepcontrol.wait
-// reads only this layer's tables (meta, order, slot_pos) and clears shared memory, so it may
-// overlap the kernel before it in the stream, which must not write this layer's tables.
+// reads only this layer's tables (meta, and order and slot_pos by cp.async into shared memory),
+// so it may overlap the kernel before it in the stream, which must not write this layer's tables.
 // Duplicate check: a bitmap of max_ctx bits in shared memory (dup_words > 0), else a hash table.
 #include <climits>
 
