@@ -5,7 +5,8 @@
 # and the attention sequence, CPU reference tests), replay (benchmarks/gpu_replay.py),
 # designs (benchmarks/swap_in_designs.py), seq (the attention sequence 3 times, plain),
 # sanitize (compute-sanitizer memcheck / racecheck / initcheck / synccheck over the sequence);
-# issue #27's remaining items: test27, designs27, accuracy, test_att, sanitize_clock, sass_epi.
+# issue #27's remaining items: test27, designs27, accuracy, test_att, sanitize_clock, sass_epi;
+# the swap-in's fixed cost (kern27): build_swap, test_swap, sanitize_swap, designs_fixed, phases.
 # Everything goes to $OUT/session.log; CSVs to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -68,5 +69,38 @@ step_sass_epi() {  # the FP8 warp-specialised kernel's barriers in SASS
     f=$($PY -c "from cupy_kernels import sparse_attention as a; print(a.compiled_cubin())")
     cuobjdump -sass -fun mla_decode_ws_fp8 "$f" | grep -nE "BAR|WARPSYNC|BSSY|BSYNC|EXIT" | tail -40 | tee -a "$LOG"
 }
+# The swap-in's fixed cost (issue #27): BASELINE_CU = another commit's swap_in.cu (with host_load.cuh
+# beside it), timed in the same run as the exact-lru-base* designs.
+step_build_swap() {
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$LOG"
+    timeout 200 $PY -c "from cupy_kernels import swap_in as s, sharded_lru as l, clock_swap as c
+print(s.compiled_cubin(), l.compiled_cubin(), c.compiled_cubin())" 2>&1 | tee -a "$LOG"
+}
+step_test_swap() {
+    timeout 300 $PY -m pytest -q -p no:cacheprovider -rf tests/test_swap_in_gpu.py tests/test_clock_swap_gpu.py \
+        tests/test_sharded_lru_gpu.py tests/test_swap_in_reference.py 2>&1 | tail -15 | tee -a "$LOG"
+}
+step_sanitize_swap() {
+    for tool in memcheck racecheck; do
+        timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 10 $PY -m pytest -q \
+            -p no:cacheprovider tests/test_swap_in_gpu.py -k "small_for_sanitizer" >"/tmp/ss_$tool.txt" 2>&1
+        echo "swap-in $tool rc=$?" | tee -a "$LOG"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|Hazard" "/tmp/ss_$tool.txt" | head -8 | tee -a "$LOG"
+    done
+}
+step_designs_fixed() {
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
+    timeout "${DESIGNS_TIMEOUT:-300}" $PY benchmarks/swap_in_designs.py --sglang "${SGLANG_SRC:-.sglang-src}" \
+        --baseline-cu "${BASELINE_CU:-baseline/swap_in.cu}" --designs sglang-fused sglang-nocopy exact-lru \
+        exact-lru-no-newest exact-lru-nocopy exact-lru-base exact-lru-base-no-newest \
+        exact-lru-base-nocopy --batches ${FIXED_BATCHES:-1 100} --rows 656 --miss-rates 0.001 0.2 \
+        --iters "${FIXED_ITERS:-11}" --seed "${FIXED_SEED:-0}" --out "$OUT/swap_in_designs-fixed${FIXED_SEED:-}.csv" \
+        2>&1 | tee -a "$LOG"
+}
+step_phases() {
+    timeout 200 $PY benchmarks/swap_in.py --batches 100 --hots 4096 --rows 656 --miss-rates 0.001 --phases \
+        --pool-gib 4 --iters 11 --out "$OUT/swap_in-phases-main.csv" 2>&1 | grep -E "phases|case|bs" | tee -a "$LOG"
+}
+step_designs_fixed2() { FIXED_SEED=1 step_designs_fixed; }  # the same, drawn again: the spread
 for s in "$@"; do say "$s"; "step_$s"; done
 say done

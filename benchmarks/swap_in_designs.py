@@ -43,7 +43,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from swap_in import CTX, MAX_CTX, K, Kernels, draw_step, fill_pool, measure_memcpy, n_misses  # noqa: E402
+from swap_in import (  # noqa: E402
+    CTX,
+    MAX_CTX,
+    K,
+    Kernels,
+    baseline_kernel,
+    draw_step,
+    fill_pool,
+    measure_memcpy,
+    n_misses,
+)
 
 from cupy_kernels.clock_swap import ClockHotBuffer  # noqa: E402
 from cupy_kernels.sharded_lru import ShardedHotBuffer  # noqa: E402
@@ -51,8 +61,11 @@ from cupy_kernels.swap_in import HotBuffer, PinnedPool  # noqa: E402
 
 HOT = 4096
 OURS = ("exact-lru", "exact-lru-no-newest", "exact-lru-nocopy", "lru1-plan", "salru32-inline", "salru32-plan", "clock-inline", "clock-plan")
+VARIANTS = ("exact-lru-base", "exact-lru-base-no-newest", "exact-lru-base-nocopy")
+"""Opt-in designs: the kernel of another commit (``--baseline-cu``, e.g. main's ``swap_in.cu``) with and without copies, timed in
+the same run."""
 SGLANG = ("sglang-fused", "sglang-nocopy", "sglang-plan")
-DESIGNS = OURS + SGLANG
+DESIGNS = OURS + SGLANG + VARIANTS
 
 
 def _time(cp, launch, state, rng, miss, iters, kern, check):
@@ -144,16 +157,20 @@ class SglangBuffer:
         return _TokenDiff(self.cp, self.before, self.tokens, self.B)
 
 
-def run_design(cp, design, pool, bs, row, rate, iters, kern, rng, sgl=None, copy_blocks=0):
+def run_design(cp, design, pool, bs, row, rate, iters, kern, rng, sgl=None, copy_blocks=0, baseline_cu=None):
     miss = n_misses(rate)
     layers = pool.nbytes // (bs * MAX_CTX * row)
     layer_bytes = bs * MAX_CTX * row
     if design.startswith("exact-lru"):
         hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=HOT, top_k=K, row_bytes=row,
-                       pool=pool, load_newest=design != "exact-lru-no-newest")
+                       pool=pool, load_newest=not design.endswith("no-newest"))
+        if design.startswith("exact-lru-base"):
+            if baseline_cu is None:
+                raise SystemExit("the exact-lru-base* designs need --baseline-cu FILE")
+            hb._kern = baseline_kernel(cp, baseline_cu)
         hb.prefill()
         layer = [0]
-        copy = design != "exact-lru-nocopy"
+        copy = not design.endswith("nocopy")
 
         def state():
             layer[0] = int(rng.integers(0, layers))
@@ -271,6 +288,8 @@ def main() -> None:
     ap.add_argument("--pool-gib", type=float, default=4.0)
     ap.add_argument("--iters", type=int, default=9)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--baseline-cu", type=Path, default=None,
+                    help="swap_in.cu of another commit, timed as the exact-lru-base* designs")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     import cupy as cp
@@ -297,7 +316,8 @@ def main() -> None:
             for rate in args.miss_rates:
                 got = {}
                 for design in designs:
-                    got[design] = run_design(cp, design, pool, bs, row, rate, args.iters, kern, rng, sgl, copy_blocks)
+                    got[design] = run_design(cp, design, pool, bs, row, rate, args.iters, kern, rng, sgl, copy_blocks,
+                                             args.baseline_cu)
                     cp.get_default_memory_pool().free_all_blocks()
                 for design, us in got.items():
                     gbps = bs * n_misses(rate) * row / us / 1e3

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def find_nvcc() -> str:
@@ -52,3 +53,24 @@ def build_cubin(source: Path, flags: Sequence[str], name: str) -> Path:
             raise RuntimeError(f"nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
         os.replace(tmp, cubin)
     return cubin
+
+
+SM90_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90")
+"""nvcc flags of the swap-in kernels (plain sm_90: no wgmma)."""
+
+
+def load_sm90_module(device_id: int, cubin: Path, what: str, kernels: Sequence[str]) -> Any:
+    """Load a built cubin on a device for kernels that need sm_90, each of ``kernels`` allowed the
+    device's opt-in shared memory (less its static share). ``what`` names the kernels in the
+    error a pre-Hopper device gets."""
+    import cupy as cp
+
+    dev = cp.cuda.Device(device_id)
+    if int(dev.compute_capability) < 90:
+        raise RuntimeError(f"{what} built for sm_90; device has sm_{dev.compute_capability}")
+    mod = cp.RawModule(path=str(cubin))
+    optin = dev.attributes["MaxSharedMemoryPerBlockOptin"]
+    for name in kernels:
+        f = mod.get_function(name)
+        f.max_dynamic_shared_size_bytes = optin - f.shared_size_bytes
+    return mod

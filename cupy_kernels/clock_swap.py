@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._build import build_cubin
+from ._build import SM90_FLAGS, build_cubin, load_sm90_module
 from .clock_model import epoch_mask
 
 THREADS = 512
@@ -27,7 +27,6 @@ SMEM_LIMIT = 227 * 1024
 COPY_MODES = ("inline", "plan")
 COPY_THREADS = 256
 _SOURCE = Path(__file__).with_name("clock_swap.cu")
-_NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90")
 
 
 def smem_bytes(buffer: int, n_occ: int, steps: int) -> int:
@@ -46,20 +45,12 @@ def check_config(buffer: int, steps: int, top_k: int) -> None:
 
 
 def compiled_cubin(unroll: int = 4) -> Path:
-    return build_cubin(_SOURCE, (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}"), "clock_swap")
+    return build_cubin(_SOURCE, (*SM90_FLAGS, f"-DUNROLL={int(unroll)}"), "clock_swap")
 
 
 @cache
 def _module(device_id: int, unroll: int = 4) -> Any:
-    import cupy as cp
-
-    dev = cp.cuda.Device(device_id)
-    if int(dev.compute_capability) < 90:
-        raise RuntimeError(f"the CLOCK swap-in kernel is built for sm_90; device has sm_{dev.compute_capability}")
-    mod = cp.RawModule(path=str(compiled_cubin(unroll)))
-    f = mod.get_function("swap_in_clock")
-    f.max_dynamic_shared_size_bytes = dev.attributes["MaxSharedMemoryPerBlockOptin"] - f.shared_size_bytes
-    return mod
+    return load_sm90_module(device_id, compiled_cubin(unroll), "the CLOCK swap-in kernel is", ("swap_in_clock",))
 
 
 class ClockHotBuffer:

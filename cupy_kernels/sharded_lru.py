@@ -22,14 +22,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._build import build_cubin
+from ._build import SM90_FLAGS, build_cubin, load_sm90_module
 
 THREADS = 512
 WARPS = THREADS // 32
 SMEM_LIMIT = 227 * 1024
 COPY_MODES = ("inline", "plan")
 _SOURCE = Path(__file__).with_name("sharded_lru.cu")
-_NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90")
 COPY_THREADS = 256
 
 
@@ -69,21 +68,12 @@ def check_config(buffer: int, ways: int, k: int) -> None:
 
 
 def compiled_cubin(unroll: int = 4) -> Path:
-    return build_cubin(_SOURCE, (*_NVCC_FLAGS, f"-DUNROLL={int(unroll)}"), "sharded_lru")
+    return build_cubin(_SOURCE, (*SM90_FLAGS, f"-DUNROLL={int(unroll)}"), "sharded_lru")
 
 
 @cache
 def _module(device_id: int, unroll: int = 4) -> Any:
-    import cupy as cp
-
-    dev = cp.cuda.Device(device_id)
-    if int(dev.compute_capability) < 90:
-        raise RuntimeError(f"the sharded LRU kernels are built for sm_90; device has sm_{dev.compute_capability}")
-    mod = cp.RawModule(path=str(compiled_cubin(unroll)))
-    for name in ("replay_sharded_lru", "swap_in_sharded"):
-        f = mod.get_function(name)
-        f.max_dynamic_shared_size_bytes = dev.attributes["MaxSharedMemoryPerBlockOptin"] - f.shared_size_bytes
-    return mod
+    return load_sm90_module(device_id, compiled_cubin(unroll), "the sharded LRU kernels are", ("replay_sharded_lru", "swap_in_sharded"))
 
 
 def _check_stream(indices: np.ndarray, ctx_len: np.ndarray, i: int) -> None:

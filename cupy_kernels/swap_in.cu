@@ -30,8 +30,8 @@
 // The launch is cooperative only so that all blocks are resident together (a helper spinning on
 // a word must not keep the owner from being scheduled).
 // Programmatic dependent launch (optional, swap_in.py): everything before griddepcontrol.wait
-// reads only this layer's tables (meta, order, slot_pos) and clears shared memory, so it may
-// overlap the kernel before it in the stream, which must not write this layer's tables.
+// reads only this layer's tables (meta, and order and slot_pos by cp.async into shared memory),
+// so it may overlap the kernel before it in the stream, which must not write this layer's tables.
 // Duplicate check: a bitmap of max_ctx bits in shared memory (dup_words > 0), else a hash table.
 #include <climits>
 
@@ -54,8 +54,8 @@
 #ifndef MIN_BLOCKS  // resident blocks per SM the register budget is cut for (launch bounds)
 #define MIN_BLOCKS 1
 #endif
-#ifndef TABLE_BATCH  // table entries per thread loaded before any is stored (loads in flight)
-#define TABLE_BATCH 4
+#ifndef STEP_BATCH  // step entries per thread loaded, then looked up, before any is used (k 2048: all)
+#define STEP_BATCH 4
 #endif
 #define THREADS 512
 #define WARPS (THREADS / 32)
@@ -145,6 +145,14 @@ __device__ __forceinline__ unsigned long long ld_acquire(const unsigned long lon
     return v;
 }
 
+// 4 bytes global -> shared without a register (sm_80+); cp_async_wait_all waits for this
+// thread's (a barrier after it makes them visible to the block).
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 __device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
     asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
@@ -205,35 +213,19 @@ __device__ void fast_path(const Args& a, int r, int newest, int4 m, int* s_sc) {
     if (a.load_newest && threadIdx.x == 0) a.copy_list[base + nrange] = make_int2(rc + newest, rd + B);
 }
 
-// Positions of a step must be distinct (as in the trace format): an open-addressing table of
-// 2k ints in shared memory; the smallest repeated position is reported.
-__device__ void find_duplicates(const Smem& s, int len, int k, int* s_sc) {
-    int* table = s.miss_j;  // miss_j and victim: 2k ints, filled with -1 by the caller
-    const unsigned size = 2u * (unsigned)k;
-    for (int j = threadIdx.x; j < len; j += THREADS) {
-        const int p = s.idx[j];
-        unsigned h = ((unsigned)p * 2654435761u) % size;
-        while (true) {
-            const int old = atomicCAS(table + h, -1, p);
-            if (old == -1) break;
-            if (old == p) {
-                atomicMin(&s_sc[SC_DUP], p);
-                break;
-            }
-            h = h + 1 == size ? 0 : h + 1;
+// Positions of a step must be distinct (as in the trace format). Duplicate check, hash form: an
+// open-addressing table of `size` ints (filled with -1 first); the smallest repeated position is
+// reported. (The bitmap form, one bit per position, is inline in book_request.)
+__device__ __forceinline__ void dup_insert(int* table, unsigned size, int p, int* s_sc) {
+    unsigned h = ((unsigned)p * 2654435761u) % size;
+    while (true) {
+        const int old = atomicCAS(table + h, -1, p);
+        if (old == -1) break;
+        if (old == p) {
+            atomicMin(&s_sc[SC_DUP], p);
+            break;
         }
-    }
-}
-
-// The same check with a bitmap of C bits (dup_words = ceil(C / 32) words, cleared by the
-// caller): the second arrival of a position finds its bit set. Positions >= C are out of range,
-// an error reported before a duplicate, so they are skipped.
-__device__ void find_duplicates_bitmap(const Smem& s, int len, long long C, int* s_sc) {
-    for (int j = threadIdx.x; j < len; j += THREADS) {
-        const int p = s.idx[j];
-        if (p < 0 || p >= C) continue;
-        const unsigned bit = 1u << (p & 31);
-        if (atomicOr(s.dupbm + (p >> 5), bit) & bit) atomicMin(&s_sc[SC_DUP], p);
+        h = h + 1 == size ? 0 : h + 1;
     }
 }
 
@@ -254,57 +246,83 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         s_sc[SC_SELF] = 0;         // rows loaded and stored by this block (ORDER_EARLY)
     }
     PHASE_END(0)  // timing: the launch and the publishing alone
-    // Before the grid-dependency wait: this layer's own tables and shared-memory clears only.
+    // Phase 1, every global load in as few dependent round trips as the PDL contract allows:
+    // (this layer's tables; then, after the grid-dependency wait, the step and ctx_len) -> the
+    // hit lookup. Each batch of loads is issued before any of its values is used (the loop
+    // that loaded an entry's position, looked it up and stored both paid two round trips per
+    // entry: 8 at k 2048).
     const int4 m = *reinterpret_cast<const int4*>(a.meta + 4 * r);  // n_used, started, fast, filled
-    for (int i0 = tid; i0 < B; i0 += TABLE_BATCH * THREADS) {  // TABLE_BATCH x 2 loads in flight
-        int o[TABLE_BATCH], q[TABLE_BATCH];
-#pragma unroll
-        for (int u = 0; u < TABLE_BATCH; ++u) {
-            const int i = i0 + u * THREADS;
-            if (i < B) {
-                o[u] = order[i];
-                q[u] = slot_pos[i];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < TABLE_BATCH; ++u) {
-            const int i = i0 + u * THREADS;
-            if (i < B) {
-                s.order[i] = o[u];
-                s.slotpos[i] = q[u];
-                s.hit[i] = 0;
-            }
-        }
+    // the tables straight into shared memory (cp.async: in flight without holding registers)
+    for (int i = tid; i < B; i += THREADS) {
+        cp_async4(s.order + i, order + i);
+        cp_async4(s.slotpos + i, slot_pos + i);
     }
-    for (int i = tid; i < a.dup_words; i += THREADS) s.dupbm[i] = 0u;
     if (wait_first) {
         grid_dependency_wait();
         allow_dependents();
     }
     const long long ctx = a.ctx_len[r];
-    // All loads at once: the step and the hit lookup (hash cleared when no bitmap).
-    // First padding entry, last real entry, first entry out of [0, ctx): warp reductions, then
+    int pj[STEP_BATCH];  // this thread's first STEP_BATCH entries
+#pragma unroll
+    for (int u = 0; u < STEP_BATCH; ++u) {
+        const int j = tid + u * THREADS;
+        pj[u] = j < k ? a.indices[(size_t)r * k + j] : -1;
+    }
+    for (int i = tid; i < B; i += THREADS) s.hit[i] = 0;
+    // the duplicate check's table: cleared before any entry goes in (the barrier below)
+    for (int i = tid; i < a.dup_words; i += THREADS) s.dupbm[i] = 0u;
+    if (!a.dup_words)
+        for (int i = tid; i < 2 * k; i += THREADS) s.miss_j[i] = -1;  // miss_j and victim: 2k ints
+    cp_async_wait_all();
+    __syncthreads();
+    // The hit lookup (it does not wait for ctx_len: the newest, never a hit, is cleared after;
+    // positions >= ctx_len are an error; a step that resets the tables looks its hits up again
+    // below), the duplicate check while the lookups are in flight, then the entries' scans:
+    // first padding entry, last real entry, first entry out of [0, ctx): warp reductions, then
     // one value per warp in s_red (no same-address shared atomics).
-    // The hit lookup goes out with the step's loads (one dependent round trip fewer) and does not
-    // wait for ctx_len (the newest, never a hit, is cleared after; positions >= ctx_len are an
-    // error); a step that resets the tables (first long step, leaving the fast path) looks its
-    // hits up again below.
+    // The duplicate check takes every entry >= 0, not only those before the first padding: it
+    // differs only where a real entry follows the padding, an error reported before duplicates.
     int w_len = k, w_last = -1, w_bad = k;
-    for (int j = tid; j < k; j += THREADS) {
-        const int p = a.indices[(size_t)r * k + j];
+    auto scan_entries = [&](int j, int p, int sl) {
         s.idx[j] = p;
-        const int sl = (p >= 0 && p < C) ? __ldcg(pos_slot + p) : -1;
         s.res[j] = p == ctx - 1 ? -1 : sl;  // newest: never a hit
-        if (!a.dup_words) {
-            s.miss_j[j] = -1;
-            s.victim[j] = -1;
-        }
         if (p < 0) {
             w_len = min(w_len, j);
         } else {
             w_last = max(w_last, j);
             if (p >= ctx) w_bad = min(w_bad, j);
         }
+    };
+    auto dup_entry = [&](int p) {
+        if (a.dup_words) {
+            if (p >= 0 && p < C) {
+                const unsigned bit = 1u << (p & 31);
+                if (atomicOr(s.dupbm + (p >> 5), bit) & bit) atomicMin(&s_sc[SC_DUP], p);
+            }
+        } else if (p >= 0) {
+            dup_insert(s.miss_j, 2u * (unsigned)k, p, s_sc);
+        }
+    };
+    {
+        int sl[STEP_BATCH];
+#pragma unroll
+        for (int u = 0; u < STEP_BATCH; ++u) {
+            const int p = pj[u];
+            sl[u] = (p >= 0 && p < C) ? __ldcg(pos_slot + p) : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < STEP_BATCH; ++u) dup_entry(pj[u]);
+#pragma unroll
+        for (int u = 0; u < STEP_BATCH; ++u) {
+            const int j = tid + u * THREADS;
+            if (j < k) scan_entries(j, pj[u], sl[u]);
+        }
+    }
+    for (int j = tid + STEP_BATCH * THREADS; j < k; j += THREADS) {  // k > STEP_BATCH x THREADS
+        const int p = a.indices[(size_t)r * k + j];
+        const int sl = (p >= 0 && p < C) ? __ldcg(pos_slot + p) : -1;
+        dup_entry(p);
+        scan_entries(j, p, sl);
     }
     w_len = __reduce_min_sync(0xffffffffu, w_len);
     w_last = __reduce_max_sync(0xffffffffu, w_last);
@@ -323,10 +341,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         bad = min(bad, s_red[3 * w + 2]);
     }
     PHASE_END(1)
-    if (a.dup_words) find_duplicates_bitmap(s, len, C, s_sc);
-    else find_duplicates(s, len, k, s_sc);
-    __syncthreads();
-    PHASE_END(2)
+    PHASE_END(2)  // (the duplicate check is part of phase 1 now)
     const int dup = s_sc[SC_DUP];
     if (ctx < 0 || ctx > C) return write_outputs_idle(a, r, ERR_CTX, -1, s_sc);
     if (bad < k) return write_outputs_idle(a, r, ERR_POS, bad, s_sc);
@@ -367,20 +382,25 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         __syncthreads();
     }
 
-    // ---- hits (protected) ------------------------------------------------------------------
-    for (int j = tid; j < len; j += THREADS) {
-        int sl = s.res[j];
-        if (reset) {
+    // ---- hits (protected) and the misses' ranks ------------------------------------------------
+    // A reset step looks its hits up again first; otherwise phase 1's lookup stands and the hits
+    // are marked inside the miss ranking's first pass (its barriers order the marks).
+    if (reset) {
+        for (int j = tid; j < len; j += THREADS) {
             const int p = s.idx[j];
-            sl = p == newest ? -1 : __ldcg(pos_slot + p);
+            const int sl = p == newest ? -1 : __ldcg(pos_slot + p);
             s.res[j] = sl;
         }
-        if (sl >= 0) s.hit[sl] = 1;
+        __syncthreads();
     }
-    __syncthreads();
     PHASE_END(3)
     const int n_miss = block_rank(
-        len, s.ballot, s_warp, [&](int j) { return s.res[j] < 0 && s.idx[j] != newest; },
+        len, s.ballot, s_warp,
+        [&](int j) {
+            const int sl = s.res[j];
+            if (sl >= 0) s.hit[sl] = 1;
+            return sl < 0 && s.idx[j] != newest;
+        },
         [&](int j, int rank, bool f, int) {
             if (f) s.miss_j[rank] = j;
         });
@@ -465,17 +485,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     }
     __syncthreads();
     PHASE_END(6)
-    if (self) {  // the rows loaded after the miss ranking, into their slots
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const unsigned c = tid + u * THREADS;
-            if (c < (unsigned)n_head * cpr) {
-                const unsigned e = c / cpr, off = (c - e * cpr) << 4;
-                const int sl = (int)e < n_miss ? s.res[s.miss_j[e]] : B;
-                *reinterpret_cast<uint4*>(a.dev + (size_t)(rd + sl) * a.row_bytes + off) = pv[u];
-            }
-        }
-    }
     // early order: the sources are out already (other blocks may be reading them): slots only
     const bool early_src = a.order_mode == ORDER_EARLY && !self;
     int* cl = reinterpret_cast<int*>(a.copy_list);
@@ -509,6 +518,19 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         int out = -1;
         if (j < len) out = (s.idx[j] == newest ? B : s.res[j]) + rbase;
         a.slots_out[(size_t)r * k + j] = out;
+    }
+    // self: the rows loaded after the miss ranking, into their slots, last (the writes above go
+    // out while the rows are still arriving)
+    if (self) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const unsigned c = tid + u * THREADS;
+            if (c < (unsigned)n_head * cpr) {
+                const unsigned e = c / cpr, off = (c - e * cpr) << 4;
+                const int sl = (int)e < n_miss ? s.res[s.miss_j[e]] : B;
+                *reinterpret_cast<uint4*>(a.dev + (size_t)(rd + sl) * a.row_bytes + off) = pv[u];
+            }
+        }
     }
 }
 

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._build import build_cubin
+from ._build import SM90_FLAGS, build_cubin
 
 THREADS = 512
 WARPS = THREADS // 32
@@ -38,7 +38,7 @@ INITIAL_MODES = ("prefix", "empty")
 SMEM_LIMIT = 227 * 1024
 _INT32_MAX = 2**31 - 1
 _SOURCE = Path(__file__).with_name("swap_in.cu")
-_NVCC_FLAGS = ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90,code=sm_90")
+_NVCC_FLAGS = SM90_FLAGS
 _HOST_ALLOC_PORTABLE, _HOST_ALLOC_MAPPED = 1, 2
 _MEMCPY_H2D = 1
 ERR_CTX, ERR_POS, ERR_PAD, ERR_DUP = 1, 2, 3, 4

@@ -111,6 +111,30 @@ def test_random_streams_bit_exact(initial, row_bytes, copy_order, dup_check):
     assert (hb.state(0).started == 0).all()  # layer 0 untouched
 
 
+@pytest.mark.parametrize("dup_check", ["bitmap", "hash"])
+def test_wide_steps_bit_exact(dup_check):
+    """k 2600 and B 2800: more entries per thread than the kernel's batched first pass of loads
+    (STEP_BATCH x THREADS = 2048), so the remainder loop runs too."""
+    seed = _fresh_seed()
+    rng = np.random.default_rng(seed)
+    steps, n_req, k = 24, 2, 2600
+    idx = np.full((steps, n_req, k), -1, np.int32)
+    ctx = np.tile(4000 + np.arange(steps, dtype=np.int64)[:, None], (1, n_req))
+    for r in range(n_req):
+        prev = np.zeros(0, np.int64)
+        for t in range(steps):
+            n = int(rng.integers(2049, k + 1))
+            keep = prev[rng.random(prev.size) < 0.75]
+            fresh = rng.choice(int(ctx[t, r]), size=n, replace=False)
+            sel = rng.permutation(np.unique(np.r_[keep, fresh]))[:n]
+            idx[t, r, :n] = sel
+            prev = sel
+    hb = _buffer(rng, requests=2, max_ctx=4500, buffer=2800, k=2600, row_bytes=512, layers=1, initial="empty",
+                 copy_order="early", dup_check=dup_check)
+    misses = _run_and_check(hb, 0, idx, ctx, "empty", f"seed={seed} wide dup={dup_check}")
+    assert (idx[:, :, 2048:] >= 0).any() and misses.sum() > 1000
+
+
 @pytest.mark.parametrize("buffer, copy_order", [(32, "request"), (320, "early")])
 def test_more_requests_than_blocks(buffer, copy_order):
     seed = _fresh_seed()
