@@ -427,6 +427,28 @@ def test_recommendation_reports_ties_within_the_model_error_band_and_edges():
     assert rec["edge"] == {"baseline": True, "hisparse": True}
 
 
+def test_a_ties_reason_names_the_radix_cache_only_where_the_deployment_keeps_it():
+    """The blog's deployment passes --disable-radix-cache: a tie there must not claim the baseline
+    keeps prefix reuse that HiSparse gives up."""
+    rows = [_row("baseline", 8, 100.0), _row("hisparse", 8, 100.0)]
+    kept = recommend(rows, 100.0, 30.0, baseline_radix_cache=True)
+    off = recommend(rows, 100.0, 30.0)
+    assert kept["tie"] and off["tie"]
+    assert "radix cache" in kept["tie_reason"] and "radix" not in off["tie_reason"]
+    assert "pinned host pool" in off["tie_reason"]
+
+
+def test_the_default_plans_tie_says_why_for_its_own_deployment(capsys):
+    from simulator.cli import main
+
+    assert main(["plan", "--quiet", "--no-search", "--concurrency", "8"]) in (0, None)
+    out = capsys.readouterr().out
+    tie = [ln for ln in out.splitlines() if ln.startswith("TIE:")]
+    # the default deployment disables the radix cache (the blog's flags), so no tie may cite it
+    assert tie and all("radix" not in ln for ln in tie)
+    assert "--disable-radix-cache" in out
+
+
 def test_search_bisects_between_swept_points_to_its_tolerance():
     from simulator.serving.planner import run_plan_full, search_steps
     from simulator.serving.slo import SEARCH_REL_TOL

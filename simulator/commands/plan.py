@@ -346,7 +346,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     add_costs(rows, sc, prices)
     bands = _add_bands(rows, sc)
     # the recommendation is the plan as given: a prefetch-off row is the what-if's, not a launch to name
-    rec = recommend([r for r in rows if r.get("prefetch") != "off"], args.slo_tpot_ms, args.slo_ttft_s)
+    rec = recommend([r for r in rows if r.get("prefetch") != "off"], args.slo_tpot_ms, args.slo_ttft_s,
+                    baseline_radix_cache=sc.deployment.radix_cache)
     from ..serving.whatif import residency_summary
 
     rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
@@ -496,7 +497,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         add_costs(rows, sc, prices)
         for r in rows:
             r["nodes"] = n
-        rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s)
+        rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s, baseline_radix_cache=sc.deployment.radix_cache)
         rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
         per_nodes[n], gpus[n] = rec["choice"], sc.deployment.gpus
         all_rows += rows
@@ -919,8 +920,7 @@ def _print_recommendation(rec: dict, search: dict | None = None) -> None:
     _print_residency(rec.get("residency"))
     if rec["tie"]:
         print(f"TIE: the two systems are within the model's error band ({rec['tie_band']:.0%}: "
-              f"{rec['tie_band_source']}); the baseline is named (no pinned host pool; it keeps the radix "
-              "cache, which HiSparse disables)")
+              f"{rec['tie_band_source']}); the baseline is named ({rec['tie_reason']})")
 
 
 def _print_residency(summary: dict | None) -> None:

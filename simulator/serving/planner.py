@@ -394,12 +394,20 @@ def search_plan(plan: Plan, inp: PlanInputs, on_point: Callable[[], None] | None
     return dataclasses.replace(plan, results=tuple(results), searched=frozenset(searched), brackets=brackets)
 
 
+def tie_reason(baseline_radix_cache: bool) -> str:
+    """Why a tie names the baseline: it pins no host pool, and, where the deployment keeps SGLang's
+    radix cache (``radix_cache``), it keeps prefix reuse that HiSparse turns off."""
+    if baseline_radix_cache:
+        return "no pinned host pool; it keeps the radix cache, which HiSparse disables"
+    return "no pinned host pool"
+
+
 def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None = None,
-              band: float = MODEL_ERROR_BAND) -> dict:
+              band: float = MODEL_ERROR_BAND, baseline_radix_cache: bool = False) -> dict:
     """The highest steady-throughput row meeting the targets, per system and overall.
 
-    Two systems within ``band`` of each other are a ``tie``: the choice is then the baseline (no
-    pinned host pool, and it keeps the radix cache, which HiSparse disables). ``edge`` names
+    Two systems within ``band`` of each other are a ``tie``: the choice is then the baseline
+    (``tie_reason``: no pinned host pool, and the radix cache where the deployment keeps it). ``edge`` names
     each system whose best row is the highest (or only) load searched: a higher load may meet the
     targets too."""
     best: dict = {}
@@ -422,6 +430,7 @@ def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None
         if tie:
             choice = b
     return {"slo_tpot_ms": slo_tpot_ms, "slo_ttft_s": slo_ttft_s, "baseline": b, "hisparse": h, "choice": choice,
-            "hisparse_over_baseline": gain, "tie": tie, "tie_band": band, "tie_band_source": MODEL_ERROR_SOURCE,
+            "hisparse_over_baseline": gain, "tie": tie, "tie_band": band,
+            "tie_reason": tie_reason(baseline_radix_cache), "tie_band_source": MODEL_ERROR_SOURCE,
             "edge": edge, "choice_at_edge": bool(choice and edge.get(choice["system"])),
             "search_rel_tol": SEARCH_REL_TOL}
