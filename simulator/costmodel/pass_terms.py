@@ -204,7 +204,12 @@ def _draft_how(c: CostModel) -> tuple[Provenance, str]:
 def _kernels(c: CostModel) -> tuple[Provenance, str]:
     """The fitted kernel terms: this GPU's own calibration, or the H200's scaled by datasheet ratios."""
     t = c.terms
-    return (Provenance.DERIVED if t.scaled else Provenance.MEASURED), t.source
+    src = t.source
+    if getattr(c, "deepgemm_fp8", False):
+        from .published_kernels import DEEPGEMM_PREFILL
+
+        src += f"; FP8 GEMMs bounded by DeepGEMM's published rates at prefill shapes ({DEEPGEMM_PREFILL.source})"
+    return (Provenance.DERIVED if t.scaled else Provenance.MEASURED), src
 
 
 def _swap_in_how(c: CostModel) -> tuple[Provenance, str]:

@@ -69,7 +69,7 @@ from .ops import (
 )
 from .pass_terms import Category, Scope
 from .pricing import GpuTerms, datasheet_rates, layout_for, terms_for
-from .published_kernels import LIGHTNING_TOPK, MASKED_GROUPED_GEMM
+from .published_kernels import DEEPGEMM_PREFILL, LIGHTNING_TOPK, MASKED_GROUPED_GEMM
 from .terms import IndexerTerm, StepTerms
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
@@ -98,6 +98,10 @@ _GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range
 # the routed experts' GEMMs that DeepGEMM's masked kernel runs in a DeepEP decode pass, and its term kind
 MASKED_OPS = frozenset({"routed_gate_up", "routed_down"})
 MASKED_KIND = "grouped_gemm_masked"
+# the FP8 GEMM kinds DeepGEMM's published prefill rates bound on Hopper (``CostModel.op_time``): block-FP8
+# linears (``fp8_gemm_nt``) and whole routed experts (``m_grouped_fp8_gemm_nt_contiguous``); the TP fused-MoE
+# slices are SGLang's Triton kernel, measured here at prefill token counts too
+DEEPGEMM_KINDS = frozenset({"gemm", "grouped_gemm"})
 
 REPORT_GROUPS = {
     **{n: "routed experts" for n in ("routed_gate_up", "routed_down", "routed_silu_mul_quant", "moe_combine",
@@ -320,7 +324,22 @@ class CostModel:
             rate = self.t.rates.get(("gemm", op.dtype))
             if rate is not None:
                 t = max(t, (rate.launch_s + op.flops / rate.flops_rate) * op.count)
+        if self.deepgemm_fp8 and op.dtype == "fp8" and op.kind in DEEPGEMM_KINDS and op.flops > 0:
+            # DeepGEMM's published rate at prefill shapes bounds the fitted term (published_kernels)
+            launch = self.t.rates[("gemm", "fp8")].launch_s if ("gemm", "fp8") in self.t.rates else 0.0
+            rate = DEEPGEMM_PREFILL.rate(op.n, op.k, grouped=op.kind == "grouped_gemm", fp8_flops=self._fp8_peak)
+            t = max(t, (launch + op.flops / rate) * op.count)
         return t
+
+    @property
+    def deepgemm_fp8(self) -> bool:
+        """SGLang runs its block-FP8 linears and DeepEP's contiguous routed GEMMs with DeepGEMM's SM90 kernels
+        here: a Hopper GPU (no FP4 tensor cores), whose published H800 rates bound the FP8 GEMM terms."""
+        return self.g.fp4_flops <= 0
+
+    @property
+    def _fp8_peak(self) -> float:
+        return 2.0 * datasheet_rates(self.g)[1]  # dense FP8 = 2 x dense BF16 (GPU presets)
 
     def experts_touched(self, instance_tokens: float) -> float:
         """Share of routed experts at least one of the step's tokens uses (uniform routing)."""
