@@ -235,6 +235,10 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
         *quant_q,
         gemm("w_kc_absorbed", b, nope, kvr, absorbed, groups=h, kind="batched_gemm"),  # torch.bmm (BF16)
         elementwise("rope_and_kv_store", b * h * rope + b * (kvr + rope)),
+        # FlashMLA takes one q of kv_lora_rank + rope per head: SGLang's NSA backend concatenates the absorbed
+        # q_nope and q_rope before its flashmla_sparse / flashmla_kv calls, prefill and decode
+        # (nsa_backend.py forward_extend / forward_decode: ``_concat_mla_absorb_q_general``): read both, write q_all
+        elementwise("q_concat", b * h * (kvr + rope), passes=2),
         gemm("indexer_wq_b", b, qr, ih * idx_dim, w),
         gemm("indexer_wk", b, d, idx_dim, w),
         gemm("indexer_weights_proj", b, d, ih, "bf16"),
@@ -285,6 +289,36 @@ def aligned_rows_per_expert(tokens: int, p: float, align: int) -> float:
               + ks * math.log(p) + (tokens - ks) * math.log1p(-p))
     pmf = np.exp(logpmf - logpmf.max())
     return float((np.ceil(ks / align) * align * pmf).sum() / pmf.sum())
+
+
+def deepep_contiguous_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
+    """The kernels one MoE layer adds around DeepGEMM's contiguous GEMMs in a DeepEP extend pass (normal
+    dispatch), for ``batch`` tokens per rank, read in SGLang's source:
+
+    - ``pre_permute_deepep_normal_to_deep_gemm``: ``ep_scatter`` copies every received (token, local expert)
+      row, FP8 values and scales, into the expert-sorted contiguous buffer: the real rows, read and written
+      once at one byte per value (one bf16 pass);
+    - the contiguous runner's ``silu_and_mul`` writes bf16 and a separate ``sglang_per_token_group_quant_fp8``
+      reads it back and writes FP8 for the down GEMM, over every aligned row (``moe_ops``' fused
+      ``routed_silu_mul_quant`` prices the first; this is the second, 1.5 passes).
+
+    The rank's own FP8 quantisation before the dispatch is ``deepep_dispatch_quant`` (a rank term)."""
+    t, d = mlp_tokens(batch, layout), m.hidden_size
+    inter = m.moe_intermediate_size // layout.moe_tp
+    local = m.experts // layout.expert_parallel
+    real_rows, _ = routed_rows(batch, m, layout)
+    aligned = local * aligned_rows_per_expert(int(round(t)), m.experts_per_token / m.experts,
+                                              DEEPEP_NORMAL_EXPERT_ALIGNMENT)
+    return [elementwise("ep_scatter", real_rows * d, passes=1.0),
+            elementwise("routed_act_quant", aligned * inter, passes=1.5)]
+
+
+def deepep_dispatch_quant(m: ModelShape, rows: float) -> Op:
+    """A rank's hidden states quantised to FP8 per 128-channel group before DeepEP's normal dispatch
+    (SGLang ``_DeepEPDispatcherImplNormal.dispatch_a`` with JIT DeepGEMM: ``sglang_per_token_group_quant_fp8``):
+    read bf16, write FP8, 1.5 bf16 passes over the rank's ``rows`` tokens. DeepEP's low-latency dispatch
+    (decode) quantises inside its own kernel (``use_fp8``): no separate kernel there."""
+    return elementwise("deepep_dispatch_quant", rows * m.hidden_size, passes=1.5)
 
 
 def moe_ops(m: ModelShape, batch: int, layout: Layout, *, align: int = 0) -> list[Op]:

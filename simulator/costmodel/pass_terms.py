@@ -67,7 +67,11 @@ def _rank_moe(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     tokens (``CostModel.rank_moe``), at the rows its attention side runs: the padded graph batch of a
     decode pass, the extend batch's tokens, the real batch of a rank decoding inside an extend pass."""
     rows = w.tokens * s.verify if (s.extend or not s.padded) else s.padded
-    return c.rank_moe(rows)
+    out = c.rank_moe(rows)
+    if s.extend and out and c.deepep_contiguous(True):  # the rank's FP8 quantisation before the normal dispatch
+        out = dict(out)
+        out["routed experts"] = out.get("routed experts", 0.0) + c.dispatch_quant(w.tokens)
+    return out
 
 
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:

@@ -62,6 +62,8 @@ from .ops import (
     RANK_MOE_OPS,
     Op,
     attention_ops,
+    deepep_contiguous_ops,
+    deepep_dispatch_quant,
     dense_mlp_ops,
     moe_ops,
     rank_moe_ops,
@@ -105,7 +107,7 @@ DEEPGEMM_KINDS = frozenset({"gemm", "grouped_gemm"})
 
 REPORT_GROUPS = {
     **{n: "routed experts" for n in ("routed_gate_up", "routed_down", "routed_silu_mul_quant", "moe_combine",
-                                     "moe_align_sort")},
+                                     "moe_align_sort", "ep_scatter", "routed_act_quant")},
     **{n: "attention-side GEMMs" for n in ("qkv_a_proj", "q_b_proj", "o_proj", "indexer_wq_b", "indexer_wk",
                                            "indexer_weights_proj")},
     "w_kc_absorbed": "absorbed bmm", "w_vc_absorbed": "absorbed bmm",
@@ -421,6 +423,8 @@ class CostModel:
             align = DEEPEP_NORMAL_EXPERT_ALIGNMENT if aligned else 0
             out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay, align=align)
                     if not (masked and o.name in MASKED_OPS) and not (lay.shared_replicated and o.name in RANK_MOE_OPS)]
+            if aligned:  # DeepEP's normal dispatch into DeepGEMM's contiguous layout: its quantisations and scatter
+                out += [(m.moe_layers, o) for o in deepep_contiguous_ops(m, self._mlp_batch(instance_tokens), lay)]
         out += [(1, o) for o in step_head_ops(m, self._mlp_batch(head_rows), lay)]
         return out
 
@@ -434,6 +438,11 @@ class CostModel:
         if key not in self._fixed_cache:
             self._fixed_cache[key] = self._grouped([(m.moe_layers, o) for o in rank_moe_ops(m, rows, lay)])
         return self._fixed_cache[key]
+
+    def dispatch_quant(self, rows: float) -> float:
+        """Seconds of every MoE layer's FP8 quantisation of the rank's ``rows`` tokens before DeepEP's normal
+        dispatch (``ops.deepep_dispatch_quant``)."""
+        return self.m.moe_layers * self.op_time(deepep_dispatch_quant(self.m, rows)) if rows > 0 else 0.0
 
     def fixed_ops(self, padded: int, instance_tokens: float) -> list[tuple[int, Op]]:
         """(repeat, op) of a decode step's kernels other than the indexer and attention: attention
