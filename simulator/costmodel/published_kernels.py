@@ -131,6 +131,7 @@ class DeepGemmPrefillRates:
                    "fp8_gemm_nt at M 4096 (N x K 2112x7168 1,127; 24576x1536 1,212; 32768x512 775; 7168x16384 "
                    "1,520; 4096x7168 1,410; 7168x2048 1,168 TFLOPS), contiguous grouped GEMM at 4096-8192 rows per "
                    "group (4096x7168 1,346; 7168x2048 1,214 TFLOPS); the row nearest in log N + log K")
+    short: str = "DeepGEMM's published H800 rates (README 327ec92; published_kernels.DEEPGEMM_PREFILL)"
 
     def rate(self, n: int, k: int, *, grouped: bool, fp8_flops: float) -> float:
         """FLOP/s of a GEMM of output width ``n`` and depth ``k`` on a GPU of dense ``fp8_flops``: the
