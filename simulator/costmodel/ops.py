@@ -206,11 +206,12 @@ def routed_rows(batch: int, m: ModelShape, layout: Layout) -> tuple[float, float
 
 
 def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_row_bytes: int,
-                  absorbed: str = ABSORBED_BMM_DTYPE) -> list[Op]:
+                  absorbed: str = ABSORBED_BMM_DTYPE, q_concat: bool = True) -> list[Op]:
     """MLA (absorbed) + indexer of one layer for ``batch`` requests on this rank. ``absorbed``: the
     dtype of the ``w_kc`` / ``w_vc`` bmm, SGLang's BF16 ``torch.bmm`` by default; ``"fp8"`` is the
     ``bmm_fp8`` path of a per-tensor FP8 ``w_kc`` (a per-tensor quantisation of its input first), which
-    the committed layer-loop measurements ran (``calibration/layer_loop.py``)."""
+    the committed layer-loop measurements ran (``calibration/layer_loop.py``). ``q_concat`` False: without
+    the q concatenation before FlashMLA (the layer loops committed before it was an op did not run it)."""
     b, w, tp = batch, layout.weight_dtype, layout.attention_tp
     h = m.attention_heads // tp
     d, qr, kvr = m.hidden_size, m.q_lora_rank, m.kv_lora_rank
@@ -238,7 +239,7 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
         # FlashMLA takes one q of kv_lora_rank + rope per head: SGLang's NSA backend concatenates the absorbed
         # q_nope and q_rope before its flashmla_sparse / flashmla_kv calls, prefill and decode
         # (nsa_backend.py forward_extend / forward_decode: ``_concat_mla_absorb_q_general``): read both, write q_all
-        elementwise("q_concat", b * h * (kvr + rope), passes=2),
+        *([elementwise("q_concat", b * h * (kvr + rope), passes=2)] if q_concat else []),
         gemm("indexer_wq_b", b, qr, ih * idx_dim, w),
         gemm("indexer_wk", b, d, idx_dim, w),
         gemm("indexer_weights_proj", b, d, ih, "bf16"),
@@ -377,12 +378,12 @@ def rank_moe_ops(m: ModelShape, rows: int, layout: Layout) -> list[Op]:
 
 
 def layer_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(), *, dense: bool = False,
-              kv_row_bytes: int = 1152, absorbed: str = ABSORBED_BMM_DTYPE) -> list[Op]:
+              kv_row_bytes: int = 1152, absorbed: str = ABSORBED_BMM_DTYPE, q_concat: bool = True) -> list[Op]:
     """Every kernel of one decoder layer (a dense-MLP layer when ``dense``)."""
     if batch <= 0:
         return []
     mlp = dense_mlp_ops(m, batch, layout) if dense else moe_ops(m, batch, layout)
-    return attention_ops(m, batch, ctx_sum, layout, kv_row_bytes, absorbed) + mlp
+    return attention_ops(m, batch, ctx_sum, layout, kv_row_bytes, absorbed, q_concat) + mlp
 
 
 def step_head_ops(m: ModelShape, batch: int, layout: Layout = Layout()) -> list[Op]:
