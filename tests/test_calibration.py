@@ -143,16 +143,20 @@ def test_layer_validation_prediction_is_layer_work_priced_by_the_terms():
     cfg = {"requests": 8, "dense": 1, "row_bytes": 656}
     misses = [300.0, 1200.0]
     # a stored run without its own record measured the absorbed bmm as bmm_fp8 (the committed runs)
+    # and did not run the q concatenation before FlashMLA (an op since branch acc25c)
     want = sum(terms.ops_time(layer_ops(GLM_5_1, 8, 8 * 20000.0, Layout(), dense=i < 1, kv_row_bytes=656,
-                                        absorbed="fp8"))
+                                        absorbed="fp8", q_concat=False))
                + terms.swap_in_time(m, 8, 656) for i, m in enumerate(misses))
     assert predicted_step_s(terms, cfg, 20000, misses) == pytest.approx(want)
-    # a run that records SGLang's BF16 torch.bmm is priced with it
+    # a run that records SGLang's BF16 torch.bmm and the q concatenation is priced with them
     bf = terms.with_bf16()
     want16 = sum(bf.ops_time(layer_ops(GLM_5_1, 8, 8 * 20000.0, Layout(), dense=i < 1, kv_row_bytes=656))
                  + bf.swap_in_time(m, 8, 656) for i, m in enumerate(misses))
-    assert predicted_step_s(bf, cfg | {"absorbed_dtype": "bf16"}, 20000, misses) == pytest.approx(want16)
+    new_run = cfg | {"absorbed_dtype": "bf16", "q_concat": True}
+    assert predicted_step_s(bf, new_run, 20000, misses) == pytest.approx(want16)
     assert want16 != pytest.approx(want)
+    assert predicted_step_s(bf, new_run, 20000, misses) > predicted_step_s(bf, new_run | {"q_concat": False}, 20000,
+                                                                          misses)
     # more context costs more (the indexer reads every key), more misses cost more
     assert predicted_step_s(terms, cfg, 80000, misses) > predicted_step_s(terms, cfg, 20000, misses)
     assert predicted_step_s(terms, cfg, 20000, [3000.0, 3000.0]) > predicted_step_s(terms, cfg, 20000, misses)

@@ -34,6 +34,12 @@ def absorbed_dtype(result: dict) -> str:
     return str(result.get("absorbed_dtype", "fp8"))
 
 
+def ran_q_concat(result: dict) -> bool:
+    """Whether a stored run timed the q concatenation before FlashMLA (``ops.attention_ops``' ``q_concat``):
+    its own record, else False (the runs committed before it was an op)."""
+    return bool(result.get("q_concat", False))
+
+
 def predicted_step_s(terms: StepTerms, cfg: dict, ctx: float, misses_per_layer) -> float:
     """costmodel.ops's ops at this step's contexts, priced by the fitted terms, plus each layer's
     swap-in with its missed rows."""
@@ -41,7 +47,7 @@ def predicted_step_s(terms: StepTerms, cfg: dict, ctx: float, misses_per_layer) 
     total = 0.0
     for lyr, missed in enumerate(misses_per_layer):
         ops = layer_ops(m, r, r * float(ctx), layout, dense=lyr < cfg["dense"], kv_row_bytes=cfg["row_bytes"],
-                        absorbed=absorbed_dtype(cfg))
+                        absorbed=absorbed_dtype(cfg), q_concat=ran_q_concat(cfg))
         total += terms.ops_time(ops, indexer_heads=m.indexer_heads, indexer_q="fp8")
         total += terms.swap_in_time(float(missed), r, cfg["row_bytes"])
     return total
@@ -52,7 +58,7 @@ def repredict_layers(terms: StepTerms, result: dict) -> dict:
     pred = [predicted_step_s(terms, result, c, m) for c, m in zip(result["ctx"], result["misses_per_layer"], strict=True)]
     m, r = GLM_5_1, result["requests"]
     ops = layer_ops(m, r, r * float(result["ctx"][0]), Layout(), kv_row_bytes=result["row_bytes"],
-                    absorbed=absorbed_dtype(result))
+                    absorbed=absorbed_dtype(result), q_concat=ran_q_concat(result))
     return result | {"predicted_s": pred,
                      "predicted_moe_layer_breakdown_us": {k: v * 1e6 for k, v in terms.breakdown(
                          ops, indexer_heads=m.indexer_heads, indexer_q="fp8").items()}}
@@ -132,7 +138,7 @@ def run_layer_config(cp: Any, torch: Any, pool: Any, terms: StepTerms, cfg: Laye
               "miss_share": float(engine.sum() / (steps * L * R * K)),
               "misses_per_layer": engine.sum(axis=2)[WARM:].tolist(), "ctx": ctx[WARM:].tolist(),
               "measured_s": measured[WARM:], "host_enqueue_s": host_s[WARM:], "hold_s": hold_us * 1e-6,
-              "impl": kernels.impl, "absorbed_dtype": ABSORBED_BMM_DTYPE}
+              "impl": kernels.impl, "absorbed_dtype": ABSORBED_BMM_DTYPE, "q_concat": True}
     out = repredict_layers(terms, result)
     err = np.abs(np.array(out["predicted_s"]) - np.array(out["measured_s"])) / np.array(out["measured_s"])
     print(f"  measured {np.median(out['measured_s']) * 1e3:.3f} ms/step, predicted "

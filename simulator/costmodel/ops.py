@@ -206,11 +206,12 @@ def routed_rows(batch: int, m: ModelShape, layout: Layout) -> tuple[float, float
 
 
 def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_row_bytes: int,
-                  absorbed: str = ABSORBED_BMM_DTYPE) -> list[Op]:
+                  absorbed: str = ABSORBED_BMM_DTYPE, q_concat: bool = True) -> list[Op]:
     """MLA (absorbed) + indexer of one layer for ``batch`` requests on this rank. ``absorbed``: the
     dtype of the ``w_kc`` / ``w_vc`` bmm, SGLang's BF16 ``torch.bmm`` by default; ``"fp8"`` is the
     ``bmm_fp8`` path of a per-tensor FP8 ``w_kc`` (a per-tensor quantisation of its input first), which
-    the committed layer-loop measurements ran (``calibration/layer_loop.py``)."""
+    the committed layer-loop measurements ran (``calibration/layer_loop.py``). ``q_concat`` False: without
+    the q concatenation before FlashMLA (the layer loops committed before it was an op did not run it)."""
     b, w, tp = batch, layout.weight_dtype, layout.attention_tp
     h = m.attention_heads // tp
     d, qr, kvr = m.hidden_size, m.q_lora_rank, m.kv_lora_rank
@@ -235,6 +236,10 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
         *quant_q,
         gemm("w_kc_absorbed", b, nope, kvr, absorbed, groups=h, kind="batched_gemm"),  # torch.bmm (BF16)
         elementwise("rope_and_kv_store", b * h * rope + b * (kvr + rope)),
+        # FlashMLA takes one q of kv_lora_rank + rope per head: SGLang's NSA backend concatenates the absorbed
+        # q_nope and q_rope before its flashmla_sparse / flashmla_kv calls, prefill and decode
+        # (nsa_backend.py forward_extend / forward_decode: ``_concat_mla_absorb_q_general``): read both, write q_all
+        *([elementwise("q_concat", b * h * (kvr + rope), passes=2)] if q_concat else []),
         gemm("indexer_wq_b", b, qr, ih * idx_dim, w),
         gemm("indexer_wk", b, d, idx_dim, w),
         gemm("indexer_weights_proj", b, d, ih, "bf16"),
@@ -285,6 +290,36 @@ def aligned_rows_per_expert(tokens: int, p: float, align: int) -> float:
               + ks * math.log(p) + (tokens - ks) * math.log1p(-p))
     pmf = np.exp(logpmf - logpmf.max())
     return float((np.ceil(ks / align) * align * pmf).sum() / pmf.sum())
+
+
+def deepep_contiguous_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
+    """The kernels one MoE layer adds around DeepGEMM's contiguous GEMMs in a DeepEP extend pass (normal
+    dispatch), for ``batch`` tokens per rank, read in SGLang's source:
+
+    - ``pre_permute_deepep_normal_to_deep_gemm``: ``ep_scatter`` copies every received (token, local expert)
+      row, FP8 values and scales, into the expert-sorted contiguous buffer: the real rows, read and written
+      once at one byte per value (one bf16 pass);
+    - the contiguous runner's ``silu_and_mul`` writes bf16 and a separate ``sglang_per_token_group_quant_fp8``
+      reads it back and writes FP8 for the down GEMM, over every aligned row (``moe_ops``' fused
+      ``routed_silu_mul_quant`` prices the first; this is the second, 1.5 passes).
+
+    The rank's own FP8 quantisation before the dispatch is ``deepep_dispatch_quant`` (a rank term)."""
+    t, d = mlp_tokens(batch, layout), m.hidden_size
+    inter = m.moe_intermediate_size // layout.moe_tp
+    local = m.experts // layout.expert_parallel
+    real_rows, _ = routed_rows(batch, m, layout)
+    aligned = local * aligned_rows_per_expert(int(round(t)), m.experts_per_token / m.experts,
+                                              DEEPEP_NORMAL_EXPERT_ALIGNMENT)
+    return [elementwise("ep_scatter", real_rows * d, passes=1.0),
+            elementwise("routed_act_quant", aligned * inter, passes=1.5)]
+
+
+def deepep_dispatch_quant(m: ModelShape, rows: float) -> Op:
+    """A rank's hidden states quantised to FP8 per 128-channel group before DeepEP's normal dispatch
+    (SGLang ``_DeepEPDispatcherImplNormal.dispatch_a`` with JIT DeepGEMM: ``sglang_per_token_group_quant_fp8``):
+    read bf16, write FP8, 1.5 bf16 passes over the rank's ``rows`` tokens. DeepEP's low-latency dispatch
+    (decode) quantises inside its own kernel (``use_fp8``): no separate kernel there."""
+    return elementwise("deepep_dispatch_quant", rows * m.hidden_size, passes=1.5)
 
 
 def moe_ops(m: ModelShape, batch: int, layout: Layout, *, align: int = 0) -> list[Op]:
@@ -343,12 +378,12 @@ def rank_moe_ops(m: ModelShape, rows: int, layout: Layout) -> list[Op]:
 
 
 def layer_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout = Layout(), *, dense: bool = False,
-              kv_row_bytes: int = 1152, absorbed: str = ABSORBED_BMM_DTYPE) -> list[Op]:
+              kv_row_bytes: int = 1152, absorbed: str = ABSORBED_BMM_DTYPE, q_concat: bool = True) -> list[Op]:
     """Every kernel of one decoder layer (a dense-MLP layer when ``dense``)."""
     if batch <= 0:
         return []
     mlp = dense_mlp_ops(m, batch, layout) if dense else moe_ops(m, batch, layout)
-    return attention_ops(m, batch, ctx_sum, layout, kv_row_bytes, absorbed) + mlp
+    return attention_ops(m, batch, ctx_sum, layout, kv_row_bytes, absorbed, q_concat) + mlp
 
 
 def step_head_ops(m: ModelShape, batch: int, layout: Layout = Layout()) -> list[Op]:

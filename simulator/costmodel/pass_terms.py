@@ -67,7 +67,11 @@ def _rank_moe(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     tokens (``CostModel.rank_moe``), at the rows its attention side runs: the padded graph batch of a
     decode pass, the extend batch's tokens, the real batch of a rank decoding inside an extend pass."""
     rows = w.tokens * s.verify if (s.extend or not s.padded) else s.padded
-    return c.rank_moe(rows)
+    out = c.rank_moe(rows)
+    if s.extend and out and c.deepep_contiguous(True):  # the rank's FP8 quantisation before the normal dispatch
+        out = dict(out)
+        out["routed experts"] = out.get("routed experts", 0.0) + c.dispatch_quant(w.tokens)
+    return out
 
 
 def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
@@ -196,7 +200,7 @@ def _draft_passes(c: CostModel, s: PassShape, w: None) -> Parts:
 
 
 def _draft_how(c: CostModel) -> tuple[Provenance, str]:
-    kind, src = _kernels(c)
+    kind, src = _gemm_kernels(c)
     return kind, (f"the draft layer's kernels ({src}); passes per step and their shapes from SGLang's "
                   "eagle_worker.py (serving/speculative.py)")
 
@@ -205,6 +209,17 @@ def _kernels(c: CostModel) -> tuple[Provenance, str]:
     """The fitted kernel terms: this GPU's own calibration, or the H200's scaled by datasheet ratios."""
     t = c.terms
     return (Provenance.DERIVED if t.scaled else Provenance.MEASURED), t.source
+
+
+def _gemm_kernels(c: CostModel) -> tuple[Provenance, str]:
+    """``_kernels`` for terms with FP8 GEMMs: on Hopper DeepGEMM's published rates bound them at prefill
+    shapes (``CostModel.op_time``)."""
+    kind, src = _kernels(c)
+    if getattr(c, "deepgemm_fp8", False):
+        from .published_kernels import DEEPGEMM_PREFILL
+
+        src += f"; FP8 GEMMs at prefill shapes bounded by {DEEPGEMM_PREFILL.short}"
+    return kind, src
 
 
 def _swap_in_how(c: CostModel) -> tuple[Provenance, str]:
@@ -238,14 +253,14 @@ def _collectives_how(c: CostModel) -> tuple[Provenance, str]:
 
 
 PASS_TERMS: list[PassTerm] = [
-    PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side, _kernels),
+    PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side, _gemm_kernels),
     PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer, _kernels),
-    PassTerm("DeepEP shared expert, router", Scope.RANK, Category.COMPUTE, _rank_moe, _kernels),
+    PassTerm("DeepEP shared expert, router", Scope.RANK, Category.COMPUTE, _rank_moe, _gemm_kernels),
     PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention, _kernels),
     PassTerm("multi-stream overlap", Scope.RANK, Category.COMPUTE, _stream_overlap, _stream_overlap_how),
     PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in, _swap_in_how),
     PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup, _backup_how),
-    PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _kernels),
+    PassTerm("MLP side", Scope.INSTANCE, Category.COMPUTE, _mlp_side, _gemm_kernels),
     PassTerm("DeepEP routed GEMM", Scope.INSTANCE, Category.COMPUTE, _routed_masked, _routed_masked_how),
     PassTerm("collectives", Scope.INSTANCE, Category.COMM, _collectives, _collectives_how),
     PassTerm("DeepEP host wait", Scope.INSTANCE, Category.COMM, _deepep_host_wait, _deepep_host_wait_how),

@@ -62,6 +62,8 @@ from .ops import (
     RANK_MOE_OPS,
     Op,
     attention_ops,
+    deepep_contiguous_ops,
+    deepep_dispatch_quant,
     dense_mlp_ops,
     moe_ops,
     rank_moe_ops,
@@ -69,7 +71,7 @@ from .ops import (
 )
 from .pass_terms import Category, Scope
 from .pricing import GpuTerms, datasheet_rates, layout_for, terms_for
-from .published_kernels import LIGHTNING_TOPK, MASKED_GROUPED_GEMM
+from .published_kernels import DEEPGEMM_PREFILL, LIGHTNING_TOPK, MASKED_GROUPED_GEMM
 from .terms import IndexerTerm, StepTerms
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
@@ -98,10 +100,14 @@ _GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 497, 16), *range
 # the routed experts' GEMMs that DeepGEMM's masked kernel runs in a DeepEP decode pass, and its term kind
 MASKED_OPS = frozenset({"routed_gate_up", "routed_down"})
 MASKED_KIND = "grouped_gemm_masked"
+# the FP8 GEMM kinds DeepGEMM's published prefill rates bound on Hopper (``CostModel.op_time``): block-FP8
+# linears (``fp8_gemm_nt``) and whole routed experts (``m_grouped_fp8_gemm_nt_contiguous``); the TP fused-MoE
+# slices are SGLang's Triton kernel, measured here at prefill token counts too
+DEEPGEMM_KINDS = frozenset({"gemm", "grouped_gemm"})
 
 REPORT_GROUPS = {
     **{n: "routed experts" for n in ("routed_gate_up", "routed_down", "routed_silu_mul_quant", "moe_combine",
-                                     "moe_align_sort")},
+                                     "moe_align_sort", "ep_scatter", "routed_act_quant")},
     **{n: "attention-side GEMMs" for n in ("qkv_a_proj", "q_b_proj", "o_proj", "indexer_wq_b", "indexer_wk",
                                            "indexer_weights_proj")},
     "w_kc_absorbed": "absorbed bmm", "w_vc_absorbed": "absorbed bmm",
@@ -320,7 +326,22 @@ class CostModel:
             rate = self.t.rates.get(("gemm", op.dtype))
             if rate is not None:
                 t = max(t, (rate.launch_s + op.flops / rate.flops_rate) * op.count)
+        if self.deepgemm_fp8 and op.dtype == "fp8" and op.kind in DEEPGEMM_KINDS and op.flops > 0:
+            # DeepGEMM's published rate at prefill shapes bounds the fitted term (published_kernels)
+            launch = self.t.rates[("gemm", "fp8")].launch_s if ("gemm", "fp8") in self.t.rates else 0.0
+            rate = DEEPGEMM_PREFILL.rate(op.n, op.k, grouped=op.kind == "grouped_gemm", fp8_flops=self._fp8_peak)
+            t = max(t, (launch + op.flops / rate) * op.count)
         return t
+
+    @property
+    def deepgemm_fp8(self) -> bool:
+        """SGLang runs its block-FP8 linears and DeepEP's contiguous routed GEMMs with DeepGEMM's SM90 kernels
+        here: a Hopper GPU (no FP4 tensor cores), whose published H800 rates bound the FP8 GEMM terms."""
+        return self.g.fp4_flops <= 0
+
+    @property
+    def _fp8_peak(self) -> float:
+        return 2.0 * datasheet_rates(self.g)[1]  # dense FP8 = 2 x dense BF16 (GPU presets)
 
     def experts_touched(self, instance_tokens: float) -> float:
         """Share of routed experts at least one of the step's tokens uses (uniform routing)."""
@@ -402,6 +423,8 @@ class CostModel:
             align = DEEPEP_NORMAL_EXPERT_ALIGNMENT if aligned else 0
             out += [(m.moe_layers, o) for o in moe_ops(m, self._mlp_batch(instance_tokens), lay, align=align)
                     if not (masked and o.name in MASKED_OPS) and not (lay.shared_replicated and o.name in RANK_MOE_OPS)]
+            if aligned:  # DeepEP's normal dispatch into DeepGEMM's contiguous layout: its quantisations and scatter
+                out += [(m.moe_layers, o) for o in deepep_contiguous_ops(m, self._mlp_batch(instance_tokens), lay)]
         out += [(1, o) for o in step_head_ops(m, self._mlp_batch(head_rows), lay)]
         return out
 
@@ -415,6 +438,11 @@ class CostModel:
         if key not in self._fixed_cache:
             self._fixed_cache[key] = self._grouped([(m.moe_layers, o) for o in rank_moe_ops(m, rows, lay)])
         return self._fixed_cache[key]
+
+    def dispatch_quant(self, rows: float) -> float:
+        """Seconds of every MoE layer's FP8 quantisation of the rank's ``rows`` tokens before DeepEP's normal
+        dispatch (``ops.deepep_dispatch_quant``)."""
+        return self.m.moe_layers * self.op_time(deepep_dispatch_quant(self.m, rows)) if rows > 0 else 0.0
 
     def fixed_ops(self, padded: int, instance_tokens: float) -> list[tuple[int, Op]]:
         """(repeat, op) of a decode step's kernels other than the indexer and attention: attention
