@@ -237,8 +237,9 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
         gemm("w_kc_absorbed", b, nope, kvr, absorbed, groups=h, kind="batched_gemm"),  # torch.bmm (BF16)
         elementwise("rope_and_kv_store", b * h * rope + b * (kvr + rope)),
         # FlashMLA takes one q of kv_lora_rank + rope per head: SGLang's NSA backend concatenates the absorbed
-        # q_nope and q_rope before its flashmla_sparse / flashmla_kv calls, prefill and decode
-        # (nsa_backend.py forward_extend / forward_decode: ``_concat_mla_absorb_q_general``): read both, write q_all
+        # q_nope and q_rope before its flashmla_sparse / flashmla_kv / trtllm calls, prefill and decode
+        # (nsa_backend.py forward_extend / forward_decode: ``_concat_mla_absorb_q_general``): read both, write q_all;
+        # its fa3 decode backend (Hopper, BF16 KV) takes them apart (``CostModel.decode_q_concat`` passes False)
         *([elementwise("q_concat", b * h * (kvr + rope), passes=2)] if q_concat else []),
         gemm("indexer_wq_b", b, qr, ih * idx_dim, w),
         gemm("indexer_wk", b, d, idx_dim, w),

@@ -57,9 +57,10 @@ class PassTerm:
 def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     """The rank's attention-side GEMMs and elementwise ops: at the padded graph batch when the
     pass decodes (CUDA graph), at the extend batch's tokens, or at the real batch of a rank that
-    decodes inside an extend pass (no graph)."""
+    decodes inside an extend pass (no graph). A prompt chunk's attention (the prefill backend) concatenates
+    q; a decoding rank's, a verify's or a draft's runs the decode backend (``CostModel.decode_q_concat``)."""
     rows = w.tokens * s.verify if (s.extend or not s.padded) else s.padded
-    return c.attention_fixed(rows, indexer=not s.skip_indexer)
+    return c.attention_fixed(rows, indexer=not s.skip_indexer, q_concat=bool(w.chunks) or c.decode_q_concat)
 
 
 def _rank_moe(c: CostModel, s: PassShape, w: RankWork) -> Parts:

@@ -356,14 +356,30 @@ class CostModel:
         """The per-rank batch whose MLP side sees ``instance_tokens`` (costmodel.ops multiplies by dp)."""
         return max(float(instance_tokens) / self.layout.attention_dp, 1e-9)
 
-    def attention_side_ops(self, padded: int, indexer: bool = True) -> list[tuple[int, Op]]:
+    @property
+    def decode_q_concat(self) -> bool:
+        """Whether SGLang's NSA backend concatenates the absorbed q_nope and q_rope before the attention of
+        a decode, target-verify or draft pass (``nsa_backend.py``: ``forward_decode`` and, for verify /
+        draft extend, ``forward_extend`` run ``nsa_decode_backend``). With a BF16 KV cache on Hopper that
+        backend is ``fa3`` (``server_args._set_default_nsa_backends``: "Hopper defaults for bfloat16 ...
+        nsa_decode_backend = 'fa3'"; the older ``ServerArgs`` default ``nsa_decode_backend: str = "fa3"``),
+        and ``_forward_fa3`` passes ``q_rope`` as q and ``q_nope`` as ``qv`` to ``flash_attn_with_kvcache``:
+        no concatenation. FP8 KV (``flashmla_kv``) and Blackwell (``trtllm`` / ``flashmla_sparse``) run
+        ``_concat_mla_absorb_q_general`` first. A prompt chunk's attention (``flashmla_sparse``) always
+        concatenates. Blackwell here: the GPUs with FP4 tensor cores (as ``flashmla_heads``)."""
+        return not (self.m.kv_row_bytes >= 1024 and self.g.fp4_flops <= 0)
+
+    def attention_side_ops(self, padded: int, indexer: bool = True,
+                           q_concat: bool = True) -> list[tuple[int, Op]]:
         """(repeat, op) of one rank's attention-side kernels other than the indexer and attention,
         at its (padded) batch: these run on each DP rank's own requests. ``indexer`` False: without
-        the indexer's projections (the layers reuse a top-k: ``Pass.skip_indexer``)."""
+        the indexer's projections (the layers reuse a top-k: ``Pass.skip_indexer``). ``q_concat`` False:
+        without the q concatenation (a decode-backend pass that takes q_nope and q_rope apart,
+        ``decode_q_concat``)."""
         m = self.m
         if m.arch == "dsv4":  # per layer kind (dsv4_ops.py)
             return [(n, o) for kind, n in m.kind_counts.items() for o in dsv4_ops.layer_ops(m, padded, self.layout, kind)]
-        ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes)
+        ops = attention_ops(m, padded, 0.0, self.layout, m.kv_row_bytes, q_concat=q_concat)
         # the indexer's projections only on the layers that run it (IndexShare anchors)
         return [(m.indexer_layers if o.name in INDEXER_OPS else m.layers, o) for o in ops
                 if o.kind not in ("indexer", "attention") and (indexer or o.name not in INDEXER_OPS)]
@@ -457,12 +473,13 @@ class CostModel:
             out[group] = out.get(group, 0.0) + n * self.op_time(o)
         return out
 
-    def attention_fixed(self, rows: int, indexer: bool = True) -> dict[str, float]:
+    def attention_fixed(self, rows: int, indexer: bool = True, q_concat: bool = True) -> dict[str, float]:
         """A rank's attention-side GEMMs and elementwise ops at ``rows`` (its padded decode batch,
-        or an extend batch's tokens), by report group (``indexer`` False: without the indexer's)."""
-        key = ("att", rows, indexer)
+        or an extend batch's tokens), by report group (``indexer`` False: without the indexer's;
+        ``q_concat`` False: without the q concatenation, ``decode_q_concat``)."""
+        key = ("att", rows, indexer, q_concat)
         if key not in self._fixed_cache:
-            self._fixed_cache[key] = self._grouped(self.attention_side_ops(rows, indexer))
+            self._fixed_cache[key] = self._grouped(self.attention_side_ops(rows, indexer, q_concat))
         return self._fixed_cache[key]
 
     def mlp_time(self, instance_tokens: float, rows: float | None = None, head_rows: float | None = None) -> float:
@@ -779,7 +796,7 @@ class CostModel:
         rows = shape.padded or work.decode
         key = ("layer", rows, float(shape.tokens), shape.biggest)
         if key not in self._fixed_cache:
-            ops = attention_ops(m, rows, 0.0, lay, m.kv_row_bytes)
+            ops = attention_ops(m, rows, 0.0, lay, m.kv_row_bytes, q_concat=self.decode_q_concat)
             cut = next(i for i, o in enumerate(ops) if o.kind == "attention")
             pre = sum(self.op_time(o) for o in ops[:cut] if o.name not in INDEXER_OPS)
             after = sum(self.op_time(o) for o in ops[cut + 1:])

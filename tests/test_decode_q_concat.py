@@ -1,0 +1,66 @@
+"""The q concatenation before the attention kernel runs only where SGLang's NSA backend runs it: every prompt
+chunk (``flashmla_sparse``), but a decode, verify or draft pass only off the Hopper + BF16-KV default, whose decode
+backend ``fa3`` takes q_nope and q_rope apart (``CostModel.decode_q_concat``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.costmodel import CostModel, Pass, RankWork
+from simulator.costmodel.ops import attention_ops
+from simulator.costmodel.pass_terms import _attention_side
+from simulator.costmodel.passes import PassShape
+from simulator.serving.scenario import load_scenario
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+
+
+def _cost(deployment: str = "8xh200-dp8-ep8-glm52-high-throughput", model: str = "glm-5.2-fp8",
+          gpu: str | None = None, overrides: tuple[str, ...] = ()) -> CostModel:
+    sc = load_scenario(model=model, deployment=deployment, gpu=gpu, overrides=overrides)
+    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+
+
+def _names(c: CostModel, rows: int, q_concat: bool) -> set[str]:
+    return {o.name for _, o in c.attention_side_ops(rows, q_concat=q_concat)}
+
+
+def test_the_decode_backend_decides():
+    h200 = _cost()
+    assert h200.m.kv_row_bytes >= 1024  # --kv-cache-dtype auto: BF16 on Hopper
+    assert not h200.decode_q_concat  # fa3
+    assert _cost(overrides=("model.kv_row_bytes=656",)).decode_q_concat  # FP8 KV: flashmla_kv
+    assert _cost(gpu="b200").decode_q_concat  # Blackwell: trtllm / flashmla_sparse
+
+
+def test_a_decode_pass_drops_it_and_a_prompt_chunk_keeps_it():
+    c = _cost()
+    op = {o.name: o for o in attention_ops(c.m, 12, 0.0, c.layout, c.m.kv_row_bytes)}["q_concat"]
+    assert "q_concat" not in _names(c, 12, q_concat=False) and "q_concat" in _names(c, 12, q_concat=True)
+    # a decode pass at 12 requests per rank (the graph batch 12): exactly 78 concatenations fewer than with it
+    decode = Pass.uniform(12, 12 * 8704.0, 8)
+    with_it = sum(c.attention_fixed(12, q_concat=True).values())
+    without = sum(c.attention_fixed(12, q_concat=False).values())
+    assert with_it - without == pytest.approx(c.m.layers * c.op_time(op))
+    group = "norms, rope, quantisation"
+    assert float(c.pass_time(decode).parts[group][0]) == pytest.approx(c.attention_fixed(12, q_concat=False)[group])
+    # a prompt chunk (flashmla_sparse) concatenates: the extend pass's rank group has it
+    extend = Pass((RankWork(chunks=((1024, 0),)),) * 8)
+    assert float(c.pass_time(extend).parts[group][0]) == pytest.approx(
+        c.attention_fixed(1024, q_concat=True)[group])
+    # a rank decoding inside an extend pass (no graph: its 12 real rows) runs the decode backend
+    decoding = RankWork(decode=12, ctx_sum=12 * 8704.0)
+    mixed = Pass((RankWork(chunks=((1024, 0),)), decoding) + (RankWork(),) * 6)
+    shape = PassShape.of(c, mixed)
+    assert shape.extend
+    assert _attention_side(c, shape, decoding)[group] == pytest.approx(c.attention_fixed(12, q_concat=False)[group])
+
+
+def test_off_hopper_bf16_the_decode_pass_keeps_it():
+    c = _cost(gpu="b200")
+    decode = Pass.uniform(12, 12 * 8704.0, 8)
+    group = "norms, rope, quantisation"
+    assert float(c.pass_time(decode).parts[group][0]) == pytest.approx(c.attention_fixed(12, q_concat=True)[group])
