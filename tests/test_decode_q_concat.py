@@ -1,13 +1,14 @@
 """The q concatenation before the attention kernel runs only where SGLang's NSA backend runs it: every prompt
 chunk (``flashmla_sparse``), but a decode, verify or draft pass only off the Hopper + BF16-KV default, whose decode
-backend ``fa3`` takes q_nope and q_rope apart (``CostModel.decode_q_concat``)."""
+backend ``fa3`` takes q_nope and q_rope apart (``CostModel.decode_q_concat``); and a prompt chunk's q padded to
+FlashMLA's head multiple under attention TP (``CostModel.prefill_q_pad``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from simulator.costmodel import CostModel, Pass, RankWork
-from simulator.costmodel.ops import attention_ops
+from simulator.costmodel.ops import attention_ops, flashmla_q_pad_ops
 from simulator.costmodel.pass_terms import _attention_side
 from simulator.costmodel.passes import PassShape
 from simulator.serving.scenario import load_scenario
@@ -64,3 +65,25 @@ def test_off_hopper_bf16_the_decode_pass_keeps_it():
     decode = Pass.uniform(12, 12 * 8704.0, 8)
     group = "norms, rope, quantisation"
     assert float(c.pass_time(decode).parts[group][0]) == pytest.approx(c.attention_fixed(12, q_concat=True)[group])
+
+
+def test_flashmla_q_padding_of_a_tp8_prompt_chunk_by_hand():
+    tp8 = _cost("8xh200-tp8-glm52-low-latency")
+    assert tp8.layout.attention_tp == 8 and tp8.flashmla_heads(8) == 64
+    ops = {o.name: o for o in flashmla_q_pad_ops(tp8.m, 8192, 8, 64)}
+    # a zero fill of 64 heads x 576 bf16 values per token, then the 8 real heads copied in (read + write)
+    assert ops["q_pad_zero"].bytes == pytest.approx(8192 * 64 * 576 * 2)
+    assert ops["q_pad_copy"].bytes == pytest.approx(8192 * 8 * 576 * 2 * 2)
+    assert tp8.prefill_q_pad(8192) == pytest.approx(78 * sum(tp8.op_time(o) for o in ops.values()))
+    group = "norms, rope, quantisation"
+    extend = Pass((RankWork(chunks=((8192, 0),)),))
+    assert float(tp8.pass_time(extend).parts[group][0]) == pytest.approx(
+        tp8.attention_fixed(8192, q_concat=True)[group] + tp8.prefill_q_pad(8192))
+    # 64 heads per rank under DP attention need none; nor does a decode pass (fa3), nor FP8 KV (flashmla_kv)
+    assert _cost().prefill_q_pad(1024) == 0.0
+    decode = Pass.uniform(4, 4 * 8704.0, 1)
+    assert float(tp8.pass_time(decode).parts[group][0]) == pytest.approx(
+        tp8.attention_fixed(4, q_concat=False)[group])
+    assert _cost("8xh200-tp8-glm52-low-latency", overrides=("model.kv_row_bytes=656",)).prefill_q_pad(8192) == 0.0
+    # Blackwell pads 64 heads to 128 (the DP-attention layout)
+    assert _cost(gpu="b200").prefill_q_pad(1024) > 0.0

@@ -258,6 +258,19 @@ def attention_ops(m: ModelShape, batch: int, ctx_sum: float, layout: Layout, kv_
     ]
 
 
+def flashmla_q_pad_ops(m: ModelShape, tokens: int, heads: int, padded_heads: int) -> list[Op]:
+    """The two kernels SGLang runs before FlashMLA's sparse prefill when a rank's query heads are not a
+    multiple of the kernel's (``nsa_backend._forward_flashmla_sparse``: ``q_padded = q_all.new_zeros((num_tokens,
+    required_padding, head_dim))`` then ``q_padded[:, :num_heads, :] = q_all``): a zero fill of every padded
+    head's q (written once) and a copy of the real heads into it (read + write), bf16, ``kv_lora_rank + rope``
+    per head. None when no padding is needed."""
+    if padded_heads <= heads or tokens <= 0:
+        return []
+    dim = m.kv_lora_rank + m.qk_rope_head_dim
+    return [elementwise("q_pad_zero", tokens * padded_heads * dim, passes=1),
+            elementwise("q_pad_copy", tokens * heads * dim, passes=2)]
+
+
 def dense_mlp_ops(m: ModelShape, batch: int, layout: Layout) -> list[Op]:
     t, w, tp = mlp_tokens(batch, layout), layout.weight_dtype, layout.mlp_tp
     inter, d = m.dense_intermediate_size // tp, m.hidden_size

@@ -60,7 +60,12 @@ def _attention_side(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     decodes inside an extend pass (no graph). A prompt chunk's attention (the prefill backend) concatenates
     q; a decoding rank's, a verify's or a draft's runs the decode backend (``CostModel.decode_q_concat``)."""
     rows = w.tokens * s.verify if (s.extend or not s.padded) else s.padded
-    return c.attention_fixed(rows, indexer=not s.skip_indexer, q_concat=bool(w.chunks) or c.decode_q_concat)
+    out = c.attention_fixed(rows, indexer=not s.skip_indexer, q_concat=bool(w.chunks) or c.decode_q_concat)
+    pad = sum(c.prefill_q_pad(n) for n, _ in w.chunks) if w.chunks else 0.0
+    if pad:  # FlashMLA's sparse prefill on padded heads: the zero fill and copy of q (CostModel.prefill_q_pad)
+        out = dict(out)
+        out["norms, rope, quantisation"] = out.get("norms, rope, quantisation", 0.0) + pad
+    return out
 
 
 def _rank_moe(c: CostModel, s: PassShape, w: RankWork) -> Parts:

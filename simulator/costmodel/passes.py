@@ -65,6 +65,7 @@ from .ops import (
     deepep_contiguous_ops,
     deepep_dispatch_quant,
     dense_mlp_ops,
+    flashmla_q_pad_ops,
     moe_ops,
     rank_moe_ops,
     step_head_ops,
@@ -835,6 +836,18 @@ class CostModel:
         here the GPUs with FP4 tensor cores."""
         required = 128 if self.g.fp4_flops > 0 else 64
         return -(-heads // required) * required if heads % required else heads
+
+    def prefill_q_pad(self, tokens: int) -> float:
+        """Seconds of every layer's q padding before FlashMLA's sparse prefill of a ``tokens``-token chunk
+        (``ops.flashmla_q_pad_ops``): under attention TP the rank's heads are padded to the kernel's multiple
+        (``flashmla_heads``: GLM at TP8 on Hopper, 8 -> 64). Only the BF16-KV prefill backend,
+        ``flashmla_sparse`` (``server_args._set_default_nsa_backends``), pads; DeepSeek-V4's path is its own."""
+        m = self.m
+        if m.arch == "dsv4" or m.kv_row_bytes < 1024 or tokens <= 0:
+            return 0.0
+        heads = max(1, m.attention_heads // self.layout.attention_tp)
+        ops = flashmla_q_pad_ops(m, tokens, heads, self.flashmla_heads(heads))
+        return m.layers * sum(self.op_time(o) for o in ops)
 
     def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
         """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at
