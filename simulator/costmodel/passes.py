@@ -463,8 +463,10 @@ class CostModel:
 
     def fixed_ops(self, padded: int, instance_tokens: float) -> list[tuple[int, Op]]:
         """(repeat, op) of a decode step's kernels other than the indexer and attention: attention
-        side, dense layers and head at the padded rank batch, MoE layers at the instance's real tokens."""
-        return self.attention_side_ops(padded) + self.mlp_side_ops(instance_tokens, padded * self.layout.attention_dp)
+        side (the decode backend's q handling, ``decode_q_concat``), dense layers and head at the padded rank batch,
+        MoE layers at the instance's real tokens."""
+        return (self.attention_side_ops(padded, q_concat=self.decode_q_concat)
+                + self.mlp_side_ops(instance_tokens, padded * self.layout.attention_dp))
 
     def _grouped(self, ops: list[tuple[int, Op]]) -> dict[str, float]:
         """Seconds of ``ops`` by report group (``REPORT_GROUPS``)."""
