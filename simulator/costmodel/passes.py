@@ -843,7 +843,10 @@ class CostModel:
         """Seconds of every layer's q padding before FlashMLA's sparse prefill of a ``tokens``-token chunk
         (``ops.flashmla_q_pad_ops``): under attention TP the rank's heads are padded to the kernel's multiple
         (``flashmla_heads``: GLM at TP8 on Hopper, 8 -> 64). Only the BF16-KV prefill backend,
-        ``flashmla_sparse`` (``server_args._set_default_nsa_backends``), pads; DeepSeek-V4's path is its own."""
+        ``flashmla_sparse`` (``server_args._set_default_nsa_backends``), pads; DeepSeek-V4's path is its own. Any
+        SGLang version that runs the kernel at 8 heads must pad: FlashMLA asserts ``h_q % B_H == 0``
+        (``csrc/sm90/prefill/sparse/phase1.cuh``). A chunk whose sequences all fit in top-k runs dense MHA instead
+        (``MHA_ONE_SHOT``); like its attention (``prefill_attention``) it is priced as the FlashMLA path."""
         m = self.m
         if m.arch == "dsv4" or m.kv_row_bytes < 1024 or tokens <= 0:
             return 0.0
