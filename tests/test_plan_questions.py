@@ -121,3 +121,23 @@ def test_one_infeasible_piece_does_not_stop_the_plan(capsys):
     rep = json.loads(capsys.readouterr().out)
     assert {r["system"] for r in rep["rows"]} == {"baseline"}
     assert rep["cannot_run"][0]["system"].startswith("hisparse")
+
+
+def test_a_model_too_deep_for_a_trace_is_refused_before_any_is_drawn(tmp_path, monkeypatch, capsys):
+    """A model preset with an absurd layer count (found by the preset fuzzer: 207,849,514) made the
+    plan draw a trace of trillions of entries and grow for many minutes; it is refused on the same
+    budget as `trace gen`, naming the file, and nothing is written to the cache."""
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    shipped = Path(__file__).resolve().parents[1] / "simulator" / "presets" / "models" / "glm-5.1-fp8.toml"
+    lines = [("layers = 207849514" if ln.split("#")[0].strip().startswith("layers ") else ln)
+             for ln in shipped.read_text().splitlines()]
+    model = tmp_path / "deep.toml"
+    model.write_text("\n".join(lines) + "\n")
+    workload = tmp_path / "tiny.toml"
+    workload.write_text('name = "tiny"\ninput_tokens = 4096\noutput_tokens = 16\nlength_jitter = 0.0\n'
+                        'arrival = "closed"\nrate_per_s = 0.0\nrequests_per_client = 1\n')
+    code = main(["plan", "--quiet", "--concurrency", "2", "--workload", str(workload), "--model", str(model)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert str(model) in err and "HISPARSE_MAX_TRACE_ENTRIES" in err and "207849514 layers" in err
+    assert not list((tmp_path / "cache").rglob("*.hst"))

@@ -96,6 +96,12 @@ def choose_trace(model, workload, given: str | None) -> TraceChoice:
     cached = cache_dir() / "traces" / name
     generated = not cached.is_file()
     if generated:
+        from .. import limits
+
+        # the same budget as `hisparse trace gen`: a model of absurd depth is refused, not drawn
+        limits.check(args["requests"] * args["layers"] * steps * args["k"], "HISPARSE_MAX_TRACE_ENTRIES",
+                     f"{model.where}: the trace this plan would generate ({shape})", unit="top-k entries",
+                     hint="check layers and top_k, or pass --trace FILE")
         generate_trace(cached, preset, **args)
     return TraceChoice(str(cached), f"{why} at the workload's context: {shape}; "
                                     f"{'generated into' if generated else 'cached in'} {cached}",
