@@ -20,11 +20,11 @@ import numpy as np
 
 from ._build import SM90_FLAGS, build_cubin, load_sm90_module
 from .clock_model import epoch_mask
+from .sharded_lru import COPY_MODES, check_buffer_options  # noqa: F401  (COPY_MODES: one table, re-exported)
 
 THREADS = 512
 WARPS = THREADS // 32
 SMEM_LIMIT = 227 * 1024
-COPY_MODES = ("inline", "plan")
 COPY_THREADS = 256
 _SOURCE = Path(__file__).with_name("clock_swap.cu")
 
@@ -66,12 +66,7 @@ class ClockHotBuffer:
         import cupy as cp
 
         check_config(buffer, steps, top_k)
-        if copy not in COPY_MODES:
-            raise ValueError(f"copy must be one of {COPY_MODES}, got {copy!r}")
-        if initial not in ("prefix", "empty"):
-            raise ValueError(f"initial must be prefix or empty, got {initial!r}")
-        if row_bytes % 16:
-            raise ValueError(f"row_bytes must be a multiple of 16, got {row_bytes}")
+        check_buffer_options(copy, initial, row_bytes)
         self.R, self.C, self.B, self.S, self.k, self.row_bytes = requests, max_ctx, buffer, steps, top_k, row_bytes
         self.N = steps * top_k
         self.rows = buffer + 1 + self.N

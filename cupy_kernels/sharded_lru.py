@@ -28,6 +28,16 @@ THREADS = 512
 WARPS = THREADS // 32
 SMEM_LIMIT = 227 * 1024
 COPY_MODES = ("inline", "plan")
+
+
+def check_buffer_options(copy: str, initial: str, row_bytes: int) -> None:
+    """The options every hot-buffer kernel wrapper shares (this one and ``clock_swap``'s)."""
+    if copy not in COPY_MODES:
+        raise ValueError(f"copy must be one of {COPY_MODES}, got {copy!r}")
+    if initial not in ("prefix", "empty"):
+        raise ValueError(f"initial must be prefix or empty, got {initial!r}")
+    if row_bytes % 16:
+        raise ValueError(f"row_bytes must be a multiple of 16, got {row_bytes}")
 _SOURCE = Path(__file__).with_name("sharded_lru.cu")
 COPY_THREADS = 256
 
@@ -165,12 +175,7 @@ class ShardedHotBuffer:
         import cupy as cp
 
         check_config(buffer, ways, top_k)
-        if copy not in COPY_MODES:
-            raise ValueError(f"copy must be one of {COPY_MODES}, got {copy!r}")
-        if initial not in ("prefix", "empty"):
-            raise ValueError(f"initial must be prefix or empty, got {initial!r}")
-        if row_bytes % 16:
-            raise ValueError(f"row_bytes must be a multiple of 16, got {row_bytes}")
+        check_buffer_options(copy, initial, row_bytes)
         self.R, self.C, self.B, self.W, self.k, self.row_bytes = requests, max_ctx, buffer, ways, top_k, row_bytes
         self.rows = buffer + 1 + top_k
         self.prefix, self.reserve, self.copy = initial == "prefix", bool(reserve), copy
