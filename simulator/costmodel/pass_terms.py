@@ -97,6 +97,22 @@ def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     return {"sparse attention": c.attention_all(w.decode * q, w.ctx_sum * q if q > 1 else w.ctx_sum)}  # by layer kind
 
 
+def _sparse_attention_how(c: CostModel) -> tuple[Provenance, str]:
+    """How a pass's sparse attention is priced. Where SGLang decodes with FlashAttention-3
+    (``CostModel.fa3_decode``: BF16 KV on Hopper) the decode, verify and draft passes are priced by this
+    repository's own sparse MLA kernel's term, a stand-in for a kernel never timed here: INFERRED.
+    Elsewhere (FP8 KV: ``flashmla_kv``; Blackwell) the fitted kernel terms, as before."""
+    kind, src = _kernels(c)
+    if getattr(c, "fa3_decode", False):
+        return Provenance.INFERRED, (
+            "decode, verify and draft passes run FlashAttention-3's MLA path in SGLang (nsa_decode_backend 'fa3', "
+            "the BF16-KV Hopper default: q_rope as q, q_nope as qv, the top-k as a page-size-1 page table), priced "
+            f"by this repository's sparse MLA kernel's term as a stand-in ({src}): no published or measured FA3 "
+            "sparse-decode time at these shapes was found (docs/validation.md, 2026-12-06, acc25e); prompt chunks: "
+            f"FlashMLA's sparse prefill FLOPs at prefill_attention_efficiency {c.p.prefill_attention_efficiency:g}")
+    return kind, src
+
+
 def _stream_overlap(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     """DeepSeek-V4 at small batch: what the attention preparation's parallel CUDA streams hide of the
     serial sum the attention-side and indexer terms priced (``CostModel.dsv4_stream_overlap``)."""
@@ -262,7 +278,7 @@ PASS_TERMS: list[PassTerm] = [
     PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side, _gemm_kernels),
     PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer, _kernels),
     PassTerm("DeepEP shared expert, router", Scope.RANK, Category.COMPUTE, _rank_moe, _gemm_kernels),
-    PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention, _kernels),
+    PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention, _sparse_attention_how),
     PassTerm("multi-stream overlap", Scope.RANK, Category.COMPUTE, _stream_overlap, _stream_overlap_how),
     PassTerm("swap-in", Scope.RANK, Category.SWAP, _swap_in, _swap_in_how),
     PassTerm("KV backup", Scope.RANK, Category.BACKUP, _backup, _backup_how),

@@ -358,17 +358,24 @@ class CostModel:
         return max(float(instance_tokens) / self.layout.attention_dp, 1e-9)
 
     @property
+    def fa3_decode(self) -> bool:
+        """Whether SGLang's NSA backend runs a decode, target-verify or draft pass's sparse attention with
+        FlashAttention-3 (``nsa_backend.py``: ``forward_decode`` and, for verify / draft extend,
+        ``forward_extend`` run ``nsa_decode_backend``): with a BF16 KV cache on Hopper that backend is
+        ``fa3`` (``server_args._set_default_nsa_backends``: "Hopper defaults for bfloat16 ...
+        nsa_decode_backend = 'fa3'"; the older ``ServerArgs`` default ``nsa_decode_backend: str = "fa3"``).
+        FP8 KV runs ``flashmla_kv``, Blackwell ``trtllm`` / ``flashmla_sparse`` (Blackwell here: the GPUs
+        with FP4 tensor cores, as ``flashmla_heads``)."""
+        return self.m.kv_row_bytes >= 1024 and self.g.fp4_flops <= 0
+
+    @property
     def decode_q_concat(self) -> bool:
         """Whether SGLang's NSA backend concatenates the absorbed q_nope and q_rope before the attention of
-        a decode, target-verify or draft pass (``nsa_backend.py``: ``forward_decode`` and, for verify /
-        draft extend, ``forward_extend`` run ``nsa_decode_backend``). With a BF16 KV cache on Hopper that
-        backend is ``fa3`` (``server_args._set_default_nsa_backends``: "Hopper defaults for bfloat16 ...
-        nsa_decode_backend = 'fa3'"; the older ``ServerArgs`` default ``nsa_decode_backend: str = "fa3"``),
-        and ``_forward_fa3`` passes ``q_rope`` as q and ``q_nope`` as ``qv`` to ``flash_attn_with_kvcache``:
-        no concatenation. FP8 KV (``flashmla_kv``) and Blackwell (``trtllm`` / ``flashmla_sparse``) run
-        ``_concat_mla_absorb_q_general`` first. A prompt chunk's attention (``flashmla_sparse``) always
-        concatenates. Blackwell here: the GPUs with FP4 tensor cores (as ``flashmla_heads``)."""
-        return not (self.m.kv_row_bytes >= 1024 and self.g.fp4_flops <= 0)
+        a decode, target-verify or draft pass: not under ``fa3`` (``fa3_decode``), whose ``_forward_fa3``
+        passes ``q_rope`` as q and ``q_nope`` as ``qv`` to ``flash_attn_with_kvcache``; FP8 KV
+        (``flashmla_kv``) and Blackwell run ``_concat_mla_absorb_q_general`` first. A prompt chunk's
+        attention (``flashmla_sparse``) always concatenates."""
+        return not self.fa3_decode
 
     def attention_side_ops(self, padded: int, indexer: bool = True,
                            q_concat: bool = True) -> list[tuple[int, Op]]:
