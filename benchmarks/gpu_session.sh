@@ -6,7 +6,8 @@
 # designs (benchmarks/swap_in_designs.py), seq (the attention sequence 3 times, plain),
 # sanitize (compute-sanitizer memcheck / racecheck / initcheck / synccheck over the sequence);
 # issue #27's remaining items: test27, designs27, accuracy, test_att, sanitize_clock, sass_epi;
-# the swap-in's fixed cost (kern27): build_swap, test_swap, sanitize_swap, designs_fixed, phases.
+# the swap-in's fixed cost (kern27): build_swap, test_swap, sanitize_swap, designs_fixed, phases;
+# attention against FlashMLA in the same run (issue #27 item 4): flashmla.
 # Everything goes to $OUT/session.log; CSVs to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -102,5 +103,16 @@ step_phases() {
         --pool-gib 4 --iters 11 --out "$OUT/swap_in-phases-main.csv" 2>&1 | grep -E "phases|case|bs" | tee -a "$LOG"
 }
 step_designs_fixed2() { FIXED_SEED=1 step_designs_fixed; }  # the same, drawn again: the spread
+# Issue #27 item 4: our attention kernel against FlashMLA's SM90 sparse FP8 decode, same inputs, same
+# process (benchmarks/flashmla_compare.py). FLASHMLA_SRC: the folder benchmarks/fetch_flashmla.sh filled,
+# or that folder as FLASHMLA_SRC.tar.gz (smaller to carry: unpacked here first); FLASHMLA_ARGS: more options.
+step_flashmla() {
+    local src=${FLASHMLA_SRC:-.flashmla-src}
+    if [ ! -d "$src" ] && [ -f "$src.tar.gz" ]; then mkdir -p "$src" && tar -xzf "$src.tar.gz" -C "$src" --strip-components=1; fi
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
+    MAX_JOBS=${MAX_JOBS:-8} timeout "${FLASHMLA_TIMEOUT:-480}" $PY benchmarks/flashmla_compare.py --flashmla "$src" \
+        --verbose-build ${FLASHMLA_ARGS:-} --out "$OUT/flashmla_compare.csv" 2>&1 | tee -a "$LOG"
+    echo "flashmla rc=${PIPESTATUS[0]}" | tee -a "$LOG"
+}
 for s in "$@"; do say "$s"; "step_$s"; done
 say done

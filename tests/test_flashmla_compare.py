@@ -1,0 +1,230 @@
+"""CPU checks of the FlashMLA same-run comparison (benchmarks/flashmla_compare.py, fetch_flashmla.sh).
+
+What needs no GPU: our FP8 row packing against FlashMLA's V3.2 layout as transcribed, the fetch
+script's pins and file list against the benchmark's (and the script itself, run on small local git
+repositories standing in for the mirrors), the FLOP formula, FlashMLA's scheduler sizing, the input
+construction, and the command's errors (exit 2, no traceback).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import struct
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cupy_kernels.mla_reference import (
+    D_QK,
+    FP8_ROW_BYTES,
+    attention_flops,
+    e4m3_decode,
+    pack_fp8_rows,
+    unpack_fp8_rows,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("flashmla_compare", ROOT / "benchmarks" / "flashmla_compare.py")
+fc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fc)
+SCRIPT = ROOT / "benchmarks" / "fetch_flashmla.sh"
+
+
+def test_fp8_rows_are_flashmla_v32_layout():
+    """pack_fp8_rows writes e4m3 codes, 4 fp32 scales (one per 128 values) and 64 bf16 rope values
+    at FlashMLA's V3.2 offsets: value i of the latent part = e4m3 code i x scale i // 128."""
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((5, D_QK)) * np.array([0.01, 1.0, 30.0, 1e-3, 5.0])[:, None]
+    rows[4, :128] = 0.0  # an all-zero block
+    packed = pack_fp8_rows(rows)
+    lay = fc.V32_ROW
+    assert FP8_ROW_BYTES == lay["bytes"] == packed.shape[1] == lay["rope"][1]
+    assert lay["nope"] == (0, 512) and lay["scales"][0] == 512 and lay["rope"][0] == lay["scales"][1]
+    for r in range(len(rows)):
+        row = packed[r].tobytes()
+        scales = struct.unpack("<4f", row[lay["scales"][0]:lay["scales"][1]])
+        codes = np.frombuffer(row[:512], dtype=np.uint8)
+        latent = e4m3_decode(codes) * np.repeat(np.array(scales, dtype=np.float64), lay["scale_block"])
+        rope = np.frombuffer(row[lay["rope"][0]:], dtype="<u2").astype(np.uint32) << 16
+        np.testing.assert_array_equal(latent, unpack_fp8_rows(packed[r:r + 1])[0, :512])
+        np.testing.assert_array_equal(rope.view(np.float32), unpack_fp8_rows(packed[r:r + 1])[0, 512:])
+        # FlashMLA's quantiser (tests/quant.py): scale = block amax / 448; we keep it in fp32 too
+        amax = np.abs(rows[r, :512].reshape(4, 128)).max(axis=1)
+        want = np.where(amax > 0, amax / 448.0, 1.0).astype(np.float32)
+        np.testing.assert_array_equal(np.array(scales, dtype=np.float32), want)
+        assert np.max(np.abs(latent - rows[r, :512])) <= np.max(amax) * 2**-3  # e4m3: 3 mantissa bits
+
+
+def _script_value(name: str) -> str:
+    m = re.search(rf"^{name}=\$\{{\w+:-([0-9a-f]+)\}}", SCRIPT.read_text(), re.M)
+    assert m, f"{name} not found in {SCRIPT}"
+    return m.group(1)
+
+
+def _script_paths(name: str) -> list[str]:
+    text = SCRIPT.read_text()
+    m = re.search(rf"^{name}=\(([^)]*)\)", text, re.M)
+    assert m, f"{name} not found in {SCRIPT}"
+    return m.group(1).split()
+
+
+def test_fetch_script_pins_and_paths_match_the_benchmark():
+    assert _script_value("flashmla_rev") == fc.FLASHMLA_COMMIT
+    assert _script_value("cutlass_rev") == fc.CUTLASS_COMMIT
+    assert re.fullmatch(r"[0-9a-f]{40}", fc.FLASHMLA_COMMIT) and re.fullmatch(r"[0-9a-f]{40}", fc.CUTLASS_COMMIT)
+    flashmla = _script_paths("flashmla_paths")
+    cutlass = ["csrc/cutlass/" + p for p in _script_paths("cutlass_paths")]
+    needed = [*fc.KERNEL_SOURCES, *fc.HEADERS]
+    for path in needed:  # every file the build needs lies under a path the script archives
+        assert any(path == p or path.startswith(p + "/") for p in flashmla + cutlass), path
+    for d in fc.INCLUDE_DIRS:
+        assert any(d == p or d.startswith(p + "/") or p.startswith(d + "/") for p in flashmla + cutlass), d
+    # only the SM90 sparse FP8 decode: no sm100, prefill or dense sources
+    assert not [p for p in flashmla if re.search(r"sm100|prefill|dense|api", p)]
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _fake_repo(path: Path, files: list[str], gitlink: str | None = None) -> str:
+    """A git repository holding `files` (and csrc/cutlass as a submodule link); its commit."""
+    path.mkdir(parents=True)
+    _git(path, "init", "-q")
+    for f in files:
+        (path / f).parent.mkdir(parents=True, exist_ok=True)
+        (path / f).write_text(f"// {f}\n")
+    _git(path, "add", "-A")
+    if gitlink:
+        _git(path, "update-index", "--add", "--cacheinfo", f"160000,{gitlink},csrc/cutlass")
+    _git(path, "commit", "-q", "-m", "fake")
+    return _git(path, "rev-parse", "HEAD")
+
+
+@pytest.fixture()
+def mirrors(tmp_path):
+    cutlass_files = ["LICENSE.txt", "media/big.png"] + [p.removeprefix("csrc/cutlass/") for p in fc.HEADERS
+                                                        if p.startswith("csrc/cutlass/")]
+    cutlass = _fake_repo(tmp_path / "cutlass", cutlass_files)
+    flash_files = ["LICENSE", "setup.py", "csrc/api/api.cpp", "csrc/sm100/x.cu"] + \
+        [p for p in (*fc.KERNEL_SOURCES, *fc.HEADERS) if not p.startswith("csrc/cutlass/")]
+    flash = _fake_repo(tmp_path / "flashmla", flash_files, gitlink=cutlass)
+    return tmp_path, flash, cutlass
+
+
+def _fetch(tmp: Path, dest: Path, flash: str, cutlass: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FLASHMLA_MIRROR": str(tmp / "flashmla" / ".git"), "CUTLASS_MIRROR": str(tmp / "cutlass" / ".git"),
+           "FLASHMLA_REV": flash, "CUTLASS_REV": cutlass}
+    return subprocess.run(["bash", str(SCRIPT), str(dest)], env=env, capture_output=True, text=True)
+
+
+def test_fetch_script_from_mirrors_takes_only_the_decode_pieces(mirrors):
+    tmp, flash, cutlass = mirrors
+    dest = tmp / "src"
+    run = _fetch(tmp, dest, flash, cutlass)
+    assert run.returncode == 0, run.stderr
+    assert fc.missing_pieces(dest) == []
+    assert fc.read_fetched(dest) == {"flashmla": flash, "cutlass": cutlass}
+    assert not (dest / "setup.py").exists() and not (dest / "csrc/api").exists() and not (dest / "csrc/sm100").exists()
+    assert not (dest / "csrc/cutlass/media").exists() and (dest / "csrc/cutlass/LICENSE.txt").is_file()
+
+
+def test_fetch_script_refuses_a_cutlass_commit_flashmla_does_not_pin(mirrors):
+    tmp, flash, cutlass = mirrors
+    _git(tmp / "cutlass", "commit", "-q", "--allow-empty", "-m", "later")
+    other = _git(tmp / "cutlass", "rev-parse", "HEAD")
+    run = _fetch(tmp, tmp / "src", flash, other)
+    assert run.returncode == 2 and f"pins csrc/cutlass at {cutlass}" in run.stderr
+    run = _fetch(tmp, tmp / "src2", "0" * 40, cutlass)
+    assert run.returncode == 2 and "is not in the mirror" in run.stderr
+
+
+def test_missing_pieces_names_what_is_absent(mirrors):
+    tmp, flash, cutlass = mirrors
+    dest = tmp / "src"
+    assert _fetch(tmp, dest, flash, cutlass).returncode == 0
+    (dest / fc.KERNEL_SOURCES[1]).unlink()
+    assert fc.missing_pieces(dest) == [fc.KERNEL_SOURCES[1]]
+    run = subprocess.run([sys.executable, "benchmarks/flashmla_compare.py", "--flashmla", str(dest)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and fc.KERNEL_SOURCES[1] in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--flashmla", "/no/such/dir"], "no such folder"),
+    (["--flashmla", ".", "--heads", "96"], "--heads must each be one of (64, 128)"),
+    (["--flashmla", ".", "--batches", "0"], "--batches must all be >= 1"),
+    (["--flashmla", ".", "--reps", "0"], "--reps must be >= 1"),
+    (["--flashmla", "."], "lacks"),
+])
+def test_cli_errors_exit_2_without_traceback(args, words):
+    run = subprocess.run([sys.executable, "benchmarks/flashmla_compare.py", *args], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert run.returncode == 2, run.stderr
+    assert words in run.stderr and "Traceback" not in run.stderr
+
+
+def test_no_gpu_or_torch_is_a_usage_error(monkeypatch):
+    fake = types.SimpleNamespace(__version__="0+fake", cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    with pytest.raises(fc.UsageError, match="needs a CUDA GPU"):
+        fc.load_gpu_stack()
+    ampere = types.SimpleNamespace(is_available=lambda: True, get_device_capability=lambda: (8, 0),
+                                   get_device_name=lambda: "A100")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="0+fake", cuda=ampere))
+    with pytest.raises(fc.UsageError, match="needs a Hopper GPU.*sm_80"):
+        fc.load_gpu_stack()
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    with pytest.raises(fc.UsageError, match="needs PyTorch"):
+        fc.load_gpu_stack()
+
+
+def test_flops_are_one_formula_for_both_kernels():
+    assert attention_flops(64, 128, 2048) == 2 * 64 * 128 * 2048 * (576 + 512)
+    r = fc.ShapeResult(64, 128, "graph", 100.0, 80.0, 5.0, 0, 0, 0, 0, True, True)
+    assert r.tflops(r.ours_us) == pytest.approx(attention_flops(64, 128, 2048) / 100e-6 / 1e12)
+    assert r.ratio == pytest.approx(0.8)  # FlashMLA's time / ours: ours at 80% of FlashMLA's speed
+
+
+def test_sched_config_is_flashmla_get_meta():
+    # Decode_Sm90_Impl::get_meta: max(num_sms / s_q / (h_q / 64), 1), 5 fixed-overhead blocks, 64-token blocks
+    assert fc.sched_config(128, 132) == (66, 5, 64)
+    assert fc.sched_config(64, 132) == (132, 5, 64)
+    assert fc.sched_config(128, 1) == (1, 5, 64)
+
+
+def test_inputs_are_the_reference_packing_and_flashmla_addresses_the_same_rows():
+    inp = fc.make_inputs(batch=3, heads=64, k=128, n_sets=2, unique_rows=50, seed=5, region=256)
+    again = fc.make_inputs(batch=3, heads=64, k=128, n_sets=2, unique_rows=50, seed=5, region=256)
+    assert all(np.array_equal(a, b) for a, b in zip(inp.slots + inp.q_bits, again.slots + again.q_bits, strict=True))
+    np.testing.assert_array_equal(inp.packed, pack_fp8_rows(inp.values))
+    assert inp.n_rows == 2 * 3 * 256 and inp.n_rows % fc.PAGE_BLOCK == 0
+    pool = fc.pool_rows(inp, np.arange(inp.n_rows))
+    for s, slots in enumerate(inp.slots):
+        assert slots.dtype == np.int32 and slots.shape == (3, 128) and slots.flags.c_contiguous
+        assert inp.q_bits[s].dtype == np.uint16 and inp.q_bits[s].shape == (3, 64, D_QK)
+        for b in range(3):
+            lo = (s * 3 + b) * 256
+            assert len(set(slots[b])) == 128 and slots[b].min() >= lo and slots[b].max() < lo + 256
+        # the rows both kernels gather are the reference's packing of the reference's values
+        np.testing.assert_array_equal(pool[slots], pack_fp8_rows(inp.values[slots % 50].reshape(-1, D_QK))
+                                      .reshape(3, 128, FP8_ROW_BYTES))
+        # FlashMLA's [N / 64, 64, 1, 656] view: token index t = block * 64 + offset is pool row t
+        paged = pool.reshape(-1, fc.PAGE_BLOCK, 1, FP8_ROW_BYTES)
+        np.testing.assert_array_equal(paged[slots // fc.PAGE_BLOCK, slots % fc.PAGE_BLOCK, 0], pool[slots])
+    with pytest.raises(ValueError, match="region"):
+        fc.make_inputs(batch=1, heads=64, k=128, n_sets=1, unique_rows=4, seed=0, region=100)
+
+
+def test_rel_err_fails_on_nan():
+    assert fc.rel_err(np.array([1.0, np.nan]), np.array([1.0, 1.0])) == np.inf
+    assert fc.max_abs(np.array([np.nan]), np.array([0.0])) == np.inf
+    assert fc.rel_err(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.0
