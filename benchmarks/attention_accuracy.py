@@ -3,8 +3,8 @@
 tests/test_sparse_attention_gpu.py::test_narrow_sharp_softmax once failed at 1.05e-2 against the
 exact float64 reference (B 2, H 16, k 2048, scale 0.1, FP8 rows, fresh seed). This runs that case
 for --seeds seeds and prints, per kernel variant and KV dtype, the output's relative error against
-(a) the exact reference and (b) a reference fed the rows the tensor cores see (FP8 values x block
-scale rounded to bf16), and whether --repeat launches on the same inputs are bit-identical (a
+(a) the exact reference and (b) a reference fed the rows the tensor cores see (bf16(e4m3 x
+bf16(block scale)), mla_reference.dequant_fp8_rows_bf16), and whether --repeat launches on the same inputs are bit-identical (a
 race moves the result on the same inputs; a rounding tail does not).
 
     python benchmarks/attention_accuracy.py --seeds 200 --repeat 5
@@ -20,7 +20,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cupy_kernels.mla_reference import D_QK, float_to_bf16, mla_decode_reference, unpack_bf16_rows  # noqa: E402
+from cupy_kernels.mla_reference import (  # noqa: E402
+    D_QK,
+    dequant_fp8_rows_bf16,
+    mla_decode_reference,
+    unpack_bf16_rows,
+)
 from tests.test_sparse_attention_gpu import _make_case  # noqa: E402
 
 
@@ -45,7 +50,8 @@ def main() -> None:
                 q_bits, kv, seen, slots = _make_case(seed, args.batch, args.heads, 2048, kv_dtype)
                 q = unpack_bf16_rows(q_bits.reshape(-1, D_QK)).reshape(q_bits.shape)
                 ref, _ = mla_decode_reference(q, seen, slots, args.scale)
-                ref16, _ = mla_decode_reference(q, unpack_bf16_rows(float_to_bf16(seen)), slots, args.scale)
+                seen16 = dequant_fp8_rows_bf16(kv) if kv_dtype == "fp8" else seen  # what the tensor cores see
+                ref16, _ = mla_decode_reference(q, seen16, slots, args.scale)
                 d_q, d_kv, d_s = cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots)
                 outs = []
                 for _ in range(args.repeat):

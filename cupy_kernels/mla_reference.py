@@ -130,6 +130,31 @@ def unpack_fp8_rows(packed: np.ndarray) -> np.ndarray:
     return out
 
 
+def dequant_fp8_rows_bf16(packed: np.ndarray) -> np.ndarray:
+    """[N, 656] uint8 rows -> [N, 576] float64: the bf16 values the attention kernel's tensor
+    cores see, bf16(e4m3 * bf16(scale)) for the latent part and the stored bf16 rope values.
+
+    The kernel rounds each block's fp32 scale to bf16 and the product once, as FlashMLA's SM90
+    FP8 decode does (csrc/sm90/decode/sparse_fp8/components/dequant.h): this is that rounding,
+    so a test can hold the GPU's dequantisation to it bit for bit.  e4m3 NaN codes stay NaN here
+    (the packer never writes them; the kernel decodes them to +-480 * scale).
+    """
+    packed = np.ascontiguousarray(packed, dtype=np.uint8)
+    if packed.ndim != 2 or packed.shape[1] != FP8_ROW_BYTES:
+        raise ValueError(f"fp8 rows must be [N, {FP8_ROW_BYTES}] uint8, got {packed.shape}")
+    n = packed.shape[0]
+    vals = e4m3_decode(packed[:, :_SCALE_OFFSET]).reshape(n, N_SCALES, FP8_BLOCK)
+    scales = packed[:, _SCALE_OFFSET:_ROPE_OFFSET].copy().view("<f4")
+    scales_bf16 = bf16_to_float(float_to_bf16(scales)).astype(np.float64)
+    # e4m3 (4 significant bits) x bf16 (8) is exact in float64 and in float32 (12 bits, lsb >=
+    # 2^-142), so float_to_bf16's one rounding of it is the GPU's one rounding of the product.
+    latent = bf16_to_float(float_to_bf16(vals * scales_bf16[:, :, None])).astype(np.float64)
+    out = np.empty((n, D_QK), dtype=np.float64)
+    out[:, :D_LATENT] = latent.reshape(n, D_LATENT)
+    out[:, D_LATENT:] = bf16_to_float(packed[:, _ROPE_OFFSET:].copy().view("<u2")).astype(np.float64)
+    return out
+
+
 def _check_rows(rows: np.ndarray) -> None:
     if rows.ndim != 2 or rows.shape[1] != D_QK:
         raise ValueError(f"rows must be [N, {D_QK}], got {rows.shape}")

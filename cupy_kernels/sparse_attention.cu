@@ -169,18 +169,46 @@ __device__ __forceinline__ void load_raw_regs(RawRegs<TPR>& r, const uint8_t* kv
     }
 }
 
-// 16 e4m3 values -> 16 bf16 (two 16-byte units): value = e4m3 * fp32 scale of its 128-value
-// block, rounded once to bf16.
+// 16 e4m3 values -> 16 bf16 (two 16-byte units): value = bf16(e4m3 * bf16(scale)), the scale of
+// its 128-value block rounded to bf16 first and the product rounded once (FlashMLA's SM90 FP8
+// decode does the same: csrc/sm90/decode/sparse_fp8/components/dequant.h, `cvt_fp8x8_bf16x8`;
+// the CPU twin is mla_reference.dequant_fp8_rows_bf16).
+//
+// Why not the hardware conversions: e4m3 -> f16x2 -> 2 x f32 -> bf16x2 is four conversion
+// instructions per pair, and conversions issue at a quarter of the integer rate, so a 64-row
+// tile (32,768 values) cost ~4,096 cycles per SM, more than its MMAs (BENCHMARKS.md, "ws" FP8).
+// Here a pair costs three integer instructions and two bf16x2 multiplies: an e4m3 code moved
+// into a bf16's bit positions (sign to bit 15, exponent and mantissa to bits 10..4) is exactly
+// e4m3 * 2^-120 (the two formats' exponent biases, 127 - 7; e4m3 subnormals become bf16
+// subnormals).
+//   prmt (sign-replicating selector nibbles 8, A) puts code b0 in bits 15..8 with its sign
+//   replicated in bits 23..16 and code b1 in bits 31..24; an arithmetic shift right by 4 and the
+//   mask 0x87F087F0 then leave both bf16 halves (low half b0, high half b1).
+// Then x * 2^120 (exact: the e4m3 value itself, now a bf16) and * bf16(scale), rounded once: any
+// scale, zero, subnormal or huge, takes the same two multiplies (one bf16(scale) * 2^120 would
+// save one but overflows bf16 for scales >= 2^8).  No branch, no conversion instruction in the
+// loop.  The e4m3 NaN codes (0x7F, 0xFF; the packer never writes them) decode to +-480 * scale.
+__device__ __forceinline__ uint32_t e4m3x2_bits_to_bf16x2(uint32_t w, uint32_t selector) {
+    uint32_t t;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(w), "r"(selector));
+    return static_cast<uint32_t>(static_cast<int32_t>(t) >> 4) & 0x87F087F0u;
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    __nv_bfloat162 p = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    return *reinterpret_cast<uint32_t*>(&p);
+}
+
 __device__ __forceinline__ void e4m3x16_to_bf16(const uint4& raw, float sc, uint4& lo, uint4& hi) {
+    constexpr uint32_t TWO_POW_120 = 0x7B807B80u;  // bf16x2 {2^120, 2^120}
+    const uint32_t s = __bfloat16_as_ushort(__float2bfloat16_rn(sc));
+    const uint32_t s2 = s | (s << 16);
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
     uint32_t o[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)((w[k >> 1] >> ((k & 1) * 16)) & 0xFFFF);
-        __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-        float2 f = __half22float2(*reinterpret_cast<__half2*>(&hr));
-        __nv_bfloat162 b2 = __floats2bfloat162_rn(f.x * sc, f.y * sc);
-        o[k] = *reinterpret_cast<uint32_t*>(&b2);
+    for (int j = 0; j < 4; ++j) {
+        o[2 * j] = bf16x2_mul(bf16x2_mul(e4m3x2_bits_to_bf16x2(w[j], 0x1804u), TWO_POW_120), s2);  // codes 0, 1
+        o[2 * j + 1] = bf16x2_mul(bf16x2_mul(e4m3x2_bits_to_bf16x2(w[j], 0x3A24u), TWO_POW_120), s2);  // 2, 3
     }
     lo = make_uint4(o[0], o[1], o[2], o[3]);
     hi = make_uint4(o[4], o[5], o[6], o[7]);
@@ -1322,4 +1350,29 @@ extern "C" __global__ void __launch_bounds__(128) mla_combine(
     uint2 packed = make_uint2(*reinterpret_cast<uint32_t*>(&a), *reinterpret_cast<uint32_t*>(&c));
     *reinterpret_cast<uint2*>(out + row * D_V + threadIdx.x * 4) = packed;
     if (threadIdx.x == 0) lse[row] = wsum > 0.f ? mx + logf(wsum) : -INFINITY;
+}
+
+// The FP8 rows as the attention kernels' tensor cores see them: bf16 [n, 576] through the same
+// e4m3x16_to_bf16 the kernels call (tests hold it bit for bit to mla_reference's
+// dequant_fp8_rows_bf16).  One thread per 16-byte unit of a row: units 0..31 the e4m3 values
+// (16 each, scale of block u / 8), units 33..40 the bf16 rope values copied.
+extern "C" __global__ void __launch_bounds__(128) fp8_dequant_rows(const uint8_t* __restrict__ kv, long long n,
+                                                                   uint16_t* __restrict__ out) {
+    const long long units = n * 41;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < units;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i / 41;
+        const int u = (int)(i % 41);
+        const uint8_t* r = kv + row * FP8_ROW;
+        uint4* dst = reinterpret_cast<uint4*>(out + row * D_QK);
+        if (u < 32) {
+            const float sc = reinterpret_cast<const float*>(r + D_V)[u >> 3];
+            uint4 lo, hi;
+            e4m3x16_to_bf16(reinterpret_cast<const uint4*>(r)[u], sc, lo, hi);
+            dst[2 * u] = lo;
+            dst[2 * u + 1] = hi;
+        } else if (u >= 33) {
+            dst[64 + (u - 33)] = reinterpret_cast<const uint4*>(r)[u];
+        }
+    }
 }

@@ -226,6 +226,7 @@ def _kernels(device_id: int) -> dict[str, Any]:
             kerns[f"{var}_{name}"] = mod.get_function(f"{prefix}{name}")
             kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
     kerns["combine"] = mod.get_function("mla_combine")
+    kerns["fp8_dequant_rows"] = mod.get_function("fp8_dequant_rows")
     kerns["n_sms"] = cp.cuda.Device(device_id).attributes["MultiProcessorCount"]
     return kerns
 
@@ -298,6 +299,23 @@ def sparse_mla_decode(
     if splits > 1:
         kerns["combine"]((rows,), (128,), (part_o, part_lse, np.int32(splits), np.int64(rows), out, lse))
     return MLADecodeResult(out.reshape(out_shape + (D_LATENT,)), lse.reshape(out_shape))
+
+
+def dequant_fp8_rows(kv: Any) -> Any:
+    """[N, 656] uint8 FP8 rows (CuPy) -> [N, 576] uint16 bf16 bit patterns, dequantised by the
+    attention kernels' own conversion: what their tensor cores see (for tests and tools; the
+    CPU twin is ``mla_reference.dequant_fp8_rows_bf16``)."""
+    import cupy as cp
+
+    _expect(kv, "kv", cp.uint8, 2)
+    if kv.shape[1] != FP8_ROW_BYTES:
+        raise ValueError(f"kv must be [N, {FP8_ROW_BYTES}] FP8 rows, got {tuple(kv.shape)}")
+    n = int(kv.shape[0])
+    out = cp.zeros((n, D_QK), dtype=cp.uint16)
+    if n:
+        blocks = min(4096, -(-n * 41 // 128))
+        _kernels(cp.cuda.Device().id)["fp8_dequant_rows"]((blocks,), (128,), (kv, np.int64(n), out))
+    return out
 
 
 def fold_query_tokens(q: Any, slots: Any) -> tuple[Any, Any, tuple[int, ...]]:

@@ -50,3 +50,25 @@ def prefill_rank_side(cost, tokens: int, prior_ctx: int) -> float:
     chunk's tokens, the indexer and sparse attention over the chunk's context."""
     return (sum(cost.attention_fixed(tokens).values()) + cost.prefill_indexer(tokens, prior_ctx)
             + cost.prefill_attention(tokens, prior_ctx))
+
+
+def dequant_case_rows() -> np.ndarray:
+    """FP8 rows (656 B) holding every finite e4m3 code under every kind of finite block scale the
+    attention kernels' dequantisation tells apart: below and at/above 2^8 in bf16, normal, zero,
+    subnormal, negative."""
+    from cupy_kernels.mla_reference import pack_fp8_rows
+
+    codes = np.array([c for c in range(256) if (c & 0x7F) != 0x7F], dtype=np.uint8)  # 254 codes
+    scales = [1.0, 0.0123, 2.0**-126, 3.0e-3, 255.0, 255.9, 256.0, 300.0, 1.0e6, 0.0, 1.0e-40,
+              -0.75, -1.0e-3, 1.0e-38, 7.7e-5, 2.0**7 * 1.99]
+    rng = np.random.default_rng(11)
+    n = len(scales) * 2
+    kv = pack_fp8_rows(rng.standard_normal((n, 576)))
+    for i in range(n):
+        kv[i, :512] = np.roll(np.resize(codes, 512), 7 * i)
+        blk = np.array([scales[i % len(scales)], scales[(i + 3) % len(scales)],
+                        scales[(i + 5) % len(scales)], scales[(i // 2) % len(scales)]], dtype="<f4")
+        kv[i, 512:528] = blk.view(np.uint8)
+    return kv
+
+

@@ -13,6 +13,7 @@ import pytest
 
 from cupy_kernels.mla_reference import (
     D_QK,
+    dequant_fp8_rows_bf16,
     float_to_bf16,
     mla_decode_reference,
     pack_fp8_rows,
@@ -70,6 +71,7 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
     msg = (f"seed={seed} B={batch} H={heads} k={k} kv={kv_dtype} n_splits={n_splits} T={tokens} "
            f"own_slots={own_slots} variant={variant} narrow_variant={narrow_variant}")
     q_bits, kv, rows_seen, slots = _make_case(seed, batch, heads, k, kv_dtype, tokens, own_slots)
+    rows_bf16 = dequant_fp8_rows_bf16(kv) if kv_dtype == "fp8" else rows_seen
     scale = scale if scale is not None else D_QK**-0.5
     lead = q_bits.shape[:-1]
     out = cp.full(lead + (512,), 0x7FC0, dtype=cp.uint16)  # bf16 NaN
@@ -89,14 +91,14 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
     assert not np.isnan(got_lse).any(), f"NaN / unwritten lse ({msg})"
     rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
     if kv_dtype == "fp8":
-        # The tensor cores see each dequantised FP8 value x block scale rounded to bf16; a sharp
+        # The tensor cores see bf16(e4m3 x bf16(block scale)) (dequant_fp8_rows_bf16); a sharp
         # softmax amplifies that rounding in the scores. Against a reference fed those same bf16
         # rows the kernel keeps REL_TOL; against the exact rows it gets FP8_EXACT_TOL, measured:
         # benchmarks/attention_accuracy.py, B 2 H 16 k 2048 scale 0.1, 30 seeds on an H100:
         # exact max 1.01e-2 (median 6.6e-3), bf16-rows max 1.69e-3, every repeat bit-identical
         # (BENCHMARKS.md, issue #27 item 4).
         ref16, _ = mla_decode_reference(unpack_bf16_rows(q_bits.reshape(-1, D_QK)).reshape(q_bits.shape),
-                                        unpack_bf16_rows(float_to_bf16(rows_seen)), slots, scale)
+                                        rows_bf16, slots, scale)
         rel16 = np.linalg.norm(got - ref16) / np.linalg.norm(ref16)
         assert rel16 <= REL_TOL, f"out rel err {rel16:.2e} against the bf16 rows ({msg})"
         assert rel <= FP8_EXACT_TOL, f"out rel err {rel:.2e} against the exact rows ({msg})"
@@ -203,3 +205,23 @@ def test_rejects_host_arrays():
     q = np.zeros((1, 64, D_QK), np.uint16)
     with pytest.raises(ValueError, match="cupy array"):
         sparse_mla_decode(q, np.zeros((8, D_QK), np.uint16), np.zeros((1, 4), np.int32), 0.1)
+
+
+def test_fp8_dequantisation_bit_exact():
+    """The kernels' e4m3 -> bf16 conversion (integer path and conversion path) gives the CPU
+    reference's bits for every finite code and every kind of scale."""
+    import cupy as cp
+
+    from cupy_kernels.sparse_attention import dequant_fp8_rows
+    from tests.helpers import dequant_case_rows
+
+    kv = dequant_case_rows()
+    got = cp.asnumpy(dequant_fp8_rows(cp.asarray(kv)))
+    want = float_to_bf16(dequant_fp8_rows_bf16(kv))
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, (f"{len(bad)} values differ, first at row/col {bad[0].tolist()}: "
+                           f"got {got[tuple(bad[0])]:#06x} want {want[tuple(bad[0])]:#06x}")
+    # and random packed rows (the attention tests' kind)
+    kv2 = pack_fp8_rows(np.random.default_rng(12).standard_normal((300, D_QK)) * 3.0)
+    np.testing.assert_array_equal(cp.asnumpy(dequant_fp8_rows(cp.asarray(kv2))),
+                                  float_to_bf16(dequant_fp8_rows_bf16(kv2)))

@@ -11,6 +11,7 @@ from cupy_kernels.mla_reference import (
     E4M3_MAX,
     FP8_ROW_BYTES,
     bf16_to_float,
+    dequant_fp8_rows_bf16,
     e4m3_decode,
     e4m3_encode,
     e4m3_table,
@@ -33,6 +34,7 @@ from cupy_kernels.sparse_attention import (
     resolve_variant,
     validate_inputs,
 )
+from tests.helpers import dequant_case_rows
 
 
 def _naive(q, rows, slots, scale):
@@ -283,3 +285,65 @@ def test_narrow_variant_selection(monkeypatch):
     monkeypatch.setenv(NARROW_VARIANT_ENV, "bogus")
     with pytest.raises(ValueError, match=r"\$HISPARSE_MLA_NARROW_VARIANT must be one of"):
         resolve_narrow_variant(None)
+
+
+def _prmt_sign(words: np.ndarray, selector: int) -> np.ndarray:
+    """PTX prmt.b32 d, w, 0, selector (default mode): byte i of d is byte (nibble_i & 7) of the
+    pair {w, 0}; with nibble bit 3 set, that byte's sign bit replicated over 8 bits."""
+    src = np.concatenate([words.astype("<u4").view(np.uint8).reshape(-1, 4),
+                          np.zeros((words.size, 4), dtype=np.uint8)], axis=1)
+    out = np.zeros((words.size, 4), dtype=np.uint8)
+    for i in range(4):
+        nib = (selector >> (4 * i)) & 0xF
+        byte = src[:, nib & 7]
+        out[:, i] = np.where(byte & 0x80, 0xFF, 0).astype(np.uint8) if nib & 8 else byte
+    return out.reshape(-1).view("<u4").reshape(words.shape)
+
+
+def _bf16_mul_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """bf16 x bf16 -> bf16 bits, one round to nearest even (the product is exact in float64)."""
+    return float_to_bf16(bf16_to_float(a).astype(np.float64) * bf16_to_float(b).astype(np.float64))
+
+
+def _kernel_dequant_emulated(kv: np.ndarray) -> np.ndarray:
+    """The kernel's e4m3x16_to_bf16, step by step on the CPU: prmt, arithmetic shift by 4, mask
+    0x87F087F0 (e4m3 * 2^-120 as bf16), then x 2^120 and x bf16(scale) as bf16 multiplies."""
+    n = kv.shape[0]
+    words = kv[:, :512].copy().view("<u4").reshape(n, 4, 32)  # 128 codes = 32 words per block
+    s = np.broadcast_to(float_to_bf16(kv[:, 512:528].copy().view("<f4"))[:, :, None], (n, 4, 32))
+    two_pow_120 = np.full((n, 4, 32), 0x7B80, dtype=np.uint16)
+    out = np.zeros((n, 4, 128), dtype=np.uint16)
+    for k, sel in enumerate((0x1804, 0x3A24)):  # k 0: codes 4j, 4j+1 of word j; k 1: 4j+2, 4j+3
+        p = (_prmt_sign(words, sel).view(np.int32) >> 4).view(np.uint32) & 0x87F087F0
+        for half in range(2):
+            x = ((p >> (16 * half)) & 0xFFFF).astype(np.uint16)
+            out[:, :, 2 * k + half::4] = _bf16_mul_bits(_bf16_mul_bits(x, two_pow_120), s)
+    return out.reshape(n, 512)
+
+
+def test_fp8_integer_dequantisation_matches_reference():
+    """CPU twin of test_sparse_attention_gpu.py::test_fp8_dequantisation_bit_exact: the kernel's
+    e4m3 -> bf16 conversion, emulated instruction by instruction, gives dequant_fp8_rows_bf16's
+    bits (bf16(e4m3 x bf16(scale)), FlashMLA's rounding) for every finite code and every kind of
+    finite scale (normal, zero, subnormal, >= 2^8, negative)."""
+    kv = dequant_case_rows()
+    want = float_to_bf16(dequant_fp8_rows_bf16(kv))
+    np.testing.assert_array_equal(_kernel_dequant_emulated(kv), want[:, :512])
+    rope = kv[:, 528:].copy().view("<u2")
+    np.testing.assert_array_equal(want[:, 512:], rope)
+    # the case holds scales past bf16(scale) * 2^120's range, zero and subnormal ones
+    s_bf = bf16_to_float(float_to_bf16(kv[:, 512:528].copy().view("<f4")))
+    assert (np.abs(s_bf) >= 256).any() and (s_bf < 0).any()
+    assert (s_bf == 0).any() and ((s_bf != 0) & (np.abs(s_bf) < 2.0**-126)).any()
+
+
+def test_fp8_kernel_rounding_against_exact_dequantisation():
+    """bf16(e4m3 x bf16(scale)) stays within two bf16 roundings of e4m3 x scale."""
+    kv = pack_fp8_rows(np.random.default_rng(5).standard_normal((50, D_QK)) * 4.0)
+    exact, seen = unpack_fp8_rows(kv), dequant_fp8_rows_bf16(kv)
+    np.testing.assert_array_equal(seen[:, 512:], exact[:, 512:])
+    err = np.abs(seen[:, :512] - exact[:, :512])
+    assert np.all(err <= np.abs(exact[:, :512]) * 2.0**-7 * 1.0001)
+    assert (err > 0).any()  # the scale's rounding shows: not the exact rows
+    with pytest.raises(ValueError, match="656"):
+        dequant_fp8_rows_bf16(np.zeros((2, 655), dtype=np.uint8))
