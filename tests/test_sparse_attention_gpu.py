@@ -23,7 +23,7 @@ from cupy_kernels.mla_reference import (
 
 pytestmark = pytest.mark.gpu
 REL_TOL = 1e-2
-FP8_EXACT_TOL = 2e-2  # FP8 rows against the exact reference: twice the worst measured (see _run_and_check)
+FP8_EXACT_TOL = 3.5e-2  # FP8 rows against the exact reference: about twice the worst measured (see _run_and_check)
 WIDE = ["ws", "ws2", "serial"]  # wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS)
 NARROW = ["narrow", "narrow2"]  # narrow-kernel variants (NARROW_VARIANTS)
 N_ROWS = 6000
@@ -94,9 +94,10 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
         # The tensor cores see bf16(e4m3 x bf16(block scale)) (dequant_fp8_rows_bf16); a sharp
         # softmax amplifies that rounding in the scores. Against a reference fed those same bf16
         # rows the kernel keeps REL_TOL; against the exact rows it gets FP8_EXACT_TOL, measured:
-        # benchmarks/attention_accuracy.py, B 2 H 16 k 2048 scale 0.1, 30 seeds on an H100:
-        # exact max 1.01e-2 (median 6.6e-3), bf16-rows max 1.69e-3, every repeat bit-identical
-        # (BENCHMARKS.md, issue #27 item 4).
+        # benchmarks/attention_accuracy.py, B 2 H 16 k 2048 scale 0.1, 30 seeds on an H100, with
+        # FlashMLA's rounding of the block scale to bf16: exact max 1.68e-2 (median 1.06e-2; with
+        # the fp32 scale before: 1.01e-2, 6.6e-3), bf16-rows max 1.68e-3, every repeat
+        # bit-identical (BENCHMARKS.md, issue #27 item 4).
         ref16, _ = mla_decode_reference(unpack_bf16_rows(q_bits.reshape(-1, D_QK)).reshape(q_bits.shape),
                                         rows_bf16, slots, scale)
         rel16 = np.linalg.norm(got - ref16) / np.linalg.norm(ref16)
