@@ -65,6 +65,7 @@ from cupy_kernels.mla_reference import (  # noqa: E402
     pack_fp8_rows,
     unpack_fp8_rows,
 )
+from cupy_kernels.timing import time_calls  # noqa: E402
 
 # The pins of benchmarks/fetch_flashmla.sh (tests/test_flashmla_compare.py holds the two to each other).
 FLASHMLA_COMMIT = "9241ae3ef9bac614dd25e45e507e089f888280e0"  # FlashMLA main, 2026-04-29
@@ -261,21 +262,6 @@ class FlashMLADecode:
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
-def time_calls(cp: Any, stream: Any, fn: Callable[[], None], reps: int, warmup: int) -> list[float]:
-    """Seconds of each of `reps` calls of fn on `stream` (an event pair around each), after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(stream)
-        fn()
-        e1.record(stream)
-        e1.synchronize()
-        out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-    return out
-
-
 def capture(cp: Any, stream: Any, fn: Callable[[], None]) -> tuple[Callable[[], None] | None, str]:
     """(replay of a CUDA graph of fn, "") or (None, why capture failed)."""
     try:

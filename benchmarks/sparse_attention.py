@@ -44,6 +44,7 @@ from cupy_kernels.sparse_attention import (  # noqa: E402
     sparse_mla_decode,
     workspace_elems,
 )
+from cupy_kernels.timing import time_calls  # noqa: E402
 
 K = 2048
 REGION = 4096  # hot-buffer slots per request: top-k picks 2048 of them
@@ -157,22 +158,8 @@ def time_kernel(cp: Any, pool: Any, sets: list, kv_dtype: str, scale: float, rep
             except Exception:
                 pass
             print(f"  (no CUDA graph: {exc}; timing plain launches)")
-        times = _time_events_on(cp, stream, fn, reps, warmup=3)
+        times = time_calls(cp, stream, fn, reps, warmup=3)
     return statistics.median(times) / len(sets) * 1e6
-
-
-def _time_events_on(cp: Any, stream: Any, fn: Any, reps: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(stream)
-        fn()
-        e1.record(stream)
-        e1.synchronize()
-        out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-    return out
 
 
 def torch_reference(torch: Any, q: Any, rows_of: Any, slots: Any, scale: float) -> tuple[Any, Any]:

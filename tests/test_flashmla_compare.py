@@ -228,3 +228,28 @@ def test_rel_err_fails_on_nan():
     assert fc.rel_err(np.array([1.0, np.nan]), np.array([1.0, 1.0])) == np.inf
     assert fc.max_abs(np.array([np.nan]), np.array([0.0])) == np.inf
     assert fc.rel_err(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.0
+
+
+def test_time_calls_runs_warmup_then_times_each_call():
+    """cupy_kernels.timing.time_calls (shared by both attention benchmarks) with a stand-in for
+    CuPy's events: warm-up calls untimed, one event pair around each timed call, seconds out."""
+    from types import SimpleNamespace
+
+    from cupy_kernels.timing import time_calls
+
+    calls, clock = [], [0.0]
+
+    class Event:
+        def record(self, stream):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+    def fn():
+        calls.append(clock[0])
+        clock[0] += 2.5  # ms per call
+
+    cp = SimpleNamespace(cuda=SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: b.t - a.t))
+    times = time_calls(cp, None, fn, reps=4, warmup=3)
+    assert len(calls) == 7 and times == [0.0025] * 4
