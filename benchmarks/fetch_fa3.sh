@@ -62,6 +62,8 @@ fi
 cm=$(git_dir cutlass "${CUTLASS_MIRROR:-}" "$cutlass_url" "$cutlass_rev")
 
 mkdir -p "$dir" "$dir/csrc/cutlass"
+# (a mirror that lacks large blobs elsewhere in the tree makes git archive print 'error: invalid object'
+# for them while matching the globs; what is archived is complete: benchmarks/fa3_sparse_decode.py checks)
 git --git-dir="$fm" archive "$fa3_rev" "${fa3_paths[@]}" | tar -x -C "$dir"
 git --git-dir="$cm" archive "$cutlass_rev" "${cutlass_paths[@]}" | tar -x -C "$dir/csrc/cutlass"
 {
