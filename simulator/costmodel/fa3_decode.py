@@ -20,7 +20,9 @@ verify rows of requests of 6 positions, whose random picks share 25% of rows by 
 64 heads: one row per request, except 32 / 64 / 128 rows as requests of 2). ``VERIFY_US``: the same verify
 shapes with adjacent positions sharing 70% of their top-k, the mean adjacent-step overlap of the
 ``glm51-longbench`` trace (``traces/README.md``, fitted to published DSA statistics): L2 hits between a
-request's positions.
+request's positions. Not measured: 8 heads at one position per request (a TP8 decode without speculative
+decoding, or a draft decode step, whose rows share none): the 8-head table prices it, a few percent fast where
+its verify rows re-read rows from L2.
 
 **How a pass is priced** (``Fa3SparseDecode.time``), per layer:
 - rows: the pass's query tokens (requests x verify positions) x min(top-k, context) / 2,048 (a row of a
@@ -52,7 +54,7 @@ Not by the HBM ratio: at no measured shape does the forward kernel read its dist
 3.35 TB/s with every SM busy: the page-size-1 gather (a cp.async of 16 B per thread per row, the page
 index looked up per row) bounds it, not HBM, so the H200's 4.8 TB/s is not taken to shorten it (an
 assumption, the likelier of two: scaling the part above the floor by 3.35 / 4.8 instead moves the
-validation as docs/validation.md's acc25f section gives). SM counts
+validation as docs/validation.md's fa3time section gives). SM counts
 other than 132 (the H20's 78) change FA3's splits and waves: not modelled.
 """
 
@@ -181,9 +183,9 @@ class Fa3SparseDecode:
 
     def how(self, gpu: GpuSpec) -> tuple[bool, str]:
         """(measured on this GPU, how the term is priced on it)."""
-        base = (f"{self.source}; per-shape table at 8 and 64 heads, linear in rows between the measured points "
-                f"(1-192 rows), in heads between 8 and 64; verify passes at adjacent-position top-k overlap "
-                f"{self.verify_overlap:g} (x {self.verify_factor:.3f} above the floor)")
+        base = (f"{self.source}; per-shape table at 8 and 64 heads (1-192 rows), FA3's dynamic-split wave arithmetic "
+                f"between the measured points, linear in heads between 8 and 64; verify passes at adjacent-position "
+                f"top-k overlap {self.verify_overlap:g} (x {self.verify_factor:.3f} above the floor)")
         if gpu.name == self.ref_gpu:
             return True, base
         if gpu.sm_boost_mhz > 0:
