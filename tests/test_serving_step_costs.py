@@ -99,7 +99,7 @@ def test_decode_step_is_the_sum_of_its_ops_plus_comm():
     padded = cuda_graph_batch(batch)
     assert padded == 8
     ops = c.fixed_ops(padded, 8 * batch)
-    by_ops = sum(n * c.op_time(o) for n, o in ops) + c.m.layers * (float(c.indexer(ctx, batch)) + c.attention(batch, ctx))
+    by_ops = sum(n * c.op_time(o) for n, o in ops) + c.m.layers * (float(c.indexer(ctx, batch)) + c.decode_attention(batch, ctx))
     step = decode_pass(c, batch, ctx)
     assert float(step.compute_s[0]) == pytest.approx(by_ops)
     comm = c.m.layers * c.comm_layer(batch, 8 * batch, padded)

@@ -91,25 +91,27 @@ def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
         return {"sparse attention": sum(c.prefill_attention(n, prior) for n, prior in w.chunks)}
-    # a verify pass: every query position reads its own top-k rows (FlashMLA's sparse decode with
-    # s_q positions per request gathers each position's indices; no dedupe across positions)
+    # a verify pass: every query position reads its own top-k rows (FlashMLA's sparse decode with s_q positions
+    # per request gathers each position's indices; FA3 runs each position as its own sequence: no dedupe across
+    # positions; under fa3 the L2 hits between a request's positions are in the measured verify table)
     q = s.verify
-    return {"sparse attention": c.attention_all(w.decode * q, w.ctx_sum * q if q > 1 else w.ctx_sum)}  # by layer kind
+    return {"sparse attention": c.attention_all(w.decode * q, w.ctx_sum * q if q > 1 else w.ctx_sum, verify=q)}
 
 
 def _sparse_attention_how(c: CostModel) -> tuple[Provenance, str]:
     """How a pass's sparse attention is priced. Where SGLang decodes with FlashAttention-3
-    (``CostModel.fa3_decode``: BF16 KV on Hopper) the decode, verify and draft passes are priced by this
-    repository's own sparse MLA kernel's term, a stand-in for a kernel never timed here: INFERRED.
-    Elsewhere (FP8 KV: ``flashmla_kv``; Blackwell) the fitted kernel terms, as before."""
+    (``CostModel.fa3_decode``: BF16 KV on Hopper) the decode, verify and draft passes are priced by FA3's
+    own per-shape times, measured on an H100 (``costmodel/fa3_decode.py``): MEASURED there, DERIVED on the
+    other Hopper GPUs. Elsewhere (FP8 KV: ``flashmla_kv``; Blackwell) the fitted kernel terms, as before."""
     kind, src = _kernels(c)
-    if getattr(c, "fa3_decode", False):
-        return Provenance.INFERRED, (
+    if getattr(c, "fa3_decode", False) and c.m.arch != "dsv4":
+        from .fa3_decode import FA3_SPARSE_DECODE
+
+        measured, how = FA3_SPARSE_DECODE.how(c.g)
+        return (Provenance.MEASURED if measured else Provenance.DERIVED), (
             "decode, verify and draft passes run FlashAttention-3's MLA path in SGLang (nsa_decode_backend 'fa3', "
-            "the BF16-KV Hopper default: q_rope as q, q_nope as qv, the top-k as a page-size-1 page table), priced "
-            f"by this repository's sparse MLA kernel's term as a stand-in ({src}): no published or measured FA3 "
-            "sparse-decode time at these shapes was found (docs/validation.md, 2026-12-06, acc25e); prompt chunks: "
-            f"FlashMLA's sparse prefill FLOPs at prefill_attention_efficiency {c.p.prefill_attention_efficiency:g}")
+            f"the BF16-KV Hopper default): {how}; prompt chunks: FlashMLA's sparse prefill FLOPs at "
+            f"prefill_attention_efficiency {c.p.prefill_attention_efficiency:g}")
     return kind, src
 
 

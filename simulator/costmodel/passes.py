@@ -54,6 +54,7 @@ from .collectives import (
     expected_remote_nodes,
     nic_ring_time_s,
 )
+from .fa3_decode import FA3_SPARSE_DECODE
 from .indexshare import LayerTimes, hidden_swap
 from .ops import (
     DEEPEP_NORMAL_EXPERT_ALIGNMENT,
@@ -640,6 +641,17 @@ class CostModel:
         out = launch + self.attention_roofline(batch, k=k) / eff
         return float(out) if np.ndim(out) == 0 else out
 
+    def decode_attention(self, batch: int, ctx_sum=None, verify: int = 1):
+        """One layer's sparse attention in a decode, verify or draft pass over ``batch`` query rows
+        (requests x ``verify`` positions). Where SGLang runs FlashAttention-3 (``fa3_decode``) FA3's measured
+        per-shape table (``costmodel/fa3_decode.py``); elsewhere this repository's fitted kernel term
+        (``attention``)."""
+        if not self.fa3_decode or self.m.arch == "dsv4" or batch == 0:
+            return self.attention(batch, ctx_sum)
+        k = self.m.top_k if ctx_sum is None else np.minimum(self.m.top_k, np.asarray(ctx_sum, dtype=float) / batch)
+        heads = max(1, self.m.attention_heads // self.d.attn_tp)
+        return FA3_SPARSE_DECODE.time(self.g, batch, heads, k, verify, bf16_flops=datasheet_rates(self.g)[1])
+
     def _pick_fp8(self, fp8_value: float, value: float) -> float:
         """A calibrated FP8-row (656 B) figure where the model has such rows and one was fitted."""
         return fp8_value if self.m.kv_row_bytes < 1024 and fp8_value > 0 else value
@@ -814,7 +826,7 @@ class CostModel:
             comm = self.comm_layer(shape.biggest, shape.tokens, shape.padded or None) if shape.tokens > 0 else 0.0
             self._fixed_cache[key] = (pre, after + mlp + comm)
         pre, rest = self._fixed_cache[key]
-        post = self.attention(work.decode, work.ctx_sum) + rest
+        post = self.decode_attention(work.decode, work.ctx_sum) + rest
         swap = self.swap_in_layer(np.asarray(work.missed_rows, dtype=float) / m.layers, work.decode)
         return LayerTimes(pre, post, swap)
 
@@ -906,11 +918,12 @@ class CostModel:
         out = t.launch_s + keys * 132 / t.bw + LIGHTNING_TOPK.time(requests * queries, keys / requests, t.sms)
         return float(out) if np.ndim(out) == 0 else out
 
-    def attention_all(self, batch: int, ctx_sum=None):
-        """The step's attention over every layer: MLA's top-k rows, or per DeepSeek-V4 kind the window
-        and the compressed rows it attends (``attention_kind``)."""
+    def attention_all(self, batch: int, ctx_sum=None, verify: int = 1):
+        """The step's attention over every layer: MLA's top-k rows (``decode_attention``: ``batch`` query rows,
+        ``verify`` positions per request), or per DeepSeek-V4 kind the window and the compressed rows it
+        attends (``attention_kind``)."""
         if self.m.arch != "dsv4":
-            return self.m.layers * self.attention(batch, ctx_sum)
+            return self.m.layers * self.decode_attention(batch, ctx_sum, verify)
         total = 0.0
         for kind, n in self.m.kind_counts.items():
             total = total + n * self.attention_kind(kind, batch, ctx_sum)
