@@ -48,7 +48,7 @@ def test_the_nvfp4_preset_prices_its_absorbed_bmm_through_cublas_and_says_so():
     assert sc.model.bytes_per_param("attention") == 2.0 and sc.model.bytes_per_param("routed_expert") == 0.5625
     gt = terms_for(sc.gpu) if sc.terms is None else sc.terms
     assert "cuBLAS BF16 GEMM" in gt.bf16
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     ops = {o.name: (n, o) for n, o in c.fixed_ops(1, 32768.0)}
     n, op = ops["w_kc_absorbed"]
     assert op.dtype == "bf16"
@@ -56,7 +56,7 @@ def test_the_nvfp4_preset_prices_its_absorbed_bmm_through_cublas_and_says_so():
     assert c.op_time(op) == pytest.approx(gemm.launch_s + max(op.bytes / gemm.bw, op.flops / gemm.flops_rate))
     # the block-FP8 checkpoint's bmm is the same BF16 torch.bmm (its kv_b_proj dequantised at load), not bmm_fp8
     fp8 = load_scenario(model="glm-5.1-fp8", deployment="8xh200-tp8", calibration="h200")
-    c8 = CostModel(fp8.model, fp8.gpu, fp8.deployment, fp8.params, fp8.terms)
+    c8 = fp8.cost_model()
     op8 = {o.name: o for _, o in c8.fixed_ops(1, 32768.0)}["w_kc_absorbed"]
     assert op8.dtype == "bf16" and c8.op_time(op8) == pytest.approx(gemm.time(op8.bytes, op8.flops))
 
@@ -77,7 +77,7 @@ def test_the_twin_reaches_the_pass_time_the_plan_prices():
     from tests.helpers import decode_pass
 
     sc = load_scenario(model="glm-5.1-nvfp4", deployment="8xh200-tp8", calibration="h200")
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     st = c.terms.terms
     slower = dataclasses.replace(st, rates={**st.rates, ("batched_gemm", "bf16"): st.rates[("batched_gemm", "fp8")]})
     c2 = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, dataclasses.replace(c.terms, terms=slower))
@@ -96,7 +96,7 @@ def test_the_fp8_checkpoint_absorbed_bmm_by_hand_and_without_fp8_quantisation():
     from tests.helpers import decode_pass
 
     sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency", calibration="h200")
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     names = {o.name for _, o in c.attention_side_ops(6)}
     assert "quant_q_nope" not in names and "quant_attn_out" not in names
     gemm = c.terms.terms.rates[("gemm", "bf16")]

@@ -30,7 +30,7 @@ def _profiles(n: int = 8, steps: int = 64) -> MissProfiles:
 
 
 def _cost(sc) -> CostModel:
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 def test_simulated_decode_gaps_are_pass_time_for_a_fixed_batch():

@@ -22,7 +22,7 @@ def _private_cache(tmp_path, monkeypatch):
 def _cost(deployment: str = "8xh200-dp8-ep8-glm52-high-throughput", model: str = "glm-5.2-fp8",
           gpu: str | None = None, overrides: tuple[str, ...] = ()) -> CostModel:
     sc = load_scenario(model=model, deployment=deployment, gpu=gpu, overrides=overrides)
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 def _names(c: CostModel, rows: int, q_concat: bool) -> set[str]:

@@ -24,7 +24,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 def _cost(deployment: str = "8xh200-dp8-ep8-glm52-high-throughput", model: str = "glm-5.2-fp8") -> CostModel:
     sc = load_scenario(model=model, deployment=deployment)
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 def test_the_contiguous_path_kernels_by_hand():

@@ -22,7 +22,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 def _cost(deployment: str, model: str) -> CostModel:
     sc = load_scenario(model=model, deployment=deployment)
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 def test_the_wait_is_one_measured_gap_per_moe_layer():

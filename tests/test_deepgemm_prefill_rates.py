@@ -20,7 +20,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 def _cost(deployment: str, model: str = "glm-5.2-fp8", gpu: str | None = None) -> CostModel:
     sc = load_scenario(model=model, deployment=deployment, **({"gpu": gpu} if gpu else {}))
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 @pytest.mark.parametrize("n, k, grouped, want", [

@@ -20,7 +20,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 def _cost(deployment: str, model: str) -> CostModel:
     sc = load_scenario(model=model, deployment=deployment)
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 def test_sum_len_gather_and_scatter_are_two_all_reduces_by_hand():
@@ -83,7 +83,7 @@ def test_the_extend_pricing_moves_the_prefill_rate_and_the_plan():
     sc = load_scenario(model="glm-5.1-fp8", deployment="8xh200-colocated-dp8-sglang-2026-04",
                        workload="32k-in-8k-out")
     rate = prefill_tok_s(sc)
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     n, chunk = sc.workload.input_tokens, sc.deployment.prefill_chunk_tokens
     t = 0.0
     for done in range(0, n, chunk):
@@ -132,7 +132,7 @@ def test_the_alignment_prices_only_deepep_extend_passes():
     from simulator.costmodel.ops import aligned_rows_per_expert
 
     sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-high-throughput")
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     chunk = sc.deployment.prefill_chunk_tokens  # 8192 // dp 8
     tokens = 8.0 * chunk
     plain = {o.name: o for _, o in c.mlp_side_ops(tokens, aligned=False) if o.name.startswith("routed")}
@@ -147,9 +147,9 @@ def test_the_alignment_prices_only_deepep_extend_passes():
     assert not c.deepep_contiguous(False)  # decode: the low-latency kernels and the masked GEMM
     extend = Pass(tuple(RankWork(chunks=((chunk, 0),)) for _ in range(8)))
     with_align = float(np.ravel(c.pass_time(extend).parts["routed experts"])[0])
-    c2 = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c2 = sc.cost_model()
     c2.deepep_contiguous = lambda extend: False  # type: ignore[method-assign]
     assert with_align > float(np.ravel(c2.pass_time(extend).parts["routed experts"])[0])
     # a deployment without DeepEP keeps its extend pass's rows as routed
     tp = load_scenario(model="glm-5.1-fp8", deployment="8xh200-colocated-dp8")
-    assert not CostModel(tp.model, tp.gpu, tp.deployment, tp.params, tp.terms).deepep_contiguous(True)
+    assert not tp.cost_model().deepep_contiguous(True)

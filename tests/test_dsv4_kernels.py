@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.costmodel import CostModel, Pass, RankWork, dsv4_ops
+from simulator.costmodel import Pass, RankWork, dsv4_ops
 from simulator.costmodel.published_kernels import LIGHTNING_TOPK
 from simulator.serving.scenario import load_scenario
 from simulator.serving.speculative import from_table
@@ -18,7 +18,7 @@ SPEC = {"speculative": "eagle:3-1-4", "accept_len": 2.5, "accept_method": "match
 def _cost(deployment="4xh200-tp4-dsv4-flash-low-latency", model="deepseek-v4-flash", gpu=None):
     spec = from_table(SPEC, "t")
     sc = load_scenario(model=model, deployment=deployment, gpu=gpu, speculative=spec)
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    return sc.cost_model(spec=spec)
 
 
 def test_lightning_topk_by_hand():
@@ -98,7 +98,7 @@ def test_stream_overlap_only_in_small_graph_batches():
     assert hidden(24, cost=b200) < 0  # 96 rows: under Blackwell's 128
     assert hidden(40, cost=b200) == 0.0  # 160 rows
     glm = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency")
-    cg = CostModel(glm.model, glm.gpu, glm.deployment, glm.params, glm.terms)
+    cg = glm.cost_model()
     assert "multi-stream overlap" not in cg.pass_time(Pass((RankWork(1, np.asarray(8192.0), None),))).parts
 
 

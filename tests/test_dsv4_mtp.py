@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from simulator.costmodel import CostModel, Pass, RankWork
+from simulator.costmodel import Pass, RankWork
 from simulator.serving import presets as P
 from simulator.serving.memory import nextn_weights_per_gpu, speculative_memory
 from simulator.serving.scenario import load_scenario
@@ -24,7 +24,7 @@ def test_dsv4_draft_model_is_one_swa_layer_without_indexer():
 def test_dsv4_draft_pass_has_no_indexer_and_one_layer_of_attention():
     spec = from_table(SPEC, "t")
     sc = load_scenario(model="deepseek-v4-flash", deployment="4xh200-tp4-dsv4-flash-low-latency", speculative=spec)
-    cm = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    cm = sc.cost_model(spec=spec)
     work = (RankWork(1, np.asarray(900_000.0), None),)
     draft = cm.draft.pass_time(Pass(work)).parts
     assert float(draft["lightning indexer"][0]) == 0.0

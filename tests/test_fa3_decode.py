@@ -27,7 +27,7 @@ def _private_cache(tmp_path, monkeypatch):
 def _cost(deployment: str = "8xh200-tp8-glm52-low-latency", gpu: str | None = None,
           overrides: tuple[str, ...] = ()) -> CostModel:
     sc = load_scenario(model="glm-5.2-fp8", deployment=deployment, gpu=gpu, overrides=overrides)
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 @pytest.mark.parametrize("rows, blocks", [

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from simulator.costmodel import CostModel, Pass
+from simulator.costmodel import Pass
 from simulator.costmodel.pricing import floor_ratio, reference_terms, scaled_terms
 from simulator.serving import presets as P
 from simulator.serving.scenario import load_scenario
@@ -45,7 +45,7 @@ def test_the_clock_ratio_comes_from_the_presets():
 
 
 def _step(sc, batch: int = 1, ctx: float = 34000.0) -> float:
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     return float(c.pass_time(Pass.uniform(batch, ctx, sc.deployment.ranks_per_instance)).total_s[0])
 
 

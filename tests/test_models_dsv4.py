@@ -81,11 +81,10 @@ def test_step_terms_follow_the_kinds():
     """The indexer scores a compressed key per 4 tokens on the 21 C4 layers (its select: Lightning
     TopK, tests/test_dsv4_kernels.py); the swap-in launches on the 21 C4 layers only; attention is the
     sum of each kind's."""
-    from simulator.costmodel.passes import CostModel
     from simulator.serving.scenario import load_scenario
 
     sc = load_scenario(model="deepseek-v4-flash")
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     assert c.indexer_all(8 * 40000.0, 8) == pytest.approx(21 * c.c4_indexer(8 * 40000.0, 8))
     t = c._indexer_term()  # the scoring reads one compressed key per 4 tokens, as the DSA term would
     assert c.c4_indexer(8 * 40000.0, 8) - c.indexer(8 * 10000.0, 8) == pytest.approx(

@@ -60,11 +60,10 @@ def test_offset_and_freq_are_checked():
 
 
 def _costs(model: str):
-    from simulator.costmodel.passes import CostModel
     from simulator.serving.scenario import load_scenario
 
     sc = load_scenario(model=model, calibration="uncalibrated")
-    return sc, CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc, sc.cost_model()
 
 
 def test_indexer_runs_on_the_anchors_only():
@@ -130,10 +129,10 @@ def test_swap_in_term_less_the_prefetch_hidden_share():
     """With misses small against the layers' compute, every shared layer's swap-in hides: the exposed
     swap-in is the 21 anchors' share of the total; off, it is the total."""
     from simulator.costmodel import Pass
-    from simulator.costmodel.passes import CostModel, PassShape
+    from simulator.costmodel.passes import PassShape
 
     sc, off = _costs("glm-5.2-fp8")
-    on = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, prefetch=True)
+    on = sc.cost_model(prefetch=True)
     p = Pass.uniform(8, 36864, sc.deployment.ranks_per_instance, hisparse=True, missed_rows=0.13 * 2048 * 78 * 8)
     s_off, s_on = off.pass_time(p).parts["swap-in"][0], on.pass_time(p).parts["swap-in"][0]
     lt = on.layer_times(PassShape.of(on, p), p.ranks[0])
@@ -141,7 +140,7 @@ def test_swap_in_term_less_the_prefetch_hidden_share():
     assert s_on == pytest.approx(s_off * 21 / 78)
     # a model without shared layers: the flag changes nothing
     sc51, c51 = _costs("glm-5.1-fp8")
-    assert not CostModel(sc51.model, sc51.gpu, sc51.deployment, sc51.params, sc51.terms, prefetch=True).prefetch
+    assert not sc51.cost_model(prefetch=True).prefetch
 
 
 def test_hisparse_prefetch_flag_reaches_the_simulation():
@@ -166,13 +165,12 @@ def test_prefetch_is_off_under_pipeline_parallelism():
     deployment that says pp > 1 gets the whole swap-in on the critical path."""
     import dataclasses as dc
 
-    from simulator.costmodel.passes import CostModel
 
     sc, _ = _costs("glm-5.2-fp8")
     dep = dc.replace(sc.deployment)
     object.__setattr__(dep, "pp", 2)  # a deployment key another helper adds; read with getattr
-    assert CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, prefetch=True).prefetch
-    assert not CostModel(sc.model, sc.gpu, dep, sc.params, sc.terms, prefetch=True).prefetch
+    assert sc.cost_model(prefetch=True).prefetch
+    assert not sc.cost_model(deployment=dep, prefetch=True).prefetch
 
 
 def test_launch_names_the_prefetch_switch():

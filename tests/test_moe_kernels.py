@@ -33,7 +33,7 @@ def _private_cache(tmp_path, monkeypatch):
 def _cost(deployment: str, model: str = "glm-5.2-fp8", **dep) -> CostModel:
     sc = load_scenario(model=model, deployment=deployment)
     d = dataclasses.replace(sc.deployment, **dep) if dep else sc.deployment
-    return CostModel(sc.model, sc.gpu, d, sc.params, sc.terms)
+    return sc.cost_model(deployment=d)
 
 
 def _term_parts(c: CostModel, p: Pass) -> dict:
@@ -159,7 +159,7 @@ def test_provenance_published_on_the_h200_derived_elsewhere():
     t = next(t for t in c.term_sources() if t["term"] == TERM)
     assert t["priced"] == Provenance.PUBLISHED and "issue #20" in t["source"]
     sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-balanced", gpu="h100")
-    h100 = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    h100 = sc.cost_model()
     t = next(t for t in h100.term_sources() if t["term"] == TERM)
     assert t["priced"] == Provenance.DERIVED and "x 0.698" in t["source"]
     op = h100.routed_masked_ops(64)[0][1]

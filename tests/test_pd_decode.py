@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from simulator.costmodel import CostModel, Pass, RankWork
+from simulator.costmodel import Pass, RankWork
 from simulator.serving.model import InstanceSim, prefill_seconds_per_token
 from simulator.serving.scenario import load_scenario
 from simulator.serving.specs import Attention
@@ -45,7 +45,7 @@ def test_admission_wait_is_ttft_not_decode_time():
     # A is admitted at once (its first token reaches the client at 0.1 s) and decodes n_out - 1 steps
     # of batch 1 at contexts n_in + 1 .. n_in + n_out - 1; B waits (max_running_requests 1) until A
     # finishes, is admitted then, and decodes the same steps.
-    cost = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    cost = sc.cost_model()
     steps = [float(cost.pass_time(Pass((RankWork(1, float(n_in + g)),))).total_s[0]) for g in range(1, n_out)]
     s = sum(steps)
     a_first = n_in / rate

@@ -90,7 +90,7 @@ def test_vllm_spill_gives_back_pages_and_pays_the_write_back():
 
 def test_swap_requests_and_resident_batches_price_no_swap_in():
     sc = load_scenario()
-    cost = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    cost = sc.cost_model()
     ctx = 8 * 36864.0
     missed = 8 * 0.13 * 2048 * sc.model.layers
     full = cost.pass_time(Pass((RankWork(8, ctx, missed),) * 8, True)).parts["swap-in"][0]
@@ -211,7 +211,7 @@ def test_tp_across_nodes_is_refused_and_wide_ep_needs_a_cluster(tmp_path, capsys
     dep = tmp_path / "ok.toml"
     dep.write_text(text.replace('moe = "ep"', 'moe = "tp"').replace('"16x8xh200-ib-ndr"', json.dumps(str(allowed))))
     sc = load_scenario(deployment=str(dep), hisparse="wide-ep-h200")  # allowed: priced over the NIC ring
-    cost = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, cluster=sc.cluster)
+    cost = sc.cost_model()
     assert cost._collective("all_reduce", 64, 1e6) > sc.gpu.interconnect.time_s("all_reduce", 8, 1e6)
 
 

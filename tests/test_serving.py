@@ -153,7 +153,7 @@ def test_single_request_timeline_is_the_cost_model():
     attention side, the MLP on its chunk, the collectives), TPOT the decode steps' costs."""
     sc = _scenario(input_tokens=20000, output_tokens=50, requests_per_client=1)
     r = simulate(sc, System.BASELINE, concurrency=1)
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    c = sc.cost_model()
     chunks, done = [], 0
     while done < 20000:
         n = min(8192, 20000 - done)

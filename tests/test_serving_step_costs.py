@@ -26,7 +26,7 @@ H200_JSON = P.PRESET_DIR / "calibration" / "h200.json"
 
 def _cost(**kw) -> CostModel:
     sc = load_scenario(**kw)
-    return CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    return sc.cost_model()
 
 
 def _shape_rows(ops):
@@ -139,7 +139,7 @@ def test_other_gpus_scale_the_h200_terms_by_datasheet_ratios():
     assert "scaled to h100" in h100.source and "x 0.698" in h100.source
     # a slower GPU takes longer for the same step
     sc = load_scenario(gpu="h100", calibration="none")
-    slow = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    slow = sc.cost_model()
     assert float(decode_pass(slow, 8, 8 * 4e4).compute_s[0]) > float(decode_pass(_cost(), 8, 8 * 4e4).compute_s[0])
 
 
@@ -150,7 +150,7 @@ def test_a_calibration_with_step_terms_prices_its_own_gpu(tmp_path):
     path.write_text(json.dumps(cal))
     sc = load_scenario(calibration=str(path))
     assert sc.terms.source.startswith("measured on this GPU") and str(path) in sc.terms.source
-    mine = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    mine = sc.cost_model()
     base = _cost()
     op = next(o for _, o in base.fixed_ops(8, 64) if o.name == "routed_down")
     assert mine.op_time(op) > base.op_time(op)
@@ -213,7 +213,7 @@ def test_tp_moe_routed_experts_use_their_own_measured_term_and_ep_keeps_its_own(
     with pytest.raises(ValueError, match="tp_moe_kernel"):
         dataclasses.replace(tp_cost.t, tp_moe_kernel="cutlass")
     ep = load_scenario(deployment="8xh200-colocated-dp8-ep8")
-    ep_cost = CostModel(ep.model, ep.gpu, ep.deployment, ep.params, ep.terms)
+    ep_cost = ep.cost_model()
     ep_down = next(o for _, o in ep_cost.fixed_ops(8, 64) if o.name == "routed_down")
     g = cal["step_terms"]["rates"]["grouped_gemm"]["fp8"]
     assert ep_down.kind == "grouped_gemm"
@@ -236,7 +236,7 @@ def test_flashmla_sparse_prefill_pads_the_heads_of_attention_tp():
     Blackwell): GLM's 64 heads over TP8 are 8 per GPU, computed as 64, so a prompt's sparse attention
     costs 8x its real FLOPs; under DP attention (64 heads per rank) nothing is padded."""
     tp = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency")
-    c = CostModel(tp.model, tp.gpu, tp.deployment, tp.params, tp.terms)
+    c = tp.cost_model()
     assert [c.flashmla_heads(h) for h in (8, 16, 64, 65, 128)] == [64, 64, 64, 128, 128]
     m = tp.model
     k = min(m.top_k, 4096 + 8192 / 2)  # rows per query at the chunk's mean position
@@ -244,8 +244,8 @@ def test_flashmla_sparse_prefill_pads_the_heads_of_attention_tp():
     want = m.layers * flops / (c.terms.bf16_flops * tp.params.prefill_attention_efficiency)
     assert c.prefill_attention(8192, 4096) == pytest.approx(want)
     dp = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-balanced")
-    cd = CostModel(dp.model, dp.gpu, dp.deployment, dp.params, dp.terms)
+    cd = dp.cost_model()
     assert cd.prefill_attention(8192, 4096) == pytest.approx(want)  # 64 real heads on one GPU: the same
     b200 = load_scenario(model="deepseek-v4-pro", deployment="8xb200-tp8-dsv4-pro-low-latency")
-    cb = CostModel(b200.model, b200.gpu, b200.deployment, b200.params, b200.terms)
+    cb = b200.cost_model()
     assert cb.flashmla_heads(128 // 8) == 128  # Blackwell: 16 heads padded to 128

@@ -28,7 +28,7 @@ def _private_cache(tmp_path, monkeypatch):
 
 def _cost(spec, deployment="8xh200-tp8"):
     sc = load_scenario(deployment=deployment)
-    return sc, CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    return sc, sc.cost_model(spec=spec)
 
 
 # -- the spec -------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def test_glm52_draft_reuses_its_first_decode_steps_topk_by_hand():
     spec = parse_speculative("eagle:5-1-6", 3.5, "match-expected")
     sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency")
     assert sc.model.mtp_index_share
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    c = sc.cost_model(spec=spec)
     ranks = (RankWork(1, 8704.0),)
     d = c.draft
     extend = d.pass_time(Pass(ranks, verify=6)).total_s[0]
@@ -143,7 +143,7 @@ def test_the_draft_topk_reuse_reaches_the_simulated_tpot():
     on = simulate(sc, "baseline", concurrency=1)
     off = simulate(sc.replace(model=dataclasses.replace(sc.model, mtp_index_share=False)), "baseline", concurrency=1)
     assert on.tpot_mean_ms < off.tpot_mean_ms
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    c = sc.cost_model(spec=spec)
     d = c.draft
     ranks = (RankWork(1, 4001.0),)
     saved = d.pass_time(Pass(ranks)).total_s[0] - d.pass_time(Pass(ranks, skip_indexer=True)).total_s[0]
@@ -160,7 +160,7 @@ def test_tokens_per_step_and_tpot_by_hand():
     sc = sc.replace(workload=dataclasses.replace(sc.workload, input_tokens=4000, output_tokens=31,
                                                  requests_per_client=1, length_jitter=0.0))
     r = simulate(sc, "baseline", concurrency=1)
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, spec=spec)
+    c = sc.cost_model(spec=spec)
     steps = [float(c.pass_time(Pass((RankWork(1, 4000 + 1 + 3 * i),), verify=6, accepted=3.0, drafts=True))
                    .total_s[0]) for i in range(10)]
     assert r.tpot_mean_ms == pytest.approx(sum(steps) / 30 * 1e3, rel=1e-9)

@@ -43,7 +43,7 @@ def test_nvfp4_experts_shrink_the_weights_by_their_bytes():
 
 def test_every_decode_step_reads_the_experts_at_their_size():
     sc = load_scenario(calibration="uncalibrated")
-    fp8 = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms)
+    fp8 = sc.cost_model()
     fp4 = CostModel(_nvfp4(sc.model), sc.gpu, sc.deployment, sc.params, sc.terms)
     assert fp4.layout.routed_dtype == "fp4" and fp4.layout.routed_bytes == NVFP4
     ops8 = {o.name: o for _, o in fp8.fixed_ops(8, 64.0)}

@@ -595,7 +595,6 @@ def _print_launch(launch: dict, rec: dict) -> None:
 
 
 def _scenario_summary(sc) -> dict:
-    from ..costmodel import CostModel
     from ..serving.memory import plan_memory
 
     base = plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)
@@ -608,7 +607,7 @@ def _scenario_summary(sc) -> dict:
             "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
             "step_terms": _step_terms_summary(sc),
             "decode_step_ms": _step_report(sc, base),
-            "term_sources": CostModel(sc.model, sc.gpu, d, sc.params, sc.terms, cluster=sc.cluster).term_sources(),
+            "term_sources": sc.cost_model(deployment=d).term_sources(),
             "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
                        "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
             "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
@@ -617,12 +616,10 @@ def _scenario_summary(sc) -> dict:
 def _step_report(sc, base) -> dict:
     """A baseline decode step at its full batch (the running cap or the pool, per scheduler), every
     request at the workload's mean context, by term group (ms)."""
-    from ..costmodel.passes import CostModel
-
     w = sc.workload
     ctx = w.input_tokens + w.output_tokens / 2
     full = max(1, min(base.max_running, base.pool_tokens // (w.input_tokens + w.output_tokens)))
-    c = CostModel(sc.model, sc.gpu, sc.deployment, sc.params, sc.terms, cluster=sc.cluster)
+    c = sc.cost_model()
     return {"requests_per_scheduler": full, "context_tokens": ctx, **c.step_report(full, ctx)}
 
 

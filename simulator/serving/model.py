@@ -658,7 +658,7 @@ def prefill_seconds_per_token(scenario: Scenario) -> tuple[float, ...]:
     if d.prefill_tok_s > 0:
         return tuple(d.ranks / d.prefill_tok_s for _ in range(ranks))
     side = d.prefill_gpus / d.gpus if d.prefill_gpus else 1.0  # a prefill side of another size (prefill_tok_s's rule)
-    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms, cluster=scenario.cluster)
+    cost = scenario.cost_model(deployment=d)
     n_in = scenario.workload.input_tokens
     out = []
     for m in range(1, ranks + 1):
@@ -680,7 +680,7 @@ def prefill_tok_s(scenario: Scenario) -> float:
     if d.prefill_tok_s > 0:
         return d.prefill_tok_s
     side = d.prefill_gpus / d.gpus if d.prefill_gpus else 1.0  # a prefill side of another size: as many more ranks
-    cost = CostModel(scenario.model, scenario.gpu, d, scenario.params, scenario.terms, cluster=scenario.cluster)
+    cost = scenario.cost_model(deployment=d)
     n_in, t, done = scenario.workload.input_tokens, 0.0, 0
     while done < n_in:
         n = min(d.prefill_chunk_tokens, n_in - done)

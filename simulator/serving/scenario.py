@@ -60,6 +60,15 @@ class Scenario:
                                 f"{w.output_tokens} out, length_jitter {w.length_jitter:g}) exceed the model's "
                                 f"context_length {m.context_length} ({m.where})")
 
+    def cost_model(self, *, model: ModelSpec | None = None, deployment: DeploymentSpec | None = None,
+                   spec: Any = None, prefetch: bool = False) -> Any:
+        """The scenario's ``CostModel``: its model, GPU, deployment, parameters, measured terms and
+        cluster, in one place (``model`` / ``deployment`` replace the scenario's where given)."""
+        from ..costmodel import CostModel
+
+        return CostModel(model or self.model, self.gpu, deployment or self.deployment, self.params, self.terms,
+                         spec=spec, cluster=self.cluster, prefetch=prefetch)
+
     @property
     def files(self) -> str:
         """The input files, for error messages."""
