@@ -24,6 +24,15 @@ settings.load_profile(PROFILE)
 
 
 @pytest.fixture()
+def private_cache(tmp_path, monkeypatch):
+    """A fresh HISPARSE_CACHE for the test: generated traces, replays and plans land in its tmp_path,
+    never in the user's cache (a module asks for it with ``pytestmark = pytest.mark.usefixtures(
+    "private_cache")``)."""
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture()
 def trace(tmp_path):
     """A small valid trace file (one stream, k 16, 20 steps) for the CLI's error tests."""
     import numpy as np

@@ -14,10 +14,7 @@ from simulator.costmodel.host_sync import (
 )
 from simulator.serving.scenario import load_scenario
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _cost(deployment: str, model: str) -> CostModel:

@@ -12,10 +12,7 @@ from simulator.costmodel.passes import DEEPGEMM_KINDS
 from simulator.costmodel.published_kernels import DEEPGEMM_PREFILL, H800_DENSE_FP8_FLOPS
 from simulator.serving.scenario import load_scenario
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _cost(deployment: str, model: str = "glm-5.2-fp8", gpu: str | None = None) -> CostModel:

@@ -12,10 +12,7 @@ from simulator.costmodel.ops import RANK_MOE_OPS, rank_moe_ops
 from simulator.serving.model import prefill_tok_s
 from simulator.serving.scenario import load_scenario
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _cost(deployment: str, model: str) -> CostModel:

@@ -19,9 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "benchmarks" / "results" / "fa3_sparse_decode-h100.csv"
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _cost(deployment: str = "8xh200-tp8-glm52-low-latency", gpu: str | None = None,

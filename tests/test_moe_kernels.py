@@ -25,9 +25,7 @@ from tests.helpers import decode_pass
 TERM = "DeepEP routed GEMM"
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _cost(deployment: str, model: str = "glm-5.2-fp8", **dep) -> CostModel:

@@ -9,10 +9,7 @@ from simulator.serving import presets as P
 from simulator.serving.memory import plan_memory
 from simulator.serving.published import load_published, summary, validate
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _plans():

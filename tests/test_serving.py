@@ -20,10 +20,7 @@ from simulator.serving.planner import PlanInputs, recommend, run_plan
 from simulator.serving.scenario import load_scenario
 from tests.helpers import decode_pass, prefill_rank_side
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _scenario(**workload):

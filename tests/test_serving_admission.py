@@ -19,10 +19,7 @@ from simulator.serving.admission import (
 from simulator.serving.model import InstanceSim, System
 from simulator.serving.scenario import load_scenario
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 # -- the arithmetic, by hand --------------------------------------------------------------------------

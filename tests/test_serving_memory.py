@@ -21,9 +21,7 @@ from simulator.serving.scenario import load_scenario
 GLM = dict(L=78, row=1152, idx=132)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _blog():

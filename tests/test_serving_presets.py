@@ -30,9 +30,7 @@ MEANT = {(d, m) for d in ("8xh200-colocated-dp8", "8xh200-tp8", "2xh20-pd-decode
     ("8xrtx-pro-6000-tp8-pd-decode", "glm-5.1-nvfp4")}  # PR #33075's SM120 decode side: the NVFP4 checkpoint
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.mark.slow  # every model on every shipped deployment: 25-150 s per deployment on 2 cores

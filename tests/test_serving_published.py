@@ -12,10 +12,7 @@ from simulator.cli import main
 from simulator.errors import HisparseError
 from simulator.serving.published import load_published, published_names, summary, validate
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def test_shipped_sets_carry_their_sources():

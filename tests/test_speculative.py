@@ -20,10 +20,7 @@ from simulator.serving.speculative import SpeculativeSpec, parse_speculative
 from simulator.trace.stream import Stream
 from tests.fuzzing import assert_clean_error, run_cli
 
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 def _cost(spec, deployment="8xh200-tp8"):
