@@ -125,6 +125,8 @@ class InstanceSim:
         self.finished: list[Request] = []
         self.busy_running_time = 0.0  # running requests x time, all ranks
         self.decode_time = self.swap_time = self.comm_time = 0.0  # instance time in decode passes
+        # passes in which some rank runs a prompt chunk: instance time, count, ranks extending summed
+        self.extend_time, self.extend_passes, self.extending_ranks = 0.0, 0, 0
         self.miss_rows = self.looked_up = 0.0
         self.steps = 0
         self.blocks: list[tuple[float, float, float]] = []  # (start, end, tokens) of each decode pass or block
@@ -319,6 +321,9 @@ class InstanceSim:
             else:
                 works.append(RankWork())
         t = float(self.cost.pass_time(Pass(tuple(works), self.hs is not None, drafts=self.spec is not None)).total_s[0])
+        self.extend_time += t
+        self.extend_passes += 1
+        self.extending_ranks += sum(1 for k in self.ranks if batches.get(id(k)))
         for k in self.ranks:
             self.busy_running_time += t * len(k.running)
             if batches.get(id(k)) and k.running:
@@ -609,7 +614,10 @@ class InstanceSim:
             peak_running_deployment=int(round(self.peak_running * self.scale)),
             tpot_mean_ms=mean(tpot) * 1e3, itl_mean_ms=wmean(gaps, weights) * 1e3, ttft_mean_s=mean(ttft),
             total_tok_s_per_gpu=(out_tokens + sum(r.input_tokens for r in done)) / makespan * self.scale / self.d.gpus
-            if makespan > 0 else 0.0, gpus=self.d.gpus, **self._residency_figures(), **self._transfer_figures())
+            if makespan > 0 else 0.0, gpus=self.d.gpus,
+            extend_pass_share=min(1.0, self.extend_time / makespan) if makespan > 0 else 0.0,
+            extending_ranks_mean=self.extending_ranks / self.extend_passes if self.extend_passes else 0.0,
+            **self._residency_figures(), **self._transfer_figures())
 
     def _residency_figures(self) -> dict:
         if self.hs is None:

@@ -55,6 +55,11 @@ class RunResult:
     demotion_copy_ms: float = 0.0  # dynamic residency: the demotions' copy time, one instance (the ranks wait)
     kv_transfer_ms: float = 0.0  # pd-decode across nodes: mean prefill-to-decode KV transfer per request
     kv_transfer_exposed_ms: float = 0.0  # of it, what the prefill did not hide (added to TTFT)
+    # passes with a prompt chunk on some rank (the others decode one step in them or idle): share of the
+    # simulated time, and how many of the instance's ranks ran a chunk in such a pass on average (under
+    # DP attention, dp when every rank refills at once: prefill in waves; near 1: spread out)
+    extend_pass_share: float = 0.0
+    extending_ranks_mean: float = 0.0
 
 
 def steady_rate(blocks: list[tuple[float, float, float]], t0: float, t1: float) -> float:
