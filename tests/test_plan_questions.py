@@ -123,21 +123,42 @@ def test_one_infeasible_piece_does_not_stop_the_plan(capsys):
     assert rep["cannot_run"][0]["system"].startswith("hisparse")
 
 
-def test_a_model_too_deep_for_a_trace_is_refused_before_any_is_drawn(tmp_path, monkeypatch, capsys):
-    """A model preset with an absurd layer count (found by the preset fuzzer: 207,849,514) made the
-    plan draw a trace of trillions of entries and grow for many minutes; it is refused on the same
-    budget as `trace gen`, naming the file, and nothing is written to the cache."""
-    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+def _model_and_workload(tmp_path, layers: int | None = None):
     shipped = Path(__file__).resolve().parents[1] / "simulator" / "presets" / "models" / "glm-5.1-fp8.toml"
-    lines = [("layers = 207849514" if ln.split("#")[0].strip().startswith("layers ") else ln)
+    lines = [(f"layers = {layers}" if layers and ln.split("#")[0].strip().startswith("layers ") else ln)
              for ln in shipped.read_text().splitlines()]
-    model = tmp_path / "deep.toml"
+    model = tmp_path / "model.toml"
     model.write_text("\n".join(lines) + "\n")
     workload = tmp_path / "tiny.toml"
     workload.write_text('name = "tiny"\ninput_tokens = 4096\noutput_tokens = 16\nlength_jitter = 0.0\n'
                         'arrival = "closed"\nrate_per_s = 0.0\nrequests_per_client = 1\n')
+    return model, workload
+
+
+def test_a_model_too_deep_for_a_trace_is_refused_before_any_is_drawn(tmp_path, monkeypatch, capsys):
+    """A model preset with an absurd layer count (found by the preset fuzzer: 207,849,514) made the
+    plan draw a trace of trillions of entries and grow for many minutes: the model file's layers are now
+    held to at most 10,000. 8,000 layers drew a trace for minutes with nothing shown, though its weights
+    cannot fit: the plan now says so before it draws any trace. Both name the file, exit 2, and write
+    nothing to the cache."""
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    for layers, says in ((207849514, "layers"), (8000, "no room for a KV pool")):
+        model, workload = _model_and_workload(tmp_path, layers)
+        code = main(["plan", "--quiet", "--concurrency", "2", "--workload", str(workload), "--model", str(model)])
+        err = capsys.readouterr().err.strip()
+        assert code == 2, layers
+        assert str(model) in err and says in err, err
+        assert not list((tmp_path / "cache").rglob("*.hst"))
+
+
+def test_a_trace_past_the_budget_is_refused_before_it_is_drawn(tmp_path, monkeypatch, capsys):
+    """A model whose weights fit still has its trace held to the trace budget (as `trace gen`):
+    here the budget lowered below the 78-layer trace the plan would draw."""
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HISPARSE_MAX_TRACE_ENTRIES", "1000000")
+    model, workload = _model_and_workload(tmp_path)
     code = main(["plan", "--quiet", "--concurrency", "2", "--workload", str(workload), "--model", str(model)])
     err = capsys.readouterr().err.strip()
     assert code == 2
-    assert str(model) in err and "HISPARSE_MAX_TRACE_ENTRIES" in err and "207849514 layers" in err
+    assert str(model) in err and "HISPARSE_MAX_TRACE_ENTRIES" in err and "78 layers" in err, err
     assert not list((tmp_path / "cache").rglob("*.hst"))

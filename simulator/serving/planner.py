@@ -78,6 +78,10 @@ class PlanInputs:
         sc = load_scenario(model=self.model, gpu=self.gpu, deployment=self.deployment, workload=self.workload,
                            hisparse=self.hisparse, calibration=self.calibration, trace=self.trace,
                            overrides=self.overrides, speculative=self.speculative)
+        if self.trace is None:  # a trace may be drawn for this model: first what fails without one
+            from .memory import plan_memory
+
+            plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)
         choice = choose_trace(sc.model, sc.workload, self.trace)
         return sc.replace(trace=choice.trace, trace_how=choice.how)
 

@@ -222,7 +222,9 @@ class ModelSpec(Spec):
 
     kind: ClassVar[str] = "model"
     name: str
-    layers: int = num(ge=1, help="decoder layers (config.json num_hidden_layers / n_layers)")
+    # at most 10,000: released models stay far below (DeepSeek-V3.2 61, GLM-5.x 78, Llama-3.1-405B 126), and
+    # the per-layer tables (IndexShare groups, a plan's trace of layers x 128 steps x top-k) grow with it
+    layers: int = num(ge=1, le=10_000, help="decoder layers (config.json num_hidden_layers / n_layers)")
     dense_layers: int = num(ge=0, help="leading dense-MLP layers (first_k_dense_replace)")
     attention_heads: int = num(ge=1, help="MLA attention heads (num_attention_heads)")
     hidden_size: int = num(ge=1, help="model width (hidden_size)")

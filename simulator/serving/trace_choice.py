@@ -62,8 +62,11 @@ def generate_trace(path: Path, preset: str, *, layers: int, k: int, ctx0: int, s
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": preset, "knobs": knobs_dict(knobs),
               "seed": seed}
     path.parent.mkdir(parents=True, exist_ok=True)
+    from ..progress import progress
+
+    streams = generate(knobs, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed)
     with TraceWriter(str(path), k=k, source=source) as writer:
-        for s in generate(knobs, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed):
+        for s in progress(streams, total=layers * requests, desc=f"drawing the {preset} trace", unit="layer"):
             writer.write_stream(s)
 
 
