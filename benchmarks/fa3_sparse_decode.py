@@ -71,6 +71,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cupy_kernels.mla_reference import D_LATENT, D_ROPE, mla_decode_reference  # noqa: E402
+from cupy_kernels.timing import time_calls_torch  # noqa: E402
 
 # The pins of benchmarks/fetch_fa3.sh (tests/test_fa3_sparse_decode.py holds the two to each other).
 FA3_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"  # Dao-AILab/flash-attention main, 2026-08-15
@@ -299,21 +300,6 @@ def build(src: Path, build_root: Path, verbose: bool) -> Any:
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
-def time_calls(torch: Any, fn: Callable[[], None], reps: int, warmup: int) -> list[float]:
-    """Seconds of each of `reps` calls of fn (an event pair around each), after `warmup` calls."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        out.append(e0.elapsed_time(e1) * 1e-3)
-    return out
-
-
 KERNELS = {"prepare_us": "prepare_varlen", "main_us": "FlashAttnFwdSm90", "combine_us": "FlashAttnFwdCombine"}
 
 
@@ -416,7 +402,7 @@ def run_shape(torch: Any, fa: Any, pool: Any, shape: Shape, overlap: float, chec
     samples: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(args.rounds):
         for mode in (list(modes) if r % 2 == 0 else list(modes)[::-1]):
-            samples[mode] += [t / len(sets) for t in time_calls(torch, modes[mode], args.reps, warmup=2)]
+            samples[mode] += [t / len(sets) for t in time_calls_torch(torch, modes[mode], args.reps, warmup=2)]
     torch.cuda.synchronize()
     kernels = kernel_times(torch, run_all, len(sets))
     again, _, _, _ = call(sets[0], lse=True)

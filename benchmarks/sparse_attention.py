@@ -44,7 +44,7 @@ from cupy_kernels.sparse_attention import (  # noqa: E402
     sparse_mla_decode,
     workspace_elems,
 )
-from cupy_kernels.timing import time_calls  # noqa: E402
+from cupy_kernels.timing import time_calls, time_calls_torch  # noqa: E402
 
 K = 2048
 REGION = 4096  # hot-buffer slots per request: top-k picks 2048 of them
@@ -54,7 +54,7 @@ def measure_copy_bandwidth(cp: Any, nbytes: int = 2 << 30, reps: int = 20) -> fl
     """Device-to-device copy, bytes read + written per second (median)."""
     src = cp.random.randint(0, 255, nbytes, dtype=cp.uint8)
     dst = cp.empty_like(src)
-    times = _time_events(cp, lambda: cp.copyto(dst, src), reps, warmup=3)
+    times = time_calls(cp, None, lambda: cp.copyto(dst, src), reps, warmup=3)
     return 2 * nbytes / statistics.median(times)
 
 
@@ -62,40 +62,8 @@ def measure_gemm_rate(torch: Any, n: int = 8192, reps: int = 20) -> float:
     """bf16 n^3 matrix product on random data through PyTorch, FLOP/s (median)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    times = _time_torch(torch, lambda: torch.matmul(a, b), reps, warmup=3)
+    times = time_calls_torch(torch, lambda: torch.matmul(a, b), reps, warmup=3)
     return 2 * n**3 / statistics.median(times)
-
-
-def _time_events(cp: Any, fn: Any, reps: int, warmup: int) -> list[float]:
-    """Seconds per call of fn, one event pair per call."""
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
-    return out
-
-
-def _time_torch(torch: Any, fn: Any, reps: int, warmup: int) -> list[float]:
-    """Seconds per call of fn with torch CUDA events (torch's current stream)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        out.append(e0.elapsed_time(e1) * 1e-3)
-    return out
 
 
 def make_sets(cp: Any, batch: int, heads: int, kv_dtype: str, n_sets: int) -> tuple[Any, list]:
@@ -199,7 +167,7 @@ def time_reference(torch: Any, cp: Any, pool: Any, sets: list, kv_dtype: str, sc
         for q_t, s_t in tsets:
             torch_reference(torch, q_t, gather, s_t, scale)
 
-    times = _time_torch(torch, run_all, reps, warmup=2)
+    times = time_calls_torch(torch, run_all, reps, warmup=2)
     ref_out, _ = torch_reference(torch, tsets[0][0], gather, tsets[0][1], scale)
     got = torch.from_dlpack(sets[0][2].view(cp.int16)).view(torch.bfloat16).float()
     rel = float((got - ref_out.float()).norm() / ref_out.float().norm())

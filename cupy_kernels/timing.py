@@ -1,4 +1,4 @@
-"""CUDA-event timing of a callable on a stream, shared by the kernel benchmarks."""
+"""CUDA-event timing of a callable, shared by the kernel benchmarks (CuPy's events or PyTorch's)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,32 @@ from collections.abc import Callable
 from typing import Any
 
 
-def time_calls(cp: Any, stream: Any, fn: Callable[[], None], reps: int, warmup: int) -> list[float]:
-    """Seconds of each of ``reps`` calls of ``fn`` on ``stream`` (an event pair around each, so a
-    call's host launch path counts only where it stalls the GPU), after ``warmup`` untimed calls."""
+def _time(fn: Callable[[], None], reps: int, warmup: int, new_event: Callable[[], Any],
+          record: Callable[[Any], None], elapsed_ms: Callable[[Any, Any], float]) -> list[float]:
+    """Seconds of each of ``reps`` calls of ``fn`` (an event pair around each, so a call's host
+    launch path counts only where it stalls the GPU), after ``warmup`` untimed calls."""
     for _ in range(warmup):
         fn()
     out = []
     for _ in range(reps):
-        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        e0.record(stream)
+        e0, e1 = new_event(), new_event()
+        record(e0)
         fn()
-        e1.record(stream)
+        record(e1)
         e1.synchronize()
-        out.append(cp.cuda.get_elapsed_time(e0, e1) * 1e-3)
+        out.append(elapsed_ms(e0, e1) * 1e-3)
     return out
+
+
+def time_calls(cp: Any, stream: Any, fn: Callable[[], None], reps: int, warmup: int) -> list[float]:
+    """``_time`` with CuPy events recorded on ``stream`` (None: the current stream)."""
+    return _time(fn, reps, warmup, cp.cuda.Event, lambda e: e.record(stream), cp.cuda.get_elapsed_time)
+
+
+def time_calls_torch(torch: Any, fn: Callable[[], None], reps: int, warmup: int) -> list[float]:
+    """``_time`` with PyTorch events on its current stream (the warm-up finished first)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    return _time(fn, reps, 0, lambda: torch.cuda.Event(enable_timing=True), lambda e: e.record(),
+                 lambda a, b: a.elapsed_time(b))

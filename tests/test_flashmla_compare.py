@@ -231,7 +231,7 @@ def test_rel_err_fails_on_nan():
 
 
 def test_time_calls_runs_warmup_then_times_each_call():
-    """cupy_kernels.timing.time_calls (shared by both attention benchmarks) with a stand-in for
+    """cupy_kernels.timing.time_calls (the attention benchmarks' CuPy timer) with a stand-in for
     CuPy's events: warm-up calls untimed, one event pair around each timed call, seconds out."""
     from types import SimpleNamespace
 
@@ -253,3 +253,34 @@ def test_time_calls_runs_warmup_then_times_each_call():
     cp = SimpleNamespace(cuda=SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: b.t - a.t))
     times = time_calls(cp, None, fn, reps=4, warmup=3)
     assert len(calls) == 7 and times == [0.0025] * 4
+
+
+def test_time_calls_torch_syncs_after_warmup_then_times_each_call():
+    """cupy_kernels.timing.time_calls_torch (the FA3 benchmark, the PyTorch reference and the GEMM
+    rate) with a stand-in for torch's events: the same timing, the warm-up synchronised first."""
+    from types import SimpleNamespace
+
+    from cupy_kernels.timing import time_calls_torch
+
+    calls, clock, syncs = [], [0.0], []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+
+        def record(self):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return other.t - self.t
+
+    def fn():
+        calls.append(clock[0])
+        clock[0] += 1.5  # ms per call
+
+    torch = SimpleNamespace(cuda=SimpleNamespace(Event=Event, synchronize=lambda: syncs.append(len(calls))))
+    times = time_calls_torch(torch, fn, reps=3, warmup=2)
+    assert len(calls) == 5 and syncs == [2] and times == [0.0015] * 3
