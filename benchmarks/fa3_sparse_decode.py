@@ -70,6 +70,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.fetched_build import UsageError, hopper_torch, missing_files, read_fetched  # noqa: E402
 from cupy_kernels.mla_reference import D_LATENT, D_ROPE, mla_decode_reference  # noqa: E402
 from cupy_kernels.timing import time_calls_torch  # noqa: E402
 
@@ -123,10 +124,6 @@ DEFAULT_SHAPES = (  # the four cells' shapes first, then sweeps for interpolatio
 SHAPE_RE = re.compile(r"^(\d+)x(\d+)(?:p(\d+))?$")
 
 
-class UsageError(Exception):
-    """Bad arguments or environment: main prints it and exits 2."""
-
-
 class Shape(NamedTuple):
     rows: int  # query tokens (FA3 "sequences" of one query each)
     heads: int  # query heads on the rank
@@ -154,15 +151,7 @@ def parse_shape(text: str) -> Shape:
 
 def missing_pieces(src: Path) -> list[str]:
     """Paths of DIR the build needs that are absent (empty when DIR is complete)."""
-    return [p for p in (*FA3_SOURCES, *HEADERS) if not (Path(src) / p).is_file()]
-
-
-def read_fetched(src: Path) -> dict[str, str]:
-    """{'flash-attention': commit, 'cutlass': commit} from DIR/FETCHED (fetch_fa3.sh); {} if absent."""
-    path = Path(src) / "FETCHED"
-    if not path.is_file():
-        return {}
-    return {p[0]: p[1] for p in (line.split() for line in path.read_text().splitlines()) if len(p) >= 2}
+    return missing_files(src, (*FA3_SOURCES, *HEADERS))
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,16 +458,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def load_torch() -> Any:
     """torch on a Hopper GPU, else UsageError."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise UsageError(f"needs PyTorch (its cpp_extension builds FA3): {exc}") from None
-    if not torch.cuda.is_available():
-        raise UsageError(f"needs a CUDA GPU and a CUDA build of PyTorch (torch {torch.__version__} sees none)")
-    cc = torch.cuda.get_device_capability()
-    if cc != (9, 0):
-        raise UsageError(f"needs a Hopper GPU (sm_90a kernels); {torch.cuda.get_device_name()} is sm_{cc[0]}{cc[1]}")
-    return torch
+    return hopper_torch("FA3")
 
 
 CSV_COLUMNS = ("device", "rows", "heads", "positions", "requests", "topk", "region", "pool_rows", "overlap", "measured_overlap",

@@ -54,6 +54,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.fetched_build import UsageError, hopper_torch, missing_files, read_fetched  # noqa: E402
 from cupy_kernels.mla_reference import (  # noqa: E402
     D_LATENT,
     D_QK,
@@ -122,10 +123,6 @@ K = 2048
 REGION = 4096
 
 
-class UsageError(Exception):
-    """Bad arguments or environment: main prints it and exits 2."""
-
-
 class SchedConfig(NamedTuple):
     """FlashMLA's Decode_Sm90_Impl::get_meta (csrc/api/sparse_decode.h) for one query token."""
 
@@ -141,21 +138,7 @@ def sched_config(heads: int, n_sms: int) -> SchedConfig:
 
 def missing_pieces(src: Path) -> list[str]:
     """Paths of DIR the build needs that are absent (empty when DIR is complete)."""
-    src = Path(src)
-    return [p for p in (*KERNEL_SOURCES, *HEADERS) if not (src / p).is_file()]
-
-
-def read_fetched(src: Path) -> dict[str, str]:
-    """{'flashmla': commit, 'cutlass': commit} from DIR/FETCHED (written by fetch_flashmla.sh); {} if absent."""
-    path = Path(src) / "FETCHED"
-    if not path.is_file():
-        return {}
-    out = {}
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2:
-            out[parts[0]] = parts[1]
-    return out
+    return missing_files(src, (*KERNEL_SOURCES, *HEADERS))
 
 
 class Inputs(NamedTuple):
@@ -420,15 +403,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def load_gpu_stack() -> tuple[Any, Any]:
     """(torch, cupy) on a Hopper GPU, else UsageError."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise UsageError(f"needs PyTorch (its cpp_extension builds FlashMLA): {exc}") from None
-    if not torch.cuda.is_available():
-        raise UsageError(f"needs a CUDA GPU and a CUDA build of PyTorch (torch {torch.__version__} sees none)")
-    cc = torch.cuda.get_device_capability()
-    if cc != (9, 0):
-        raise UsageError(f"needs a Hopper GPU (sm_90a kernels); {torch.cuda.get_device_name()} is sm_{cc[0]}{cc[1]}")
+    torch = hopper_torch("FlashMLA")
     try:
         import cupy
     except ImportError as exc:

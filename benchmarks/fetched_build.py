@@ -1,0 +1,40 @@
+"""What the benchmarks that build another project's kernels from a fetched copy share
+(flashmla_compare.py, fa3_sparse_decode.py): their usage error, the fetch scripts' FETCHED record,
+the check that the copy holds every file the build needs, and PyTorch on a Hopper GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+class UsageError(Exception):
+    """Bad arguments or environment: the benchmark's main prints it and exits 2."""
+
+
+def missing_files(src: Path, needed: Iterable[str]) -> list[str]:
+    """The paths of ``needed`` absent under ``src`` (empty when the copy is complete)."""
+    return [p for p in needed if not (Path(src) / p).is_file()]
+
+
+def read_fetched(src: Path) -> dict[str, str]:
+    """{project: commit} from DIR/FETCHED (written by the fetch script); {} if absent."""
+    path = Path(src) / "FETCHED"
+    if not path.is_file():
+        return {}
+    return {p[0]: p[1] for p in (line.split() for line in path.read_text().splitlines()) if len(p) >= 2}
+
+
+def hopper_torch(builds: str) -> Any:
+    """torch with a CUDA Hopper GPU (its cpp_extension builds ``builds``, sm_90a), else UsageError."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise UsageError(f"needs PyTorch (its cpp_extension builds {builds}): {exc}") from None
+    if not torch.cuda.is_available():
+        raise UsageError(f"needs a CUDA GPU and a CUDA build of PyTorch (torch {torch.__version__} sees none)")
+    cc = torch.cuda.get_device_capability()
+    if cc != (9, 0):
+        raise UsageError(f"needs a Hopper GPU (sm_90a kernels); {torch.cuda.get_device_name()} is sm_{cc[0]}{cc[1]}")
+    return torch
