@@ -33,41 +33,7 @@ fa3_paths=(
 )
 cutlass_paths=(LICENSE.txt include)
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# git_dir NAME MIRROR URL REV: a git dir holding REV (the mirror, or a fresh depth-1 fetch)
-git_dir() {
-    local name=$1 mirror=$2 url=$3 rev=$4
-    if [[ -n $mirror ]]; then
-        if ! git --git-dir="$mirror" cat-file -e "$rev^{commit}" 2>/dev/null; then
-            echo "fetch_fa3.sh: $name commit $rev is not in the mirror $mirror" >&2
-            exit 2
-        fi
-        echo "$mirror"
-    else
-        git init -q --bare "$tmp/$name.git"
-        git --git-dir="$tmp/$name.git" fetch -q --depth 1 "$url" "$rev" >&2
-        echo "$tmp/$name.git"
-    fi
-}
-
-fm=$(git_dir flash-attention "${FA3_MIRROR:-}" "$fa3_url" "$fa3_rev")
-pinned=$(git --git-dir="$fm" ls-tree "$fa3_rev" csrc/cutlass | awk '$2 == "commit" {print $3}')
-if [[ $pinned != "$cutlass_rev" ]]; then
-    echo "fetch_fa3.sh: flash-attention $fa3_rev pins csrc/cutlass at ${pinned:-nothing}, not $cutlass_rev" \
-         "(set CUTLASS_REV=$pinned to follow it)" >&2
-    exit 2
-fi
-cm=$(git_dir cutlass "${CUTLASS_MIRROR:-}" "$cutlass_url" "$cutlass_rev")
-
-mkdir -p "$dir" "$dir/csrc/cutlass"
-# (a mirror that lacks large blobs elsewhere in the tree makes git archive print 'error: invalid object'
-# for them while matching the globs; what is archived is complete: benchmarks/fa3_sparse_decode.py checks)
-git --git-dir="$fm" archive "$fa3_rev" "${fa3_paths[@]}" | tar -x -C "$dir"
-git --git-dir="$cm" archive "$cutlass_rev" "${cutlass_paths[@]}" | tar -x -C "$dir/csrc/cutlass"
-{
-    echo "flash-attention $fa3_rev ${FA3_MIRROR:-$fa3_url}"
-    echo "cutlass $cutlass_rev ${CUTLASS_MIRROR:-$cutlass_url}"
-} >"$dir/FETCHED"
-du -sh "$dir"
+# shellcheck source=benchmarks/fetch_pinned.sh
+source "$(dirname "${BASH_SOURCE[0]}")/fetch_pinned.sh"
+fetch_with_cutlass fetch_fa3.sh flash-attention flash-attention "$fa3_rev" "$fa3_url" "${FA3_MIRROR:-}" \
+    "$cutlass_rev" "$cutlass_url" "${CUTLASS_MIRROR:-}" "$dir" "${fa3_paths[@]}"
