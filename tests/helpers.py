@@ -72,3 +72,26 @@ def dequant_case_rows() -> np.ndarray:
     return kv
 
 
+def git(cwd, *args: str) -> str:
+    """Run git in ``cwd`` with a fixed identity; its stdout, stripped."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def fake_git_repo(path, files: list[str], gitlink: str | None = None) -> str:
+    """A git repository holding ``files`` (and csrc/cutlass as a submodule link to ``gitlink``), for
+    the fetch scripts' tests in place of a mirror; its commit."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q")
+    for f in files:
+        (path / f).parent.mkdir(parents=True, exist_ok=True)
+        (path / f).write_text(f"// {f}\n")
+    git(path, "add", "-A")
+    if gitlink:
+        git(path, "update-index", "--add", "--cacheinfo", f"160000,{gitlink},csrc/cutlass")
+    git(path, "commit", "-q", "-m", "fake")
+    return git(path, "rev-parse", "HEAD")

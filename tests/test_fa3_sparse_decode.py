@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import fake_git_repo, git
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("fa3_sparse_decode", ROOT / "benchmarks" / "fa3_sparse_decode.py")
 fb = importlib.util.module_from_spec(_spec)
@@ -62,36 +64,17 @@ def test_fetch_script_pins_and_paths_match_the_benchmark():
     assert not [p for p in fa3 if re.search(r"bwd|sm80|setup|flash_api\.cpp", p)]
 
 
-def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _fake_repo(path: Path, files: list[str], gitlink: str | None = None) -> str:
-    path.mkdir(parents=True)
-    _git(path, "init", "-q")
-    for f in files:
-        (path / f).parent.mkdir(parents=True, exist_ok=True)
-        (path / f).write_text(f"// {f}\n")
-    _git(path, "add", "-A")
-    if gitlink:
-        _git(path, "update-index", "--add", "--cacheinfo", f"160000,{gitlink},csrc/cutlass")
-    _git(path, "commit", "-q", "-m", "fake")
-    return _git(path, "rev-parse", "HEAD")
-
-
 @pytest.fixture()
 def mirrors(tmp_path):
     cutlass_files = ["LICENSE.txt", "media/big.png"] + [p.removeprefix("csrc/cutlass/") for p in fb.HEADERS
                                                         if p.startswith("csrc/cutlass/")]
-    cutlass = _fake_repo(tmp_path / "cutlass", cutlass_files)
+    cutlass = fake_git_repo(tmp_path / "cutlass", cutlass_files)
     fa3_files = ["LICENSE", "setup.py", "hopper/setup.py", "hopper/flash_api.cpp", "hopper/flash_bwd_kernel_sm90.cu",
                  "hopper/instantiations/flash_fwd_hdim128_bf16_sm90.cu",
                  "hopper/instantiations/flash_fwd_hdim64_512_bf16_paged_split_sm90.cu", "hopper/flash_fwd_combine.cu",
                  "hopper/test_flash_attn.py"] + [p for p in (*fb.FA3_SOURCES, *fb.HEADERS)
                                                  if not p.startswith("csrc/cutlass/")]
-    fa3 = _fake_repo(tmp_path / "fa3", fa3_files, gitlink=cutlass)
+    fa3 = fake_git_repo(tmp_path / "fa3", fa3_files, gitlink=cutlass)
     return tmp_path, fa3, cutlass
 
 
@@ -117,8 +100,8 @@ def test_fetch_script_from_mirrors_takes_only_the_decode_pieces(mirrors):
 
 def test_fetch_script_refuses_a_cutlass_commit_fa3_does_not_pin(mirrors):
     tmp, fa3, cutlass = mirrors
-    _git(tmp / "cutlass", "commit", "-q", "--allow-empty", "-m", "later")
-    other = _git(tmp / "cutlass", "rev-parse", "HEAD")
+    git(tmp / "cutlass", "commit", "-q", "--allow-empty", "-m", "later")
+    other = git(tmp / "cutlass", "rev-parse", "HEAD")
     run = _fetch(tmp, tmp / "src", fa3, other)
     assert run.returncode == 2 and f"pins csrc/cutlass at {cutlass}" in run.stderr
     run = _fetch(tmp, tmp / "src2", "0" * 40, cutlass)

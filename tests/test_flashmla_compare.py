@@ -28,6 +28,7 @@ from cupy_kernels.mla_reference import (
     pack_fp8_rows,
     unpack_fp8_rows,
 )
+from tests.helpers import fake_git_repo, git
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("flashmla_compare", ROOT / "benchmarks" / "flashmla_compare.py")
@@ -89,34 +90,14 @@ def test_fetch_script_pins_and_paths_match_the_benchmark():
     assert not [p for p in flashmla if re.search(r"sm100|prefill|dense|api", p)]
 
 
-def _git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def _fake_repo(path: Path, files: list[str], gitlink: str | None = None) -> str:
-    """A git repository holding `files` (and csrc/cutlass as a submodule link); its commit."""
-    path.mkdir(parents=True)
-    _git(path, "init", "-q")
-    for f in files:
-        (path / f).parent.mkdir(parents=True, exist_ok=True)
-        (path / f).write_text(f"// {f}\n")
-    _git(path, "add", "-A")
-    if gitlink:
-        _git(path, "update-index", "--add", "--cacheinfo", f"160000,{gitlink},csrc/cutlass")
-    _git(path, "commit", "-q", "-m", "fake")
-    return _git(path, "rev-parse", "HEAD")
-
-
 @pytest.fixture()
 def mirrors(tmp_path):
     cutlass_files = ["LICENSE.txt", "media/big.png"] + [p.removeprefix("csrc/cutlass/") for p in fc.HEADERS
                                                         if p.startswith("csrc/cutlass/")]
-    cutlass = _fake_repo(tmp_path / "cutlass", cutlass_files)
+    cutlass = fake_git_repo(tmp_path / "cutlass", cutlass_files)
     flash_files = ["LICENSE", "setup.py", "csrc/api/api.cpp", "csrc/sm100/x.cu"] + \
         [p for p in (*fc.KERNEL_SOURCES, *fc.HEADERS) if not p.startswith("csrc/cutlass/")]
-    flash = _fake_repo(tmp_path / "flashmla", flash_files, gitlink=cutlass)
+    flash = fake_git_repo(tmp_path / "flashmla", flash_files, gitlink=cutlass)
     return tmp_path, flash, cutlass
 
 
@@ -139,8 +120,8 @@ def test_fetch_script_from_mirrors_takes_only_the_decode_pieces(mirrors):
 
 def test_fetch_script_refuses_a_cutlass_commit_flashmla_does_not_pin(mirrors):
     tmp, flash, cutlass = mirrors
-    _git(tmp / "cutlass", "commit", "-q", "--allow-empty", "-m", "later")
-    other = _git(tmp / "cutlass", "rev-parse", "HEAD")
+    git(tmp / "cutlass", "commit", "-q", "--allow-empty", "-m", "later")
+    other = git(tmp / "cutlass", "rev-parse", "HEAD")
     run = _fetch(tmp, tmp / "src", flash, other)
     assert run.returncode == 2 and f"pins csrc/cutlass at {cutlass}" in run.stderr
     run = _fetch(tmp, tmp / "src2", "0" * 40, cutlass)
