@@ -70,7 +70,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fetched_build import UsageError, hopper_torch, missing_files, read_fetched  # noqa: E402
+from benchmarks.fetched_build import (  # noqa: E402
+    UsageError,
+    hopper_torch,
+    max_abs,
+    missing_files,
+    read_fetched,
+    rel_err,
+)
 from cupy_kernels.mla_reference import D_LATENT, D_ROPE, mla_decode_reference  # noqa: E402
 from cupy_kernels.timing import time_calls_torch  # noqa: E402
 
@@ -241,16 +248,6 @@ def reference(host: HostSet, pool_rows: np.ndarray, scale: float) -> tuple[np.nd
     q = np.concatenate([host.q_nope, host.q_rope], axis=-1).astype(np.float64)
     flat = pool_rows.reshape(rows * k, -1).astype(np.float64)
     return mla_decode_reference(q, flat, np.arange(rows * k).reshape(rows, k), scale)
-
-
-def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
-    if np.isnan(got).any():
-        return math.inf
-    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-
-
-def max_abs(got: np.ndarray, ref: np.ndarray) -> float:
-    return math.inf if np.isnan(got).any() else float(np.max(np.abs(got - ref)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,16 @@
 """What the benchmarks that build another project's kernels from a fetched copy share
 (flashmla_compare.py, fa3_sparse_decode.py): their usage error, the fetch scripts' FETCHED record,
-the check that the copy holds every file the build needs, and PyTorch on a Hopper GPU."""
+the check that the copy holds every file the build needs, PyTorch on a Hopper GPU, and the two
+error figures of an output against the float64 reference."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 class UsageError(Exception):
@@ -38,3 +42,15 @@ def hopper_torch(builds: str) -> Any:
     if cc != (9, 0):
         raise UsageError(f"needs a Hopper GPU (sm_90a kernels); {torch.cuda.get_device_name()} is sm_{cc[0]}{cc[1]}")
     return torch
+
+
+def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    """||got - ref|| / ||ref|| (inf on NaN)."""
+    if np.isnan(got).any():
+        return math.inf
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def max_abs(got: np.ndarray, ref: np.ndarray) -> float:
+    """max |got - ref| (inf on NaN)."""
+    return math.inf if np.isnan(got).any() else float(np.max(np.abs(got - ref)))

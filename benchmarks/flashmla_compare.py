@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import statistics
 import sys
@@ -54,7 +53,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fetched_build import UsageError, hopper_torch, missing_files, read_fetched  # noqa: E402
+from benchmarks.fetched_build import (  # noqa: E402
+    UsageError,
+    hopper_torch,
+    max_abs,
+    missing_files,
+    read_fetched,
+    rel_err,
+)
 from cupy_kernels.mla_reference import (  # noqa: E402
     D_LATENT,
     D_QK,
@@ -179,17 +185,6 @@ def reference(inputs: Inputs, s: int, scale: float) -> tuple[np.ndarray, np.ndar
     q = bf16_to_float(inputs.q_bits[s]).astype(np.float64)
     rows = unpack_fp8_rows(inputs.packed)
     return mla_decode_reference(q, rows, inputs.slots[s] % len(inputs.packed), scale)
-
-
-def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
-    """||got - ref|| / ||ref|| (inf on NaN)."""
-    if np.isnan(got).any():
-        return math.inf
-    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
-
-
-def max_abs(got: np.ndarray, ref: np.ndarray) -> float:
-    return math.inf if np.isnan(got).any() else float(np.max(np.abs(got - ref)))
 
 
 # --------------------------------------------------------------------------------------------
