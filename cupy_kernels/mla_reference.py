@@ -115,19 +115,31 @@ def pack_fp8_rows(rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def unpack_fp8_rows(packed: np.ndarray) -> np.ndarray:
-    """[N, 656] uint8 rows -> [N, 576] float64 dequantised values."""
+def _fp8_row_parts(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """[N, 656] uint8 rows -> (e4m3 values [N, 4, 128] float64, block scales [N, 4] float32, rope
+    [N, 64] float64), checking the shape."""
     packed = np.ascontiguousarray(packed, dtype=np.uint8)
     if packed.ndim != 2 or packed.shape[1] != FP8_ROW_BYTES:
         raise ValueError(f"fp8 rows must be [N, {FP8_ROW_BYTES}] uint8, got {packed.shape}")
     n = packed.shape[0]
     vals = e4m3_decode(packed[:, :_SCALE_OFFSET]).reshape(n, N_SCALES, FP8_BLOCK)
-    scales = packed[:, _SCALE_OFFSET:_ROPE_OFFSET].copy().view("<f4").astype(np.float64)
+    scales = packed[:, _SCALE_OFFSET:_ROPE_OFFSET].copy().view("<f4")
     rope = bf16_to_float(packed[:, _ROPE_OFFSET:].copy().view("<u2")).astype(np.float64)
+    return vals, scales, rope
+
+
+def _join(latent: np.ndarray, rope: np.ndarray) -> np.ndarray:
+    n = rope.shape[0]
     out = np.empty((n, D_QK), dtype=np.float64)
-    out[:, :D_LATENT] = (vals * scales[:, :, None]).reshape(n, D_LATENT)
+    out[:, :D_LATENT] = latent.reshape(n, D_LATENT)
     out[:, D_LATENT:] = rope
     return out
+
+
+def unpack_fp8_rows(packed: np.ndarray) -> np.ndarray:
+    """[N, 656] uint8 rows -> [N, 576] float64 dequantised values."""
+    vals, scales, rope = _fp8_row_parts(packed)
+    return _join(vals * scales.astype(np.float64)[:, :, None], rope)
 
 
 def dequant_fp8_rows_bf16(packed: np.ndarray) -> np.ndarray:
@@ -139,20 +151,11 @@ def dequant_fp8_rows_bf16(packed: np.ndarray) -> np.ndarray:
     so a test can hold the GPU's dequantisation to it bit for bit.  e4m3 NaN codes stay NaN here
     (the packer never writes them; the kernel decodes them to +-480 * scale).
     """
-    packed = np.ascontiguousarray(packed, dtype=np.uint8)
-    if packed.ndim != 2 or packed.shape[1] != FP8_ROW_BYTES:
-        raise ValueError(f"fp8 rows must be [N, {FP8_ROW_BYTES}] uint8, got {packed.shape}")
-    n = packed.shape[0]
-    vals = e4m3_decode(packed[:, :_SCALE_OFFSET]).reshape(n, N_SCALES, FP8_BLOCK)
-    scales = packed[:, _SCALE_OFFSET:_ROPE_OFFSET].copy().view("<f4")
+    vals, scales, rope = _fp8_row_parts(packed)
     scales_bf16 = bf16_to_float(float_to_bf16(scales)).astype(np.float64)
     # e4m3 (4 significant bits) x bf16 (8) is exact in float64 and in float32 (12 bits, lsb >=
     # 2^-142), so float_to_bf16's one rounding of it is the GPU's one rounding of the product.
-    latent = bf16_to_float(float_to_bf16(vals * scales_bf16[:, :, None])).astype(np.float64)
-    out = np.empty((n, D_QK), dtype=np.float64)
-    out[:, :D_LATENT] = latent.reshape(n, D_LATENT)
-    out[:, D_LATENT:] = bf16_to_float(packed[:, _ROPE_OFFSET:].copy().view("<u2")).astype(np.float64)
-    return out
+    return _join(bf16_to_float(float_to_bf16(vals * scales_bf16[:, :, None])).astype(np.float64), rope)
 
 
 def _check_rows(rows: np.ndarray) -> None:
