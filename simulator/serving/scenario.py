@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..costmodel.collectives import COMM_META
 from ..costmodel.pricing import GpuTerms, terms_for
@@ -29,6 +29,9 @@ from . import presets as P
 from .cluster import ClusterSpec, check_layout
 from .specs import CostParams, DeploymentSpec, GpuSpec, HiSparseSpec, ModelSpec, WorkloadSpec
 from .speculative import SpeculativeSpec
+
+if TYPE_CHECKING:
+    from ..costmodel import CostModel
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Scenario:
                                 f"context_length {m.context_length} ({m.where})")
 
     def cost_model(self, *, model: ModelSpec | None = None, deployment: DeploymentSpec | None = None,
-                   spec: Any = None, prefetch: bool = False) -> Any:
+                   spec: Any = None, prefetch: bool = False) -> CostModel:
         """The scenario's ``CostModel``: its model, GPU, deployment, parameters, measured terms and
         cluster, in one place (``model`` / ``deployment`` replace the scenario's where given)."""
         from ..costmodel import CostModel
