@@ -3,7 +3,7 @@
 Usage (on one H100 / H200; FlashMLA's source fetched first, nothing of it is committed here):
   bash benchmarks/fetch_flashmla.sh .flashmla-src
   python benchmarks/flashmla_compare.py --flashmla .flashmla-src [--batches 64 128] [--heads 128 64]
-      [--reps N] [--out CSV]
+      [--variants ws wsx] [--reps N] [--out CSV]
 
 FlashMLA (the commit benchmarks/fetch_flashmla.sh pins, with CUTLASS's headers at FlashMLA's
 submodule commit) is built with torch.utils.cpp_extension.load for sm_90a with the nvcc flags of
@@ -32,6 +32,9 @@ before (it depends only on B and top-k, so a model computes it once per decode s
 layers); that kernel's own time (a graph replay of it) is the flashmla_meta_us column. FLOPs, the same for both (mla_reference
 .attention_flops): 2 x B x H x k x (576 + 512), the tensor-core work of S = Q K^T and O = P V.
 ratio = FlashMLA's time / ours (our speed as a fraction of FlashMLA's: > 1 means ours is faster).
+--variants: our wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS) timed in the same
+run, each one checked and timed against the same FlashMLA samples (default: "ws" and the crossover
+"wsx"; a variant that cannot run a shape, wsx at H 64, runs as ws and is reported as such).
 
 Exit status: 0, all checks passed; 1, a check failed (the CSV is still written); 2, bad arguments,
 missing pieces of DIR, or no PyTorch / CuPy / Hopper GPU.
@@ -258,6 +261,7 @@ class ShapeResult(NamedTuple):
     batch: int
     heads: int
     timing: str  # "graph" or "plain"
+    variant: str  # our kernel's variant (the one that ran)
     ours_us: float
     flashmla_us: float
     meta_us: float
@@ -277,8 +281,11 @@ class ShapeResult(NamedTuple):
 
 
 def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespace, n_sms: int) -> list[ShapeResult]:
-    """Check and time both kernels on one (B, H); one result per timing mode."""
-    from cupy_kernels.sparse_attention import sparse_mla_decode, workspace_elems
+    """Check and time our variants and FlashMLA on one (B, H); one result per timing mode and variant."""
+    from cupy_kernels.sparse_attention import WIDE_VARIANTS, sparse_mla_decode, workspace_elems
+
+    variants = list(dict.fromkeys(v if WIDE_VARIANTS[v].runs("fp8", heads) else "ws" for v in args.variants))
+    ours = [f"ours:{v}" for v in variants]
 
     scale = D_QK**-0.5
     t0 = time.perf_counter()
@@ -288,41 +295,47 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespac
     del packed
     sets = []
     for q_bits, slots in zip(inp.q_bits, inp.slots, strict=True):
-        sets.append({"q": cp.asarray(q_bits), "slots": cp.asarray(slots),
-                     "ours": (cp.empty((batch, heads, D_LATENT), cp.uint16), cp.empty((batch, heads), cp.float32)),
-                     "flashmla": (cp.empty((batch, heads, D_LATENT), cp.uint16), cp.empty((batch, heads), cp.float32))})
+        sets.append({"q": cp.asarray(q_bits), "slots": cp.asarray(slots)}
+                    | {n: (cp.empty((batch, heads, D_LATENT), cp.uint16), cp.empty((batch, heads), cp.float32))
+                       for n in [*ours, "flashmla"]})
     ws = cp.empty(workspace_elems(batch, heads, K), cp.float32)  # our split partials (calls run in turn)
     flash = FlashMLADecode(ext, cp, batch, heads, K, n_sms)
     stream = cp.cuda.Stream(non_blocking=True)
     cp.cuda.Device().synchronize()  # inputs were made on the null stream
 
-    def ours_one(st: dict) -> None:
-        out, lse = st["ours"]
-        sparse_mla_decode(st["q"], pool, st["slots"], scale, "fp8", out=out, lse=lse, workspace=ws)
+    def ours_one(st: dict, name: str) -> None:
+        out, lse = st[name]
+        sparse_mla_decode(st["q"], pool, st["slots"], scale, "fp8", out=out, lse=lse, workspace=ws,
+                          variant=name.split(":", 1)[1])
 
     def flash_one(st: dict) -> None:
         out, lse = st["flashmla"]
         flash(st["q"], pool, st["slots"], out, lse, scale, stream)
 
-    runs = {"ours": lambda: [ours_one(st) for st in sets], "flashmla": lambda: [flash_one(st) for st in sets]}
+    runs: dict[str, Callable[[], None]] = {n: (lambda n=n: [ours_one(st, n) for st in sets]) for n in ours}
+    runs["flashmla"] = lambda: [flash_one(st) for st in sets]
 
     with stream:
         flash.plan(stream)
         for name in runs:  # set 0, outputs poisoned first
             sets[0][name][0].fill(0x7FC0)
             sets[0][name][1].fill(np.nan)
-        ours_one(sets[0])
+        for n in ours:
+            ours_one(sets[0], n)
         flash_one(sets[0])
         stream.synchronize()
     ref, ref_lse = reference(inp, 0, scale)
     got = {n: (bf16_to_float(cp.asnumpy(sets[0][n][0])).astype(np.float64), cp.asnumpy(sets[0][n][1]).astype(np.float64))
            for n in runs}
     checked = {n: (cp.asnumpy(sets[0][n][0]), cp.asnumpy(sets[0][n][1])) for n in runs}
-    ours_rel, flash_rel = rel_err(got["ours"][0], ref), rel_err(got["flashmla"][0], ref)
-    pair_rel = rel_err(got["ours"][0], got["flashmla"][0])
-    lse_diff = max(max_abs(got["ours"][1], ref_lse), max_abs(got["flashmla"][1], ref_lse),
-                   max_abs(got["ours"][1], got["flashmla"][1]))
-    agree = max(ours_rel, flash_rel, pair_rel) <= REL_TOL and lse_diff <= LSE_TOL
+    flash_rel = rel_err(got["flashmla"][0], ref)
+    checks = {}  # ours variant -> (out rel err, rel err against FlashMLA, lse max diff, agree)
+    for n in ours:
+        ours_rel, pair_rel = rel_err(got[n][0], ref), rel_err(got[n][0], got["flashmla"][0])
+        lse_diff = max(max_abs(got[n][1], ref_lse), max_abs(got["flashmla"][1], ref_lse),
+                       max_abs(got[n][1], got["flashmla"][1]))
+        checks[n] = (ours_rel, pair_rel, lse_diff,
+                     max(ours_rel, flash_rel, pair_rel) <= REL_TOL and lse_diff <= LSE_TOL)
     prep = time.perf_counter() - t0
 
     plan, _ = (None, "") if args.no_graph else capture(cp, stream, lambda: flash.plan(stream))
@@ -353,12 +366,14 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespac
     stream.synchronize()
     same = all(np.array_equal(cp.asnumpy(sets[0][n][0]), checked[n][0])
                and np.array_equal(cp.asnumpy(sets[0][n][1]), checked[n][1]) for n in runs)
+    text = "; ".join(f"{n}: out rel err {c[0]:.2e}, vs FlashMLA {c[1]:.2e}, lse max diff {c[2]:.2e}"
+                     for n, c in checks.items())
     print(f"  B={batch} H={heads}: inputs + reference {prep:.1f} s; FlashMLA groups {flash.cfg.num_sm_parts}; "
-          f"out rel err ours {ours_rel:.2e} FlashMLA {flash_rel:.2e} ours-vs-FlashMLA {pair_rel:.2e}; "
-          f"lse max diff {lse_diff:.2e}; repeat bit-identical {same}", flush=True)
+          f"FlashMLA out rel err {flash_rel:.2e}; {text}; repeat bit-identical {same}", flush=True)
     per_call = {key: statistics.median(v) / len(sets) * 1e6 for key, v in samples.items()}
-    return [ShapeResult(batch, heads, mode, per_call[(mode, "ours")], per_call[(mode, "flashmla")], meta_us,
-                        ours_rel, flash_rel, pair_rel, lse_diff, same, agree and same) for mode in modes][::-1]
+    return [ShapeResult(batch, heads, mode, n.split(":", 1)[1], per_call[(mode, n)], per_call[(mode, "flashmla")],
+                        meta_us, checks[n][0], flash_rel, checks[n][1], checks[n][2], same, checks[n][3] and same)
+            for mode in list(modes)[::-1] for n in ours]
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,6 +384,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--flashmla", type=Path, required=True, help="the folder benchmarks/fetch_flashmla.sh filled")
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--heads", type=int, nargs="+", default=[128, 64], help=f"each one of {HEADS}")
+    ap.add_argument("--variants", nargs="+", default=["ws", "wsx"],
+                    help="our wide-kernel variants to time (keys of cupy_kernels.sparse_attention.WIDE_VARIANTS)")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per kernel, mode and round")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (samples = reps x rounds)")
     ap.add_argument("--sets", type=int, default=4, help="rotating input sets (one call each per timed sample)")
@@ -382,6 +399,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for name in ("reps", "rounds", "sets", "unique_rows"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    from cupy_kernels.sparse_attention import WIDE_VARIANTS
+
+    bad = [v for v in args.variants if v not in WIDE_VARIANTS or "fp8" not in WIDE_VARIANTS[v].kv_dtypes]
+    if bad:
+        fp8 = [v for v, spec in WIDE_VARIANTS.items() if "fp8" in spec.kv_dtypes]
+        raise UsageError(f"--variants must each be one of {fp8} (our FP8 wide kernels), got {bad}")
     if any(b < 1 for b in args.batches):
         raise UsageError(f"--batches must all be >= 1, got {args.batches}")
     if any(h not in HEADS for h in args.heads):
@@ -410,11 +433,11 @@ def write_csv(path: Path, device: str, results: list[ShapeResult]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["device", "B", "H", "K", "kv", "timing", "ours_us", "flashmla_us", "ours_tflops", "flashmla_tflops",
+        w.writerow(["device", "B", "H", "K", "kv", "timing", "variant", "ours_us", "flashmla_us", "ours_tflops", "flashmla_tflops",
                     "ratio", "flashmla_meta_us", "ours_rel_err", "flashmla_rel_err", "ours_vs_flashmla_rel",
                     "lse_max_diff", "repeat_bit_identical", "agree"])
         for r in results:
-            w.writerow([device, r.batch, r.heads, K, "fp8", r.timing, f"{r.ours_us:.2f}", f"{r.flashmla_us:.2f}",
+            w.writerow([device, r.batch, r.heads, K, "fp8", r.timing, r.variant, f"{r.ours_us:.2f}", f"{r.flashmla_us:.2f}",
                         f"{r.tflops(r.ours_us):.1f}", f"{r.tflops(r.flashmla_us):.1f}", f"{r.ratio:.3f}",
                         f"{r.meta_us:.2f}", f"{r.ours_rel:.2e}", f"{r.flashmla_rel:.2e}", f"{r.pair_rel:.2e}",
                         f"{r.lse_diff:.2e}", r.repeat_same, r.agree])
@@ -457,10 +480,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nwrote {args.out}\n")
     print(f"{device}, k {K}, FP8 KV (656 B rows), one query token; us per call (median), TFLOP/s = "
           f"2 B H k (576 + 512) / time; ratio = FlashMLA time / our time (> 1: ours faster)")
-    print("| B | H | timing | ours us | FlashMLA us | ours TFLOP/s | FlashMLA TFLOP/s | ratio | agree |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| B | H | timing | ours | ours us | FlashMLA us | ours TFLOP/s | FlashMLA TFLOP/s | ratio | agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r.batch} | {r.heads} | {r.timing} | {r.ours_us:.1f} | {r.flashmla_us:.1f} | "
+        print(f"| {r.batch} | {r.heads} | {r.timing} | {r.variant} | {r.ours_us:.1f} | {r.flashmla_us:.1f} | "
               f"{r.tflops(r.ours_us):.0f} | {r.tflops(r.flashmla_us):.0f} | {r.ratio:.2f}x | "
               f"{'yes' if r.agree else 'NO'} |")
     if failed:

@@ -49,9 +49,15 @@ def _pool(rng: np.random.Generator, n_rows: int, kv_dtype: str) -> np.ndarray:
 
 
 def run_shape(kv_dtype: str, batch: int, heads: int, *, k: int = 2048, calls: int = 2, replays: int = 3,
-              seed: int = 0) -> SequenceResult:
+              seed: int = 0, variant: str | None = None) -> SequenceResult:
     """Inputs are drawn on the host (numpy) so that under a sanitizer almost only the attention
-    kernels run on the GPU; one pool of 4k rows serves every request (k distinct rows each)."""
+    kernels run on the GPU; one pool of 4k rows serves every request (k distinct rows each).
+    variant: the wide kernel's (sparse_mla_decode's argument; None: the default), used where it
+    runs (WIDE_VARIANTS[v].runs), else the default."""
+    from .sparse_attention import WIDE_VARIANTS
+
+    if variant is not None and not WIDE_VARIANTS[variant].runs(kv_dtype, heads):
+        variant = None
     import cupy as cp
 
     rng = np.random.default_rng(seed)
@@ -69,14 +75,14 @@ def run_shape(kv_dtype: str, batch: int, heads: int, *, k: int = 2048, calls: in
     with stream:  # plain calls on the capture stream first (its memory-pool blocks exist before capture)
         want = []
         for q, slots, out, lse, ws in sets:
-            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws)
+            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws, variant=variant)
             want.append((out.copy(), lse.copy()))
         for s in sets:
             s[2].fill(0xFFFF)  # poison: a replay that writes nothing cannot pass
         stream.synchronize()
         stream.begin_capture()
         for q, slots, out, lse, ws in sets:
-            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws)
+            sparse_mla_decode(q, pool, slots, scale, kv_dtype, out=out, lse=lse, workspace=ws, variant=variant)
         graph = stream.end_capture()
         for _ in range(replays):
             graph.launch(stream)
@@ -109,10 +115,11 @@ if __name__ == "__main__":
     ap.add_argument("--calls", type=int, default=2, help="calls (input sets) per graph")
     ap.add_argument("--repeat", type=int, default=1, help="the whole sequence this many times")
     ap.add_argument("--shapes", default=None, help="comma list of kv:B:H (default: the whole sequence)")
+    ap.add_argument("--variant", default=None, help="wide-kernel variant where it runs (default: the default)")
     args = ap.parse_args()
     shapes = DEFAULT_SHAPES if args.shapes is None else tuple(
         (kv, int(b), int(h)) for kv, b, h in (x.split(":") for x in args.shapes.split(",")))
     for rep in range(args.repeat):
-        for r in run_sequence(shapes, replays=args.replays, calls=args.calls, seed=rep):
+        for r in run_sequence(shapes, replays=args.replays, calls=args.calls, seed=rep, variant=args.variant):
             print(f"rep {rep} {r.kv_dtype:4s} B {r.batch:3d} H {r.heads:3d}: {r.replays} replays, "
                   f"max diff {r.max_diff}, finite {r.finite}", flush=True)

@@ -123,6 +123,12 @@ __device__ __forceinline__ int fetch_slot(const int* slots_b, int tok, int tok_e
     int slot = tok < tok_end ? __ldg(slots_b + tok) : -1;
     return (slot >= 0 && slot < n_rows) ? slot : -1;
 }
+// fetch_slot in two halves, for a slot loaded a step before it is used: the load (-1 beyond the
+// split) and, at the use, the check.  Checking right after the load stalls the warp on it.
+__device__ __forceinline__ int load_slot(const int* slots_b, int tok, int tok_end) {
+    return tok < tok_end ? __ldg(slots_b + tok) : -1;
+}
+__device__ __forceinline__ int checked_slot(int slot, long long n_rows) { return (slot >= 0 && slot < n_rows) ? slot : -1; }
 
 // Q rows of this CTA's 64 heads -> swizzled smem (18 x 16 B per thread).
 __device__ __forceinline__ void load_q(uint32_t q_s, const uint16_t* q_rows, int tid) {
@@ -526,6 +532,17 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
 }
+// An arrival on the peer CTA's mbarrier (`bar` already mapped by mapa_shared).
+// Release at CTA scope, as FlashMLA's (CUTLASS ClusterBarrier::arrive(cta_id)): what it orders are
+// this warp's wgmma reads of the buffer, complete already; .release.cluster compiled to
+// MEMBAR.ALL.GPU + ERRBAR per tile (ncu: 3-4% of the kernel's stall samples).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// An arrival that also announces `bytes` still to come by complete_tx (the peer's st.async).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
 // BOUNDED (variant ws2, not yet run on a GPU): a handoff that never comes ends the wait after
 // 2^20 polls (a legitimate wait is a few hundred), so a protocol bug gives wrong outputs,
 // which the tests catch, instead of a hung GPU.
@@ -570,6 +587,32 @@ __device__ __forceinline__ void reg_dealloc() { asm volatile("setmaxnreg.dec.syn
 
 __device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// Cluster helpers of the crossover kernel (variant "wsx", a cluster of two CTAs = the two head
+// groups of one request and split).
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// The address in CTA `rank`'s shared memory of this CTA's shared address `addr` (same layout).
+__device__ __forceinline__ uint32_t mapa_shared(uint32_t addr, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+// Every thread of both CTAs; orders the mbarrier inits before any remote use, and keeps a CTA
+// alive until its peer has stopped writing into its shared memory and barriers.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// `bytes` (a multiple of 16) from this CTA's shared memory at `src` to the peer's at `dst` (mapped
+// by mapa_shared) by the bulk-copy engine; the peer's mbarrier `bar` (mapped) counts the bytes.
+// The source was written by the generic proxy: fence.proxy.async and a barrier come first.
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"(dst), "r"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major.
@@ -666,6 +709,46 @@ __device__ __forceinline__ void dequant_row_roll(uint32_t tile, RawRegs<2>& r, i
     }
 }
 
+// Crossover producer (variant "wsx", FlashMLA's SM90 FP8 decode does the same: the two CTAs of a
+// cluster hold the two 64-head groups of one request and split and need the same bf16 tile, so
+// each dequantises half of its rows, 32, and writes them into both CTAs' shared memory; see
+// docs/kernels.md).  4 threads per row: thread q holds units q + 4 m; a masked row reads zeros.
+__device__ __forceinline__ void load_raw_row4(RawRegs<4>& r, const uint8_t* kv, int slot, int q) {
+    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + q;
+#pragma unroll
+    for (int m = 0; m < RawRegs<4>::N; ++m) {
+        const bool ok = slot >= 0 && q + 4 * m < FP8_ROW / 16;
+        r.v[m] = ok ? __ldg(src + 4 * m) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Row `row` of the tile, dequantised into this CTA's tile: 72 units of 16 B per row, 18 per
+// thread, whatever the row holds (a masked row is zeros).  The half-tile then goes to the peer in
+// 9 bulk copies (a chunk's 32 rows are 4 KB in a row), so the peer's byte count is fixed.
+// (Before: every thread wrote each unit to the peer too, st.async of 16 B: 2,304 remote stores per
+// tile, each half a 128-byte line; B 64 / 128 H 128 on an H100 took 141.7 / 282.1 us against
+// ws's 120.3 / 236.8 in the same run.)
+__device__ __forceinline__ void dequant_row_crossover(uint32_t tile, const RawRegs<4>& r, int row, int q) {
+    constexpr int MS = 8;  // m of unit 32 (the scales), held by q = 0
+    float sc[4];
+    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, 4));
+    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, 4));
+    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, 4));
+    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, 4));
+#pragma unroll
+    for (int m = 0; m < MS; ++m) {  // unit u = q + 4 m < 32 (chunk m, units 2q, 2q + 1 of it)
+        uint4 lo, hi;
+        e4m3x16_to_bf16(r.v[m], sc[m >> 1], lo, hi);
+        st_shared16(tile + m * CHUNK_BYTES + swz(row, 2 * q), lo);
+        st_shared16(tile + m * CHUNK_BYTES + swz(row, 2 * q + 1), hi);
+    }
+#pragma unroll
+    for (int m = MS; m < RawRegs<4>::N; ++m) {  // units 33 .. 40: the bf16 rope values
+        const int u = q + 4 * m;
+        if (u >= 33 && u <= 40) st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
+    }
+}
+
 // bf16 rows rg + 16 p (p < 4) of a tile, units sub + 8 c (c < 9) of each, by cp.async into the
 // swizzled tile at `tile`; slot < 0 writes zeros.  36 copies per thread, addresses from registers.
 __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* kv, const int (&sl)[4], int rg, int sub) {
@@ -687,7 +770,11 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // With PROD 1 bf16 the producer waits for tile t-1's buffer before it signals tile t, so WG0 must
 // free tile t-1 before it waits for tile t (EARLY_FREE): the first version freed it only after
 // issuing S of tile t and deadlocked on the GPU with more than one tile per CTA.
-template <bool FP8, int PROD>
+// XO (variant "wsx", FP8 and PROD 0 only, launched in clusters of two CTAs along x): the crossover
+// producer above; full[i] then counts 128 local arrivals + 1 arrival that expects the peer's 32
+// rows as bytes, and empty[i] 256 local consumer arrivals + 8, one per consumer warp of the peer
+// (each CTA's producer writes into both CTAs' buffer i, so both CTAs' consumers must free it).
+template <bool FP8, int PROD, bool XO = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -716,18 +803,31 @@ __device__ __forceinline__ void mla_ws_body(
     const int r0 = warp * 16 + (lane >> 2);  // accumulator rows r0, r0 + 8 (heads)
     const int cq = (lane & 3) * 2;
 
+    static_assert(!XO || (FP8 && PROD == 0), "the crossover producer is FP8, PROD 0");
+    const uint32_t rank = XO ? cluster_ctarank() : 0u, peer = rank ^ 1u;
     if (tid == 0) {
-        mbar_init(full0, (FP8 || PROD == 1) ? 128 : 64);
-        mbar_init(full0 + 8, (FP8 || PROD == 1) ? 128 : 64);
-        mbar_init(empty0, 256);
-        mbar_init(empty0 + 8, 256);
+        const int n_full = XO ? 129 : (FP8 || PROD == 1) ? 128 : 64, n_empty = XO ? 256 + 8 : 256;
+        mbar_init(full0, n_full);
+        mbar_init(full0 + 8, n_full);
+        mbar_init(empty0, n_empty);
+        mbar_init(empty0 + 8, n_empty);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    if (XO) cluster_sync();
+    else __syncthreads();
+    // A consumer thread frees buffer i: locally, and for XO once per warp on the peer's empty[i]
+    // (its wgmma reads of the buffer are complete: the caller waited on them).
+    auto release = [&](uint32_t empty_bar) {
+        mbar_arrive(empty_bar);
+        if (XO) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive_cluster(mapa_shared(empty_bar, peer));
+        }
+    };
 
     if (wg == 0) {
         // ------------------------------ consumer 0: S, softmax, P V (left half) ---------------
-        reg_alloc<224>();
+        reg_alloc<XO ? 216 : 224>();  // XO: 8 registers to the producer's two raw tiles
         const uint16_t* q_rows = q + ((long long)b * H + head0) * D_QK;
 #pragma unroll
         for (int i = 0; i < (HEADS_PER_CTA * 72) / 128; ++i) {
@@ -776,7 +876,7 @@ __device__ __forceinline__ void mla_ws_body(
                 for (int c = 0; c < 2; ++c) valid |= (slot_sm[buf * TILE + j * 8 + cq + c] >= 0 ? 1u : 0u) << (j * 2 + c);
             if (!EARLY_FREE && it > 0) {
                 wgmma_wait1();  // P V of tile it-1 done: its buffer is free
-                mbar_arrive(empty0 + 8 * (buf ^ 1));
+                release(empty0 + 8 * (buf ^ 1));
             }
             wgmma_wait0();
 
@@ -891,14 +991,14 @@ __device__ __forceinline__ void mla_ws_body(
             wgmma_commit();
             wgmma_wait0();
             if (it + 1 < n_tiles) named_arrive(BAR_P_FREE, 256);
-            mbar_arrive(empty0 + 8 * buf);
+            release(empty0 + 8 * buf);
         }
         named_sync(BAR_EPI, 256);  // WG0's 1 / l
         const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
         store_o_half(o_acc, inv, 1, r0, cq, b, H, head0, split, n_splits, out, part_o);
     } else {
         // ------------------------------ producer: gather (and dequantise) tiles ---------------
-        reg_dealloc<120>();
+        reg_dealloc<XO ? 128 : 120>();
         if (!FP8 && PROD == 1) {
             // thread = (row group rg, unit sub): rows rg + 16 p (p < 4), units sub + 8 c of each
             // (c < 9: chunk c, unit sub), so 8 lanes read one 128-byte piece of a row; the slots
@@ -956,6 +1056,51 @@ __device__ __forceinline__ void mla_ws_body(
                 fence_proxy_async();
                 mbar_arrive(full0 + 8 * half);
             }
+        } else if (XO) {
+            // crossover: rows 32 rank .. 32 rank + 31 of each tile, 4 threads per row; the other
+            // half arrives from the peer.  Each thread also validates one of the peer's rows
+            // (q = 1), so this CTA's consumers see all 64 slots.  Two tiles of raw rows in
+            // registers (ra: even tiles, rb: odd): tile t + 2's loads are issued as soon as tile t
+            // is dequantised, so they have a whole tile's time to land (ws issues tile t + 1's
+            // after tile t and waits for them at the next tile).
+            const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
+            const int row = 32 * rank + (ltid >> 2), orow = 32 * peer + (ltid >> 2), qq = ltid & 3;
+            const uint32_t peer_kv0 = mapa_shared(kv_s0, peer), peer_full0 = mapa_shared(full0, peer);
+            RawRegs<4> ra, rb;
+            int sa = fetch_slot(slots_b, tok_begin + row, tok_end, n_rows);
+            int sb = fetch_slot(slots_b, tok_begin + TILE + row, tok_end, n_rows);
+            int s_pre = load_slot(slots_b, tok_begin + 2 * TILE + row, tok_end);  // tile it + 2, unchecked
+            int o_cur = qq == 1 ? load_slot(slots_b, tok_begin + orow, tok_end) : -1;  // the peer's row, unchecked
+            load_raw_row4(ra, kv8, sa, qq);
+            load_raw_row4(rb, kv8, sb, qq);
+            auto step = [&](int it, RawRegs<4>& raw, int& s_this) {
+                const int buf = it & 1;
+                if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
+                if (ltid == 0) mbar_arrive_expect_tx(full0 + 8 * buf, 32 * NCHUNK * 128);  // the peer's 32 rows
+                if (qq == 0) slot_sm[buf * TILE + row] = s_this;
+                if (qq == 1) slot_sm[buf * TILE + orow] = checked_slot(o_cur, n_rows);
+                dequant_row_crossover(kv_s0 + buf * TILE_BYTES, raw, row, qq);
+                fence_proxy_async();
+                __syncwarp();  // this warp's 8 rows are written and visible to the async proxy
+                if (lane == 0) {  // they are 1 KB in a row in each chunk: 9 bulk copies per warp
+                    const uint32_t rows8 = kv_s0 + buf * TILE_BYTES + (32 * rank + 8 * warp) * 128;
+#pragma unroll
+                    for (int c = 0; c < NCHUNK; ++c)
+                        bulk_copy_to_peer(peer_kv0 + (rows8 - kv_s0) + c * CHUNK_BYTES, rows8 + c * CHUNK_BYTES, 8 * 128,
+                                          peer_full0 + 8 * buf);
+                }
+                mbar_arrive(full0 + 8 * buf);
+                if (it + 2 < n_tiles) {
+                    s_this = checked_slot(s_pre, n_rows);
+                    load_raw_row4(raw, kv8, s_this, qq);
+                    s_pre = load_slot(slots_b, tok_begin + (it + 3) * TILE + row, tok_end);
+                }
+                if (qq == 1) o_cur = load_slot(slots_b, tok_begin + (it + 1) * TILE + orow, tok_end);
+            };
+            for (int it = 0; it < n_tiles; it += 2) {
+                step(it, ra, sa);
+                if (it + 1 < n_tiles) step(it + 1, rb, sb);
+            }
         } else if (PROD == 1) {
             const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
             const int row = ltid >> 1, qq = ltid & 1;
@@ -999,6 +1144,10 @@ __device__ __forceinline__ void mla_ws_body(
         // sites (the earlier form), compute-sanitizer synccheck reported "Divergent thread(s)
         // in block" at BAR_EPI (issue #27 item 4).
     }
+    if (XO) {
+        __syncwarp();
+        cluster_sync();
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_bf16(MLA_ARGS) {
@@ -1007,6 +1156,11 @@ extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_bf16(MLA_AR
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_fp8(MLA_ARGS) {
     mla_ws_body<true, 0>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// Crossover: clusters of two CTAs along x (the grid's head groups; H a multiple of 128).
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsx_fp8(MLA_ARGS) {
+    mla_ws_body<true, 0, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

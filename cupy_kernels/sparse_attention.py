@@ -9,8 +9,9 @@ Two kernels share one contract: H a multiple of 64 runs the wide kernel (64 head
 as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the narrow kernel
 (16 heads per CTA, the tile's tokens as M), so no tensor-core work goes to padding heads.
 The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a producer
-warpgroup, the two-warpgroup "serial"), chosen per call, by $HISPARSE_MLA_VARIANT, or per KV
-layout by default (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests).
+warpgroup, its FP8 crossover "wsx" where two CTAs share each tile's dequantisation, the
+two-warpgroup "serial"), chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
+(DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests), each where it runs.
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
 share one top-k selection (slots [B, k]) are folded into the heads, tokens with their own
 selection (slots [B, T, k]) into the batch.
@@ -62,12 +63,21 @@ _SMEM_WS = _SMEM_Q + 2 * _SMEM_TILE + HEADS_PER_CTA * 128 + (2 * HEADS_PER_CTA *
 
 
 class WideVariant(NamedTuple):
-    """One implementation of the wide kernel (H a multiple of 64): kernel-name prefix, threads, smem."""
+    """One implementation of the wide kernel (H a multiple of 64): kernel-name prefix, threads,
+    smem, and where it applies: the KV layouts it is built for and the multiple of 64-head groups
+    its grid needs (2 for a kernel launched in clusters of two CTAs along the head groups)."""
 
     prefix: str
     threads: int
     smem: int
     doc: str
+    kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
+    group_multiple: int = 1
+
+    def runs(self, kv_dtype: str, heads: int) -> bool:
+        """Whether this variant can run a call with this layout and head count."""
+        groups = heads // HEADS_PER_CTA
+        return kv_dtype in self.kv_dtypes and heads % HEADS_PER_CTA == 0 and groups % self.group_multiple == 0
 
 
 # The wide-kernel implementations, selectable so a benchmark can time them side by side.
@@ -80,13 +90,18 @@ WIDE_VARIANTS = {
                        "ws with a second producer (149 GPU tests passed on the H200): bf16 by all 128 threads, slots in "
                        "registers, the next tile issued before this one is waited on; FP8 rows dequantised "
                        "while the next tile's rows load; shared memory addressed as such (LDS/STS)"),
+    "wsx": WideVariant("mla_decode_wsx_", WS_THREADS, _SMEM_WS,
+                       "ws with FlashMLA's crossover (FP8, H a multiple of 128): the two head groups of a request "
+                       "run as a cluster of two CTAs, each dequantises half of every tile's rows and writes "
+                       "them into its own shared memory, and the bulk-copy engine copies that half to the peer CTA's", kv_dtypes=("fp8",), group_multiple=2),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
 # the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md:
-# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6, FP8 ws 123.3 vs ws2 142.0 / serial 147.6); it
-# applies where it was measured, one split per (request, head group), else "serial"
-DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "ws"}
+# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6; FP8 wsx 105.9 vs ws 119.9 (H100, same run; before,
+# ws 123.3 vs ws2 142.0 / serial 147.6); it applies where it was measured, one split per (request,
+# head group), else "serial"; where wsx cannot run (H 64: one head group) it is ws
+DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "wsx"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 
@@ -114,17 +129,27 @@ def resolve_narrow_variant(variant: str | None, kv_dtype: str = "bf16") -> str:
     return name
 
 
-def resolve_variant(variant: str | None, kv_dtype: str = "bf16", one_split: bool = True) -> str:
+def resolve_variant(variant: str | None, kv_dtype: str = "bf16", one_split: bool = True,
+                    heads: int = 2 * HEADS_PER_CTA) -> str:
     """The wide-kernel variant to run: the argument, else $HISPARSE_MLA_VARIANT, else the
     layout's default (DEFAULT_WIDE_VARIANT) where it was measured faster, i.e. when each
-    (request, head group) runs as one split (one_split; B 64 and 128 at H 128), else "serial"."""
+    (request, head group) runs as one split (one_split; B 64 and 128 at H 128), else "serial".
+
+    A variant named by the argument that cannot run this layout or head count is an error; one
+    from the environment or the default falls back to "ws" (built for every layout and H)."""
     import os
 
     fallback = DEFAULT_WIDE_VARIANT.get(kv_dtype, "serial") if one_split else "serial"
     name = variant if variant is not None else os.environ.get(VARIANT_ENV, fallback)
+    src = "variant" if variant is not None else f"${VARIANT_ENV}"
     if name not in WIDE_VARIANTS:
-        src = "variant" if variant is not None else f"${VARIANT_ENV}"
         raise ValueError(f"{src} must be one of {tuple(WIDE_VARIANTS)}, got {name!r}")
+    if not WIDE_VARIANTS[name].runs(kv_dtype, heads):
+        if variant is not None:
+            spec = WIDE_VARIANTS[name]
+            raise ValueError(f"variant {name!r} runs KV layouts {spec.kv_dtypes} with H a multiple of "
+                             f"{HEADS_PER_CTA * spec.group_multiple}; got {kv_dtype!r}, H {heads}")
+        name = "ws"
     return name
 
 
@@ -220,6 +245,8 @@ def _kernels(device_id: int) -> dict[str, Any]:
     kerns: dict[str, Any] = {}
     for name in KV_DTYPES:
         for var, spec in WIDE_VARIANTS.items():
+            if name not in spec.kv_dtypes:
+                continue
             kerns[f"{var}_{name}"] = mod.get_function(f"{spec.prefix}{name}")
             kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = spec.smem
         for var, prefix in NARROW_VARIANTS.items():
@@ -269,7 +296,7 @@ def sparse_mla_decode(
     for name, a in (("q", q), ("kv", kv), ("slots", slots)):
         if not isinstance(a, cp.ndarray):
             raise ValueError(f"{name} must be a cupy array on the GPU")
-    var = resolve_variant(variant, kv_dtype)
+    resolve_variant(variant, kv_dtype)  # a bad name or $HISPARSE_MLA_VARIANT fails before any work
     nvar = resolve_narrow_variant(narrow_variant, kv_dtype)
     q3, slots2, out_shape = fold_query_tokens(q, slots)
     dims = validate_inputs(q3, kv, slots2, kv_dtype)
@@ -291,7 +318,7 @@ def sparse_mla_decode(
     args = (q3, kv, slots2, np.int64(dims.n_rows), np.int32(dims.heads), np.int32(dims.k),
             np.float32(scale * math.log2(math.e)), np.int32(per), out, lse, part_o, part_lse)
     if hpc == HEADS_PER_CTA:
-        var = resolve_variant(variant, kv_dtype, one_split=splits == 1)
+        var = resolve_variant(variant, kv_dtype, one_split=splits == 1, heads=dims.heads)
         spec = WIDE_VARIANTS[var]
         kerns[f"{var}_{kv_dtype}"](grid, (spec.threads,), args, shared_mem=spec.smem)
     else:

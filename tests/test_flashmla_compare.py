@@ -144,6 +144,8 @@ def test_missing_pieces_names_what_is_absent(mirrors):
     (["--flashmla", ".", "--heads", "96"], "--heads must each be one of (64, 128)"),
     (["--flashmla", ".", "--batches", "0"], "--batches must all be >= 1"),
     (["--flashmla", ".", "--reps", "0"], "--reps must be >= 1"),
+    (["--flashmla", ".", "--variants", "ws", "ws9"], "--variants must each be one of"),
+    (["--flashmla", ".", "--variants", "narrow"], "['ws', 'ws2', 'wsx', 'serial'] (our FP8 wide kernels), got ['narrow']"),
     (["--flashmla", "."], "lacks"),
 ])
 def test_cli_errors_exit_2_without_traceback(args, words):
@@ -170,7 +172,7 @@ def test_no_gpu_or_torch_is_a_usage_error(monkeypatch):
 
 def test_flops_are_one_formula_for_both_kernels():
     assert attention_flops(64, 128, 2048) == 2 * 64 * 128 * 2048 * (576 + 512)
-    r = fc.ShapeResult(64, 128, "graph", 100.0, 80.0, 5.0, 0, 0, 0, 0, True, True)
+    r = fc.ShapeResult(64, 128, "graph", "wsx", 100.0, 80.0, 5.0, 0, 0, 0, 0, True, True)
     assert r.tflops(r.ours_us) == pytest.approx(attention_flops(64, 128, 2048) / 100e-6 / 1e12)
     assert r.ratio == pytest.approx(0.8)  # FlashMLA's time / ours: ours at 80% of FlashMLA's speed
 

@@ -266,9 +266,30 @@ def test_wide_variant_selection(monkeypatch):
         resolve_variant("nope")
 
 
+def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
+    # wsx launches clusters of two CTAs over the head groups: FP8 only, H a multiple of 128
+    spec = WIDE_VARIANTS["wsx"]
+    assert spec.runs("fp8", 128) and spec.runs("fp8", 256)
+    assert not spec.runs("fp8", 64) and not spec.runs("fp8", 192) and not spec.runs("bf16", 128)
+    assert all(WIDE_VARIANTS[v].runs(d, 64) for v in ("ws", "ws2", "serial") for d in ("bf16", "fp8"))
+    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    assert resolve_variant("wsx", "fp8", heads=128) == "wsx"
+    # named by the caller where it cannot run: an error that says why
+    with pytest.raises(ValueError, match=r"variant 'wsx' runs KV layouts \('fp8',\) with H a multiple of 128; "
+                                         r"got 'fp8', H 64"):
+        resolve_variant("wsx", "fp8", heads=64)
+    with pytest.raises(ValueError, match="got 'bf16', H 128"):
+        resolve_variant("wsx", "bf16", heads=128)
+    # from the environment: every call still runs, as ws where wsx cannot
+    monkeypatch.setenv(VARIANT_ENV, "wsx")
+    assert resolve_variant(None, "fp8", heads=128) == "wsx"
+    assert resolve_variant(None, "fp8", heads=64) == "ws"
+    assert resolve_variant(None, "bf16", heads=128) == "ws"
+
+
 def test_wide_variants_fit_one_block_of_shared_memory():
     # sm_90 gives one block at most 227 KB of dynamic shared memory
-    assert set(WIDE_VARIANTS) == {"ws", "ws2", "serial"}
+    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
 
@@ -347,3 +368,35 @@ def test_fp8_kernel_rounding_against_exact_dequantisation():
     assert (err > 0).any()  # the scale's rounding shows: not the exact rows
     with pytest.raises(ValueError, match="656"):
         dequant_fp8_rows_bf16(np.zeros((2, 655), dtype=np.uint8))
+
+
+def test_crossover_halves_and_bulk_copies_cover_the_tile_once():
+    """The geometry mla_decode_wsx_fp8 relies on (mirrors sparse_attention.cu): CTA `rank`'s 128
+    producer threads (row 32 rank + t / 4, q = t % 4) store units 2q, 2q + 1 of chunks 0-7 and the
+    rope units 0-7 of chunk 8 of their rows in the 128-byte-swizzled tile; warp w then bulk-copies
+    the 1 KB of rows 32 rank + 8 w .. + 7 in each of the 9 chunks to the peer. What a CTA stores
+    must be exactly what its copies send, and the two halves must make the whole tile once."""
+    tile, chunk = 9 * 64 * 128, 64 * 128
+
+    def swz(r: int, u: int) -> int:
+        return r * 128 + ((u ^ (r & 7)) << 4)
+
+    written = {0: set(), 1: set()}
+    for rank in (0, 1):
+        for t in range(128):
+            row, q = 32 * rank + t // 4, t % 4
+            for m in range(8):  # fp8 units q + 4 m -> bf16 units 2q, 2q + 1 of chunk m
+                written[rank] |= {m * chunk + swz(row, 2 * q), m * chunk + swz(row, 2 * q + 1)}
+            for m in range(8, 11):  # units 33..40: rope, chunk 8, unit u - 33
+                u = q + 4 * m
+                if 33 <= u <= 40:
+                    written[rank].add(8 * chunk + swz(row, u - 33))
+        copied = set()
+        for w in range(4):
+            for c in range(9):
+                start = c * chunk + (32 * rank + 8 * w) * 128
+                copied |= set(range(start, start + 8 * 128, 16))
+        assert written[rank] == copied
+    assert not written[0] & written[1]
+    assert written[0] | written[1] == set(range(0, tile, 16))
+    assert 16 * len(written[0]) == 32 * 1152  # the bytes the peer's full barrier expects (32 rows)
