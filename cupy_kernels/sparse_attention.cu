@@ -711,8 +711,8 @@ __device__ __forceinline__ void dequant_row_roll(uint32_t tile, RawRegs<2>& r, i
 
 // Crossover producer (variant "wsx", FlashMLA's SM90 FP8 decode does the same: the two CTAs of a
 // cluster hold the two 64-head groups of one request and split and need the same bf16 tile, so
-// each dequantises half of its rows, 32, and writes them into both CTAs' shared memory; see
-// docs/kernels.md).  4 threads per row: thread q holds units q + 4 m; a masked row reads zeros.
+// each dequantises half of its rows, 32, into its own shared memory, and the bulk-copy engine
+// copies them into the peer's; see docs/kernels.md).  4 threads per row: thread q holds units q + 4 m; a masked row reads zeros.
 __device__ __forceinline__ void load_raw_row4(RawRegs<4>& r, const uint8_t* kv, int slot, int q) {
     const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + q;
 #pragma unroll
