@@ -653,37 +653,40 @@ __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], uint32_t a0
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b));
 }
 
-// FP8 rows of one tile into registers, 2 threads per row (q = 0, 1: units q, q + 2, ...); the
+// FP8 rows of one tile into registers, TPR threads per row (thread q: units q, q + TPR, ...); the
 // row's slot comes in a register; a masked row (slot < 0) reads as zeros.
-__device__ __forceinline__ void load_raw_row(RawRegs<2>& r, const uint8_t* kv, int slot, int q) {
+template <int TPR>
+__device__ __forceinline__ void load_raw_row(RawRegs<TPR>& r, const uint8_t* kv, int slot, int q) {
     const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + q;
 #pragma unroll
-    for (int m = 0; m < RawRegs<2>::N; ++m) {
-        const bool ok = slot >= 0 && q + 2 * m < FP8_ROW / 16;
-        r.v[m] = ok ? __ldg(src + 2 * m) : make_uint4(0, 0, 0, 0);
+    for (int m = 0; m < RawRegs<TPR>::N; ++m) {
+        const bool ok = slot >= 0 && q + TPR * m < FP8_ROW / 16;
+        r.v[m] = ok ? __ldg(src + TPR * m) : make_uint4(0, 0, 0, 0);
     }
 }
 
-// dequant_regs<2> with shared-memory stores addressed as such (st.shared, not generic stores).
-__device__ __forceinline__ void dequant_row_smem(uint32_t tile, const RawRegs<2>& r, int row, int q) {
-    constexpr int MS = 16;  // m of unit 32 (the scales), held by q = 0
+// dequant_regs with shared-memory stores addressed as such (st.shared, not generic stores): row
+// `row` of the tile at `tile`, thread q of the row's TPR holding units q + TPR m (load_raw_row).
+template <int TPR>
+__device__ __forceinline__ void dequant_row_smem(uint32_t tile, const RawRegs<TPR>& r, int row, int q) {
+    constexpr int MS = 32 / TPR;  // m of unit 32 (the scales), held by q = 0
     float sc[4];
-    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, 2));
-    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, 2));
-    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, 2));
-    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, 2));
+    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, TPR));
+    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, TPR));
+    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, TPR));
+    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, TPR));
 #pragma unroll
-    for (int m = 0; m < MS; ++m) {  // unit u = q + 2m < 32: latent values 16u .. 16u + 15
-        const int u = q + 2 * m;
+    for (int m = 0; m < MS; ++m) {  // unit u = q + TPR m < 32: latent values 16u .. 16u + 15
+        const int u = q + TPR * m;
         uint4 lo, hi;
-        e4m3x16_to_bf16(r.v[m], sc[(2 * m) >> 3], lo, hi);
-        const uint32_t chunk = tile + ((2 * m) >> 2) * CHUNK_BYTES;
+        e4m3x16_to_bf16(r.v[m], sc[(TPR * m) >> 3], lo, hi);
+        const uint32_t chunk = tile + ((TPR * m) >> 2) * CHUNK_BYTES;
         st_shared16(chunk + swz(row, (u & 3) * 2), lo);
         st_shared16(chunk + swz(row, (u & 3) * 2 + 1), hi);
     }
 #pragma unroll
-    for (int m = MS; m < RawRegs<2>::N; ++m) {  // units 33 .. 40: the bf16 rope values
-        const int u = q + 2 * m;
+    for (int m = MS; m < RawRegs<TPR>::N; ++m) {  // units 33 .. 40: the bf16 rope values
+        const int u = q + TPR * m;
         if (u >= 33 && u <= 40) st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
     }
 }
@@ -719,43 +722,12 @@ __device__ __forceinline__ void dequant_row_roll(uint32_t tile, RawRegs<2>& r, i
 
 // Crossover producer (variant "wsx", FlashMLA's SM90 FP8 decode does the same: the two CTAs of a
 // cluster hold the two 64-head groups of one request and split and need the same bf16 tile, so
-// each dequantises half of its rows, 32, into its own shared memory, and the bulk-copy engine
-// copies them into the peer's; see docs/kernels.md).  4 threads per row: thread q holds units q + 4 m; a masked row reads zeros.
-__device__ __forceinline__ void load_raw_row4(RawRegs<4>& r, const uint8_t* kv, int slot, int q) {
-    const uint4* src = reinterpret_cast<const uint4*>(kv + (long long)max(slot, 0) * FP8_ROW) + q;
-#pragma unroll
-    for (int m = 0; m < RawRegs<4>::N; ++m) {
-        const bool ok = slot >= 0 && q + 4 * m < FP8_ROW / 16;
-        r.v[m] = ok ? __ldg(src + 4 * m) : make_uint4(0, 0, 0, 0);
-    }
-}
-
-// Row `row` of the tile, dequantised into this CTA's tile: 72 units of 16 B per row, 18 per
-// thread, whatever the row holds (a masked row is zeros).  The half-tile then goes to the peer in
-// 9 bulk copies (a chunk's 32 rows are 4 KB in a row), so the peer's byte count is fixed.
+// each dequantises half of its rows, 32, into its own shared memory, 4 threads per row
+// (load_raw_row<4>, dequant_row_smem<4>), and the bulk-copy engine copies them into the peer's;
+// see docs/kernels.md).  A masked row is zeros like any other, so the peer's byte count is fixed.
 // (Before: every thread wrote each unit to the peer too, st.async of 16 B: 2,304 remote stores per
 // tile, each half a 128-byte line; B 64 / 128 H 128 on an H100 took 141.7 / 282.1 us against
 // ws's 120.3 / 236.8 in the same run.)
-__device__ __forceinline__ void dequant_row_crossover(uint32_t tile, const RawRegs<4>& r, int row, int q) {
-    constexpr int MS = 8;  // m of unit 32 (the scales), held by q = 0
-    float sc[4];
-    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, 4));
-    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, 4));
-    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, 4));
-    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, 4));
-#pragma unroll
-    for (int m = 0; m < MS; ++m) {  // unit u = q + 4 m < 32 (chunk m, units 2q, 2q + 1 of it)
-        uint4 lo, hi;
-        e4m3x16_to_bf16(r.v[m], sc[m >> 1], lo, hi);
-        st_shared16(tile + m * CHUNK_BYTES + swz(row, 2 * q), lo);
-        st_shared16(tile + m * CHUNK_BYTES + swz(row, 2 * q + 1), hi);
-    }
-#pragma unroll
-    for (int m = MS; m < RawRegs<4>::N; ++m) {  // units 33 .. 40: the bf16 rope values
-        const int u = q + 4 * m;
-        if (u >= 33 && u <= 40) st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
-    }
-}
 
 // bf16 rows rg + 16 p (p < 4) of a tile, units sub + 8 c (c < 9) of each, by cp.async into the
 // swizzled tile at `tile`; slot < 0 writes zeros.  36 copies per thread, addresses from registers.
@@ -1079,15 +1051,15 @@ __device__ __forceinline__ void mla_ws_body(
             int sb = fetch_slot(slots_b, tok_begin + TILE + row, tok_end, n_rows);
             int s_pre = load_slot(slots_b, tok_begin + 2 * TILE + row, tok_end);  // tile it + 2, unchecked
             int o_cur = qq == 1 ? load_slot(slots_b, tok_begin + orow, tok_end) : -1;  // the peer's row, unchecked
-            load_raw_row4(ra, kv8, sa, qq);
-            load_raw_row4(rb, kv8, sb, qq);
+            load_raw_row<4>(ra, kv8, sa, qq);
+            load_raw_row<4>(rb, kv8, sb, qq);
             auto step = [&](int it, RawRegs<4>& raw, int& s_this) {
                 const int buf = it & 1;
                 if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
                 if (ltid == 0) mbar_arrive_expect_tx(full0 + 8 * buf, 32 * NCHUNK * 128);  // the peer's 32 rows
                 if (qq == 0) slot_sm[buf * TILE + row] = s_this;
                 if (qq == 1) slot_sm[buf * TILE + orow] = checked_slot(o_cur, n_rows);
-                dequant_row_crossover(kv_s0 + buf * TILE_BYTES, raw, row, qq);
+                dequant_row_smem<4>(kv_s0 + buf * TILE_BYTES, raw, row, qq);
                 fence_proxy_async();
                 __syncwarp();  // this warp's 8 rows are written and visible to the async proxy
                 if (lane == 0) {  // they are 1 KB in a row in each chunk: 9 bulk copies per warp
@@ -1100,7 +1072,7 @@ __device__ __forceinline__ void mla_ws_body(
                 mbar_arrive(full0 + 8 * buf);
                 if (it + 2 < n_tiles) {
                     s_this = checked_slot(s_pre, n_rows);
-                    load_raw_row4(raw, kv8, s_this, qq);
+                    load_raw_row<4>(raw, kv8, s_this, qq);
                     s_pre = load_slot(slots_b, tok_begin + (it + 3) * TILE + row, tok_end);
                 }
                 if (qq == 1) o_cur = load_slot(slots_b, tok_begin + (it + 1) * TILE + orow, tok_end);
