@@ -19,8 +19,9 @@ at the releases the published sets ran (the PyPI wheels sglang 0.5.12.post1, iss
 - A rank's scheduler takes new requests at the top of each iteration (``event_loop_normal`` /
   ``event_loop_overlap``: ``recv_requests`` then ``get_next_batch_to_run``), so a request that arrives
   during a forward pass waits for the next one. The effect on a burst, described by an SGLang
-  maintainer (sgl-project/sglang PR #23588, 2026-04-23): four concurrent requests round-robined to
-  four DP ranks run as two iterations, DP0 prefilling alone in the first while the others idle.
+  maintainer for a DP-attention PD prefill server (sgl-project/sglang PR #23588, 2026-04-23): four
+  concurrent requests round-robined to four DP ranks run as two iterations, DP0 prefilling alone in
+  the first while the others run idle batches.
 
 The pace is measured (``benchmarks/tokenizer_pace.py``, ``benchmarks/results/tokenizer_pace-xeon.csv``,
 2026-12-06, this workplace's Intel Xeon CPU host, load average 0.11; tokenizers 0.23.3; 30 repeats): a byte-level BPE
