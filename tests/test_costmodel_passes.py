@@ -20,7 +20,9 @@ SHARE = 0.1  # a constant miss share, so every decode step's swap-in is known by
 
 def _scenario(**workload):
     sc = load_scenario(calibration="uncalibrated")
-    w = dict(input_tokens=20000, output_tokens=40, requests_per_client=1)
+    # token-id prompts (bench_serving --tokenize-prompt): every rank's request arrives at once, so the ranks
+    # prefill in the same passes and decode in lockstep (text prompts: tests/test_frontend.py)
+    w = dict(input_tokens=20000, output_tokens=40, requests_per_client=1, tokenize_prompt=True)
     w.update(workload)
     return sc.replace(workload=dataclasses.replace(sc.workload, **w))
 

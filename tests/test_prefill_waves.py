@@ -1,7 +1,8 @@
 """How a run's prompt chunks fall across DP ranks (RunResult.extend_pass_share, extending_ranks_mean).
 
 Under DP attention a pass in which any rank runs a prompt chunk is an extend pass for every rank.
-With identical requests dispatched round robin and fixed lengths the simulated ranks stay in
+With identical requests dispatched round robin, fixed lengths and token-id prompts (reaching the ranks
+at once, no tokenizer in front: tests/test_frontend.py has the text case) the simulated ranks stay in
 lockstep, so every rank refills in the same passes (prefill in waves: all dp ranks extending); with
 lengths that differ, completions spread and refills happen one or two ranks at a time, each stalling
 the others' decode for a whole pass."""
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 def _run(jitter: float, deployment: str = "8xh200-colocated-dp8"):
     sc = load_scenario(model="glm-5.1-fp8", deployment=deployment)
     w = dataclasses.replace(sc.workload, input_tokens=4096, output_tokens=64, requests_per_client=3,
-                            length_jitter=jitter)
+                            length_jitter=jitter, tokenize_prompt=True)
     return sc, simulate(sc.replace(workload=w), "baseline", concurrency=32, seed=0)
 
 

@@ -14,6 +14,7 @@ from simulator.cli import main
 from simulator.costmodel.passes import CostModel
 from simulator.errors import HisparseError
 from simulator.serving import presets as P
+from simulator.serving.frontend import tokenize_seconds
 from simulator.serving.misses import MissProfiles, miss_profiles
 from simulator.serving.model import RankSim, System, simulate
 from simulator.serving.planner import PlanInputs, recommend, run_plan
@@ -146,8 +147,9 @@ def test_tp_attention_all_reduces_twice_per_layer():
 
 
 def test_single_request_timeline_is_the_cost_model():
-    """One closed-loop client, one request: TTFT is the prefill chunks (one rank prefilling: its
-    attention side, the MLP on its chunk, the collectives), TPOT the decode steps' costs."""
+    """One closed-loop client, one request: TTFT is the TokenizerManager's time on the text prompt
+    (``frontend.tokenize_seconds``) and the prefill chunks (one rank prefilling: its attention side,
+    the MLP on its chunk, the collectives), TPOT the decode steps' costs."""
     sc = _scenario(input_tokens=20000, output_tokens=50, requests_per_client=1)
     r = simulate(sc, System.BASELINE, concurrency=1)
     c = sc.cost_model()
@@ -157,7 +159,7 @@ def test_single_request_timeline_is_the_cost_model():
         chunks.append(prefill_rank_side(c, n, done) + c.mlp_time(n, head_rows=1)
                       + sc.model.layers * c.comm_layer(n, n))
         done += n
-    ttft = sum(chunks)
+    ttft = tokenize_seconds(20000) + sum(chunks)
     steps = decode_pass(c, 1, 20001 + np.arange(49), active=1).total_s
     assert r.ttft_p50_s == pytest.approx(ttft)
     assert r.tpot_p50_ms == pytest.approx(steps.sum() / 49 * 1e3)

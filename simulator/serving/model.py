@@ -10,8 +10,9 @@ decode of all the others for that pass (they decode one step inside it; SGLang's
 ``--enable-prefill-delayer``, off by default and not among the blog's flags, would hold a rank's
 prefill for up to 30 passes so that ranks prefill together: not modelled). The model simulates every
 scheduler of one instance explicitly (requests dispatched round robin, SGLang's default
-``load_balance_method``) and scales the instance's figures to the deployment; TP attention has one
-scheduler per instance. Instances are identical and independent.
+``load_balance_method``, each once the instance's TokenizerManager has tokenized its text, one prompt
+at a time: ``frontend.py``; a burst reaches the ranks at that pace) and scales the instance's figures
+to the deployment; TP attention has one scheduler per instance. Instances are identical and independent.
 
 A scheduler loops, as SGLang's does: in ``colocated`` mode it forms a prefill batch with SGLang's
 ``PrefillAdder`` arithmetic (``admission.py``: the request mid-prefill's next chunk, then waiting
@@ -49,6 +50,7 @@ from ..errors import HisparseError
 from .admission import RatioSchedule, ceil_page
 from .cluster import kv_transfer
 from .decode_manager import DecodeManager
+from .frontend import tokenize_seconds
 from .memory import MemoryPlan, check_fits, plan_memory
 from .misses import MissProfiles
 from .pd_admission import DecodePreallocQueue
@@ -140,6 +142,8 @@ class InstanceSim:
         # seconds per input token with 1..ranks of them busy (prefill_seconds_per_token)
         self.prefill_s_per_token = prefill_seconds_per_token(scenario) if self.pd else ()
         self.prefill_side = simpy.Resource(self.env, capacity=d.ranks_per_instance) if self.pd else None
+        # colocated: the instance's TokenizerManager, one text prompt at a time (frontend.py)
+        self.tokenizer = None if self.pd or w.tokenize_prompt else simpy.Resource(self.env, capacity=1)
         self.transfers: list[tuple[float, float]] = []  # pd-decode: (whole, exposed) KV transfer seconds per request
 
     def _new_pool(self) -> RankPool:
@@ -215,9 +219,15 @@ class InstanceSim:
         return r
 
     def _arrive(self, r: Request):
-        """Into a scheduler's queue, round robin: at once (colocated), or after the prefill side
+        """Into a scheduler's queue, round robin: once the TokenizerManager has tokenized it (colocated,
+        text prompts: one request at a time, ``frontend.tokenize_seconds``), or after the prefill side
         (pd-decode; its first token is made there but reaches the client only when the decode side
         admits the request, ``DecodePreallocQueue.admit``)."""
+        tokenize_s = tokenize_seconds(r.input_tokens) if self.tokenizer is not None else 0.0
+        if tokenize_s > 0:
+            with self.tokenizer.request() as slot:
+                yield slot
+                yield self.env.timeout(tokenize_s)
         if self.pd:
             prefill_s = 0.0
             if self.prefill_side is not None:
@@ -232,12 +242,20 @@ class InstanceSim:
         self.last_arrival = self.env.now
         rank = self.ranks[self._next_rank % len(self.ranks)]
         self._next_rank += 1
+        wake = self._arrival_wakes(rank)
         rank.waiting.append(r)
         queued = sum(len(k.waiting) for k in self.ranks)
         queued += len(self.prefill_side.queue) if self.prefill_side is not None else 0
         self.queue_at_last_arrival = queued
-        if not self.wake.triggered:
+        if wake and not self.wake.triggered:
             self.wake.succeed()
+
+    def _arrival_wakes(self, rank: Rank) -> bool:
+        """Whether an arrival at ``rank`` cuts the decode block in flight. Colocated, behind a waiting
+        request it cannot change the next round's batches (the PrefillAdder stops at the first waiting
+        request it cannot take, and a decode block runs only when no rank could take one), so the block
+        runs on: the same schedule with fewer cuts, which paced arrivals into deep queues would make."""
+        return self.pd or not rank.waiting
 
     def _transfer(self, r: Request, prefill_s: float):
         """pd-decode across nodes: the request's KV over RDMA to the decode host, what of it the prefill

@@ -709,6 +709,9 @@ class WorkloadSpec(Spec):
     # PrefillAdder.add_one_req_ignore_eos (an exact look-ahead); False: the new_token_ratio estimate
     # (requests still run to output_tokens here, so SGLang may retract)
     ignore_eos: bool = True
+    # bench_serving's --tokenize-prompt (off by default): the prompts go as token ids and SGLang's
+    # TokenizerManager does not tokenize them; off: text, tokenized one request at a time (frontend.py)
+    tokenize_prompt: bool = False
     where: str = field(default="<workload>", compare=False)
 
     def _check(self, where: str) -> None:
