@@ -102,3 +102,13 @@ def test_plan_prints_and_writes_the_recommendations_launch(tmp_path, capsys):
     assert main(["plan", "--concurrency", "1", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert "launch (" in text and "python -m sglang.launch_server --model-path zai-org/GLM-5.1-FP8" in text
+
+
+def test_the_load_line_names_bench_servings_tokenize_prompt_when_the_workload_sends_ids(capsys):
+    # the prediction depends on it: text prompts queue at SGLang's TokenizerManager, token ids do not
+    assert main(["plan", "--concurrency", "2", "--no-search", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "bench_serving --max-concurrency" in text and "--tokenize-prompt" not in text
+    assert main(["plan", "--concurrency", "2", "--no-search", "--quiet", "--set", "workload.tokenize_prompt=true"]) == 0
+    text = capsys.readouterr().out
+    assert "--tokenize-prompt)" in text

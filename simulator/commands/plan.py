@@ -384,7 +384,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
               f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
               "steady output tokens")
-    _print_launch(report["launch"], rec)
+    _print_launch(report["launch"], rec, sc.workload.tokenize_prompt)
     return 0
 
 
@@ -506,7 +506,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         if not args.json:
             print(f"######## {n} node(s) of {cluster.name}: " + (" ".join(f"--set {o}" for o in extra) or "the deployment as given"))
             _print_report(sc, plan, rows, rec, reports[n]["search"])
-            _print_launch(reports[n]["launch"], rec)
+            _print_launch(reports[n]["launch"], rec, sc.workload.tokenize_prompt)
             print()
     summary = nodes_summary(per_nodes, gpus)
     first = reports[args.nodes[0]]
@@ -579,13 +579,16 @@ def _launches(sc, rec: dict) -> dict:
     return out
 
 
-def _print_launch(launch: dict, rec: dict) -> None:
+def _print_launch(launch: dict, rec: dict, tokenize_prompt: bool = False) -> None:
+    """The choice's SGLang launch, and the bench_serving load it was predicted at; with the workload's
+    tokenize_prompt the prompts go as token ids (--tokenize-prompt: no TokenizerManager time in TTFT)."""
     lc, choice = launch["choice"], rec["choice"]
     if lc is None:
         return
+    ids = " --tokenize-prompt" if tokenize_prompt else ""
     load = (f"at most {choice['concurrency']} concurrent requests from the clients (bench_serving "
-            f"--max-concurrency {choice['concurrency']})" if choice["concurrency"] else
-            f"{choice['rate_per_s']:.4g} requests/s offered (bench_serving --request-rate {choice['rate_per_s']:.4g})")
+            f"--max-concurrency {choice['concurrency']}{ids})" if choice["concurrency"] else
+            f"{choice['rate_per_s']:.4g} requests/s offered (bench_serving --request-rate {choice['rate_per_s']:.4g}{ids})")
     print(f"launch ({lc['system']}, {lc['instances']} instance(s); serve {load}):")
     print(f"  {lc['command']}")
     if lc["hisparse_config"]:
