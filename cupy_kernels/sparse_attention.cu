@@ -248,6 +248,38 @@ __device__ __forceinline__ void dequant_regs(uint8_t* kv_tile, const RawRegs<TPR
 }
 
 // ---------------------------------------------------------------------------------------------
+// Online-softmax pieces of the wide kernels (serial, ws, ws2, wsx): the accumulator layout of an
+// m64nN wgmma, s[4 j + 2 i + c] = row r0 + 8 i, column 8 j + cq + c of this thread's quad.
+// ---------------------------------------------------------------------------------------------
+// Scores to the log2 domain, masked columns (bit 2 j + c of `valid` clear) to -inf, and this
+// thread's max of each of its two rows.
+template <int NJ>
+__device__ __forceinline__ void mask_scale_row_max(float (&s)[4 * NJ], uint32_t valid, float scale_log2,
+                                                   float (&m)[2]) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const float v = ((valid >> (j * 2 + c)) & 1) ? s[j * 4 + i * 2 + c] * scale_log2 : -INFINITY;
+                s[j * 4 + i * 2 + c] = v;
+                m[i] = fmaxf(m[i], v);
+            }
+}
+
+// O rows r0 and r0 + 8 (this thread's 128 accumulators of an m64n256 product) times a0 and a1.
+__device__ __forceinline__ void rescale_rows(float (&o)[128], float a0, float a1) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        o[j * 4 + 0] *= a0;
+        o[j * 4 + 1] *= a0;
+        o[j * 4 + 2] *= a1;
+        o[j * 4 + 3] *= a1;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Epilogue (the wide kernels)
 // ---------------------------------------------------------------------------------------------
 // One warpgroup's half of O (columns 256 wg .. 256 wg + 255), normalised by inv, to out (bf16)
@@ -396,16 +428,7 @@ __device__ __forceinline__ void mla_decode_body(
 
         // ---- online softmax (log2 domain) ----
         float m_loc[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    float v = ((valid >> (j * 2 + c)) & 1) ? s_acc[j * 4 + i * 2 + c] * scale_log2 : -INFINITY;
-                    s_acc[j * 4 + i * 2 + c] = v;
-                    m_loc[i] = fmaxf(m_loc[i], v);
-                }
+        mask_scale_row_max<4>(s_acc, valid, scale_log2, m_loc);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             m_loc[i] = fmaxf(m_loc[i], __shfl_xor_sync(0xffffffff, m_loc[i], 1));
@@ -443,13 +466,7 @@ __device__ __forceinline__ void mla_decode_body(
         __syncthreads();  // P complete
 
         // ---- O = alpha * O + P V for this warpgroup's 256 columns ----
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            o_acc[j * 4 + 0] *= alpha[0];
-            o_acc[j * 4 + 1] *= alpha[0];
-            o_acc[j * 4 + 2] *= alpha[1];
-            o_acc[j * 4 + 3] *= alpha[1];
-        }
+        rescale_rows(o_acc, alpha[0], alpha[1]);
         const uint64_t dp = make_desc(p_s, 16, 1024);
         const uint64_t dv = make_desc(kv_cur + wg * 4 * CHUNK_BYTES, CHUNK_BYTES, 1024);
         wgmma_fence();
@@ -862,16 +879,7 @@ __device__ __forceinline__ void mla_ws_body(
 
             // ---- online softmax over the tile (log2 domain), rows whole in this warpgroup ----
             float m_loc[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const float v = ((valid >> (j * 2 + c)) & 1) ? s_acc[j * 4 + i * 2 + c] * scale_log2 : -INFINITY;
-                        s_acc[j * 4 + i * 2 + c] = v;
-                        m_loc[i] = fmaxf(m_loc[i], v);
-                    }
+            mask_scale_row_max<8>(s_acc, valid, scale_log2, m_loc);
             float alpha[2], m_use[2];
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
@@ -894,13 +902,7 @@ __device__ __forceinline__ void mla_ws_body(
                     l_part[i] += pr.x + pr.y;
                     pa[(j >> 1) * 4 + (j & 1) * 2 + i] = *reinterpret_cast<uint32_t*>(&pb);
                 }
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                o_acc[j * 4 + 0] *= alpha[0];
-                o_acc[j * 4 + 1] *= alpha[0];
-                o_acc[j * 4 + 2] *= alpha[1];
-                o_acc[j * 4 + 3] *= alpha[1];
-            }
+            rescale_rows(o_acc, alpha[0], alpha[1]);
             if (it > 0) named_sync(BAR_P_FREE, 256);  // WG1 done with the previous P and scales
 #pragma unroll
             for (int j = 0; j < 8; ++j)
@@ -955,14 +957,7 @@ __device__ __forceinline__ void mla_ws_body(
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
             mbar_wait<PROD == 1>(full0 + 8 * buf, (it >> 1) & 1);
             named_sync(BAR_P_READY, 256);
-            const float a0 = s_scale[r0], a1 = s_scale[r0 + 8];
-#pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                o_acc[j * 4 + 0] *= a0;
-                o_acc[j * 4 + 1] *= a0;
-                o_acc[j * 4 + 2] *= a1;
-                o_acc[j * 4 + 3] *= a1;
-            }
+            rescale_rows(o_acc, s_scale[r0], s_scale[r0 + 8]);
             const uint64_t dv = make_desc(kv_cur + 4 * CHUNK_BYTES, CHUNK_BYTES, 1024);
             wgmma_fence();
 #pragma unroll
