@@ -25,10 +25,14 @@ from __future__ import annotations
 import argparse
 import csv
 import ctypes
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import cpu_name  # noqa: E402
 
 _SPIN_THEN_FLAG = r"""
 extern "C" __global__ void spin_then_flag(unsigned long long host_flag, long long cycles, int value) {
@@ -40,16 +44,6 @@ extern "C" __global__ void spin_then_flag(unsigned long long host_flag, long lon
     __threadfence_system();
 }
 """
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def sync_gap(reps: int, allocs: int, spin_us: float) -> list[float]:
@@ -112,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     gpu = torch.cuda.get_device_name(0)
-    cpu = _cpu_name()
+    cpu = cpu_name()
     rows = []
     for allocs in (0, a.allocs):
         g = sorted(sync_gap(a.reps, allocs, a.spin_us))

@@ -25,22 +25,16 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.machine import cpu_name  # noqa: E402
+
 TEXT = Path("/usr/share/common-licenses/GPL-3")
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _tokenizer():
@@ -88,13 +82,14 @@ def main() -> None:
                      "min_ms": best * 1e3, "median_us_per_token": med / got * 1e6, "reps": args.reps})
         print(f"{n:6d} tokens ({got} after re-encoding, {len(text)} chars): median {med * 1e3:.2f} ms, "
               f"min {best * 1e3:.2f} ms, {med / got * 1e6:.2f} us/token", flush=True)
-    print(f"host: {_cpu_name()}, load average {os.getloadavg()[0]:.2f}")
+    cpu = cpu_name()
+    print(f"host: {cpu}, load average {os.getloadavg()[0]:.2f}")
     if args.out:
         with args.out.open("w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=[*rows[0], "cpu"])
             w.writeheader()
             for r in rows:
-                w.writerow({**r, "cpu": _cpu_name()})
+                w.writerow({**r, "cpu": cpu})
 
 
 if __name__ == "__main__":

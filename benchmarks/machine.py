@@ -1,0 +1,17 @@
+"""The host a benchmark ran on, for the figures it writes (CPU-side benchmarks name their CPU)."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what ``platform`` knows, else "unknown"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
