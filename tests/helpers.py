@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from collections.abc import Callable
+
 import numpy as np
+import pytest
 
 from simulator.trace import Stream
 
@@ -95,3 +100,20 @@ def fake_git_repo(path, files: list[str], gitlink: str | None = None) -> str:
         git(path, "update-index", "--add", "--cacheinfo", f"160000,{gitlink},csrc/cutlass")
     git(path, "commit", "-q", "-m", "fake")
     return git(path, "rev-parse", "HEAD")
+
+
+def check_refuses_non_hopper_torch(monkeypatch, load: Callable[[], object], error: type[Exception]) -> None:
+    """A fetched-kernel benchmark's ``load`` (through ``benchmarks.fetched_build.hopper_torch``) raises
+    ``error`` naming what is missing: a CUDA GPU, a Hopper one (an A100 stands in), PyTorch itself."""
+    fake = types.SimpleNamespace(__version__="0+fake", cuda=types.SimpleNamespace(is_available=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    with pytest.raises(error, match="needs a CUDA GPU"):
+        load()
+    ampere = types.SimpleNamespace(is_available=lambda: True, get_device_capability=lambda: (8, 0),
+                                   get_device_name=lambda: "A100")
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="0+fake", cuda=ampere))
+    with pytest.raises(error, match="needs a Hopper GPU.*sm_80"):
+        load()
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
+    with pytest.raises(error, match="needs PyTorch"):
+        load()

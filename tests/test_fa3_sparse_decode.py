@@ -17,13 +17,12 @@ import os
 import re
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers import fake_git_repo, git
+from tests.helpers import check_refuses_non_hopper_torch, fake_git_repo, git
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("fa3_sparse_decode", ROOT / "benchmarks" / "fa3_sparse_decode.py")
@@ -225,15 +224,4 @@ def test_cli_errors_exit_2_without_traceback(args, words):
 
 
 def test_no_gpu_or_torch_is_a_usage_error(monkeypatch):
-    fake = types.SimpleNamespace(__version__="0+fake", cuda=types.SimpleNamespace(is_available=lambda: False))
-    monkeypatch.setitem(sys.modules, "torch", fake)
-    with pytest.raises(fb.UsageError, match="needs a CUDA GPU"):
-        fb.load_torch()
-    ampere = types.SimpleNamespace(is_available=lambda: True, get_device_capability=lambda: (8, 0),
-                                   get_device_name=lambda: "A100")
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="0+fake", cuda=ampere))
-    with pytest.raises(fb.UsageError, match="needs a Hopper GPU.*sm_80"):
-        fb.load_torch()
-    monkeypatch.setitem(sys.modules, "torch", None)
-    with pytest.raises(fb.UsageError, match="needs PyTorch"):
-        fb.load_torch()
+    check_refuses_non_hopper_torch(monkeypatch, fb.load_torch, fb.UsageError)

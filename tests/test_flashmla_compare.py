@@ -14,7 +14,6 @@ import re
 import struct
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from cupy_kernels.mla_reference import (
     pack_fp8_rows,
     unpack_fp8_rows,
 )
-from tests.helpers import fake_git_repo, git
+from tests.helpers import check_refuses_non_hopper_torch, fake_git_repo, git
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("flashmla_compare", ROOT / "benchmarks" / "flashmla_compare.py")
@@ -156,18 +155,7 @@ def test_cli_errors_exit_2_without_traceback(args, words):
 
 
 def test_no_gpu_or_torch_is_a_usage_error(monkeypatch):
-    fake = types.SimpleNamespace(__version__="0+fake", cuda=types.SimpleNamespace(is_available=lambda: False))
-    monkeypatch.setitem(sys.modules, "torch", fake)
-    with pytest.raises(fc.UsageError, match="needs a CUDA GPU"):
-        fc.load_gpu_stack()
-    ampere = types.SimpleNamespace(is_available=lambda: True, get_device_capability=lambda: (8, 0),
-                                   get_device_name=lambda: "A100")
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="0+fake", cuda=ampere))
-    with pytest.raises(fc.UsageError, match="needs a Hopper GPU.*sm_80"):
-        fc.load_gpu_stack()
-    monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
-    with pytest.raises(fc.UsageError, match="needs PyTorch"):
-        fc.load_gpu_stack()
+    check_refuses_non_hopper_torch(monkeypatch, fc.load_gpu_stack, fc.UsageError)
 
 
 def test_flops_are_one_formula_for_both_kernels():
