@@ -118,17 +118,17 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 // ---------------------------------------------------------------------------------------------
 // Loaders
 // ---------------------------------------------------------------------------------------------
-// Slot of token `tok`, or -1 when masked (beyond this split, negative, or >= n_rows).
-__device__ __forceinline__ int fetch_slot(const int* slots_b, int tok, int tok_end, long long n_rows) {
-    int slot = tok < tok_end ? __ldg(slots_b + tok) : -1;
-    return (slot >= 0 && slot < n_rows) ? slot : -1;
-}
-// fetch_slot in two halves, for a slot loaded a step before it is used: the load (-1 beyond the
-// split) and, at the use, the check.  Checking right after the load stalls the warp on it.
+// A token's slot in two halves, so a slot loaded a step before its use is checked only at the use
+// (checking right after the load stalls the warp on it): the load (-1 beyond this split) ...
 __device__ __forceinline__ int load_slot(const int* slots_b, int tok, int tok_end) {
     return tok < tok_end ? __ldg(slots_b + tok) : -1;
 }
+// ... and the check: -1 when masked (negative or >= n_rows).
 __device__ __forceinline__ int checked_slot(int slot, long long n_rows) { return (slot >= 0 && slot < n_rows) ? slot : -1; }
+// Slot of token `tok`, or -1 when masked (beyond this split, negative, or >= n_rows).
+__device__ __forceinline__ int fetch_slot(const int* slots_b, int tok, int tok_end, long long n_rows) {
+    return checked_slot(load_slot(slots_b, tok, tok_end), n_rows);
+}
 
 // Q rows of this CTA's 64 heads -> swizzled smem (18 x 16 B per thread).
 __device__ __forceinline__ void load_q(uint32_t q_s, const uint16_t* q_rows, int tid) {
