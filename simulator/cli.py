@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 
 from .commands.common import Parser, check_io
 from .errors import HisparseError
+from .interrupts import TERMINATED, Terminated, sigterm_as_interrupt
 
 DESCRIPTION = """\
 hisparse-sim: plan and validate hierarchical sparse KV memory (SGLang HiSparse).
@@ -67,34 +66,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so every ``finally`` and temp-file cleanup runs."""
-
-
-# Set when SIGTERM arrived: compiled code that checks for signals (Ray's ray.wait) may turn the
-# handler's _Terminated into a plain KeyboardInterrupt, and the exit status must still be 143.
-_TERMINATED = threading.Event()
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While a command runs, SIGTERM unwinds like SIGINT (``kill``, a job scheduler, a timeout)."""
-    _TERMINATED.clear()
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_terminated(signum, frame):
-        _TERMINATED.set()
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 @contextlib.contextmanager
 def _one_line_warnings() -> Iterator[None]:
     """Warnings for the user (a recovered trace) as one ``hisparse: warning:`` line each."""
@@ -119,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a bad option (one line, status 2)
         return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
     try:
-        with _sigterm_as_interrupt(), _one_line_warnings():
+        with sigterm_as_interrupt(), _one_line_warnings():
             check_io(args)  # outputs writable and no input overwritten, before any work
             return int(args.run(args) or 0)
     except HisparseError as exc:
@@ -133,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         print("hisparse: interrupted", file=sys.stderr)
-        return 143 if isinstance(exc, _Terminated) or _TERMINATED.is_set() else 130
+        return 143 if isinstance(exc, Terminated) or TERMINATED.is_set() else 130
     except BrokenPipeError:
         return 0
     except OSError as exc:  # a reader or writer the checks could not foresee (EIO, ENOSPC): one line

@@ -183,8 +183,8 @@ def test_a_signal_during_the_commit_waits_for_it(tmp_path, monkeypatch):
 def test_plan_out_interrupted_leaves_the_earlier_run(tmp_path, monkeypatch, capsys, stop):
     """plan's writer (its real code) interrupted after plan.csv and plan.json are staged."""
     import simulator.serving.plots as plots
-    from simulator.cli import _Terminated
     from simulator.commands import plan
+    from simulator.interrupts import Terminated
 
     out = tmp_path / "OUT"
     out.mkdir()
@@ -194,7 +194,7 @@ def test_plan_out_interrupted_leaves_the_earlier_run(tmp_path, monkeypatch, caps
 
     def plot_then_stop(df, path, recommendation=None):
         Path(path).write_bytes(b"png")
-        raise _Terminated if stop == "SIGTERM" else KeyboardInterrupt
+        raise Terminated if stop == "SIGTERM" else KeyboardInterrupt
 
     monkeypatch.setattr(plots, "plot_throughput", plot_then_stop)
     with pytest.raises(KeyboardInterrupt):
@@ -231,6 +231,61 @@ def test_sigterm_to_a_ray_sweep_says_interrupted_and_exits_143(tmp_path):
     assert proc.returncode == 143, err[-3000:]
     assert err.strip().splitlines()[-1] == "hisparse: interrupted"
     assert not [p for p in (out / "parts").iterdir() if p.name.endswith(".tmp")]
+
+
+class _Ref:
+    def __init__(self, value):
+        self.value = value
+
+
+class _RayDroppingSignals:
+    """Ray's driver-side API as the sweep uses it, run in this process; its ``wait`` polls for
+    signals the way Ray's compiled ``check_signals`` does, catching the handler's
+    KeyboardInterrupt, and SIGTERM arrives during the third poll."""
+
+    def __init__(self):
+        self.waits = 0
+
+    def is_initialized(self):
+        return True
+
+    def cluster_resources(self):
+        return {"CPU": 1}
+
+    def remote(self, **options):
+        def wrap(fn):
+            return type("Remote", (), {"remote": staticmethod(lambda *a: _Ref(fn(*a)))})
+        return wrap
+
+    def wait(self, refs, num_returns=1):
+        self.waits += 1
+        try:
+            if self.waits == 3:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here and raises Terminated...
+        except KeyboardInterrupt:
+            pass  # ...which the poll turns into a status and drops
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        return ref.value
+
+
+def test_sigterm_that_ray_wait_swallows_still_stops_the_sweep(tmp_path, monkeypatch, capsys):
+    """The interrupt is lost inside ray.wait's signal poll: the sweep stops at the next point
+    anyway (exit 143, "interrupted"), not after running the whole grid."""
+    from simulator.cli import main
+
+    fake = _RayDroppingSignals()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    trace = tmp_path / "t.hst"
+    _write(trace, streams=1)
+    grid = tmp_path / "g.toml"
+    grid.write_text(f'kind = "replay"\n[fixed]\ntrace = "{trace}"\n[grid]\nbuffer = [{", ".join(map(str, range(32, 52)))}]\n')
+    out = tmp_path / "o"
+    assert main(["sweep", str(grid), "--workers", "1", "--quiet", "--out", str(out)]) == 143
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "hisparse: interrupted"
+    assert fake.waits == 3 and len(list((out / "parts").iterdir())) == 2
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_validate_repredict_interrupted_leaves_the_earlier_pair(tmp_path, monkeypatch, capsys):

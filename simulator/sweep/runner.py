@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..errors import HisparseError
 from ..fileio import atomic_output
+from ..interrupts import raise_if_terminated
 from .grid import Grid, point_id
 from .points import run_point
 
@@ -117,12 +118,14 @@ def _on_ray(kind: str, todo: list[dict], address: str | None, workers: int) -> I
                 p = queue.pop(0)
                 pending[remote.remote(kind, p)] = p
             ready, _ = ray.wait(list(pending), num_returns=1)
+            raise_if_terminated()  # a SIGTERM that ray.wait's own signal poll swallowed
             for ref in ready:
                 p = pending.pop(ref)
                 try:
                     result = ray.get(ref)
                 except Exception as exc:  # a worker died: record it like any failing point
                     result = {"error": f"{type(exc).__name__}: {exc}", "seconds": float("nan")}
+                raise_if_terminated()
                 yield p, result
     finally:
         if started_here:
