@@ -76,6 +76,10 @@ measured = 100.0
 """)
     rows = validate(load_published(str(path)))
     assert rows[0]["predicted"] != rows[0]["predicted"] and "MODEL CANNOT RUN IT" in rows[0]["note"]
+    # the whole reason, without the files it names first (a message with ': ' inside it is not cut)
+    reason = rows[0]["note"].split("MODEL CANNOT RUN IT: ")[1]
+    assert reason.startswith("requests of up to 900010 tokens") and "context_length" in reason
+    assert "mine.toml" not in reason
     assert rows[1]["predicted"] > 0
     assert summary(rows)["predicted"] == 1
 
@@ -136,6 +140,19 @@ def _strict_json(text: str):
         raise ValueError(f"{name} in the JSON")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def test_a_refusal_inside_the_simulation_keeps_its_whole_reason():
+    """The paper's 160K points: the pool and admission refusals read in full (they hold ': ' and
+    '(...; ...)' that a split on the last ': ' cut to a fragment)."""
+    import dataclasses
+
+    ps = load_published("paper-glm51-8xh200")
+    ps = dataclasses.replace(ps, points=tuple(p for p in ps.points if p.label.startswith("160K")))
+    reasons = [r["note"].split("MODEL CANNOT RUN IT: ")[1] for r in validate(ps)]
+    assert reasons[0].startswith("one request of 163840 + 8192 tokens needs 172032 KV slots on the GPU")
+    assert reasons[1].startswith("SGLang never admits a request of 163840 + 8192 tokens")
+    assert not any(".toml" in r for r in reasons)
 
 
 def test_validate_json_has_null_not_nan_for_a_point_the_model_cannot_run(tmp_path, capsys):

@@ -220,7 +220,7 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
         try:
             sc: Scenario | None = sc0.replace(workload=w)
         except HisparseError as exc:  # e.g. past the model's context_length: reported, not fatal
-            sc, refused = None, str(exc).split(": ")[-1]
+            sc, refused = None, _reason(exc, (w.where, sc0.files))
         if sc is None:
             predicted, at, note = math.nan, 0, f"{p.note}; MODEL CANNOT RUN IT: {refused}".lstrip("; ")
             rows.append(_row(ps, p, predicted, at, note))
@@ -239,7 +239,7 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
                     cache[key] = simulate(sc, p.system, concurrency=c, seed=seed,
                                           profiles=profiles if p.system == System.HISPARSE else None)
                 except HisparseError as exc:  # the model says this run cannot happen: report it, go on
-                    cache[key] = str(exc).split(": ")[-1]
+                    cache[key] = _reason(exc, (sc.files,))
             if isinstance(cache[key], str):
                 failure = cache[key]
                 continue
@@ -252,6 +252,16 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
         note = p.note if not failure else f"{p.note}; MODEL CANNOT RUN IT: {failure}".lstrip("; ")
         rows.append(_row(ps, p, predicted, at, note))
     return rows
+
+
+def _reason(exc: HisparseError, prefixes: tuple[str, ...]) -> str:
+    """The model's refusal without the input files it names first (the note is already the point's):
+    the whole message where it names other places, never a cut inside the reason itself."""
+    text = str(exc)
+    for prefix in prefixes:
+        if text.startswith(prefix + ": "):
+            return text[len(prefix) + 2:]
+    return text
 
 
 def _row(ps, p, predicted: float, at: int, note: str) -> dict[str, Any]:
