@@ -33,7 +33,7 @@ HEAVY = ("numpy", "numba", "pandas", "simpy", "matplotlib", "scipy", "cupy", "co
 # The package's modules a replay of a .npy stream may load, all of them.
 NPY_MODULES = {
     "simulator", "simulator.cli", "simulator.commands", "simulator.commands.common", "simulator.commands.replay",
-    "simulator.errors", "simulator.fileio", "simulator.inputs", "simulator.layer_groups", "simulator.limits",
+    "simulator.errors", "simulator.interrupts", "simulator.fileio", "simulator.inputs", "simulator.layer_groups", "simulator.limits",
     "simulator.native", "simulator.native._native", "simulator.replay", "simulator.replay.api",
     "simulator.replay.backend", "simulator.replay.config", "simulator.replay.policies", "simulator.trace",
     "simulator.trace.sources", "simulator.trace.stream"}
