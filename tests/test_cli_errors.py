@@ -298,3 +298,13 @@ def test_plan_validate_refuses_options_it_ignores(no_plan_work, capsys, extra, n
 def test_plan_validate_names_a_folder(tmp_path, capsys):
     code, _, err = run_cli(["plan", "--validate", str(tmp_path), "--quiet"], capsys)
     assert_clean_error(code, err, str(tmp_path), "is a folder")
+
+
+@pytest.mark.parametrize("value", ["3", '"sinks"', "[1, 2]", "true"])
+def test_a_knobs_value_that_is_not_a_table_is_one_line(tmp_path, capsys, value):
+    """``knobs = 3`` (not a ``[knobs]`` table) reached ``dict(3)``: a TypeError traceback."""
+    knobs = tmp_path / "k.toml"
+    knobs.write_text(f"knobs = {value}\n")
+    code, _, err = run_cli(["trace", "gen", "--knobs", str(knobs), "--out", str(tmp_path / "g.hst")], capsys)
+    assert_clean_error(code, err, str(knobs), "knobs must be a table")
+    assert not (tmp_path / "g.hst").exists()

@@ -194,6 +194,8 @@ def load_knobs(spec: str) -> GeneratorKnobs:
 def knobs_from_dict(data: dict[str, Any], path: Path | str) -> GeneratorKnobs:
     """Knobs from a parsed ``[knobs]`` table (``path`` names it in errors); missing knobs take
     the defaults."""
+    if not isinstance(data, dict):
+        raise HisparseError(f"{path}: knobs must be a table ([knobs] with name = value lines), got {data!r}")
     data = dict(data)
     if isinstance(data.get("profile"), dict):
         try:
