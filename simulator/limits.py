@@ -9,7 +9,7 @@ estimate, the limit and how to raise it. (Read-size budgets of the input formats
   one per HiSparse knob set)) or of one sweep grid (checked from its list lengths, before the
   cartesian product is built).
 - ``HISPARSE_MAX_SIM_STEPS`` (10,000,000): scheduler steps one ``plan`` is estimated to simulate
-  (``plan_steps``). The default plan is ~0.6 million (33 s here, ~15 us of CPU a step).
+  (``plan_steps``), and one published set of ``plan --validate`` its points. The default plan is ~0.6 million (33 s here, ~15 us of CPU a step).
 - ``HISPARSE_MAX_REPLAY_ACCESSES`` (10**11): accesses one ``replay`` (or a replay grid, per
   trace) replays: its configs x the trace's accesses. The bundled 78-layer trace holds 20 million.
 - ``HISPARSE_MAX_TRACE_ENTRIES`` (2**32): top-k entries a ``trace gen`` or ``trace fit`` draws

@@ -308,3 +308,23 @@ def test_a_knobs_value_that_is_not_a_table_is_one_line(tmp_path, capsys, value):
     code, _, err = run_cli(["trace", "gen", "--knobs", str(knobs), "--out", str(tmp_path / "g.hst")], capsys)
     assert_clean_error(code, err, str(knobs), "knobs must be a table")
     assert not (tmp_path / "g.hst").exists()
+
+
+def test_a_published_point_too_large_to_simulate_is_refused_before_any_runs(tmp_path, monkeypatch, capsys):
+    """``plan --validate FILE`` with ``concurrency = 100000000000`` simulated for hours: the set's
+    points are held to HISPARSE_MAX_SIM_STEPS before the first one runs, as a plan's are."""
+    import simulator.serving.published as published
+
+    def forbidden(*a, **k):
+        raise AssertionError("a published point was simulated before the work budget was checked")
+
+    monkeypatch.setattr(published, "simulate", forbidden)
+    text = (published.PUBLISHED_DIR / "issue-30985-baseline.toml").read_text()
+    head, _, rest = text.partition("[[point]]")
+    point = "[[point]]" + rest.split("[[point]]")[0]
+    path = tmp_path / "set.toml"
+    path.write_text(head + point + point.replace("concurrency = 8\n", "concurrency = 100000000000\n")
+                    .replace('label = "concurrency 8', 'label = "huge'))
+    code, _, err = run_cli(["plan", "--validate", str(path), "--quiet"], capsys)
+    assert_clean_error(code, err, str(path), "'huge (80 prompts)'", "concurrency 100000000000",
+                       "HISPARSE_MAX_SIM_STEPS")

@@ -209,6 +209,7 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
 
         inputs["speculative"] = from_table(inputs["speculative"], f"{ps.where}: [scenario.speculative]")
     sc0 = load_scenario(**inputs)
+    _check_budget(ps, sc0)
     initial = "prefix" if sc0.deployment.mode == Mode.COLOCATED else "empty"
     profiles = None
     cache: dict[tuple, RunResult] = {}
@@ -262,6 +263,30 @@ def _reason(exc: HisparseError, prefixes: tuple[str, ...]) -> str:
         if text.startswith(prefix + ": "):
             return text[len(prefix) + 2:]
     return text
+
+
+def _check_budget(ps: PublishedSet, sc: Scenario) -> None:
+    """The set's simulated points against ``HISPARSE_MAX_SIM_STEPS``, before any of them runs (as
+    ``planner.prepare`` checks a plan): a point with ``concurrency = 100000000000`` would simulate
+    for days. The error names the set's file and its largest point."""
+    from .. import limits
+
+    d = sc.deployment
+    steps: dict[tuple, int] = {}
+    largest: tuple[int, str, int] = (0, "", 0)
+    for p in ps.points:
+        for c in p.concurrency:
+            key = (p.system, c, p.input_tokens, p.output_tokens, p.requests_per_client)
+            n = steps.setdefault(key, limits.plan_steps(
+                ranks=d.ranks_per_instance, instances=d.instances, concurrency=c, rate=0.0,
+                requests_per_client=p.requests_per_client, input_tokens=p.input_tokens,
+                output_tokens=p.output_tokens, length_jitter=0.0, prefill_chunk_tokens=d.prefill_chunk_tokens))
+            if n > largest[0]:
+                largest = (n, p.label, c)
+    limits.check(sum(steps.values()), "HISPARSE_MAX_SIM_STEPS",
+                 f"{ps.where}: {len(steps)} simulated point(s), the largest point {largest[1]!r} at concurrency "
+                 f"{largest[2]} ({d.where}: prefill_chunk_tokens {d.prefill_chunk_tokens})",
+                 unit="scheduler steps to simulate", hint="a lower concurrency or requests_per_client")
 
 
 def _row(ps, p, predicted: float, at: int, note: str) -> dict[str, Any]:
