@@ -328,3 +328,17 @@ def test_a_published_point_too_large_to_simulate_is_refused_before_any_runs(tmp_
     code, _, err = run_cli(["plan", "--validate", str(path), "--quiet"], capsys)
     assert_clean_error(code, err, str(path), "'huge (80 prompts)'", "concurrency 100000000000",
                        "HISPARSE_MAX_SIM_STEPS")
+
+
+@pytest.mark.parametrize("command", [["plan", "--concurrency", "1"], ["plan", "--validate", "all"],
+                                     ["sweep", "GRID", "--no-ray"]])
+def test_two_outputs_at_one_path_are_refused_before_any_work(tmp_path, trace, no_plan_work, capsys, command):
+    """``plan --out D --report D`` wrote D's files, then failed on the page ('is a folder'): half
+    the output written and exit 2. The outputs of one command are checked against each other."""
+    grid = tmp_path / "g.toml"
+    grid.write_text(f'kind = "replay"\n[fixed]\ntrace = "{trace}"\n[grid]\nbuffer = [16, 20]\n')
+    same = tmp_path / "o.html"
+    argv = [str(grid) if a == "GRID" else a for a in command]
+    code, _, err = run_cli([*argv, "--quiet", "--out", str(same), "--report", str(same)], capsys)
+    assert_clean_error(code, err, f"--report {same}", "also --out's folder")
+    assert not same.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["g.toml", "t.hst"]

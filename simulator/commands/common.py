@@ -233,6 +233,7 @@ def check_io(args: argparse.Namespace) -> None:
         if _exists(path):  # a missing one may be a preset name: the command says which it is
             check_input(path, option=option, special_ok=option in streams)
     inputs = [path for _, path in named]
+    claimed: dict[str, str] = {}  # the paths earlier outputs write: what writes each
     for out in getattr(args, "_outputs", ()):
         path = getattr(args, out.dest, None)
         if path is None:
@@ -240,11 +241,31 @@ def check_io(args: argparse.Namespace) -> None:
         path = str(path)
         files = out.files(args) if callable(out.files) else out.files
         check_output(path, option=out.option, kind=out.kind, inputs=inputs, files=files)
+        _claim(claimed, out, path, files)
         for written in out.expand(args) if out.expand else ():
             if str(written) != path:
                 check_output(str(written), option=out.option, kind=out.kind, inputs=inputs)
         if out.suffixes and not path.lower().endswith(out.suffixes):
             raise OutputError(f"{out.option} {path}: use a {' or '.join(out.suffixes)} file name")
+
+
+def _claim(claimed: dict[str, str], out: Output, path: str, files: Sequence[str]) -> None:
+    """Record the paths ``out`` writes (a folder: the folder and its files), refusing one an
+    earlier output writes too: ``plan --out D --report D`` wrote D's files, then failed on the
+    page with the folder half of the run's output."""
+    import os
+
+    from ..fileio import OutputError
+
+    real = os.path.realpath(path)
+    mine = {real: f"{out.option}'s {'folder' if out.kind == 'dir' else 'file'}"}
+    if out.kind == "dir":
+        mine |= {os.path.join(real, f.rstrip("/")): f"{f.rstrip('/')} in {out.option}'s folder" for f in files}
+    for where in mine:
+        if where in claimed:
+            what = "is also" if where == real else f"would write {where}, also"
+            raise OutputError(f"{out.option} {path}: {what} {claimed[where]}; give each output its own path")
+    claimed.update(mine)
 
 
 # -- trace input -----------------------------------------------------------------------------
