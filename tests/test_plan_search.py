@@ -73,6 +73,8 @@ def test_the_frontier_keeps_only_points_no_other_beats_on_both_axes():
     (["--search", "--sweep-buffer", "4096"], "--search picks its own loads"),
     (["--search-top", "3"], "only with --search"),
     (["--search", "--search-policy", "nosuch"], "--search-policy nosuch: unknown policy"),
+    (["--search", "--search-policy", "lru,lru"], "lru is given twice"),  # searched twice, before
+    (["--search", "--search-policy", "lru,,fifo"], "give at least one policy"),  # the empty item was dropped
     (["--search", "--price-gpu-hour", "3"], "--search picks its own loads"),
 ])
 def test_search_options_are_checked(capsys, args, message):

@@ -59,23 +59,20 @@ def check_args(args: argparse.Namespace, given: list[str]) -> None:
                             "does not apply (use --search-buffer / --search-host-ratio / --search-policy)")
     if args.validate:
         raise HisparseError("--search and --validate: give one")
+    _policies(args.search_policy)  # before the scenario loads
 
 
 def _policies(text: str | None) -> tuple[str, ...]:
-    from ..errors import HisparseError
+    """--search-policy: all, or a list checked as every policy list is (known, none empty or twice)."""
     from ..replay.policies import POLICY_IDS
     from ..serving.search import DEFAULT_POLICIES
+    from .common import check_policies
 
     if text is None:
         return DEFAULT_POLICIES
     if text.strip() == "all":
         return tuple(POLICY_IDS)
-    names = tuple(t.strip() for t in text.split(",") if t.strip())
-    unknown = [n for n in names if n not in POLICY_IDS]
-    if unknown or not names:
-        raise HisparseError(f"--search-policy {text}: unknown policy {', '.join(unknown) or '(none given)'} "
-                            f"(policies: {', '.join(POLICY_IDS)}, or all)")
-    return names
+    return tuple(check_policies(text.split(","), list(POLICY_IDS), option=f"--search-policy {text}"))
 
 
 def run_search_cmd(args: argparse.Namespace, sc) -> int:
