@@ -281,6 +281,20 @@ def test_clock_mtp_steps_config():
         ReplayConfig(policy="sglang-clock", mtp_steps=2, semantics="sequential")
 
 
+@pytest.mark.parametrize("policy, ways", [("sglang-clock", 32), ("salru", 4)])
+def test_a_commit_longer_than_the_stream_is_the_whole_stream(policy, ways):
+    """``--mtp-steps 999999999`` on a 25-step stream sized the step loop's buffers by the group
+    (out of memory); a commit cannot span more steps than the stream has, so any group from the
+    stream's length up replays the same as that length, and costs no more."""
+    s = random_stream(np.random.default_rng(3), steps=25, k=8, ctx0=40, overlap=0.6)
+    whole = replay_policy(policy, s.indices, s.ctx_len, 16, reserve=True, prefix=True, batched=True, seed=0,
+                          group=25, param=ways if policy == "salru" else 0)
+    for group in (26, 2**20, 2**40):
+        run = replay_policy(policy, s.indices, s.ctx_len, 16, reserve=True, prefix=True, batched=True, seed=0,
+                            group=group, param=ways if policy == "salru" else 0)
+        assert run.misses.tolist() == whole.misses.tolist() and run.slot_pos.tolist() == whole.slot_pos.tolist()
+
+
 # ---------------------------------------------------------------- the bundled DSA traces
 
 def _trace_streams(name, n):

@@ -51,6 +51,8 @@ def replay_policy(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer:
     args = (idx, ctx, int(buffer), reserve, prefix, batched, int(seed), nu, state.next_use, misses, record, slots,
             state.slot_rows, state.position_rows, state.scalars)
     if REGISTRY[pid].placed:
-        args += (int(group), int(param))
+        # a commit never spans more than the stream's steps, and the step loop sizes its buffers by
+        # group x width: --mtp-steps 999999999 asked for gigabytes to replay 20 steps
+        args += (int(min(group, max(idx.shape[0], 1))), int(param))
     slot_pos, order = entries.ENTRIES[pid](*args)
     return PolicyRun(misses, slot_pos, order, slots if record else None)
