@@ -58,3 +58,16 @@ def plan_steps(*, ranks: int, instances: int, concurrency: int, rate: float, req
         return per_rank * (chunks + longest_out)
     clients = ceil_div(max(concurrency, 1), max(ranks, 1))
     return requests_per_client * (clients * chunks + longest_out)
+
+
+def available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), in bytes; None where unknown. Commands whose memory
+    grows with an input's size (a context near 2**31 tokens) check it before any work."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -342,3 +343,24 @@ def test_two_outputs_at_one_path_are_refused_before_any_work(tmp_path, trace, no
     code, _, err = run_cli([*argv, "--quiet", "--out", str(same), "--report", str(same)], capsys)
     assert_clean_error(code, err, f"--report {same}", "also --out's folder")
     assert not same.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["g.toml", "t.hst"]
+
+
+def test_a_generated_context_past_int32_or_memory_is_refused_before_any_draw(tmp_path, monkeypatch, capsys):
+    """``trace gen --ctx0 2147483647`` grew to tens of GB and was killed by the kernel (a temp file
+    left); its per-position arrays are held to int32 positions and to the memory available."""
+    import simulator.limits as limits
+
+    out = tmp_path / "g.hst"
+    shape = ["--topk", "8", "--steps", "2", "--layers", "1", "--requests", "1", "--quiet", "--out", str(out)]
+    code, _, err = run_cli(["trace", "gen", "--ctx0", str(2**31), *shape], capsys)
+    assert_clean_error(code, err, "--ctx0 2147483648", "past 2147483647")
+    monkeypatch.setattr(limits, "available_memory", lambda: 10 * 2**20)  # 10 MiB
+    code, _, err = run_cli(["trace", "gen", "--ctx0", str(10**6), *shape], capsys)
+    assert_clean_error(code, err, "--ctx0 1000000", "GiB are available")
+    assert list(tmp_path.iterdir()) == []
+    targets = tmp_path / "t.toml"  # trace fit --targets draws its [shape] through the same check
+    targets.write_text((Path("traces/targets/dsv32.toml")).read_text().replace("ctx0 = 68665", "ctx0 = 1000000"))
+    code, _, err = run_cli(["trace", "fit", "--targets", str(targets), "--quiet", "--out", str(tmp_path / "k.toml")],
+                           capsys)
+    assert_clean_error(code, err, f"{targets}: [shape] ctx0 1000000", "GiB are available")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.toml"]

@@ -160,15 +160,9 @@ BYTES_PER_SLOT = (5 * 8 + 2) * 8
 
 
 def _available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), in bytes; None where unknown."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
+    from ..limits import available_memory
+
+    return available_memory()
 
 
 def _check_memory(trace, buffer: int, workers: int) -> None:
