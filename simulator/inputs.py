@@ -126,15 +126,27 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON (JSON has no NaN or infinity)")
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members, refusing a name given twice (json keeps the last one silently, where
+    TOML refuses it: ``{"gpu": {"link_bw": 5.5e10, "link_bw": 1}}`` priced the link at 1 B/s)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is given twice in one object")
+        out[key] = value
+    return out
+
+
 def parse_json(text: str | bytes, where: str) -> Any:
-    """Parse JSON text with the nesting bound, refusing NaN and Infinity literals."""
+    """Parse JSON text with the nesting bound, refusing NaN and Infinity literals and a key given
+    twice in one object."""
     import json
 
     if isinstance(text, bytes | bytearray | memoryview):
         text = _text(bytes(text), where, "JSON file")
     _check_depth(text, where, toml=False)
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except ValueError as exc:
         raise HisparseError(f"{where}: not valid JSON ({exc})") from None
     except RecursionError:

@@ -5,6 +5,7 @@ member of either class, in any input of any command, is one line naming the file
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -113,6 +114,25 @@ def test_json_inputs_refuse_nan(tmp_path, literal):
     path.write_text(f'{{"params": {{"swap_in_launch_us": {literal}}}}}')
     with pytest.raises(HisparseError, match="NaN"):
         inputs.read_json(path)
+
+
+def test_json_inputs_refuse_a_key_given_twice(tmp_path, capsys):
+    """json keeps the last of two equal keys silently (TOML refuses them): a calibration JSON with
+    a second ``link_bw`` of 1 B/s planned with it. Every JSON input goes through parse_json."""
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    text = (Path("simulator/presets/calibration/h200.json")).read_text()
+    at = text.index('"link_bw"')
+    end = text.index(",", at)
+    path = tmp_path / "cal.json"
+    path.write_text(text[:end + 1] + ' "link_bw": 1.0,' + text[end + 1:])
+    assert json.loads(path.read_text())["gpu"]["link_bw"] == 1.0  # what json alone would use
+    code, _, err = run_cli(["plan", "--calibration", str(path), "--concurrency", "1", "--no-search", "--quiet"],
+                           capsys)
+    assert_clean_error(code, err, str(path), "'link_bw' is given twice")
+    with pytest.raises(HisparseError, match="'a' is given twice"):
+        inputs.parse_json('[{"b": 1}, {"a": 1, "a": 1}]', "x")
+    assert inputs.parse_json('[{"a": 1}, {"a": 2}]', "x") == [{"a": 1}, {"a": 2}]  # other objects: fine
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "ten", "1.5x"])
