@@ -266,3 +266,17 @@ def test_comm_refit_of_a_folder_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "is a folder" in err and str(tmp_path) in err, err
     assert (out / "h200.json").read_bytes() == before
+
+
+def test_a_failed_refit_leaves_no_new_folder_and_a_good_one_makes_it(tmp_path, capsys):
+    """calibrate --comm-refit BAD.csv / --refit made --out (empty) before finding the input bad."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text("")
+    assert main(["calibrate", "--comm-refit", str(bad), "--out", str(tmp_path / "new")]) == 2
+    assert main(["calibrate", "--refit", "--out", str(tmp_path / "new2")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.csv" in err and "missing" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
+    csv = synthetic_csv(tmp_path / "comm-h200.csv")
+    assert main(["calibrate", "--comm-refit", str(csv), "--out", str(tmp_path / "made" / "cal")]) == 0
+    assert sorted(p.name for p in (tmp_path / "made" / "cal").iterdir()) == ["comm-h200.png", "h200.json"]

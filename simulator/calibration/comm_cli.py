@@ -16,7 +16,8 @@ def run_comm(args: argparse.Namespace) -> int:
         raise HisparseError("--comm and --comm-refit: give one (measure here, or fit a saved CSV)")
     if args.refit:
         raise HisparseError("--refit refits the kernel terms; --comm/--comm-refit the communication terms: give one")
-    os.makedirs(args.out, exist_ok=True)
+    if args.comm:  # the harness writes its CSV there; a refit's files are swapped in by calibrate_comm
+        os.makedirs(args.out, exist_ok=True)
     out_json = os.path.join(args.out, f"{args.gpu}.json")
     what = "--comm" if args.comm else f"--comm-refit {args.comm_refit}"
     command = f"hisparse calibrate {what} --gpu {args.gpu} --out {args.out}"

@@ -232,7 +232,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..costmodel.ops import Layout
     from ..errors import HisparseError
 
-    os.makedirs(args.out, exist_ok=True)
+    if not args.refit:  # a refit reads its tables from --out: a missing folder is its error, not made empty
+        os.makedirs(args.out, exist_ok=True)
     out_json = os.path.join(args.out, f"{args.gpu}.json")
     hint = f"--refit and --terms {args.terms} need a previous hisparse calibrate run"
     needs_old = args.refit or args.terms != "all"
