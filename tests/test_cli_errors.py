@@ -52,6 +52,8 @@ def test_policy_lists(trace, no_work, capsys, command, value, says):
 
 
 @pytest.mark.parametrize("argv, option, says", [
+    (["replay", "T", "--vs", "nope"], "--vs", "unknown policy 'nope'"),  # was blamed on --policy
+    (["mrc", "T", "--vs", "LRU"], "--vs", "unknown policy 'LRU'"),
     (["replay", "T", "--window", "0"], "--window", "positive integer"),
     (["replay", "T", "--window", "-100"], "--window", "positive integer"),
     (["replay", "T", "--workers", "0"], "--workers", "positive integer"),

@@ -128,7 +128,7 @@ def _with_baseline(args, policies):
     """The policies with --vs's appended (once)."""
     if args.vs is None:
         return policies
-    check_policies([args.vs], POLICIES)
+    check_policies([args.vs], POLICIES, option="--vs")
     return policies if args.vs in policies else [*policies, args.vs]
 
 
