@@ -243,6 +243,9 @@ _FIT = '[fit]\nstart = "high-overlap"\n[[fit.param]]\nname = "r"\nknobs = ["rete
      "[fit] steps must be an integer >= 1"),
     (_ONE_TARGET + _FIT.replace('start = "high-overlap"', 'start = "high-overlap"\nknobs = 5'),
      "[fit] knobs must be a [fit.knobs] table"),
+    # a name given twice: the target weighed twice in the fit; the parameters' values collapsed into one
+    (_ONE_TARGET + _ONE_TARGET.split("\n", 6)[6], "target 1 and 2 are both named 'ov'"),
+    (_ONE_TARGET + _FIT + _FIT.split("\n", 2)[2], "name 'r' is given to an earlier [[fit.param]] too"),
 ])
 def test_bad_targets_values_are_one_line_errors(tmp_path, capsys, text, problem):
     bad = tmp_path / "bad.toml"

@@ -62,6 +62,8 @@ def _params(targets: Targets) -> list[Param]:
             raise HisparseError(f"{where}: needs name = \"...\", knobs = [\"knob\", ...] (at least one), "
                                 "and finite numbers lo and hi")
         param = Param(p["name"], tuple(refs), str(p.get("mode", "set")), float(lo), float(hi))
+        if any(q.name == param.name for q in out):  # the fit's values and [fit] initial are keyed by name
+            raise HisparseError(f"{where}: name {param.name!r} is given to an earlier [[fit.param]] too (each once)")
         if param.mode not in ("set", "add") or not param.lo < param.hi:
             raise HisparseError(f"{where}: mode must be 'set' or 'add' and lo < hi")
         out.append(param)

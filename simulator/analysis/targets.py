@@ -126,6 +126,11 @@ def load_targets(spec: str) -> Targets:
     targets = tuple(_target(path, i, t, shape) for i, t in enumerate(raw_targets))
     if not targets:
         raise HisparseError(f"{path}: no [[target]] tables")
+    names = [t.name for t in targets]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:  # a target given twice weighs twice in the fit and reads as one in the report
+        raise HisparseError(f"{path}: target {names.index(twice) + 1} and {names.index(twice, names.index(twice) + 1) + 1} "
+                            f"are both named {twice!r} (each name once)")
     return Targets(path, shape, targets, _table(path, data, "fit"))
 
 
