@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,8 +72,30 @@ def test_one_job_prefetches_nothing(monkeypatch):
     assert prefetch.prefetch(lambda: pytest.fail("no dry run with one job")) == 0
 
 
-def test_hisparse_jobs_must_be_a_number(monkeypatch, capsys):
-    monkeypatch.setenv("HISPARSE_JOBS", "two")
+@pytest.mark.parametrize("value", ["two", "0", "-3"])  # 0 and -3 ran as 1, silently
+def test_hisparse_jobs_must_be_a_number(monkeypatch, capsys, value):
+    monkeypatch.setenv("HISPARSE_JOBS", value)
     assert main(["plan", "--concurrency", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "HISPARSE_JOBS" in err and "Traceback" not in err
+    assert f"HISPARSE_JOBS={value!r}" in err and "1 or more" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["file", "/dev/null"])
+def test_hisparse_cache_that_is_a_file_is_named(tmp_path, monkeypatch, capsys, where):
+    """HISPARSE_CACHE=/dev/null failed at the first cache write, naming a cache file, not the variable."""
+    path = tmp_path / "c" if where == "file" else Path(where)
+    if where == "file":
+        path.write_text("")
+    monkeypatch.setenv("HISPARSE_CACHE", str(path))
+    assert main(["plan", "--concurrency", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"HISPARSE_CACHE={path}: is a file, not a folder" in err and err.count("\n") == 1
+
+
+def test_an_empty_hisparse_cache_is_the_default_not_the_working_folder(tmp_path, monkeypatch):
+    """HISPARSE_CACHE= (empty) cached into the working folder (Path(''))."""
+    from simulator.serving.misses import cache_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("HISPARSE_CACHE", "")
+    assert cache_dir() == tmp_path / ".cache" / "hisparse-sim"

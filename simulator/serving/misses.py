@@ -105,7 +105,15 @@ class MissProfiles:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("HISPARSE_CACHE", Path.home() / ".cache" / "hisparse-sim"))
+    """``HISPARSE_CACHE`` (unset or empty: ~/.cache/hisparse-sim): a folder, or one to create. A
+    file there (``HISPARSE_CACHE=/dev/null``) failed at the first write naming a cache file, not
+    the variable."""
+    raw = os.environ.get("HISPARSE_CACHE", "")
+    path = Path(raw) if raw else Path.home() / ".cache" / "hisparse-sim"
+    if raw and (path.exists() or path.is_symlink()) and not path.is_dir():
+        raise HisparseError(f"HISPARSE_CACHE={raw}: is a file, not a folder (the cache of replayed misses and "
+                            "generated traces); give a folder, or unset it for ~/.cache/hisparse-sim")
+    return path
 
 
 def _default_trace_path() -> Path | None:

@@ -85,11 +85,15 @@ def jobs_from_env() -> int:
     raw = os.environ.get("HISPARSE_JOBS", "").strip()
     if raw:
         try:
-            return max(1, int(raw))
+            jobs = int(raw)
         except ValueError:
+            jobs = 0
+        if jobs < 1:  # 0 or -3 ran as 1, silently
             from ..errors import HisparseError
 
-            raise HisparseError(f"HISPARSE_JOBS={raw!r}: must be a whole number of worker processes") from None
+            raise HisparseError(f"HISPARSE_JOBS={raw!r}: must be a whole number of worker processes, 1 or more "
+                                "(1 turns the workers off)")
+        return jobs
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
