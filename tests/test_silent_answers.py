@@ -231,3 +231,23 @@ def test_a_corrupt_chunk_header_is_not_out_of_memory(tmp_path, capsys):
     code, _, err = run_cli(["trace", "validate", str(path)], capsys)
     assert_clean_error(code, err, str(path))
     assert "out of memory" not in err
+
+
+@pytest.mark.parametrize("how", ["set", "file"])
+def test_a_closed_loop_workload_with_a_rate_is_refused(tmp_path, capsys, no_simulation, how):
+    """rate_per_s > 0 on a closed-loop workload was ignored: the plan ran closed loop at the
+    concurrencies, the rate nowhere in its answer."""
+    if how == "set":
+        argv, where = ["--set", "workload.rate_per_s=1"], "--set workload.rate_per_s=1"
+    else:
+        path = tmp_path / "w.toml"
+        path.write_text(_with(_preset("workloads", "32k-in-8k-out"), "rate_per_s", "1.5"))
+        argv, where = ["--workload", str(path)], str(path)
+    ok, err = _accepts(["plan", *argv, "--concurrency", "4"], capsys)
+    assert not ok and where in err and "rate_per_s = " in err and "closed loop" in err
+    if how == "set":
+        ok, _ = _accepts(["plan", *argv, "--set", "workload.arrival=open"], capsys)
+    else:  # a file is checked on its own, before --set applies
+        path.write_text(_with(path.read_text(), "arrival", '"open"'))
+        ok, _ = _accepts(["plan", *argv], capsys)
+    assert ok  # the same rate on an open-loop workload plans

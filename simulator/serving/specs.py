@@ -717,6 +717,9 @@ class WorkloadSpec(Spec):
     def _check(self, where: str) -> None:
         if self.arrival == Arrival.OPEN and self.rate_per_s <= 0:
             raise HisparseError(f"{where}: arrival = \"open\" needs rate_per_s > 0 (or give --rate)")
+        if self.arrival == Arrival.CLOSED and self.rate_per_s > 0:  # was ignored: the plan ran closed loop
+            raise HisparseError(f"{where}: rate_per_s = {self.rate_per_s:g} applies to arrival = \"open\"; this "
+                                "workload is closed loop (set arrival = \"open\", or rate_per_s = 0, or give --rate)")
 
 
 @dataclass(frozen=True)
