@@ -366,3 +366,13 @@ def test_a_generated_context_past_int32_or_memory_is_refused_before_any_draw(tmp
                            capsys)
     assert_clean_error(code, err, f"{targets}: [shape] ctx0 1000000", "GiB are available")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.toml"]
+
+
+@pytest.mark.parametrize("extra", [["--address", "127.0.0.1:6379"], ["--workers", "3"]])
+def test_ray_options_with_no_ray_are_refused(tmp_path, trace, capsys, extra):
+    """``sweep --no-ray --address HOST:PORT`` ran the points in this process, the cluster ignored."""
+    grid = tmp_path / "g.toml"
+    grid.write_text(f'kind = "replay"\n[fixed]\ntrace = "{trace}"\n[grid]\nbuffer = [16, 20]\n')
+    code, _, err = run_cli(["sweep", str(grid), "--no-ray", *extra, "--quiet", "--out", str(tmp_path / "s")], capsys)
+    assert_clean_error(code, err, extra[0], "not with --no-ray")
+    assert not (tmp_path / "s").exists()

@@ -38,7 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--address", type=parse_address, default=None,
                    help="Ray cluster address: host:port (the head's GCS), ray://host[:port], or auto; it must "
                         "answer within HISPARSE_RAY_TIMEOUT seconds, 15 unless set (default: start a local instance)")
-    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 2,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="CPUs of the local Ray instance (default: this machine's cores)")
     p.add_argument("--resume", action="store_true", help="skip points already finished in --out")
     p.add_argument("--no-ray", dest="use_ray", action="store_false", help="run the points in this process")
@@ -238,9 +238,14 @@ def _print_failures(table, limit: int = 20) -> None:
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
+    from ..errors import HisparseError
     from ..sweep.grid import load_grid
     from ..sweep.runner import run_sweep
 
+    ray_only = [o for o, v in (("--address", args.address), ("--workers", args.workers)) if v is not None]
+    if not args.use_ray and ray_only:  # were ignored: the points ran here, not on the cluster named
+        raise HisparseError(f"{' and '.join(ray_only)}: set{'s' if len(ray_only) == 1 else ''} the Ray cluster; "
+                            "not with --no-ray (the points run in this process)")
     grid = load_grid(args.grid)
     check_values(grid, args.grid)
 
@@ -251,8 +256,8 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
 
         return tqdm(total=total, initial=done, desc="points", unit="pt", file=sys.stderr)
 
-    table = run_sweep(grid, args.out, address=args.address, workers=args.workers, resume=args.resume,
-                      use_ray=args.use_ray, max_points=args.max_points, progress=bar)
+    table = run_sweep(grid, args.out, address=args.address, workers=args.workers or os.cpu_count() or 2,
+                      resume=args.resume, use_ray=args.use_ray, max_points=args.max_points, progress=bar)
     failed = int((table["error"] != "").sum()) if "error" in table else 0
     if args.report:
         from ..report.sweep_html import sweep_data, write_sweep_report
