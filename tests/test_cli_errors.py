@@ -376,3 +376,23 @@ def test_ray_options_with_no_ray_are_refused(tmp_path, trace, capsys, extra):
     code, _, err = run_cli(["sweep", str(grid), "--no-ray", *extra, "--quiet", "--out", str(tmp_path / "s")], capsys)
     assert_clean_error(code, err, extra[0], "not with --no-ray")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("damage", [b"junk", b""])
+def test_resume_over_an_unreadable_part_runs_its_point_again(tmp_path, trace, capsys, damage):
+    """``sweep --resume`` over a truncated or emptied part was a pyarrow traceback."""
+    import pandas as pd
+
+    grid = tmp_path / "g.toml"
+    grid.write_text(f'kind = "replay"\n[fixed]\ntrace = "{trace}"\n[grid]\nbuffer = [16, 20]\n')
+    out = tmp_path / "s"
+    argv = ["sweep", str(grid), "--no-ray", "--quiet", "--out", str(out)]
+    assert run_cli(argv, capsys)[0] == 0
+    before = pd.read_parquet(out / "results.parquet")
+    part = sorted((out / "parts").iterdir())[0]
+    part.write_bytes(damage)
+    with pytest.warns(UserWarning, match="not a readable sweep part"):
+        code, _, err = run_cli([*argv, "--resume"], capsys)
+    assert code == 0 and "Traceback" not in err
+    after = pd.read_parquet(out / "results.parquet")
+    pd.testing.assert_frame_equal(after.drop(columns="seconds"), before.drop(columns="seconds"))  # timing differs

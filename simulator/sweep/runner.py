@@ -34,11 +34,24 @@ def _write_part(out: Path, grid: Grid, point: dict[str, Any], result: dict[str, 
 
 
 def finished(out: Path, grid: Grid) -> set[str]:
-    """Points with a successful part on disk."""
+    """Points with a successful part on disk. A part that does not read back as one (truncated,
+    emptied, another program's file: a pyarrow traceback under --resume) is removed with a warning
+    and its point runs again."""
+    import warnings
+
     done = set()
     for p in grid.points:
         part = _part_path(out, point_id(p))
-        if part.exists() and not pd.read_parquet(part, columns=["error"])["error"].iloc[0]:
+        if not part.exists():
+            continue
+        try:
+            error = pd.read_parquet(part, columns=["error"])["error"].iloc[0]
+        except (OSError, ValueError, KeyError, IndexError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            warnings.warn(f"{part}: not a readable sweep part ({str(exc).splitlines()[0][:120]}); its point runs "
+                          "again", stacklevel=1)
+            part.unlink()
+            continue
+        if not error:
             done.add(point_id(p))
     return done
 
