@@ -55,6 +55,8 @@ def test_policy_lists(trace, no_work, capsys, command, value, says):
     (["replay", "T", "--vs", "nope"], "--vs", "unknown policy 'nope'"),  # was blamed on --policy
     (["mrc", "T", "--vs", "LRU"], "--vs", "unknown policy 'LRU'"),
     (["replay", "T", "--window", "0"], "--window", "positive integer"),
+    (["replay", "T", "--window", "99999999999999999999"], "--window", "at most 2**63 - 1"),  # OverflowError
+    (["trace", "info", "T", "--local", str(2**63)], "--local", "at most 2**63 - 1"),  # OverflowError
     (["replay", "T", "--window", "-100"], "--window", "positive integer"),
     (["replay", "T", "--workers", "0"], "--workers", "positive integer"),
     (["replay", "T", "--workers", "two"], "--workers", "expected an integer"),

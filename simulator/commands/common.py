@@ -76,8 +76,10 @@ def _range(lo, hi, noun: str) -> str:
     return f"{noun} >= {lo}" if lo is not None else f"{noun} <= {hi}"
 
 
-positive_int = int_in(1, what="a positive integer (>= 1)")
-nonneg_int = int_in(0, what="a non-negative integer (>= 0)")
+# Counts and sizes end up in numpy int64 (a window of 10**20 was an OverflowError traceback)
+MAX_INT = 2**63 - 1
+positive_int = int_in(1, MAX_INT, what="a positive integer (>= 1, at most 2**63 - 1)")
+nonneg_int = int_in(0, MAX_INT, what="a non-negative integer (>= 0, at most 2**63 - 1)")
 buffer_size = int_in(1, MAX_BUFFER, what=f"a buffer size from 1 to {MAX_BUFFER} slots")
 # Seeds go to numpy's generators (non-negative) and to compiled code as int64.
 seed_int = int_in(0, 2**63 - 1, what="a seed from 0 to 2**63 - 1")
