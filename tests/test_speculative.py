@@ -293,3 +293,12 @@ def test_whatif_verdict_by_hand():
     assert out["gain"] == pytest.approx(180 / 500) and out["verdict"] == "loses"
     assert compare(rows, slo_tpot_ms=200, slo_ttft_s=None, band=0.1)["systems"]["baseline"]["verdict"] == "tie"
     assert "LOSES" in summary_lines({"band": 0.1, "systems": {"baseline": out}})[0]
+
+
+def test_equal_acceptance_probabilities_are_a_distribution(capsys):
+    """--accept-probs 0.5,0.5 (accept 1 or 2 tokens, evenly) was refused: '0.5 is given twice'."""
+    from simulator.cli import build_parser
+
+    args = build_parser().parse_args(["plan", "--speculative", "eagle:1-1-2", "--accept-probs", "0.5,0.5"])
+    assert args.accept_probs == [0.5, 0.5]
+    assert parse_speculative("eagle:1-1-2", accept_probs=tuple(args.accept_probs)).accept_probs == (0.5, 0.5)

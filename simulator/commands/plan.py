@@ -93,7 +93,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accept-method", choices=("multinomial", "match-expected"), default=None,
                    help="--speculative: how each step's accept length is drawn around --accept-len, as "
                         "SGLANG_SIMULATE_ACC_METHOD (default multinomial, SGLang's default)")
-    p.add_argument("--accept-probs", type=comma_list(nonneg_float), default=None, metavar="P1,P2,...",
+    p.add_argument("--accept-probs", type=comma_list(nonneg_float, unique=False), default=None, metavar="P1,P2,...",
                    help="--speculative: P(accept length = 1..steps+1) per step instead of --accept-len (seeded draws)")
     p.add_argument("--compare-speculative", action="store_true", default=None,
                    help="what-if: also plan without speculative decoding and say whether it pays off at each load "
