@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from simulator.cli import main
-from simulator.commands import plan as plan_cmd
+from simulator.commands import plan_text as plan_cmd
 from simulator.commands.text_table import supported, to_string
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
 
 from ..serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
 from .common import (
@@ -21,6 +20,9 @@ from .common import (
     print_json,
     seed_int,
 )
+from .plan_summary import prefetch_report, scenario_summary
+from .plan_text import print_bands, print_launch, print_nodes, print_report
+from .plan_validate import VALIDATE_FILES, run_validate
 
 
 def _presets(kind: str) -> str:
@@ -163,7 +165,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 PLAN_FILES = ("plan.csv", "plan.json", "throughput.png", "launch.sh", "hisparse-config.json")
-VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
 
 
 def out_files(args: argparse.Namespace) -> tuple[str, ...]:
@@ -220,15 +221,6 @@ def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     return found
 
 
-SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment": "steady tok/s",
-         "makespan_tok_s_deployment": "makespan tok/s", "steady_tok_s_per_gpu": "tok/s/GPU",
-         "tpot_p50_ms": "TPOT p50 ms", "tpot_p99_ms": "TPOT p99 ms", "itl_p99_ms": "ITL p99 ms",
-         "ttft_p50_s": "TTFT p50 s", "ttft_p99_s": "TTFT p99 s", "running_deployment": "running",
-         "max_running_deployment": "max run", "kv_used_gb_per_gpu": "KV GB/GPU", "host_used_gb_per_gpu": "host GB/GPU",
-         "miss_share": "miss", "comm_share": "comm", "overloaded": "over", "usd_per_m_output_tokens": "$/M out",
-         "band": "band"}
-
-
 # Plan options whose argparse default is None, so that a value the user gave can be told apart from
 # the default: (dest, option, the default a plan uses). --validate uses none of them.
 PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
@@ -264,7 +256,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
             raise HisparseError(f"--validate runs each published set's own scenario and load: "
                                 f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply (it takes --trace, --calibration, --seed, "
                                 "--json, --out, --report, --quiet)")
-        return _run_validate(args)
+        return run_validate(args)
     if "--concurrency" in given and "--rate" in given:
         raise HisparseError("--concurrency and --rate: give one (closed loop at each concurrency, or open loop "
                             "at each arrival rate), not both")
@@ -353,9 +345,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates),
                                      "speculative": spec.describe() if spec is not None else None},
-              "scenario": _scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
+              "scenario": scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
               "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
-              "indexshare_prefetch": _prefetch_report(sc, plan),
+              "indexshare_prefetch": prefetch_report(sc, plan),
               "bands": bands, "cannot_run": [{"system": who, "reason": why} for who, why in plan.cannot_run]}
     if args.compare_speculative:
         from ..serving.spec_whatif import compare
@@ -368,7 +360,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     report = json_safe(report)  # a figure the model cannot give is null (with its reason), never NaN
     if _emit(args, rows, report, rec):
         return 0
-    _print_report(sc, plan, rows, rec, report["search"])
+    print_report(sc, plan, rows, rec, report["search"])
     if spec is not None:
         print(f"{spec.describe()}; TPOT = step time / tokens kept (bench_serving's definition)")
     if "speculative_whatif" in report:
@@ -379,12 +371,12 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     if "prefetch_whatif" in report:
         for line in prefetch_whatif.summary_lines(report["prefetch_whatif"]):
             print(line)
-    _print_bands(bands)
+    print_bands(bands)
     if prices:
         print(f"prices ({prices.source}): ${prices.gpu_hour:g}/GPU-hour x {sc.deployment.gpus} GPUs, "
               f"${prices.host_gb_month:g}/GB-month of pinned host pool (HiSparse's; 730 h/month); $/M out = $/h over "
               "steady output tokens")
-    _print_launch(report["launch"], rec, sc.workload.tokenize_prompt)
+    print_launch(report["launch"], rec, sc.workload.tokenize_prompt)
     return 0
 
 
@@ -425,20 +417,6 @@ def _add_bands(rows: list[dict], sc) -> dict:
         r["ttft_band"] = t["band"] if t else None
         r["ttft_band_set"] = t["set"] if t else None
     return out
-
-
-def _print_bands(bands: dict) -> None:
-    for system in ("baseline", "hisparse"):
-        b, t = bands.get(system), bands.get(system + "_ttft")
-        if b:
-            print(f"band {system}: +-{b['band']:.0%} (largest {b['max']:.0%}, {b['points']} points) on throughput, "
-                  f"TPOT and ITL: {b['how']}")
-        else:
-            print(f"band {system}: none (no published set)")
-        if t:
-            print(f"band {system} TTFT: +-{t['band']:.0%} (largest {t['max']:.0%}, {t['points']} points): {t['how']}")
-        else:
-            print(f"band {system} TTFT: none (no published set measured TTFT)")
 
 
 def _emit(args: argparse.Namespace, rows: list[dict], report: dict, rec: dict) -> bool:
@@ -501,12 +479,12 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
         per_nodes[n], gpus[n] = rec["choice"], sc.deployment.gpus
         all_rows += rows
-        reports[n] = {"scenario": _scenario_summary(sc), "recommendation": rec, "overrides": list(extra),
+        reports[n] = {"scenario": scenario_summary(sc), "recommendation": rec, "overrides": list(extra),
                       "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec)}
         if not args.json:
             print(f"######## {n} node(s) of {cluster.name}: " + (" ".join(f"--set {o}" for o in extra) or "the deployment as given"))
-            _print_report(sc, plan, rows, rec, reports[n]["search"])
-            _print_launch(reports[n]["launch"], rec, sc.workload.tokenize_prompt)
+            print_report(sc, plan, rows, rec, reports[n]["search"])
+            print_launch(reports[n]["launch"], rec, sc.workload.tokenize_prompt)
             print()
     summary = nodes_summary(per_nodes, gpus)
     first = reports[args.nodes[0]]
@@ -522,27 +500,8 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
                         "prices": prices.as_dict() if prices else None})
     if _emit(args, all_rows, report, rec_all):
         return 0
-    _print_nodes(summary, cluster.name)
+    print_nodes(summary, cluster.name)
     return 0
-
-
-def _print_nodes(summary: dict, cluster: str) -> None:
-    print(f"one node or more ({cluster}): the best point of each node count under the targets")
-    for n in summary["nodes"]:
-        b = summary["best"][n]
-        if b is None:
-            print(f"  {n} node(s), {summary['gpus'][n]} GPUs: no point meets the targets while serving its load")
-            continue
-        print(f"  {n} node(s), {summary['gpus'][n]} GPUs: {_where(b)}: {b['steady_tok_s_deployment']:.0f} tok/s steady, "
-              f"{b['steady_tok_s_per_gpu']:.1f} per GPU, TPOT p99 {b['tpot_p99_ms']:.1f} ms, TTFT p99 {b['ttft_p99_s']:.1f} s")
-    c = summary.get("choice")
-    if c is None:
-        print("recommendation (nodes): none of the node counts meets the targets")
-        return
-    tie = (f" (a tie within the model's error band {summary['tie_band']:.0%}: the fewest nodes named)"
-           if summary.get("tie") else "")
-    print(f"recommendation (nodes): {c} node(s): the most output tokens/s per GPU under the targets{tie}; "
-          f"the most in all: {summary['most_served']} node(s)")
 
 
 def _search_summary(plan, off: bool) -> dict:
@@ -579,376 +538,6 @@ def _launches(sc, rec: dict) -> dict:
     return out
 
 
-def _print_launch(launch: dict, rec: dict, tokenize_prompt: bool = False) -> None:
-    """The choice's SGLang launch, and the bench_serving load it was predicted at; with the workload's
-    tokenize_prompt the prompts go as token ids (--tokenize-prompt: no TokenizerManager time in TTFT)."""
-    lc, choice = launch["choice"], rec["choice"]
-    if lc is None:
-        return
-    ids = " --tokenize-prompt" if tokenize_prompt else ""
-    load = (f"at most {choice['concurrency']} concurrent requests from the clients (bench_serving "
-            f"--max-concurrency {choice['concurrency']}{ids})" if choice["concurrency"] else
-            f"{choice['rate_per_s']:.4g} requests/s offered (bench_serving --request-rate {choice['rate_per_s']:.4g}{ids})")
-    print(f"launch ({lc['system']}, {lc['instances']} instance(s); serve {load}):")
-    print(f"  {lc['command']}")
-    if lc["hisparse_config"]:
-        print(f"  --hisparse-config: {json.dumps(lc['hisparse_config'])}")
-    for note in lc["notes"]:
-        print(f"  note: {note}")
-
-
-def _scenario_summary(sc) -> dict:
-    from ..serving.memory import plan_memory
-
-    base = plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)
-    hi = plan_memory(sc.model, sc.gpu, sc.deployment, sc.hisparse, where=sc.files)
-    d = sc.deployment
-    return {"files": {"model": sc.model.where, "gpu": sc.gpu.where, "deployment": d.where,
-                      "workload": sc.workload.where, "hisparse": sc.hisparse.where},
-            "calibration": sc.calibration, "calibrated": sc.params.calibrated, "overrides": list(sc.overrides),
-            "trace": {"file": sc.trace, "how": sc.trace_how},
-            "unsourced_terms": list(sc.params.unsourced), "notes": list(sc.notes),
-            "step_terms": _step_terms_summary(sc),
-            "decode_step_ms": _step_report(sc, base),
-            "term_sources": sc.cost_model(deployment=d).term_sources(),
-            "layout": {"gpus": d.gpus, "instances": d.instances, "ranks": d.ranks, "attn_tp": d.attn_tp,
-                       "attention": d.attention.value, "mode": d.mode.value, "moe": d.moe.value},
-            "memory_per_rank": {"baseline": base.__dict__, "hisparse": hi.__dict__}}
-
-
-def _step_report(sc, base) -> dict:
-    """A baseline decode step at its full batch (the running cap or the pool, per scheduler), every
-    request at the workload's mean context, by term group (ms)."""
-    w = sc.workload
-    ctx = w.input_tokens + w.output_tokens / 2
-    full = max(1, min(base.max_running, base.pool_tokens // (w.input_tokens + w.output_tokens)))
-    c = sc.cost_model()
-    return {"requests_per_scheduler": full, "context_tokens": ctx, **c.step_report(full, ctx)}
-
-
-def _prefetch_report(sc, plan) -> dict | None:
-    """What the IndexShare prefetch hides of a HiSparse decode step's swap-in (costmodel/indexshare.py),
-    at one request and at the HiSparse full batch per scheduler, every request at the workload's mean
-    context missing the trace's steady miss ratio; None for a model without shared layers."""
-    from ..costmodel.passes import CostModel, Pass, PassShape
-    from ..serving.memory import plan_memory
-
-    m, d, w, hs = sc.model, sc.deployment, sc.workload, sc.hisparse
-    if not m.shared_layers or not plan.knobs:
-        return None
-    hi = plan_memory(m, sc.gpu, d, hs, where=sc.files)
-    full = max(1, min(hi.max_running, hi.pool_tokens // max(hi.buffer_slots, 1)))
-    ctx = w.input_tokens + w.output_tokens / 2
-    miss = plan.knobs[0].steady_miss_ratio
-    on = hs.prefetch and getattr(d, "pp", 1) == 1
-    cost = CostModel(m, sc.gpu, d, sc.params, sc.terms, prefetch=True)
-    points = []
-    for batch in sorted({1, full}):
-        p = Pass.uniform(batch, ctx, d.ranks_per_instance, hisparse=True,
-                         missed_rows=miss * min(hs.top_k, ctx) * m.layers * batch)
-        work = p.ranks[0]
-        total = float(cost.swap_in(work.missed_rows, batch))
-        hidden = float(cost.prefetch_hidden(PassShape.of(cost, p), work))
-        points.append({"requests_per_scheduler": batch, "swap_in_ms": total * 1e3, "hidden_ms": hidden * 1e3,
-                       "hidden_share": hidden / total if total > 0 else 0.0})
-    return {"enabled": on, "anchors": m.indexer_layers, "shared": m.shared_layers, "miss_ratio": miss,
-            "context_tokens": ctx, "points": points,
-            "published": "SGLang PR #29637: prefetch 'hides 70% of the IO latency' (its benchmark; setup not "
-                         "stated); PR #28523: ITL overhead over no-HiSparse 7.17 -> 3.18 ms (56% hidden)"}
-
-
-def _print_prefetch(rep: dict | None) -> None:
-    if not rep:
-        return
-    state = "on" if rep["enabled"] else "OFF (hisparse.prefetch = false, or PP): the whole swap-in is on the critical path"
-    pts = "; ".join(f"{p['hidden_ms']:.2f} of {p['swap_in_ms']:.2f} ms per step ({p['hidden_share']:.0%}) at "
-                    f"{p['requests_per_scheduler']} request(s) per scheduler" for p in rep["points"])
-    print(f"IndexShare prefetch {state}: {rep['anchors']} anchor + {rep['shared']} shared layers; at "
-          f"{rep['context_tokens']:.0f}-token contexts and the trace's {rep['miss_ratio']:.1%} misses it "
-          f"{'hides' if rep['enabled'] else 'would hide'} {pts} (beside {rep['published']})")
-
-
-def _step_terms_summary(sc) -> dict:
-    from ..costmodel.ops import dtype_of
-    from ..costmodel.pricing import terms_for
-
-    t = sc.terms or terms_for(sc.gpu)
-    fp4 = t.fp4 if dtype_of(sc.model.bytes_per_param("routed_expert")) == "fp4" else ""
-    bf16 = t.bf16 if sc.model.arch == "mla" else ""  # every MLA checkpoint's absorbed bmm (ops.ABSORBED_BMM_DTYPE)
-    return {"source": t.source, "scaled_from_h200": t.scaled, "hbm_ratio": t.hbm_ratio, "flops_ratio": t.flops_ratio,
-            "fp4": fp4, "bf16": bf16}
-
-
-def _table_float(v: float) -> str:
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
-
-
-TABLE_NAMES = SHORT | {"resident_share": "resident", "demotions": "demoted"}
-
-
-def _table_columns(rows: list[dict]) -> list[str]:
-    x = "rate_per_s" if all(r["concurrency"] == 0 for r in rows) else "concurrency"
-    usd = "usd_per_m_output_tokens"
-    cols = [x] + [c for c in SHORT if c not in ("concurrency", "rate_per_s", "comm_share")
-                  and not (c == usd and all(r[usd] is None or r[usd] != r[usd] for r in rows))
-                  and any(c in r for r in rows)]
-    if any((r.get("residency") or "swap") != "swap" for r in rows):  # dynamic residency: its columns
-        cols += [c for c in ("resident_share", "demotions") if any(c in r for r in rows)]
-    return cols
-
-
-def _table_title(system: str, buf: Any, ratio: Any, spec: Any, res: Any, pf: Any = "") -> str:
-    title = system if system == "baseline" else f"hisparse (device_buffer_size {int(buf)}, host ratio {ratio:g}" + (
-        f", residency {res})" if res and res != "swap" else ")")
-    title += "" if spec == "off" else f", speculative {spec}"
-    return title + (f", IndexShare prefetch {pf}" if pf else "")  # --compare-prefetch
-
-
-def _band_text(b: Any) -> str:
-    return "" if b is None or b != b else f"+-{b:.0%}"
-
-
-def _cell(col: str, value: Any) -> Any:
-    """A point table's cell: flags as words, the validation band as +-N%."""
-    if col == "overloaded":
-        return {True: "yes", False: ""}.get(value)
-    if col == "band":
-        return _band_text(value)
-    return value
-
-
-def _point_tables(rows: list[dict]) -> list[tuple[str, str]]:
-    """(title, table text) per system and knob set, in first-seen order: the points' rows as
-    pandas' ``to_string(index=False)`` lays them out (``text_table``; pandas itself only for
-    values of a type that module does not cover)."""
-    from .text_table import supported, to_string
-
-    cols = _table_columns(rows)
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        key = tuple(None if v is None or v != v else v
-                    for v in (r["system"], r["device_buffer_size"], r["host_to_device_ratio"],
-                              r.get("speculative", "off"), r.get("residency", ""), r.get("prefetch", "")))
-        groups.setdefault(key, []).append(r)
-    if not all(supported([r[c] for r in rows]) for c in [*cols, "searched"]):
-        return _point_tables_pandas(rows, cols)
-    out = []
-    for (system, buf, ratio, spec, res, pf), grp in groups.items():
-        title = _table_title(system, buf, ratio, spec, res, pf)
-        columns = [(TABLE_NAMES[c], [_cell(c, r.get(c)) for r in grp]) for c in cols]
-        columns.append(("found", [{True: "search", False: ""}.get(r["searched"]) for r in grp]))
-        out.append((title, to_string(columns, _table_float)))
-    return out
-
-
-def _point_tables_pandas(rows: list[dict], cols: list[str]) -> list[tuple[str, str]]:
-    """``_point_tables`` through pandas (the layout ``text_table`` reproduces)."""
-    import pandas as pd
-
-    df = pd.DataFrame(rows)
-    if "speculative" not in df:
-        df["speculative"] = "off"
-    if "residency" not in df:
-        df["residency"] = ""
-    if "prefetch" not in df:
-        df["prefetch"] = ""
-    out = []
-    for (system, buf, ratio, spec, res, pf), grp in df.groupby(["system", "device_buffer_size", "host_to_device_ratio",
-                                                                "speculative", "residency", "prefetch"],
-                                                               dropna=False, sort=False):
-        title = _table_title(system, buf, ratio, spec, res, pf)
-        table = grp[cols].rename(columns=TABLE_NAMES)
-        table["over"] = table["over"].map({True: "yes", False: ""})
-        if "band" in table:
-            table["band"] = table["band"].map(_band_text)
-        table["found"] = grp["searched"].map({True: "search", False: ""}).values
-        out.append((title, table.to_string(index=False, float_format=_table_float)))
-    return out
-
-
-def _print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = None) -> None:
-    d, w = sc.deployment, sc.workload
-    summary = _scenario_summary(sc)
-    mem = summary["memory_per_rank"]
-    b, h = mem["baseline"], mem["hisparse"]
-    print(f"scenario: {sc.model.name} on {d.gpus} x {sc.gpu.name} ({d.name}: {d.instances} instance(s) of tp {d.tp}, "
-          f"{d.attention.value.upper()} attention, {d.ranks} scheduler(s), {d.mode.value}); workload {w.name} "
-          f"({w.input_tokens} in + {w.output_tokens} out, {w.arrival.value} loop)")
-    print(f"memory per GPU (SGLang's accounting): weights {b['weights_bytes'] / 1e9:.1f} GB; KV budget "
-          f"{b['budget_bytes'] / 1e9:.1f} GB = mem_fraction_static {d.mem_fraction_static:g} x "
-          f"{sc.gpu.free_before_load / 1e9:.1f} GB free before the weights load - weights")
-    ctx = w.input_tokens + w.output_tokens
-    print(f"  baseline: {b['pool_tokens']} token slots ({b['cell_bytes']} B each) -> {b['pool_tokens'] // ctx} "
-          f"requests of {ctx} tokens per scheduler; running cap {b['max_running']} per scheduler")
-    if sc.model.arch == "dsv4":  # per-kind pools (serving/dsv4_memory.py): full tokens and C4 device rows
-        print(f"  hisparse: {h['host_tokens']} full (logical) tokens -> {h['host_tokens'] // ctx} requests; C4 device "
-              f"pool {h['pool_tokens'] // 4} compressed rows ({sc.hisparse.c4_pool}) -> "
-              f"{h['pool_tokens'] // h['buffer_slots']} hot buffers of {h['buffer_slots'] // 4} rows; host pool "
-              f"{h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU (the C4 rows of every logical token; DeepSeek-V4: "
-              f"slots are full tokens, {b['cell_bytes']} B each over {dict(sc.model.kind_counts)} layers)")
-    else:
-        print(f"  hisparse: {h['pool_tokens']} device slots ({h['cell_bytes']} B each, indexer keys for the x"
-              f"{sc.hisparse.host_to_device_ratio:g} logical pool) -> {h['pool_tokens'] // h['buffer_slots']} hot buffers "
-              f"of {h['buffer_slots']}; host pool {h['host_tokens']} slots ({h['host_pool_bytes'] / 1e9:.0f} GB pinned per GPU) "
-              f"-> {h['host_tokens'] // ctx} requests")
-    if d.pool_profile.value == "before-31992":
-        print(f"  pool_profile before-31992: the profile budgeted {b['budget_cell_bytes']} / {h['budget_cell_bytes']} B "
-              f"per slot; {h['pool_tokens'] * (h['cell_bytes'] - h['budget_cell_bytes']) / 1e9:.1f} GB of the hisparse "
-              "pool come out of the 1 - mem_fraction_static slack (SGLang before PR #31992)")
-    if d.mode.value == "colocated" and rows:
-        from ..serving.admission import RatioSchedule
-
-        ratios = RatioSchedule(d.schedule_conservativeness, d.attention.value == "dp")
-        adm = {r["system"]: r["max_running_deployment"] // max(d.ranks, 1) for r in rows}
-        est = f"new_token_ratio {ratios.init:.3g} -> {ratios.min:.3g} over {600} steps"
-        how = ("the ignore_eos look-ahead (bench_serving's default)" if w.ignore_eos and not d.radix_cache else
-               f"baseline: {est} (the radix cache is on: add_one_req takes the look-ahead only with the tree "
-               "cache off); HiSparse: the ignore_eos look-ahead" if w.ignore_eos else est)
-        print(f"admission (SGLang's PrefillAdder, {how}; schedule_conservativeness {d.schedule_conservativeness:g}"
-              f"{' x 0.3 under DP attention' if d.attention.value == 'dp' else ''}): at most "
-              + ", ".join(f"{s} {n}" for s, n in adm.items()) + " running per scheduler (baseline: a wave from "
-              "empty, retried when a request leaves; HiSparse: retried every step against min(logical, device) "
-              "free, as its allocator reports, the steady state of staggered outputs)")
-    if d.mode.value == "pd-decode":
-        from ..serving.model import prefill_tok_s
-
-        how = "given" if d.prefill_tok_s > 0 else "derived: a prefill instance of the same GPUs and layout"
-        from ..serving.model import prefill_seconds_per_token
-
-        solo = prefill_seconds_per_token(sc)[0] * w.input_tokens
-        print(f"prefill side: {prefill_tok_s(sc):.0f} input tokens/s for the deployment with every rank busy, one "
-              f"{w.input_tokens}-token prompt alone in {solo:.1f} s ({how}); TTFT = its queue + prefill + the decode "
-              "side's admission wait (the first token reaches the client when the decode server admits the request, "
-              "as bench_serving times it); TPOT counts from there")
-    if sc.trace_how:
-        print(f"trace choice: {sc.trace_how}")
-    for k in plan.knobs:
-        print(f"trace: {k.trace}: {k.policy} miss ratio at device_buffer_size {k.device_buffer_size} "
-              f"({k.device_buffer_size / sc.hisparse.top_k:g} x top_k): {k.miss_ratio:.1%} over all {k.trace_steps} "
-              f"steps incl. the cold start; {k.steady_miss_ratio:.1%} from step {k.steady_from} (trace compare's "
-              "steady state); the miss column is each point's mean over its simulated steps")
-        for note in k.notes:
-            print(f"  mapped: {note}")
-    print()
-    for title, table in _point_tables(rows):
-        print(f"== {title}")
-        print(table)
-        print()
-    for who, why in getattr(plan, "cannot_run", ()):
-        print(f"== {who}: cannot run, left out of the plan: {why}")
-        print()
-    print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
-          "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "
-          "GB/GPU = peak per GPU; over = offered load exceeds what it serves; found = a load the bisection added between swept ones")
-    if sc.params.calibrated:
-        print(f"cost model: calibration {sc.calibration}")
-    else:
-        print(f"cost model: UNCALIBRATED for this GPU ({sc.calibration}): no kernel of it was timed; "
-              "see simulator/presets/calibration/")
-    print(f"cost model: step kernels {summary['step_terms']['source']}")
-    if summary["step_terms"]["fp4"]:
-        print(f"cost model: routed experts {summary['step_terms']['fp4']}")
-    if summary["step_terms"]["bf16"]:
-        print(f"cost model: BF16 attention weights: {summary['step_terms']['bf16']}")
-    rep = dict(summary["decode_step_ms"])
-    n, ctx, total = rep.pop("requests_per_scheduler"), rep.pop("context_tokens"), rep.pop("total")
-    terms = ", ".join(f"{k} {v:.1f}" for k, v in sorted(rep.items(), key=lambda kv: -kv[1]))
-    print(f"decode step, baseline at its full batch ({n} requests per scheduler, {ctx:.0f}-token contexts): "
-          f"{total:.1f} ms = {terms}")
-    _print_prefetch(_prefetch_report(sc, plan))
-    print(f"how each term of a pass is priced on {sc.gpu.name}:")
-    for row in summary["term_sources"]:
-        print(f"  {row['term']:<18} {row['priced']:<9} {row['source']}")
-    if sc.params.unsourced:
-        print(f"cost model: UNSOURCED terms (no measurement yet): {', '.join(sc.params.unsourced)}")
-    for note in sc.notes:
-        print(f"note: {note}")
-    _print_recommendation(rec, search)
-
-
-def _target(rec: dict) -> str:
-    return f"TPOT p99 <= {rec['slo_tpot_ms']:g} ms" + (
-        f", TTFT p99 <= {rec['slo_ttft_s']:g} s" if rec["slo_ttft_s"] else ", no TTFT target")
-
-
-def _where(row: dict) -> str:
-    res = row.get("residency") or "swap"
-    knobs = "" if row["system"] == "baseline" else (
-        f" with device_buffer_size {row['device_buffer_size']}, host_to_device_ratio {row['host_to_device_ratio']:g}"
-        + (f", residency {res}" if res != "swap" else ""))
-    load = f"concurrency {row['concurrency']}" if row["concurrency"] else f"{row['rate_per_s']:.4g} requests/s"
-    how = " (found by the search)" if row.get("searched") else ""
-    return f"{row['system']}{knobs} at {load}{how}"
-
-
-def _cost(row: dict) -> str:
-    c = row.get("usd_per_m_output_tokens")
-    return "" if c is None else f", ${c:.3f} per M output tokens (${row['usd_per_hour']:.2f}/h)"
-
-
-def _print_recommendation(rec: dict, search: dict | None = None) -> None:
-    target = _target(rec)
-    how = ("swept points only (--no-search)" if search and not search["enabled"] else
-           f"bisection between swept loads to within {rec['search_rel_tol']:.1%}, at most "
-           f"{search['max_points_per_system'] if search else 4} points per system")
-    print(f"targets: {target} (defaults TPOT {DEFAULT_SLO_TPOT_MS:g} ms, TTFT {DEFAULT_SLO_TTFT_S:g} s; "
-          f"--slo-tpot-ms, --slo-ttft-s); search: {how}")
-    for system in ("baseline", "hisparse"):
-        r = rec[system]
-        if r is None:
-            print(f"  best {system}: no point meets the targets while serving its load")
-            continue
-        edge = ("  [EDGE: the highest load searched; a higher one may also meet the targets: extend "
-                "--concurrency / --rate]" if rec["edge"].get(system) else "")
-        b = (search or {}).get("systems", {}).get(system)
-        unit = "" if r["concurrency"] else " requests/s"
-        stop = (f" (search stopped after {b['points']} points: {b['passes']:.4g} passes, {b['fails']:.4g}{unit} fails)"
-                if b and not b["converged"] else "")
-        print(f"  best {system}: {_where(r)}: {r['steady_tok_s_deployment']:.0f} tok/s steady, TPOT p99 "
-              f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{_cost(r)}{stop}{edge}")
-    choice = rec["choice"]
-    if choice is None:
-        print(f"recommendation: no configuration meets {target} while serving its load")
-        return
-    band = f" +-{choice['band']:.0%}" if choice.get("band") is not None else ""
-    print(f"recommendation ({target}): {_where(choice)}: "
-          f"{choice['steady_tok_s_deployment']:.0f}{band} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
-          f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s{_cost(choice)}"
-          + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
-    if rec["hisparse_over_baseline"]:
-        print(f"best HiSparse / best baseline steady throughput under the targets: {rec['hisparse_over_baseline']:.2f}x")
-    _print_residency(rec.get("residency"))
-    if rec["tie"]:
-        print(f"TIE: the two systems are within the model's error band ({rec['tie_band']:.0%}: "
-              f"{rec['tie_band_source']}); the baseline is named ({rec['tie_reason']})")
-
-
-def _print_residency(summary: dict | None) -> None:
-    """--residency: the best point of each residency policy, and which one at this load."""
-    if not summary:
-        return
-    parts = []
-    for p in summary["policies"]:
-        b = summary["best"][p]
-        parts.append(f"{p} " + ("none meets the targets" if b is None else
-                                f"{b['steady_tok_s_deployment']:.0f} tok/s at {_load_text(b)} (resident "
-                                f"{b.get('resident_share', 0.0):.0%} of request-steps, {b.get('demotions', 0)} demoted)"))
-    print("device-resident or swap (best HiSparse point per residency policy under the targets, swept loads): "
-          + "; ".join(parts))
-    for at in summary["by_load"]:
-        cells = ", ".join(f"{p} {at[p]['steady_tok_s']:.0f} tok/s / TPOT p99 {at[p]['tpot_p99_ms']:.1f} ms / resident "
-                          f"{at[p]['resident_share']:.0%}" for p in summary["policies"] if p in at)
-        print(f"  at {_load_text(at)}: {cells}")
-    if summary["choice"]:
-        tie = (f" (the dynamic policy is within the model's error band {summary['tie_band']:.0%}: swap named)"
-               if summary["tie"] else "")
-        print(f"recommendation (residency): {summary['choice']}{tie}")
-
-
-def _load_text(row: dict) -> str:
-    return f"concurrency {row['concurrency']}" if row["concurrency"] else f"{row['rate_per_s']:.4g} requests/s"
-
-
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
     """plan.csv, plan.json and throughput.png, swapped into ``out`` as one set (an interrupted
     run leaves an earlier run's three files as they were)."""
@@ -975,67 +564,3 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
         plot_throughput(df, str(staged / "throughput.png"), recommendation=rec)
 
 
-# -- validation against published runs ------------------------------------------------------------
-def _run_validate(args: argparse.Namespace) -> int:
-    from ..progress import progress
-    from ..serving.published import load_published, published_names, summary, validate
-
-    names = published_names() if args.validate == "all" else [args.validate]
-    # --trace and --calibration apply to every set (e.g. re-run the validation on another trace)
-    overrides = {k: v for k, v in (("trace", args.trace), ("calibration", args.calibration))
-                 if v is not None and v != "auto"}
-    sets = [load_published(n) for n in names]
-    total = sum(len(s.points) for s in sets)
-    bar = iter(progress(range(total), total=total, desc="published points", quiet=args.quiet, unit="pt"))
-    rows: list[dict] = []
-    per_set = {}
-    for s in sets:
-        set_rows = validate(s, on_point=lambda: next(bar, None), seed=args.seed, overrides=overrides)
-        rows += set_rows
-        per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
-    report = json_safe({"sets": per_set, "all": summary(rows), "rows": rows})  # NaN -> null; notes say why
-    if args.out:  # the three files swapped into --out as one set (fileio.folder_output)
-        import pandas as pd
-
-        from ..fileio import atomic_output, folder_output
-
-        with folder_output(args.out, VALIDATE_FILES) as staged:
-            with atomic_output(staged / "validation.csv") as fh:
-                fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
-            with atomic_output(staged / "validation.json") as fh:
-                fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
-            from ..serving.plots import plot_validation
-
-            plot_validation(rows, str(staged / "validation.png"))
-    if args.report:
-        from ..report.validate_html import write_validation_report
-
-        write_validation_report(report, args.report)
-    if args.json:
-        print_json(report)
-        return 0
-    import pandas as pd
-
-    for s in sets:
-        info = per_set[s.name]
-        print(f"== {s.name}: {s.source}")
-        if s.uncertainty:
-            print(f"   uncertainty: {s.uncertainty}")
-        df = pd.DataFrame([r for r in rows if r["set"] == s.name])
-        df["error"] = df["error"].map(lambda e: "n/a" if e != e else f"{e:+.0%}")
-        print(df[["label", "metric", "measured", "predicted", "error", "at_concurrency"]].to_string(
-            index=False, float_format=lambda v: f"{v:.1f}"))
-        print(f"   median |error| {info['median_abs_error']:.0%}, max |error| {info['max_abs_error']:.0%} "
-              f"over {info['predicted']} of {info['points']} points"
-              + (f" ({info['estimates']} estimate(s) reported, not in the median)" if info["estimates"] else ""))
-        for r in rows:
-            if r["set"] == s.name and (r["note"] or r["kind"] != "measurement"):
-                kind = " [ESTIMATE, not a measurement]" if r["kind"] != "measurement" else ""
-                print(f"   {r['label']}{kind}: {r['note']}")
-        print()
-    a = summary(rows)
-    print(f"all sets: median |error| {a['median_abs_error']:.0%}, max |error| {a['max_abs_error']:.0%} over "
-          f"{a['predicted']} of {a['points']} measured points"
-          + (f", {a['estimates']} estimate(s) apart" if a["estimates"] else "")
-          + " (no model term is fitted to these runs)")
-    return 0

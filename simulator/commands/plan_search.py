@@ -140,7 +140,7 @@ def run_search_cmd(args: argparse.Namespace, sc) -> int:
 def search_report(res, sc, jobs: int) -> dict:
     from ..serving.bands import band_for, load_bands
     from ..serving.launch import launch_for
-    from .plan import _scenario_summary
+    from .plan_summary import scenario_summary
 
     ranked = res.ranked()
     frontier = res.frontier()
@@ -168,7 +168,7 @@ def search_report(res, sc, jobs: int) -> dict:
     inp = res.inputs
     return json_safe({
         "kind": "search",
-        "scenario": _scenario_summary(sc),
+        "scenario": scenario_summary(sc),
         "targets": {"slo_tpot_ms": inp.slo_tpot_ms, "slo_ttft_s": inp.slo_ttft_s},
         "searched": {"buffers": list(inp.buffers), "host_ratios": list(inp.host_ratios),
                      "policies": list(inp.policies), "ladder_start": inp.ladder[0],
