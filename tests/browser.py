@@ -15,6 +15,9 @@ import pytest
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run"]
+# A guard against a page that never renders, not a speed check: the plot appears in ~4 s on a
+# loaded 2-core machine (plotly.js is 4.8 MB); Playwright's default of 30 s is too near under load.
+GUARD_MS = 120_000
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 
 
@@ -24,8 +27,10 @@ def open_page(path: Path, wait_for: str) -> Iterator[tuple[object, list[str], li
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS)
+        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True, args=ARGS,
+                                                    timeout=GUARD_MS)
         try:
+            ctx.set_default_timeout(GUARD_MS)
             page = ctx.new_page()
             errors: list[str] = []
             remote: list[str] = []
@@ -41,7 +46,7 @@ def open_page(path: Path, wait_for: str) -> Iterator[tuple[object, list[str], li
 
             page.route("**/*", only_local)
             page.goto(Path(path).as_uri())
-            page.wait_for_selector(wait_for, timeout=30_000)
+            page.wait_for_selector(wait_for)
             yield page, errors, remote
         finally:
             ctx.close()

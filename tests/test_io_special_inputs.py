@@ -168,10 +168,13 @@ def test_malformed_address_on_the_command_line(tmp_path, trace, capsys, address)
     assert not (tmp_path / "o").exists()
 
 
-def _free_port() -> int:
+@contextlib.contextmanager
+def _refusing_port():
+    """A loopback port bound but not listening: a connection to it is refused, and no other
+    process can take the port while the test uses it (a port freed and then reused could listen)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -208,10 +211,12 @@ def _listener(reply: bytes | None):
 
 @pytest.mark.parametrize("end", ["refuses", "silent", "not ray"])
 def test_a_remote_ray_that_does_not_answer_is_one_line_within_the_bound(tmp_path, trace, capsys, monkeypatch, end):
-    monkeypatch.setenv("HISPARSE_RAY_TIMEOUT", "2")
+    # The silent end is waited out (2 s). The others answer at once; their bound is wider, since
+    # the listener's thread must be scheduled to accept and reply before it runs out.
+    monkeypatch.setenv("HISPARSE_RAY_TIMEOUT", "2" if end == "silent" else "20")
     with contextlib.ExitStack() as stack:
-        port = _free_port() if end == "refuses" else stack.enter_context(
-            _listener(None if end == "silent" else b"HTTP/1.1 400 Bad Request\r\n\r\n"))
+        port = stack.enter_context(_refusing_port() if end == "refuses" else
+                                   _listener(None if end == "silent" else b"HTTP/1.1 400 Bad Request\r\n\r\n"))
         start = time.monotonic()
         with deadline(60):
             code, _, err = run_cli(["sweep", _grid(tmp_path, trace), "--address", f"127.0.0.1:{port}", "--quiet",

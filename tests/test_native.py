@@ -469,9 +469,10 @@ def test_inflating_ahead_gives_the_results_of_inflating_in_turn(tmp_path, monkey
     reader = TraceReader(path)
     chunks, stream = reader.coded_chunks((0, 0)), reader.read((0, 0))  # rows come back sorted
     configs = [ReplayConfig(buffer=b, initial=i) for b in (16, 24) for i in ("prefix", "empty")]
-    before = threading.active_count()
+    monkeypatch.setattr(native, "_cpus", lambda: 2)  # inflating ahead needs a second CPU
+    before = set(threading.enumerate())  # not a count: a thread of an earlier test may end meanwhile
     ahead = coded_misses(chunks, configs, 16, per_step=True)
-    assert threading.active_count() == before
+    assert set(threading.enumerate()) <= before
     monkeypatch.setattr(native, "_ahead", lambda makers: (make() for make in makers))
     in_turn = coded_misses(chunks, configs, 16, per_step=True)
     for cfg, a, b in zip(configs, ahead.misses, in_turn.misses, strict=True):
@@ -489,9 +490,10 @@ def test_a_chunk_that_fails_to_decode_while_inflated_ahead_is_still_named(tmp_pa
 
     path, _ = _chunked_trace(tmp_path, monkeypatch, corrupt_chunk=3)
     reader = TraceReader(path)
-    before = threading.active_count()
+    monkeypatch.setattr(native, "_cpus", lambda: 2)  # the chunks inflated ahead, on a second thread
+    before = set(threading.enumerate())
     assert coded_misses(reader.coded_chunks((0, 0)), [ReplayConfig(buffer=16)], 16, per_step=False) is None
-    assert threading.active_count() == before
+    assert set(threading.enumerate()) <= before
     with pytest.raises(TraceError) as err:
         replay(TraceReader(path), [ReplayConfig(buffer=16)])
     assert err.value.path == str(path) and (err.value.request, err.value.layer) == (0, 0)
@@ -555,7 +557,9 @@ def test_changes_replay_matches_engine_across_chunks_and_fresh_starts(tmp_path, 
         stored = reader.read((0, 0))  # rows come back sorted
         chunks = reader.coded_chunks((0, 0))
         outs, lrus = _replay_changes(chunks, configs, k)
-        split = coded_misses(chunks, configs, k, per_step=True)  # the same halves on two threads
+        with pytest.MonkeyPatch.context() as mp:  # two CPUs, whatever this machine has
+            mp.setattr(native, "_cpus", lambda: 2)
+            split = coded_misses(chunks, configs, k, per_step=True)  # the same halves on two threads
         with pytest.MonkeyPatch.context() as mp:  # one CPU: each chunk in one call instead
             mp.setattr(native, "_cpus", lambda: 1)
             whole = coded_misses(chunks, configs, k, per_step=True)

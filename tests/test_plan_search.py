@@ -146,13 +146,16 @@ def test_search_report_in_a_headless_browser(searched):
 
     from simulator.report.html import fmt
     from simulator.report.search_html import RANKED
+    from tests.browser import GUARD_MS
 
     rep, _, page_file = searched
     args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--no-first-run"]
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path=chromium, headless=True, args=args)
+        ctx = pw.chromium.launch_persistent_context(profile, executable_path=chromium, headless=True, args=args,
+                                                    timeout=GUARD_MS)
         try:
+            ctx.set_default_timeout(GUARD_MS)
             page = ctx.new_page()
             errors, remote = [], []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -160,7 +163,7 @@ def test_search_report_in_a_headless_browser(searched):
             page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file://")
                        else (remote.append(r.request.url), r.abort()))
             page.goto(page_file.as_uri())
-            page.wait_for_selector("#plot-frontier .main-svg", timeout=30_000)
+            page.wait_for_selector("#plot-frontier .main-svg")
             assert errors == [] and remote == []
             assert page.locator("#plot-frontier .scatterlayer .trace").count() == 4  # 2 systems, frontier, best
             assert json.loads(page.locator("#search-data").text_content()) == rep

@@ -134,7 +134,7 @@ def test_thread_pool_left_by_an_error_drops_the_queued_calls_and_waits_for_the_r
         with ThreadPool(1) as pool:
             pool.submit(slow)
             queued = pool.submit(later)
-            started.wait(5)
+            assert started.wait(60)  # else the block is left before slow() runs: both calls dropped
             release.set()
             raise KeyError("stop")
     assert ran == ["slow"]  # the running call finished before the block was left; the queued one never ran
