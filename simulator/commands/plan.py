@@ -61,7 +61,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "\n\nWith no options it runs the published scenario: GLM-5.1-FP8, 32k input + 8k output, "
                     "8xH200 colocated with DP attention (the blog's launch flags), HiSparse {top_k 2048, "
                     "device_buffer_size 4096, host_to_device_ratio 8}, concurrency 1..256, misses from the "
-                    f"default trace ({DEFAULT_TRACE.file}).\n\nEvery preset option takes a preset name or the path "
+                    f"model's fitted trace preset ({DEFAULT_TRACE.generator_preset}) drawn at the 32K prompt "
+                    "(traces/generated/).\n\nEvery preset option takes a preset name or the path "
                     "of your own TOML file (copy one from simulator/presets/ and edit it).\n\nThroughput columns "
                     "are output tokens/s of the whole deployment unless they say per_gpu; TTFT is in seconds.\n\n"
                     "--validate runs the model on published measurements instead and prints measured against "
@@ -84,7 +85,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "gpu.link_bw=27.5e9, deployment.host_bytes=1e12, hisparse.device_buffer_size=6144, "
                         "hisparse.host_to_device_ratio=4, hisparse.policy=lru; kinds model, gpu, deployment, "
                         "workload, hisparse; keys and types: hisparse presets --schema KIND")
-    p.add_argument("--trace", default=None, help=f"trace whose replay gives the misses (default {DEFAULT_TRACE.file})")
+    p.add_argument("--trace", default=None, help="trace whose replay gives the misses (default: the model's fitted trace preset drawn at the "
+                        "workload's prompt, generated once and cached; the plan prints which)")
     p.add_argument("--speculative", default=None, metavar="ALGO:STEPS-TOPK-DRAFT",
                    help="speculative decoding as SGLang's --speculative-algorithm/-num-steps/-eagle-topk/-num-draft-tokens, "
                         "e.g. eagle:5-1-6 or eagle:1-1-2 (topk 1), with --accept-len or --accept-probs; or a TOML file "
@@ -94,7 +96,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="--speculative: mean tokens a step keeps, as SGLANG_SIMULATE_ACC_LEN pins it (1..steps+1)")
     p.add_argument("--accept-method", choices=("multinomial", "match-expected"), default=None,
                    help="--speculative: how each step's accept length is drawn around --accept-len, as "
-                        "SGLANG_SIMULATE_ACC_METHOD (default multinomial, SGLang's default)")
+                        "SGLANG_SIMULATE_ACC_METHOD (default multinomial, the default of SGLang's earlier releases; its later "
+                        "environ.py defaults to match-expected)")
     p.add_argument("--accept-probs", type=comma_list(nonneg_float, unique=False), default=None, metavar="P1,P2,...",
                    help="--speculative: P(accept length = 1..steps+1) per step instead of --accept-len (seeded draws)")
     p.add_argument("--compare-speculative", action="store_true", default=None,

@@ -46,7 +46,7 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
                         "penalty against it: hit_penalty = its miss ratio minus POLICY's (points of hit "
                         "ratio lost), miss_x = its misses / POLICY's")
     p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
-                   help="threads replaying streams in parallel (default: 2 or the core count)")
+                   help="threads replaying streams in parallel (default 2, or 1 on one core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

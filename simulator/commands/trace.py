@@ -265,8 +265,10 @@ def run_validate(args: argparse.Namespace) -> int:
         accesses += s.accesses
     note = "" if accesses else "; no accesses: every step is empty or -1 padding, nothing to replay"
     if getattr(trace, "version", 2) < 2:
+        from ..trace.stream import FORMAT_VERSION
+
         note += ("; format version 1: chunk headers are checked against the index only "
-                 "(hisparse trace convert --keep-order rewrites it as version 2)")
+                 f"(hisparse trace convert --keep-order rewrites it as version {FORMAT_VERSION})")
     print(f"{args.trace}: valid ({n} streams, {steps} steps, {accesses} accesses, k = {trace.meta.k}{note})")
     return 0
 

@@ -9,7 +9,7 @@ the same band (at a steady running set TPOT = running requests / decode throughp
 relative errors are equal). TTFT has its own band, from the sets' measured TTFT points only (a
 queueing figure errs differently from a rate): ``ttft_band``, None where no set measured TTFT.
 
-The validation takes ~40 s, too long for every plan, so its per-set errors are kept in
+The validation takes ~8 s (2 shared cores), too long for every plan, so its per-set errors are kept in
 ``simulator/presets/published/bands.json``, written by ``python -m simulator.serving.bands`` from
 ``--validate all`` (a slow test re-runs it and checks the file is current). No model term is fitted
 to these runs: they only size the band.
