@@ -128,7 +128,8 @@ def test_readme_accuracy_table_is_current():
     rows = {"HiSparse paper": "paper-glm51-8xh200", "#30985": "issue-30985-baseline",
             "low-latency": "cookbook-glm52-h200-low-latency", "balanced": "cookbook-glm52-h200-balanced",
             "high-throughput": "cookbook-glm52-h200-high-throughput", "DeepSeek-V4-Flash": "lmsys-dsv4-flash-h200",
-            "DeepSeek-V4-Pro": "lmsys-dsv4-pro-b200", "#33075": "pr33075-rtx-pro-6000"}
+            "DeepSeek-V4-Pro": "lmsys-dsv4-pro-b200", "#33075": "pr33075-rtx-pro-6000",
+            "#30514": "pr30514-dsv32-h200-prefill"}
     table = (ROOT / "README.md").read_text().split("## Accuracy", 1)[1].split("\n## ", 1)[0]
     seen = set()
     for line in table.splitlines():
