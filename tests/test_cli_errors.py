@@ -222,15 +222,15 @@ def test_mrc_refuses_more_per_size_replays_than_it_allows(tmp_path, no_work_afte
 def test_a_replay_larger_than_memory_is_refused_before_it_starts(tmp_path, monkeypatch, capsys):
     """A position near 2**31 in a .npy array makes a 2**31-token context: the engine's per-position
     memory is checked against what the machine has, from the index or the array, before any work."""
-    import simulator.commands.replay as replay_cmd
+    from simulator import limits
 
-    monkeypatch.setattr(replay_cmd, "_available_memory", lambda: 10 * 2**20)  # 10 MiB
+    monkeypatch.setattr(limits, "available_memory", lambda: 10 * 2**20)  # 10 MiB
     path = tmp_path / "far.npy"
     np.save(path, np.array([[0, 1, 999_999]], dtype=np.int64))  # ctx 1,000,000: 40 MB per worker
     for command in (["replay", str(path), "--buffer", "3"], ["mrc", str(path)]):
         code, _, err = run_cli([*command, "--quiet"], capsys)
         assert_clean_error(code, err, str(path), "contexts up to 1000000 tokens", "GiB are available")
-    monkeypatch.setattr(replay_cmd, "_available_memory", lambda: 2**30)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**30)
     assert run_cli(["replay", str(path), "--buffer", "3", "--quiet"], capsys)[0] == 0
 
 

@@ -159,19 +159,14 @@ BYTES_PER_POSITION = 5 * 8
 BYTES_PER_SLOT = (5 * 8 + 2) * 8
 
 
-def _available_memory() -> int | None:
-    from ..limits import available_memory
-
-    return available_memory()
-
-
 def _check_memory(trace, buffer: int, workers: int) -> None:
     """Refuse, before any work, a replay whose context or buffer needs more memory than the
     machine has (a position near 2**31 in a .npy array makes a 2**31-token context)."""
+    from .. import limits
     from ..errors import HisparseError
 
     max_ctx = getattr(trace, "max_ctx", None)
-    available = _available_memory()
+    available = limits.available_memory()
     if max_ctx is None or available is None:
         return
     threads = max(1, min(workers, len(trace)))
