@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import HisparseError
-from ..trace.generator import GeneratorKnobs, check_shape, generate, knobs_from_dict, load_knobs
+from ..trace.generator import GeneratorKnobs, generate, knobs_from_dict, load_knobs
 from .targets import Measure, Targets, report
 
 
@@ -148,12 +148,8 @@ def check_bounds(start: GeneratorKnobs, params: list[Param], x: np.ndarray, path
 
 def draw(knobs: GeneratorKnobs, targets: Targets, steps: int | None = None) -> Measure:
     sh = targets.shape
-    try:
-        check_shape(steps=steps or sh.steps, layers=sh.layers, requests=sh.requests, k=sh.topk, ctx0=sh.ctx0, dash="")
-    except HisparseError as exc:
-        raise HisparseError(f"{targets.path}: [shape] {exc}") from None
     streams = generate(knobs, steps=steps or sh.steps, layers=sh.layers, requests=sh.requests, k=sh.topk,
-                       ctx0=sh.ctx0, seed=sh.seed)
+                       ctx0=sh.ctx0, seed=sh.seed, where=str(targets.path))
     return Measure(streams, sh.topk, sh.warmup)
 
 

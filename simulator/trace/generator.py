@@ -436,33 +436,34 @@ BYTES_PER_POSITION = 18
 MAX_POSITION = 2**31 - 1  # positions are int32 in a trace (simulator/trace/format.py)
 
 
-def check_shape(*, steps: int, layers: int, requests: int, k: int, ctx0: int, dash: str = "--") -> None:
+def check_shape(*, steps: int, layers: int, requests: int, k: int, ctx0: int, where: str = "") -> None:
     """A generated trace's shape, before any draw: each dimension positive, the last step's
     positions within int32, its context within the memory the machine has (``--ctx0 2147483647``
-    grew to tens of GB and was killed by the kernel, a temp file left behind). ``dash``: how the
-    error spells the names (``--ctx0`` for the options; "" for a targets file's [shape] keys)."""
+    grew to tens of GB and was killed by the kernel, a temp file left behind). ``where``: the
+    targets file whose [shape] gave it (its keys named bare), else the options (``--ctx0``)."""
+    pre, dash = (f"{where}: [shape] ", "") if where else ("", "--")
     for name, v in (("steps", steps), ("layers", layers), ("requests", requests), ("topk", k), ("ctx0", ctx0)):
         if v < 1:
-            raise HisparseError(f"{dash}{name} must be >= 1, got {v}")
+            raise HisparseError(f"{pre}{dash}{name} must be >= 1, got {v}")
     last = ctx0 + steps - 1  # the last step's ctx_len: positions 0 .. last - 1
     if last - 1 > MAX_POSITION:
-        raise HisparseError(f"{dash}ctx0 {ctx0} with {dash}steps {steps}: the last step's context of {last} tokens has "
+        raise HisparseError(f"{pre}{dash}ctx0 {ctx0} with {dash}steps {steps}: the last step's context of {last} tokens has "
                             f"positions past {MAX_POSITION} (int32, the width of a trace's positions)")
     from ..limits import available_memory
 
     available, need = available_memory(), BYTES_PER_POSITION * (last + 1)
     if available is not None and need > available:
-        raise HisparseError(f"{dash}ctx0 {ctx0} with {dash}steps {steps}: drawing a {last}-token context needs "
+        raise HisparseError(f"{pre}{dash}ctx0 {ctx0} with {dash}steps {steps}: drawing a {last}-token context needs "
                             f"about {need / 2**30:.1f} GiB; {available / 2**30:.1f} GiB are available (a smaller "
                             f"{dash}ctx0)")
 
 
 def generate(knobs: GeneratorKnobs, *, steps: int, layers: int, requests: int, k: int, ctx0: int,
-             seed: int) -> Iterator[Stream]:
+             seed: int, where: str = "") -> Iterator[Stream]:
     """Streams request by request, layer by layer (layer l follows layer l-1); the knobs and the
-    shape are checked when it is called, before the first draw."""
+    shape are checked when it is called, before the first draw (``where``: ``check_shape``'s)."""
     knobs.check()
-    check_shape(steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0)
+    check_shape(steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, where=where)
     return _generate(knobs, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed)
 
 
