@@ -6,8 +6,7 @@
 # designs (benchmarks/swap_in_designs.py), seq (the attention sequence 3 times, plain),
 # sanitize (compute-sanitizer memcheck / racecheck / initcheck / synccheck over the sequence);
 # issue #27's remaining items: test27, designs27, accuracy, test_att, sanitize_clock, sass_epi;
-# the swap-in's fixed cost (kern27): build_swap, test_swap, sanitize_swap, designs_fixed, phases,
-# designs_launch, phases_launch;
+# the swap-in's fixed cost (kern27): build_swap, test_swap, sanitize_swap, designs_fixed, phases;
 # attention against FlashMLA in the same run (issue #27 item 4): flashmla.
 # Everything goes to $OUT/session.log; CSVs to $OUT.
 set -u
@@ -104,22 +103,6 @@ step_phases() {
         --pool-gib 4 --iters 11 --out "$OUT/swap_in-phases-main.csv" 2>&1 | grep -E "phases|case|bs" | tee -a "$LOG"
 }
 step_designs_fixed2() { FIXED_SEED=1 step_designs_fixed; }  # the same, drawn again: the spread
-# The launch (cooperative or a plain grid) and the lookup copy order, beside SGLang's kernels, drawn twice.
-step_designs_launch() {
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
-    for seed in 0 1; do
-        timeout "${DESIGNS_TIMEOUT:-300}" $PY benchmarks/swap_in_designs.py --sglang "${SGLANG_SRC:-.sglang-src}" \
-            --designs sglang-fused sglang-nocopy exact-lru exact-lru-no-newest exact-lru-nocopy exact-lru-grid \
-            exact-lru-grid-no-newest exact-lru-grid-nocopy exact-lru-lookup exact-lru-lookup-no-newest \
-            --batches 1 2 8 100 --rows 656 --miss-rates 0.001 0.2 --iters "${FIXED_ITERS:-15}" --seed $seed \
-            --out "$OUT/swap_in_designs-launch$seed.csv" 2>&1 | tee -a "$LOG"
-    done
-}
-step_phases_launch() {
-    timeout 240 $PY benchmarks/swap_in.py --batches 100 --hots 4096 --rows 656 --miss-rates 0.001 --phases \
-        --phase-launches cooperative grid --pool-gib 4 --iters 11 --out "$OUT/swap_in-phases-launch.csv" 2>&1 \
-        | grep -E "phases|case|bs" | tee -a "$LOG"
-}
 # Issue #27 item 4: our attention kernel against FlashMLA's SM90 sparse FP8 decode, same inputs, same
 # process (benchmarks/flashmla_compare.py). FLASHMLA_SRC: the folder benchmarks/fetch_flashmla.sh filled,
 # or that folder as FLASHMLA_SRC.tar.gz (smaller to carry: unpacked here first); FLASHMLA_ARGS: more options.

@@ -439,7 +439,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, 
                     cp.get_default_memory_pool().free_all_blocks()
     after = time_after_kernels(cp, pool, rng, kern, args) if args.after_kernel else []
     if args.phases:
-        time_phases(cp, pool, rng, kern, args.iters, args.dup_checks, tuple(args.phase_launches))
+        time_phases(cp, pool, rng, kern, args.iters, args.dup_checks)
     memcpy_end = measure_memcpy(cp, pool)
     # The ceiling is the better of the two readings (one run here read 39.8 GB/s once, 54-55 otherwise).
     memcpy = max(memcpy_start, memcpy_end)
@@ -528,20 +528,19 @@ def time_after_kernels(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern
 
 
 def time_phases(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern: Kernels, iters: int,
-                dup_checks: list[str], launches: tuple[str, ...] = ("cooperative",)) -> None:
+                dup_checks: list[str]) -> None:
     """Bookkeeping cut after phase 0..6 (0: before its first load, i.e. the launch and the
     publishing; loads, duplicate check, hit lookup, miss ranking, order ranking, miss assignment)
     and whole (7), copy=False, 656 B rows, hot 4096: where the fixed cost goes. State-changing
-    phases make the later draws approximate; timing only. ``launches``: "cooperative" (the
-    default launch) and/or "grid" (HotBuffer(cooperative=False))."""
-    for dup, launch in [(d, la) for d in dup_checks for la in launches]:
+    phases make the later draws approximate; timing only."""
+    for dup in dup_checks:
         for bs in (1, 100):
             layers = pool.nbytes // (bs * MAX_CTX * 656)
             line = []
             for miss in (n_misses(0.001), n_misses(0.2)):
                 for stop in range(0, 8):
                     hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=4096, top_k=K,
-                                   row_bytes=656, pool=pool, dup_check=dup, cooperative=launch == "cooperative")
+                                   row_bytes=656, pool=pool, dup_check=dup)
                     hb.prefill()
                     if stop < 7:
                         hb._kern = _kernel(cp.cuda.Device().id, hb.unroll, hb.blocks_per_sm, stop)[0]
@@ -552,7 +551,7 @@ def time_phases(cp: Any, pool: PinnedPool, rng: np.random.Generator, kern: Kerne
                                         after=hb.prefill if stop >= 5 else None)
                     line.append(f"{stop}:{us:.1f}")
                     del hb
-                print(f"phases {dup} {launch} bs {bs} misses {miss}: " + " ".join(line[-8:]) + " us", flush=True)
+                print(f"phases {dup} bs {bs} misses {miss}: " + " ".join(line[-8:]) + " us", flush=True)
 
 
 def summary(rows: list[dict[str, Any]]) -> None:
@@ -589,8 +588,6 @@ def main() -> None:
                     help="resident blocks per SM the kernel's registers are cut for (variants)")
     ap.add_argument("--breakdown", action="store_true", help="also time bookkeeping only (copy=False)")
     ap.add_argument("--phases", action="store_true", help="time the bookkeeping cut after each phase")
-    ap.add_argument("--phase-launches", nargs="+", default=["cooperative"], choices=["cooperative", "grid"],
-                    help="launches the --phases cuts are timed with (grid: a plain, not cooperative, launch)")
     ap.add_argument("--hold-us", type=float, default=300.0,
                     help="spin before each timed launch, us (default 300; it also reads the SM clock)")
     ap.add_argument("--hold-blocks", type=int, default=1, help="blocks of that spin (default 1)")

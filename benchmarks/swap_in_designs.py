@@ -61,13 +61,9 @@ from cupy_kernels.swap_in import HotBuffer, PinnedPool  # noqa: E402
 
 HOT = 4096
 OURS = ("exact-lru", "exact-lru-no-newest", "exact-lru-nocopy", "lru1-plan", "salru32-inline", "salru32-plan", "clock-inline", "clock-plan")
-VARIANTS = ("exact-lru-base", "exact-lru-base-no-newest", "exact-lru-base-nocopy",
-            "exact-lru-grid", "exact-lru-grid-no-newest", "exact-lru-grid-nocopy",
-            "exact-lru-lookup", "exact-lru-lookup-no-newest")
+VARIANTS = ("exact-lru-base", "exact-lru-base-no-newest", "exact-lru-base-nocopy")
 """Opt-in designs: the kernel of another commit (``--baseline-cu``, e.g. main's ``swap_in.cu``) with and without copies, timed in
-the same run; ``exact-lru-grid*``: ours launched as a plain grid instead of cooperatively (HotBuffer(cooperative=False));
-``exact-lru-lookup*``: ours with the lookup copy order (sources published after the hit lookup; early where a
-launch's grid cannot cover every entry in one pass)."""
+the same run."""
 SGLANG = ("sglang-fused", "sglang-nocopy", "sglang-plan")
 DESIGNS = OURS + SGLANG + VARIANTS
 
@@ -167,9 +163,7 @@ def run_design(cp, design, pool, bs, row, rate, iters, kern, rng, sgl=None, copy
     layer_bytes = bs * MAX_CTX * row
     if design.startswith("exact-lru"):
         hb = HotBuffer(layers=layers, requests=bs, max_ctx=MAX_CTX, device_buffer_size=HOT, top_k=K, row_bytes=row,
-                       pool=pool, load_newest=not design.endswith("no-newest"),
-                       cooperative=not design.startswith("exact-lru-grid"),
-                       copy_order="lookup" if design.startswith("exact-lru-lookup") else "early")
+                       pool=pool, load_newest=not design.endswith("no-newest"))
         if design.startswith("exact-lru-base"):
             if baseline_cu is None:
                 raise SystemExit("the exact-lru-base* designs need --baseline-cu FILE")

@@ -25,14 +25,6 @@
 //        once its slots are chosen (no other block waits for it); the others are prefetched by
 //        the whole grid (first pass, flat order) while their owners choose victims, and stored
 //        once the final words are published. Requests count with a parallel prefix.
-//      lookup (4, for grids whose one pass covers every entry of every request: small batches):
-//        as early, but the sources go out right after phase 1's hit lookup, which stands when
-//        the step keeps its tables: the owner writes every entry's host row (-1: a hit, padding
-//        or the newest) into its copy-list segment and publishes it (`ready[R + r]`, count 1);
-//        the grid loads those rows while the owner ranks the misses and chooses their slots,
-//        and stores them where `slots_out` says once the final words are published; the final
-//        lists then hold only what was not published by entry (the newest row; a fast-path,
-//        resetting or idle request's whole list), copied as the flat order copies.
 //      Either way the rows are cut into 16-byte chunks, UNROLL zero-copy loads (ld.global.nc)
 //      in flight per thread before the stores.
 // The launch is cooperative only so that all blocks are resident together (a helper spinning on
@@ -74,7 +66,7 @@ enum { ERR_NONE = 0, ERR_CTX = 1, ERR_POS = 2, ERR_PAD = 3, ERR_DUP = 4 };
 enum {  // per-request scalars in shared memory
     SC_MINLOAD, SC_NLOAD, SC_PCOUNT, SC_DUP, SC_NCOPY, SC_EARLY, SC_SELF, SC_N
 };
-enum { ORDER_REQUEST = 0, ORDER_FLAT = 1, ORDER_HYBRID = 2, ORDER_EARLY = 3, ORDER_LOOKUP = 4 };
+enum { ORDER_REQUEST = 0, ORDER_FLAT = 1, ORDER_HYBRID = 2, ORDER_EARLY = 3 };
 
 struct Smem {
     int* idx;       // [k]  the step's positions
@@ -180,7 +172,7 @@ struct Args {
     int* misses_out;
     int* errors;
     int2* copy_list;
-    unsigned long long* ready;  // [2R]: final words, then early words (ORDER_EARLY, ORDER_LOOKUP)
+    unsigned long long* ready;  // [2R]: final words, then early words (ORDER_EARLY)
     const unsigned char* host;
     unsigned char* dev;
     int R, k, B;
@@ -237,13 +229,6 @@ __device__ __forceinline__ void dup_insert(int* table, unsigned size, int p, int
     }
 }
 
-// The lookup order's per-entry sources of request r: ints 2 .. k + 1 of its copy-list segment (the
-// segment holds B + k + 1 entries of two ints; in that order its list holds the newest row alone,
-// ints 0 and 1).
-__device__ __forceinline__ int* entry_sources(const Args& a, int r) {
-    return reinterpret_cast<int*>(a.copy_list) + 2 * (size_t)r * a.seg + 2;
-}
-
 __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int* s_warp, int* s_red,
                              bool wait_first) {
     const int tid = threadIdx.x, B = a.B, k = a.k;
@@ -257,7 +242,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         s_sc[SC_NLOAD] = 0;        // slots loaded in the fresh-prefix range
         s_sc[SC_PCOUNT] = 0;       // prefix copies appended
         s_sc[SC_DUP] = INT_MAX;    // smallest repeated position
-        s_sc[SC_EARLY] = 0;        // early word published (ORDER_EARLY; ORDER_LOOKUP: the entries')
+        s_sc[SC_EARLY] = 0;        // early word published (ORDER_EARLY)
         s_sc[SC_SELF] = 0;         // rows loaded and stored by this block (ORDER_EARLY)
     }
     PHASE_END(0)  // timing: the launch and the publishing alone
@@ -378,26 +363,6 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     const bool reset = !m.y || m.z;
     const bool load_prefix = reset && (a.prefix || m.z);
     int n_used = m.x;
-    const int rc = r * (int)C, rd = r * (B + 1);
-
-    // ---- lookup order: every entry's source goes out now (phase 1's lookup stands: no reset) ----
-    const bool entry_pub = a.order_mode == ORDER_LOOKUP && a.do_copy && !reset;
-    if (entry_pub) {
-        int* src = entry_sources(a, r);
-        for (int j = tid; j < k; j += THREADS) {
-            const int p = s.idx[j];
-            src[j] = (j < len && s.res[j] < 0 && p != newest) ? rc + p : -1;
-        }
-        __syncthreads();  // every source written before the release
-        if (tid == 0) {
-            __threadfence();
-            st_release(a.ready + a.R + r, ((unsigned long long)a.epoch << 32) | 1u);
-            s_sc[SC_EARLY] = 1;
-        }
-    } else if (a.order_mode == ORDER_LOOKUP && tid == 0) {  // a resetting step: no entries (the
-        st_relaxed(a.ready + a.R + r, (unsigned long long)a.epoch << 32);  // list says it all)
-        s_sc[SC_EARLY] = 1;
-    }
     if (reset) {
         for (int i = tid; i < B; i += THREADS) {
             const int q = s.slotpos[i];
@@ -445,6 +410,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     const int n_victims = n_miss - n_from_free;
     const int n_head = n_miss + (a.load_newest ? 1 : 0);  // misses + newest, then prefix rows
     const int base = r * a.seg;
+    const int rc = r * (int)C, rd = r * (B + 1);
 
     // ---- early order: the copy starts now (sources are known; slots are chosen below) --------
     const unsigned cpr = (unsigned)a.row_bytes >> 4;
@@ -522,9 +488,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     // early order: the sources are out already (other blocks may be reading them): slots only
     const bool early_src = a.order_mode == ORDER_EARLY && !self;
     int* cl = reinterpret_cast<int*>(a.copy_list);
-    // lookup order: the misses went out by entry; the list holds the newest row alone
-    const int n_listed = entry_pub ? 0 : n_miss;
-    for (int i = tid; i < n_listed; i += THREADS) {
+    for (int i = tid; i < n_miss; i += THREADS) {
         const int j = s.miss_j[i];
         if (early_src) cl[2 * (base + i) + 1] = rd + s.res[j];
         else a.copy_list[base + i] = make_int2(rc + s.idx[j], rd + s.res[j]);
@@ -532,7 +496,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
     if (tid == 0) {
         if (a.load_newest) {
             if (early_src) cl[2 * (base + n_miss) + 1] = rd + B;
-            else a.copy_list[base + n_listed] = make_int2(rc + newest, rd + B);
+            else a.copy_list[base + n_miss] = make_int2(rc + newest, rd + B);
         }
         a.misses_out[r] = n_miss;
         a.errors[2 * r] = ERR_NONE;
@@ -541,7 +505,7 @@ __device__ void book_request(const Args& a, int r, const Smem& s, int* s_sc, int
         *reinterpret_cast<int4*>(a.meta + 4 * r) = make_int4(n_used + n_from_free, 1, 0, new_filled);
         // rows [m.w, B) of a fresh prefix that no miss overwrote
         const int n_pre = load_prefix ? max(0, B - m.w) - s_sc[SC_NLOAD] : 0;
-        s_sc[SC_NCOPY] = entry_pub ? n_head - n_miss : n_head + n_pre;  // (entry_pub: no reset, n_pre 0)
+        s_sc[SC_NCOPY] = n_head + n_pre;
     }
     if (load_prefix) {
         const int pbase = base + n_head;
@@ -655,9 +619,10 @@ __device__ void copy_request(const Args& a, int r, int part, int parts, const un
 // one list in request order (grid-stride), so at any time the copies touch the host rows of a
 // few requests only.  Requests marked SELF_COPIED (a few rows, copied by their owner right after
 // their bookkeeping) count as empty.  cnt / pre: R and R + 1 ints of shared memory (the bookkeeping's arrays).
-// Wait until every request's final word of this launch is published; cnt[i]: its list's length
-// (0 where its owner copied it).
-__device__ void wait_final_words(const unsigned long long* ready, unsigned epoch, int R, int* cnt) {
+__device__ void copy_flat(const Args& a, const unsigned long long* ready, unsigned epoch,
+                          const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
+                          int row_bytes, int* cnt, int* pre) {
+    const int R = a.R;
     for (;;) {
         int ok = 1;
         for (int i = threadIdx.x; i < R; i += THREADS) {
@@ -668,13 +633,6 @@ __device__ void wait_final_words(const unsigned long long* ready, unsigned epoch
         if (__syncthreads_and(ok)) break;
         __nanosleep(64);
     }
-}
-
-__device__ void copy_flat(const Args& a, const unsigned long long* ready, unsigned epoch,
-                          const unsigned char* __restrict__ host, unsigned char* __restrict__ dev,
-                          int row_bytes, int* cnt, int* pre) {
-    const int R = a.R;
-    wait_final_words(ready, epoch, R, cnt);
     const unsigned cpr = (unsigned)row_bytes >> 4;
     if (threadIdx.x == 0) {  // exclusive prefix of chunk counts (R is small: a serial pass)
         unsigned run = 0;
@@ -780,57 +738,6 @@ __device__ void copy_flat_early(const Args& a, int* pre_e, int* pre_x) {
     });
 }
 
-// Lookup order's copy (every block, after its own bookkeeping). Once every request's entry word is
-// out (count 1: its sources published by entry; 0: none), each thread loads its chunks of the
-// published entries, chunk c of R x k x cpr (one pass: the host picks this order only where the
-// grid's threads x UNROLL cover them all); once the final words are out, stores each where
-// `slots_out` put its entry; then the final lists (copy_flat).  cnt / pre: R + 1 ints each.
-__device__ void copy_lookup(const Args& a, int* cnt, int* pre) {
-    const int R = a.R;
-    const unsigned cpr = (unsigned)a.row_bytes >> 4, kc = (unsigned)a.k * cpr;
-    for (;;) {
-        int ok = 1;
-        for (int i = threadIdx.x; i < R; i += THREADS) {
-            const unsigned long long w = ld_acquire(a.ready + R + i);
-            if ((unsigned)(w >> 32) != a.epoch) ok = 0;
-            else cnt[i] = (int)(unsigned)(w & 1u);
-        }
-        if (__syncthreads_and(ok)) break;
-        __nanosleep(64);
-    }
-    const unsigned T = gridDim.x * THREADS, c0 = blockIdx.x * THREADS + threadIdx.x;
-    uint4 v[UNROLL];
-    int ent[UNROLL];  // r k + e of the loaded entry, -1 if none
-    unsigned offs[UNROLL];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-        const unsigned c = c0 + u * T;
-        ent[u] = -1;
-        if (c < (unsigned)R * kc) {
-            const unsigned r = c / kc, in = c - r * kc, e = in / cpr;
-            if (cnt[r]) {
-                const int src = __ldcg(entry_sources(a, (int)r) + e);
-                if (src >= 0) {
-                    offs[u] = (in - e * cpr) << 4;
-                    ent[u] = (int)(r * (unsigned)a.k + e);
-                    v[u] = ld_host(a.host + (size_t)src * a.row_bytes + offs[u]);
-                }
-            }
-        }
-    }
-    __syncthreads();  // every read of the entry flags done before cnt is rewritten
-    wait_final_words(a.ready, a.epoch, R, cnt);  // slots chosen, slots_out written
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-        if (ent[u] >= 0) {
-            const int r = ent[u] / a.k, so = __ldcg(a.slots_out + ent[u]);
-            const size_t row = (size_t)(a.global_rows ? so : so + r * (a.B + 1));
-            *reinterpret_cast<uint4*>(a.dev + row * a.row_bytes + offs[u]) = v[u];
-        }
-    }
-    copy_flat(a, a.ready, a.epoch, a.host, a.dev, a.row_bytes, cnt, pre);
-}
-
 #if MAX_REGS  // a register cap below the launch bounds' 128 (room for another kernel's block beside)
 #define SWAP_IN_BOUNDS __maxnreg__(MAX_REGS)
 #else
@@ -868,8 +775,6 @@ swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* or
                 __threadfence();
                 st_release(ready + R + r, word);
             }
-            if (flat == ORDER_LOOKUP && !s_sc[SC_EARLY])  // no entries (its list says it all)
-                st_relaxed(ready + R + r, (unsigned long long)epoch << 32);
             if (early_self) {
                 st_relaxed(ready + r, word | SELF_COPIED);  // nothing for other blocks to read
             } else {
@@ -883,8 +788,6 @@ swap_in_lru(const int* indices, const long long* ctx_len, int* slot_pos, int* or
     if (!do_copy) return;  // bookkeeping only (timing breakdowns)
     if (flat == ORDER_EARLY) {
         copy_flat_early(a, s.order, s.slotpos);  // needs R + 1 <= B
-    } else if (flat == ORDER_LOOKUP) {
-        copy_lookup(a, s.order, s.slotpos);  // needs R + 1 <= B
     } else if (flat) {
         copy_flat(a, ready, epoch, host, dev, row_bytes, s.order, s.slotpos);  // needs R + 1 <= B
     } else if ((int)gridDim.x > R) {  // blocks r, r + R, r + 2R, ... copy request r

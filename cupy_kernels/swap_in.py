@@ -31,8 +31,8 @@ THREADS = 512
 WARPS = THREADS // 32
 DEFAULT_UNROLL = 4
 DEFAULT_BLOCKS_PER_SM = 1  # measured: 1 block of 512 threads per SM (no register spills) beats 2
-COPY_ORDERS = ("flat", "request", "hybrid", "early", "lookup")
-_COPY_ORDER_ARG = {"request": 0, "flat": 1, "hybrid": 2, "early": 3, "lookup": 4}
+COPY_ORDERS = ("flat", "request", "hybrid", "early")
+_COPY_ORDER_ARG = {"request": 0, "flat": 1, "hybrid": 2, "early": 3}
 DUP_CHECKS = ("bitmap", "hash")  # duplicate check: a max_ctx-bit bitmap in shared memory, or a hash table
 INITIAL_MODES = ("prefix", "empty")
 SMEM_LIMIT = 227 * 1024
@@ -116,12 +116,6 @@ def smem_bytes(buffer: int, top_k: int, dup_words: int = 0) -> int:
     duplicate-check bitmap's 32-bit words (0: hash table in the bookkeeping's arrays)."""
     ballots = (max(buffer, top_k) + 31) // 32 + WARPS
     return 4 * (4 * top_k + 2 * buffer + ballots + dup_words) + buffer
-
-
-def lookup_fits(requests: int, width: int, row_bytes: int, grid: int, unroll: int = DEFAULT_UNROLL) -> bool:
-    """Whether the lookup copy order can run a launch: its one pass (each of the grid's threads
-    loads ``unroll`` 16-byte chunks) must cover every entry's row of every request."""
-    return requests * width * (row_bytes // 16) <= grid * THREADS * unroll
 
 
 def make_geometry(*, layers: int, requests: int, max_ctx: int, device_buffer_size: int, top_k: int,
@@ -369,29 +363,23 @@ class HotBuffer:
     bookkeeping is published), "request" (each request's rows as soon as its own bookkeeping
     is), "hybrid" (flat, but requests of a few rows copied by their owner at once) or "early"
     (the default, fastest on the H200: the copy starts before the bookkeeping ends, sources
-    published once the misses are ranked, small requests loaded by their owner meanwhile) or
-    "lookup" (early, but every entry's source published right after the hit lookup, before the
-    misses are ranked, and loaded by the whole grid; only where one pass of the grid covers every
-    entry of every request, i.e. small batches: a launch past that runs the early order); see
-    swap_in.cu. flat, hybrid, early and lookup need requests + 1 <= device_buffer_size, else the
+    published once the misses are ranked, small requests loaded by their owner meanwhile); see
+    swap_in.cu. flat, hybrid and early need requests + 1 <= device_buffer_size, else the
     request order is used. ``dup_check``: "bitmap"
     (one bit per position in shared memory; falls back to the hash table when max_ctx bits do
     not fit) or "hash". ``pdl``: launch with programmatic dependent launch, so that the kernel's
     set-up (shared-memory clears, this layer's table loads) overlaps the kernel before it in the
     stream; that kernel must not write this layer's tables (in a decode step it is the indexer;
     two launches on the same layer back to back are launched plainly; measured gain about 1 us,
-    BENCHMARKS.md). ``cooperative``: launch cooperatively (the default) or as a plain grid; either
-    way the grid never exceeds what can be resident at once (``_grid_size``), so a block waiting on
-    another cannot keep it out (the PDL launch relies on the same). ``unroll``, ``blocks_per_sm``
-    and ``max_regs`` select kernel builds (benchmarks).
+    BENCHMARKS.md). ``unroll``, ``blocks_per_sm`` and ``max_regs`` select kernel builds
+    (benchmarks).
     """
 
     def __init__(self, *, layers: int, requests: int, max_ctx: int, device_buffer_size: int,
                  top_k: int = 2048, row_bytes: int, initial: str = "prefix", load_newest: bool = True,
                  pool: PinnedPool | None = None, unroll: int = DEFAULT_UNROLL,
                  blocks_per_sm: int = DEFAULT_BLOCKS_PER_SM, copy_order: str = "early",
-                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0,
-                 cooperative: bool = True) -> None:
+                 dup_check: str = "bitmap", pdl: bool = False, max_regs: int = 0) -> None:
         import cupy as cp
 
         self.geometry = g = make_geometry(layers=layers, requests=requests, max_ctx=max_ctx,
@@ -406,8 +394,7 @@ class HotBuffer:
         self.dup_words = g.dup_bitmap_words if dup_check == "bitmap" else 0
         self.dup_check = "bitmap" if self.dup_words else "hash"
         self.pdl = bool(pdl)
-        self.cooperative = bool(cooperative)
-        self.launch_mode = "plain"  # the last launch: plain (cooperative), grid (not cooperative), pdl+cooperative or pdl
+        self.launch_mode = "plain"  # how the last launch went: plain, pdl+cooperative or pdl
         # PDL launches are not cooperative: measured on the H200 (BENCHMARKS.md), the pair ran
         # slower than either (bs 100: 52 us against 17; 20% misses 737 against 609 us)
         self._pdl_cooperative = False
@@ -490,19 +477,10 @@ class HotBuffer:
         want = -(-g.requests * width * (g.row_bytes // 16) // (THREADS * self.unroll))
         return max(1, min(self.max_grid, max(g.requests, want)))
 
-    def launch_order(self, width: int) -> str:
-        """The copy order a launch of ``width`` entries per request runs: the lookup order needs
-        one pass of the grid (threads x unroll chunks) to cover every entry's row of every request,
-        else that launch runs the early order (same tables, same rows)."""
-        if self.copy_order != "lookup":
-            return self.copy_order
-        g = self.geometry
-        return "lookup" if lookup_fits(g.requests, width, g.row_bytes, self.grid(width), self.unroll) else "early"
-
     def swap_in(self, layer: int, indices: Any, ctx_len: Any, *, global_rows: bool = False,
                 check: bool = True, slots_out: Any = None, misses_out: Any = None,
                 copy: bool = True) -> SwapInResult:
-        """One decode step of one layer for every request (one launch).
+        """One decode step of one layer for every request (one cooperative launch).
 
         indices [R, w] (int32 on the GPU, or any int numpy array), ctx_len [R] (int64 on the GPU).
         check=True synchronises and raises SwapInError naming each bad request (those keep their
@@ -527,20 +505,14 @@ class HotBuffer:
                 self._dev[lyr], np.int32(g.requests), np.int32(width), np.int32(g.buffer),
                 np.int64(g.max_ctx), np.int32(g.row_bytes), np.int32(self.initial == "prefix"),
                 np.int32(self.load_newest), np.int32(bool(global_rows)), np.int32(g.copy_segment),
-                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(_COPY_ORDER_ARG[self.launch_order(width)]),
+                np.uint32(self._epoch), np.int32(bool(copy)), np.int32(_COPY_ORDER_ARG[self.copy_order]),
                 np.int32(self.dup_words))
         shared = smem_bytes(g.buffer, width, self.dup_words)
         if self.pdl and self._last_layer not in (lyr, -2):
             self._launch_pdl(args, shared)
-        elif self.cooperative:
+        else:
             self.launch_mode = "plain"
             self._kern((self.grid(width),), (THREADS,), args, shared_mem=shared)
-        else:
-            from ._launch import launch_ex
-
-            self.launch_mode = "grid"
-            launch_ex(self._kern.kernel.ptr, self.grid(width), THREADS, shared, cp.cuda.get_current_stream().ptr,
-                      args, cooperative=False, programmatic=False)
         self._last_layer = lyr
         if check:
             self.raise_errors(idx, ctx)

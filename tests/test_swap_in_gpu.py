@@ -27,12 +27,12 @@ def _fresh_seed() -> int:
 
 
 def _buffer(rng, *, requests, max_ctx, buffer, k, row_bytes, initial="prefix", layers=2, copy_order="flat",
-            dup_check="bitmap", pdl=False, pool=None, cooperative=True):
+            dup_check="bitmap", pdl=False, pool=None):
     import cupy as cp
 
     hb = HotBuffer(layers=layers, requests=requests, max_ctx=max_ctx, device_buffer_size=buffer, top_k=k,
                    row_bytes=row_bytes, initial=initial, copy_order=copy_order, dup_check=dup_check, pdl=pdl,
-                   pool=pool, cooperative=cooperative)
+                   pool=pool)
     assert hb.copy_order == copy_order
     assert hb.dup_check == dup_check
     for lyr in range(layers):
@@ -98,23 +98,21 @@ def _compare(hb, layer, idx, ctx, initial, got_slots, got_misses, msg):
                           ("prefix", 656, "flat", "hash"), ("prefix", 656, "request", "bitmap"),
                           ("prefix", 656, "hybrid", "bitmap"), ("empty", 512, "hybrid", "hash"),
                           ("prefix", 656, "early", "bitmap"), ("empty", 512, "early", "bitmap"),
-                          ("prefix", 1152, "early", "hash"), ("prefix", 656, "lookup", "bitmap"),
-                          ("empty", 512, "lookup", "hash"), ("prefix", 1152, "lookup", "bitmap")])
+                          ("prefix", 1152, "early", "hash")])
 def test_random_streams_bit_exact(initial, row_bytes, copy_order, dup_check):
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
     idx, ctx = random_batch(rng, steps=1500, requests=4, k=48, buffer=64, max_ctx=300)
     hb = _buffer(rng, requests=4, max_ctx=300, buffer=64, k=48, row_bytes=row_bytes, initial=initial,
                  copy_order=copy_order, dup_check=dup_check)
-    assert hb.launch_order(48) == copy_order  # a lookup-order buffer really runs that order here
     misses = _run_and_check(hb, 1, idx, ctx, initial,
                             f"seed={seed} initial={initial} row={row_bytes} order={copy_order} dup={dup_check}")
     assert misses.sum() > 10_000  # the streams really exercise evictions
     assert (hb.state(0).started == 0).all()  # layer 0 untouched
 
 
-@pytest.mark.parametrize("dup_check, copy_order", [("bitmap", "early"), ("hash", "early"), ("bitmap", "lookup")])
-def test_wide_steps_bit_exact(dup_check, copy_order):
+@pytest.mark.parametrize("dup_check", ["bitmap", "hash"])
+def test_wide_steps_bit_exact(dup_check):
     """k 2600 and B 2800: more entries per thread than the kernel's batched first pass of loads
     (STEP_BATCH x THREADS = 2048), so the remainder loop runs too."""
     seed = _fresh_seed()
@@ -132,29 +130,12 @@ def test_wide_steps_bit_exact(dup_check, copy_order):
             idx[t, r, :n] = sel
             prev = sel
     hb = _buffer(rng, requests=2, max_ctx=4500, buffer=2800, k=2600, row_bytes=512, layers=1, initial="empty",
-                 copy_order=copy_order, dup_check=dup_check)
-    assert hb.launch_order(k) == copy_order
-    misses = _run_and_check(hb, 0, idx, ctx, "empty", f"seed={seed} wide dup={dup_check} order={copy_order}")
+                 copy_order="early", dup_check=dup_check)
+    misses = _run_and_check(hb, 0, idx, ctx, "empty", f"seed={seed} wide dup={dup_check}")
     assert (idx[:, :, 2048:] >= 0).any() and misses.sum() > 1000
 
 
-@pytest.mark.parametrize("copy_order, requests", [("early", 4), ("early", 300), ("flat", 4), ("request", 4),
-                                                  ("lookup", 4), ("lookup", 300)])
-def test_grid_launch_bit_exact(copy_order, requests):
-    """A plain (not cooperative) launch: the same choices and rows as the engine, every copy order
-    whose blocks wait on other blocks' words, a few requests and 300."""
-    seed = _fresh_seed()
-    rng = np.random.default_rng(seed)
-    buffer = 64 if requests == 4 else 320
-    idx, ctx = random_batch(rng, steps=300 if requests == 4 else 30, requests=requests, k=48, buffer=buffer,
-                            max_ctx=buffer + 236)
-    hb = _buffer(rng, requests=requests, max_ctx=buffer + 236, buffer=buffer, k=48, row_bytes=656, layers=1,
-                 copy_order=copy_order, cooperative=False)
-    _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} grid launch order={copy_order} R={requests}")
-    assert hb.launch_mode == "grid"
-
-
-@pytest.mark.parametrize("buffer, copy_order", [(32, "request"), (320, "early"), (320, "lookup")])
+@pytest.mark.parametrize("buffer, copy_order", [(32, "request"), (320, "early")])
 def test_more_requests_than_blocks(buffer, copy_order):
     seed = _fresh_seed()
     rng = np.random.default_rng(seed)
@@ -273,7 +254,7 @@ def test_registered_pools_bit_exact(backing):
     assert misses.sum() > 1000
 
 
-@pytest.mark.parametrize("copy_order", ["flat", "request", "hybrid", "early", "lookup"])
+@pytest.mark.parametrize("copy_order", ["flat", "request", "hybrid", "early"])
 def test_small_for_sanitizer(copy_order):
     """Small: the case run under compute-sanitizer memcheck and racecheck (fast path and long)."""
     seed = _fresh_seed()
@@ -284,7 +265,7 @@ def test_small_for_sanitizer(copy_order):
     _run_and_check(hb, 0, idx, ctx, "prefix", f"seed={seed} sanitizer order={copy_order}")
 
 
-@pytest.mark.parametrize("copy_order", ["early", "flat", "lookup"])
+@pytest.mark.parametrize("copy_order", ["early", "flat"])
 def test_pdl_small_for_sanitizer(copy_order):
     """Programmatic dependent launches: two layers stepped in turn (each launch follows the other
     layer's, so each may overlap it), then both compared with the engine."""

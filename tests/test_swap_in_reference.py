@@ -22,7 +22,6 @@ from cupy_kernels.swap_in import (
     SwapInError,
     decode_errors,
     host_errors,
-    lookup_fits,
     make_geometry,
     smem_bytes,
     validate_step,
@@ -274,14 +273,3 @@ def test_engine_needs_distinct_positions():
     rep = _run(np.array([[1, 1, 3]], np.int32), np.array([10]), 4)
     assert list(ok.order) == [0, 2, 1, 3]
     assert list(rep.order) in ([0, 2, 3, 1], [0, 2, 1, 3])  # the first until the engine counts distinct hits
-
-
-def test_lookup_order_runs_where_one_pass_covers_every_entry():
-    """The lookup copy order loads every entry's row in one pass of the grid (512 threads x unroll
-    16-byte chunks each): bs 1 and 2 at k 2048, 656 B rows fit the grids they get (41 and 82
-    blocks); bs 8 does not fit 132 blocks (671,744 chunks > 270,336), so that launch runs early."""
-    assert lookup_fits(1, 2048, 656, grid=41)
-    assert lookup_fits(2, 2048, 656, grid=82)
-    assert not lookup_fits(1, 2048, 656, grid=40)
-    assert not lookup_fits(8, 2048, 656, grid=132)
-    assert lookup_fits(8, 2048, 656, grid=132, unroll=10)
