@@ -862,7 +862,8 @@ class CostModel:
         scores: a row of at most top-k keys reads none, a longer one is read twice (``ops.INDEXER_TOPK_PASSES``;
         the threshold bin's candidates, at most 16,384 a row, are read again and not counted). A separate,
         memory-bound kernel: ``ops.prefill_topk_read_op`` at the elementwise term's bandwidth (measured on the
-        H200, scaled elsewhere). No fitted constant. The decode indexer's own logits ([requests, context],
+        H200, scaled elsewhere; not measured for this kernel: its second pass may hit L2 for rows up to ~100K keys,
+        its scalar loads may run below the rate). No fitted constant. The decode indexer's own logits ([requests, context],
         paged) are inside its fitted term (``indexer_all``), not here; IndexShare's shared layers reuse an
         anchor's top-k and score nothing (``indexer_layers``)."""
         m = self.m
