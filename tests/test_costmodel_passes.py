@@ -143,3 +143,85 @@ def test_the_indexer_is_replicated_under_tp_attention():
     assert ops_tp["indexer_wq_b"].n == ops_dp["indexer_wq_b"].n
     assert ops_tp["q_b_proj"].n * 8 == ops_dp["q_b_proj"].n  # MLA's heads split over 8
     assert float(c_tp.indexer(8 * 40000.0, 8)) == pytest.approx(float(c_dp.indexer(8 * 40000.0, 8)))
+
+
+# -- the prefill indexer's materialised logits (SGLang dsa_indexer._get_topk_ragged) ----------------------
+
+def _dsv32_prefill() -> CostModel:
+    """DeepSeek-V3.2 on the held-out prefill set's deployment (8xH200 DP8, chunk 4,096 per rank)."""
+    return _cost(load_scenario(model="deepseek-v3.2-fp8-kvfp8", deployment="8xh200-dp8-ep8-dsv32-pr30514"))
+
+
+def test_causal_rows_counts_each_querys_keys_above_the_cut():
+    from simulator.costmodel.ops import causal_rows
+
+    for tokens, prior, cut in [(7, 0, 0), (7, 3, 0), (9, 0, 4), (9, 5, 4), (5, 10, 30), (4096, 0, 2048)]:
+        lengths = np.arange(prior + 1, prior + tokens + 1)
+        assert causal_rows(tokens, prior, cut) == lengths[lengths > cut].sum()
+
+
+def test_the_top_k_reads_every_score_of_a_row_longer_than_top_k_twice():
+    """fast_topk_cuda_tl: a histogram pass and a classifying pass over the row's scores; a row of at most
+    top-k keys takes them all unread. DeepSeek-V4's C4 rows hold a key per 4 tokens."""
+    from simulator.costmodel.ops import prefill_topk_read_op
+
+    assert prefill_topk_read_op(2048, 0, 2048).bytes == 0.0  # every row <= top-k
+    rows = np.arange(2049, 4097)  # rows 2049 .. 4096 keys long
+    assert prefill_topk_read_op(4096, 0, 2048).bytes == 4 * 2 * rows.sum()
+    c4 = prefill_topk_read_op(4096, 4096, 512, tokens_per_key=4)  # every row > 4 x 512 tokens
+    assert c4.bytes == pytest.approx(4 * 2 * np.arange(4097, 8193).sum() / 4)
+
+
+def test_the_prefill_indexer_prices_the_logits_top_k_and_it_scales_with_the_prior_context():
+    """The term is in prefill_indexer: the indexer layers' scoring GEMM plus each layer's top-k read of the
+    materialised scores; doubling a chunk's prior context (long rows) about doubles the bytes read."""
+    c = _dsv32_prefill()
+    gemm, ew = c.t.rates[("gemm", "fp8")], c.t.rates[("elementwise", "bf16")]
+    m = c.m
+    n, prior = 4096, 65536
+    pairs = n * (prior + n / 2)
+    score = gemm.time((prior + n) * m.indexer_row_bytes + 4 * pairs, 2.0 * pairs * m.indexer_heads * m.indexer_head_dim)
+    read = ew.time(8 * np.arange(prior + 1, prior + n + 1).sum())
+    assert c.prefill_topk_read(n, prior) == pytest.approx(read, rel=1e-12)
+    assert c.prefill_indexer(n, prior) == pytest.approx(m.indexer_layers * (score + read), rel=1e-12)
+    ratio = (c.prefill_topk_read(n, 2 * prior) - ew.launch_s) / (c.prefill_topk_read(n, prior) - ew.launch_s)
+    assert ratio == pytest.approx((2 * prior + n / 2 + 0.5) / (prior + n / 2 + 0.5))
+    assert 1.9 < ratio < 2.0
+
+
+def test_the_logits_write_is_in_the_scoring_kernels_bytes():
+    """DeepGEMM's fp8_mqa_logits stores 4 B per causal pair: with the FLOP roof lifted, the scoring kernel's
+    time is its key reads and that write at the GEMM term's bandwidth."""
+    c = _dsv32_prefill()
+    gemm = dataclasses.replace(c.t.rates[("gemm", "fp8")], flops_rate=float("inf"))
+    c.t = dataclasses.replace(c.t, rates={**c.t.rates, ("gemm", "fp8"): gemm})
+    n, prior = 4096, 20000
+    pairs = n * (prior + n / 2)
+    score = gemm.launch_s + ((prior + n) * c.m.indexer_row_bytes + 4 * pairs) / gemm.bw
+    assert c.prefill_indexer(n, prior) == pytest.approx(c.m.indexer_layers * (score + c.prefill_topk_read(n, prior)))
+
+
+def test_the_logits_term_of_a_160k_prompt_on_dsv32_is_the_derived_size():
+    """docs/validation.md: a 160K prompt's top-k reads over DeepSeek-V3.2's 61 indexer layers, 8 B per
+    causal pair of rows longer than 2,048 keys, ~6.2 TB at the measured elementwise bandwidth: ~1.9 s."""
+    c = _dsv32_prefill()
+    chunk, total = c.d.prefill_chunk_tokens, 160_000
+    reads = sum(c.prefill_topk_read(min(chunk, total - p), p) for p in range(0, total, chunk)) * c.m.indexer_layers
+    lengths = np.arange(2049, total + 1, dtype=np.float64)
+    ew = c.t.rates[("elementwise", "bf16")]
+    launches = -(-total // chunk) * ew.launch_s
+    assert reads == pytest.approx(c.m.indexer_layers * (8 * lengths.sum() / ew.bw + launches), rel=1e-9)
+    assert 1.5 < reads < 2.2
+
+
+def test_deepseek_v4_reads_its_c4_layers_compressed_scores():
+    """DeepSeek-V4 (dsv4/indexer.py): the C4 layers score a compressed key per 4 tokens and topk_transform_512
+    reads the rows longer than top-k (512) compressed keys; only those layers run an indexer."""
+    c = _cost(load_scenario(model="deepseek-v4-flash", deployment="4xh200-tp4-dsv4-flash-low-latency"))
+    ew = c.t.rates[("elementwise", "bf16")]
+    assert c.m.arch == "dsv4" and c.m.top_k == 512 and 0 < c.m.indexer_layers < c.m.layers
+    assert c.prefill_topk_read(2048, 0) == pytest.approx(ew.launch_s)  # rows <= 4 x 512 tokens: nothing read
+    lengths = np.arange(30001, 34097, dtype=np.float64)
+    assert c.prefill_topk_read(4096, 30000) == pytest.approx(ew.time(8 * lengths.sum() / 4))
+    without = c.prefill_indexer(4096, 30000) - c.m.indexer_layers * c.prefill_topk_read(4096, 30000)
+    assert 0 < without < c.prefill_indexer(4096, 30000)

@@ -191,6 +191,33 @@ def elementwise(name: str, elems: float, passes: float = 2.0, count: int = 1) ->
     return Op(name, "elementwise", "bf16", 0.0, elems * ACT_BYTES * passes, count=count)
 
 
+# The prefill indexer's logits (SGLang 0.5.14 ``dsa_indexer.Indexer._get_topk_ragged``; DeepSeek-V4: ``dsv4/indexer.py``,
+# the paged kernel): DeepGEMM's ``fp8_mqa_logits`` returns one fp32 score per query-key pair
+# (``_MQA_LOGITS_BYTES_PER_ELEM = 4``), which the top-k kernel then reads (``prefill_topk_read_op``).
+INDEXER_LOGITS_BYTES = 4
+# Passes SGLang's top-k kernel makes over a row's valid scores (sgl-kernel ``topk.cu`` ``fast_topk_cuda_tl``, the
+# kernel of sglang-kernel 0.4.4, and DeepSeek-V4's ``jit_kernel/csrc/deepseek_v4/topk_v1.cuh``): an 8-bit
+# histogram, then a second pass that keeps the entries above the threshold bin and collects those in it.
+INDEXER_TOPK_PASSES = 2
+
+
+def causal_rows(tokens: float, prior_ctx: float, longer_than: float = 0.0) -> float:
+    """Keys over a prompt chunk's causal rows: the sum of each query's row length (prior_ctx + 1 ..
+    prior_ctx + tokens keys) over the rows longer than ``longer_than`` keys."""
+    lo, hi = max(float(prior_ctx), float(longer_than)), float(prior_ctx) + float(tokens)
+    return max(0.0, (hi * (hi + 1.0) - lo * (lo + 1.0)) / 2.0)
+
+
+def prefill_topk_read_op(tokens: float, prior_ctx: float, top_k: int, tokens_per_key: int = 1) -> Op:
+    """One indexer layer's top-k over a prompt chunk's materialised logits: every row longer than
+    ``top_k`` keys read ``INDEXER_TOPK_PASSES`` times (a row of at most top_k keys takes every key without
+    reading a score: ``naive_topk_transform_ragged``); DeepSeek-V4's C4 rows hold a key per
+    ``tokens_per_key`` tokens. A memory-bound kernel, priced by the elementwise term (its ``bf16`` key names
+    that term; the scores are fp32, counted at ``INDEXER_LOGITS_BYTES`` each)."""
+    keys = causal_rows(tokens, prior_ctx, top_k * tokens_per_key) / tokens_per_key
+    return Op("indexer_topk_logits_read", "elementwise", "bf16", 0.0, keys * INDEXER_LOGITS_BYTES * INDEXER_TOPK_PASSES)
+
+
 def mlp_tokens(batch: int, layout: Layout) -> int:
     """Tokens the MLP side of one GPU sees per step: every DP rank's batch."""
     return batch * layout.attention_dp

@@ -59,6 +59,7 @@ from .indexshare import LayerTimes, hidden_swap
 from .ops import (
     DEEPEP_NORMAL_EXPERT_ALIGNMENT,
     GROUPED_KINDS,
+    INDEXER_LOGITS_BYTES,
     INDEXER_OPS,
     RANK_MOE_OPS,
     Op,
@@ -68,6 +69,7 @@ from .ops import (
     dense_mlp_ops,
     flashmla_q_pad_ops,
     moe_ops,
+    prefill_topk_read_op,
     rank_moe_ops,
     step_head_ops,
 )
@@ -838,16 +840,46 @@ class CostModel:
 
     # -- a prompt chunk's context terms ----------------------------------------------------------
     def prefill_indexer(self, tokens: int, prior_ctx: int) -> float:
-        """The indexer layers' scoring of a prompt chunk (IndexShare: the anchors only): an FP8 GEMM of each query against every earlier
-        key (quadratic; the decode indexer kernel does not apply: extrapolated at the FP8 GEMM rate)."""
+        """The indexer layers' scoring of a prompt chunk (IndexShare: the anchors only) and the top-k over
+        the scores it materialises.
+
+        Scoring: an FP8 GEMM of each query against every earlier key (quadratic; the decode indexer kernel
+        does not apply: extrapolated at the FP8 GEMM rate), reading the keys and writing the logits. SGLang
+        0.5.14 (``layers/attention/dsa/dsa_indexer.py`` ``Indexer._get_topk_ragged``) calls
+        ``deep_gemm.fp8_mqa_logits(q, (k, k_scale), weights, ks, ke, clean_logits=False)``: an fp32
+        [query tokens, batch keys] matrix (``_MQA_LOGITS_BYTES_PER_ELEM = 4``; split into row blocks only past
+        a memory budget, ``_should_chunk_mqa_logits``, which moves no byte). DeepGEMM's SM90 kernel
+        (``sm90_fp8_mqa_logits.cuh`` in sgl-deep-gemm 0.1.3, SGLang's pin; 2 queries per block at 64 heads)
+        computes and stores, per query block, only the key blocks of 256 spanning its queries' [ks, ke) -- the
+        causal range, not the whole row -- and with ``clean_logits=False`` no pass writes -inf over the rest
+        (``smxx_clean_logits`` is not run; the host allocates with ``torch::empty``). Written: 4 B per causal
+        pair, inside the GEMM kernel, so it joins the GEMM's bytes (at 4,096 FLOPs per byte written the
+        kernel stays compute-bound and the write adds little). DeepSeek-V4 (``dsv4/indexer.py``) scores its
+        C4 layers' compressed keys, one per 4 tokens, with DeepGEMM's paged kernel, fp32 scores alike.
+
+        Top-k: ``metadata.topk_transform`` (default ``--dsa-topk-backend sgl-kernel``, ``SGLANG_DSA_FUSE_TOPK``
+        on) runs ``fast_topk_transform_ragged_fused``, one block per query over its [ks, ks + position + 1)
+        scores: a row of at most top-k keys reads none, a longer one is read twice (``ops.INDEXER_TOPK_PASSES``;
+        the threshold bin's candidates, at most 16,384 a row, are read again and not counted). A separate,
+        memory-bound kernel: ``ops.prefill_topk_read_op`` at the elementwise term's bandwidth (measured on the
+        H200, scaled elsewhere; not measured for this kernel: its second pass may hit L2 for rows up to ~100K keys,
+        its scalar loads may run below the rate). No fitted constant. The decode indexer's own logits ([requests, context],
+        paged) are inside its fitted term (``indexer_all``), not here; IndexShare's shared layers reuse an
+        anchor's top-k and score nothing (``indexer_layers``)."""
         m = self.m
+        per_key = 4 if m.arch == "dsv4" else 1  # C4 layers score the compressed keys, one per 4 tokens
         ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
         heads_idx = m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
-        idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim
-        idx_bytes = (prior_ctx + tokens) * m.indexer_row_bytes
-        if m.arch == "dsv4":  # C4 layers score the compressed keys, one per 4 tokens
-            idx_flops, idx_bytes = idx_flops / 4, idx_bytes / 4
-        return m.indexer_layers * self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
+        idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim / per_key
+        idx_bytes = ((prior_ctx + tokens) * m.indexer_row_bytes + ctx_pairs * INDEXER_LOGITS_BYTES) / per_key
+        score = self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
+        return m.indexer_layers * (score + self.prefill_topk_read(tokens, prior_ctx))
+
+    def prefill_topk_read(self, tokens: int, prior_ctx: int) -> float:
+        """Seconds of one indexer layer's top-k reading a prompt chunk's materialised logits
+        (``prefill_indexer``; ``ops.prefill_topk_read_op``)."""
+        per_key = 4 if self.m.arch == "dsv4" else 1
+        return self.op_time(prefill_topk_read_op(tokens, prior_ctx, self.m.top_k, per_key))
 
     def flashmla_heads(self, heads: int) -> int:
         """Query heads FlashMLA's sparse kernel computes for ``heads`` real ones: SGLang pads them to a
