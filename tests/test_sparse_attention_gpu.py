@@ -223,6 +223,33 @@ def test_crossover_is_ws_bit_for_bit(heads, k, n_splits):
     np.testing.assert_array_equal(got["wsx"][1], got["ws"][1], err_msg=f"seed={seed} lse")
 
 
+@pytest.mark.parametrize("variant, heads, k, n_splits", [("wse", 64, 2048, None), ("wse", 128, 1000, 3),
+                                                        ("wse", 64, 104, 1), ("wsxe", 128, 2048, None),
+                                                        ("wsxe", 256, 1000, 3), ("wsxe", 128, 256, 2),
+                                                        ("wsxa", 128, 2048, None), ("wsxa", 256, 1000, 3),
+                                                        ("wsxa", 128, 104, 1)])
+def test_early_free_is_ws_bit_for_bit(variant, heads, k, n_splits):
+    """wse / wsxe only free a tile's buffer earlier (WG0, once its P V is done), wsxa also splits the
+    closing cluster barrier: the same tiles and products, so the outputs are ws's bit for bit (and
+    pass the reference)."""
+    import cupy as cp
+
+    from cupy_kernels.sparse_attention import sparse_mla_decode
+
+    seed = _fresh_seed()
+    _run_and_check(seed, 3, heads, k, "fp8", n_splits=n_splits, workspace=n_splits is not None, variant=variant)
+    q_bits, kv, _rows, slots = _make_case(seed, 3, heads, k, "fp8")
+    got = {}
+    for v in ("ws", variant):
+        out = cp.full((3, heads, 512), 0x7FC0, dtype=cp.uint16)
+        lse = cp.full((3, heads), np.nan, dtype=cp.float32)
+        sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), D_QK**-0.5, "fp8", out=out,
+                          lse=lse, n_splits=n_splits, variant=v)
+        got[v] = (cp.asnumpy(out), cp.asnumpy(lse))
+    np.testing.assert_array_equal(got[variant][0], got["ws"][0], err_msg=f"seed={seed} {variant} out")
+    np.testing.assert_array_equal(got[variant][1], got["ws"][1], err_msg=f"seed={seed} {variant} lse")
+
+
 def test_crossover_refuses_what_it_cannot_run():
     import cupy as cp
 

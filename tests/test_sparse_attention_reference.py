@@ -287,9 +287,25 @@ def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
     assert resolve_variant(None, "bf16", heads=128) == "ws"
 
 
+def test_early_free_variants_run_where_their_base_runs(monkeypatch):
+    # wse is ws (FP8) with an earlier buffer release; wsxe / wsxa are wsx with it (and wsxa with a split
+    # closing cluster barrier): each runs exactly where its base kernel's FP8 build runs
+    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    for heads in (64, 128, 192, 256):
+        assert WIDE_VARIANTS["wse"].runs("fp8", heads) == WIDE_VARIANTS["ws"].runs("fp8", heads)
+        for v in ("wsxe", "wsxa"):
+            assert WIDE_VARIANTS[v].runs("fp8", heads) == WIDE_VARIANTS["wsx"].runs("fp8", heads)
+    assert not any(WIDE_VARIANTS[v].runs("bf16", 128) for v in ("wse", "wsxe", "wsxa"))
+    with pytest.raises(ValueError, match=r"variant 'wsxa' runs KV layouts \('fp8',\) with H a multiple of 128"):
+        resolve_variant("wsxa", "fp8", heads=64)
+    monkeypatch.setenv(VARIANT_ENV, "wsxe")
+    assert resolve_variant(None, "fp8", heads=128) == "wsxe"
+    assert resolve_variant(None, "fp8", heads=64) == "ws"
+
+
 def test_wide_variants_fit_one_block_of_shared_memory():
     # sm_90 gives one block at most 227 KB of dynamic shared memory
-    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "serial"}
+    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wse", "wsxe", "wsxa", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
 
