@@ -632,9 +632,6 @@ __device__ __forceinline__ uint32_t mapa_shared(uint32_t addr, uint32_t rank) {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
-// The two halves of cluster_sync, for a thread with work between its last use of the peer and exit.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 // `bytes` (a multiple of 16) from this CTA's shared memory at `src` to the peer's at `dst` (mapped
 // by mapa_shared) by the bulk-copy engine; the peer's mbarrier `bar` (mapped) counts the bytes.
 // The source was written by the generic proxy: fence.proxy.async and a barrier come first.
@@ -774,13 +771,10 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // producer above; full[i] then counts 128 local arrivals + 1 arrival that expects the peer's 32
 // rows as bytes, and empty[i] 256 local consumer arrivals + 8, one per consumer warp of the peer
 // (each CTA's producer writes into both CTAs' buffer i, so both CTAs' consumers must free it).
-// EF bit 1 (variants "wse", "wsxe", "wsxa"): WG0 frees tile t-1's buffer as soon as its P V of that
-// tile is done, before it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's
-// S: the producer (and the peer's, for XO) may start tile t+1 while tile t is still in flight to WG0.
-// EF bit 2 (XO only, "wsxa"): the consumers arrive on the closing cluster barrier right after their
-// last remote operation (the peer's empty barrier), before the epilogue, and wait at the very end:
-// the epilogue's stores overlap the wait for the peer.
-template <bool FP8, int PROD, bool XO = false, int EF = 0>
+// EF (variant "wsxe"): WG0 frees tile t-1's buffer as soon as its P V of that tile is done, before
+// it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
+// producers may start tile t+1 while tile t is still in flight to WG0.
+template <bool FP8, int PROD, bool XO = false, bool EF = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -810,7 +804,6 @@ __device__ __forceinline__ void mla_ws_body(
     const int cq = (lane & 3) * 2;
 
     static_assert(!XO || (FP8 && PROD == 0), "the crossover producer is FP8, PROD 0");
-    constexpr bool EARLY_ARRIVE = XO && (EF & 2);
     const uint32_t rank = XO ? cluster_ctarank() : 0u, peer = rank ^ 1u;
     if (tid == 0) {
         const int n_full = XO ? 129 : (FP8 || PROD == 1) ? 128 : 64, n_empty = XO ? 256 + 8 : 256;
@@ -856,7 +849,7 @@ __device__ __forceinline__ void mla_ws_body(
         float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
         const uint64_t dq = make_desc(q_s, 16, 1024);
 
-        constexpr bool EARLY_FREE = (PROD == 1 && !FP8) || (EF & 1);
+        constexpr bool EARLY_FREE = (PROD == 1 && !FP8) || EF;
         for (int it = 0; it < n_tiles; ++it) {
             const int buf = it & 1;
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
@@ -938,7 +931,6 @@ __device__ __forceinline__ void mla_ws_body(
             wgmma_commit();
         }
         wgmma_wait0();
-        if (EARLY_ARRIVE) cluster_arrive();
 
         // ---- epilogue: full row sums are here; hand 1 / l to WG1, write lse and the left half ----
         float inv[2], lse_row[2];
@@ -979,7 +971,6 @@ __device__ __forceinline__ void mla_ws_body(
             if (it + 1 < n_tiles) named_arrive(BAR_P_FREE, 256);
             release(empty0 + 8 * buf);
         }
-        if (EARLY_ARRIVE) cluster_arrive();
         named_sync(BAR_EPI, 256);  // WG0's 1 / l
         const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
         store_o_half(o_acc, inv, 1, r0, cq, b, H, head0, split, n_splits, out, part_o);
@@ -1131,13 +1122,7 @@ __device__ __forceinline__ void mla_ws_body(
         // sites (the earlier form), compute-sanitizer synccheck reported "Divergent thread(s)
         // in block" at BAR_EPI (issue #27 item 4).
     }
-    if (EARLY_ARRIVE) {  // the consumers arrived after their last remote operation
-        if (wg == 2) {
-            __syncwarp();
-            cluster_arrive();
-        }
-        cluster_wait();
-    } else if (XO) {
+    if (XO) {
         __syncwarp();
         cluster_sync();
     }
@@ -1156,16 +1141,8 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
     mla_ws_body<true, 0, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
-extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_wse_fp8(MLA_ARGS) {
-    mla_ws_body<true, 0, false, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxe_fp8(MLA_ARGS) {
-    mla_ws_body<true, 0, true, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxa_fp8(MLA_ARGS) {
-    mla_ws_body<true, 0, true, 3>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+    mla_ws_body<true, 0, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

@@ -287,17 +287,15 @@ def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
     assert resolve_variant(None, "bf16", heads=128) == "ws"
 
 
-def test_early_free_variants_run_where_their_base_runs(monkeypatch):
-    # wse is ws (FP8) with an earlier buffer release; wsxe / wsxa are wsx with it (and wsxa with a split
-    # closing cluster barrier): each runs exactly where its base kernel's FP8 build runs
+def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
+    # wsxe is wsx with an earlier buffer release: it runs exactly where wsx runs, opt-in (not a default)
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
-        assert WIDE_VARIANTS["wse"].runs("fp8", heads) == WIDE_VARIANTS["ws"].runs("fp8", heads)
-        for v in ("wsxe", "wsxa"):
-            assert WIDE_VARIANTS[v].runs("fp8", heads) == WIDE_VARIANTS["wsx"].runs("fp8", heads)
-    assert not any(WIDE_VARIANTS[v].runs("bf16", 128) for v in ("wse", "wsxe", "wsxa"))
-    with pytest.raises(ValueError, match=r"variant 'wsxa' runs KV layouts \('fp8',\) with H a multiple of 128"):
-        resolve_variant("wsxa", "fp8", heads=64)
+        for kv_dtype in ("fp8", "bf16"):
+            assert WIDE_VARIANTS["wsxe"].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
+    assert "wsxe" not in DEFAULT_WIDE_VARIANT.values()
+    with pytest.raises(ValueError, match=r"variant 'wsxe' runs KV layouts \('fp8',\) with H a multiple of 128"):
+        resolve_variant("wsxe", "fp8", heads=64)
     monkeypatch.setenv(VARIANT_ENV, "wsxe")
     assert resolve_variant(None, "fp8", heads=128) == "wsxe"
     assert resolve_variant(None, "fp8", heads=64) == "ws"
@@ -305,7 +303,7 @@ def test_early_free_variants_run_where_their_base_runs(monkeypatch):
 
 def test_wide_variants_fit_one_block_of_shared_memory():
     # sm_90 gives one block at most 227 KB of dynamic shared memory
-    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wse", "wsxe", "wsxa", "serial"}
+    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wsxe", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
 
