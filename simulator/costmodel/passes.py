@@ -867,7 +867,7 @@ class CostModel:
         paged) are inside its fitted term (``indexer_all``), not here; IndexShare's shared layers reuse an
         anchor's top-k and score nothing (``indexer_layers``)."""
         m = self.m
-        per_key = 4 if m.arch == "dsv4" else 1  # C4 layers score the compressed keys, one per 4 tokens
+        per_key = self.indexer_tokens_per_key
         ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
         heads_idx = m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
         idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim / per_key
@@ -878,8 +878,13 @@ class CostModel:
     def prefill_topk_read(self, tokens: int, prior_ctx: int) -> float:
         """Seconds of one indexer layer's top-k reading a prompt chunk's materialised logits
         (``prefill_indexer``; ``ops.prefill_topk_read_op``)."""
-        per_key = 4 if self.m.arch == "dsv4" else 1
-        return self.op_time(prefill_topk_read_op(tokens, prior_ctx, self.m.top_k, per_key))
+        return self.op_time(prefill_topk_read_op(tokens, prior_ctx, self.m.top_k, self.indexer_tokens_per_key))
+
+    @property
+    def indexer_tokens_per_key(self) -> int:
+        """Tokens per key the indexer scores: DeepSeek-V4's C4 layers score a compressed key per 4 tokens
+        (``dsv4/indexer.py``), the DSA models every token."""
+        return 4 if self.m.arch == "dsv4" else 1
 
     def flashmla_heads(self, heads: int) -> int:
         """Query heads FlashMLA's sparse kernel computes for ``heads`` real ones: SGLang pads them to a
@@ -946,7 +951,7 @@ class CostModel:
         if requests <= 0:
             return np.asarray(ctx_sum, dtype=float) * 0.0
         t = self._indexer_term()
-        keys = np.asarray(ctx_sum, dtype=float) / 4
+        keys = np.asarray(ctx_sum, dtype=float) / self.indexer_tokens_per_key
         out = t.launch_s + keys * 132 / t.bw + LIGHTNING_TOPK.time(requests * queries, keys / requests, t.sms)
         return float(out) if np.ndim(out) == 0 else out
 
