@@ -200,34 +200,8 @@ def test_all_masked_batch(kv_dtype, variant, n_splits):
     _run_and_check(_fresh_seed(), 2, 64, 256, kv_dtype, n_splits=n_splits, variant=variant)  # request 1 fully masked
 
 
-@pytest.mark.parametrize("heads, k, n_splits", [(128, 2048, None), (256, 2048, None), (128, 1000, 3),
-                                               (128, 104, 1), (128, 256, 2)])
-def test_crossover_is_ws_bit_for_bit(heads, k, n_splits):
-    """wsx's two CTAs each dequantise half of every tile into both CTAs' shared memory: the tiles
-    the tensor cores read are ws's, so the outputs are ws's bit for bit (and pass the reference)."""
-    import cupy as cp
-
-    from cupy_kernels.sparse_attention import sparse_mla_decode
-
-    seed = _fresh_seed()
-    _run_and_check(seed, 3, heads, k, "fp8", n_splits=n_splits, workspace=n_splits is not None, variant="wsx")
-    q_bits, kv, _rows, slots = _make_case(seed, 3, heads, k, "fp8")
-    got = {}
-    for variant in ("ws", "wsx"):
-        out = cp.full((3, heads, 512), 0x7FC0, dtype=cp.uint16)
-        lse = cp.full((3, heads), np.nan, dtype=cp.float32)
-        sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), D_QK**-0.5, "fp8", out=out,
-                          lse=lse, n_splits=n_splits, variant=variant)
-        got[variant] = (cp.asnumpy(out), cp.asnumpy(lse))
-    np.testing.assert_array_equal(got["wsx"][0], got["ws"][0], err_msg=f"seed={seed} out")
-    np.testing.assert_array_equal(got["wsx"][1], got["ws"][1], err_msg=f"seed={seed} lse")
-
-
-@pytest.mark.parametrize("variant, heads, k, n_splits", [("wsxe", 128, 2048, None), ("wsxe", 256, 1000, 3),
-                                                        ("wsxe", 128, 256, 2), ("wsxe", 128, 104, 1)])
-def test_early_free_is_ws_bit_for_bit(variant, heads, k, n_splits):
-    """wsxe only frees a tile's buffer earlier (WG0, once its P V is done): the same tiles and
-    products, so the outputs are ws's bit for bit (and pass the reference)."""
+def _check_is_ws_bit_for_bit(variant, heads, k, n_splits):
+    """``variant`` against the reference, then against ws on the same inputs: equal bit for bit."""
     import cupy as cp
 
     from cupy_kernels.sparse_attention import sparse_mla_decode
@@ -244,6 +218,21 @@ def test_early_free_is_ws_bit_for_bit(variant, heads, k, n_splits):
         got[v] = (cp.asnumpy(out), cp.asnumpy(lse))
     np.testing.assert_array_equal(got[variant][0], got["ws"][0], err_msg=f"seed={seed} {variant} out")
     np.testing.assert_array_equal(got[variant][1], got["ws"][1], err_msg=f"seed={seed} {variant} lse")
+
+
+@pytest.mark.parametrize("heads, k, n_splits", [(128, 2048, None), (256, 2048, None), (128, 1000, 3),
+                                               (128, 104, 1), (128, 256, 2)])
+def test_crossover_is_ws_bit_for_bit(heads, k, n_splits):
+    """wsx's two CTAs each dequantise half of every tile into both CTAs' shared memory: the tiles
+    the tensor cores read are ws's, so the outputs are ws's bit for bit (and pass the reference)."""
+    _check_is_ws_bit_for_bit("wsx", heads, k, n_splits)
+
+
+@pytest.mark.parametrize("heads, k, n_splits", [(128, 2048, None), (256, 1000, 3), (128, 256, 2), (128, 104, 1)])
+def test_early_free_is_ws_bit_for_bit(heads, k, n_splits):
+    """wsxe only frees a tile's buffer earlier (WG0, once its P V is done): the same tiles and
+    products, so the outputs are ws's bit for bit (and pass the reference)."""
+    _check_is_ws_bit_for_bit("wsxe", heads, k, n_splits)
 
 
 def test_crossover_refuses_what_it_cannot_run():
