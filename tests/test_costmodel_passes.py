@@ -225,3 +225,27 @@ def test_deepseek_v4_reads_its_c4_layers_compressed_scores():
     assert c.prefill_topk_read(4096, 30000) == pytest.approx(ew.time(8 * lengths.sum() / 4))
     without = c.prefill_indexer(4096, 30000) - c.m.indexer_layers * c.prefill_topk_read(4096, 30000)
     assert 0 < without < c.prefill_indexer(4096, 30000)
+
+
+def test_the_top_k_term_reaches_the_validated_ttft(monkeypatch, tmp_path):
+    """The term reaches what the planner reports: PR #30514's 160K one-request TTFT, validated with the
+    top-k read priced and with it zeroed, differs by the term summed over the prompt's chunks and the
+    indexer layers (derived ~1.9 s), nothing else moving."""
+    import dataclasses
+
+    from simulator.serving.published import load_published, validate
+
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    ps = load_published("pr30514-dsv32-h200-prefill")
+    point = max(ps.points, key=lambda p: p.measured)
+    one = dataclasses.replace(ps, points=(point,))
+    priced = validate(one)[0]["predicted"]
+    monkeypatch.setattr(CostModel, "prefill_topk_read", lambda self, tokens, prior_ctx: 0.0)
+    zeroed = validate(one)[0]["predicted"]
+    monkeypatch.undo()
+    c = _dsv32_prefill()
+    chunk, total = c.d.prefill_chunk_tokens, point.input_tokens
+    assert total == 160_000
+    term = c.m.indexer_layers * sum(c.prefill_topk_read(min(chunk, total - p), p) for p in range(0, total, chunk))
+    assert 1.5 < priced - zeroed < 2.3
+    assert priced - zeroed == pytest.approx(term, rel=0.05)
