@@ -18,11 +18,12 @@ def test_graph_replays_across_shapes_in_one_process():
         assert r.max_diff == 0 and r.finite, r
 
 
-def test_crossover_graph_replays_across_shapes_in_one_process():
-    # the same sequence with the FP8 wide shapes on the crossover kernel (clusters of two CTAs)
+@pytest.mark.parametrize("variant", ["wsx", "wsxe"])
+def test_crossover_graph_replays_across_shapes_in_one_process(variant):
+    # the same sequence with the FP8 wide shapes on the crossover kernels (clusters of two CTAs)
     from cupy_kernels.graph_sequence import DEFAULT_SHAPES, run_sequence
 
-    results = run_sequence(tuple(s for s in DEFAULT_SHAPES if s[0] == "fp8"), replays=2, variant="wsx")
+    results = run_sequence(tuple(s for s in DEFAULT_SHAPES if s[0] == "fp8"), replays=2, variant=variant)
     assert len(results) == 6
     for r in results:
         assert r.max_diff == 0 and r.finite, r

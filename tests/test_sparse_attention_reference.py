@@ -288,12 +288,13 @@ def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
 
 
 def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
-    # wsxe is wsx with an earlier buffer release: it runs exactly where wsx runs, opt-in (not a default)
+    # wsxe is wsx with an earlier buffer release: it runs exactly where wsx runs, and is the FP8 default
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
         for kv_dtype in ("fp8", "bf16"):
             assert WIDE_VARIANTS["wsxe"].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
-    assert "wsxe" not in DEFAULT_WIDE_VARIANT.values()
+    assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxe" and resolve_variant(None, "fp8", heads=128) == "wsxe"
+    assert resolve_variant(None, "fp8", heads=64) == "ws"  # one head group: no cluster to pair
     with pytest.raises(ValueError, match=r"variant 'wsxe' runs KV layouts \('fp8',\) with H a multiple of 128"):
         resolve_variant("wsxe", "fp8", heads=64)
     monkeypatch.setenv(VARIANT_ENV, "wsxe")
