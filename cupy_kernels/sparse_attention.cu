@@ -34,6 +34,42 @@
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
+// Timeline (benchmarks/attention_timeline.py builds with -DTIMELINE; the default build has none of
+// it): the warp-specialised kernels stamp the SM's clock64 at fixed points, one warpgroup thread
+// each, per CTA into g_timeline (TL_FIXED fixed events, then TL_TILES stamps of each per-tile
+// series), so the prologue, the tile period and who waits on whom can be read per CTA.
+#define TL_FIXED 8
+#define TL_TILES 32
+#define TL_SERIES 5  // WG0: buffer freed (top), full wait done, P V issued; producer: empty wait done, full arrived
+#define TL_EVENTS (TL_FIXED + TL_SERIES * TL_TILES)
+enum TlEvent { TL_START = 0, TL_Q_READY = 1, TL_LOOP_END = 2, TL_EPI_END = 3, TL_END = 4, TL_GT_START = 5, TL_GT_END = 6 };
+enum TlSeries { TL_FREED = 0, TL_FULL = 1, TL_PV = 2, TL_EMPTY = 3, TL_ARRIVED = 4 };
+#ifdef TIMELINE
+#define TL_CTAS 1024
+__device__ unsigned long long g_timeline[TL_CTAS * TL_EVENTS];
+__device__ __forceinline__ void tl_put(int e, unsigned long long v) {
+    const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (cta < TL_CTAS && e < TL_EVENTS) g_timeline[cta * TL_EVENTS + e] = v;
+}
+__device__ __forceinline__ void tl_stamp(int e) {
+    unsigned long long c;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+    tl_put(e, c);
+}
+__device__ __forceinline__ void tl_global(int e) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    tl_put(e, t);
+}
+#define TL(cond, e) do { if (cond) tl_stamp(e); } while (0)
+#define TL_TILE(cond, series, it) do { if ((cond) && (it) < TL_TILES) tl_stamp(TL_FIXED + (series) * TL_TILES + (it)); } while (0)
+#define TL_GLOBAL(cond, e) do { if (cond) tl_global(e); } while (0)
+#else
+#define TL(cond, e) ((void)0)
+#define TL_TILE(cond, series, it) ((void)0)
+#define TL_GLOBAL(cond, e) ((void)0)
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // PTX helpers
 // ---------------------------------------------------------------------------------------------
@@ -804,6 +840,8 @@ __device__ __forceinline__ void mla_ws_body(
     const int cq = (lane & 3) * 2;
 
     static_assert(!XO || (FP8 && PROD == 0), "the crossover producer is FP8, PROD 0");
+    TL_GLOBAL(tid == 0, TL_GT_START);
+    TL(tid == 0, TL_START);
     const uint32_t rank = XO ? cluster_ctarank() : 0u, peer = rank ^ 1u;
     if (tid == 0) {
         const int n_full = XO ? 129 : (FP8 || PROD == 1) ? 128 : 64, n_empty = XO ? 256 + 8 : 256;
@@ -838,6 +876,7 @@ __device__ __forceinline__ void mla_ws_body(
         cp_async_wait_all();
         fence_proxy_async();
         named_sync(BAR_WG0, 128);
+        TL(ltid == 0, TL_Q_READY);
 
         float o_acc[128];
 #pragma unroll
@@ -857,7 +896,9 @@ __device__ __forceinline__ void mla_ws_body(
                 wgmma_wait0();  // P V of tile it-1 done: its buffer is free
                 release(empty0 + 8 * (buf ^ 1));
             }
+            TL_TILE(ltid == 0, TL_FREED, it);
             mbar_wait<PROD == 1>(full0 + 8 * buf, (it >> 1) & 1);
+            TL_TILE(ltid == 0, TL_FULL, it);
 
             // ---- S = Q K^T: 64 heads x 64 tokens, 36 k-steps ----
             const uint64_t dk = make_desc(kv_cur, 16, 1024);
@@ -929,8 +970,10 @@ __device__ __forceinline__ void mla_ws_body(
                 wgmma_m64n256k16_rs(o_acc, pa[s * 4], pa[s * 4 + 1], pa[s * 4 + 2], pa[s * 4 + 3],
                                     dv + ((s * 16 * 128) >> 4));
             wgmma_commit();
+            TL_TILE(ltid == 0, TL_PV, it);
         }
         wgmma_wait0();
+        TL(ltid == 0, TL_LOOP_END);
 
         // ---- epilogue: full row sums are here; hand 1 / l to WG1, write lse and the left half ----
         float inv[2], lse_row[2];
@@ -948,6 +991,7 @@ __device__ __forceinline__ void mla_ws_body(
         }
         named_arrive(BAR_EPI, 256);  // 1 / l published for WG1; WG0 itself need not wait
         store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
+        TL(ltid == 0, TL_EPI_END);
     } else if (wg == 1) {
         // ------------------------------ consumer 1: P V (right half) --------------------------
         reg_dealloc<160>();
@@ -1054,6 +1098,7 @@ __device__ __forceinline__ void mla_ws_body(
             auto step = [&](int it, RawRegs<4>& raw, int& s_this) {
                 const int buf = it & 1;
                 if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
+                TL_TILE(ltid == 0, TL_EMPTY, it);
                 if (ltid == 0) mbar_arrive_expect_tx(full0 + 8 * buf, 32 * NCHUNK * 128);  // the peer's 32 rows
                 if (qq == 0) slot_sm[buf * TILE + row] = s_this;
                 if (qq == 1) slot_sm[buf * TILE + orow] = checked_slot(o_cur, n_rows);
@@ -1068,6 +1113,7 @@ __device__ __forceinline__ void mla_ws_body(
                                           peer_full0 + 8 * buf);
                 }
                 mbar_arrive(full0 + 8 * buf);
+                TL_TILE(ltid == 0, TL_ARRIVED, it);
                 if (it + 2 < n_tiles) {
                     s_this = checked_slot(s_pre, n_rows);
                     load_raw_row<4>(raw, kv8, s_this, qq);
@@ -1126,6 +1172,8 @@ __device__ __forceinline__ void mla_ws_body(
         __syncwarp();
         cluster_sync();
     }
+    TL(tid == 0, TL_END);
+    TL_GLOBAL(tid == 0, TL_GT_END);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws_bf16(MLA_ARGS) {
