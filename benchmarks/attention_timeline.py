@@ -1,0 +1,135 @@
+"""Where the wide FP8 attention kernel's time goes, per CTA: a build with -DTIMELINE stamps clock64.
+
+The warp-specialised kernels (cupy_kernels/sparse_attention.cu, `mla_ws_body`) built with
+-DTIMELINE record, per CTA, one thread of each warpgroup: the start, Q in shared memory, and per
+tile WG0's "buffer freed" (its previous P V done), "full wait done" and "P V issued", the
+producer's "empty wait done" and "full arrived", then the loop's end, the epilogue's end and the
+kernel's end (after the closing cluster barrier); %globaltimer at the start and end. The default
+build compiles none of it (its SASS is unchanged). Medians over CTAs and the steady tiles (2 ..
+n - 3) say how long the prologue, one tile and the epilogue take, and which side of the two-buffer
+hand-off waits: the question issue #27 item 4 leaves open at 0.91-0.92x FlashMLA.
+
+    python benchmarks/attention_timeline.py --batches 64 128 --variants wsx wsxe --out attention_timeline.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.sparse_attention import K, make_sets  # noqa: E402
+from cupy_kernels import sparse_attention as sa  # noqa: E402
+from cupy_kernels._build import build_cubin  # noqa: E402
+
+# mirrors the TL_* constants of sparse_attention.cu
+TL_FIXED, TL_TILES, TL_CTAS = 8, 32, 1024
+TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END = range(7)
+FREED, FULL, PV, EMPTY, ARRIVED = range(5)
+TL_EVENTS = TL_FIXED + 5 * TL_TILES
+WS_VARIANTS = ("ws", "wsx", "wsxe")  # the warp-specialised FP8 kernels the stamps are in
+
+
+def series(row: Any, s: int, it: int) -> int:
+    return int(row[TL_FIXED + s * TL_TILES + it])
+
+
+def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool) -> dict[str, float]:
+    """Medians (us) over CTAs and steady tiles; the SM clock from clock64 against %globaltimer."""
+    rows = stamps.reshape(TL_CTAS, TL_EVENTS)[:n_ctas]
+    ghz = statistics.median((int(r[TL_END]) - int(r[TL_START])) / max(1, int(r[TL_GT_END]) - int(r[TL_GT_START]))
+                            for r in rows)
+    us = 1e-3 / ghz  # microseconds per cycle
+
+    def med(f) -> float:
+        vals = [f(r, it) for r in rows for it in range(2, n_tiles - 2)]
+        return statistics.median(vals) * us
+
+    def med1(f) -> float:
+        return statistics.median(f(r) for r in rows) * us
+
+    out = dict(
+        sm_ghz=round(ghz, 3),
+        kernel_us=round((max(int(r[TL_GT_END]) for r in rows) - min(int(r[TL_GT_START]) for r in rows)) * 1e-3, 2),
+        cta_us=round(med1(lambda r: int(r[TL_END]) - int(r[TL_START])), 2),
+        q_ready_us=round(med1(lambda r: int(r[TL_Q_READY]) - int(r[TL_START])), 2),
+        first_full_us=round(med1(lambda r: series(r, FULL, 0) - int(r[TL_START])), 2),
+        tile_period_us=round(med(lambda r, it: series(r, FULL, it + 1) - series(r, FULL, it)), 3),
+        wg0_waits_full_us=round(med(lambda r, it: series(r, FULL, it) - series(r, FREED, it)), 3),
+        wg0_s_softmax_us=round(med(lambda r, it: series(r, PV, it) - series(r, FULL, it)), 3),
+        wg0_pv_tail_us=round(med(lambda r, it: series(r, FREED, it + 1) - series(r, PV, it)), 3),
+        loop_us=round(med1(lambda r: int(r[TL_LOOP_END]) - series(r, FULL, 0)), 2),
+        epilogue_us=round(med1(lambda r: int(r[TL_EPI_END]) - int(r[TL_LOOP_END])), 2),
+        end_wait_us=round(med1(lambda r: int(r[TL_END]) - int(r[TL_EPI_END])), 2),
+        start_spread_us=round((max(int(r[TL_GT_START]) for r in rows) - min(int(r[TL_GT_START]) for r in rows)) * 1e-3, 2),
+    )
+    if producer_stamps:
+        out.update(
+            prod_waits_empty_us=round(med(lambda r, it: series(r, EMPTY, it) - series(r, ARRIVED, it - 1)), 3),
+            prod_tile_us=round(med(lambda r, it: series(r, ARRIVED, it) - series(r, EMPTY, it)), 3),
+            full_after_arrive_us=round(med(lambda r, it: series(r, FULL, it) - series(r, ARRIVED, it)), 3),
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, nargs="+", default=[64, 128])
+    ap.add_argument("--heads", type=int, default=128, help="a multiple of 128 (the crossover variants)")
+    ap.add_argument("--variants", nargs="+", default=["wsx", "wsxe"], help=f"each one of {WS_VARIANTS}")
+    ap.add_argument("--launches", type=int, default=5, help="launches per case; the last one's stamps are read")
+    ap.add_argument("--out", type=Path, default=Path("attention_timeline.csv"))
+    args = ap.parse_args(argv)
+    bad = [v for v in args.variants if v not in WS_VARIANTS]
+    if bad or args.heads % 128 or args.launches < 1 or any(b < 1 for b in args.batches):
+        print(f"--variants must be among {WS_VARIANTS}, --heads a multiple of 128, --launches and --batches >= 1",
+              file=sys.stderr)
+        return 2
+    import cupy as cp
+    import numpy as np
+
+    cubin = build_cubin(sa._SOURCE, (*sa._NVCC_FLAGS, "-DTIMELINE"), "sparse_attention_timeline")
+    mod = cp.RawModule(path=str(cubin))
+    g = mod.get_global("g_timeline")
+    stamps = cp.ndarray((TL_CTAS * TL_EVENTS,), cp.uint64, g)
+    scale_log2 = np.float32((1.0 / math.sqrt(576)) * math.log2(math.e))
+    results = []
+    for batch in args.batches:
+        pool, sets = make_sets(cp, batch, args.heads, "fp8", 1)
+        q, slots, out, lse, _ = sets[0]
+        tiles = math.ceil(K / sa.TILE)
+        grid = (args.heads // sa.HEADS_PER_CTA, 1, batch)  # one split per (request, head group)
+        n_ctas = grid[0] * batch
+        if n_ctas > TL_CTAS:
+            print(f"B {batch} H {args.heads}: {n_ctas} CTAs, the timeline holds {TL_CTAS}", file=sys.stderr)
+            return 2
+        for var in args.variants:
+            spec = sa.WIDE_VARIANTS[var]
+            kern = mod.get_function(f"{spec.prefix}fp8")
+            kern.max_dynamic_shared_size_bytes = spec.smem
+            kargs = (q, pool, slots, np.int64(pool.shape[0]), np.int32(args.heads), np.int32(K), scale_log2,
+                     np.int32(tiles), out, lse, out, lse)
+            for _ in range(args.launches):
+                stamps.fill(0)
+                kern(grid, (spec.threads,), kargs, shared_mem=spec.smem)
+            cp.cuda.Device().synchronize()
+            row = dict(batch=batch, heads=args.heads, variant=var,
+                       **summarise(stamps.get(), n_ctas, min(tiles, TL_TILES), producer_stamps=var != "ws"))
+            results.append(row)
+            print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    with open(args.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(results[0]))
+        w.writeheader()
+        w.writerows(results)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
