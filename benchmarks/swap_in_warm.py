@@ -18,7 +18,6 @@ is spent fetching instructions (a Nsight Compute source profile of bs 100 at 0.1
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.csv_out import write_rows  # noqa: E402
 from benchmarks.swap_in import CTX, MAX_CTX, K, Kernels, draw_step, n_misses  # noqa: E402
 from cupy_kernels._launch import launch_ex  # noqa: E402
 from cupy_kernels.swap_in import HotBuffer, PinnedPool, _kernel  # noqa: E402
@@ -104,12 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 if int(got.max()) != 0:
                     raise RuntimeError(f"a repeated step missed {int(got.max())} rows (expected 0)")
             del hb
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    print(f"wrote {args.out}")
+    write_rows(args.out, rows)
     return 0
 
 
