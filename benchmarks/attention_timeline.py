@@ -15,7 +15,6 @@ hand-off waits: the question issue #27 item 4 leaves open at 0.91-0.92x FlashMLA
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
@@ -24,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.csv_out import write_rows  # noqa: E402
 from benchmarks.sparse_attention import K, make_sets  # noqa: E402
 from cupy_kernels import sparse_attention as sa  # noqa: E402
 from cupy_kernels._build import build_cubin  # noqa: E402
@@ -33,7 +33,7 @@ TL_FIXED, TL_TILES, TL_CTAS = 8, 32, 1024
 TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END = range(7)
 FREED, FULL, PV, EMPTY, ARRIVED = range(5)
 TL_EVENTS = TL_FIXED + 5 * TL_TILES
-WS_VARIANTS = ("ws", "wsx", "wsxe")  # the warp-specialised FP8 kernels the stamps are in
+WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo")  # the warp-specialised FP8 kernels the stamps are in
 
 
 def series(row: Any, s: int, it: int) -> int:
@@ -123,11 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                        **summarise(stamps.get(), n_ctas, min(tiles, TL_TILES), producer_stamps=var != "ws"))
             results.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
-    with open(args.out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(results[0]))
-        w.writeheader()
-        w.writerows(results)
-    print(f"wrote {args.out}")
+    write_rows(args.out, results)
     return 0
 
 

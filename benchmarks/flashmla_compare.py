@@ -384,7 +384,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--flashmla", type=Path, required=True, help="the folder benchmarks/fetch_flashmla.sh filled")
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--heads", type=int, nargs="+", default=[128, 64], help=f"each one of {HEADS}")
-    ap.add_argument("--variants", nargs="+", default=["ws", "wsxe"],
+    ap.add_argument("--variants", nargs="+", default=["ws", "wsxo"],
                     help="our wide-kernel variants to time (keys of cupy_kernels.sparse_attention.WIDE_VARIANTS)")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per kernel, mode and round")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (samples = reps x rounds)")

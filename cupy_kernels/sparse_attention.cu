@@ -348,6 +348,33 @@ __device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const fl
     }
 }
 
+// The epilogue through shared memory (variant "wsxo", one split): this warpgroup's bf16 half of O
+// (64 heads x 256 values) into `stage` (512-byte rows padded to 528 B, so the 4-byte stores of a
+// warp's 8 rows fall in 32 different banks), a barrier of the warpgroup's 128 threads, then
+// 16-byte stores, one warp per 512-byte row piece (store_o_half: 4-byte stores, 16 B per row).
+#define STAGE_ROW 528
+__device__ __forceinline__ void store_o_half_staged(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
+                                                    int cq, long long b, int H, int head0, uint8_t* stage,
+                                                    int bar_id, int ltid, uint16_t* out) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        uint8_t* srow = stage + (r0 + i * 8) * STAGE_ROW + cq * 2;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+            *reinterpret_cast<__nv_bfloat162*>(srow + j * 16) = v;
+        }
+    }
+    __syncwarp();
+    asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "r"(128) : "memory");
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        const int u = ltid + 128 * m, row = u >> 5, c = u & 31;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + row * STAGE_ROW + c * 16);
+        *reinterpret_cast<uint4*>(out + (b * H + head0 + row) * D_V + wg * 256 + c * 8) = v;
+    }
+}
+
 // Natural-log lse of this thread's two rows r0, r0 + 8 of the head group, to lse (one split) or
 // to the split partials.
 __device__ __forceinline__ void store_lse_rows(const float (&lse_row)[2], int r0, long long b, int H, int head0,
@@ -577,7 +604,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARG
 // WG2 120.  Shared memory: Q 72 KB + two 72 KB tiles + P 8 KB + 1 KB = 226 KB (one CTA per SM).
 #define NT_WS 384
 #define WS_SMEM_SMALL (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 4 * 8)  // row scales, slots, mbarriers
-enum WsBarrier { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPI = 3, BAR_PROD0 = 4, BAR_WG0 = 6 };
+enum WsBarrier { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPI = 3, BAR_PROD0 = 4, BAR_WG0 = 6, BAR_STAGE0 = 7 };
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -810,7 +837,7 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // EF (variant "wsxe"): WG0 frees tile t-1's buffer as soon as its P V of that tile is done, before
 // it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
 // producers may start tile t+1 while tile t is still in flight to WG0.
-template <bool FP8, int PROD, bool XO = false, bool EF = false>
+template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -990,7 +1017,13 @@ __device__ __forceinline__ void mla_ws_body(
             store_lse_rows(lse_row, r0, b, H, head0, split, n_splits, lse, part_lse);
         }
         named_arrive(BAR_EPI, 256);  // 1 / l published for WG1; WG0 itself need not wait
-        store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
+        // SE: staged in the tile buffer the last tile did not use (its last reader, WG1's P V of
+        // tile n - 2, finished before WG1 freed P for tile n - 1; no producer writes past tile n - 1)
+        if (SE && n_splits == 1)
+            store_o_half_staged(o_acc, inv, 0, r0, cq, b, H, head0, smem + Q_BYTES + (((n_tiles - 1) & 1) ^ 1) * TILE_BYTES,
+                                BAR_STAGE0, ltid, out);
+        else
+            store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
         TL(ltid == 0, TL_EPI_END);
     } else if (wg == 1) {
         // ------------------------------ consumer 1: P V (right half) --------------------------
@@ -1017,7 +1050,12 @@ __device__ __forceinline__ void mla_ws_body(
         }
         named_sync(BAR_EPI, 256);  // WG0's 1 / l
         const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
-        store_o_half(o_acc, inv, 1, r0, cq, b, H, head0, split, n_splits, out, part_o);
+        if (SE && n_splits == 1)  // the same buffer as WG0's, past its 64 rows (WG0 is done with every tile)
+            store_o_half_staged(o_acc, inv, 1, r0, cq, b, H, head0,
+                                smem + Q_BYTES + (((n_tiles - 1) & 1) ^ 1) * TILE_BYTES + HEADS_PER_CTA * STAGE_ROW,
+                                BAR_STAGE0 + 1, ltid, out);
+        else
+            store_o_half(o_acc, inv, 1, r0, cq, b, H, head0, split, n_splits, out, part_o);
     } else {
         // ------------------------------ producer: gather (and dequantise) tiles ---------------
         reg_dealloc<XO ? 128 : 120>();
@@ -1191,6 +1229,11 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxe_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// wsxe whose warpgroups write O through shared memory (16-byte stores) instead of 4-byte stores
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxo_fp8(MLA_ARGS) {
+    mla_ws_body<true, 0, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

@@ -10,7 +10,8 @@ as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the
 (16 heads per CTA, the tile's tokens as M), so no tensor-core work goes to padding heads.
 The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a producer
 warpgroup, its FP8 crossover "wsx" where two CTAs share each tile's dequantisation and "wsxe"
-that frees each tile's buffer earlier (the FP8 default at H 128), the two-warpgroup "serial"), chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
+that frees each tile's buffer earlier, "wsxo" that also writes O through shared memory (the FP8
+default at H 128), the two-warpgroup "serial"), chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
 (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests), each where it runs.
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
 share one top-k selection (slots [B, k]) are folded into the heads, tokens with their own
@@ -98,17 +99,22 @@ WIDE_VARIANTS = {
                         "wsx whose WG0 frees a tile's buffer once its P V of that tile is done, before it waits for "
                         "the next tile (wsx frees it after issuing the next tile's S), so both CTAs' producers may "
                         "start tile t+1 while tile t is still in flight to WG0 (1.6-3% faster than wsx in two H100 "
-                        "runs; graph sequence and compute-sanitizer clean: BENCHMARKS.md)",
+                        "runs)",
+                        kv_dtypes=("fp8",), group_multiple=2),
+    "wsxo": WideVariant("mla_decode_wsxo_", WS_THREADS, _SMEM_WS,
+                        "wsxe whose consumers write O through shared memory (the tile buffer the last tile left free, "
+                        "16-byte stores) instead of 4-byte stores from registers (epilogue 7.2 -> 2.0 us per CTA, "
+                        "0.92x -> 0.96x FlashMLA at B 64 H 128 on an H100); split partials as before: BENCHMARKS.md",
                         kv_dtypes=("fp8",), group_multiple=2),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
 # the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md:
-# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6; FP8 wsxe 103.2 vs wsx 106.0, and in an earlier run wsx 105.9 vs
-# ws 119.9 (H100, each pair in one run; before,
+# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6; FP8 wsxo 99.4 vs wsxe 103.8, wsxe 103.2 vs wsx 106.0, and in
+# an earlier run wsx 105.9 vs ws 119.9 (H100, each pair in one run; before,
 # ws 123.3 vs ws2 142.0 / serial 147.6); it applies where it was measured, one split per (request,
-# head group), else "serial"; where wsxe cannot run (H 64: one head group) it is ws
-DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "wsxe"}
+# head group), else "serial"; where wsxo cannot run (H 64: one head group) it is ws
+DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "wsxo"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 

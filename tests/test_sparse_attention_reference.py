@@ -288,12 +288,14 @@ def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
 
 
 def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
-    # wsxe is wsx with an earlier buffer release: it runs exactly where wsx runs, and is the FP8 default
+    # wsxe (an earlier buffer release) and wsxo (wsxe writing O through shared memory, the FP8 default)
+    # run exactly where wsx runs
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
         for kv_dtype in ("fp8", "bf16"):
-            assert WIDE_VARIANTS["wsxe"].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
-    assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxe" and resolve_variant(None, "fp8", heads=128) == "wsxe"
+            for v in ("wsxe", "wsxo"):
+                assert WIDE_VARIANTS[v].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
+    assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxo" and resolve_variant(None, "fp8", heads=128) == "wsxo"
     assert resolve_variant(None, "fp8", heads=64) == "ws"  # one head group: no cluster to pair
     with pytest.raises(ValueError, match=r"variant 'wsxe' runs KV layouts \('fp8',\) with H a multiple of 128"):
         resolve_variant("wsxe", "fp8", heads=64)
@@ -304,7 +306,7 @@ def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
 
 def test_wide_variants_fit_one_block_of_shared_memory():
     # sm_90 gives one block at most 227 KB of dynamic shared memory
-    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wsxe", "serial"}
+    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wsxe", "wsxo", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
 
