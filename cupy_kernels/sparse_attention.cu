@@ -603,7 +603,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARG
 // Registers: the launch cap is 168 (384 threads, 1 CTA / SM); setmaxnreg gives WG0 224, WG1 160,
 // WG2 120.  Shared memory: Q 72 KB + two 72 KB tiles + P 8 KB + 1 KB = 226 KB (one CTA per SM).
 #define NT_WS 384
-#define WS_SMEM_SMALL (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 4 * 8)  // row scales, slots, mbarriers
+#define WS_SMEM_SMALL (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 6 * 8)  // row scales, slots, mbarriers (5 used)
 enum WsBarrier { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPI = 3, BAR_PROD0 = 4, BAR_WG0 = 6, BAR_STAGE0 = 7 };
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -837,7 +837,7 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // EF (variant "wsxe"): WG0 frees tile t-1's buffer as soon as its P V of that tile is done, before
 // it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
 // producers may start tile t+1 while tile t is still in flight to WG0.
-template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false>
+template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -854,6 +854,7 @@ __device__ __forceinline__ void mla_ws_body(
     int* slot_sm = reinterpret_cast<int*>(s_oscale + HEADS_PER_CTA);  // [2 buffers][64] validated slots
     const uint32_t q_s = smem_u32(smem), kv_s0 = q_s + Q_BYTES, p_s = smem_u32(p_sm);
     const uint32_t full0 = smem_u32(slot_sm + 2 * TILE), empty0 = full0 + 16;  // full[i] = full0 + 8 i
+    const uint32_t q_bar = full0 + 32;  // QE: Q landed (every thread's share of it)
 
     const int tid = threadIdx.x, wg = tid >> 7, ltid = tid & 127, warp = ltid >> 5, lane = tid & 31;
     const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
@@ -867,10 +868,32 @@ __device__ __forceinline__ void mla_ws_body(
     const int cq = (lane & 3) * 2;
 
     static_assert(!XO || (FP8 && PROD == 0), "the crossover producer is FP8, PROD 0");
+    static_assert(!DT || (QE && XO), "the delayed second tile (DT) is a crossover producer's, with QE");
     TL_GLOBAL(tid == 0, TL_GT_START);
     TL(tid == 0, TL_START);
+    // QE: Q by all 384 threads, 12 copies each, issued before the barrier set-up (Q's shared
+    // memory is this CTA's alone); each thread waits for its share where it has nothing else in
+    // flight to wait for (WG0 at once, WG1 after its set-up, the producer after its first raw
+    // rows are issued), fences it for the tensor cores and arrives on q_bar, which WG0 waits on.
+    if (QE) {
+        const uint16_t* q_rows = q + ((long long)b * H + head0) * D_QK;
+#pragma unroll
+        for (int i = 0; i < (HEADS_PER_CTA * 72) / NT_WS; ++i) {
+            const int idx = tid + i * NT_WS, h = idx / 72, ci = idx - h * 72;
+            cp_async16(q_s + (ci >> 3) * (HEADS_PER_CTA * 128) + swz(h, ci & 7), q_rows + h * D_QK + ci * 8, 16);
+        }
+        cp_async_commit();
+    }
+    auto q_share_landed = [&]() {
+        if (QE) {
+            cp_async_wait_all();
+            fence_proxy_async();
+            mbar_arrive(q_bar);
+        }
+    };
     const uint32_t rank = XO ? cluster_ctarank() : 0u, peer = rank ^ 1u;
     if (tid == 0) {
+        if (QE) mbar_init(q_bar, NT_WS);
         const int n_full = XO ? 129 : (FP8 || PROD == 1) ? 128 : 64, n_empty = XO ? 256 + 8 : 256;
         mbar_init(full0, n_full);
         mbar_init(full0 + 8, n_full);
@@ -893,16 +916,21 @@ __device__ __forceinline__ void mla_ws_body(
     if (wg == 0) {
         // ------------------------------ consumer 0: S, softmax, P V (left half) ---------------
         reg_alloc<XO ? 216 : 224>();  // XO: 8 registers to the producer's two raw tiles
-        const uint16_t* q_rows = q + ((long long)b * H + head0) * D_QK;
+        if (QE) {
+            q_share_landed();
+            mbar_wait(q_bar, 0);
+        } else {
+            const uint16_t* q_rows = q + ((long long)b * H + head0) * D_QK;
 #pragma unroll
-        for (int i = 0; i < (HEADS_PER_CTA * 72) / 128; ++i) {
-            const int idx = ltid + i * 128, h = idx / 72, ci = idx - h * 72;
-            cp_async16(q_s + (ci >> 3) * (HEADS_PER_CTA * 128) + swz(h, ci & 7), q_rows + h * D_QK + ci * 8, 16);
+            for (int i = 0; i < (HEADS_PER_CTA * 72) / 128; ++i) {
+                const int idx = ltid + i * 128, h = idx / 72, ci = idx - h * 72;
+                cp_async16(q_s + (ci >> 3) * (HEADS_PER_CTA * 128) + swz(h, ci & 7), q_rows + h * D_QK + ci * 8, 16);
+            }
+            cp_async_commit();
+            cp_async_wait_all();
+            fence_proxy_async();
+            named_sync(BAR_WG0, 128);
         }
-        cp_async_commit();
-        cp_async_wait_all();
-        fence_proxy_async();
-        named_sync(BAR_WG0, 128);
         TL(ltid == 0, TL_Q_READY);
 
         float o_acc[128];
@@ -1028,6 +1056,7 @@ __device__ __forceinline__ void mla_ws_body(
     } else if (wg == 1) {
         // ------------------------------ consumer 1: P V (right half) --------------------------
         reg_dealloc<160>();
+        q_share_landed();
         float o_acc[128];
 #pragma unroll
         for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
@@ -1132,7 +1161,8 @@ __device__ __forceinline__ void mla_ws_body(
             int s_pre = load_slot(slots_b, tok_begin + 2 * TILE + row, tok_end);  // tile it + 2, unchecked
             int o_cur = qq == 1 ? load_slot(slots_b, tok_begin + orow, tok_end) : -1;  // the peer's row, unchecked
             load_raw_row<4>(ra, kv8, sa, qq);
-            load_raw_row<4>(rb, kv8, sb, qq);
+            if (!DT) load_raw_row<4>(rb, kv8, sb, qq);  // DT: after tile 0 is out (a smaller first burst)
+            q_share_landed();
             auto step = [&](int it, RawRegs<4>& raw, int& s_this) {
                 const int buf = it & 1;
                 if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
@@ -1152,6 +1182,7 @@ __device__ __forceinline__ void mla_ws_body(
                 }
                 mbar_arrive(full0 + 8 * buf);
                 TL_TILE(ltid == 0, TL_ARRIVED, it);
+                if (DT && it == 0 && n_tiles > 1) load_raw_row<4>(rb, kv8, sb, qq);
                 if (it + 2 < n_tiles) {
                     s_this = checked_slot(s_pre, n_rows);
                     load_raw_row<4>(raw, kv8, s_this, qq);
@@ -1234,6 +1265,14 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 // wsxe whose warpgroups write O through shared memory (16-byte stores) instead of 4-byte stores
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxo_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// wsxo with Q loaded by all three warpgroups before the barrier set-up (QE) and the producer
+// issuing tile 1's raw rows only once tile 0 is out (DT): a smaller first burst. (QE alone, built
+// as "wsxq" and timed once on an H100, was 0.3-0.6% slower than wsxo: the producer's wait for its
+// share of Q delayed tile 0; BENCHMARKS.md.)
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxr_fp8(MLA_ARGS) {
+    mla_ws_body<true, 0, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

@@ -144,7 +144,7 @@ def test_missing_pieces_names_what_is_absent(mirrors):
     (["--flashmla", ".", "--batches", "0"], "--batches must all be >= 1"),
     (["--flashmla", ".", "--reps", "0"], "--reps must be >= 1"),
     (["--flashmla", ".", "--variants", "ws", "ws9"], "--variants must each be one of"),
-    (["--flashmla", ".", "--variants", "narrow"], "['ws', 'ws2', 'wsx', 'wsxe', 'wsxo', 'serial'] (our FP8 wide kernels), got ['narrow']"),
+    (["--flashmla", ".", "--variants", "narrow"], "['ws', 'ws2', 'wsx', 'wsxe', 'wsxo', 'wsxr', 'serial'] (our FP8 wide kernels), got ['narrow']"),
     (["--flashmla", "."], "lacks"),
 ])
 def test_cli_errors_exit_2_without_traceback(args, words):
