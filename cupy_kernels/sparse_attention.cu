@@ -1269,7 +1269,7 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 
 // wsxo with Q loaded by all three warpgroups before the barrier set-up (QE) and the producer
 // issuing tile 1's raw rows only once tile 0 is out (DT): a smaller first burst. (QE alone, built
-// as "wsxq" and timed once on an H100, was 0.3-0.6% slower than wsxo: the producer's wait for its
+// as "wsxq" and timed once on an H100, was 0-0.6% slower than wsxo: the producer's wait for its
 // share of Q delayed tile 0; BENCHMARKS.md.)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxr_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
