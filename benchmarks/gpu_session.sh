@@ -7,7 +7,7 @@
 # sanitize (compute-sanitizer memcheck / racecheck / initcheck / synccheck over the sequence);
 # issue #27's remaining items: test27, designs27, accuracy, test_att, sanitize_clock, sass_epi;
 # the swap-in's fixed cost (kern27): build_swap, test_swap, sanitize_swap, designs_fixed, phases;
-# attention against FlashMLA in the same run (issue #27 item 4): flashmla.
+# attention against FlashMLA in the same run (issue #27 item 4): flashmla; its per-CTA timeline: timeline.
 # Everything goes to $OUT/session.log; CSVs to $OUT.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
@@ -113,6 +113,11 @@ step_flashmla() {
     MAX_JOBS=${MAX_JOBS:-8} timeout "${FLASHMLA_TIMEOUT:-480}" $PY benchmarks/flashmla_compare.py --flashmla "$src" \
         --verbose-build ${FLASHMLA_ARGS:-} --out "$OUT/flashmla_compare.csv" 2>&1 | tee -a "$LOG"
     echo "flashmla rc=${PIPESTATUS[0]}" | tee -a "$LOG"
+}
+# Where the wide FP8 kernel's time goes per CTA (a -DTIMELINE build; TIMELINE_ARGS: more options)
+step_timeline() {
+    timeout 200 $PY benchmarks/attention_timeline.py ${TIMELINE_ARGS:---batches 64 128 --variants wsxe wsxo wsxr} \
+        --out "$OUT/attention_timeline.csv" 2>&1 | tee -a "$LOG"
 }
 for s in "$@"; do say "$s"; "step_$s"; done
 say done
