@@ -868,7 +868,8 @@ __device__ __forceinline__ void mla_ws_body(
     const int cq = (lane & 3) * 2;
 
     static_assert(!XO || (FP8 && PROD == 0), "the crossover producer is FP8, PROD 0");
-    static_assert(!DT || (QE && XO), "the delayed second tile (DT) is a crossover producer's, with QE");
+    static_assert(!QE || XO, "QE: only the crossover producer arrives on q_bar");
+    static_assert(!DT || QE, "the delayed second tile (DT) comes with QE");
     TL_GLOBAL(tid == 0, TL_GT_START);
     TL(tid == 0, TL_START);
     // QE: Q by all 384 threads, 12 copies each, issued before the barrier set-up (Q's shared
