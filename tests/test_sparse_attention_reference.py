@@ -417,3 +417,24 @@ def test_crossover_halves_and_bulk_copies_cover_the_tile_once():
     assert not written[0] & written[1]
     assert written[0] | written[1] == set(range(0, tile, 16))
     assert 16 * len(written[0]) == 32 * 1152  # the bytes the peer's full barrier expects (32 rows)
+
+
+def test_staged_epilogue_layout_fits_the_free_buffer_without_bank_conflicts():
+    # wsxo / wsxr stage each warpgroup's bf16 half of O (64 heads x 512 B) in the tile buffer the
+    # last tile left free, rows STAGE_ROW bytes apart: both halves must fit one tile buffer, and a
+    # warp's 4-byte store (8 rows r0 .. r0 + 7, 4 lanes a row at 4-byte steps) must hit 32 banks
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[1] / "cupy_kernels" / "sparse_attention.cu").read_text()
+    stage_row = int(re.search(r"#define STAGE_ROW (\d+)", src).group(1))
+    tile_bytes = 9 * 64 * 128  # TILE_BYTES: 64 rows of 576 bf16
+    assert 2 * 64 * stage_row <= tile_bytes and stage_row >= 512 and stage_row % 16 == 0
+    for warp in range(4):
+        for j in range(32):  # the j-th store of every lane
+            banks = {((warp * 16 + (lane >> 2)) * stage_row + (lane & 3) * 4 + j * 16) // 4 % 32 for lane in range(32)}
+            assert len(banks) == 32, (warp, j)
+    # the 16-byte reads: a warp reads one row's 512 B, 4 wavefronts (no more)
+    for row in range(64):
+        addrs = [row * stage_row + c * 16 for c in range(32)]
+        assert len({a // 128 for a in addrs}) <= 5
