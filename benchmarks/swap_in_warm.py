@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.csv_out import write_rows  # noqa: E402
 from benchmarks.swap_in import CTX, MAX_CTX, K, Kernels, draw_step, n_misses  # noqa: E402
-from cupy_kernels._launch import launch_ex  # noqa: E402
 from cupy_kernels.swap_in import HotBuffer, PinnedPool, _kernel  # noqa: E402
 
 
@@ -76,11 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                          warm_minus_cold_us=round(warm - cold, 2)))
         print(f"{what:28s} bs {bs:3d}: cold {cold:6.1f} us  warm {warm:6.1f} us  ({warm - cold:+.1f})", flush=True)
 
-    kern.empty.max_dynamic_shared_size_bytes = 80_000
-    stream = cp.cuda.get_current_stream().ptr
-    record("empty kernel, cooperative", 0, *cold_and_warm(
-        cp, kern, lambda: launch_ex(kern.empty.kernel.ptr, kern.n_sms, 512, 74_000, stream, (kern.sink,),
-                                    cooperative=True, programmatic=False), args.iters))
+    record("empty kernel, cooperative", 0, *cold_and_warm(cp, kern, kern.empty_cooperative, args.iters))
     for bs in args.batches:
         layers = max(1, pool.nbytes // (bs * MAX_CTX * 656))
         ctx = cp.full(bs, CTX, cp.int64)
