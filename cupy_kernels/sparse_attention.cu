@@ -348,33 +348,6 @@ __device__ __forceinline__ void store_o_half(const float (&o_acc)[128], const fl
     }
 }
 
-// The epilogue through shared memory (variant "wsxo", one split): this warpgroup's bf16 half of O
-// (64 heads x 256 values) into `stage` (512-byte rows padded to 528 B, so the 4-byte stores of a
-// warp's 8 rows fall in 32 different banks), a barrier of the warpgroup's 128 threads, then
-// 16-byte stores, one warp per 512-byte row piece (store_o_half: 4-byte stores, 16 B per row).
-#define STAGE_ROW 528
-__device__ __forceinline__ void store_o_half_staged(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
-                                                    int cq, long long b, int H, int head0, uint8_t* stage,
-                                                    int bar_id, int ltid, uint16_t* out) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        uint8_t* srow = stage + (r0 + i * 8) * STAGE_ROW + cq * 2;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
-            *reinterpret_cast<__nv_bfloat162*>(srow + j * 16) = v;
-        }
-    }
-    __syncwarp();
-    asm volatile("bar.sync %0, %1;\n" ::"r"(bar_id), "r"(128) : "memory");
-#pragma unroll
-    for (int m = 0; m < 16; ++m) {
-        const int u = ltid + 128 * m, row = u >> 5, c = u & 31;
-        const uint4 v = *reinterpret_cast<const uint4*>(stage + row * STAGE_ROW + c * 16);
-        *reinterpret_cast<uint4*>(out + (b * H + head0 + row) * D_V + wg * 256 + c * 8) = v;
-    }
-}
-
 // Natural-log lse of this thread's two rows r0, r0 + 8 of the head group, to lse (one split) or
 // to the split partials.
 __device__ __forceinline__ void store_lse_rows(const float (&lse_row)[2], int r0, long long b, int H, int head0,
@@ -659,6 +632,32 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
     __syncwarp();
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
+// The epilogue through shared memory (variant "wsxo", one split): this warpgroup's bf16 half of O
+// (64 heads x 256 values) into `stage` (512-byte rows padded to 528 B, so the 4-byte stores of a
+// warp's 8 rows fall in 32 different banks), a barrier of the warpgroup's 128 threads, then
+// 16-byte stores, one warp per 512-byte row piece (store_o_half: 4-byte stores, 16 B per row).
+#define STAGE_ROW 528
+__device__ __forceinline__ void store_o_half_staged(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
+                                                    int cq, long long b, int H, int head0, uint8_t* stage,
+                                                    int bar_id, int ltid, uint16_t* out) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        uint8_t* srow = stage + (r0 + i * 8) * STAGE_ROW + cq * 2;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+            *reinterpret_cast<__nv_bfloat162*>(srow + j * 16) = v;
+        }
+    }
+    named_sync(bar_id, 128);
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        const int u = ltid + 128 * m, row = u >> 5, c = u & 31;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + row * STAGE_ROW + c * 16);
+        *reinterpret_cast<uint4*>(out + (b * H + head0 + row) * D_V + wg * 256 + c * 8) = v;
+    }
+}
+
 // 2^x by the MUFU alone (ex2.approx.ftz): exp2f adds a range test and two multiplies per call for
 // results below 2^-126, which the bf16 P rounds to nothing that matters (flushed to 0 here).
 // Used by the wide kernels' softmax, on WG0's critical path (32 calls per thread per tile).
