@@ -7,9 +7,9 @@ producer's "empty wait done" and "full arrived", then the loop's end, the epilog
 kernel's end (after the closing cluster barrier); %globaltimer at the start and end. The default
 build compiles none of it (its SASS is unchanged). Medians over CTAs and the steady tiles (2 ..
 n - 3) say how long the prologue, one tile and the epilogue take, and which side of the two-buffer
-hand-off waits: the question issue #27 item 4 leaves open at 0.91-0.92x FlashMLA.
+hand-off waits: the question issue #27 item 4 leaves open.
 
-    python benchmarks/attention_timeline.py --batches 64 128 --variants wsx wsxe --out attention_timeline.csv
+    python benchmarks/attention_timeline.py --batches 64 128 --variants wsxe wsxo wsxr --out attention_timeline.csv
 """
 
 from __future__ import annotations
@@ -29,14 +29,15 @@ from cupy_kernels import sparse_attention as sa  # noqa: E402
 from cupy_kernels._build import build_cubin  # noqa: E402
 
 # mirrors the TL_* constants of sparse_attention.cu
-TL_FIXED, TL_TILES, TL_CTAS = 8, 32, 1024
+TL_FIXED, TL_TILES, TL_SERIES, TL_CTAS = 8, 32, 5, 1024
 TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END = range(7)
-FREED, FULL, PV, EMPTY, ARRIVED = range(5)
-TL_EVENTS = TL_FIXED + 5 * TL_TILES
+FREED, FULL, PV, EMPTY, ARRIVED = range(TL_SERIES)
+TL_EVENTS = TL_FIXED + TL_SERIES * TL_TILES
 WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr")  # the warp-specialised FP8 kernels the stamps are in
 
 
 def series(row: Any, s: int, it: int) -> int:
+    """Stamp `it` of per-tile series `s` in one CTA's row."""
     return int(row[TL_FIXED + s * TL_TILES + it])
 
 
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--heads", type=int, default=128, help="a multiple of 128 (the crossover variants)")
-    ap.add_argument("--variants", nargs="+", default=["wsx", "wsxe"], help=f"each one of {WS_VARIANTS}")
+    ap.add_argument("--variants", nargs="+", default=["wsxe", "wsxo", "wsxr"], help=f"each one of {WS_VARIANTS}")
     ap.add_argument("--launches", type=int, default=5, help="launches per case; the last one's stamps are read")
     ap.add_argument("--out", type=Path, default=Path("attention_timeline.csv"))
     args = ap.parse_args(argv)

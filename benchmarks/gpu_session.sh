@@ -116,7 +116,7 @@ step_flashmla() {
 }
 # Where the wide FP8 kernel's time goes per CTA (a -DTIMELINE build; TIMELINE_ARGS: more options)
 step_timeline() {
-    timeout 200 $PY benchmarks/attention_timeline.py ${TIMELINE_ARGS:---batches 64 128 --variants wsxe wsxo wsxr} \
+    timeout 200 $PY benchmarks/attention_timeline.py ${TIMELINE_ARGS:-} \
         --out "$OUT/attention_timeline.csv" 2>&1 | tee -a "$LOG"
 }
 for s in "$@"; do say "$s"; "step_$s"; done

@@ -632,6 +632,7 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
     __syncwarp();
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
+
 // The epilogue through shared memory (variant "wsxo", one split): this warpgroup's bf16 half of O
 // (64 heads x 256 values) into `stage` (512-byte rows padded to 528 B, so the 4-byte stores of a
 // warp's 8 rows fall in 32 different banks), a barrier of the warpgroup's 128 threads, then

@@ -288,8 +288,8 @@ def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
 
 
 def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
-    # wsxe (an earlier buffer release) and wsxo (wsxe writing O through shared memory, the FP8 default)
-    # run exactly where wsx runs
+    # wsxe (an earlier buffer release), wsxo (wsxe writing O through shared memory, the FP8 default)
+    # and wsxr (wsxo with a smaller first burst) run exactly where wsx runs
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
         for kv_dtype in ("fp8", "bf16"):
@@ -434,7 +434,7 @@ def test_staged_epilogue_layout_fits_the_free_buffer_without_bank_conflicts():
         for j in range(32):  # the j-th store of every lane
             banks = {((warp * 16 + (lane >> 2)) * stage_row + (lane & 3) * 4 + j * 16) // 4 % 32 for lane in range(32)}
             assert len(banks) == 32, (warp, j)
-    # the 16-byte reads: a warp reads one row's 512 B, 4 wavefronts (no more)
+    # the 16-byte reads: a warp reads one row's 512 contiguous bytes, within five 128-byte lines
     for row in range(64):
         addrs = [row * stage_row + c * 16 for c in range(32)]
         assert len({a // 128 for a in addrs}) <= 5
