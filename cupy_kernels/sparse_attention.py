@@ -11,7 +11,8 @@ as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the
 The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a producer
 warpgroup, its FP8 crossover "wsx" where two CTAs share each tile's dequantisation and "wsxe"
 that frees each tile's buffer earlier, "wsxo" that also writes O through shared memory (the FP8
-default at H 128), the two-warpgroup "serial"), chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
+default at H 128), "wsxr" with a smaller first burst of loads, the two-warpgroup "serial"),
+chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
 (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests), each where it runs.
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
 share one top-k selection (slots [B, k]) are folded into the heads, tokens with their own
@@ -60,7 +61,8 @@ NARROW_CTAS_PER_SM = {"bf16": 1, "fp8": 2}
 # warp-specialised wide kernel: Q, two bf16 tiles, P, row scales + slots + mbarriers, align
 # (mirrors mla_ws_body in sparse_attention.cu)
 WS_THREADS = 384
-_SMEM_WS = _SMEM_Q + 2 * _SMEM_TILE + HEADS_PER_CTA * 128 + (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 48) + 1024
+# Q, two tiles, P, then row scales, slots and 6 mbarrier words (WS_SMEM_SMALL), and 1 KB of alignment slack
+_SMEM_WS = _SMEM_Q + 2 * _SMEM_TILE + HEADS_PER_CTA * 128 + (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 6 * 8) + 1024
 
 
 class WideVariant(NamedTuple):
