@@ -271,13 +271,14 @@ class ShapeResult(NamedTuple):
     lse_diff: float
     repeat_same: bool
     agree: bool
+    k: int = K  # top-k of the shape
 
     @property
     def ratio(self) -> float:
         return self.flashmla_us / self.ours_us
 
     def tflops(self, us: float) -> float:
-        return attention_flops(self.batch, self.heads, K) / us * 1e-6
+        return attention_flops(self.batch, self.heads, self.k) / us * 1e-6
 
 
 def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespace, n_sms: int) -> list[ShapeResult]:
@@ -289,7 +290,8 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespac
 
     scale = D_QK**-0.5
     t0 = time.perf_counter()
-    inp = make_inputs(batch, heads, K, args.sets, args.unique_rows, args.seed + 1000 * batch + heads)
+    k = args.topk
+    inp = make_inputs(batch, heads, k, args.sets, args.unique_rows, args.seed + 1000 * batch + heads)
     packed = cp.asarray(inp.packed)
     pool = cp.ascontiguousarray(packed[cp.arange(inp.n_rows, dtype=cp.int64) % len(inp.packed)])
     del packed
@@ -298,8 +300,8 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespac
         sets.append({"q": cp.asarray(q_bits), "slots": cp.asarray(slots)}
                     | {n: (cp.empty((batch, heads, D_LATENT), cp.uint16), cp.empty((batch, heads), cp.float32))
                        for n in [*ours, "flashmla"]})
-    ws = cp.empty(workspace_elems(batch, heads, K), cp.float32)  # our split partials (calls run in turn)
-    flash = FlashMLADecode(ext, cp, batch, heads, K, n_sms)
+    ws = cp.empty(workspace_elems(batch, heads, k), cp.float32)  # our split partials (calls run in turn)
+    flash = FlashMLADecode(ext, cp, batch, heads, k, n_sms)
     stream = cp.cuda.Stream(non_blocking=True)
     cp.cuda.Device().synchronize()  # inputs were made on the null stream
 
@@ -372,7 +374,7 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespac
           f"FlashMLA out rel err {flash_rel:.2e}; {text}; repeat bit-identical {same}", flush=True)
     per_call = {key: statistics.median(v) / len(sets) * 1e6 for key, v in samples.items()}
     return [ShapeResult(batch, heads, mode, n.split(":", 1)[1], per_call[(mode, n)], per_call[(mode, "flashmla")],
-                        meta_us, checks[n][0], flash_rel, checks[n][1], checks[n][2], same, checks[n][3] and same)
+                        meta_us, checks[n][0], flash_rel, checks[n][1], checks[n][2], same, checks[n][3] and same, k)
             for mode in list(modes)[::-1] for n in ours]
 
 
@@ -391,11 +393,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--sets", type=int, default=4, help="rotating input sets (one call each per timed sample)")
     ap.add_argument("--unique-rows", type=int, default=16384, help="distinct packed rows repeated over the pool")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--topk", type=int, default=K,
+                    help=f"selected tokens per request (a multiple of {TOPK_BLOCK}, at most {REGION}); timing two "
+                         "values separates the per-tile time from the fixed cost")
     ap.add_argument("--no-graph", action="store_true", help="time plain launches only")
+    ap.add_argument("--flashmla-sms", type=int, default=0,
+                    help="SMs FlashMLA's scheduler shares the work over (default 0: the device's count; fewer "
+                         "tests how much of its speed comes from using every SM)")
     ap.add_argument("--build-dir", type=Path, default=Path("/tmp/hisparse-flashmla-build"))
     ap.add_argument("--verbose-build", action="store_true", help="show the compiler's output (ptxas resource report)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/flashmla_compare.csv"))
     args = ap.parse_args(argv)
+    if args.topk < TOPK_BLOCK or args.topk % TOPK_BLOCK or args.topk > REGION:
+        raise UsageError(f"--topk must be a multiple of {TOPK_BLOCK} in [{TOPK_BLOCK}, {REGION}], got {args.topk}")
+    if args.flashmla_sms < 0:
+        raise UsageError(f"--flashmla-sms must be >= 0 (0: the device's count), got {args.flashmla_sms}")
     for name in ("reps", "rounds", "sets", "unique_rows"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -437,7 +449,7 @@ def write_csv(path: Path, device: str, results: list[ShapeResult]) -> None:
                     "ratio", "flashmla_meta_us", "ours_rel_err", "flashmla_rel_err", "ours_vs_flashmla_rel",
                     "lse_max_diff", "repeat_bit_identical", "agree"])
         for r in results:
-            w.writerow([device, r.batch, r.heads, K, "fp8", r.timing, r.variant, f"{r.ours_us:.2f}", f"{r.flashmla_us:.2f}",
+            w.writerow([device, r.batch, r.heads, r.k, "fp8", r.timing, r.variant, f"{r.ours_us:.2f}", f"{r.flashmla_us:.2f}",
                         f"{r.tflops(r.ours_us):.1f}", f"{r.tflops(r.flashmla_us):.1f}", f"{r.ratio:.3f}",
                         f"{r.meta_us:.2f}", f"{r.ours_rel:.2e}", f"{r.flashmla_rel:.2e}", f"{r.pair_rel:.2e}",
                         f"{r.lse_diff:.2e}", r.repeat_same, r.agree])
@@ -462,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flashmla_compare: building FlashMLA failed: {str(exc)[-6000:]}", file=sys.stderr)
         return 1
     print(f"built FlashMLA's SM90 sparse FP8 decode + shim in {time.perf_counter() - t0:.1f} s", flush=True)
-    n_sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    n_sms = args.flashmla_sms or cp.cuda.Device().attributes["MultiProcessorCount"]
     results: list[ShapeResult] = []
     failed = ""
     for batch in args.batches:
@@ -478,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             break
     write_csv(args.out, device, results)
     print(f"\nwrote {args.out}\n")
-    print(f"{device}, k {K}, FP8 KV (656 B rows), one query token; us per call (median), TFLOP/s = "
+    print(f"{device}, k {args.topk}, FP8 KV (656 B rows), one query token; us per call (median), TFLOP/s = "
           f"2 B H k (576 + 512) / time; ratio = FlashMLA time / our time (> 1: ours faster)")
     print("| B | H | timing | ours | ours us | FlashMLA us | ours TFLOP/s | FlashMLA TFLOP/s | ratio | agree |")
     print("|---|---|---|---|---|---|---|---|---|---|")
