@@ -1276,6 +1276,389 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
     mla_ws_body<true, 0, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Persistent crossover kernel (variant "wsxp"): wsxr's tile loop, with the whole GPU shared out
+// by tiles instead of by requests, as FlashMLA's scheduler does (csrc/sm90/decode/sparse_fp8,
+// read for its structure only).  One cluster of two CTAs per pair of SMs (P clusters, grid
+// (H / 64, P, 1)); the B requests' T = ceil(K / 64) tiles each, laid end to end (W = B T), are cut
+// into P ranges, cluster c taking the flattened tiles [c W / P, (c + 1) W / P).  At B 64 on 132
+// SMs, request-per-cluster launches use 128 of them; here every SM gets 31 or 32 tiles.
+// A range is walked as segments, one per request it touches: the tile counter g runs on across
+// segments (so the producer fills the next request's first tiles during this one's epilogue, and
+// the mbarrier phases need no reset), WG0 loads the next request's Q as soon as its last S of the
+// segment is done, and each segment ends with an epilogue: a request whole in the range writes
+// bf16 O and lse; a piece writes its normalised fp32 O and natural-log lse to partial j (the
+// piece's index among the clusters that share the request) for mla_combine_ps.  Both epilogues
+// stage O in the segment's last tile buffer (WG0 in chunks 0-3, WG1 in chunks 4-7: the V halves
+// each has finished with), and that buffer is released only after the staged rows are read.
+// ---------------------------------------------------------------------------------------------
+// The cluster whose range holds flattened tile x: the largest c with c W / P <= x.
+// 32-bit: the host keeps W P < 2^31 (64-bit division is a subroutine call, and a call inside a
+// consumer's loop makes ptxas spill the accumulators around it).
+__device__ __forceinline__ int ps_cluster_of(int x, int W, int P) { return ((x + 1) * P - 1) / W; }
+
+// This warpgroup's bf16 half of O (64 heads x 256 values) via `stage` (32 KB: 64 rows of 512 B,
+// 16-byte unit u of row h at unit u ^ (h & 7): the 4-byte writes of a warp's 8 rows fall in 8
+// different unit columns, the 16-byte reads of a row are a permutation of it), then 16-byte stores.
+__device__ __forceinline__ void store_o_half_swz(const float (&o_acc)[128], const float (&inv)[2], int wg, int r0,
+                                                 int cq, uint8_t* stage, int bar_id, int ltid, uint16_t* out_rows) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int h = r0 + i * 8;
+        uint8_t* srow = stage + h * 512 + cq * 2;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            __nv_bfloat162 v = __floats2bfloat162_rn(o_acc[j * 4 + i * 2] * inv[i], o_acc[j * 4 + i * 2 + 1] * inv[i]);
+            *reinterpret_cast<__nv_bfloat162*>(srow + ((j ^ (h & 7)) << 4)) = v;
+        }
+    }
+    named_sync(bar_id, 128);
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        const int u = ltid + 128 * m, h = u >> 5, c = u & 31;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + h * 512 + ((c ^ (h & 7)) << 4));
+        *reinterpret_cast<uint4*>(out_rows + (long long)h * D_V + wg * 256 + c * 8) = v;
+    }
+}
+
+// The same half as normalised fp32 (a partial), in two passes of 32 rows (rows r0 + 8 p in pass
+// p) through the same 32 KB: rows of 1024 B, unit u of staging row s at u ^ ((s & 7) << 1).
+__device__ __forceinline__ void store_o_half_part_swz(const float (&o_acc)[128], const float (&inv)[2], int wg,
+                                                      int warp, int lane, int cq, uint8_t* stage, int bar_id, int ltid,
+                                                      float* part_rows) {
+    const int s = warp * 8 + (lane >> 2);  // this thread's staging row in both passes
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+        if (p > 0) named_sync(bar_id, 128);  // pass 0's reads are done
+        uint8_t* srow = stage + s * 1024;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const int u = 2 * j + (cq >> 2);
+            *reinterpret_cast<float2*>(srow + ((u ^ ((s & 7) << 1)) << 4) + ((cq * 4) & 15)) =
+                make_float2(o_acc[j * 4 + p * 2] * inv[p], o_acc[j * 4 + p * 2 + 1] * inv[p]);
+        }
+        named_sync(bar_id, 128);
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            const int v = ltid + 128 * m, sr = v >> 6, u = v & 63;
+            const int h = (sr >> 3) * 16 + 8 * p + (sr & 7);
+            const float4 val = *reinterpret_cast<const float4*>(stage + sr * 1024 + ((u ^ ((sr & 7) << 1)) << 4));
+            *reinterpret_cast<float4*>(part_rows + (long long)h * D_V + wg * 256 + u * 4) = val;
+        }
+    }
+}
+
+#define MLA_PS_ARGS MLA_ARGS, int B, int max_parts
+
+__device__ __forceinline__ void mla_wsp_body(
+    const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
+    long long n_rows, int H, int K, float scale_log2, uint16_t* __restrict__ out, float* __restrict__ lse,
+    float* __restrict__ part_o, float* __restrict__ part_lse, int B, int max_parts) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* p_sm = smem + Q_BYTES + 2 * TILE_BYTES;
+    float* s_scale = reinterpret_cast<float*>(p_sm + P_BYTES);
+    float* s_oscale = s_scale + HEADS_PER_CTA;
+    int* slot_sm = reinterpret_cast<int*>(s_oscale + HEADS_PER_CTA);
+    const uint32_t q_s = smem_u32(smem), kv_s0 = q_s + Q_BYTES, p_s = smem_u32(p_sm);
+    const uint32_t full0 = smem_u32(slot_sm + 2 * TILE), empty0 = full0 + 16, q_bar = full0 + 32;
+
+    const int tid = threadIdx.x, wg = tid >> 7, ltid = tid & 127, warp = ltid >> 5, lane = tid & 31;
+    const int hg = blockIdx.x, P = gridDim.y;
+    const int T = (K + TILE - 1) / TILE, W = B * T;
+    const int x_begin = (int)blockIdx.y * W / P, x_end = ((int)blockIdx.y + 1) * W / P;
+    if (x_begin >= x_end) return;  // both CTAs of the cluster alike (the host keeps P <= W)
+    const int n_g = x_end - x_begin;
+    // The range's requests r_first .. r_last; only the first and the last can be pieces, whose
+    // partial index is their rank among the clusters that share the request.
+    const int r_first = x_begin / T, t_first = x_begin - r_first * T, r_last = (x_end - 1) / T;
+    const int j_first = (int)blockIdx.y - ps_cluster_of(r_first * T, W, P);
+    const int j_last = (int)blockIdx.y - ps_cluster_of(r_last * T, W, P);
+    const int head0 = hg * HEADS_PER_CTA;
+    const int r0 = warp * 16 + (lane >> 2);
+    const int cq = (lane & 3) * 2;
+
+    // Q of the first request by all 384 threads before the barrier set-up (wsxr's QE)
+    {
+        const uint16_t* q_rows = q + ((long long)r_first * H + head0) * D_QK;
+#pragma unroll
+        for (int i = 0; i < (HEADS_PER_CTA * 72) / NT_WS; ++i) {
+            const int idx = tid + i * NT_WS, h = idx / 72, ci = idx - h * 72;
+            cp_async16(q_s + (ci >> 3) * (HEADS_PER_CTA * 128) + swz(h, ci & 7), q_rows + h * D_QK + ci * 8, 16);
+        }
+        cp_async_commit();
+    }
+    auto q_share_landed = [&]() {
+        cp_async_wait_all();
+        fence_proxy_async();
+        mbar_arrive(q_bar);
+    };
+    const uint32_t rank = cluster_ctarank(), peer = rank ^ 1u;
+    if (tid == 0) {
+        mbar_init(q_bar, NT_WS);
+        mbar_init(full0, 129);
+        mbar_init(full0 + 8, 129);
+        mbar_init(empty0, 256 + 8);
+        mbar_init(empty0 + 8, 256 + 8);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    cluster_sync();
+    auto release = [&](uint32_t empty_bar) {
+        mbar_arrive(empty_bar);
+        __syncwarp();
+        if (lane == 0) mbar_arrive_cluster(mapa_shared(empty_bar, peer));
+    };
+    // Request r's segment: its tiles, whether it is the whole request, whether it is the range's last.
+    struct Segment {
+        int r, n, j;
+        bool whole, last;
+    };
+    auto segment = [&](int r) {
+        Segment sg;
+        const int t0 = r == r_first ? t_first : 0, t1 = r == r_last ? x_end - r_last * T : T;
+        sg.r = r;
+        sg.n = t1 - t0;
+        sg.whole = t0 == 0 && t1 == T;
+        sg.last = r == r_last;
+        sg.j = r == r_first ? j_first : j_last;
+        return sg;
+    };
+
+    if (wg == 0) {
+        // ------------------------------ consumer 0: S, softmax, P V (left half) ---------------
+        reg_alloc<216>();
+        q_share_landed();
+        mbar_wait(q_bar, 0);
+        float o_acc[128];
+        float s_acc[32];
+        uint32_t pa[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) pa[i] = 0u;
+        const uint64_t dq = make_desc(q_s, 16, 1024);
+        int g = 0;
+        for (int r = r_first; r <= r_last; ++r) {
+            const Segment sg = segment(r);
+            if (g > 0) {  // the Q this warpgroup issued after the previous segment's last S
+                cp_async_wait_all();
+                fence_proxy_async();
+                named_sync(BAR_WG0, 128);
+            }
+#pragma unroll
+            for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
+            float m_run[2] = {-INFINITY, -INFINITY}, l_part[2] = {0.f, 0.f};
+            for (int i = 0; i < sg.n; ++i, ++g) {
+                const int buf = g & 1;
+                const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
+                if (g > 0) {
+                    wgmma_wait0();  // P V of tile g-1 done (and, at a segment's start, its staged O read)
+                    release(empty0 + 8 * (buf ^ 1));
+                }
+                mbar_wait(full0 + 8 * buf, (g >> 1) & 1);
+                const uint64_t dk = make_desc(kv_cur, 16, 1024);
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 36; ++s) {
+                    const uint32_t off = (s >> 2) * (HEADS_PER_CTA * 128) + (s & 3) * 32;
+                    const uint32_t offk = (s >> 2) * CHUNK_BYTES + (s & 3) * 32;
+                    wgmma_m64n64k16(s_acc, dq + (off >> 4), dk + (offk >> 4), s > 0);
+                }
+                wgmma_commit();
+                uint32_t valid = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) valid |= (slot_sm[buf * TILE + j * 8 + cq + c] >= 0 ? 1u : 0u) << (j * 2 + c);
+                wgmma_wait0();
+
+                float m_loc[2] = {-INFINITY, -INFINITY};
+                mask_scale_row_max<8>(s_acc, valid, scale_log2, m_loc);
+                float alpha[2], m_use[2];
+#pragma unroll
+                for (int k = 0; k < 2; ++k) {
+                    m_loc[k] = fmaxf(m_loc[k], __shfl_xor_sync(0xffffffff, m_loc[k], 1));
+                    m_loc[k] = fmaxf(m_loc[k], __shfl_xor_sync(0xffffffff, m_loc[k], 2));
+                    const float m_new = fmaxf(m_run[k], m_loc[k]);
+                    m_use[k] = m_new == -INFINITY ? 0.f : m_new;
+                    alpha[k] = exp2_ftz(m_run[k] - m_use[k]);
+                    m_run[k] = m_new;
+                    l_part[k] *= alpha[k];
+                }
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int k = 0; k < 2; ++k) {
+                        const float p0 = exp2_ftz(s_acc[j * 4 + k * 2] - m_use[k]);
+                        const float p1 = exp2_ftz(s_acc[j * 4 + k * 2 + 1] - m_use[k]);
+                        __nv_bfloat162 pb = __floats2bfloat162_rn(p0, p1);
+                        const float2 pr = __bfloat1622float2(pb);
+                        l_part[k] += pr.x + pr.y;
+                        pa[(j >> 1) * 4 + (j & 1) * 2 + k] = *reinterpret_cast<uint32_t*>(&pb);
+                    }
+                rescale_rows(o_acc, alpha[0], alpha[1]);
+                if (g > 0) named_sync(BAR_P_FREE, 256);  // WG1 done with the previous P and scales
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int k = 0; k < 2; ++k) {
+                        const int r = r0 + k * 8, col = j * 8 + cq;
+                        *reinterpret_cast<uint32_t*>(p_sm + swz(r, col >> 3) + (col & 7) * 2) = pa[(j >> 1) * 4 + (j & 1) * 2 + k];
+                    }
+                if ((lane & 3) == 0) {
+                    s_scale[r0] = alpha[0];
+                    s_scale[r0 + 8] = alpha[1];
+                }
+                fence_proxy_async();
+                named_arrive(BAR_P_READY, 256);
+                const uint64_t dv = make_desc(kv_cur, CHUNK_BYTES, 1024);
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 4; ++s)
+                    wgmma_m64n256k16_rs(o_acc, pa[s * 4], pa[s * 4 + 1], pa[s * 4 + 2], pa[s * 4 + 3],
+                                        dv + ((s * 16 * 128) >> 4));
+                wgmma_commit();
+            }
+            wgmma_wait0();
+            if (!sg.last) {  // Q is free: the next request's, in flight during the epilogue
+                const uint16_t* q_rows = q + ((long long)(sg.r + 1) * H + head0) * D_QK;
+#pragma unroll
+                for (int k = 0; k < (HEADS_PER_CTA * 72) / 128; ++k) {
+                    const int idx = ltid + k * 128, h = idx / 72, ci = idx - h * 72;
+                    cp_async16(q_s + (ci >> 3) * (HEADS_PER_CTA * 128) + swz(h, ci & 7), q_rows + h * D_QK + ci * 8, 16);
+                }
+                cp_async_commit();
+            }
+
+            // ---- epilogue of the segment ----
+            float inv[2], lse_row[2];
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                l_part[k] += __shfl_xor_sync(0xffffffff, l_part[k], 1);
+                l_part[k] += __shfl_xor_sync(0xffffffff, l_part[k], 2);
+                inv[k] = l_part[k] > 0.f ? 1.f / l_part[k] : 0.f;
+                lse_row[k] = l_part[k] > 0.f ? (m_run[k] + log2f(l_part[k])) * LN2 : -INFINITY;
+            }
+            const long long orow0 = sg.whole ? (long long)sg.r * H + head0
+                                             : ((long long)sg.r * max_parts + sg.j) * H + head0;
+            if ((lane & 3) == 0) {
+                s_oscale[r0] = inv[0];
+                s_oscale[r0 + 8] = inv[1];
+                float* lse_dst = sg.whole ? lse : part_lse;
+                lse_dst[orow0 + r0] = lse_row[0];
+                lse_dst[orow0 + r0 + 8] = lse_row[1];
+            }
+            named_arrive(BAR_EPI, 256);
+            uint8_t* stage = smem + Q_BYTES + ((g - 1) & 1) * TILE_BYTES;  // the segment's last tile, chunks 0-3
+            if (sg.whole)
+                store_o_half_swz(o_acc, inv, 0, r0, cq, stage, BAR_STAGE0, ltid, out + orow0 * D_V);
+            else
+                store_o_half_part_swz(o_acc, inv, 0, warp, lane, cq, stage, BAR_STAGE0, ltid, part_o + orow0 * D_V);
+            fence_proxy_async();  // the staged reads before the buffer's next (async-proxy) writes
+        }
+    } else if (wg == 1) {
+        // ------------------------------ consumer 1: P V (right half) --------------------------
+        reg_dealloc<160>();
+        q_share_landed();
+        float o_acc[128];
+        const uint64_t dp = make_desc(p_s, 16, 1024);
+        int g = 0;
+        for (int r = r_first; r <= r_last; ++r) {
+            const Segment sg = segment(r);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
+            for (int i = 0; i < sg.n; ++i, ++g) {
+                const int buf = g & 1;
+                const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
+                mbar_wait(full0 + 8 * buf, (g >> 1) & 1);
+                named_sync(BAR_P_READY, 256);
+                rescale_rows(o_acc, s_scale[r0], s_scale[r0 + 8]);
+                const uint64_t dv = make_desc(kv_cur + 4 * CHUNK_BYTES, CHUNK_BYTES, 1024);
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 4; ++s)
+                    wgmma_m64n256k16<1>(o_acc, dp + ((s * 32) >> 4), dv + ((s * 16 * 128) >> 4), 1);
+                wgmma_commit();
+                wgmma_wait0();
+                if (i + 1 < sg.n) {  // a segment's last tile: P and the buffer are freed after the epilogue
+                    named_arrive(BAR_P_FREE, 256);
+                    release(empty0 + 8 * buf);
+                }
+            }
+            named_sync(BAR_EPI, 256);  // WG0's 1 / l
+            const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
+            // P, s_scale and s_oscale free: WG0 may start the next segment (and, by then, this
+            // warpgroup is past BAR_EPI, so WG0's next arrival there is the next segment's)
+            if (!sg.last) named_arrive(BAR_P_FREE, 256);
+            uint8_t* stage = smem + Q_BYTES + ((g - 1) & 1) * TILE_BYTES + 4 * CHUNK_BYTES;  // chunks 4-7
+            if (sg.whole)
+                store_o_half_swz(o_acc, inv, 1, r0, cq, stage, BAR_STAGE0 + 1, ltid,
+                                 out + ((long long)sg.r * H + head0) * D_V);
+            else
+                store_o_half_part_swz(o_acc, inv, 1, warp, lane, cq, stage, BAR_STAGE0 + 1, ltid,
+                                      part_o + (((long long)sg.r * max_parts + sg.j) * H + head0) * D_V);
+            if (!sg.last) {
+                fence_proxy_async();
+                release(empty0 + 8 * ((g - 1) & 1));
+            }
+        }
+    } else {
+        // ------------------------------ producer: wsxr's crossover, over the flattened tiles ---
+        reg_dealloc<128>();
+        const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
+        const int row = 32 * rank + (ltid >> 2), orow = 32 * peer + (ltid >> 2), qq = ltid & 3;
+        const uint32_t peer_kv0 = mapa_shared(kv_s0, peer), peer_full0 = mapa_shared(full0, peer);
+        // slot of row `rw` of this range's tile g, unchecked (-1 past the range or past k)
+        auto slot_of = [&](int g, int rw) -> int {
+            if (g >= n_g) return -1;
+            const int tt = t_first + g, dr = tt / T, tok = (tt - dr * T) * TILE + rw;
+            return tok < K ? __ldg(slots + (long long)(r_first + dr) * K + tok) : -1;
+        };
+        RawRegs<4> ra, rb;
+        int sa = checked_slot(slot_of(0, row), n_rows);
+        int sb = checked_slot(slot_of(1, row), n_rows);
+        int s_pre = slot_of(2, row);
+        int o_cur = qq == 1 ? slot_of(0, orow) : -1;
+        load_raw_row<4>(ra, kv8, sa, qq);
+        q_share_landed();
+        auto step = [&](int g, RawRegs<4>& raw, int& s_this) {
+            const int buf = g & 1;
+            if (g >= 2) mbar_wait(empty0 + 8 * buf, ((g >> 1) - 1) & 1);
+            if (ltid == 0) mbar_arrive_expect_tx(full0 + 8 * buf, 32 * NCHUNK * 128);
+            if (qq == 0) slot_sm[buf * TILE + row] = s_this;
+            if (qq == 1) slot_sm[buf * TILE + orow] = checked_slot(o_cur, n_rows);
+            dequant_row_smem<4>(kv_s0 + buf * TILE_BYTES, raw, row, qq);
+            fence_proxy_async();
+            __syncwarp();
+            if (lane == 0) {
+                const uint32_t rows8 = kv_s0 + buf * TILE_BYTES + (32 * rank + 8 * warp) * 128;
+#pragma unroll
+                for (int c = 0; c < NCHUNK; ++c)
+                    bulk_copy_to_peer(peer_kv0 + (rows8 - kv_s0) + c * CHUNK_BYTES, rows8 + c * CHUNK_BYTES, 8 * 128,
+                                      peer_full0 + 8 * buf);
+            }
+            mbar_arrive(full0 + 8 * buf);
+            if (g == 0 && n_g > 1) load_raw_row<4>(rb, kv8, sb, qq);  // wsxr's DT: after tile 0 is out
+            if (g + 2 < n_g) {
+                s_this = checked_slot(s_pre, n_rows);
+                load_raw_row<4>(raw, kv8, s_this, qq);
+                s_pre = slot_of(g + 3, row);
+            }
+            if (qq == 1) o_cur = slot_of(g + 1, orow);
+        };
+        for (int g = 0; g < n_g; g += 2) {
+            step(g, ra, sa);
+            if (g + 1 < n_g) step(g + 1, rb, sb);
+        }
+    }
+    __syncwarp();
+    cluster_sync();
+}
+
+// Clusters of two CTAs along x (H a multiple of 128); grid (H / 64, P, 1).
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxp_fp8(MLA_PS_ARGS) {
+    (void)tiles_per_split;
+    mla_wsp_body(q, kv, slots, n_rows, H, K, scale_log2, out, lse, part_o, part_lse, B, max_parts);
+}
+
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {
     mla_ws_body<false, 1>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
@@ -1593,21 +1976,19 @@ extern "C" __global__ void __launch_bounds__(NT_NARROW, 2) mla_decode_narrow2_fp
     mla_narrow_body<true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
-// Merge split partials: lse = logsumexp_s(lse_s), out = sum_s exp(lse_s - lse) * o_s.
-// grid = B * H, block = 128 (4 columns per thread).
-extern "C" __global__ void __launch_bounds__(128) mla_combine(
-    const float* __restrict__ part_o, const float* __restrict__ part_lse, int n_splits, long long rows,
-    uint16_t* __restrict__ out, float* __restrict__ lse) {
-    const long long row = blockIdx.x;
+// Merge n partials (row s at po + s stride D_V, its lse at pl[s stride]) into one bf16 row and its
+// lse: lse = logsumexp_s(lse_s), out = sum_s exp(lse_s - lse) * o_s.  128 threads, 4 columns each.
+__device__ __forceinline__ void merge_partials(const float* __restrict__ po, const float* __restrict__ pl, int n,
+                                               long long stride, uint16_t* __restrict__ o, float* __restrict__ l) {
     float mx = -INFINITY;
-    for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, part_lse[s * rows + row]);
+    for (int s = 0; s < n; ++s) mx = fmaxf(mx, pl[s * stride]);
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float wsum = 0.f;
     if (mx != -INFINITY) {
-        for (int s = 0; s < n_splits; ++s) {
-            float w = __expf(part_lse[s * rows + row] - mx);
-            float4 o = *reinterpret_cast<const float4*>(part_o + (s * rows + row) * D_V + threadIdx.x * 4);
-            acc.x += w * o.x; acc.y += w * o.y; acc.z += w * o.z; acc.w += w * o.w;
+        for (int s = 0; s < n; ++s) {
+            float w = __expf(pl[s * stride] - mx);
+            float4 v = *reinterpret_cast<const float4*>(po + s * stride * D_V + threadIdx.x * 4);
+            acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
             wsum += w;
         }
     }
@@ -1615,8 +1996,30 @@ extern "C" __global__ void __launch_bounds__(128) mla_combine(
     __nv_bfloat162 a = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
     __nv_bfloat162 c = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
     uint2 packed = make_uint2(*reinterpret_cast<uint32_t*>(&a), *reinterpret_cast<uint32_t*>(&c));
-    *reinterpret_cast<uint2*>(out + row * D_V + threadIdx.x * 4) = packed;
-    if (threadIdx.x == 0) lse[row] = wsum > 0.f ? mx + logf(wsum) : -INFINITY;
+    *reinterpret_cast<uint2*>(o + threadIdx.x * 4) = packed;
+    if (threadIdx.x == 0) *l = wsum > 0.f ? mx + logf(wsum) : -INFINITY;
+}
+
+// Merge split partials ([n_splits, rows] of them). grid = B * H, block = 128.
+extern "C" __global__ void __launch_bounds__(128) mla_combine(
+    const float* __restrict__ part_o, const float* __restrict__ part_lse, int n_splits, long long rows,
+    uint16_t* __restrict__ out, float* __restrict__ lse) {
+    const long long row = blockIdx.x;
+    merge_partials(part_o + row * D_V, part_lse + row, n_splits, rows, out + row * D_V, lse + row);
+}
+
+// Merge the persistent kernel's pieces (wsxp): request r's partial j of head h at row
+// (r max_parts + j) H + h; a request whole in one cluster's range was written by the kernel.
+// grid = B * H, block = 128.
+extern "C" __global__ void __launch_bounds__(128) mla_combine_ps(
+    const float* __restrict__ part_o, const float* __restrict__ part_lse, int B, int H, int K, int P, int max_parts,
+    uint16_t* __restrict__ out, float* __restrict__ lse) {
+    const int r = blockIdx.x / H, h = blockIdx.x - r * H;
+    const int T = (K + TILE - 1) / TILE, W = B * T;
+    const int n = ps_cluster_of(r * T + T - 1, W, P) - ps_cluster_of(r * T, W, P) + 1;
+    if (n == 1) return;
+    const long long row0 = (long long)r * max_parts * H + h;
+    merge_partials(part_o + row0 * D_V, part_lse + row0, n, H, out + ((long long)r * H + h) * D_V, lse + (long long)r * H + h);
 }
 
 // The FP8 rows as the attention kernels' tensor cores see them: bf16 [n, 576] through the same
