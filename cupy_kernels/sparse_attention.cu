@@ -1313,7 +1313,7 @@ __device__ __forceinline__ void store_o_half_swz(const float (&o_acc)[128], cons
         }
     }
     named_sync(bar_id, 128);
-#pragma unroll 4
+#pragma unroll
     for (int m = 0; m < 16; ++m) {
         const int u = ltid + 128 * m, h = u >> 5, c = u & 31;
         const uint4 v = *reinterpret_cast<const uint4*>(stage + h * 512 + ((c ^ (h & 7)) << 4));
@@ -1338,7 +1338,7 @@ __device__ __forceinline__ void store_o_half_part_swz(const float (&o_acc)[128],
                 make_float2(o_acc[j * 4 + p * 2] * inv[p], o_acc[j * 4 + p * 2 + 1] * inv[p]);
         }
         named_sync(bar_id, 128);
-#pragma unroll 4
+#pragma unroll
         for (int m = 0; m < 16; ++m) {
             const int v = ltid + 128 * m, sr = v >> 6, u = v & 63;
             const int h = (sr >> 3) * 16 + 8 * p + (sr & 7);
