@@ -76,7 +76,6 @@ class WideVariant(NamedTuple):
     doc: str
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
     group_multiple: int = 1
-    persistent: bool = False  # one cluster per SM pair sharing out all requests' tiles (persistent_schedule)
 
     def runs(self, kv_dtype: str, heads: int) -> bool:
         """Whether this variant can run a call with this layout and head count."""
@@ -114,12 +113,6 @@ WIDE_VARIANTS = {
                         "issued only once tile 0 is out, so the first burst is Q and tile 0 (1.1-1.9% faster than "
                         "wsxo in one H100 run; opt-in until the whole GPU suite has run with it: BENCHMARKS.md)",
                         kv_dtypes=("fp8",), group_multiple=2),
-    "wsxp": WideVariant("mla_decode_wsxp_", WS_THREADS, _SMEM_WS,
-                        "wsxr made persistent: one cluster of two CTAs per pair of SMs, every request's tiles laid "
-                        "end to end and cut into equal ranges (persistent_schedule), a request split between "
-                        "clusters merged by mla_combine_ps (FlashMLA's scheduling; at B 64 request-per-cluster "
-                        "launches leave 4 of 132 SMs idle)",
-                        kv_dtypes=("fp8",), group_multiple=2, persistent=True),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
@@ -252,46 +245,6 @@ def plan_splits(batch: int, heads: int, k: int, n_sms: int, ctas_per_sm: int = 1
     return math.ceil(tiles / per), per
 
 
-class PersistentSchedule(NamedTuple):
-    """How the persistent kernel (variant "wsxp") shares B requests of T tiles among P clusters:
-    cluster c takes the flattened tiles [c W / P, (c + 1) W / P) of W = B T (request-major); a
-    request touched by n clusters is n pieces (partials 0 .. n - 1 in cluster order) merged by
-    mla_combine_ps, a request inside one cluster's range is written whole."""
-
-    clusters: int  # P
-    tiles: int  # T = ceil(k / 64) per request
-    pieces: np.ndarray  # [B] clusters sharing each request (1: written whole)
-
-    @property
-    def max_parts(self) -> int:
-        return int(self.pieces.max())
-
-    def range_of(self, c: int) -> tuple[int, int]:
-        """Cluster c's flattened tiles [begin, end)."""
-        w = len(self.pieces) * self.tiles
-        return c * w // self.clusters, (c + 1) * w // self.clusters
-
-
-def ps_cluster_of(x: Any, w: int, p: int) -> Any:
-    """The cluster whose range holds flattened tile x: the largest c with c w // p <= x (the
-    kernel's ps_cluster_of; numpy arrays or ints)."""
-    return ((x + 1) * p - 1) // w
-
-
-def persistent_schedule(batch: int, heads: int, k: int, n_sms: int) -> PersistentSchedule:
-    """The persistent kernel's schedule: one cluster of two CTAs (two 64-head groups) per pair of SMs,
-    heads // 128 clusters per request slot, never more clusters than tiles."""
-    tiles = math.ceil(k / TILE)
-    w = batch * tiles
-    p = max(1, min(n_sms // 2 // max(1, heads // (2 * HEADS_PER_CTA)), w))
-    if w * p >= 2**31:
-        raise ValueError(f"variant 'wsxp': B {batch} x {tiles} tiles over {p} clusters overflows the kernel's 32-bit "
-                         "schedule arithmetic")
-    first = np.arange(batch, dtype=np.int64) * tiles
-    pieces = ps_cluster_of(first + tiles - 1, w, p) - ps_cluster_of(first, w, p) + 1
-    return PersistentSchedule(p, tiles, pieces.astype(np.int64))
-
-
 # --------------------------------------------------------------------------------------------
 # Build and load
 # --------------------------------------------------------------------------------------------
@@ -320,7 +273,6 @@ def _kernels(device_id: int) -> dict[str, Any]:
             kerns[f"{var}_{name}"] = mod.get_function(f"{prefix}{name}")
             kerns[f"{var}_{name}"].max_dynamic_shared_size_bytes = SMEM_BYTES_NARROW[name]
     kerns["combine"] = mod.get_function("mla_combine")
-    kerns["combine_ps"] = mod.get_function("mla_combine_ps")
     kerns["fp8_dequant_rows"] = mod.get_function("fp8_dequant_rows")
     kerns["n_sms"] = cp.cuda.Device(device_id).attributes["MultiProcessorCount"]
     return kerns
@@ -388,34 +340,12 @@ def sparse_mla_decode(
     if hpc == HEADS_PER_CTA:
         var = resolve_variant(variant, kv_dtype, one_split=splits == 1, heads=dims.heads)
         spec = WIDE_VARIANTS[var]
-        if spec.persistent:
-            if n_splits is not None:
-                raise ValueError(f"variant {var!r} shares the tiles out itself: n_splits does not apply")
-            _launch_persistent(kerns, var, kv_dtype, dims, args[:8], out, lse, workspace)
-            return MLADecodeResult(out.reshape(out_shape + (D_LATENT,)), lse.reshape(out_shape))
         kerns[f"{var}_{kv_dtype}"](grid, (spec.threads,), args, shared_mem=spec.smem)
     else:
         kerns[f"{nvar}_{kv_dtype}"](grid, (NARROW_THREADS,), args, shared_mem=SMEM_BYTES_NARROW[kv_dtype])
     if splits > 1:
         kerns["combine"]((rows,), (128,), (part_o, part_lse, np.int32(splits), np.int64(rows), out, lse))
     return MLADecodeResult(out.reshape(out_shape + (D_LATENT,)), lse.reshape(out_shape))
-
-
-def _launch_persistent(kerns: dict[str, Any], var: str, kv_dtype: str, dims: MLADims, head_args: tuple,
-                       out: Any, lse: Any, workspace: Any | None) -> None:
-    """The persistent kernel over persistent_schedule's clusters, then mla_combine_ps where a
-    request was split (partials [B, max_parts, H] in the workspace)."""
-    sched = persistent_schedule(dims.batch, dims.heads, dims.k, kerns["n_sms"])
-    rows = dims.batch * dims.heads
-    part_o, part_lse = _partials(workspace, sched.max_parts, rows) if sched.max_parts > 1 else (out, lse)
-    spec = WIDE_VARIANTS[var]
-    kerns[f"{var}_{kv_dtype}"]((dims.heads // HEADS_PER_CTA, sched.clusters, 1), (spec.threads,),
-                               head_args + (out, lse, part_o, part_lse, np.int32(dims.batch),
-                                            np.int32(sched.max_parts)), shared_mem=spec.smem)
-    if sched.max_parts > 1:
-        kerns["combine_ps"]((rows,), (128,), (part_o, part_lse, np.int32(dims.batch), np.int32(dims.heads),
-                                              np.int32(dims.k), np.int32(sched.clusters),
-                                              np.int32(sched.max_parts), out, lse))
 
 
 def dequant_fp8_rows(kv: Any) -> Any:

@@ -245,57 +245,6 @@ def test_staged_epilogue_is_ws_bit_for_bit(variant, heads, k, n_splits):
     _check_is_ws_bit_for_bit(variant, heads, k, n_splits)
 
 
-@pytest.mark.parametrize("batch, heads, k", [(3, 128, 2048), (33, 128, 256), (66, 128, 256), (132, 128, 128),
-                                             (100, 128, 192), (5, 128, 1000), (4, 256, 1000)])
-def test_persistent_matches_reference(batch, heads, k):
-    """wsxp shares every request's tiles among one cluster per SM pair: requests cut into pieces
-    (up to ~22 at B 3) merged by mla_combine_ps, whole requests, several whole requests in one
-    cluster (B 132 k 128), a ragged last tile (k 1000), two clusters per request slot (H 256)."""
-    _run_and_check(_fresh_seed(), batch, heads, k, "fp8", workspace=batch % 2 == 0, variant="wsxp")
-
-
-@pytest.mark.parametrize("batch, k", [(64, 2048), (132, 128), (100, 192)])
-def test_persistent_whole_requests_are_ws_bit_for_bit(batch, k):
-    """A request inside one cluster's range runs wsxr's tile loop from its first tile: ws's bits
-    (ws runs these shapes unsplit). A request cut into pieces is their merge: ws's values to
-    within the bf16 rounding of the output."""
-    import cupy as cp
-
-    from cupy_kernels.sparse_attention import _kernels, persistent_schedule, sparse_mla_decode
-
-    seed = _fresh_seed()
-    q_bits, kv, _rows, slots = _make_case(seed, batch, 128, k, "fp8")
-    got = {}
-    for v in ("ws", "wsxp"):
-        out = cp.full((batch, 128, 512), 0x7FC0, dtype=cp.uint16)
-        lse = cp.full((batch, 128), np.nan, dtype=cp.float32)
-        sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), D_QK**-0.5, "fp8", out=out,
-                          lse=lse, variant=v)
-        got[v] = (cp.asnumpy(out), cp.asnumpy(lse))
-    whole = persistent_schedule(batch, 128, k, _kernels(cp.cuda.Device().id)["n_sms"]).pieces == 1
-    np.testing.assert_array_equal(got["wsxp"][0][whole], got["ws"][0][whole], err_msg=f"seed={seed} whole out")
-    np.testing.assert_array_equal(got["wsxp"][1][whole], got["ws"][1][whole], err_msg=f"seed={seed} whole lse")
-    split = ~whole
-    if split.any():
-        a, b = ((got[v][0][split].astype(np.uint32) << 16).view(np.float32) for v in ("wsxp", "ws"))
-        assert np.linalg.norm(a - b) <= 1e-2 * np.linalg.norm(b), f"seed={seed} pieces' merge"
-        la, lb = got["wsxp"][1][split], got["ws"][1][split]
-        np.testing.assert_array_equal(np.isneginf(la), np.isneginf(lb), err_msg=f"seed={seed}")
-        live = ~np.isneginf(lb)
-        assert np.abs(la[live] - lb[live]).max() <= 1e-3 * max(1.0, np.abs(lb[live]).max()), f"seed={seed} lse"
-
-
-def test_persistent_refuses_n_splits():
-    import cupy as cp
-
-    from cupy_kernels.sparse_attention import sparse_mla_decode
-
-    q_bits, kv, _rows, slots = _make_case(1, 2, 128, 256, "fp8")
-    with pytest.raises(ValueError, match="n_splits does not apply"):
-        sparse_mla_decode(cp.asarray(q_bits), cp.asarray(kv), cp.asarray(slots), 0.1, "fp8", variant="wsxp",
-                          n_splits=2)
-
-
 def test_crossover_refuses_what_it_cannot_run():
     import cupy as cp
 

@@ -293,7 +293,7 @@ def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
         for kv_dtype in ("fp8", "bf16"):
-            for v in ("wsxe", "wsxo", "wsxr", "wsxp"):
+            for v in ("wsxe", "wsxo", "wsxr"):
                 assert WIDE_VARIANTS[v].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
     assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxo" and resolve_variant(None, "fp8", heads=128) == "wsxo"
     assert resolve_variant(None, "fp8", heads=64) == "ws"  # one head group: no cluster to pair
@@ -306,7 +306,7 @@ def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
 
 def test_wide_variants_fit_one_block_of_shared_memory():
     # sm_90 gives one block at most 227 KB of dynamic shared memory
-    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wsxe", "wsxo", "wsxr", "wsxp", "serial"}
+    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wsxe", "wsxo", "wsxr", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
 
@@ -438,103 +438,3 @@ def test_staged_epilogue_layout_fits_the_free_buffer_without_bank_conflicts():
     for row in range(64):
         addrs = [row * stage_row + c * 16 for c in range(32)]
         assert len({a // 128 for a in addrs}) <= 5
-
-
-# ---- the persistent kernel's schedule (variant wsxp): what the GPU tests rest on ----------------
-def test_ps_cluster_of_is_the_largest_cluster_starting_at_or_before_x():
-    from cupy_kernels.sparse_attention import ps_cluster_of
-
-    for w, p in ((2048, 66), (96, 66), (264, 66), (300, 66), (7, 3), (66, 66)):
-        starts = [c * w // p for c in range(p)]
-        for x in range(w):
-            assert ps_cluster_of(x, w, p) == max(c for c in range(p) if starts[c] <= x), (w, p, x)
-
-
-@pytest.mark.parametrize("batch, heads, k, n_sms", [(64, 128, 2048, 132), (128, 128, 2048, 132), (3, 128, 2048, 132),
-                                                    (132, 128, 128, 132), (100, 128, 192, 132), (5, 256, 1000, 132),
-                                                    (1, 128, 64, 132)])
-def test_persistent_schedule_covers_every_tile_once(batch, heads, k, n_sms):
-    from cupy_kernels.sparse_attention import persistent_schedule
-
-    s = persistent_schedule(batch, heads, k, n_sms)
-    tiles = -(-k // 64)
-    assert s.tiles == tiles and s.clusters == min(n_sms // 2 // (heads // 128), batch * tiles)
-    ranges = [s.range_of(c) for c in range(s.clusters)]
-    assert ranges[0][0] == 0 and ranges[-1][1] == batch * tiles
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-    sizes = {e - b for b, e in ranges}
-    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1  # balanced, none empty
-    for r in range(batch):  # pieces = clusters whose range meets the request's tiles
-        meet = sum(1 for b, e in ranges if b < (r + 1) * tiles and e > r * tiles)
-        assert s.pieces[r] == meet
-    assert 1 <= s.max_parts <= tiles
-
-
-def test_persistent_schedule_at_b64_uses_every_sm():
-    # the reason for wsxp: B 64 H 128 k 2048 on 132 SMs is 64 clusters launched per request, 66 here
-    from cupy_kernels.sparse_attention import persistent_schedule
-
-    s = persistent_schedule(64, 128, 2048, 132)
-    assert s.clusters == 66 and {e - b for b, e in map(s.range_of, range(66))} == {31, 32}
-    assert s.max_parts == 2 and (s.pieces == 1).sum() == 2  # 62 requests cut in two, 2 whole
-
-
-def test_pieces_merged_as_mla_combine_ps_are_the_whole_request():
-    # the semantics the GPU kernel and mla_combine_ps implement, in float64: each piece's normalised
-    # O and natural-log lse over its tiles, merged by lse = logsumexp(lse_j), O = sum exp(lse_j - lse) O_j
-    from cupy_kernels.sparse_attention import persistent_schedule
-
-    rng = np.random.default_rng(5)
-    batch, heads, k = 4, 2, 300
-    q = rng.standard_normal((batch, heads, D_QK))
-    rows = rng.standard_normal((500, D_QK))
-    slots = rng.integers(0, 500, (batch, k)).astype(np.int32)
-    slots[1] = -1  # all masked: every piece -inf, the merge 0 and -inf
-    s = persistent_schedule(batch, 2 * 64, k, 10)  # 5 clusters over 4 x 5 tiles
-    assert s.max_parts > 1
-    ref, ref_lse = mla_decode_reference(q, rows, slots, 0.05)
-    for r in range(batch):
-        parts = []
-        for b, e in map(s.range_of, range(s.clusters)):
-            lo, hi = max(b, r * s.tiles) - r * s.tiles, min(e, (r + 1) * s.tiles) - r * s.tiles
-            if lo < hi:
-                piece = np.full_like(slots[r:r + 1], -1)
-                piece[:, lo * 64:hi * 64] = slots[r:r + 1, lo * 64:hi * 64]
-                parts.append(mla_decode_reference(q[r:r + 1], rows, piece, 0.05))
-        assert len(parts) == s.pieces[r]
-        lses = np.stack([lp[0] for _o, lp in parts])
-        mx = lses.max(axis=0)
-        if np.isneginf(mx).all():
-            assert np.isneginf(ref_lse[r]).all() and not ref[r].any()
-            continue
-        w = np.exp(lses - mx)
-        merged = sum(wj[:, None] * o[0] for wj, (o, _l) in zip(w, parts, strict=True)) / w.sum(axis=0)[:, None]
-        np.testing.assert_allclose(merged, ref[r], rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(mx + np.log(w.sum(axis=0)), ref_lse[r], rtol=1e-12)
-
-
-def test_persistent_staging_swizzles_are_conflict_free_and_fit_their_chunks():
-    # wsxp stages each warpgroup's half of O in 4 chunks (32 KB) of the segment's last tile buffer:
-    # bf16, 64 rows of 512 B, unit u of row h at u ^ (h & 7); fp32 partials, two passes of 32 rows
-    # of 1024 B, unit u of staging row s at u ^ ((s & 7) << 1)
-    for warp in range(4):
-        for j in range(32):  # bf16: a warp's 4-byte stores, rows warp 16 + lane / 4 (+ 8), in 32 banks
-            for i in range(2):
-                addrs = []
-                for lane in range(32):
-                    h = warp * 16 + (lane >> 2) + 8 * i
-                    addrs.append(h * 512 + ((j ^ (h & 7)) << 4) + (lane & 3) * 4)
-                assert len({a // 4 % 32 for a in addrs}) == 32 and max(addrs) < 32768
-            # fp32: 8-byte stores of a warp's 8 staging rows, 256 B: two wavefronts, each bank twice
-            addrs = []
-            for lane in range(32):
-                srow, cq = warp * 8 + (lane >> 2), (lane & 3) * 2
-                u = 2 * j + (cq >> 2)
-                addrs.append(srow * 1024 + ((u ^ ((srow & 7) << 1)) << 4) + ((cq * 4) & 15))
-            banks = [a // 4 % 32 for a in addrs] + [a // 4 % 32 + 1 for a in addrs]
-            assert max(banks.count(b) for b in range(32)) == 2 and max(addrs) < 32768
-    # the reads: every staged unit read once per pass (a permutation of each row)
-    for h in range(64):
-        assert sorted(c ^ (h & 7) for c in range(32)) == list(range(32))
-    for sr in range(32):
-        assert sorted(u ^ ((sr & 7) << 1) for u in range(64)) == list(range(64))
