@@ -33,8 +33,10 @@ layers); that kernel's own time (a graph replay of it) is the flashmla_meta_us c
 .attention_flops): 2 x B x H x k x (576 + 512), the tensor-core work of S = Q K^T and O = P V.
 ratio = FlashMLA's time / ours (our speed as a fraction of FlashMLA's: > 1 means ours is faster).
 --variants: our wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS) timed in the same
-run, each one checked and timed against the same FlashMLA samples (default: "ws" and the crossover
-"wsx"; a variant that cannot run a shape, wsx at H 64, runs as ws and is reported as such).
+run, each one checked and timed against the same FlashMLA samples (default: "ws" and the FP8
+default "wsxr"; a variant that cannot run a shape, a crossover at H 64, runs as ws and is reported as such).
+--flashmla-sms N: FlashMLA's scheduler shares the work over N SMs (default: the device's); --topk K:
+another top-k (a multiple of 64, <= 4096), so a k sweep separates the per-tile time from the fixed cost.
 
 Exit status: 0, all checks passed; 1, a check failed (the CSV is still written); 2, bad arguments,
 missing pieces of DIR, or no PyTorch / CuPy / Hopper GPU.
@@ -386,7 +388,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--flashmla", type=Path, required=True, help="the folder benchmarks/fetch_flashmla.sh filled")
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 128])
     ap.add_argument("--heads", type=int, nargs="+", default=[128, 64], help=f"each one of {HEADS}")
-    ap.add_argument("--variants", nargs="+", default=["ws", "wsxo"],
+    ap.add_argument("--variants", nargs="+", default=["ws", "wsxr"],
                     help="our wide-kernel variants to time (keys of cupy_kernels.sparse_attention.WIDE_VARIANTS)")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per kernel, mode and round")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (samples = reps x rounds)")

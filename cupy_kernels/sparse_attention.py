@@ -10,8 +10,8 @@ as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the
 (16 heads per CTA, the tile's tokens as M), so no tensor-core work goes to padding heads.
 The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a producer
 warpgroup, its FP8 crossover "wsx" where two CTAs share each tile's dequantisation and "wsxe"
-that frees each tile's buffer earlier, "wsxo" that also writes O through shared memory (the FP8
-default at H 128), "wsxr" with a smaller first burst of loads, the two-warpgroup "serial"),
+that frees each tile's buffer earlier, "wsxo" that also writes O through shared memory, "wsxr"
+with a smaller first burst of loads (the FP8 default at H 128), the two-warpgroup "serial"),
 chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
 (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests), each where it runs.
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
@@ -111,7 +111,7 @@ WIDE_VARIANTS = {
     "wsxr": WideVariant("mla_decode_wsxr_", WS_THREADS, _SMEM_WS,
                         "wsxo with Q loaded by all three warpgroups before the barrier set-up and tile 1's raw rows "
                         "issued only once tile 0 is out, so the first burst is Q and tile 0 (1.1-1.9% faster than "
-                        "wsxo in one H100 run; opt-in until the whole GPU suite has run with it: BENCHMARKS.md)",
+                        "wsxo in one H100 run; the whole GPU suite passed with it the default: BENCHMARKS.md)",
                         kv_dtypes=("fp8",), group_multiple=2),
     "wsxw": WideVariant("mla_decode_wsxw_", WS_THREADS, _SMEM_WS,
                         "wsxr with one arrival per warp on the tile barriers instead of one per thread (8 + 8 "
@@ -122,11 +122,11 @@ WIDE_VARIANTS = {
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
 # the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md:
-# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6; FP8 wsxo 99.4 vs wsxe 103.8, wsxe 103.2 vs wsx 106.0, and in
+# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6; FP8 wsxr 97.3 vs wsxo 98.9, wsxo 99.4 vs wsxe 103.8, wsxe 103.2 vs wsx 106.0, and in
 # an earlier run wsx 105.9 vs ws 119.9 (H100, each pair in one run; before,
 # ws 123.3 vs ws2 142.0 / serial 147.6); it applies where it was measured, one split per (request,
-# head group), else "serial"; where wsxo cannot run (H 64: one head group) it is ws
-DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "wsxo"}
+# head group), else "serial"; where wsxr cannot run (H 64: one head group) it is ws
+DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "wsxr"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 

@@ -288,14 +288,14 @@ def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
 
 
 def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
-    # wsxe (an earlier buffer release), wsxo (wsxe writing O through shared memory, the FP8 default)
-    # and wsxr (wsxo with a smaller first burst) run exactly where wsx runs
+    # wsxe (an earlier buffer release), wsxo (wsxe writing O through shared memory), wsxr (wsxo with
+    # a smaller first burst, the FP8 default) and wsxw (wsxr, one arrival per warp) run where wsx runs
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
         for kv_dtype in ("fp8", "bf16"):
             for v in ("wsxe", "wsxo", "wsxr", "wsxw"):
                 assert WIDE_VARIANTS[v].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
-    assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxo" and resolve_variant(None, "fp8", heads=128) == "wsxo"
+    assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxr" and resolve_variant(None, "fp8", heads=128) == "wsxr"
     assert resolve_variant(None, "fp8", heads=64) == "ws"  # one head group: no cluster to pair
     with pytest.raises(ValueError, match=r"variant 'wsxe' runs KV layouts \('fp8',\) with H a multiple of 128"):
         resolve_variant("wsxe", "fp8", heads=64)
