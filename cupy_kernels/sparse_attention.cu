@@ -837,12 +837,7 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // EF (variant "wsxe"): WG0 frees tile t-1's buffer as soon as its P V of that tile is done, before
 // it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
 // producers may start tile t+1 while tile t is still in flight to WG0.
-// WA (variant "wsxw"): one arrival per warp on the tile barriers instead of one per thread (lane 0,
-// after the warp's __syncwarp, which orders its lanes' shared-memory writes and completed wgmma
-// reads before the arrival): full[i] counts the producer's 4 warps + the peer's bytes, empty[i]
-// the consumers' 8 warps + the peer's 8, as FlashMLA's k_avail counts one arrival per warpgroup.
-template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false,
-          bool WA = false>
+template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -875,7 +870,6 @@ __device__ __forceinline__ void mla_ws_body(
     static_assert(!XO || (FP8 && PROD == 0), "the crossover producer is FP8, PROD 0");
     static_assert(!QE || XO, "QE: only the crossover producer arrives on q_bar");
     static_assert(!DT || QE, "the delayed second tile (DT) comes with QE");
-    static_assert(!WA || XO, "per-warp arrivals (WA) are counted for the crossover barriers");
     TL_GLOBAL(tid == 0, TL_GT_START);
     TL(tid == 0, TL_START);
     // QE: Q by all 384 threads, 12 copies each, issued before the barrier set-up (Q's shared
@@ -901,8 +895,7 @@ __device__ __forceinline__ void mla_ws_body(
     const uint32_t rank = XO ? cluster_ctarank() : 0u, peer = rank ^ 1u;
     if (tid == 0) {
         if (QE) mbar_init(q_bar, NT_WS);
-        const int n_full = XO ? (WA ? 4 + 1 : 129) : (FP8 || PROD == 1) ? 128 : 64;
-        const int n_empty = XO ? (WA ? 8 + 8 : 256 + 8) : 256;
+        const int n_full = XO ? 129 : (FP8 || PROD == 1) ? 128 : 64, n_empty = XO ? 256 + 8 : 256;
         mbar_init(full0, n_full);
         mbar_init(full0 + 8, n_full);
         mbar_init(empty0, n_empty);
@@ -914,14 +907,6 @@ __device__ __forceinline__ void mla_ws_body(
     // A consumer thread frees buffer i: locally, and for XO once per warp on the peer's empty[i]
     // (its wgmma reads of the buffer are complete: the caller waited on them).
     auto release = [&](uint32_t empty_bar) {
-        if (WA) {
-            __syncwarp();
-            if (lane == 0) {
-                mbar_arrive(empty_bar);
-                mbar_arrive_cluster(mapa_shared(empty_bar, peer));
-            }
-            return;
-        }
         mbar_arrive(empty_bar);
         if (XO) {
             __syncwarp();
@@ -1196,7 +1181,7 @@ __device__ __forceinline__ void mla_ws_body(
                         bulk_copy_to_peer(peer_kv0 + (rows8 - kv_s0) + c * CHUNK_BYTES, rows8 + c * CHUNK_BYTES, 8 * 128,
                                           peer_full0 + 8 * buf);
                 }
-                if (!WA || lane == 0) mbar_arrive(full0 + 8 * buf);  // WA: after the __syncwarp above
+                mbar_arrive(full0 + 8 * buf);
                 TL_TILE(ltid == 0, TL_ARRIVED, it);
                 if (DT && it == 0 && n_tiles > 1) load_raw_row<4>(rb, kv8, sb, qq);
                 if (it + 2 < n_tiles) {
@@ -1289,11 +1274,6 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 // share of Q delayed tile 0; BENCHMARKS.md.)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxr_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-
-// wsxr with one arrival per warp on the tile barriers (WA)
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxw_fp8(MLA_ARGS) {
-    mla_ws_body<true, 0, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

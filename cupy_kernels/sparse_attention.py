@@ -113,11 +113,6 @@ WIDE_VARIANTS = {
                         "issued only once tile 0 is out, so the first burst is Q and tile 0 (1.1-1.9% faster than "
                         "wsxo in one H100 run; the whole GPU suite passed with it the default: BENCHMARKS.md)",
                         kv_dtypes=("fp8",), group_multiple=2),
-    "wsxw": WideVariant("mla_decode_wsxw_", WS_THREADS, _SMEM_WS,
-                        "wsxr with one arrival per warp on the tile barriers instead of one per thread (8 + 8 "
-                        "consumer arrivals per tile instead of 256 + 8; FlashMLA's k_avail counts one per "
-                        "warpgroup)",
-                        kv_dtypes=("fp8",), group_multiple=2),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
