@@ -35,8 +35,9 @@ ratio = FlashMLA's time / ours (our speed as a fraction of FlashMLA's: > 1 means
 --variants: our wide-kernel variants (cupy_kernels.sparse_attention.WIDE_VARIANTS) timed in the same
 run, each one checked and timed against the same FlashMLA samples (default: "ws" and the FP8
 default "wsxr"; a variant that cannot run a shape, a crossover at H 64, runs as ws and is reported as such).
---flashmla-sms N: FlashMLA's scheduler shares the work over N SMs (default: the device's); --topk K:
-another top-k (a multiple of 64, <= 4096), so a k sweep separates the per-tile time from the fixed cost.
+--flashmla-sms N: FlashMLA's scheduler shares the work over N SMs (default: the device's); --topk K...:
+the top-k values to time (multiples of 64, <= 4096); with two or more, the per-tile time and the fixed
+cost of each kernel are fitted and printed (tile_fits).
 
 Exit status: 0, all checks passed; 1, a check failed (the CSV is still written); 2, bad arguments,
 missing pieces of DIR, or no PyTorch / CuPy / Hopper GPU.
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import os
 import statistics
 import sys
@@ -283,8 +285,9 @@ class ShapeResult(NamedTuple):
         return attention_flops(self.batch, self.heads, self.k) / us * 1e-6
 
 
-def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespace, n_sms: int) -> list[ShapeResult]:
-    """Check and time our variants and FlashMLA on one (B, H); one result per timing mode and variant."""
+def run_shape(cp: Any, ext: Any, batch: int, heads: int, k: int, args: argparse.Namespace,
+              n_sms: int) -> list[ShapeResult]:
+    """Check and time our variants and FlashMLA on one (B, H, k); one result per timing mode and variant."""
     from cupy_kernels.sparse_attention import WIDE_VARIANTS, sparse_mla_decode, workspace_elems
 
     variants = list(dict.fromkeys(v if WIDE_VARIANTS[v].runs("fp8", heads) else "ws" for v in args.variants))
@@ -292,7 +295,6 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespac
 
     scale = D_QK**-0.5
     t0 = time.perf_counter()
-    k = args.topk
     inp = make_inputs(batch, heads, k, args.sets, args.unique_rows, args.seed + 1000 * batch + heads)
     packed = cp.asarray(inp.packed)
     pool = cp.ascontiguousarray(packed[cp.arange(inp.n_rows, dtype=cp.int64) % len(inp.packed)])
@@ -372,12 +374,44 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, args: argparse.Namespac
                and np.array_equal(cp.asnumpy(sets[0][n][1]), checked[n][1]) for n in runs)
     text = "; ".join(f"{n}: out rel err {c[0]:.2e}, vs FlashMLA {c[1]:.2e}, lse max diff {c[2]:.2e}"
                      for n, c in checks.items())
-    print(f"  B={batch} H={heads}: inputs + reference {prep:.1f} s; FlashMLA groups {flash.cfg.num_sm_parts}; "
+    print(f"  B={batch} H={heads} k={k}: inputs + reference {prep:.1f} s; FlashMLA groups {flash.cfg.num_sm_parts}; "
           f"FlashMLA out rel err {flash_rel:.2e}; {text}; repeat bit-identical {same}", flush=True)
     per_call = {key: statistics.median(v) / len(sets) * 1e6 for key, v in samples.items()}
     return [ShapeResult(batch, heads, mode, n.split(":", 1)[1], per_call[(mode, n)], per_call[(mode, "flashmla")],
                         meta_us, checks[n][0], flash_rel, checks[n][1], checks[n][2], same, checks[n][3] and same, k)
             for mode in list(modes)[::-1] for n in ours]
+
+
+class TileFit(NamedTuple):
+    """One kernel's time against the number of 64-token tiles, least squares: fixed + per_tile x tiles."""
+
+    batch: int
+    heads: int
+    timing: str
+    kernel: str  # our variant, or "flashmla"
+    per_tile_us: float
+    fixed_us: float
+    points: int
+
+
+def tile_fits(results: Sequence[ShapeResult]) -> list[TileFit]:
+    """Per (B, H, timing), for each of our variants and for FlashMLA, the fit over the k values
+    timed (two or more distinct k): separates what a tile costs from what a request costs once."""
+    groups: dict[tuple[int, int, str], list[ShapeResult]] = {}
+    for r in results:
+        groups.setdefault((r.batch, r.heads, r.timing), []).append(r)
+    fits = []
+    for (batch, heads, timing), rows in groups.items():
+        series = {"flashmla": {r.k: r.flashmla_us for r in rows}}
+        for r in rows:
+            series.setdefault(r.variant, {})[r.k] = r.ours_us
+        for kernel, by_k in series.items():
+            if len(by_k) < 2:
+                continue
+            tiles = np.array([k / TOPK_BLOCK for k in by_k], dtype=np.float64)
+            slope, fixed = np.polyfit(tiles, np.array(list(by_k.values()), dtype=np.float64), 1)
+            fits.append(TileFit(batch, heads, timing, kernel, float(slope), float(fixed), len(by_k)))
+    return fits
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,9 +429,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--sets", type=int, default=4, help="rotating input sets (one call each per timed sample)")
     ap.add_argument("--unique-rows", type=int, default=16384, help="distinct packed rows repeated over the pool")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--topk", type=int, default=K,
-                    help=f"selected tokens per request (a multiple of {TOPK_BLOCK}, at most {REGION}); timing two "
-                         "values separates the per-tile time from the fixed cost")
+    ap.add_argument("--topk", type=int, nargs="+", default=[K],
+                    help=f"selected tokens per request, each a multiple of {TOPK_BLOCK}, at most {REGION}; with two "
+                         "or more the per-tile time and the fixed cost are fitted per kernel (tile_fits)")
     ap.add_argument("--no-graph", action="store_true", help="time plain launches only")
     ap.add_argument("--flashmla-sms", type=int, default=0,
                     help="SMs FlashMLA's scheduler shares the work over (default 0: the device's count; fewer "
@@ -406,8 +440,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--verbose-build", action="store_true", help="show the compiler's output (ptxas resource report)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/flashmla_compare.csv"))
     args = ap.parse_args(argv)
-    if args.topk < TOPK_BLOCK or args.topk % TOPK_BLOCK or args.topk > REGION:
-        raise UsageError(f"--topk must be a multiple of {TOPK_BLOCK} in [{TOPK_BLOCK}, {REGION}], got {args.topk}")
+    bad_k = [k for k in args.topk if k < TOPK_BLOCK or k % TOPK_BLOCK or k > REGION]
+    if bad_k:
+        raise UsageError(f"--topk must each be a multiple of {TOPK_BLOCK} in [{TOPK_BLOCK}, {REGION}], got {bad_k}")
     if args.flashmla_sms < 0:
         raise UsageError(f"--flashmla-sms must be >= 0 (0: the device's count), got {args.flashmla_sms}")
     for name in ("reps", "rounds", "sets", "unique_rows"):
@@ -479,27 +514,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_sms = args.flashmla_sms or cp.cuda.Device().attributes["MultiProcessorCount"]
     results: list[ShapeResult] = []
     failed = ""
-    for batch in args.batches:
-        for heads in args.heads:
-            try:
-                results += run_shape(cp, ext, batch, heads, args, n_sms)
-            except Exception as exc:  # a launch or CUDA error: keep what was measured, say where it stopped
-                failed = f"B={batch} H={heads}: {type(exc).__name__}: {exc}"
-                print(f"flashmla_compare: stopped at {failed}", file=sys.stderr, flush=True)
-                break
-            cp.get_default_memory_pool().free_all_blocks()
-        if failed:
+    for batch, heads, k in itertools.product(args.batches, args.heads, args.topk):
+        try:
+            results += run_shape(cp, ext, batch, heads, k, args, n_sms)
+        except Exception as exc:  # a launch or CUDA error: keep what was measured, say where it stopped
+            failed = f"B={batch} H={heads} k={k}: {type(exc).__name__}: {exc}"
+            print(f"flashmla_compare: stopped at {failed}", file=sys.stderr, flush=True)
             break
+        cp.get_default_memory_pool().free_all_blocks()
     write_csv(args.out, device, results)
     print(f"\nwrote {args.out}\n")
-    print(f"{device}, k {args.topk}, FP8 KV (656 B rows), one query token; us per call (median), TFLOP/s = "
+    print(f"{device}, FP8 KV (656 B rows), one query token; us per call (median), TFLOP/s = "
           f"2 B H k (576 + 512) / time; ratio = FlashMLA time / our time (> 1: ours faster)")
-    print("| B | H | timing | ours | ours us | FlashMLA us | ours TFLOP/s | FlashMLA TFLOP/s | ratio | agree |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| B | H | k | timing | ours | ours us | FlashMLA us | ours TFLOP/s | FlashMLA TFLOP/s | ratio | agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r.batch} | {r.heads} | {r.timing} | {r.variant} | {r.ours_us:.1f} | {r.flashmla_us:.1f} | "
+        print(f"| {r.batch} | {r.heads} | {r.k} | {r.timing} | {r.variant} | {r.ours_us:.1f} | {r.flashmla_us:.1f} | "
               f"{r.tflops(r.ours_us):.0f} | {r.tflops(r.flashmla_us):.0f} | {r.ratio:.2f}x | "
               f"{'yes' if r.agree else 'NO'} |")
+    fits = tile_fits(results)
+    if fits:
+        print("\nleast squares over k: time = fixed + per_tile x k / 64 (us)")
+        print("| B | H | timing | kernel | per tile | fixed | points |")
+        print("|---|---|---|---|---|---|---|")
+        for f in fits:
+            print(f"| {f.batch} | {f.heads} | {f.timing} | {f.kernel} | {f.per_tile_us:.3f} | {f.fixed_us:.2f} | {f.points} |")
     if failed:
         print(f"stopped at {failed}")
     return 0 if results and not failed and all(r.agree for r in results) else 1

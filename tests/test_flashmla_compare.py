@@ -144,8 +144,8 @@ def test_missing_pieces_names_what_is_absent(mirrors):
     (["--flashmla", ".", "--batches", "0"], "--batches must all be >= 1"),
     (["--flashmla", ".", "--reps", "0"], "--reps must be >= 1"),
     (["--flashmla", ".", "--flashmla-sms", "-1"], "--flashmla-sms must be >= 0"),
-    (["--flashmla", ".", "--topk", "100"], "--topk must be a multiple of 64"),
-    (["--flashmla", ".", "--topk", "8192"], "--topk must be a multiple of 64"),
+    (["--flashmla", ".", "--topk", "100"], "--topk must each be a multiple of 64 in [64, 4096], got [100]"),
+    (["--flashmla", ".", "--topk", "2048", "8192"], "--topk must each be a multiple of 64 in [64, 4096], got [8192]"),
     (["--flashmla", ".", "--variants", "ws", "ws9"], "--variants must each be one of"),
     (["--flashmla", ".", "--variants", "narrow"], "['ws', 'ws2', 'wsx', 'wsxe', 'wsxo', 'wsxr', 'serial'] (our FP8 wide kernels), got ['narrow']"),
     (["--flashmla", "."], "lacks"),
@@ -166,6 +166,19 @@ def test_flops_are_one_formula_for_both_kernels():
     r = fc.ShapeResult(64, 128, "graph", "wsx", 100.0, 80.0, 5.0, 0, 0, 0, 0, True, True)
     assert r.tflops(r.ours_us) == pytest.approx(attention_flops(64, 128, 2048) / 100e-6 / 1e12)
     assert r.ratio == pytest.approx(0.8)  # FlashMLA's time / ours: ours at 80% of FlashMLA's speed
+
+
+def test_tile_fits_separate_the_per_tile_time_from_the_fixed_cost():
+    # ours 12 + 2.75 x tiles, FlashMLA 10.4 + 2.69 x tiles at k 512 / 2048 / 4096, one graph row each
+    rows = [fc.ShapeResult(64, 128, "graph", "wsxr", 12 + 2.75 * k / 64, 10.4 + 2.69 * k / 64, 5.0, 0, 0, 0, 0,
+                           True, True, k) for k in (512, 2048, 4096)]
+    rows.append(fc.ShapeResult(64, 128, "plain", "wsxr", 50.0, 40.0, 5.0, 0, 0, 0, 0, True, True, 2048))  # one k: no fit
+    fits = {(f.timing, f.kernel): f for f in fc.tile_fits(rows)}
+    assert set(fits) == {("graph", "wsxr"), ("graph", "flashmla")}
+    assert fits[("graph", "wsxr")].per_tile_us == pytest.approx(2.75)
+    assert fits[("graph", "wsxr")].fixed_us == pytest.approx(12.0)
+    assert fits[("graph", "flashmla")].per_tile_us == pytest.approx(2.69)
+    assert fits[("graph", "flashmla")].fixed_us == pytest.approx(10.4) and fits[("graph", "flashmla")].points == 3
 
 
 def test_sched_config_is_flashmla_get_meta():
