@@ -3,7 +3,7 @@
 Usage (on one H100 / H200; FlashMLA's source fetched first, nothing of it is committed here):
   bash benchmarks/fetch_flashmla.sh .flashmla-src
   python benchmarks/flashmla_compare.py --flashmla .flashmla-src [--batches 64 128] [--heads 128 64]
-      [--variants ws wsx] [--reps N] [--out CSV]
+      [--variants ws wsxr] [--topk 512 2048 ...] [--flashmla-sms N] [--reps N] [--out CSV]
 
 FlashMLA (the commit benchmarks/fetch_flashmla.sh pins, with CUTLASS's headers at FlashMLA's
 submodule commit) is built with torch.utils.cpp_extension.load for sm_90a with the nvcc flags of
