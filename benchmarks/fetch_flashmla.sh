@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fill DIR with the pieces of FlashMLA's source that its SM90 sparse FP8 decode needs, at a pinned
 # commit, and CUTLASS's headers at the commit FlashMLA pins as its csrc/cutlass submodule, for
-# benchmarks/flashmla_compare.py --flashmla DIR (nothing of FlashMLA or CUTLASS is committed here).
+# benchmarks/flashmla_compare.py and flashmla_prefill.py --flashmla DIR (nothing of FlashMLA or CUTLASS is committed here).
 #   bash benchmarks/fetch_flashmla.sh DIR
 # Sources: git over the network (a depth-1 fetch of each pinned commit), or local bare mirrors:
 #   FLASHMLA_MIRROR=/path/to/FlashMLA.git CUTLASS_MIRROR=/path/to/cutlass.git bash ... DIR
@@ -16,7 +16,8 @@ cutlass_rev=${CUTLASS_REV:-147f5673d0c1c3dcf66f78d677fd647e4a020219}
 flashmla_url=https://github.com/deepseek-ai/FlashMLA.git
 cutlass_url=https://github.com/NVIDIA/cutlass.git
 # FlashMLA paths: the V3.2 h64/h128 instantiations and the kernel they include, the scheduler
-# metadata and combine kernels, the headers those include, and the licence.
+# metadata and combine kernels, the SM90 sparse prefill (benchmarks/flashmla_prefill.py), the
+# headers those include, and the licence.
 flashmla_paths=(
     LICENSE
     csrc/params.h
@@ -26,6 +27,8 @@ flashmla_paths=(
     csrc/sm90/decode/sparse_fp8
     csrc/smxx/decode/get_decoding_sched_meta
     csrc/smxx/decode/combine
+    csrc/sm90/helpers.h
+    csrc/sm90/prefill/sparse
 )
 cutlass_paths=(LICENSE.txt include)
 

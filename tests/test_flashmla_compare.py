@@ -33,6 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("flashmla_compare", ROOT / "benchmarks" / "flashmla_compare.py")
 fc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fc)
+_spec = importlib.util.spec_from_file_location("flashmla_prefill", ROOT / "benchmarks" / "flashmla_prefill.py")
+fp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fp)
 SCRIPT = ROOT / "benchmarks" / "fetch_flashmla.sh"
 
 
@@ -80,13 +83,14 @@ def test_fetch_script_pins_and_paths_match_the_benchmark():
     assert re.fullmatch(r"[0-9a-f]{40}", fc.FLASHMLA_COMMIT) and re.fullmatch(r"[0-9a-f]{40}", fc.CUTLASS_COMMIT)
     flashmla = _script_paths("flashmla_paths")
     cutlass = ["csrc/cutlass/" + p for p in _script_paths("cutlass_paths")]
-    needed = [*fc.KERNEL_SOURCES, *fc.HEADERS]
+    needed = [*fc.KERNEL_SOURCES, *fc.HEADERS, *fp.KERNEL_SOURCES, *fp.HEADERS]
     for path in needed:  # every file the build needs lies under a path the script archives
         assert any(path == p or path.startswith(p + "/") for p in flashmla + cutlass), path
     for d in fc.INCLUDE_DIRS:
         assert any(d == p or d.startswith(p + "/") or p.startswith(d + "/") for p in flashmla + cutlass), d
-    # only the SM90 sparse FP8 decode: no sm100, prefill or dense sources
-    assert not [p for p in flashmla if re.search(r"sm100|prefill|dense|api", p)]
+    # only the SM90 sparse FP8 decode and the SM90 sparse prefill: no sm100, dense or api sources
+    assert not [p for p in flashmla if re.search(r"sm100|dense|api", p)]
+    assert [p for p in flashmla if "prefill" in p] == ["csrc/sm90/prefill/sparse"]
 
 
 @pytest.fixture()
@@ -95,7 +99,8 @@ def mirrors(tmp_path):
                                                         if p.startswith("csrc/cutlass/")]
     cutlass = fake_git_repo(tmp_path / "cutlass", cutlass_files)
     flash_files = ["LICENSE", "setup.py", "csrc/api/api.cpp", "csrc/sm100/x.cu"] + \
-        [p for p in (*fc.KERNEL_SOURCES, *fc.HEADERS) if not p.startswith("csrc/cutlass/")]
+        [p for p in (*fc.KERNEL_SOURCES, *fc.HEADERS, *fp.KERNEL_SOURCES, *fp.HEADERS, "csrc/sm100/prefill/y.cu")
+         if not p.startswith("csrc/cutlass/")]
     flash = fake_git_repo(tmp_path / "flashmla", flash_files, gitlink=cutlass)
     return tmp_path, flash, cutlass
 
@@ -106,12 +111,13 @@ def _fetch(tmp: Path, dest: Path, flash: str, cutlass: str) -> subprocess.Comple
     return subprocess.run(["bash", str(SCRIPT), str(dest)], env=env, capture_output=True, text=True)
 
 
-def test_fetch_script_from_mirrors_takes_only_the_decode_pieces(mirrors):
+def test_fetch_script_from_mirrors_takes_only_the_pieces_the_benchmarks_build(mirrors):
     tmp, flash, cutlass = mirrors
     dest = tmp / "src"
     run = _fetch(tmp, dest, flash, cutlass)
     assert run.returncode == 0, run.stderr
     assert fc.missing_pieces(dest) == []
+    assert fp.missing_files(dest, (*fp.KERNEL_SOURCES, *fp.HEADERS)) == []
     assert fc.read_fetched(dest) == {"flashmla": flash, "cutlass": cutlass}
     assert not (dest / "setup.py").exists() and not (dest / "csrc/api").exists() and not (dest / "csrc/sm100").exists()
     assert not (dest / "csrc/cutlass/media").exists() and (dest / "csrc/cutlass/LICENSE.txt").is_file()
