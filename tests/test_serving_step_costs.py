@@ -249,3 +249,23 @@ def test_flashmla_sparse_prefill_pads_the_heads_of_attention_tp():
     b200 = load_scenario(model="deepseek-v4-pro", deployment="8xb200-tp8-dsv4-pro-low-latency")
     cb = b200.cost_model()
     assert cb.flashmla_heads(128 // 8) == 128  # Blackwell: 16 heads padded to 128
+
+
+def test_flashmla_sparse_prefill_runs_every_top_k_slot():
+    """SGLang calls FlashMLA's sparse prefill without topk_length (dsa_backend._forward_flashmla_sparse), so
+    the kernel loops over topk / 64 blocks for every query, the -1 slots of early positions included: a
+    first chunk past the dense threshold costs top-k rows per query, not its mean position's. A chunk
+    ending at most 2,048 tokens runs dense MHA (set_dsa_prefill_impl) unless HiSparse is on."""
+    from simulator.costmodel.passes import DENSE_PREFILL_MAX_KV_LEN, sparse_prefill_runs_dense
+
+    sc = load_scenario(model="deepseek-v3.2-fp8-kvfp8", deployment="8xh200-dp8-ep8-dsv32-pr30514")
+    c, m = sc.cost_model(), sc.model
+    per_row = m.layers * 2.0 * 128 * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / (
+        c.terms.bf16_flops * sc.params.prefill_attention_efficiency)
+    assert DENSE_PREFILL_MAX_KV_LEN == 2048
+    assert c.prefill_attention(3500, 0) == pytest.approx(3500 * m.top_k * per_row)  # was 3500 x 1750 rows
+    assert c.prefill_attention(4096, 28672) == pytest.approx(4096 * m.top_k * per_row)
+    assert sparse_prefill_runs_dense(2048, False) and not sparse_prefill_runs_dense(2049, False)
+    assert not sparse_prefill_runs_dense(1024, True)
+    assert c.prefill_attention(1024, 0) == pytest.approx(1024 * 512 * per_row)  # dense: the mean position
+    assert c.prefill_attention(1024, 0, hisparse=True) == pytest.approx(1024 * m.top_k * per_row)

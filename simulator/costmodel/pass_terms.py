@@ -90,7 +90,7 @@ def _indexer(c: CostModel, s: PassShape, w: RankWork) -> Parts:
 
 def _sparse_attention(c: CostModel, s: PassShape, w: RankWork) -> Parts:
     if w.chunks:
-        return {"sparse attention": sum(c.prefill_attention(n, prior) for n, prior in w.chunks)}
+        return {"sparse attention": sum(c.prefill_attention(n, prior, s.hisparse) for n, prior in w.chunks)}
     # a verify pass: every query position reads its own top-k rows (FlashMLA's sparse decode with s_q positions
     # per request gathers each position's indices; FA3 runs each position as its own sequence: no dedupe across
     # positions; under fa3 the L2 hits between a request's positions are in the measured verify table)

@@ -81,6 +81,18 @@ from .terms import IndexerTerm, StepTerms
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
 
 
+# SGLang's SGLANG_DSA_PREFILL_DENSE_ATTN_KV_LEN_THRESHOLD (environ.py, 0.5.14: 2048): an extend batch whose
+# sequences are all at most this long runs dense MHA (MHA_ONE_SHOT) instead of the sparse kernel
+DENSE_PREFILL_MAX_KV_LEN = 2048
+
+
+def sparse_prefill_runs_dense(seq_len: int, hisparse: bool) -> bool:
+    """Whether SGLang runs a prompt chunk ending at ``seq_len`` tokens as dense MHA rather than FlashMLA's
+    sparse prefill (``dsa_backend.set_dsa_prefill_impl``, 0.5.14: every sequence of the batch at most
+    ``DENSE_PREFILL_MAX_KV_LEN`` and no HiSparse coordinator; the batch is taken to be this chunk's)."""
+    return not hisparse and seq_len <= DENSE_PREFILL_MAX_KV_LEN
+
+
 def dispatch_row_bytes(hidden: int) -> int:
     """EP dispatch row: FP8 values + an fp32 scale per 128 channels (DeepEP: FP8 dispatch, BF16 combine)."""
     return hidden + 4 * -(-hidden // 128)
@@ -910,12 +922,16 @@ class CostModel:
         ops = flashmla_q_pad_ops(m, tokens, heads, self.flashmla_heads(heads))
         return m.layers * sum(self.op_time(o) for o in ops)
 
-    def prefill_attention(self, tokens: int, prior_ctx: int) -> float:
-        """Every layer's sparse attention over a prompt chunk: min(top-k, position) rows per query at
-        FlashMLA's prefill rate (``prefill_attention_efficiency``), on the heads FlashMLA's sparse prefill
-        computes (``flashmla_heads``: under attention TP the rank's few heads are padded, 8 -> 64 for
-        GLM at TP8 on Hopper; SGLang's bf16-KV prefill backend on Hopper and Blackwell is flashmla_sparse,
-        ``server_args._set_default_nsa_backends``)."""
+    def prefill_attention(self, tokens: int, prior_ctx: int, hisparse: bool = False) -> float:
+        """Every layer's sparse attention over a prompt chunk at FlashMLA's prefill rate
+        (``prefill_attention_efficiency``), on the heads FlashMLA's sparse prefill computes
+        (``flashmla_heads``: under attention TP the rank's few heads are padded, 8 -> 64 for GLM at TP8 on
+        Hopper; SGLang's bf16-KV prefill backend on Hopper and Blackwell is flashmla_sparse,
+        ``server_args._set_default_nsa_backends``). Rows per query: top-k on FlashMLA's sparse path, which
+        runs every slot of the [tokens, top-k] index table, the -1 ones of early positions included (SGLang
+        passes no ``topk_length``, ``dsa_backend._forward_flashmla_sparse``; the kernel then loops over
+        ``topk / 64`` blocks per query, ``csrc/sm90/prefill/sparse/phase1.cuh``); min(top-k, the chunk's mean
+        position) where SGLang runs dense MHA instead (``sparse_prefill_runs_dense``)."""
         m = self.m
         heads = self.flashmla_heads(max(1, m.attention_heads // self.layout.attention_tp))
         if m.arch == "dsv4":  # each kind's rows at the chunk's mean position, head_dim for QK and PV
@@ -926,7 +942,8 @@ class CostModel:
                        for k, n in m.kind_counts.items())
             att_flops = 2.0 * tokens * heads * rows * 2 * m.head_dim
             return att_flops / (self.terms.bf16_flops * self.p.prefill_attention_efficiency)
-        k = min(m.top_k, prior_ctx + tokens / 2)
+        dense = sparse_prefill_runs_dense(prior_ctx + tokens, hisparse)
+        k = min(m.top_k, prior_ctx + tokens / 2) if dense else m.top_k
         att_flops = 2.0 * tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
         return m.layers * att_flops / (self.terms.bf16_flops * self.p.prefill_attention_efficiency)
 
