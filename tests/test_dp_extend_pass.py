@@ -4,6 +4,8 @@ router and whole shared expert on each rank's own tokens (the slowest rank's, no
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from simulator.costmodel import CostModel, Pass, RankWork
@@ -150,3 +152,29 @@ def test_the_alignment_prices_only_deepep_extend_passes():
     # a deployment without DeepEP keeps its extend pass's rows as routed
     tp = load_scenario(model="glm-5.1-fp8", deployment="8xh200-colocated-dp8")
     assert not tp.cost_model().deepep_contiguous(True)
+
+
+def test_one_rank_extending_sends_its_whole_chunk_over_its_own_links():
+    """Each rank dispatches its own tokens and takes their results back (DeepEP's Buffer.dispatch sends the
+    caller's x): with one rank extending a 4,096-token chunk and seven idle, that rank's send and receive
+    hold all 4,096 tokens' copies, 8x the even share DeepEP's figure is quoted on. Everything else alike."""
+    c = _cost("8xh200-dp8-ep8-dsv32-pr30514", "deepseek-v3.2-fp8-kvfp8")
+    ic, h = c.g.interconnect, c.m.hidden_size
+    copies = c.a2a_copies_per_token(True)
+    assert copies == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)))  # ranks holding one of its top-8
+
+    def a2a(rank_tokens: float) -> float:
+        rows = rank_tokens * copies
+        return (ic.received_time_s("all_to_all", 8, rows * (h + h // 128 * 4))
+                + ic.received_time_s("all_to_all", 8, rows * h * 2))
+
+    assert c.a2a_rank_tokens(4096, 4096, True) == 4096
+    assert c.comm_layer(4096, 4096, None, extend=True) == pytest.approx(a2a(4096))
+    assert c.a2a_rank_tokens(512, 4096, True) == 512  # every rank extends 512: the even share
+    assert c.comm_layer(512, 4096, None, extend=True) == pytest.approx(a2a(512))
+    # decode passes pad every rank to the same graph batch: the even share, whatever the biggest rank holds
+    assert c.a2a_rank_tokens(64, 64, False) == 8
+    one = Pass((RankWork(chunks=((4096, 0),)),) + (RankWork(),) * 7)
+    even = Pass((RankWork(chunks=((512, 0),)),) * 8)
+    extra = float(c.pass_time(one).parts["collectives"][0]) - float(c.pass_time(even).parts["collectives"][0])
+    assert extra == pytest.approx(c.m.moe_layers * (a2a(4096) - a2a(512)), rel=1e-6)

@@ -687,6 +687,21 @@ class CostModel:
         miss = math.prod((e - local - i) / (e - i) for i in range(k)) if e - local >= k else 0.0
         return r * (1.0 - miss)
 
+    def a2a_rank_tokens(self, batch: float, instance_tokens: float, extend: bool) -> float:
+        """Tokens of the busiest rank of the EP all-to-all. Each rank dispatches its own tokens and takes
+        their results back (DeepEP's normal and low-latency kernels alike: ``Buffer.dispatch`` sends the
+        caller's ``x``; the same with the all-to-all of other backends), so a rank sends its tokens x
+        copies and receives, from every rank, the copies routed to its experts. With the instance's
+        tokens spread evenly both are tokens / ranks x copies, what the figures quote (DeepEP's
+        benchmark: every rank dispatches the same 4,096 tokens). An extend pass under DP attention may
+        hold them on a few ranks (one request's chunk on one rank, the others idle or decoding): the
+        largest rank's tokens then leave over its own links, at the same per-GPU figure. Decode passes
+        pad every rank to the same graph batch (balanced)."""
+        even = instance_tokens / max(self.d.tp, 1)
+        if not extend or self.d.attention != Attention.DP:
+            return even
+        return max(even, batch / max(self.d.attn_tp, 1))
+
     def comm_layer(self, batch: float, instance_tokens: float, padded: int | None = None, *,
                    extend: bool | None = None, dense: bool = False) -> float:
         """One layer's collectives on the instance's GPUs (seconds). Under DP attention the MLP side
@@ -715,10 +730,10 @@ class CostModel:
             t += coll(Collective.ALL_REDUCE, d.attn_tp, batch * hidden * ACT_BYTES)
         is_extend = padded is None if extend is None else extend
         if d.moe == MoeLayout.EP and not dense and self._internode_ep:
-            t += self._deepep_layer(instance_tokens, extend=is_extend)
+            t += self._deepep_layer(batch, instance_tokens, extend=is_extend)
         elif d.moe == MoeLayout.EP and not dense:
             # one rank's send buffer: its tokens, each sent as many times as the a2a kernel sends it
-            copies = instance_tokens / d.tp * self.a2a_copies_per_token(is_extend)
+            copies = self.a2a_rank_tokens(batch, instance_tokens, is_extend) * self.a2a_copies_per_token(is_extend)
             rows = (copies * dispatch_row_bytes(hidden), copies * hidden * ACT_BYTES)
             if d.a2a_backend == MoeA2ABackend.DEEPEP:  # DeepEP's figures count every row a rank receives
                 t += sum(ic.received_time_s(Collective.ALL_TO_ALL, d.tp, b) for b in rows)
@@ -747,14 +762,14 @@ class CostModel:
         nodes = -(-n // cl.gpus_per_node)
         return ic.time_s(c, cl.gpus_per_node, nbytes) + nic_ring_time_s(c, nodes, nbytes, cl.nic_bw, cl.nic_latency_us)
 
-    def _deepep_layer(self, instance_tokens: float, *, extend: bool) -> float:
-        """One layer's dispatch and combine across nodes (DeepEP; ``collectives.deepep_time_s``): a
-        rank's tokens x top-k rows (FP8 dispatch, BF16 combine) with the low-latency kernels in decode
-        passes; with the normal kernels in prefill passes, a token goes once to each remote node its
-        experts live on (``expected_remote_nodes``), then over NVLink."""
+    def _deepep_layer(self, batch: float, instance_tokens: float, *, extend: bool) -> float:
+        """One layer's dispatch and combine across nodes (DeepEP; ``collectives.deepep_time_s``): the
+        busiest rank's tokens (``a2a_rank_tokens``) x top-k rows (FP8 dispatch, BF16 combine) with the
+        low-latency kernels in decode passes; with the normal kernels in prefill passes, a token goes once
+        to each remote node its experts live on (``expected_remote_nodes``), then over NVLink."""
         cl, d, m = self.cluster, self.d, self.m
         ep, hidden, k = d.tp, m.hidden_size, m.experts_per_token
-        per_rank = float(instance_tokens) / max(d.ranks_per_instance, 1)
+        per_rank = float(self.a2a_rank_tokens(batch, instance_tokens, extend))
         if per_rank <= 0:
             return 0.0
         if extend:
