@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fetched_build import UsageError, hopper_torch  # noqa: E402
+from cupy_kernels.timing import time_calls_torch, torch_graph  # noqa: E402
 
 HEAD_DIM = 128
 HEADS = (32, 64)  # GLM-5.x and DeepSeek-V3.2 indexer heads
@@ -105,27 +106,11 @@ def run_shape(torch: Any, dg: Any, heads: int, chunk: int, ctx: int, args: argpa
         rel = max(rel, float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) if torch.isfinite(got).all()
                   else math.inf)
     del out
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for s in range(sets):
-            dg.fp8_mqa_logits(q, (keys[s], scales[s]), w, ks, ke, clean_logits=False)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = [dg.fp8_mqa_logits(q, (keys[s], scales[s]), w, ks, ke, clean_logits=False) for s in range(sets)]
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(args.reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / sets)
+    graph, outs = torch_graph(torch, lambda s: dg.fp8_mqa_logits(q, (keys[s], scales[s]), w, ks, ke, clean_logits=False),
+                              sets)
+    times = time_calls_torch(torch, graph.replay, args.reps, warmup=1)
     del graph, outs
-    return Row(heads, chunk, ctx, sets, float(np.median(times)), rel)
+    return Row(heads, chunk, ctx, sets, float(np.median(times)) * 1e6 / sets, rel)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

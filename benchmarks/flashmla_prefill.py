@@ -49,6 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fetched_build import UsageError, hopper_torch, missing_files, read_fetched  # noqa: E402
+from cupy_kernels.timing import time_calls_torch, torch_graph  # noqa: E402
 
 D_QK, D_V = 576, 512
 HEADS = (64, 128)  # the SM90 kernel's head counts (B_H 64 per CTA)
@@ -186,40 +187,21 @@ def run_shape(torch: Any, ext: Any, heads: int, chunk: int, ctx: int, pattern: s
     lse = torch.empty((chunk, heads), dtype=torch.float32, device=dev)
     scale = 1.0 / math.sqrt(D_QK)
 
-    def launch(s: int, stream: Any) -> None:
+    def launch(s: int) -> None:
         ext.prefill(q.data_ptr(), kvs[s].data_ptr(), idxs[s].data_ptr(), out.data_ptr(), mx.data_ptr(),
-                    lse.data_ptr(), chunk, ctx, heads, args.topk, scale, n_sm, stream.cuda_stream)
+                    lse.data_ptr(), chunk, ctx, heads, args.topk, scale, n_sm, torch.cuda.current_stream().cuda_stream)
 
     out.fill_(float("nan"))
-    launch(0, torch.cuda.current_stream())
+    launch(0)
     torch.cuda.synchronize()
     pick = torch.cat([torch.arange(0, 8), torch.arange(chunk - 8, chunk)]).to(dev)
     ref = reference(torch, q[pick], kvs[0], idx[pick], scale)
     got = out[pick].float()
     rel = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) if torch.isfinite(got).all() else math.inf
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for s in range(sets):  # warm-up outside the graph
-            launch(s, side)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for s in range(sets):
-            launch(s, torch.cuda.current_stream())
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(args.reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / sets)
+    graph, _ = torch_graph(torch, launch, sets)
+    times = time_calls_torch(torch, graph.replay, args.reps, warmup=1)
     del graph
-    return Row(heads, chunk, ctx, args.topk, pattern, sets, float(np.median(times)), valid, rel)
+    return Row(heads, chunk, ctx, args.topk, pattern, sets, float(np.median(times)) * 1e6 / sets, valid, rel)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

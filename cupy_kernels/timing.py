@@ -35,3 +35,19 @@ def time_calls_torch(torch: Any, fn: Callable[[], None], reps: int, warmup: int)
     torch.cuda.synchronize()
     return _time(fn, reps, 0, lambda: torch.cuda.Event(enable_timing=True), lambda e: e.record(),
                  lambda a, b: a.elapsed_time(b))
+
+
+def torch_graph(torch: Any, launch: Callable[[int], Any], n: int) -> tuple[Any, list[Any]]:
+    """A CUDA graph of ``launch(0) .. launch(n - 1)`` captured on PyTorch's current stream, each run once
+    first on a side stream (warm-up outside the graph, as capture requires), and what the captured
+    launches returned (their outputs live in the graph's pool: keep them while it replays)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(n):
+            launch(i)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = [launch(i) for i in range(n)]
+    return graph, outs

@@ -277,3 +277,52 @@ def test_time_calls_torch_syncs_after_warmup_then_times_each_call():
     torch = SimpleNamespace(cuda=SimpleNamespace(Event=Event, synchronize=lambda: syncs.append(len(calls))))
     times = time_calls_torch(torch, fn, reps=3, warmup=2)
     assert len(calls) == 5 and syncs == [2] and times == [0.0015] * 3
+
+
+def test_torch_graph_warms_each_launch_on_a_side_stream_then_captures_them():
+    """cupy_kernels.timing.torch_graph (the prefill and MQA-logits benchmarks) with a stand-in for torch:
+    every launch runs once on the side stream, then once inside the capture, in order; the captured
+    launches' outputs come back."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from cupy_kernels.timing import torch_graph
+
+    log = []
+
+    class Stream:
+        def __init__(self, name="side"):
+            self.name = name
+
+        def wait_stream(self, other):
+            log.append(f"{self.name} waits {other.name}")
+
+    main = Stream("main")
+    state = {"stream": main, "capturing": False}
+
+    @contextmanager
+    def stream(s):
+        prev, state["stream"] = state["stream"], s
+        yield
+        state["stream"] = prev
+
+    class CUDAGraph:
+        pass
+
+    @contextmanager
+    def graph(g):
+        state["capturing"] = True
+        yield
+        state["capturing"] = False
+
+    torch = SimpleNamespace(cuda=SimpleNamespace(Stream=Stream, current_stream=lambda: state["stream"], stream=stream,
+                                                 CUDAGraph=CUDAGraph, graph=graph))
+
+    def launch(i):
+        log.append((i, state["stream"].name, state["capturing"]))
+        return i * 10
+
+    g, outs = torch_graph(torch, launch, 3)
+    assert isinstance(g, CUDAGraph) and outs == [0, 10, 20]
+    assert log == ["side waits main", (0, "side", False), (1, "side", False), (2, "side", False), "main waits side",
+                   (0, "main", True), (1, "main", True), (2, "main", True)]
