@@ -168,13 +168,24 @@ def test_one_rank_extending_sends_its_whole_chunk_over_its_own_links():
         return (ic.received_time_s("all_to_all", 8, rows * (h + h // 128 * 4))
                 + ic.received_time_s("all_to_all", 8, rows * h * 2))
 
-    assert c.a2a_rank_tokens(4096, 4096, True) == 4096
+    assert c.a2a_rank_tokens(4096, 4096 / 8, True) == 4096
     assert c.comm_layer(4096, 4096, None, extend=True) == pytest.approx(a2a(4096))
-    assert c.a2a_rank_tokens(512, 4096, True) == 512  # every rank extends 512: the even share
+    assert c.a2a_rank_tokens(512, 4096 / 8, True) == 512  # every rank extends 512: the even share
     assert c.comm_layer(512, 4096, None, extend=True) == pytest.approx(a2a(512))
     # decode passes pad every rank to the same graph batch: the even share, whatever the biggest rank holds
-    assert c.a2a_rank_tokens(64, 64, False) == 8
+    assert c.a2a_rank_tokens(64, 64 / 8, False) == 8
     one = Pass((RankWork(chunks=((4096, 0),)),) + (RankWork(),) * 7)
     even = Pass((RankWork(chunks=((512, 0),)),) * 8)
     extra = float(c.pass_time(one).parts["collectives"][0]) - float(c.pass_time(even).parts["collectives"][0])
     assert extra == pytest.approx(c.m.moe_layers * (a2a(4096) - a2a(512)), rel=1e-6)
+
+
+def test_across_nodes_one_rank_extending_also_sends_its_whole_chunk():
+    """The internode DeepEP path (EP over 8 nodes) takes the busiest rank's tokens the same way."""
+    sc = load_scenario(deployment="16x8xh200-pd-dp64-wide-ep", hisparse="wide-ep-h200")
+    c = sc.cost_model()
+    assert c._internode_ep
+    one, even = c.comm_layer(8192, 8192, None, extend=True), c.comm_layer(128, 8192, None, extend=True)
+    assert one > even
+    # decode passes keep the even share: the padded batch sets every rank's tokens
+    assert c.comm_layer(8192, 64 * 16, 16) == pytest.approx(c.comm_layer(16, 64 * 16, 16))

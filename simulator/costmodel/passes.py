@@ -687,7 +687,7 @@ class CostModel:
         miss = math.prod((e - local - i) / (e - i) for i in range(k)) if e - local >= k else 0.0
         return r * (1.0 - miss)
 
-    def a2a_rank_tokens(self, batch: float, instance_tokens: float, extend: bool) -> float:
+    def a2a_rank_tokens(self, batch: float, even: float, extend: bool) -> float:
         """Tokens of the busiest rank of the EP all-to-all. Each rank dispatches its own tokens and takes
         their results back (DeepEP's normal and low-latency kernels alike: ``Buffer.dispatch`` sends the
         caller's ``x``; the same with the all-to-all of other backends), so a rank sends its tokens x
@@ -696,8 +696,8 @@ class CostModel:
         benchmark: every rank dispatches the same 4,096 tokens). An extend pass under DP attention may
         hold them on a few ranks (one request's chunk on one rank, the others idle or decoding): the
         largest rank's tokens then leave over its own links, at the same per-GPU figure. Decode passes
-        pad every rank to the same graph batch (balanced)."""
-        even = instance_tokens / max(self.d.tp, 1)
+        pad every rank to the same graph batch (balanced). ``even``: a rank's share of the instance's
+        tokens as each caller counts it; ``batch``: the largest scheduler's tokens."""
         if not extend or self.d.attention != Attention.DP:
             return even
         return max(even, batch / max(self.d.attn_tp, 1))
@@ -733,7 +733,8 @@ class CostModel:
             t += self._deepep_layer(batch, instance_tokens, extend=is_extend)
         elif d.moe == MoeLayout.EP and not dense:
             # one rank's send buffer: its tokens, each sent as many times as the a2a kernel sends it
-            copies = self.a2a_rank_tokens(batch, instance_tokens, is_extend) * self.a2a_copies_per_token(is_extend)
+            rank_tokens = self.a2a_rank_tokens(batch, instance_tokens / d.tp, is_extend)
+            copies = rank_tokens * self.a2a_copies_per_token(is_extend)
             rows = (copies * dispatch_row_bytes(hidden), copies * hidden * ACT_BYTES)
             if d.a2a_backend == MoeA2ABackend.DEEPEP:  # DeepEP's figures count every row a rank receives
                 t += sum(ic.received_time_s(Collective.ALL_TO_ALL, d.tp, b) for b in rows)
@@ -769,7 +770,7 @@ class CostModel:
         to each remote node its experts live on (``expected_remote_nodes``), then over NVLink."""
         cl, d, m = self.cluster, self.d, self.m
         ep, hidden, k = d.tp, m.hidden_size, m.experts_per_token
-        per_rank = float(self.a2a_rank_tokens(batch, instance_tokens, extend))
+        per_rank = float(self.a2a_rank_tokens(batch, float(instance_tokens) / max(d.ranks_per_instance, 1), extend))
         if per_rank <= 0:
             return 0.0
         if extend:
