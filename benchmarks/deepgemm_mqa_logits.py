@@ -138,7 +138,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-        torch = hopper_torch("nothing (deep_gemm is installed)")
+        torch = hopper_torch("nothing here: deep_gemm, installed, is a torch extension")
         try:
             import deep_gemm as dg
         except Exception as exc:  # ImportError, or the prebuilt module failing to load against this torch
