@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fetched_build import UsageError, hopper_torch  # noqa: E402
-from cupy_kernels.timing import time_calls_torch, torch_graph  # noqa: E402
+from cupy_kernels.timing import l2_cold_sets, time_calls_torch, torch_graph  # noqa: E402
 
 HEAD_DIM = 128
 HEADS = (32, 64)  # GLM-5.x and DeepSeek-V3.2 indexer heads
@@ -53,11 +53,6 @@ def causal_pairs(chunk: int, ctx: int) -> int:
 def logits_flops(chunk: int, ctx: int, heads: int) -> float:
     """Tensor-core FLOPs of the scores: 2 x heads x 128 per causal pair."""
     return 2.0 * heads * HEAD_DIM * causal_pairs(chunk, ctx)
-
-
-def key_sets(key_bytes: int, l2_bytes: int, cap: int = 16) -> int:
-    """Copies of the keys rotated so one call's keys have left L2 by the next (sum >= 2 x L2)."""
-    return max(1, min(cap, math.ceil(2 * l2_bytes / max(key_bytes, 1))))
 
 
 def reference(torch: Any, q: Any, k: Any, k_scale: Any, w: Any) -> Any:
@@ -88,7 +83,7 @@ def run_shape(torch: Any, dg: Any, heads: int, chunk: int, ctx: int, args: argpa
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     fp8 = torch.float8_e4m3fn
     q = (torch.randn((chunk, heads, HEAD_DIM), generator=gen, device=dev) * 0.5).to(fp8)
-    sets = key_sets(ctx * (HEAD_DIM + 4), l2)
+    sets = l2_cold_sets(ctx * (HEAD_DIM + 4), l2)
     keys = [(torch.randn((ctx, HEAD_DIM), generator=gen, device=dev) * 0.5).to(fp8) for _ in range(sets)]
     scales = [torch.rand((ctx,), generator=gen, device=dev) * 0.1 + 0.01 for _ in range(sets)]
     w = torch.randn((chunk, heads), generator=gen, device=dev) * 0.1

@@ -49,9 +49,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.fetched_build import UsageError, hopper_torch, missing_files, read_fetched  # noqa: E402
-from cupy_kernels.timing import time_calls_torch, torch_graph  # noqa: E402
+from cupy_kernels.mla_reference import D_LATENT as D_V  # noqa: E402
+from cupy_kernels.mla_reference import D_QK, attention_flops  # noqa: E402
+from cupy_kernels.timing import l2_cold_sets, time_calls_torch, torch_graph  # noqa: E402
 
-D_QK, D_V = 576, 512
 HEADS = (64, 128)  # the SM90 kernel's head counts (B_H 64 per CTA)
 TOPK_BLOCK = 128  # the kernel asserts topk % (2 x B_TOPK) == 0
 PATTERNS = ("uniform", "trace")
@@ -65,17 +66,6 @@ HEADERS = (
 )
 SHIM = Path(__file__).resolve().with_name("flashmla_prefill_shim.cpp")
 EXTENSION_NAME = "hisparse_flashmla_sm90_sparse_prefill"
-
-
-def attention_flops(chunk: int, heads: int, topk: int) -> float:
-    """Tensor-core FLOPs of one launch: S = Q K^T (576 wide) and O = P V (512 wide) over every slot."""
-    return 2.0 * chunk * heads * topk * (D_QK + D_V)
-
-
-def kv_sets(kv_bytes: int, l2_bytes: int, cap: int = 16) -> int:
-    """Copies of the KV to rotate so that one call's rows have left L2 by the next: their sum at least
-    twice L2 (one copy when a single one already is), at most ``cap``."""
-    return max(1, min(cap, math.ceil(2 * l2_bytes / max(kv_bytes, 1))))
 
 
 def uniform_indices(rng: np.random.Generator, positions: np.ndarray, topk: int) -> np.ndarray:
@@ -104,9 +94,7 @@ def trace_indices(preset: str, depth: float, positions: np.ndarray, topk: int, s
     preset's profile."""
     from simulator.trace import generator
 
-    knobs = generator.load_knobs(preset)
-    layers = 1001
-    knobs = knobs.at_layer(int(round(depth * (layers - 1))), layers)
+    knobs = generator.load_knobs(preset).at_depth(depth)
     first = int(positions[0])
     stream = next(iter(generator.generate(knobs, steps=len(positions), layers=1, requests=1, k=topk,
                                           ctx0=first + 1, seed=seed)))
@@ -177,7 +165,7 @@ def run_shape(torch: Any, ext: Any, heads: int, chunk: int, ctx: int, pattern: s
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(args.seed)
     valid = float((idx_np >= 0).mean())
-    sets = kv_sets(ctx * D_QK * 2, l2)
+    sets = l2_cold_sets(ctx * D_QK * 2, l2)
     q = (torch.randn((chunk, heads, D_QK), generator=gen, device=dev) * 0.5).to(torch.bfloat16)
     kvs = [(torch.randn((ctx, D_QK), generator=gen, device=dev) * 0.5).to(torch.bfloat16) for _ in range(sets)]
     idx = torch.from_numpy(idx_np).to(dev)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -51,3 +52,9 @@ def torch_graph(torch: Any, launch: Callable[[int], Any], n: int) -> tuple[Any, 
     with torch.cuda.graph(graph):
         outs = [launch(i) for i in range(n)]
     return graph, outs
+
+
+def l2_cold_sets(nbytes: int, l2_bytes: int, cap: int = 16) -> int:
+    """Copies of a call's input to rotate so that one call's data has left L2 by the next: their sum at
+    least twice L2 (one copy when a single one already is), at most ``cap``."""
+    return max(1, min(cap, math.ceil(2 * l2_bytes / max(nbytes, 1))))

@@ -65,12 +65,14 @@ def test_trace_indices_are_the_generators_causal_top_k():
 
 
 def test_kv_sets_keep_a_call_out_of_l2():
+    from cupy_kernels.timing import l2_cold_sets
+
     l2 = 50 * 2**20
-    assert fp.kv_sets(4096 * 1152, l2) == 16  # 4.7 MB: capped
-    assert fp.kv_sets(32768 * 1152, l2) == 3  # 37.7 MB: three copies make 113 MB > 2 x L2
-    assert fp.kv_sets(163840 * 1152, l2) == 1  # 189 MB: one copy already is
+    assert l2_cold_sets(4096 * 1152, l2) == 16  # 4.7 MB: capped
+    assert l2_cold_sets(32768 * 1152, l2) == 3  # 37.7 MB: three copies make 113 MB > 2 x L2
+    assert l2_cold_sets(163840 * 1152, l2) == 1  # 189 MB: one copy already is
     for ctx in (4096, 16384, 32768, 65536, 163840):
-        n = fp.kv_sets(ctx * 1152, l2)
+        n = l2_cold_sets(ctx * 1152, l2)
         assert n == 16 or n * ctx * 1152 >= 2 * l2
 
 

@@ -57,6 +57,7 @@ def test_layer_profiles_follow_depth():
                                                   ("local_window", ((0.0, 2.0), (1.0, 6.0)))))
     assert kn.at_layer(0, 11).retention == 0.0 and kn.at_layer(10, 11).retention == pytest.approx(0.4)
     assert kn.at_layer(5, 11).local_window == 4  # int knobs rounded
+    assert kn.at_layer(5, 11) == kn.at_depth(0.5) and kn.at_depth(0.5).retention == pytest.approx(0.8 - 0.4 * 0.47 / 0.97)
     streams = list(generate(replace(kn, sinks=1, layer_corr=0.0, burst_prob=0.0), steps=40, layers=11,
                             requests=1, k=64, ctx0=3000, seed=2))
     ov = [step_overlap(s, 64)[5:].mean() for s in streams]

@@ -72,9 +72,12 @@ class GeneratorKnobs:
 
     def at_layer(self, layer: int, layers: int) -> GeneratorKnobs:
         """The knobs of one layer: the profile's values at its depth, the others unchanged."""
+        return self.at_depth(layer / (layers - 1) if layers > 1 else 0.0)
+
+    def at_depth(self, depth: float) -> GeneratorKnobs:
+        """The knobs at ``depth`` (0: the first layer, 1: the last) of the profile, the others unchanged."""
         if not self.profile:
             return self
-        depth = layer / (layers - 1) if layers > 1 else 0.0
         change: dict[str, Any] = {"profile": ()}
         for name, points in self.profile:
             xs, ys = zip(*points, strict=True)
