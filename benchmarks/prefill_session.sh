@@ -35,7 +35,15 @@ run() {
     export PYTHONUNBUFFERED=1 MAX_JOBS=${MAX_JOBS:-16}
     local out=${OUT:-session-out} py=${PY:-python3} contexts="4096 32768 163840" t_dg=150 t_fm=300
     if [ "${1:-}" = quick ]; then contexts="4096 163840"; t_dg=110; t_fm=230; fi
-    mkdir -p "$out"
+    local piece
+    for piece in flashmla-src.tar.gz sgl_deep_gemm-0.1.3-*.whl apache_tvm_ffi-0.1.9-*.whl; do
+        if ! compgen -G "$dir/$piece" > /dev/null; then
+            echo "prefill_session.sh: $dir has no $piece (run 'prefill_session.sh prepare $dir' first)" >&2
+            return 2
+        fi
+    done
+    mkdir -p "$out" || return 2
+    dir=$(cd "$dir" && pwd) out=$(cd "$out" && pwd)  # absolute: the benchmarks run from the repository root
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$out/gpu.txt"
     if [ -z "${CUDA_HOME:-}" ] && command -v nvcc > /dev/null; then
         CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")"); export CUDA_HOME

@@ -44,5 +44,17 @@ def test_run_without_the_carried_pieces_stops_before_any_benchmark(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "PY": "python3"}
     r = subprocess.run(["bash", str(SCRIPT), "run", str(tmp_path / "empty"), "quick"], capture_output=True,
                        text=True, env=env, cwd=tmp_path)
-    assert r.returncode == 2
-    assert not (out / "deepgemm.log").exists() and not (out / "flashmla_prefill.log").exists()
+    assert r.returncode == 2 and "has no flashmla-src.tar.gz" in r.stderr and "prepare" in r.stderr
+    assert not out.exists()
+
+
+def test_run_names_the_one_piece_missing(tmp_path):
+    carried = tmp_path / "carried"
+    carried.mkdir()
+    for name in ("flashmla-src.tar.gz", "sgl_deep_gemm-0.1.3-py3-none-manylinux2014_x86_64.whl"):
+        (carried / name).write_bytes(b"")
+    r = subprocess.run(["bash", str(SCRIPT), "run", str(carried)], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out")}, cwd=tmp_path)
+    assert r.returncode == 2 and "has no apache_tvm_ffi-0.1.9-*.whl" in r.stderr
+    assert sorted(p.name for p in carried.iterdir()) == ["flashmla-src.tar.gz",
+                                                          "sgl_deep_gemm-0.1.3-py3-none-manylinux2014_x86_64.whl"]
