@@ -8,10 +8,10 @@ Usage (on one H100 / H200, with the DeepGEMM build SGLang pins installed; nothin
 Why: SGLang's DSA indexer scores a prompt chunk with `deep_gemm.fp8_mqa_logits(q, (k, k_scale), weights,
 ks, ke, clean_logits=False)` (`layers/attention/dsa/dsa_indexer.py` `_get_topk_ragged`): per query i and
 key j in [ks_i, ke_i), logit = sum over heads h of w[i, h] x relu(q[i, h] . k[j] x k_scale[j]) in fp32.
-The serving model prices it as an FP8 GEMM of 2 x heads x 128 FLOPs per (query, key) pair at the
-calibration's fitted FP8 GEMM rate (`CostModel.prefill_indexer`); a ReLU, a multiply and a sum over the
-heads per score run on the CUDA cores beside the tensor cores, and what that costs was not measured.
-This times the kernel at one request's chunk: queries at positions ctx - chunk .. ctx - 1, ks 0, ke
+The serving model prices it from this benchmark's table (`simulator/costmodel/prompt_chunk.py`, measured
+on an H200 2026-12-07: 2 x heads x 128 FLOPs per (query, key) pair over the measured rate); before it, at the
+calibration's fitted FP8 GEMM rate, with the ReLU, multiply and sum over the heads per score beside the tensor
+cores unmeasured. This times the kernel at one request's chunk: queries at positions ctx - chunk .. ctx - 1, ks 0, ke
 position + 1 (causal), q e4m3 [chunk, heads, 128], k e4m3 [ctx, 128] with an fp32 scale per key,
 weights fp32 [chunk, heads] (SGLang's shapes: DeepSeek-V3.2 64 indexer heads, GLM-5.x 32).
 TFLOP/s = 2 x heads x 128 x (causal pairs) / time. Timing: a CUDA graph of --sets launches over

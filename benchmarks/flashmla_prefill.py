@@ -7,9 +7,9 @@ Usage (on one H100 / H200; FlashMLA's source fetched first, nothing of it is com
 
 Why: SGLang's DSA backend runs a prompt chunk's sparse attention with FlashMLA's `flash_mla_sparse_fwd`
 (`--dsa-prefill-backend flashmla_sparse`, the Hopper BF16-KV default; with FP8 KV it runs on the prefix
-dequantised to BF16). The serving model prices that kernel at `prefill_attention_efficiency` of the
-GPU's BF16 rate at every context (0.83 x 769 TFLOP/s on the H200: FlashMLA's README "up to 640 TFlops"
-on an H800). The kernel gathers each query's top-k rows (576 bf16, 1,152 B) from the prompt's whole
+dequantised to BF16). The serving model prices that kernel from this benchmark's table
+(`simulator/costmodel/prompt_chunk.py`, measured on an H200 2026-12-07; before it, at 0.83 x 769 TFLOP/s at
+every context, from FlashMLA's README "up to 640 TFlops" on an H800). The kernel gathers each query's top-k rows (576 bf16, 1,152 B) from the prompt's whole
 KV: 4.7 MB at a 4K prompt, inside L2; 189 MB at 160K, far past it. This times the kernel where the
 model uses it, per context, so the model can price it from a measurement.
 

@@ -56,7 +56,7 @@ def test_calibration_json_feeds_the_cost_model(tmp_path):
     assert params.calibrated and params.swap_in_launch_us == 15.0
     # the attention fit is read from the calibration's `fit` group (step_costs.py), not from params
     assert not hasattr(params, "attention_launch_us")
-    assert params.prefill_attention_efficiency == P.load("calibration", "uncalibrated").prefill_attention_efficiency
+    assert params.backup_overlap == P.load("calibration", "uncalibrated").backup_overlap  # inherited
     gpu = P.load("gpus", "h200", **P.calibration_gpu(path))
     assert gpu.link_bw == 50e9 and gpu.swap_bw(656) == pytest.approx(35e9)
     path.write_text("{}")
@@ -299,3 +299,19 @@ def test_kernel_loop_repredict_prices_with_the_calibration_being_checked():
     base = repredict(CostModel(model, gpu, dep, cal.params, terms), result)["predicted_s"][0]
     slower = repredict(CostModel(model, gpu, dep, cal.params, slow), result)["predicted_s"][0]
     assert slower > base + 4 * 100e-6  # four layers, each at least the added launch cost
+
+
+def test_a_retired_calibration_key_says_what_replaced_it(tmp_path):
+    """prefill_attention_efficiency (0.83, a README figure) gave way to FlashMLA's measured table: a file that
+    still sets it is refused with the reason, not as an unknown key, and the CLI exits 2."""
+    import subprocess
+    import sys
+
+    src = P.resolve("calibration", "uncalibrated").read_text()
+    path = tmp_path / "old.toml"
+    path.write_text(src + "prefill_attention_efficiency = 0.83\n")
+    with pytest.raises(HisparseError, match=r"old.toml: prefill_attention_efficiency is no longer read: .*prompt_chunk"):
+        P.load("calibration", str(path))
+    run = subprocess.run([sys.executable, "-m", "simulator.cli", "plan", "--calibration", str(path), "--quiet",
+                          "--no-search", "--concurrency", "1"], capture_output=True, text=True)
+    assert run.returncode == 2 and "no longer read" in run.stderr and "Traceback" not in run.stderr

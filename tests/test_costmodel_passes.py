@@ -175,12 +175,15 @@ def test_the_top_k_reads_every_score_of_a_row_longer_than_top_k_twice():
 def test_the_prefill_indexer_prices_the_logits_top_k_and_it_scales_with_the_prior_context():
     """The term is in prefill_indexer: the indexer layers' scoring GEMM plus each layer's top-k read of the
     materialised scores; doubling a chunk's prior context (long rows) about doubles the bytes read."""
+    from simulator.costmodel.prompt_chunk import MQA_LOGITS
+
     c = _dsv32_prefill()
-    gemm, ew = c.t.rates[("gemm", "fp8")], c.t.rates[("elementwise", "bf16")]
+    ew = c.t.rates[("elementwise", "bf16")]
     m = c.m
     n, prior = 4096, 65536
-    pairs = n * (prior + n / 2)
-    score = gemm.time((prior + n) * m.indexer_row_bytes + 4 * pairs, 2.0 * pairs * m.indexer_heads * m.indexer_head_dim)
+    score = MQA_LOGITS.time(c.g, n, prior, m.indexer_heads, m.indexer_head_dim)  # DeepGEMM's, measured
+    at = 65536 - 4096  # the measured 64-head, 4,096-token chunk ending at 65,536, at the same FLOP rate per chunk
+    assert score == pytest.approx(4394.3e-6 * MQA_LOGITS.flops(n, prior, 64) / MQA_LOGITS.flops(4096, at, 64), rel=0.02)
     read = ew.time(8 * np.arange(prior + 1, prior + n + 1).sum())
     assert c.prefill_topk_read(n, prior) == pytest.approx(read, rel=1e-12)
     assert c.prefill_indexer(n, prior) == pytest.approx(m.indexer_layers * (score + read), rel=1e-12)
@@ -189,16 +192,25 @@ def test_the_prefill_indexer_prices_the_logits_top_k_and_it_scales_with_the_prio
     assert 1.9 < ratio < 2.0
 
 
-def test_the_logits_write_is_in_the_scoring_kernels_bytes():
-    """DeepGEMM's fp8_mqa_logits stores 4 B per causal pair: with the FLOP roof lifted, the scoring kernel's
-    time is its key reads and that write at the GEMM term's bandwidth."""
+def test_the_scoring_is_deepgemms_measured_kernel_and_deepseek_v4_keeps_the_gemm_term():
+    """A DSA model's prompt-chunk scoring is DeepGEMM's fp8_mqa_logits as timed (the logits write inside it):
+    lifting the FP8 GEMM term's FLOP roof moves nothing. DeepSeek-V4's paged scoring of compressed keys, not
+    measured, stays the FP8 GEMM term: its key reads and 4 B of logits per pair at the term's bandwidth."""
+    def lifted(c):
+        gemm = dataclasses.replace(c.t.rates[("gemm", "fp8")], flops_rate=float("inf"))
+        c.t = dataclasses.replace(c.t, rates={**c.t.rates, ("gemm", "fp8"): gemm})
+        return gemm
+
     c = _dsv32_prefill()
-    gemm = dataclasses.replace(c.t.rates[("gemm", "fp8")], flops_rate=float("inf"))
-    c.t = dataclasses.replace(c.t, rates={**c.t.rates, ("gemm", "fp8"): gemm})
+    before = c.prefill_indexer(4096, 20000)
+    lifted(c)
+    assert c.prefill_indexer(4096, 20000) == before
+    v4 = _cost(load_scenario(model="deepseek-v4-flash", deployment="4xh200-tp4-dsv4-flash-low-latency"))
+    gemm = lifted(v4)
     n, prior = 4096, 20000
     pairs = n * (prior + n / 2)
-    score = gemm.launch_s + ((prior + n) * c.m.indexer_row_bytes + 4 * pairs) / gemm.bw
-    assert c.prefill_indexer(n, prior) == pytest.approx(c.m.indexer_layers * (score + c.prefill_topk_read(n, prior)))
+    score = gemm.launch_s + ((prior + n) * v4.m.indexer_row_bytes + 4 * pairs) / 4 / gemm.bw
+    assert v4.prefill_indexer(n, prior) == pytest.approx(v4.m.indexer_layers * (score + v4.prefill_topk_read(n, prior)))
 
 
 def test_the_logits_term_of_a_160k_prompt_on_dsv32_is_the_derived_size():

@@ -101,11 +101,15 @@ def test_the_plan_says_how_fa3_decode_is_priced():
     assert row["priced"] == "derived"
     assert "nsa_decode_backend 'fa3'" in row["source"] and "H100 80GB HBM3" in row["source"]
     assert "SM boost clock ratio 1980 / 1980 MHz" in row["source"] and "not the HBM ratio" in row["source"]
-    assert "prefill_attention_efficiency 0.83" in row["source"]
+    assert "prompt chunks: FlashMLA 9241ae3 flash_mla_sparse_fwd" in row["source"]
+    assert "flashmla_prefill-h200.csv" in row["source"] and "on h200: x" not in row["source"]
     fp8 = _cost(overrides=("model.kv_row_bytes=656",))
     assert not fp8.fa3_decode and _attention_row(fp8)["priced"] == "measured"
     b200 = _cost(gpu="b200")
     assert not b200.fa3_decode and _attention_row(b200)["priced"] == "derived"
+    assert "on b200: x 0.440, the datasheet dense BF16 rate ratio" in _attention_row(b200)["source"]
     h100 = _cost(gpu="h100")
     assert h100.fa3_decode and _attention_row(h100)["priced"] == "measured"
-    assert "on h100:" not in _attention_row(h100)["source"]
+    src = _attention_row(h100)["source"]
+    assert "the H100's times" not in src  # FA3's own measurement, unscaled
+    assert "on h100: x 1.000, the datasheet dense BF16 rate ratio H200 / h100" in src  # prompt chunks: the H200's

@@ -235,14 +235,15 @@ def test_flashmla_sparse_prefill_pads_the_heads_of_attention_tp():
     """SGLang's nsa_backend._forward_flashmla_sparse pads q to a multiple of 64 heads on Hopper (128 on
     Blackwell): GLM's 64 heads over TP8 are 8 per GPU, computed as 64, so a prompt's sparse attention
     costs 8x its real FLOPs; under DP attention (64 heads per rank) nothing is padded."""
+    from simulator.costmodel.prompt_chunk import FLASHMLA_SPARSE_PREFILL as F
+
     tp = load_scenario(model="glm-5.2-fp8", deployment="8xh200-tp8-glm52-low-latency")
     c = tp.cost_model()
     assert [c.flashmla_heads(h) for h in (8, 16, 64, 65, 128)] == [64, 64, 64, 128, 128]
     m = tp.model
-    k = min(m.top_k, 4096 + 8192 / 2)  # rows per query at the chunk's mean position
-    flops = 2.0 * 8192 * 64 * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)  # 64 padded heads, not 8
-    want = m.layers * flops / (c.terms.bf16_flops * tp.params.prefill_attention_efficiency)
+    want = m.layers * F.time(c.g, 8192, 12288, 64)  # 64 padded heads, not 8: the measured 64-head kernel
     assert c.prefill_attention(8192, 4096) == pytest.approx(want)
+    assert F.time(c.g, 8192, 12288, 8) == F.time(c.g, 8192, 12288, 64) < F.time(c.g, 8192, 12288, 65)
     dp = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-balanced")
     cd = dp.cost_model()
     assert cd.prefill_attention(8192, 4096) == pytest.approx(want)  # 64 real heads on one GPU: the same
@@ -257,15 +258,16 @@ def test_flashmla_sparse_prefill_runs_every_top_k_slot():
     first chunk past the dense threshold costs top-k rows per query, not its mean position's. A chunk
     ending at most 2,048 tokens runs dense MHA (set_dsa_prefill_impl) unless HiSparse is on."""
     from simulator.costmodel.passes import DENSE_PREFILL_MAX_KV_LEN, sparse_prefill_runs_dense
+    from simulator.costmodel.prompt_chunk import FLASHMLA_SPARSE_PREFILL as F
 
     sc = load_scenario(model="deepseek-v3.2-fp8-kvfp8", deployment="8xh200-dp8-ep8-dsv32-pr30514")
     c, m = sc.cost_model(), sc.model
-    per_row = m.layers * 2.0 * 128 * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / (
-        c.terms.bf16_flops * sc.params.prefill_attention_efficiency)
     assert DENSE_PREFILL_MAX_KV_LEN == 2048
-    assert c.prefill_attention(3500, 0) == pytest.approx(3500 * m.top_k * per_row)  # was 3500 x 1750 rows
-    assert c.prefill_attention(4096, 28672) == pytest.approx(4096 * m.top_k * per_row)
+    # every slot of the top-k: the measured kernel's full time, whatever the positions (was 3,500 x 1,750 rows)
+    assert c.prefill_attention(3500, 0) == pytest.approx(m.layers * F.time(c.g, 3500, 3500, 128))
+    assert c.prefill_attention(4096, 28672) == pytest.approx(m.layers * 4017.1e-6)  # the measured 128-head point
     assert sparse_prefill_runs_dense(2048, False) and not sparse_prefill_runs_dense(2049, False)
     assert not sparse_prefill_runs_dense(1024, True)
-    assert c.prefill_attention(1024, 0) == pytest.approx(1024 * 512 * per_row)  # dense: the mean position
-    assert c.prefill_attention(1024, 0, hisparse=True) == pytest.approx(1024 * m.top_k * per_row)
+    full = m.layers * F.time(c.g, 1024, 1024, 128)
+    assert c.prefill_attention(1024, 0) == pytest.approx(full * 512 / 2048)  # dense: the mean position's rows
+    assert c.prefill_attention(1024, 0, hisparse=True) == pytest.approx(full)

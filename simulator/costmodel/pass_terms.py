@@ -103,16 +103,29 @@ def _sparse_attention_how(c: CostModel) -> tuple[Provenance, str]:
     (``CostModel.fa3_decode``: BF16 KV on Hopper) the decode, verify and draft passes are priced by FA3's
     own per-shape times, measured on an H100 (``costmodel/fa3_decode.py``): MEASURED there, DERIVED on the
     other Hopper GPUs. Elsewhere (FP8 KV: ``flashmla_kv``; Blackwell) the fitted kernel terms, as before."""
+    from .prompt_chunk import FLASHMLA_SPARSE_PREFILL
+
     kind, src = _kernels(c)
+    _, chunks = FLASHMLA_SPARSE_PREFILL.how(c.g)
     if getattr(c, "fa3_decode", False) and c.m.arch != "dsv4":
         from .fa3_decode import FA3_SPARSE_DECODE
 
         measured, how = FA3_SPARSE_DECODE.how(c.g)
         return (Provenance.MEASURED if measured else Provenance.DERIVED), (
             "decode, verify and draft passes run FlashAttention-3's MLA path in SGLang (nsa_decode_backend 'fa3', "
-            f"the BF16-KV Hopper default): {how}; prompt chunks: FlashMLA's sparse prefill FLOPs at "
-            f"prefill_attention_efficiency {c.p.prefill_attention_efficiency:g}")
-    return kind, src
+            f"the BF16-KV Hopper default): {how}; {chunks}")
+    return kind, f"{src}; {chunks}"
+
+
+def _indexer_how(c: CostModel) -> tuple[Provenance, str]:
+    """The decode indexer's fitted term (``_kernels``); a prompt chunk's scoring from DeepGEMM's
+    ``fp8_mqa_logits`` timed on the H200 (``costmodel/prompt_chunk.py``), except DeepSeek-V4's paged one."""
+    kind, src = _kernels(c)
+    if c.m.arch == "dsv4":
+        return kind, f"{src}; prompt chunks' paged scoring of compressed keys at the FP8 GEMM term (not measured)"
+    from .prompt_chunk import MQA_LOGITS
+
+    return kind, f"{src}; {MQA_LOGITS.how(c.g)[1]}"
 
 
 def _stream_overlap(c: CostModel, s: PassShape, w: RankWork) -> Parts:
@@ -278,7 +291,7 @@ def _collectives_how(c: CostModel) -> tuple[Provenance, str]:
 
 PASS_TERMS: list[PassTerm] = [
     PassTerm("attention side", Scope.RANK, Category.COMPUTE, _attention_side, _gemm_kernels),
-    PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer, _kernels),
+    PassTerm("lightning indexer", Scope.RANK, Category.COMPUTE, _indexer, _indexer_how),
     PassTerm("DeepEP shared expert, router", Scope.RANK, Category.COMPUTE, _rank_moe, _gemm_kernels),
     PassTerm("sparse attention", Scope.RANK, Category.COMPUTE, _sparse_attention, _sparse_attention_how),
     PassTerm("multi-stream overlap", Scope.RANK, Category.COMPUTE, _stream_overlap, _stream_overlap_how),

@@ -75,6 +75,7 @@ from .ops import (
 )
 from .pass_terms import Category, Scope
 from .pricing import GpuTerms, datasheet_rates, layout_for, terms_for
+from .prompt_chunk import FLASHMLA_SPARSE_PREFILL, MQA_LOGITS
 from .published_kernels import DEEPGEMM_PREFILL, LIGHTNING_TOPK, MASKED_GROUPED_GEMM
 from .terms import IndexerTerm, StepTerms
 
@@ -871,8 +872,10 @@ class CostModel:
         """The indexer layers' scoring of a prompt chunk (IndexShare: the anchors only) and the top-k over
         the scores it materialises.
 
-        Scoring: an FP8 GEMM of each query against every earlier key (quadratic; the decode indexer kernel
-        does not apply: extrapolated at the FP8 GEMM rate), reading the keys and writing the logits. SGLang
+        Scoring: each query against every earlier key (quadratic), priced from DeepGEMM's ``fp8_mqa_logits``
+        timed on the H200 at these shapes (``costmodel/prompt_chunk.py``: 0.65-1.05 PFLOP/s, the logits write
+        and the launch inside; DeepSeek-V4's paged scoring of compressed keys, not measured, at the FP8 GEMM
+        term with the keys read and the logits written). SGLang
         0.5.14 (``layers/attention/dsa/dsa_indexer.py`` ``Indexer._get_topk_ragged``) calls
         ``deep_gemm.fp8_mqa_logits(q, (k, k_scale), weights, ks, ke, clean_logits=False)``: an fp32
         [query tokens, batch keys] matrix (``_MQA_LOGITS_BYTES_PER_ELEM = 4``; split into row blocks only past
@@ -895,12 +898,14 @@ class CostModel:
         paged) are inside its fitted term (``indexer_all``), not here; IndexShare's shared layers reuse an
         anchor's top-k and score nothing (``indexer_layers``)."""
         m = self.m
-        per_key = self.indexer_tokens_per_key
-        ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
-        heads_idx = m.indexer_heads  # replicated on every GPU under any layout (ops.attention_ops)
-        idx_flops = 2.0 * ctx_pairs * heads_idx * m.indexer_head_dim / per_key
-        idx_bytes = ((prior_ctx + tokens) * m.indexer_row_bytes + ctx_pairs * INDEXER_LOGITS_BYTES) / per_key
-        score = self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
+        if m.arch == "dsv4":  # the paged scoring of compressed keys: not measured, the FP8 GEMM term
+            per_key = self.indexer_tokens_per_key
+            ctx_pairs = tokens * (prior_ctx + tokens / 2)  # query x earlier-key pairs of the chunk
+            idx_flops = 2.0 * ctx_pairs * m.indexer_heads * m.indexer_head_dim / per_key
+            idx_bytes = ((prior_ctx + tokens) * m.indexer_row_bytes + ctx_pairs * INDEXER_LOGITS_BYTES) / per_key
+            score = self.t.rates[("gemm", "fp8")].time(idx_bytes, idx_flops)
+        else:  # heads replicated on every GPU under any layout (ops.attention_ops)
+            score = MQA_LOGITS.time(self.g, tokens, prior_ctx, m.indexer_heads, m.indexer_head_dim)
         return m.indexer_layers * (score + self.prefill_topk_read(tokens, prior_ctx))
 
     def prefill_topk_read(self, tokens: int, prior_ctx: int) -> float:
@@ -939,8 +944,8 @@ class CostModel:
         return m.layers * sum(self.op_time(o) for o in ops)
 
     def prefill_attention(self, tokens: int, prior_ctx: int, hisparse: bool = False) -> float:
-        """Every layer's sparse attention over a prompt chunk at FlashMLA's prefill rate
-        (``prefill_attention_efficiency``), on the heads FlashMLA's sparse prefill computes
+        """Every layer's sparse attention over a prompt chunk, FlashMLA's sparse prefill as timed on the H200
+        per chunk size and context (``costmodel/prompt_chunk.py``), on the heads FlashMLA's sparse prefill computes
         (``flashmla_heads``: under attention TP the rank's few heads are padded, 8 -> 64 for GLM at TP8 on
         Hopper; SGLang's bf16-KV prefill backend on Hopper and Blackwell is flashmla_sparse,
         ``server_args._set_default_nsa_backends``). Rows per query: top-k on FlashMLA's sparse path, which
@@ -957,11 +962,12 @@ class CostModel:
             rows = sum(n * float(LAYER_KINDS[k].attended_rows(pos, m.top_k, m.sliding_window))
                        for k, n in m.kind_counts.items())
             att_flops = 2.0 * tokens * heads * rows * 2 * m.head_dim
-            return att_flops / (self.terms.bf16_flops * self.p.prefill_attention_efficiency)
+            return att_flops / FLASHMLA_SPARSE_PREFILL.flop_rate(self.g, tokens, prior_ctx + tokens, heads)
         dense = sparse_prefill_runs_dense(prior_ctx + tokens, hisparse)
         k = min(m.top_k, prior_ctx + tokens / 2) if dense else m.top_k
-        att_flops = 2.0 * tokens * heads * k * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
-        return m.layers * att_flops / (self.terms.bf16_flops * self.p.prefill_attention_efficiency)
+        # a query's share of the measured top-k: its rows of 2 x kv_lora_rank + rope dims over FlashMLA's 576 + 512
+        share = (k / FLASHMLA_SPARSE_PREFILL.topk) * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / (576 + 512)
+        return m.layers * FLASHMLA_SPARSE_PREFILL.time(self.g, tokens, prior_ctx + tokens, heads) * share
 
     def kv_copy_time(self, tokens: int) -> float:
         """Copying ``tokens`` tokens' KV (every layer HiSparse serves: DeepSeek-V4's C4 rows) between HBM

@@ -105,6 +105,9 @@ def build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
             raise HisparseError(f"{where}: unsourced must be a list of term names")
         data["unsourced"] = tuple(data["unsourced"])
     unknown = sorted(set(data) - set(known))
+    retired = [k for k in unknown if k in cls.retired]
+    if retired:
+        raise HisparseError(f"{where}: {retired[0]} is no longer read: {cls.retired[retired[0]]}")
     if unknown:
         raise HisparseError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
     missing = [n for n, f in known.items() if n not in data and f.default is dataclasses.MISSING

@@ -124,6 +124,8 @@ class Spec:
     domain and the enums, then the subclass's cross-field rules (``_check``)."""
 
     kind: ClassVar[str] = "spec"
+    # keys earlier releases read, with what replaced them: a file that still sets one is told why
+    retired: ClassVar[Mapping[str, str]] = {}
 
     def __post_init__(self) -> None:
         where = getattr(self, "where", f"<{self.kind}>")
@@ -726,16 +728,19 @@ class WorkloadSpec(Spec):
 class CostParams(Spec):
     """The cost terms that are not kernels of the step (those are the measured step terms,
     ``costmodel/pricing.py``): the swap-in's fitted launch and per-request bookkeeping, how much of the
-    swap-in and the backup overlap compute, the prefill attention rate. Each carries its source in
+    swap-in and the backup overlap compute. Each carries its source in
     the preset file; terms without one are named in ``unsourced`` and the plan output lists them."""
 
     kind: ClassVar[str] = "calibration"
+    retired: ClassVar[Mapping[str, str]] = {
+        "prefill_attention_efficiency": "a prompt chunk's attention is now FlashMLA's sparse prefill as measured on "
+                                        "the H200 (simulator/costmodel/prompt_chunk.py); delete the key",
+    }
     calibrated: bool
     source: str
     swap_in_launch_us: float = num(ge=0)
     swap_in_overlap: float = num(ge=0, le=1)
     backup_overlap: float = num(ge=0, le=1)
-    prefill_attention_efficiency: float = num(gt=0, le=1, default=1.0)
     swap_in_per_request_us: float = num(ge=0, default=0.0)  # swap-in bookkeeping per request per launch
     swap_in_launch_fp8_us: float = num(ge=0, default=0.0)  # 0: swap_in_launch_us
     swap_in_per_request_fp8_us: float = num(ge=0, default=0.0)  # 0: swap_in_per_request_us
