@@ -71,3 +71,45 @@ def available_memory() -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+# Memory per context token of the trace commands that walk a whole context (measured peak RSS over a
+# 50M-token .npy context, 2026-12-07: ``trace convert`` 16.9 B, the encoder's per-position state;
+# ``trace compare`` 18.9 B, its per-position recency arrays; ``trace fit`` reads the trace as compare does
+# before its draws, which ``trace.generator.check_shape`` checks on their own), rounded up.
+TRACE_BYTES_PER_TOKEN = {"convert": 20, "compare": 20, "fit": 20}
+
+
+def check_context_memory(command: str, path, max_ctx: int | None, *,
+                         hint: str = "check the trace's positions and --ctx0") -> None:
+    """Refuse, before any work, a trace command whose context needs more memory than is available (a
+    position near 2**31 in a .npy array, or a large ``--ctx0``, makes a 2**31-token context)."""
+    available = available_memory()
+    if max_ctx is None or available is None:
+        return
+    need = TRACE_BYTES_PER_TOKEN[command] * max_ctx
+    if need > available:
+        raise HisparseError(f"{path}: trace {command} over contexts up to {max_ctx:,} tokens needs about "
+                            f"{need / 2**30:.1f} GiB; {available / 2**30:.1f} GiB are available ({hint})")
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+JOBS_PER_CPU = 4  # worker processes beyond this many per CPU only queue (and 100,000 forked the machine to a halt)
+
+
+def check_jobs(jobs: int, label: str) -> None:
+    """Refuse more worker processes than ``JOBS_PER_CPU`` x the usable CPUs; ``label`` names what set them
+    (``--jobs 100000``)."""
+    cpus = usable_cpus()
+    if jobs > JOBS_PER_CPU * cpus:
+        raise HisparseError(f"{label}: more worker processes than {JOBS_PER_CPU} x this machine's {cpus} "
+                            f"CPU(s) ({JOBS_PER_CPU * cpus}); each is a forked process, the rest would only queue")

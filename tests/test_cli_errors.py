@@ -234,6 +234,30 @@ def test_a_replay_larger_than_memory_is_refused_before_it_starts(tmp_path, monke
     assert run_cli(["replay", str(path), "--buffer", "3", "--quiet"], capsys)[0] == 0
 
 
+def test_trace_commands_over_a_context_larger_than_memory_are_refused_before_they_start(tmp_path, monkeypatch, capsys):
+    """trace convert, compare and fit walk a whole context (about 17-19 B a token measured at 50M tokens): a
+    position near 2**31, or a large --ctx0, is refused against the memory available before any work (it grew
+    to 23.5 GB and hung), naming the file, the context and what is needed; no output is left."""
+    from simulator import limits
+
+    monkeypatch.setattr(limits, "available_memory", lambda: 10 * 2**20)  # 10 MiB
+    path = tmp_path / "far.npy"
+    np.save(path, np.array([[999_999, 1], [0, 2]], dtype=np.int64))  # ctx 1,000,001 at the last step: 20 MB
+    out = tmp_path / "out.hst"
+    for command in (["convert", str(path), "--out", str(out)], ["compare", str(path)],
+                    ["fit", str(path), "--out", str(tmp_path / "knobs.toml")]):
+        code, _, err = run_cli(["trace", *command], capsys)
+        assert_clean_error(code, err, str(path), f"trace {command[0]} over contexts up to 1,000,001 tokens",
+                           "GiB are available")
+    assert not out.exists() and not (tmp_path / "knobs.toml").exists()
+    small = tmp_path / "near.npy"
+    np.save(small, np.array([[0, 1], [2, 3]], dtype=np.int64))
+    code, _, err = run_cli(["trace", "convert", str(small), "--ctx0", "2000000", "--out", str(out)], capsys)
+    assert_clean_error(code, err, "contexts up to 2,000,001 tokens", "--ctx0")
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**30)
+    assert run_cli(["trace", "convert", str(path), "--out", str(out)], capsys)[0] == 0 and out.exists()
+
+
 def test_version_2_index_knows_the_largest_context(trace, tmp_path):
     from simulator.trace import open_trace
     from tests.hst_v1 import to_version_1

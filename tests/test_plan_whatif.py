@@ -59,6 +59,11 @@ def test_set_applies_after_the_calibration_and_to_every_kind():
     ("hisparse.device_buffer_size=1000", "device_buffer_size 1000 < top_k 2048"),
     ("deployment.attention=xx", "attention = 'xx': must be one of dp, tp"),
     ("workload.ignore_eos=2", "takes true or false"),
+    # a whole number past 2**53 overflowed the weights' float arithmetic (OverflowError, a traceback)
+    ("model.experts=1e300", "experts = 1e+300: must be at most 2**53 (9,007,199,254,740,992)"),
+    ("deployment.gpus=1e300", "gpus = 1e+300: must be at most 2**53"),
+    ("hisparse.device_buffer_size=99999999999999999", "device_buffer_size = 1.000e+17: must be at most 2**53"),
+    ("model.attention_heads=" + "9" * 400, "attention_heads = an integer of 400 digits: must be at most 2**53"),
 ])
 def test_bad_set_is_one_line_exit_2(capsys, text, message):
     assert main(["plan", "--concurrency", "1", "--quiet", "--set", text]) == 2

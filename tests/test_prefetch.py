@@ -80,6 +80,23 @@ def test_hisparse_jobs_must_be_a_number(monkeypatch, capsys, value):
     assert f"HISPARSE_JOBS={value!r}" in err and "1 or more" in err and "Traceback" not in err
 
 
+def test_worker_processes_beyond_four_per_cpu_are_refused(monkeypatch, capsys):
+    """--jobs 100000 forked until the machine stalled (load 547): the search's --jobs and HISPARSE_JOBS are
+    refused past 4 x the usable CPUs, naming the option and the machine's count; at the cap they run."""
+    from simulator import limits
+
+    monkeypatch.setattr(limits, "usable_cpus", lambda: 2)
+    args = ["plan", "--quiet", "--search", "--search-buffer", "4096", "--search-host-ratio", "8",
+            "--search-policy", "lru", "--search-top", "1"]
+    assert main([*args, "--jobs", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "--jobs 9: more worker processes than 4 x this machine's 2 CPU(s) (8)" in err and err.count("\n") == 1
+    monkeypatch.setenv("HISPARSE_JOBS", "9")
+    assert main(["plan", "--concurrency", "1", "--quiet"]) == 2
+    assert "HISPARSE_JOBS=9: more worker processes" in capsys.readouterr().err
+    limits.check_jobs(8, "--jobs 8")  # at the cap: no error
+
+
 @pytest.mark.parametrize("where", ["file", "/dev/null"])
 def test_hisparse_cache_that_is_a_file_is_named(tmp_path, monkeypatch, capsys, where):
     """HISPARSE_CACHE=/dev/null failed at the first cache write, naming a cache file, not the variable."""

@@ -107,7 +107,14 @@ def test_an_estimate_is_reported_but_kept_out_of_the_median():
     ('name = "x"\nsource = "s"\n', r"no \[\[point\]\] tables"),
     ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\n', r"point 1: missing key\(s\)"),
     ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "b"\nmetric = "steady_tok_s"\nconcurrency = 1\n'
-     'input_tokens = 1\noutput_tokens = 1\nmeasured = 1\n', "system must be"),
+     'input_tokens = 1\noutput_tokens = 1\nmeasured = 1\n', "system = 'b' must be one of baseline, hisparse"),
+    ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "baseline"\nmetric = "tok_s"\nconcurrency = 1\n'
+     'input_tokens = 1\noutput_tokens = 1\nmeasured = 1\n', "metric = 'tok_s' must be one of makespan_tok_s, steady_tok_s"),
+    # inf ran (a -100% error) or failed in the plot; [] predicted NaN at concurrency 0 (exit 0)
+    ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "baseline"\nmetric = "steady_tok_s"\n'
+     'concurrency = 1\ninput_tokens = 1\noutput_tokens = 1\nmeasured = inf\n', "measured = inf must be a positive finite"),
+    ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "baseline"\nmetric = "steady_tok_s"\n'
+     'concurrency = []\ninput_tokens = 1\noutput_tokens = 1\nmeasured = 1\n', r"concurrency = \[\]: give one load point"),
     ('name = "x"\nsource = "s"\n[[point]]\nlabel = "a"\nsystem = "baseline"\nmetric = "steady_tok_s"\n'
      'concurrency = 0\ninput_tokens = 1\noutput_tokens = 1\nmeasured = 1\n', r"concurrency\[0\] = 0 must be"),
     ('name = "x"\nsource = "s"\nbogus = 1\n', r"unknown key\(s\) bogus"),

@@ -218,3 +218,26 @@ def test_plan_grid_preset_names_come_from_the_presets(tmp_path, capsys):
     grid = _grid(tmp_path, 'kind = "plan"\n[grid]\nworkload = ["nope"]\n')
     assert main(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"]) == 2
     assert ", ".join(preset_names("workloads")) in capsys.readouterr().err
+
+
+def test_resume_with_another_grid_is_refused_and_an_extended_grid_continues(tmp_path, capsys):
+    """--resume with a different grid rewrote results.parquet from that grid's points: the earlier grid's rows
+    vanished (exit 0). Now a folder holding points this grid lacks is refused (exit 2, nothing rewritten); a grid
+    that keeps every finished point and adds more resumes and runs only the new ones."""
+    out = tmp_path / "o"
+    small = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n[grid]\npolicy = ["lru"]\n'
+                            "buffer = [2048, 4096]\n", name="small.toml")
+    assert main(["sweep", small, "--no-ray", "--out", str(out), "--quiet"]) == 0
+    before = (out / "results.parquet").read_bytes()
+    other = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n[grid]\npolicy = ["fifo"]\n'
+                            "buffer = [2048]\n", name="other.toml")
+    capsys.readouterr()
+    assert main(["sweep", other, "--no-ray", "--out", str(out), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "holds 2 finished point(s) that this grid does not have" in err and "another --out" in err
+    assert (out / "results.parquet").read_bytes() == before
+    wider = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n[grid]\npolicy = ["lru", "fifo"]\n'
+                            "buffer = [2048, 4096]\n", name="wider.toml")
+    assert main(["sweep", wider, "--no-ray", "--out", str(out), "--resume", "--quiet"]) == 0
+    table = pd.read_parquet(out / "results.parquet")
+    assert len(table) == 4 and set(table.policy) == {"lru", "fifo"}

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+from .. import limits
 from .common import json_safe, print_json
 
 SEARCH_FILES = ("search.csv", "frontier.csv", "search.json", "frontier.png", "launch.sh", "hisparse-config.json")
@@ -83,6 +84,7 @@ def run_search_cmd(args: argparse.Namespace, sc) -> int:
                          policies=_policies(args.search_policy), top=args.search_top,
                          slo_tpot_ms=args.slo_tpot_ms, slo_ttft_s=args.slo_ttft_s, seed=args.seed)
     jobs = args.jobs or (2 if (os.cpu_count() or 1) > 1 else 1)
+    limits.check_jobs(jobs, f"--jobs {jobs}")
     generators = list(S.DEPLOYMENT_GENERATORS)
     nodes = getattr(args, "nodes", None) or []
     if nodes:  # node counts join the search (cluster.deployment_for_nodes)

@@ -8,6 +8,7 @@ import os
 import sys
 import warnings
 
+from ..limits import check_context_memory
 from .common import (
     Output,
     add_trace_input,
@@ -210,7 +211,9 @@ def run_compare(args: argparse.Namespace) -> int:
     from ..analysis.targets import load_targets, shipped_targets
 
     targets = [load_targets(t) for t in (args.targets or shipped_targets())]
-    result = compare_trace(open_input(args, need_accesses=True), targets, warmup=args.warmup, curve=bool(args.json or args.plot))
+    trace = open_input(args, need_accesses=True)
+    check_context_memory("compare", args.trace, getattr(trace, "max_ctx", None))
+    result = compare_trace(trace, targets, warmup=args.warmup, curve=bool(args.json or args.plot))
     if args.plot:
         plot_compare(result, targets, args.plot)
     if args.json:
@@ -277,6 +280,7 @@ def run_convert(args: argparse.Namespace) -> int:
     from ..trace import TraceWriter
 
     trace = open_input(args)
+    check_context_memory("convert", args.trace, getattr(trace, "max_ctx", None))
     with TraceWriter(args.out, k=trace.meta.k, source=trace.meta.source, extra=trace.meta.extra,
                      keep_order=args.keep_order, compression=args.compression) as writer:
         for s in trace:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..limits import check_context_memory
 from .common import Output, comma_list, declare_io, positive_int, seed_int
 
 # trace fit's options by mode (a fit to a trace, or to a targets file), with their defaults.
@@ -130,6 +131,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from ..trace.generator import knobs_to_toml
 
     trace = open_trace(args.trace, recover=args.recover)
+    check_context_memory("fit", args.trace, getattr(trace, "max_ctx", None), hint="check the trace's positions")
     fit = fit_knobs(trace, seed=args.seed, layers=args.layers, requests=args.requests,
                     rounds=args.rounds, iters=args.iters)
     text = knobs_to_toml(fit.knobs, comment=fit.comment)

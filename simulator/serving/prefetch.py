@@ -93,11 +93,13 @@ def jobs_from_env() -> int:
 
             raise HisparseError(f"HISPARSE_JOBS={raw!r}: must be a whole number of worker processes, 1 or more "
                                 "(1 turns the workers off)")
+        from ..limits import check_jobs
+
+        check_jobs(jobs, f"HISPARSE_JOBS={raw}")
         return jobs
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    from ..limits import usable_cpus
+
+    return usable_cpus()
 
 
 def _cost(call: tuple[tuple, dict]) -> float:

@@ -175,12 +175,16 @@ def _point(raw: Any, where: str) -> PublishedPoint:
     missing = sorted({"label", "system", "metric", "concurrency", "input_tokens", "output_tokens", "measured"} - set(raw))
     if missing:
         raise HisparseError(f"{where}: missing key(s) {', '.join(missing)}")
-    try:
-        system, metric = System(raw["system"]), Metric(raw["metric"])
-    except ValueError:
-        raise HisparseError(f"{where}: system must be {', '.join(System)}; metric {', '.join(Metric)}") from None
+    for key, enum in (("system", System), ("metric", Metric)):
+        try:
+            enum(raw[key])
+        except ValueError:
+            raise HisparseError(f"{where}: {key} = {raw[key]!r} must be one of {', '.join(enum)}") from None
+    system, metric = System(raw["system"]), Metric(raw["metric"])
     conc = raw["concurrency"]
     conc = tuple(conc) if isinstance(conc, list) else (conc,)
+    if not conc:
+        raise HisparseError(f"{where}: concurrency = []: give one load point, or several for a throughput")
     if metric.is_latency and len(conc) != 1:
         raise HisparseError(f"{where}: metric {metric.value} is read at one load point: concurrency must be one "
                             f"value, not {list(conc)}")
@@ -190,8 +194,8 @@ def _point(raw: Any, where: str) -> PublishedPoint:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise HisparseError(f"{where}: {key} = {v!r} must be a positive integer")
     measured = raw["measured"]
-    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not measured > 0:
-        raise HisparseError(f"{where}: measured = {measured!r} must be a positive number")
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not 0 < measured < math.inf:
+        raise HisparseError(f"{where}: measured = {measured!r} must be a positive finite number")
     kind = raw.get("kind", "measurement")
     if kind not in POINT_KINDS:
         raise HisparseError(f"{where}: kind = {kind!r} must be one of {', '.join(POINT_KINDS)}")

@@ -294,7 +294,7 @@ def _parallel(fn: Callable, tasks: Sequence, jobs: int) -> list:
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as ex:
         return list(ex.map(fn, tasks))
 
 

@@ -138,7 +138,7 @@ class Spec:
             try:
                 value = _coerce(value, typ)
             except (TypeError, ValueError) as exc:
-                raise HisparseError(f"{where}: {f.name} = {value!r}: {exc}") from None
+                raise HisparseError(f"{where}: {f.name} = {_shown(value)}: {exc}") from None
             object.__setattr__(self, f.name, value)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 m = f.metadata
@@ -177,6 +177,16 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+MAX_WHOLE = 2**53  # the largest whole number a float holds exactly: every count the model multiplies
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message quotes it: a 400-digit integer as 1e+400, not 400 digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
+        return f"{value:.3e}" if abs(value) < 10**300 else f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)
+
+
 def _coerce(value: Any, typ: Any) -> Any:
     if isinstance(typ, type) and issubclass(typ, StrEnum):
         try:
@@ -192,6 +202,9 @@ def _coerce(value: Any, typ: Any) -> Any:
             raise ValueError("not a whole number")
         if isinstance(value, float) and not value.is_integer():
             raise ValueError("not a whole number")
+        if abs(value) > MAX_WHOLE:
+            raise ValueError(f"must be at most 2**53 ({MAX_WHOLE:,}): past it the model's float arithmetic "
+                             "is no longer exact (and 1e300 overflowed it)")
         return int(value)
     if typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -153,6 +153,8 @@ def run_sweep(grid: Grid, out: str | Path, *, address: str | None = None, worker
     out = Path(out)
     if (out / "parts").exists() and any((out / "parts").iterdir()) and not resume:
         raise HisparseError(f"{out} already holds sweep results: pass --resume to continue, or another --out")
+    if resume:
+        _check_same_grid(out, grid)
     done = finished(out, grid) if resume else set()
     todo = [p for p in grid.points if point_id(p) not in done]
     if max_points is not None:
@@ -169,6 +171,21 @@ def run_sweep(grid: Grid, out: str | Path, *, address: str | None = None, worker
     if bar is not None:
         bar.close()
     return collect(out, grid)
+
+
+def _check_same_grid(out: Path, grid: Grid) -> None:
+    """--resume continues a grid, or one extended with more points: a folder whose finished points are not all
+    in this grid (another grid, another kind) is refused, since its results table is rewritten from this
+    grid's points and would silently lose them."""
+    parts = out / "parts"
+    if not parts.is_dir():
+        return
+    ours = {point_id(p) for p in grid.points}
+    theirs = sorted(f.stem for f in parts.glob("*.parquet") if f.stem not in ours)
+    if theirs:
+        raise HisparseError(f"{out} holds {len(theirs)} finished point(s) that this grid does not have (e.g. "
+                            f"{_part_path(out, theirs[0])}): --resume continues the same grid or one extended with "
+                            "more points; give another --out for a different grid")
 
 
 def collect(out: Path, grid: Grid) -> pd.DataFrame:
