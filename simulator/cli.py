@@ -89,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad option (one line, status 2)
         return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+    empty = _empty_argument(argv)
+    if empty:
+        print(f"hisparse: error: {empty}", file=sys.stderr)
+        return 2
     try:
         with sigterm_as_interrupt(), _one_line_warnings():
             check_io(args)  # outputs writable and no input overwritten, before any work
@@ -113,6 +117,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnicodeDecodeError as exc:
         print(f"hisparse: error: an input is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
         return 2
+
+
+def _empty_argument(argv: Sequence[str]) -> str | None:
+    """An empty argument (``--model ''``, ``--gpu=``, a trace named ``''``) was read as the working folder, or as
+    not given (``--validate ''`` ran a plan): name it instead. No option takes an empty value."""
+    for i, token in enumerate(argv):
+        if token.startswith("--") and token.endswith("=") and "=" not in token[:-1]:
+            return f"{token[:-1]}: an empty value (give one, or leave the option out)"
+        if token == "":
+            before = argv[i - 1] if i else ""
+            if before.startswith("-") and "=" not in before:
+                return f"{before}: an empty value (give one, or leave the option out)"
+            return f"argument {i + 1} of the command line is empty (a file or name was expected)"
+    return None
 
 
 def _os_error_line(exc: OSError) -> str:

@@ -422,3 +422,16 @@ def test_resume_over_an_unreadable_part_runs_its_point_again(tmp_path, trace, ca
     assert code == 0 and "Traceback" not in err
     after = pd.read_parquet(out / "results.parquet")
     pd.testing.assert_frame_equal(after.drop(columns="seconds"), before.drop(columns="seconds"))  # timing differs
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "--model", ""], "--model: an empty value"),  # was ': not a file', naming no option
+    (["plan", "--gpu", ""], "--gpu: an empty value"),  # was read as not given
+    (["plan", "--validate", ""], "--validate: an empty value"),  # ran a plan instead of a validation
+    (["plan", "--calibration=", "--quiet"], "--calibration: an empty value"),
+    (["replay", ""], "argument 2 of the command line is empty"),  # was '.: is a folder'
+    (["trace", "info", ""], "argument 3 of the command line is empty"),
+])
+def test_an_empty_argument_is_named_not_read_as_a_folder_or_as_absent(argv, message, capsys):
+    code, _, err = run_cli(argv, capsys)
+    assert_clean_error(code, err, message)

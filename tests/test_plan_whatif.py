@@ -52,6 +52,7 @@ def test_set_applies_after_the_calibration_and_to_every_kind():
     ("gpu.nope=1", "--set gpu.nope=1: gpu.nope: unknown key (keys: name, hbm_bytes"),
     ("foo.x=1", "unknown kind 'foo'"),
     ("gpu.link_bw", "expected KIND.KEY=VALUE"),
+    ("hisparse.policy=", "--set hisparse.policy=: an empty value (give hisparse.policy=VALUE"),
     ("gpu.link_bw=fast", "gpu.link_bw takes a number, got 'fast'"),
     ("hisparse.device_buffer_size=4096.5", "takes a whole number"),
     ("gpu.interconnect=1", "a table: edit the file"),
@@ -123,6 +124,23 @@ def test_presets_new_gpu_file_plans_like_its_source(tmp_path, capsys):
     assert load_scenario(gpu=str(out)).gpu == load_scenario().gpu
     assert main(["presets", "new", "gpu", "--from", "h200"]) == 2
     assert "give --out" in capsys.readouterr().err
+    assert f"use it as --gpu {out} " in _new(tmp_path, "gpus", "h200", capsys)
+
+
+def _new(tmp_path, kind: str, name: str, capsys) -> str:
+    out = tmp_path / f"new-{name}.toml"
+    assert main(["presets", "new", kind, "--from", name, "--out", str(out)]) == 0
+    return capsys.readouterr().out.replace(f"new-{name}.toml", "my.toml")
+
+
+def test_presets_new_cluster_says_the_set_argument_that_uses_it(tmp_path, capsys):
+    """A cluster is a deployment key: the hint was '--set deployment.cluster= c.toml', which the shell splits
+    into two arguments (unrecognized arguments: c.toml); the argument has no space, and it plans."""
+    text = _new(tmp_path, "clusters", "2x8xh200-roce", capsys)
+    path = tmp_path / "new-2x8xh200-roce.toml"
+    assert f"use it as --set deployment.cluster={tmp_path / 'my.toml'} " in text
+    assert main(["plan", "--quiet", "--no-search", "--concurrency", "1", "--nodes", "2",
+                 "--set", f"deployment.cluster={path}"]) == 0
     assert main(["presets", "new", "gpu", "--from", "h200", "--out", str(tmp_path / "x.txt")]) == 2
     assert "use a .toml file name" in capsys.readouterr().err
     assert main(["presets", "--schema", "nope"]) == 2

@@ -217,3 +217,15 @@ def test_plan_json_is_strict_and_the_miss_line_says_which_steps(tmp_path, capsys
     line = next(s for s in capsys.readouterr().out.splitlines() if s.startswith("trace:"))
     assert (f"{knob['miss_ratio']:.1%} over all {prof.steps} steps incl. the cold start; "
             f"{knob['steady_miss_ratio']:.1%} from step 16") in line
+
+
+def test_a_missing_preset_of_a_sets_scenario_names_the_set_and_key(tmp_path, capsys):
+    """It printed '/nonexistent/x.toml: no such file', naming neither the set file nor its [scenario] key."""
+    from simulator.serving import presets as P
+
+    src = P.resolve("published", "cookbook-glm52-h200-balanced").read_text()
+    path = tmp_path / "v.toml"
+    path.write_text(src.replace('model = "glm-5.2-fp8"', 'model = "/nonexistent/x.toml"'))
+    assert main(["plan", "--validate", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: [scenario] model = '/nonexistent/x.toml': /nonexistent/x.toml: no such file" in err

@@ -156,6 +156,7 @@ device_buffer_size = [4096, 8192]
 @pytest.mark.parametrize("text, message", [
     ('kind = "replay"\n[grid]\npolicy = ["lru"]\n', "missing option 'trace'"),
     ('kind = "replays"\n', 'kind must be "replay" or "plan"'),
+    ('[grid]\nbuffer = [4096]\n', r'missing kind \(a top-level line kind = "replay"'),
     ('kind = "replay"\n[fixed]\ntrace = "t"\nbufer = 3\n', "bufer: not a replay option"),
     ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = ["big"]\n', "buffer = 'big': expected int"),
     ('kind = "replay"\n[fixed]\ntrace = "t"\n[grid]\nbuffer = []\n', "buffer: empty list"),

@@ -179,6 +179,12 @@ def test_bad_targets_files_name_the_file_and_target(tmp_path, capsys):
     assert main(["trace", "fit", "--targets", str(tmp_path / "none.toml"), "--out", str(tmp_path / "o.toml")]) == 2
     assert "not found" in capsys.readouterr().err
     assert not (tmp_path / "o.toml").exists()
+    # a misspelt [shap] failed later naming target 1's layers; a stray top-level key was ignored
+    for text, stray in (('[shap]\nlayers = 2\n', "shap"), ('zzz = 1\n[shape]\nlayers = 2\n', "zzz")):
+        bad.write_text(text + '[[target]]\nname = "x"\nstatistic = "step_overlap"\nvalue = 0.5\ntolerance = 0.1\n')
+        assert main(["trace", "compare", str(trace), "--targets", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"bad.toml: unknown key(s) or table(s) {stray} (a targets file holds [shape], [[target]], [fit])" in err
 
 
 def test_compare_refuses_what_it_cannot_measure(tmp_path, capsys):

@@ -152,6 +152,18 @@ def test_knobs_toml_round_trip_and_errors(tmp_path):
         load_knobs(str(path))
     with pytest.raises(Exception, match="unknown preset 'nope'"):
         load_knobs("nope")
+    # beside [knobs] nothing else is read: a misspelt table or a stray key was ignored (defaults generated)
+    path.write_text("[knobz]\nretention = 0.5\n[knobs.profile]\nretention = [[0.0, 0.5], [1.0, 0.6]]\n")
+    with pytest.raises(Exception, match=r"k.toml: unknown key\(s\) or table\(s\) knobz beside \[knobs\]"):
+        load_knobs(str(path))
+    path.write_text("bogus = 1\n[knobs]\nretention = 0.5\n")
+    with pytest.raises(Exception, match="bogus beside"):
+        load_knobs(str(path))
+    # a flat knob's error is its own, not the profile's (was "profile retention: knob sinks = -1 ...")
+    path.write_text("[knobs]\nsinks = -1\n[knobs.profile]\nretention = [[0.0, 0.5], [1.0, 0.6]]\n")
+    with pytest.raises(Exception, match=r"k.toml: knob sinks = -1 must be >= 0") as err:
+        load_knobs(str(path))
+    assert "profile" not in str(err.value)
 
 
 def _info_of(streams, k, tmp=None):

@@ -114,6 +114,14 @@ def test_truncated_file(tmp_path, capsys):
         code, err = _run(["trace", "info", str(path)], capsys)
         assert code == 2 and str(path) in err, err
         assert "truncated" in err or "bad magic" in err, err
+    # cut inside the header: the magic is right, so the file is truncated, not another format (was "bad magic")
+    for cut in (8, 5, 12):
+        path.write_bytes(data[:cut])
+        code, err = _run(["trace", "info", str(path)], capsys)
+        assert code == 2 and f"truncated: {cut} bytes, shorter than the 16-byte header" in err, err
+    path.write_bytes(b"")
+    code, err = _run(["trace", "info", str(path)], capsys)
+    assert code == 2 and "an empty file (0 bytes), not a trace" in err, err
 
 
 def test_corrupt_payload_names_stream(tmp_path, capsys):

@@ -116,6 +116,10 @@ def load_targets(spec: str) -> Targets:
 
     data = read_toml(path, what="targets file")
     raw_shape = _table(path, data, "shape")
+    stray = sorted(set(data) - set(TOP_KEYS))
+    if stray:  # a misspelt [shap] left the shape at its defaults and failed later, naming a target
+        raise HisparseError(f"{path}: unknown key(s) or table(s) {', '.join(stray)} (a targets file holds "
+                            f"{', '.join(f'[{k}]' if k != 'target' else '[[target]]' for k in TOP_KEYS)})")
     unknown = sorted(set(raw_shape) - set(SHAPE_KEYS))
     if unknown:
         raise HisparseError(f"{path}: [shape]: unknown key(s) {', '.join(unknown)} (known: {', '.join(SHAPE_KEYS)})")
@@ -132,6 +136,9 @@ def load_targets(spec: str) -> Targets:
         raise HisparseError(f"{path}: target {names.index(twice) + 1} and {names.index(twice, names.index(twice) + 1) + 1} "
                             f"are both named {twice!r} (each name once)")
     return Targets(path, shape, targets, _table(path, data, "fit"))
+
+
+TOP_KEYS = ("shape", "target", "fit")  # what a targets file holds at its top level
 
 
 def _table(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:

@@ -44,8 +44,8 @@ def run_presets_cmd(args: argparse.Namespace) -> int:
                                 "--out my-gpu.toml)")
         kind = S.kind_of(args.kind)
         S.write_new_preset(kind, args.source, args.out)
-        print(f"wrote {args.out}: a complete {kind} preset from {args.source}; use it as --{S.option_for(kind)} "
-              f"{args.out} (hisparse presets --schema {kind} explains each key)")
+        print(f"wrote {args.out}: a complete {kind} preset from {args.source}; use it as "
+              f"{S.use_file(kind, args.out)} (hisparse presets --schema {kind} explains each key)")
         return 0
     if args.kind:
         raise HisparseError(f"presets: {args.kind!r} given without new (hisparse presets new KIND --from NAME --out FILE)")

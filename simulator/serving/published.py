@@ -212,7 +212,14 @@ def validate(ps: PublishedSet, on_point: Callable[[], None] | None = None, seed:
         from .speculative import from_table
 
         inputs["speculative"] = from_table(inputs["speculative"], f"{ps.where}: [scenario.speculative]")
-    sc0 = load_scenario(**inputs)
+    try:
+        sc0 = load_scenario(**inputs)
+    except HisparseError as exc:  # a preset the set's [scenario] names: say which set and key led there
+        named = [f"{k} = {v!r}" for k, v in ps.scenario.items()
+                 if isinstance(v, str) and v in str(exc) and k not in (overrides or {})]
+        if not named:
+            raise
+        raise HisparseError(f"{ps.where}: [scenario] {', '.join(named)}: {exc}") from None
     _check_budget(ps, sc0)
     initial = "prefix" if sc0.deployment.mode == Mode.COLOCATED else "empty"
     profiles = None

@@ -129,6 +129,9 @@ def parse_override(text: str) -> Override:
     head, eq, raw = str(text).partition("=")
     kind, dot, key = head.strip().partition(".")
     raw = raw.strip()
+    if eq and dot and key and not raw:
+        raise HisparseError(f"--set {text}: an empty value (give {kind}.{key}=VALUE; "
+                            f"hisparse presets --schema {kind} lists each key's type)")
     if not eq or not dot or not key or not raw:
         raise HisparseError(f"--set {text}: expected KIND.KEY=VALUE, e.g. gpu.link_bw=27.5e9 "
                             f"(kinds: {', '.join(OVERRIDE_KINDS)})")

@@ -44,6 +44,13 @@ def option_for(kind: str) -> str:
             "clusters": "set deployment.cluster="}[kind_of(kind)]
 
 
+def use_file(kind: str, path: str) -> str:
+    """The ``hisparse plan`` argument that uses ``path`` as a preset of this kind (``--gpu my.toml``;
+    a cluster is a deployment key, with no space: ``--set deployment.cluster=my.toml``)."""
+    opt = option_for(kind)
+    return f"--{opt}{path}" if opt.endswith("=") else f"--{opt} {path}"
+
+
 @dataclass(frozen=True)
 class Key:
     name: str
@@ -160,7 +167,7 @@ def markdown_reference() -> str:
            "`hisparse presets new KIND --from NAME --out FILE.toml`: a complete, commented copy.", ""]
     for kind in P.KINDS:
         out += [f"## {kind}", "", schema_doc(kind), "",
-                f"Shipped files: `simulator/presets/{kind}/`; `hisparse plan --{option_for(kind)} NAME|FILE`.", "",
+                f"Shipped files: `simulator/presets/{kind}/`; `hisparse plan {use_file(kind, 'NAME|FILE')}`.", "",
                 "| key | type | unit / domain | required / default | meaning |", "|---|---|---|---|---|"]
         for k in schema(kind):
             need = "required" if k.required else (_toml_value(k.default) if k.default is not None else "-")

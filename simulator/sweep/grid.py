@@ -53,6 +53,9 @@ def load_grid(path: str | Path) -> Grid:
     path = Path(path)
     data = read_toml(path, what="grid file")
     kind = data.get("kind")
+    if kind is None:
+        raise HisparseError(f"{path}: missing kind (a top-level line kind = \"replay\" or kind = \"plan\", "
+                            "before the [fixed] and [grid] tables)")
     if not isinstance(kind, str) or kind not in OPTIONS:
         raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")
     extra = sorted(set(data) - {"kind", "fixed", "grid"})

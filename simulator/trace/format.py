@@ -470,6 +470,11 @@ class TraceReader:
 
     def _read_header(self) -> tuple[TraceMeta, int]:
         head = self._fh.read(_HEAD.size)
+        if not head:
+            raise self._fail("an empty file (0 bytes), not a trace; traces are .hst files or .npy arrays")
+        if head[:8] == MAGIC[:len(head[:8])] and len(head) < _HEAD.size:  # the magic, cut short after it
+            raise self._fail(f"truncated: {len(head)} bytes, shorter than the {_HEAD.size}-byte header that "
+                             "follows a trace's magic (an interrupted copy or write?)")
         if len(head) < _HEAD.size or head[:8] != MAGIC:
             raise self._fail("not a hisparse trace file (bad magic); traces are .hst files or .npy arrays")
         _, version, meta_len = _HEAD.unpack(head)

@@ -90,6 +90,7 @@ class GeneratorKnobs:
         too: the ranges are intervals, so values between breakpoints are in range as well)."""
         self._check_profile()
         base = replace(self, profile=())
+        base._check_own()  # the flat knobs first: a profile's check would otherwise take their error as its own
         for name, points in self.profile:
             cast = type(getattr(self, name))
             for _, value in points:
@@ -97,7 +98,6 @@ class GeneratorKnobs:
                     replace(base, **{name: cast(round(value)) if cast is int else value})._check_own()
                 except HisparseError as exc:
                     raise HisparseError(f"profile {name}: {exc}") from None
-        base._check_own()
 
     def _check_profile(self) -> None:
         known = {f.name for f in fields(GeneratorKnobs)} - {"profile", "sink_probs", "pop_recent", "share_freq",
@@ -191,6 +191,11 @@ def load_knobs(spec: str) -> GeneratorKnobs:
     from ..inputs import read_toml
 
     data = read_toml(path, what="knobs file")
+    if "knobs" in data:  # a [knobs] table: nothing else belongs beside it ([knobz], a stray key were ignored)
+        other = sorted(set(data) - {"knobs"})
+        if other:
+            raise HisparseError(f"{path}: unknown key(s) or table(s) {', '.join(other)} beside [knobs] "
+                                "(a knobs file is one [knobs] table, with [knobs.profile] inside it)")
     return knobs_from_dict(data.get("knobs", data), path)
 
 
