@@ -97,6 +97,22 @@ def test_worker_processes_beyond_four_per_cpu_are_refused(monkeypatch, capsys):
     limits.check_jobs(8, "--jobs 8")  # at the cap: no error
 
 
+def test_hisparse_cache_that_cannot_be_made_is_named(monkeypatch, capsys):
+    """HISPARSE_CACHE=/proc/nope failed at the first write, naming a cache file under it, not the variable."""
+    monkeypatch.setenv("HISPARSE_CACHE", "/proc/nope")
+    assert main(["plan", "--concurrency", "1", "--quiet", "--no-search"]) == 2
+    err = capsys.readouterr().err
+    assert "HISPARSE_CACHE=/proc/nope: cannot make the folder" in err and err.count("\n") == 1
+
+
+def test_a_bad_limit_variable_is_the_environments_error_not_a_corrupt_trace(monkeypatch, capsys):
+    """HISPARSE_MAX_NESTING=-5 read as '<trace>: corrupt environment variable ...'."""
+    monkeypatch.setenv("HISPARSE_MAX_NESTING", "-5")
+    assert main(["trace", "info", "traces/synthetic-high-locality.hst"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hisparse: error: environment variable HISPARSE_MAX_NESTING='-5'") and "corrupt" not in err
+
+
 @pytest.mark.parametrize("where", ["file", "/dev/null"])
 def test_hisparse_cache_that_is_a_file_is_named(tmp_path, monkeypatch, capsys, where):
     """HISPARSE_CACHE=/dev/null failed at the first cache write, naming a cache file, not the variable."""

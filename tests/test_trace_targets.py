@@ -285,6 +285,7 @@ def test_targets_given_as_a_folder_is_one_line(tmp_path, capsys):
     ("targets", ["--seed", "4", "--layers", "3"], "--seed, --layers"),
     ("targets", ["--recover"], "--recover"),
     ("targets", ["--rounds", "5"], "--rounds"),
+    ("targets", ["--ctx0", "64"], "--ctx0"),
 ])
 def test_trace_fit_refuses_the_other_modes_options(tmp_path, capsys, mode, extra, named):
     """These were accepted and silently ignored (a --targets fit took its seed from [shape] and
@@ -315,3 +316,19 @@ def test_trace_fit_never_writes_over_its_targets_file(tmp_path, capsys):
     assert main(["trace", "fit", "--targets", "dsv32", "--out", str(shipped)]) == 2
     assert "is an input of this command" in capsys.readouterr().err
     assert mine.read_bytes() == before and shipped.read_bytes() == shipped_before
+
+
+def test_trace_fit_takes_ctx0_for_an_npy_array_as_the_other_trace_commands_do(tmp_path, capsys):
+    """An array whose later steps select past step 0's largest index could be compared and replayed with
+    --ctx0 but not fitted: trace fit had no --ctx0."""
+    import numpy as np
+
+    rows = np.array([[0, 1, 2, 3], [0, 1, 2, 9], [1, 2, 3, 10], [2, 3, 4, 11]] * 8)
+    path = tmp_path / "a.npy"
+    np.save(path, rows)
+    out = tmp_path / "k.toml"
+    assert main(["trace", "fit", str(path), "--out", str(out), "--quiet"]) == 2
+    assert "index 9 out of range for ctx_len 5" in capsys.readouterr().err and not out.exists()
+    assert main(["trace", "fit", str(path), "--ctx0", "64", "--out", str(out), "--quiet", "--rounds", "1",
+                 "--iters", "1"]) == 0
+    assert "[knobs]" in out.read_text()

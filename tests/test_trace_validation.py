@@ -164,3 +164,19 @@ def test_error_has_no_traceback_from_the_console(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "request 0, layer 0, step 0: index 1 selected twice" in proc.stderr
+
+
+def test_an_npy_header_claiming_more_than_the_file_holds_is_named(tmp_path, capsys):
+    """A 64-byte payload under a header of shape (10**9, 10**9) made numpy allocate the claimed size first:
+    'out of memory in hisparse replay', naming no file and blaming the machine. The sizes are compared first."""
+    import io
+
+    from numpy.lib import format as npy
+
+    head = io.BytesIO()
+    npy.write_array_header_1_0(head, {"descr": "<i4", "fortran_order": False, "shape": (10**9, 10**9)})
+    path = tmp_path / "bomb.npy"
+    path.write_bytes(head.getvalue() + bytes(64))
+    code, err = _run(["replay", str(path), "--buffer", "4096", "--quiet"], capsys)
+    assert code == 2 and str(path) in err and "truncated or damaged: its header says shape (1000000000, 1000000000)" in err
+    assert "the file holds 64" in err and "out of memory" not in err

@@ -10,8 +10,8 @@ from .common import Output, comma_list, declare_io, positive_int, seed_int
 
 # trace fit's options by mode (a fit to a trace, or to a targets file), with their defaults.
 _FIT_DEFAULTS = {"iterations": 6, "seed": 0, "layers": 2, "requests": 2, "rounds": 2, "iters": 6,
-                 "recover": False, "compare": False}
-_FIT_TRACE_ONLY = ("seed", "layers", "requests", "rounds", "iters", "recover", "compare")
+                 "recover": False, "compare": False, "ctx0": None}
+_FIT_TRACE_ONLY = ("seed", "layers", "requests", "rounds", "iters", "recover", "compare", "ctx0")
 _FIT_TARGETS_ONLY = ("iterations",)
 
 
@@ -76,6 +76,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--iters", type=positive_int, default=_FIT_DEFAULTS["iters"], metavar="N",
                      help="bisection steps per knob and round (default 6)")
     fit.add_argument("--recover", action="store_true", help="read a trace whose writer never closed it")
+    fit.add_argument("--ctx0", type=positive_int, default=None, metavar="N",
+                     help=".npy only: ctx_len at step 0, growing by one per step (default: the largest index in "
+                          "step 0, plus one), as for the other trace commands")
     fit.add_argument("--compare", action="store_true",
                      help="also print real against fitted-synthetic figures (overlap, sink and local "
                           "shares, LRU and OPT miss ratios at buffers 1.5k, 2k and 4k; synthetic: "
@@ -130,8 +133,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from ..trace import open_trace
     from ..trace.generator import knobs_to_toml
 
-    trace = open_trace(args.trace, recover=args.recover)
-    check_context_memory("fit", args.trace, getattr(trace, "max_ctx", None), hint="check the trace's positions")
+    trace = open_trace(args.trace, ctx0=args.ctx0, recover=args.recover)
+    check_context_memory("fit", args.trace, getattr(trace, "max_ctx", None))
     fit = fit_knobs(trace, seed=args.seed, layers=args.layers, requests=args.requests,
                     rounds=args.rounds, iters=args.iters)
     text = knobs_to_toml(fit.knobs, comment=fit.comment)

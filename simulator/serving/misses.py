@@ -113,6 +113,14 @@ def cache_dir() -> Path:
     if raw and (path.exists() or path.is_symlink()) and not path.is_dir():
         raise HisparseError(f"HISPARSE_CACHE={raw}: is a file, not a folder (the cache of replayed misses and "
                             "generated traces); give a folder, or unset it for ~/.cache/hisparse-sim")
+    if raw and not path.is_dir():  # one that cannot be made failed at the first write, naming a cache file
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            from ..fileio import why_os
+
+            raise HisparseError(f"HISPARSE_CACHE={raw}: cannot make the folder ({why_os(exc)}); give a writable "
+                                "folder, or unset it for ~/.cache/hisparse-sim") from None
     return path
 
 

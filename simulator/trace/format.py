@@ -505,7 +505,9 @@ class TraceReader:
                 raise self._fail("corrupt header (checksum mismatch)")
             data_start += _U32.size
         from ..errors import HisparseError
+        from ..inputs import max_depth, max_input_bytes
 
+        max_depth(), max_input_bytes()  # a bad HISPARSE_MAX_* is the environment's error, not a corrupt trace
         try:
             meta = parse_json(raw, "metadata")
         except HisparseError as exc:  # "metadata: not valid JSON (...)", nested too deep, NaN

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,7 @@ class NpyTrace:
             check_input(self.path)  # a FIFO would block in open(), a device never end
         except InputError as exc:
             raise TraceError(exc.problem, path=path) from None
+        _check_npy_size(self.path)
         try:
             # read, not mapped: a mapped file truncated under the reader faults (SIGBUS)
             array = np.load(self.path, allow_pickle=False)
@@ -187,6 +189,27 @@ class NpyTrace:
         if tuple(key) != (0, 0):
             raise TraceError("a .npy trace holds one stream: request 0, layer 0", path=self.path)
         return self._stream
+
+
+def _check_npy_size(path) -> None:
+    """A .npy whose header claims more data than the file holds (shape (10**9, 10**9) over 64 bytes) made
+    numpy allocate the claimed size first: "out of memory", naming no file. Compare before reading."""
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as fh:
+            major, _ = npy.read_magic(fh)
+            read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
+            shape, _, dtype = read_header(fh, max_header_size=1 << 16)
+            start, size = fh.tell(), os.fstat(fh.fileno()).st_size
+    except (OSError, ValueError, EOFError, SyntaxError):
+        return  # np.load meets the same and says why
+    if dtype.hasobject:
+        return
+    need = math.prod(shape) * dtype.itemsize
+    if need > size - start:
+        raise TraceError(f"truncated or damaged: its header says shape {shape} of {dtype} ({need:,} bytes of data), "
+                         f"the file holds {max(size - start, 0):,}", path=path)
 
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
