@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fetched_build import UsageError, hopper_torch  # noqa: E402
+from benchmarks.fetched_build import UsageError, hopper_deep_gemm  # noqa: E402
 from cupy_kernels.timing import time_calls_torch, torch_graph  # noqa: E402
 
 BLOCK = 128  # DeepGEMM's SM90 FP8 scale granularity: per token x 128 K for A, 128 x 128 for B
@@ -166,11 +166,7 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, np.ndarray, int, int, in
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-        torch = hopper_torch("nothing here: deep_gemm, installed, is a torch extension")
-        try:
-            import deep_gemm as dg
-        except Exception as exc:  # ImportError, or the prebuilt module failing to load against this torch
-            raise UsageError(f"needs deep_gemm (SGLang pins sgl-deep-gemm 0.1.3): {type(exc).__name__}: {exc}") from None
+        torch, dg = hopper_deep_gemm()
     except UsageError as exc:
         print(f"deepgemm_masked_moe: {exc}", file=sys.stderr)
         return 2

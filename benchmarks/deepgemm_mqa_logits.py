@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fetched_build import UsageError, hopper_torch  # noqa: E402
+from benchmarks.fetched_build import UsageError, hopper_deep_gemm  # noqa: E402
 from cupy_kernels.timing import l2_cold_sets, time_calls_torch, torch_graph  # noqa: E402
 
 HEAD_DIM = 128
@@ -133,11 +133,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-        torch = hopper_torch("nothing here: deep_gemm, installed, is a torch extension")
-        try:
-            import deep_gemm as dg
-        except Exception as exc:  # ImportError, or the prebuilt module failing to load against this torch
-            raise UsageError(f"needs deep_gemm (SGLang pins sgl-deep-gemm 0.1.3): {type(exc).__name__}: {exc}") from None
+        torch, dg = hopper_deep_gemm()
     except UsageError as exc:
         print(f"deepgemm_mqa_logits: {exc}", file=sys.stderr)
         return 2

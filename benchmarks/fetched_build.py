@@ -44,6 +44,16 @@ def hopper_torch(builds: str) -> Any:
     return torch
 
 
+def hopper_deep_gemm() -> tuple[Any, Any]:
+    """(torch, deep_gemm) on a Hopper GPU, with SGLang's pinned DeepGEMM build installed, else UsageError."""
+    torch = hopper_torch("nothing here: deep_gemm, installed, is a torch extension")
+    try:
+        import deep_gemm
+    except Exception as exc:  # ImportError, or the prebuilt module failing to load against this torch
+        raise UsageError(f"needs deep_gemm (SGLang pins sgl-deep-gemm 0.1.3): {type(exc).__name__}: {exc}") from None
+    return torch, deep_gemm
+
+
 def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
     """||got - ref|| / ||ref|| (inf on NaN)."""
     if np.isnan(got).any():

@@ -75,4 +75,4 @@ def test_cli_errors_exit_2_without_traceback(args, words):
 
 
 def test_no_gpu_or_torch_is_a_usage_error(monkeypatch):
-    check_refuses_non_hopper_torch(monkeypatch, lambda: mm.hopper_torch("x"), mm.UsageError)
+    check_refuses_non_hopper_torch(monkeypatch, mm.hopper_deep_gemm, mm.UsageError)

@@ -59,4 +59,4 @@ def test_cli_errors_exit_2_without_traceback(args, words):
 
 
 def test_no_gpu_or_torch_is_a_usage_error(monkeypatch):
-    check_refuses_non_hopper_torch(monkeypatch, lambda: dm.hopper_torch("x"), dm.UsageError)
+    check_refuses_non_hopper_torch(monkeypatch, dm.hopper_deep_gemm, dm.UsageError)
