@@ -181,7 +181,7 @@ MAX_WHOLE = 2**53  # the largest whole number a float holds exactly: every count
 
 
 def _shown(value: Any) -> str:
-    """A value as an error message quotes it: a 400-digit integer as 1e+400, not 400 digits."""
+    """A value as an error message quotes it: 10**17 as 1.000e+17, a 400-digit integer by its length, not its digits."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**15:
         return f"{value:.3e}" if abs(value) < 10**300 else f"an integer of {len(str(abs(value)))} digits"
     return repr(value)
