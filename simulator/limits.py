@@ -76,8 +76,8 @@ def available_memory() -> int | None:
 # Memory per context token of the trace commands that walk a whole context (measured peak RSS over a
 # 50M-token .npy context, 2026-12-07: ``trace convert`` 16.9 B, the encoder's per-position state;
 # ``trace compare`` 18.9 B, its per-position recency arrays; ``trace fit`` reads the trace as compare does
-# before its draws, which ``trace.generator.check_shape`` checks on their own), rounded up.
-TRACE_BYTES_PER_TOKEN = {"convert": 20, "compare": 20, "fit": 20}
+# before its draws, which ``trace.generator.check_shape`` checks on their own), rounded up: one figure for the three.
+TRACE_BYTES_PER_TOKEN = 20
 
 
 def check_context_memory(command: str, path, max_ctx: int | None, *,
@@ -87,7 +87,7 @@ def check_context_memory(command: str, path, max_ctx: int | None, *,
     available = available_memory()
     if max_ctx is None or available is None:
         return
-    need = TRACE_BYTES_PER_TOKEN[command] * max_ctx
+    need = TRACE_BYTES_PER_TOKEN * max_ctx
     if need > available:
         raise HisparseError(f"{path}: trace {command} over contexts up to {max_ctx:,} tokens needs about "
                             f"{need / 2**30:.1f} GiB; {available / 2**30:.1f} GiB are available ({hint})")

@@ -75,7 +75,7 @@ from .ops import (
 )
 from .pass_terms import Category, Scope
 from .pricing import GpuTerms, datasheet_rates, layout_for, terms_for
-from .prompt_chunk import FLASHMLA_SPARSE_PREFILL, MQA_LOGITS
+from .prompt_chunk import FLASHMLA_SPARSE_PREFILL, MLA_ROW_FLOPS, MQA_LOGITS
 from .published_kernels import DEEPGEMM_PREFILL, LIGHTNING_TOPK, MASKED_GROUPED_GEMM
 from .terms import IndexerTerm, StepTerms
 
@@ -965,9 +965,9 @@ class CostModel:
             return att_flops / FLASHMLA_SPARSE_PREFILL.flop_rate(self.g, tokens, prior_ctx + tokens, heads)
         dense = sparse_prefill_runs_dense(prior_ctx + tokens, hisparse)
         k = min(m.top_k, prior_ctx + tokens / 2) if dense else m.top_k
-        # a query's share of the measured top-k: its rows of 2 x kv_lora_rank + rope dims over FlashMLA's 576 + 512
-        share = (k / FLASHMLA_SPARSE_PREFILL.topk) * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / (576 + 512)
-        return m.layers * FLASHMLA_SPARSE_PREFILL.time(self.g, tokens, prior_ctx + tokens, heads) * share
+        # a row of 2 x kv_lora_rank + rope dims against the measured 576 + 512 (the same for every shipped DSA model)
+        dims = 2.0 * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / MLA_ROW_FLOPS
+        return m.layers * FLASHMLA_SPARSE_PREFILL.time(self.g, tokens, prior_ctx + tokens, heads, rows=k) * dims
 
     def kv_copy_time(self, tokens: int) -> float:
         """Copying ``tokens`` tokens' KV (every layer HiSparse serves: DeepSeek-V4's C4 rows) between HBM

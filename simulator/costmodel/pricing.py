@@ -77,6 +77,20 @@ def _reference_json() -> tuple[str, str]:
     return str(path), path.read_text()
 
 
+@lru_cache(maxsize=1)
+def reference_gpu() -> GpuSpec:
+    """The GPU preset the measured terms were taken on (``REFERENCE_GPU``)."""
+    from ..serving import presets as P  # the packaged reference GPU is a preset
+
+    return P.load("gpus", REFERENCE_GPU)
+
+
+def flops_ratio(ref_gpu: GpuSpec, gpu: GpuSpec) -> float:
+    """``gpu``'s dense BF16 tensor rate over ``ref_gpu``'s, both from their datasheets (FP8 is twice BF16 on
+    every shipped GPU, so the same ratio scales FP8 terms)."""
+    return datasheet_rates(gpu)[1] / datasheet_rates(ref_gpu)[1]
+
+
 def measured_terms(groups: Mapping[str, Any], label: str) -> GpuTerms | None:
     """The step terms a calibration file holds (``step_terms`` and ``fit``), or None."""
     if "step_terms" not in groups or "fit" not in groups:
@@ -115,7 +129,7 @@ def scaled_terms(ref: GpuTerms, ref_gpu: GpuSpec, gpu: GpuSpec) -> GpuTerms:
     per-kernel floors by the SM clock ratio (``floor_ratio``)."""
     ref_bw, ref_fl = datasheet_rates(ref_gpu)
     bw, fl = datasheet_rates(gpu)
-    hr, fr = bw / ref_bw, fl / ref_fl
+    hr, fr = bw / ref_bw, flops_ratio(ref_gpu, gpu)
     cr, floors = floor_ratio(ref_gpu, gpu)
     terms = ref.terms.scaled(hr, fr, floor=cr)  # swap-in is priced from the GPU's own link (passes.py), not scaled here
     src = (f"H200 measurements ({ref.source.split('(')[-1].rstrip(')')}) scaled to {gpu.name}: bandwidths x {hr:.3f} "
@@ -132,9 +146,7 @@ def terms_for(gpu: GpuSpec, groups: Mapping[str, Any] | None = None, label: str 
     GEMM terms derived from the FP8 ones (``with_fp4``)."""
     found = measured_terms(groups, label) if groups else None
     if found is None:
-        from ..serving import presets as P  # the packaged reference calibration is a preset
-
-        found = scaled_terms(reference_terms(), P.load("gpus", REFERENCE_GPU), gpu)
+        found = scaled_terms(reference_terms(), reference_gpu(), gpu)
     return with_bf16(with_fp4(found, gpu))
 
 

@@ -42,18 +42,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
 from ..serving.specs import GpuSpec
+from .pricing import REFERENCE_GPU, flops_ratio, reference_gpu
 
-REF_GPU = "h200"  # the measured GPU (simulator/presets/gpus/h200.toml)
 REF_SMS = 132  # its multiprocessors: FlashMLA's waves are counted on them
 HEAD_TILE = 64  # FlashMLA's B_H on SM90: a CTA computes 64 heads of one query
 MLA_ROW_FLOPS = 2 * (576 + 512)  # per head per top-k row: QK over 576 dims, PV over 512
 INDEXER_HEAD_DIM = 128  # DeepGEMM's fp8_mqa_logits head dim (every shipped DSA model's index_head_dim)
-SOURCE_CSV = ("benchmarks/results/flashmla_prefill-h200.csv", "benchmarks/results/deepgemm_mqa_logits-h200.csv")
 
 # launch medians, us, FlashMLA trace top-k; key (64-head tiles, chunk) -> ((ctx, us), ...); duplicates of a
 # shape across device calls averaged (chunk 1,024 at 8,192: 520.7 / 520.7 at 1 tile, 1,029.3 / 1,019.5 at 2)
@@ -103,21 +102,10 @@ def _across_chunks(tokens, ctx, table: dict[int, tuple[tuple[int, float], ...]])
     return (1 - w) * at[0] + w * at[-1]
 
 
-@lru_cache(maxsize=1)
-def _ref_bf16() -> float:
-    from ..serving import presets as P
-    from .pricing import datasheet_rates
-
-    return datasheet_rates(P.load("gpus", REF_GPU))[1]
-
-
 def gpu_ratio(gpu: GpuSpec) -> float:
-    """Time on ``gpu`` over time on the H200: the H200's datasheet dense BF16 rate over ``gpu``'s."""
-    if gpu.name == REF_GPU:
-        return 1.0
-    from .pricing import datasheet_rates
-
-    return _ref_bf16() / datasheet_rates(gpu)[1]
+    """Time on ``gpu`` over time on the H200: the H200's datasheet dense BF16 rate over ``gpu``'s (the ratio
+    ``pricing`` scales every FLOP-rate term by)."""
+    return 1.0 if gpu.name == REFERENCE_GPU else 1.0 / flops_ratio(reference_gpu(), gpu)
 
 
 @dataclass(frozen=True)
@@ -151,9 +139,10 @@ class FlashMLASparsePrefill:
 
     def measured_us(self, tokens, ctx, heads: int, rows=None):
         """Microseconds per layer on the H200: ``tokens`` queries of ``heads`` heads (a multiple of 64, as
-        SGLang pads them) ending at ``ctx``, each over ``rows`` top-k rows (default top-k)."""
+        SGLang pads them) ending at ``ctx``, each over ``rows`` rows (default the measured top-k; the kernel's
+        time goes with its top-k / 64 blocks, so another row count costs its share)."""
         tiles = max(1, math.ceil(heads / HEAD_TILE))
-        share = 1.0 if rows is None else np.minimum(np.asarray(rows, dtype=float), self.topk) / self.topk
+        share = 1.0 if rows is None else np.asarray(rows, dtype=float) / self.topk
         return self.waves(tokens, tiles) * self.cta_us(tokens, ctx, tiles) * share
 
     def time(self, gpu: GpuSpec, tokens, ctx, heads: int, rows=None):
@@ -174,7 +163,7 @@ class FlashMLASparsePrefill:
         """(measured on this GPU, how prompt chunks' attention is priced on it)."""
         base = (f"prompt chunks: {self.source}; ceil(tokens x 64-head tiles / 132) waves of a CTA time per context, "
                 "log-linear between measured contexts and chunk sizes")
-        if gpu.name == REF_GPU:
+        if gpu.name == REFERENCE_GPU:
             return True, base
         return False, f"{base}; on {gpu.name}: x {gpu_ratio(gpu):.3f}, the datasheet dense BF16 rate ratio H200 / {gpu.name}"
 
@@ -225,7 +214,7 @@ class MqaLogits:
     def how(self, gpu: GpuSpec) -> tuple[bool, str]:
         base = (f"prompt chunks' scoring: {self.source}; FLOPs over the measured rate, log-linear between measured "
                 "contexts and chunk sizes, linear in heads")
-        if gpu.name == REF_GPU:
+        if gpu.name == REFERENCE_GPU:
             return True, base
         return False, f"{base}; on {gpu.name}: x {gpu_ratio(gpu):.3f}, the datasheet dense tensor rate ratio H200 / {gpu.name}"
 

@@ -175,12 +175,13 @@ def _point(raw: Any, where: str) -> PublishedPoint:
     missing = sorted({"label", "system", "metric", "concurrency", "input_tokens", "output_tokens", "measured"} - set(raw))
     if missing:
         raise HisparseError(f"{where}: missing key(s) {', '.join(missing)}")
+    parsed = {}
     for key, enum in (("system", System), ("metric", Metric)):
         try:
-            enum(raw[key])
+            parsed[key] = enum(raw[key])
         except ValueError:
             raise HisparseError(f"{where}: {key} = {raw[key]!r} must be one of {', '.join(enum)}") from None
-    system, metric = System(raw["system"]), Metric(raw["metric"])
+    system, metric = parsed["system"], parsed["metric"]
     conc = raw["concurrency"]
     conc = tuple(conc) if isinstance(conc, list) else (conc,)
     if not conc:

@@ -204,7 +204,7 @@ def _coerce(value: Any, typ: Any) -> Any:
             raise ValueError("not a whole number")
         if abs(value) > MAX_WHOLE:
             raise ValueError(f"must be at most 2**53 ({MAX_WHOLE:,}): past it the model's float arithmetic "
-                             "is no longer exact (and 1e300 overflowed it)")
+                             "is no longer exact")
         return int(value)
     if typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
