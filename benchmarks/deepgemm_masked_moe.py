@@ -16,10 +16,17 @@ tokens per rank of a decode batch; and issue #20's own shape, as a check on the 
 What runs: per tokens-per-rank T, ranks x T tokens each route to top-k distinct experts drawn uniformly (seeded);
 masked_m = the tokens of each of the first `--experts` experts (this rank's), expected_m = ceil(their mean), A
 [experts, max_m, K] e4m3 with a float32 scale per 128 K, B [experts, N, K] e4m3 with a float32 scale per 128 x 128
-block, both scale tensors put in the kernel's layout first (`transform_sf_into_required_layout`, as SGLang's loaded
-weights and DeepEP's dispatch hand them over), D [experts, max_m, N] bf16. One launch per CUDA-graph replay (the
+block, A's scales put in the kernel's MN-major TMA-aligned layout first (`get_mn_major_tma_aligned_tensor`, as
+DeepEP's low-latency dispatch hands them over; B's 128 x 128 blocks need none on SM90), D [experts, max_m, N] bf16.
+The entry point is whichever name the installed build exports (`masked_entry`: DeepGEMM renamed it across releases;
+sgl-deep-gemm 0.1.3 has `m_grouped_fp8_fp4_gemm_nt_masked` and the alias `fp8_m_grouped_gemm_nt_masked`). One launch per CUDA-graph replay (the
 weights, 0.4-0.8 GB, are past L2 at every launch), median of --reps. Check: two groups' rows against a float32
 reference of the same dequantised product, relative error <= REL_TOL.
+
+Also the GPU's streaming ceiling in the same process, a 4 GiB device-to-device copy counted read + write (the
+method of the BRIEF's H200 figure, 4,266 GB/s, `tools/h200_link_limits.py`): a `copy` row whose `weight_gbps` is that
+figure. The kernel's bandwidth over it is the fraction of the GPU's HBM the kernel streams, which carries to a GPU
+with its own measured copy figure.
 
 Exit status: 0, every check passed; 1, a check or a launch failed (the CSV holds what was timed); 2, bad arguments,
 or no PyTorch / Hopper GPU / deep_gemm.
@@ -52,6 +59,26 @@ def routed_counts(rng: np.random.Generator, tokens: int, ranks: int, experts: in
     distinct experts of ``experts`` uniformly."""
     picks = np.argsort(rng.random((ranks * tokens, experts)), axis=1)[:, :topk]
     return np.bincount(picks.ravel(), minlength=experts)[:local].astype(np.int32)
+
+
+MASKED_ENTRIES = ("m_grouped_fp8_gemm_nt_masked", "m_grouped_fp8_fp4_gemm_nt_masked", "fp8_m_grouped_gemm_nt_masked")
+
+
+def masked_entry(dg: Any) -> tuple[str, Any]:
+    """(name, function) of the masked grouped FP8 GEMM the installed DeepGEMM exports, else UsageError."""
+    for name in MASKED_ENTRIES:
+        fn = getattr(dg, name, None)
+        if callable(fn):
+            return name, fn
+    raise UsageError(f"deep_gemm exports none of {', '.join(MASKED_ENTRIES)}")
+
+
+def sfa_layout(dg: Any, a_sf: Any) -> Any:
+    """A's float32 per-token scales in the MN-major TMA-aligned layout the SM90 kernel reads (what DeepEP's
+    dispatch writes), so the timed launch does no layout work; as given where the build has no such helper (the
+    kernel then transforms them itself, inside the timing)."""
+    fn = getattr(dg, "get_mn_major_tma_aligned_tensor", None)
+    return fn(a_sf) if callable(fn) else a_sf
 
 
 def reference(a: Any, a_sf: Any, b: Any, b_sf: Any) -> Any:
@@ -97,12 +124,11 @@ def run_shape(torch: Any, dg: Any, gemm: str, counts: np.ndarray, n: int, k: int
     d = torch.empty((groups, max_m, n), dtype=torch.bfloat16, device=dev)
     masked_m = torch.tensor(counts, dtype=torch.int32, device=dev)
     expected_m = max(1, math.ceil(float(counts.sum()) / groups))
-    recipe = (1, BLOCK, BLOCK)
-    a_sf_k = dg.transform_sf_into_required_layout(a_sf, max_m, k, recipe, num_groups=groups, is_sfa=True)
-    b_sf_k = dg.transform_sf_into_required_layout(b_sf, n, k, recipe, num_groups=groups, is_sfa=False)
+    _, gemm_fn = masked_entry(dg)
+    a_sf_k = sfa_layout(dg, a_sf)
 
     def launch(_: int = 0) -> None:
-        dg.m_grouped_fp8_gemm_nt_masked((a, a_sf_k), (b, b_sf_k), d, masked_m, expected_m, disable_ue8m0_cast=True)
+        gemm_fn((a, a_sf_k), (b, b_sf), d, masked_m, expected_m, disable_ue8m0_cast=True)
 
     launch()
     torch.cuda.synchronize()
@@ -118,6 +144,17 @@ def run_shape(torch: Any, dg: Any, gemm: str, counts: np.ndarray, n: int, k: int
     del graph
     return Row(gemm, groups, n, k, tokens, int(counts.sum()), int((counts > 0).sum()), expected_m,
                float(np.median(times)) * 1e6, rel)
+
+
+COPY_BYTES = 4 << 30  # the BRIEF's D2D copy size: far past L2
+
+
+def copy_gbps(torch: Any, reps: int) -> float:
+    """GB/s of a COPY_BYTES device-to-device copy counted read + write (median of ``reps``)."""
+    src = torch.full((COPY_BYTES,), 3, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = time_calls_torch(torch, lambda: dst.copy_(src), reps, warmup=3)
+    return 2 * COPY_BYTES / float(np.median(times)) / 1e9
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -167,11 +204,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
         torch, dg = hopper_deep_gemm()
+        entry, _ = masked_entry(dg)
     except UsageError as exc:
         print(f"deepgemm_masked_moe: {exc}", file=sys.stderr)
         return 2
     props = torch.cuda.get_device_properties(0)
-    print(f"{props.name} ({props.multi_processor_count} SMs); deep_gemm {getattr(dg, '__version__', '?')}", flush=True)
+    print(f"{props.name} ({props.multi_processor_count} SMs); deep_gemm {getattr(dg, '__version__', '?')}.{entry}",
+          flush=True)
+    copy = copy_gbps(torch, args.reps)
+    print(f"device-to-device copy (read + write): {copy:.0f} GB/s", flush=True)
     rows: list[Row] = []
     failed = ""
     for gemm, counts, n, k, max_m, t in shapes(args):
@@ -189,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         w = csv.writer(fh)
         w.writerow(["device", "gemm", "groups", "n", "k", "tokens_per_rank", "pairs", "touched", "expected_m", "us",
                     "weight_gbps", "rel_err"])
+        w.writerow([props.name, "copy", 0, 0, 0, 0, 0, 0, 0, f"{2 * COPY_BYTES / copy / 1e3:.1f}", f"{copy:.0f}", "0"])
         for r in rows:
             w.writerow([props.name, r.gemm, r.groups, r.n, r.k, r.tokens_per_rank, r.pairs, r.touched, r.expected_m,
                         f"{r.us:.1f}", f"{r.weight_gbps:.0f}", f"{r.rel_err:.2e}"])

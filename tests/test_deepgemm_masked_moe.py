@@ -76,3 +76,21 @@ def test_cli_errors_exit_2_without_traceback(args, words):
 
 def test_no_gpu_or_torch_is_a_usage_error(monkeypatch):
     check_refuses_non_hopper_torch(monkeypatch, mm.hopper_deep_gemm, mm.UsageError)
+
+
+def test_the_entry_point_is_whichever_name_the_build_exports():
+    """DeepGEMM renamed the masked GEMM across releases; sgl-deep-gemm 0.1.3 exports only the fp8_fp4 name and an
+    alias. The first exported name is used, and a build with none is a usage error (exit 2), not a traceback."""
+    from types import SimpleNamespace
+
+    def f(*_a, **_k):
+        return None
+
+    assert mm.masked_entry(SimpleNamespace(fp8_m_grouped_gemm_nt_masked=f))[0] == "fp8_m_grouped_gemm_nt_masked"
+    both = SimpleNamespace(m_grouped_fp8_fp4_gemm_nt_masked=f, fp8_m_grouped_gemm_nt_masked=f)
+    assert mm.masked_entry(both)[0] == "m_grouped_fp8_fp4_gemm_nt_masked"
+    with pytest.raises(mm.UsageError, match="exports none of"):
+        mm.masked_entry(SimpleNamespace(m_grouped_fp8_gemm_nt_masked=None))
+    sf = object()
+    assert mm.sfa_layout(SimpleNamespace(), sf) is sf
+    assert mm.sfa_layout(SimpleNamespace(get_mn_major_tma_aligned_tensor=lambda x: ("aligned", x)), sf) == ("aligned", sf)

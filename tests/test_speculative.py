@@ -302,3 +302,33 @@ def test_equal_acceptance_probabilities_are_a_distribution(capsys):
     args = build_parser().parse_args(["plan", "--speculative", "eagle:1-1-2", "--accept-probs", "0.5,0.5"])
     assert args.accept_probs == [0.5, 0.5]
     assert parse_speculative("eagle:1-1-2", accept_probs=tuple(args.accept_probs)).accept_probs == (0.5, 0.5)
+
+
+def _passes_of_a_text_burst(monkeypatch, unmixed: bool | None) -> list:
+    """The passes priced while eight clients' text prompts reach an 8-rank DP-attention instance one
+    tokenized prompt at a time (DP0 prefills alone first, then decodes while the others prefill), with
+    EAGLE 1-1-2; ``unmixed`` None keeps the model's rule, a bool forces it."""
+    spec = parse_speculative("eagle:1-1-2", 2.0)
+    sc = load_scenario(model="glm-5.1-fp8", deployment="8xh200-colocated-dp8", speculative=spec)
+    w = dataclasses.replace(sc.workload, input_tokens=4096, output_tokens=16, requests_per_client=1,
+                            length_jitter=0.0, tokenize_prompt=False)
+    sim = InstanceSim(sc.replace(workload=w), "baseline", concurrency=8, seed=0)
+    if unmixed is not None:
+        monkeypatch.setattr(InstanceSim, "_spec_unmixed", property(lambda self: unmixed))
+    seen = []
+    price = sim.cost.pass_time
+    monkeypatch.setattr(sim.cost, "pass_time", lambda p: seen.append(p) or price(p))
+    sim.run()
+    assert len(sim.finished) == 8
+    return seen
+
+
+def test_speculative_dp_attention_never_mixes_prefill_and_decode(monkeypatch):
+    """SGLang's get_next_batch_to_run with speculative decoding and DP attention: when any rank has a
+    prefill batch the others run an idle batch, so no pass has one rank extending and another decoding.
+    The same burst with mixing allowed (plain DP attention's rule) has such a pass."""
+    def mixed(passes):
+        return [p for p in passes if any(r.chunks for r in p.ranks) and any(r.decode for r in p.ranks)]
+
+    assert not mixed(_passes_of_a_text_burst(monkeypatch, None))
+    assert mixed(_passes_of_a_text_burst(monkeypatch, False))

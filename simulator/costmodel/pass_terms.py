@@ -176,24 +176,25 @@ def _mlp_side(c: CostModel, s: PassShape, w: None) -> Parts:
 
 def _routed_masked(c: CostModel, s: PassShape, w: None) -> Parts:
     """A DeepEP decode pass's routed gate/up and down GEMMs: SGLang runs DeepEP's low-latency
-    kernels and then DeepGEMM's masked grouped GEMM (``published_kernels``)."""
+    kernels and then DeepGEMM's masked grouped GEMM (``masked_gemm``: measured on an H100)."""
     if s.tokens <= 0 or not c.deepep_masked(s.extend):
         return {}
     return c.routed_masked(s.tokens)
 
 
 def _routed_masked_how(c: CostModel) -> tuple[Provenance, str]:
+    from .masked_gemm import MASKED_GROUPED_GEMM as K
     from .pricing import datasheet_rates
-    from .published_kernels import MASKED_GROUPED_GEMM as K
 
     if c.d.a2a_backend.value != "deepep":
         return Provenance.PUBLISHED, (f"not used: moe_a2a_backend {c.d.a2a_backend.value} (the routed experts are "
                                       "in the MLP side's measured grouped-GEMM terms)")
+    if c.g.name == K.ref_gpu:
+        return Provenance.MEASURED, f"decode passes under DeepEP: {K.source}"
     hbm = datasheet_rates(c.g)[0]
-    if hbm == K.ref_hbm_bw:
-        return Provenance.PUBLISHED, f"decode passes under DeepEP: {K.source}"
     return Provenance.DERIVED, (f"decode passes under DeepEP: {K.source}; bandwidth x {hbm / K.ref_hbm_bw:.3g} "
-                                f"(this GPU's datasheet HBM {hbm / 1e12:.3g} TB/s over the H200's 4.8)")
+                                f"(this GPU's datasheet HBM {hbm / 1e12:.3g} TB/s over the H100's "
+                                f"{K.ref_hbm_bw / 1e12:.3g})")
 
 
 def _collectives(c: CostModel, s: PassShape, w: None) -> Parts:

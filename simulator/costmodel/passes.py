@@ -56,6 +56,7 @@ from .collectives import (
 )
 from .fa3_decode import FA3_SPARSE_DECODE
 from .indexshare import LayerTimes, hidden_swap
+from .masked_gemm import MASKED_GROUPED_GEMM
 from .ops import (
     DEEPEP_NORMAL_EXPERT_ALIGNMENT,
     GROUPED_KINDS,
@@ -76,7 +77,7 @@ from .ops import (
 from .pass_terms import Category, Scope
 from .pricing import GpuTerms, datasheet_rates, layout_for, terms_for
 from .prompt_chunk import FLASHMLA_SPARSE_PREFILL, MLA_ROW_FLOPS, MQA_LOGITS
-from .published_kernels import DEEPGEMM_PREFILL, LIGHTNING_TOPK, MASKED_GROUPED_GEMM
+from .published_kernels import DEEPGEMM_PREFILL, LIGHTNING_TOPK
 from .terms import IndexerTerm, StepTerms
 
 ACT_BYTES = 2  # bf16 hidden states on the wire (SGLang communicates activations in the model dtype)
@@ -431,7 +432,7 @@ class CostModel:
 
     def routed_masked_ops(self, instance_tokens: float) -> list[tuple[int, Op]]:
         """(repeat, op) of the MoE layers' routed gate/up and down GEMMs as DeepGEMM's masked
-        kernel prices them (``published_kernels``): the same shapes and bytes as ``moe_ops``."""
+        kernel prices them (``masked_gemm``): the same shapes and bytes as ``moe_ops``."""
         ops = moe_ops(self.m, self._mlp_batch(instance_tokens), self.layout)
         return [(self.m.moe_layers, dataclasses.replace(o, kind=MASKED_KIND)) for o in ops if o.name in MASKED_OPS]
 

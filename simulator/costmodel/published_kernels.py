@@ -1,29 +1,5 @@
 """Kernel terms taken from published benchmarks, not from kernels timed here.
 
-**DeepGEMM's masked grouped GEMM** (``m_grouped_fp8_gemm_nt_masked``), the routed experts' kernel
-of a decode pass under ``--moe-a2a-backend deepep``: SGLang resolves ``--deepep-mode auto`` to the
-low-latency kernels when no DP rank extends (``layers/moe/utils.py`` ``DeepEPMode.resolve``; a
-speculative verify is a DECODE batch at the scheduler), and the low-latency dispatch's output
-(``[local experts, max tokens, hidden]`` plus ``masked_m``) goes to DeepGEMM's masked kernel
-(``layers/moe/moe_runner/deep_gemm.py``: ``pre_permute_deepep_ll_to_deep_gemm`` sets
-``use_masked_gemm``; ``_run_masked_gemm`` calls ``grouped_gemm_nt_f8f8bf16_masked`` for the gate/up
-and the down projection). Our measured ``grouped_gemm`` term times ``torch._scaled_grouped_mm``
-instead: 2.82 TB/s effective on the H200 where the masked kernel streams the experts at ~4.2 TB/s.
-
-The term is ``launch + max(bytes / bw, padded FLOPs / the GPU's dense FP8 rate)``:
-
-- ``bw`` 4,233 GB/s: DeepGEMM issue #20 (deepseek-ai/DeepGEMM, 2025-02-27), the masked kernel *on an
-  H200*, 256 groups x 64 rows, N 7168, K 4096: 1,847 us, "521 TFLOPS, 4233 GB/s" (DeepGEMM's
-  ``test_core.py`` counts A + B + D bytes; the weights alone are 7.52 GB / 1,847 us = 4.07 TB/s).
-  Bandwidth-bound there (521 of 1,979 dense FP8 TFLOP/s), so another GPU takes it times its
-  datasheet HBM over the H200's 4.8 TB/s.
-- cross-check, H800 (3.35 TB/s): DeepGEMM's README performance table (commit 327ec92, 2025-04-09,
-  H800 SXM5, NVCC 12.8), dense FP8 GEMMs at M = 64 (the masked kernel's 64-row M block): N 7168 x K
-  16384 2,668 GB/s (44.0 us), N 4096 x K 7168 2,320 GB/s (12.7 us). A line through the two gives
-  2.8 TB/s streaming (84% of the H800's HBM) plus ``launch`` 2 us; 2.8 x 4.8 / 3.35 = 4.0 TB/s on an
-  H200, the issue's figure within 2%.
-- padded FLOPs: the kernel computes whole 64-row M blocks per expert that receives a token.
-
 **Lightning TopK**, the top-512 select of DeepSeek-V4's C4 indexer in SGLang (LMSYS blog "DeepSeek-V4 on
 Day 0", 2026-04-25, "Lightning TopK" and Figure 5): a cluster-of-8 radix select -- each CTA builds a
 local 10-bit radix histogram of its share of the candidates, the cluster reduces the histograms to the
@@ -58,37 +34,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-from .ops import Op
-
-H200_DATASHEET_HBM_BW = 4.8e12  # NVIDIA H200 datasheet (simulator/presets/gpus/h200.toml datasheet_hbm_bw)
-
-
-@dataclass(frozen=True)
-class MaskedGroupedGemm:
-    """DeepGEMM's masked FP8 grouped GEMM, from published figures (module docstring)."""
-
-    launch_s: float = 2.0e-6  # DeepGEMM README (H800), M = 64 rows: the line's intercept
-    bw: float = 4.233e12  # DeepGEMM issue #20: bytes (A + B + D) / s on an H200
-    ref_hbm_bw: float = H200_DATASHEET_HBM_BW  # the GPU the figure was taken on
-    block_m: int = 64  # DeepGEMM's smallest M block (the masked kernel's, pegainfer PR #567 reads BLOCK_M 64)
-    source: str = ("DeepGEMM m_grouped_fp8_gemm_nt_masked: 4,233 GB/s on an H200 (deepseek-ai/DeepGEMM "
-                   "issue #20: 256 groups x 64 rows, N 7168, K 4096, 1,847 us); 2 us launch from DeepGEMM's "
-                   "README table (H800, M = 64: N 7168 K 16384 2,668 GB/s, N 4096 K 7168 2,320 GB/s)")
-
-    def time(self, op: Op, hbm_bw: float, fp8_flops: float) -> float:
-        """Seconds of one masked grouped GEMM launch series (``op.count`` launches) on a GPU of
-        datasheet ``hbm_bw`` and dense ``fp8_flops``: the weights of the experts touched, the
-        activations, and 64-row blocks of compute per touched expert."""
-        bw = self.bw * hbm_bw / self.ref_hbm_bw
-        groups = op.weight_groups or op.groups
-        rows_per_expert = op.tokens / groups if groups else 0.0
-        blocks = max(1, math.ceil(rows_per_expert / self.block_m - 1e-9)) if op.tokens else 0
-        padded_flops = 2.0 * blocks * self.block_m * op.k * op.n * groups
-        return (self.launch_s + max(op.bytes / bw, padded_flops / fp8_flops)) * op.count
-
-
-MASKED_GROUPED_GEMM = MaskedGroupedGemm()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ counts and forward modes (``managers/scheduler_dp_attn_mixin.py``, ``prepare_mlp
 rank with nothing to do runs an idle batch), the MLP runs on every rank's tokens gathered together,
 and CUDA graphs replay only when every rank decodes. So a pass lasts as long as its slowest rank's
 attention side plus the instance-wide MLP and collectives, and a prompt chunk on one rank stalls the
-decode of all the others for that pass (they decode one step inside it; SGLang's
+decode of all the others for that pass (they decode one step inside it, or, with speculative decoding,
+run an idle batch: ``InstanceSim._spec_unmixed``; SGLang's
 ``--enable-prefill-delayer``, off by default and not among the blog's flags, would hold a rank's
 prefill for up to 30 passes so that ranks prefill together: not modelled). The model simulates every
 scheduler of one instance explicitly (requests dispatched round robin, SGLang's default
@@ -314,16 +315,25 @@ class InstanceSim:
             self.wake = env.event()
             yield self.wake
 
+    @property
+    def _spec_unmixed(self) -> bool:
+        """Speculative decoding under DP attention: SGLang does not mix prefill and decode batches across the
+        ranks (``Scheduler.get_next_batch_to_run``: "This branch makes sure prefill and decode batches will
+        not be mixed when spec and dp-attn is enabled": when any rank has a prefill batch, the others get an
+        idle batch from ``prepare_mlp_sync_batch``), so their running requests wait out the extend pass."""
+        return self.spec is not None and self.d.attention == Attention.DP and len(self.ranks) > 1
+
     def _mixed_pass(self, batches: dict[int, list[tuple[Request, int]]]):
         """One forward pass in which some ranks run an extend batch (no CUDA graph) and the others a
-        decode step of their running requests: each rank's attention side, the slowest one setting
-        the pace, then the MLP and collectives over every rank's tokens."""
+        decode step of their running requests (idle under ``_spec_unmixed``): each rank's attention side,
+        the slowest one setting the pace, then the MLP and collectives over every rank's tokens."""
         works, decoding = [], []
+        unmixed = self._spec_unmixed
         for k in self.ranks:
             batch = batches.get(id(k), [])
             if batch:
                 works.append(RankWork(chunks=tuple((n, r.prefilled) for r, n in batch)))
-            elif k.running:
+            elif k.running and not unmixed:
                 self.decode.check(k)
                 b = len(k.running)
                 ctx = float(sum(q.input_tokens + q.generated for q in k.running))
@@ -344,7 +354,7 @@ class InstanceSim:
         self.extending_ranks += sum(1 for k in self.ranks if batches.get(id(k)))
         for k in self.ranks:
             self.busy_running_time += t * len(k.running)
-            if batches.get(id(k)) and k.running:
+            if (batches.get(id(k)) or unmixed) and k.running:
                 k.gap_carry += t
         yield self.env.timeout(t)
         done_tokens = 0.0
