@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fetched_build import UsageError, hopper_deep_gemm  # noqa: E402
+from benchmarks.fetched_build import UsageError, deep_gemm_sfa_layout, hopper_deep_gemm  # noqa: E402
 from cupy_kernels.timing import time_calls_torch, torch_graph  # noqa: E402
 
 BLOCK = 128  # DeepGEMM's SM90 FP8 scale granularity: per token x 128 K for A, 128 x 128 for B
@@ -71,14 +71,6 @@ def masked_entry(dg: Any) -> tuple[str, Any]:
         if callable(fn):
             return name, fn
     raise UsageError(f"deep_gemm exports none of {', '.join(MASKED_ENTRIES)}")
-
-
-def sfa_layout(dg: Any, a_sf: Any) -> Any:
-    """A's float32 per-token scales in the MN-major TMA-aligned layout the SM90 kernel reads (what DeepEP's
-    dispatch writes), so the timed launch does no layout work; as given where the build has no such helper (the
-    kernel then transforms them itself, inside the timing)."""
-    fn = getattr(dg, "get_mn_major_tma_aligned_tensor", None)
-    return fn(a_sf) if callable(fn) else a_sf
 
 
 def reference(a: Any, a_sf: Any, b: Any, b_sf: Any) -> Any:
@@ -125,7 +117,7 @@ def run_shape(torch: Any, dg: Any, gemm: str, counts: np.ndarray, n: int, k: int
     masked_m = torch.tensor(counts, dtype=torch.int32, device=dev)
     expected_m = max(1, math.ceil(float(counts.sum()) / groups))
     _, gemm_fn = masked_entry(dg)
-    a_sf_k = sfa_layout(dg, a_sf)
+    a_sf_k = deep_gemm_sfa_layout(dg, a_sf)
 
     def launch(_: int = 0) -> None:
         gemm_fn((a, a_sf_k), (b, b_sf), d, masked_m, expected_m, disable_ue8m0_cast=True)

@@ -92,5 +92,6 @@ def test_the_entry_point_is_whichever_name_the_build_exports():
     with pytest.raises(mm.UsageError, match="exports none of"):
         mm.masked_entry(SimpleNamespace(m_grouped_fp8_gemm_nt_masked=None))
     sf = object()
-    assert mm.sfa_layout(SimpleNamespace(), sf) is sf
-    assert mm.sfa_layout(SimpleNamespace(get_mn_major_tma_aligned_tensor=lambda x: ("aligned", x)), sf) == ("aligned", sf)
+    assert mm.deep_gemm_sfa_layout(SimpleNamespace(), sf) is sf
+    aligned = SimpleNamespace(get_mn_major_tma_aligned_tensor=lambda x: ("aligned", x))
+    assert mm.deep_gemm_sfa_layout(aligned, sf) == ("aligned", sf)
