@@ -36,7 +36,8 @@ measured copy ratio, 4,266 / 3,031 GB/s, is 1.407). Cross-checks: DeepGEMM issue
 2,740 us (-9%), the gate/up line 3,111 us (+3-4%). The issue's H200 figure, 1,847 us (2025-02-27, DeepGEMM of
 that day), is 12% faster than this shape's H100 time scaled by the datasheet HBM ratio (2,101 us), where DeepGEMM
 issue #195 reports a later masked-kernel regression on an H200 (20 -> 26.5 us at a small shape). DeepGEMM's
-README (commit 327ec92, H800 = H100's HBM) has dense FP8 GEMMs at M = 64 at 2,320-2,668 GB/s, the same range as the masked kernel here.
+README (commit 327ec92, H800 = H100's HBM) has dense FP8 GEMMs at M = 64 at 2,320-2,668 GB/s, the same range
+as the masked kernel here.
 """
 
 from __future__ import annotations
