@@ -320,7 +320,8 @@ class InstanceSim:
         """Speculative decoding under DP attention: SGLang does not mix prefill and decode batches across the
         ranks (``Scheduler.get_next_batch_to_run``: "This branch makes sure prefill and decode batches will
         not be mixed when spec and dp-attn is enabled": when any rank has a prefill batch, the others get an
-        idle batch from ``prepare_mlp_sync_batch``), so their running requests wait out the extend pass."""
+        idle batch from ``prepare_mlp_sync_batch``), so their running requests wait out the extend pass (PR #14201,
+        the prefill delayer's origin: with MTP "its refill runs with every other rank idle")."""
         return self.spec is not None and self.d.attention == Attention.DP and len(self.ranks) > 1
 
     def _mixed_pass(self, batches: dict[int, list[tuple[Request, int]]]):
