@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from .commands.common import Parser, check_io
 from .errors import HisparseError
@@ -94,9 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hisparse: error: {empty}", file=sys.stderr)
         return 2
     try:
-        with sigterm_as_interrupt(), _one_line_warnings():
+        with sigterm_as_interrupt(), _one_line_warnings(), _stdout_named():
             check_io(args)  # outputs writable and no input overwritten, before any work
-            return int(args.run(args) or 0)
+            code = int(args.run(args) or 0)
+            sys.stdout.flush()  # a write error on what was printed is this command's error, not exit's
+            return code
     except HisparseError as exc:
         print(f"hisparse: error: {exc}", file=sys.stderr)
         return 2
@@ -117,6 +120,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnicodeDecodeError as exc:
         print(f"hisparse: error: an input is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr)
         return 2
+
+
+class _NamedStdout:
+    """Standard output whose write errors (``> /dev/full``, a failing disk) name it, as a file's errors name the
+    file; a reader that left (BrokenPipeError) stays what it is."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _named(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, "standard output") from None
+
+    def write(self, text: str) -> int:
+        return self._named(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._named(self._stream.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stdout_named() -> Iterator[None]:
+    """``sys.stdout`` wrapped in ``_NamedStdout`` while a command runs."""
+    previous = sys.stdout
+    sys.stdout = _NamedStdout(previous)
+    try:
+        yield
+    finally:
+        sys.stdout = previous
 
 
 def _empty_argument(argv: Sequence[str]) -> str | None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +25,8 @@ from simulator.trace import format as hst_format
 from tests.fuzzing import assert_clean_error, fuzz_settings, run_cli
 from tests.helpers import random_stream
 from tests.test_outputs import DIR_WRITERS, FILE_WRITERS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +120,19 @@ def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, trace, capsys, monke
 def test_disk_full_on_a_device_is_one_line(trace, capsys):
     code, _, err = run_cli(["trace", "export", trace, "--format", "oracle-general", "--out", "/dev/full"], capsys)
     assert_clean_error(code, err, "/dev/full", "No space left on device")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("argv", [["trace", "info", "TRACE"], ["trace", "info", "TRACE", "--json"]])
+def test_standard_output_on_a_full_disk_is_named(trace, argv):
+    """``hisparse ... > /dev/full``: one line naming standard output, status 2, no traceback (the message said
+    only "No space left on device")."""
+    argv = [trace if a == "TRACE" else a for a in argv]
+    with open("/dev/full", "w") as full:
+        run = subprocess.run([sys.executable, "-m", "simulator.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == "hisparse: error: standard output: No space left on device"
 
 
 # -- names too long ----------------------------------------------------------------------------
@@ -231,3 +248,29 @@ def test_a_missing_extra_names_the_pip_command(tmp_path, trace, capsys, monkeypa
     code, _, err = run_cli(argv, capsys)
     assert_clean_error(code, err, module, f"pip install 'hisparse-sim[{extra}]'")
     assert not (tmp_path / "r.hst").exists() and not (tmp_path / "s").exists()
+
+
+def test_named_stdout_names_write_errors_and_keeps_a_closed_reader_apart():
+    from simulator.cli import _NamedStdout
+
+    class Failing:
+        encoding = "utf-8"
+
+        def __init__(self, exc):
+            self.exc = exc
+
+        def write(self, text):
+            raise self.exc
+
+        def flush(self):
+            raise self.exc
+
+    full = _NamedStdout(Failing(OSError(errno.ENOSPC, "No space left on device")))
+    with pytest.raises(OSError, match="standard output") as info:
+        full.write("x")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == "standard output"
+    with pytest.raises(OSError, match="standard output"):
+        full.flush()
+    with pytest.raises(BrokenPipeError):  # main's own branch: the reader left, status 0
+        _NamedStdout(Failing(BrokenPipeError(errno.EPIPE, "Broken pipe"))).write("x")
+    assert full.encoding == "utf-8"  # everything else is the stream's
