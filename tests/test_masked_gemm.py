@@ -63,7 +63,7 @@ def test_the_model_prices_every_measured_launch_on_the_h100():
     launch within 12% of its measured time: the line, the bytes accounting and the touched experts agree."""
     sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-high-throughput", gpu=REF_GPU)
     c = sc.cost_model()
-    assert c.g.name == REF_GPU and c.g.hbm_bw == REF_DATASHEET_HBM_BW
+    assert c.g.name == REF_GPU and c.g.datasheet_hbm_bw == REF_DATASHEET_HBM_BW
     d = _runs()
     for name, op_name in (("gate_up", "routed_gate_up"), ("down", "routed_down")):
         x = d[d.gemm == name]
