@@ -19,12 +19,12 @@ masked_m = the tokens of each of the first `--experts` experts (this rank's), ex
 block, A's scales put in the kernel's MN-major TMA-aligned layout first (`get_mn_major_tma_aligned_tensor`, as
 DeepEP's low-latency dispatch hands them over; B's 128 x 128 blocks need none on SM90), D [experts, max_m, N] bf16.
 The entry point is whichever name the installed build exports (`masked_entry`: DeepGEMM renamed it across releases;
-sgl-deep-gemm 0.1.3 has `m_grouped_fp8_fp4_gemm_nt_masked` and the alias `fp8_m_grouped_gemm_nt_masked`). One launch per CUDA-graph replay (the
-weights, 0.4-0.8 GB, are past L2 at every launch), median of --reps. Check: two groups' rows against a float32
+sgl-deep-gemm 0.1.3 has `m_grouped_fp8_fp4_gemm_nt_masked` and the alias `fp8_m_grouped_gemm_nt_masked`). One
+launch per CUDA-graph replay (the weights, 0.4-0.8 GB, are past L2 at every launch), median of --reps. Check: two groups' rows against a float32
 reference of the same dequantised product, relative error <= REL_TOL.
 
 Also the GPU's streaming ceiling in the same process, a 4 GiB device-to-device copy counted read + write (the
-method of the BRIEF's H200 figure, 4,266 GB/s, `tools/h200_link_limits.py`): a `copy` row whose `weight_gbps` is that
+method of the BRIEF's H200 figure, 4,266 GB/s, section 3): a `copy` row whose `weight_gbps` is that
 figure. The kernel's bandwidth over it is the fraction of the GPU's HBM the kernel streams, which carries to a GPU
 with its own measured copy figure.
 
