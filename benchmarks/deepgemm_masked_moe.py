@@ -20,8 +20,8 @@ block, A's scales put in the kernel's MN-major TMA-aligned layout first (`get_mn
 DeepEP's low-latency dispatch hands them over; B's 128 x 128 blocks need none on SM90), D [experts, max_m, N] bf16.
 The entry point is whichever name the installed build exports (`masked_entry`: DeepGEMM renamed it across releases;
 sgl-deep-gemm 0.1.3 has `m_grouped_fp8_fp4_gemm_nt_masked` and the alias `fp8_m_grouped_gemm_nt_masked`). One
-launch per CUDA-graph replay (the weights, 0.4-0.8 GB, are past L2 at every launch), median of --reps. Check: two groups' rows against a float32
-reference of the same dequantised product, relative error <= REL_TOL.
+launch per CUDA-graph replay (the weights, 0.4-0.8 GB, are past L2 at every launch), median of --reps. Check: two
+groups' rows against a float32 reference of the same dequantised product, relative error <= REL_TOL.
 
 Also the GPU's streaming ceiling in the same process, a 4 GiB device-to-device copy counted read + write (the
 method of the BRIEF's H200 figure, 4,266 GB/s, section 3): a `copy` row whose `weight_gbps` is that
