@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,4 +17,24 @@ def write_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    print(f"wrote {path}")
+
+
+@contextlib.contextmanager
+def row_stream(path: Path) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A writer of rows as they are measured, in ``write_rows``'s shape (header from the first row's keys; its
+    folder made if missing), each row flushed, so a run stopped by a time limit keeps what it timed; then the
+    line saying where they went."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer: list[csv.DictWriter] = []
+
+        def put(row: dict[str, Any]) -> None:
+            if not writer:
+                writer.append(csv.DictWriter(f, fieldnames=list(row)))
+                writer[0].writeheader()
+            writer[0].writerow(row)
+            f.flush()
+
+        yield put
     print(f"wrote {path}")

@@ -38,10 +38,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fetched_build import UsageError, deep_gemm_sfa_layout, hopper_deep_gemm  # noqa: E402
+from benchmarks.csv_out import row_stream  # noqa: E402
+from benchmarks.fetched_build import (  # noqa: E402
+    DEEP_GEMM_BLOCK as BLOCK,
+)
+from benchmarks.fetched_build import (
+    UsageError,
+    deep_gemm_sfa_layout,
+    hopper_deep_gemm,
+)
+from benchmarks.fetched_build import block_fp8_reference as reference  # noqa: E402
 from cupy_kernels.timing import l2_cold_sets, time_calls_torch, torch_graph  # noqa: E402
 
-BLOCK = 128  # DeepGEMM's SM90 FP8 scale granularity
 REL_TOL = 2e-2
 # (N, K) of every FP8 linear in a decode pass of the shipped Hopper validation sets (tests check the list against
 # the cost model's ops): GLM-5.x and DeepSeek-V3.2, DP attention (whole projections) and TP 8 (split ones)
@@ -51,14 +59,6 @@ SHAPES: tuple[tuple[int, int], ...] = (
     (6144, 256), (6144, 1536), (6144, 2048), (6144, 16384), (7168, 2048), (7168, 2304), (7168, 16384), (8192, 1024),
     (8192, 1536), (16384, 2048), (24576, 1536),
 )
-
-
-def reference(a: Any, a_sf: Any, b: Any, b_sf: Any, n: int) -> Any:
-    """float32 [m, n]: A dequantised per row and 128 K (a_sf [m, k / 128]) times B dequantised per 128 x 128
-    block (b_sf [ceil(n / 128), k / 128]), transposed."""
-    a_deq = a.float() * a_sf.repeat_interleave(BLOCK, dim=1)
-    b_deq = b.float() * b_sf.repeat_interleave(BLOCK, dim=0)[:n].repeat_interleave(BLOCK, dim=1)
-    return a_deq @ b_deq.T
 
 
 def pad16(m: int) -> int:
@@ -84,7 +84,7 @@ def time_rows(torch: Any, dg: Any, gen: Any, b: list[Any], b_sf: list[Any], m: i
     d = torch.empty((m, n), dtype=torch.bfloat16, device=dev)
     dg.fp8_gemm_nt((a, a_sf_k), (b[0], b_sf[0]), d, disable_ue8m0_cast=True)
     torch.cuda.synchronize()
-    ref = reference(a, a_sf, b[0], b_sf[0], n)
+    ref = reference(a, a_sf, b[0], b_sf[0])
     got = d.float()
     rel = float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) if torch.isfinite(got).all() else math.inf
     deep = per_launch_us(torch, lambda i: dg.fp8_gemm_nt((a, a_sf_k), (b[i], b_sf[i]), d, disable_ue8m0_cast=True),
@@ -149,9 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     l2 = int(getattr(props, "L2_cache_size", 50 << 20))
     print(f"{props.name} ({props.multi_processor_count} SMs, L2 {l2 >> 20} MB); deep_gemm "
           f"{getattr(dg, '__version__', '?')}; torch {torch.__version__}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    failed, bad, header = "", 0, True
-    with args.out.open("w") as fh:
+    failed, bad = "", 0
+    with row_stream(args.out) as put:
         for n, k in args.shape_list:
             try:
                 rows = run_shape(torch, dg, n, k, args.rows, args, l2)
@@ -161,16 +160,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 break
             for r in rows:
                 r = {"device": props.name, **r}
-                if header:
-                    fh.write(",".join(r) + "\n")
-                    header = False
-                fh.write(",".join(str(v) for v in r.values()) + "\n")
-                fh.flush()
+                put(r)
                 ok = float(r["rel_err"]) <= REL_TOL
                 bad += not ok
                 print(f"N {n} K {k} M {r['m']}: DeepGEMM {r['deepgemm_us']} us, _scaled_mm {r['scaled_mm_us']} us, "
                       f"ratio {r['ratio']}, rel err {r['rel_err']}{'' if ok else ' > ' + str(REL_TOL)}", flush=True)
-    print(f"wrote {args.out}")
     return 1 if failed or bad else 0
 
 

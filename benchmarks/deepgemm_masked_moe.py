@@ -46,10 +46,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.fetched_build import UsageError, deep_gemm_sfa_layout, hopper_deep_gemm  # noqa: E402
+from benchmarks.fetched_build import (  # noqa: E402
+    DEEP_GEMM_BLOCK as BLOCK,
+)
+from benchmarks.fetched_build import (
+    UsageError,
+    deep_gemm_sfa_layout,
+    hopper_deep_gemm,
+)
+from benchmarks.fetched_build import block_fp8_reference as reference  # noqa: E402
 from cupy_kernels.timing import time_calls_torch, torch_graph  # noqa: E402
 
-BLOCK = 128  # DeepGEMM's SM90 FP8 scale granularity: per token x 128 K for A, 128 x 128 for B
 REL_TOL = 2e-2
 ISSUE20 = (256, 64, 7168, 4096)  # DeepGEMM issue #20: groups, rows per group, N, K (1,847 us on an H200)
 
@@ -71,14 +78,6 @@ def masked_entry(dg: Any) -> tuple[str, Any]:
         if callable(fn):
             return name, fn
     raise UsageError(f"deep_gemm exports none of {', '.join(MASKED_ENTRIES)}")
-
-
-def reference(a: Any, a_sf: Any, b: Any, b_sf: Any) -> Any:
-    """float32 [m, n]: A dequantised per row and 128 K (a_sf [m, k / 128]) times B dequantised per 128 x 128 block
-    (b_sf [n / 128, k / 128]), transposed: what the kernel computes for one group's first m rows."""
-    a_deq = a.float() * a_sf.repeat_interleave(BLOCK, dim=1)
-    b_deq = b.float() * b_sf.repeat_interleave(BLOCK, dim=0).repeat_interleave(BLOCK, dim=1)
-    return a_deq @ b_deq.T
 
 
 class Row(NamedTuple):

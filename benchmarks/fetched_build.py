@@ -54,6 +54,19 @@ def hopper_deep_gemm() -> tuple[Any, Any]:
     return torch, deep_gemm
 
 
+DEEP_GEMM_BLOCK = 128  # DeepGEMM's SM90 FP8 scale granularity: per token x 128 K for A, 128 x 128 for B
+
+
+def block_fp8_reference(a: Any, a_sf: Any, b: Any, b_sf: Any) -> Any:
+    """float32 [m, n] of what DeepGEMM's block-scaled FP8 GEMM computes: A [m, k] dequantised per row and 128 K
+    (a_sf [m, k / 128]) times B [n, k] dequantised per 128 x 128 block (b_sf [ceil(n / 128), k / 128], the last
+    block partial when n is not a multiple of 128), transposed."""
+    blk = DEEP_GEMM_BLOCK
+    a_deq = a.float() * a_sf.repeat_interleave(blk, dim=1)
+    b_deq = b.float() * b_sf.repeat_interleave(blk, dim=0)[:b.shape[0]].repeat_interleave(blk, dim=1)
+    return a_deq @ b_deq.T
+
+
 def deep_gemm_sfa_layout(dg: Any, a_sf: Any) -> Any:
     """A's float32 per-token scales in the MN-major TMA-aligned layout DeepGEMM's SM90 kernels read (what SGLang's
     quantisation and DeepEP's dispatch write), so a timed launch does no layout work; as given where the build has

@@ -56,7 +56,7 @@ def test_reference_dequantises_rows_and_weight_blocks_past_a_partial_block():
     a_sf = torch.tensor([[2.0, 0.5]])
     b = torch.ones((n, k))
     b_sf = torch.tensor([[1.0, 3.0], [10.0, 10.0]])  # block rows 0-127, then 128-159
-    got = dl.reference(a, a_sf, b, b_sf, n)
+    got = dl.reference(a, a_sf, b, b_sf)
     assert got.shape == (1, n)
     assert torch.allclose(got[0, :128], torch.full((128,), 128 * 2.0 * 1.0 + 128 * 0.5 * 3.0))
     assert torch.allclose(got[0, 128:], torch.full((32,), 128 * 2.0 * 10.0 + 128 * 0.5 * 10.0))
@@ -109,3 +109,17 @@ def test_the_recorded_h100_run_backs_the_figures_benchmarks_md_quotes():
     both = d.merge(e, on=["n", "k", "m"], suffixes=("_0", "_1"))
     change = both.ratio_1 / both.ratio_0 - 1
     assert len(both) == 135 and change.abs().max() < 0.13
+
+
+def test_rows_are_written_as_they_are_measured(tmp_path, capsys):
+    """The benchmark streams its rows (benchmarks/csv_out.row_stream): each one is on disk, under the first row's
+    header, before the next is timed, so a device call cut short by its time limit keeps what it measured."""
+    from benchmarks.csv_out import row_stream
+
+    out = tmp_path / "sub" / "rows.csv"
+    with row_stream(out) as put:
+        put({"device": "NVIDIA H100 80GB HBM3", "n": 128, "ratio": 1.19})
+        assert out.read_text().splitlines() == ["device,n,ratio", "NVIDIA H100 80GB HBM3,128,1.19"]
+        put({"device": "NVIDIA H100 80GB HBM3", "n": 512, "ratio": 1.31})
+    assert out.read_text().splitlines()[-1] == "NVIDIA H100 80GB HBM3,512,1.31"
+    assert capsys.readouterr().out.strip() == f"wrote {out}"
