@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from .ops import Op
 
 REF_GPU = "h100"  # the GPU preset the kernel was measured on
-REF_DATASHEET_HBM_BW = 3.35e12  # NVIDIA H100 SXM datasheet (simulator/presets/gpus/h100.toml hbm_bw)
+REF_DATASHEET_HBM_BW = 3.35e12  # NVIDIA H100 SXM datasheet: gpus/h100.toml datasheet_hbm_bw (a test holds them equal)
 
 
 @dataclass(frozen=True)
