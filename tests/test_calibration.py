@@ -238,6 +238,71 @@ def test_refit_with_a_broken_fused_moe_csv_is_a_clear_error(tmp_path, capsys):
     assert (tmp_path / "h200.json").read_bytes() == before
 
 
+_TABLES = ("swap_in", "attention", "gemm", "elementwise", "indexer", "graph", "grouped_tp", "fused_moe_tp")
+
+
+def _header_only(df):
+    return df.iloc[:0]
+
+
+def _cell(col, row, value):
+    def edit(df):
+        df = df.astype({col: object})
+        df.iloc[row, df.columns.get_loc(col)] = value
+        return df
+    return edit
+
+
+# (table, edit, what the error says): each crashed the refit with a traceback, or (a header alone)
+# exited 0 writing a calibration that later crashed hisparse plan or priced graph nodes at 0 us
+BROKEN_TABLES = [
+    ("swap_in", lambda df: pd.DataFrame({"a": [1], "b": [2]}), "columns 'batch', 'rows', 'row_bytes', 'us' missing"),
+    ("swap_in", _header_only, "swap_in-h200.csv: no data rows"),
+    ("swap_in", _cell("us", 1, "abc"), "column 'us', data row 2: 'abc' is not a positive number of microseconds"),
+    ("attention", _cell("roofline_us", 0, float("nan")), "column 'roofline_us', data row 1: 'nan' is not a positive"),
+    ("attention", _header_only, "attention-h200.csv: no data rows"),
+    ("gemm", _header_only, "gemm-h200.csv: no data rows"),
+    ("gemm", _cell("bytes", 3, "inf"), "column 'bytes', data row 4: 'inf' is not a finite number"),
+    ("indexer", _header_only, "indexer-h200.csv: no data rows"),
+    ("graph", _header_only, "graph-h200.csv: no data rows"),
+    ("graph", lambda df: df.iloc[:1], "graph, column 'kernels': 1 distinct value(s), the fit needs at least 2"),
+    ("elementwise", _cell("us", 0, -3.0), "column 'us', data row 1: '-3.0' is not a positive number"),
+]
+
+
+@pytest.mark.parametrize("table, edit, says", BROKEN_TABLES,
+                         ids=[f"{t}-{i}" for i, (t, _, _) in enumerate(BROKEN_TABLES)])
+def test_refit_of_a_broken_table_is_one_line_and_writes_nothing(tmp_path, capsys, table, edit, says):
+    """--refit on a table cut short or edited by hand: exit 2, one line naming the file (or the fit) and what is
+    wrong, every file in --out as it was."""
+    import shutil
+
+    from simulator.cli import main
+
+    for name in _TABLES:
+        shutil.copy(f"calibration/{name}-h200.csv", tmp_path / f"{name}-h200.csv")
+    edit(pd.read_csv(f"calibration/{table}-h200.csv")).to_csv(tmp_path / f"{table}-h200.csv", index=False)
+    shutil.copy("simulator/presets/calibration/h200.json", tmp_path / "h200.json")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_refit_of_the_committed_tables_still_runs(tmp_path):
+    """The table checks pass what hisparse calibrate wrote (the committed H200 run)."""
+    import shutil
+
+    from simulator.cli import main
+
+    for name in _TABLES:
+        shutil.copy(f"calibration/{name}-h200.csv", tmp_path / f"{name}-h200.csv")
+    shutil.copy("simulator/presets/calibration/h200.json", tmp_path / "h200.json")
+    assert main(["calibrate", "--refit", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "h200.json").read_text())["step_terms"]["graph_launch_us"] > 0
+
+
 def test_loop_helpers_fill_host_rows_and_order_topk_by_step():
     """The two GPU validation loops' shared set-up, on numpy: every host byte written from one
     seeded block (never zero), and the top-k arranged [step, layer, request, k]."""

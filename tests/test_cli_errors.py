@@ -170,6 +170,55 @@ def test_malformed_validation_json_for_repredict(tmp_path, capsys, content, says
     assert json.loads((tmp_path / "h200.json").read_text())  # the calibration is untouched
 
 
+def _stored_validation(edit):
+    def make(tmp_path):
+        d = json.loads(open("calibration/validation-h200.json").read())
+        edit(d)
+        return json.dumps(d)
+    return make
+
+
+def _set_measured(value):
+    def edit(d):
+        d["configs"][0]["measured_s"] = value
+    return edit
+
+
+# a stored run whose configurations are empty or whose measured times are not a list of numbers (each was a
+# numpy traceback from the summary)
+@pytest.mark.parametrize("make, says", [
+    (_stored_validation(lambda d: d.update(configs=[])), "'configs' holds no configuration"),
+    (_stored_validation(_set_measured([])), "configs[0].measured_s: 0 values, expected a list of"),
+    (_stored_validation(_set_measured(5)), "configs[0].measured_s: int, expected a list of"),
+    (_stored_validation(lambda d: d["configs"][1]["measured_s"].__setitem__(3, "x")),
+     "configs[1].measured_s[3]: 'x' is not a positive number of seconds"),
+    (_stored_validation(lambda d: d["configs"][0]["measured_s"].__setitem__(0, -1.0)),
+     "configs[0].measured_s[0]: -1.0 is not a positive number"),
+], ids=["empty", "no-times", "not-a-list", "text", "negative"])
+def test_stored_validation_with_bad_measurements_for_repredict(tmp_path, capsys, make, says):
+    shutil.copy("simulator/presets/calibration/h200.json", tmp_path / "h200.json")
+    content = make(tmp_path)
+    (tmp_path / "validation-h200.json").write_text(content)
+    code, _, err = run_cli(["validate", "--repredict", "--loop", "kernels", "--out", str(tmp_path)], capsys)
+    assert_clean_error(code, err, "validation-h200.json", says)
+    assert (tmp_path / "validation-h200.json").read_text() == content
+
+
+def test_repredict_of_both_loops_rewrites_neither_when_one_file_is_bad(tmp_path, capsys):
+    """--loop both: the layer file is checked before the kernels report is rewritten (the kernels pair was
+    replaced, then the layer file failed)."""
+    for name in ("validation-h200.json", "validation-h200.png", "validation-layer-h200.json"):
+        shutil.copy(f"calibration/{name}", tmp_path / name)
+    shutil.copy("simulator/presets/calibration/h200.json", tmp_path / "h200.json")
+    layer = json.loads((tmp_path / "validation-layer-h200.json").read_text())
+    layer["configs"] = []
+    (tmp_path / "validation-layer-h200.json").write_text(json.dumps(layer))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, _, err = run_cli(["validate", "--repredict", "--loop", "both", "--out", str(tmp_path)], capsys)
+    assert_clean_error(code, err, "validation-layer-h200.json", "holds no configuration")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def test_every_option_has_a_help_text_that_gives_its_default():
     """`--help` explains every option and says its default."""
     import argparse

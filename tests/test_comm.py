@@ -227,6 +227,12 @@ BAD = [
      "column 'time_us' does not grow with 'bytes'"),
     ("", "not a CSV with a header row"),
     ("collective,n_gpus,bytes,time_us\n", "no data rows"),
+    # the spread columns the report draws as error bars (matplotlib refused a negative bar: a traceback)
+    ("collective,n_gpus,bytes,time_us,time_us_p10,time_us_p90\nall_reduce,2,1000,11,10,12\n"
+     "all_reduce,2,100000,20,21,22\nall_reduce,2,1000000,110,100,120\n",
+     "column 'time_us_p10', data row 2: '21' is not a positive number at most the row's time_us (20)"),
+    ("collective,n_gpus,bytes,time_us,time_us_p10,time_us_p90\nall_reduce,2,1000,11,10,12\n"
+     "all_reduce,2,100000,20,19,abc\n", "column 'time_us_p90', data row 2: 'abc' is not a positive number at least"),
 ]
 
 

@@ -98,6 +98,18 @@ def read_comm_csv(path: str | os.PathLike) -> pd.DataFrame:
             need = f"an integer >= {lowest} and <= {highest}" if integer else "a positive number"
             raise HisparseError(f"{p}: column '{col}', data row {i + 1}: '{df[col].iloc[i]}' is not {need}")
         df[col] = values.astype(int) if integer else values
+    # the harness's spread columns (optional; the report draws them as error bars): p10 <= time <= p90
+    for col, side in (("time_us_p10", -1), ("time_us_p90", 1)):
+        if col not in df.columns:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce").to_numpy(float)
+        ok = np.isfinite(values) & (values > 0) & (side * (values - df["time_us"].to_numpy(float)) >= 0)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            bound = "at most" if side < 0 else "at least"
+            raise HisparseError(f"{p}: column '{col}', data row {i + 1}: '{df[col].iloc[i]}' is not a positive number "
+                                f"{bound} the row's time_us ({df['time_us'].iloc[i]:g})")
+        df[col] = values
     return df
 
 

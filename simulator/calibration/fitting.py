@@ -12,8 +12,17 @@ import numpy as np
 import pandas as pd
 
 
+def need_points(x: np.ndarray, n: int, what: str) -> None:
+    """A least-squares line or plane needs ``n`` points that differ in its variable ``x`` (two
+    for a line): fewer fit anything (one point: a zero launch cost with R^2 = 1)."""
+    distinct = len(np.unique(np.asarray(x, float)))
+    if distinct < n:
+        raise ValueError(f"{what}: {distinct} distinct value(s), the fit needs at least {n}")
+
+
 def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """y = a + b x by least squares: (a, b, R^2)."""
+    need_points(x, 2, "x")
     A = np.c_[np.ones_like(x), x]
     (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
     pred = a + b * x
@@ -28,6 +37,8 @@ def fit_swap_in(df: pd.DataFrame, link_bw: float) -> dict:
     over row sizes, the bandwidth gives the gather efficiency against pinned memcpy."""
     per_row = {}
     for row, g in df.groupby("row_bytes"):
+        need_points(g["batch"], 2, f"swap_in row_bytes {row:g}, column 'batch'")
+        need_points(g["rows"] * row, 2, f"swap_in row_bytes {row:g}, column 'rows'")
         y = g["us"].to_numpy(float) * 1e-6
         A = np.c_[np.ones(len(g)), g["batch"].to_numpy(float), (g["rows"] * row).to_numpy(float)]
         (a, c, b), *_ = np.linalg.lstsq(A, y, rcond=None)
@@ -48,6 +59,7 @@ def fit_swap_in(df: pd.DataFrame, link_bw: float) -> dict:
 
 def fit_attention(df: pd.DataFrame) -> dict:
     """t = launch + roofline / efficiency over the (B, H, layout) grid."""
+    need_points(df["roofline_us"], 2, "attention, column 'roofline_us'")
     a, b, r2 = linear_fit(df["roofline_us"].to_numpy(float) * 1e-6, df["us"].to_numpy(float) * 1e-6)
     return {"attention_launch_us": a * 1e6, "attention_efficiency": 1.0 / b if b > 0 else None, "r2": r2,
             "points": len(df)}
@@ -83,6 +95,7 @@ def fit_roofline(nbytes: np.ndarray, flops: np.ndarray, us: np.ndarray, iters: i
     are refitted linearly (launch, 1/bw, 1/rate), until the assignment stops changing. A kind
     with no compute-bound point gets rate None (never the limit)."""
     b, f, t = (np.asarray(a, float) for a in (nbytes, flops, us))
+    need_points(b, 2, "column 'bytes'")
     t = t * 1e-6
 
     def solve(cols):
@@ -115,6 +128,7 @@ def fit_roofline(nbytes: np.ndarray, flops: np.ndarray, us: np.ndarray, iters: i
 def fit_indexer(df: pd.DataFrame, sms: int = 132) -> dict:
     """t = launch + key bytes / bw + select x waves x tokens per request (see
     ``step_terms.IndexerTerm``), least squares on relative error."""
+    need_points(df["batch"] * df["ctx"], 3, "indexer, columns 'batch' x 'ctx'")
     t = df["us"].to_numpy(float) * 1e-6
     key = (df["batch"] * df["ctx"]).to_numpy(float) * 132
     sel = (np.ceil(df["batch"].to_numpy(float) / sms) * df["ctx"].to_numpy(float))
@@ -160,6 +174,7 @@ def fit_step_terms(gemm: pd.DataFrame, elementwise: pd.DataFrame, indexer: pd.Da
     rates["elementwise"] = {"bf16": ew}
     idx = {f"{qd}_h{h}": fit_indexer(g) for (qd, h), g in indexer.groupby(["q_dtype", "heads"])}
     # per-kernel cost inside a CUDA graph: slope of replay time over the number of kernels
+    need_points(graph["kernels"], 2, "graph, column 'kernels'")
     _, slope, r2 = linear_fit(graph["kernels"].to_numpy(float), graph["us"].to_numpy(float))
     return {"rates": rates, "indexer": idx, "graph_launch_us": slope, "graph_launch_r2": r2, **extra}
 

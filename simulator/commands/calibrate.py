@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 from ..inputs import dumps_json
 from .common import Output, declare_io, file_name, positive_float, positive_int, seed_int
@@ -154,14 +155,29 @@ def _read_calibration(path: str):
 
 def _repredicted(path: str, configs: list, repredict) -> list[dict]:
     """Stored configurations through ``repredict``; a malformed one names the file and its index."""
+    import math
+
     from ..errors import HisparseError
 
+    if not isinstance(configs, list) or not configs:
+        raise HisparseError(f"{path}: 'configs' holds no configuration; run hisparse validate on a GPU first")
     out = []
     for i, c in enumerate(configs):
         try:
-            out.append(repredict(c))
+            r = repredict(c)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise HisparseError(f"{path}: configs[{i}]: malformed ({type(exc).__name__}: {exc})") from None
+        # the measured step times the predictions are scored against: one positive number per predicted step
+        measured, n = r.get("measured_s"), len(r["predicted_s"])
+        if not isinstance(measured, list) or len(measured) != n:
+            got = f"{len(measured)} values" if isinstance(measured, list) else type(measured).__name__
+            raise HisparseError(f"{path}: configs[{i}].measured_s: {got}, expected a list of {n} step times "
+                                "(one per predicted step)")
+        for j, v in enumerate(measured):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+                raise HisparseError(f"{path}: configs[{i}].measured_s[{j}]: {v!r} is not a positive number of "
+                                    "seconds")
+        out.append(r)
     return out
 
 
@@ -172,6 +188,7 @@ def _csv(out: str, name: str, gpu: str) -> str:
 def _read_tables(out: str, gpu: str, names) -> dict:
     import pandas as pd
 
+    from ..calibration.tables import check_table
     from ..errors import HisparseError
     from ..fileio import check_input
 
@@ -182,9 +199,10 @@ def _read_tables(out: str, gpu: str, names) -> dict:
             raise HisparseError(f"{path}: missing; --refit needs a previous hisparse calibrate run")
         check_input(path)  # a FIFO would block pandas' open()
         try:
-            tables[name] = pd.read_csv(path)
+            df = pd.read_csv(path)
         except (ValueError, OSError) as exc:
             raise HisparseError(f"{path}: not a readable CSV ({exc})") from None
+        tables[name] = check_table(df, name, path)  # the columns its fit reads, a row at least, numbers
     return tables
 
 
@@ -219,6 +237,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return run_comm(args)
     if not args.refit:
         _require_cupy("hisparse calibrate", "hisparse calibrate --refit")
+    import numpy as np
+
     from ..calibration import grids
     from ..calibration.fitting import fit_step_terms, fitted_params
     from ..calibration.run import (
@@ -303,7 +323,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         elif args.terms in ("moe-tp", "fused-moe-tp"):
             raise HisparseError(f"{_csv(args.out, 'gemm', args.gpu)}: missing; --terms {args.terms} adds to a "
                                 "previous hisparse calibrate --terms step run")
-    params, gpu, fits = fitted_params(kernel_tables["swap_in"], kernel_tables["attention"], link)
+    try:
+        params, gpu, fits = fitted_params(kernel_tables["swap_in"], kernel_tables["attention"], link)
+    except (KeyError, ValueError, np.linalg.LinAlgError) as exc:
+        raise HisparseError(f"{args.out}: the kernel CSVs ({', '.join(f'{n}-{args.gpu}.csv' for n in KERNEL_TABLES)}) "
+                            f"do not fit: {exc}") from None
     # groups other runs write (e.g. `comm`, calibrate --comm) are kept as they are
     report = (old or CalibrationFile(source, where=out_json)).replace(
         source=source, params=params, gpu={"link_bw": link, "hbm_bw": hbm} | gpu, fit=fits,
@@ -315,7 +339,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
             step_fit = fit_step_terms(step_tables["gemm"], step_tables["elementwise"], step_tables["indexer"],
                                       step_tables["graph"], step_tables.get(TP_MOE_TABLE),
                                       step_tables.get(FUSED_MOE_TABLE))
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, np.linalg.LinAlgError) as exc:
             raise HisparseError(f"{args.out}: the step CSVs ({', '.join(f'{n}-{args.gpu}.csv' for n in step_tables)}) "
                                 f"do not fit: {exc}") from None
         st = {
@@ -358,10 +382,19 @@ def run_validate(args: argparse.Namespace) -> int:
         from cupy_kernels.swap_in import PinnedPool
 
         pool = PinnedPool(int(args.pool_gib * (1 << 30)))
-    if args.loop in ("both", "kernels"):
-        _validate_kernels(args, calibration, pool)
-    if args.loop in ("both", "layer"):
-        _validate_layers(args, calibration, pool)
+    loops = [f for name, f in (("kernels", _validate_kernels), ("layer", _validate_layers))
+             if args.loop in ("both", name)]
+    # a GPU run keeps each loop's report as soon as it is measured; --repredict checks every stored
+    # file before it rewrites any, so a bad layer file leaves the kernels report as it was too
+    saves = []
+    for loop in loops:
+        save = loop(args, calibration, pool)
+        if args.repredict:
+            saves.append(save)
+        else:
+            save()
+    for save in saves:
+        save()
     return 0
 
 
@@ -379,8 +412,9 @@ def _summary(configs: list[dict], keys) -> tuple[float, float]:
     return float(np.median(err)), float(np.percentile(err, 90))
 
 
-def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
-    """Issue 8's loop: swap-in + attention per layer against the serving cost model's terms."""
+def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> Callable[[], None]:
+    """Issue 8's loop: swap-in + attention per layer against the serving cost model's terms. Returns
+    the call that saves its report."""
     from ..calibration import grids
     from ..calibration.validate import repredict, run_config
     from ..costmodel.passes import CostModel
@@ -403,12 +437,13 @@ def _validate_kernels(args: argparse.Namespace, calibration: str, pool) -> None:
                    for i, cfg in enumerate(grids.VALIDATE_KERNELS)]
     from ..calibration.report import plot_validation
 
-    _save_validation(args, calibration, path, configs, ("requests", "layers", "hot", "heads", "row_bytes"),
-                     plot_validation, f"validation-{args.gpu}.png")
+    return lambda: _save_validation(args, calibration, path, configs, ("requests", "layers", "hot", "heads", "row_bytes"),
+                                    plot_validation, f"validation-{args.gpu}.png")
 
 
-def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
-    """The full DSA layer loop at GLM-5.1's per-GPU shapes against costmodel.ops + costmodel.terms."""
+def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> Callable[[], None]:
+    """The full DSA layer loop at GLM-5.1's per-GPU shapes against costmodel.ops + costmodel.terms. Returns the
+    call that saves its report."""
     from ..calibration import grids
     from ..calibration.layer_loop import repredict_layers, run_layer_config
     from ..costmodel.terms import StepTerms
@@ -434,9 +469,10 @@ def _validate_layers(args: argparse.Namespace, calibration: str, pool) -> None:
                    for i, cfg in enumerate(grids.VALIDATE_LAYERS)]
     from ..calibration.report import plot_layer_validation
 
-    _save_validation(args, calibration, path, configs, ("requests", "ctx0", "layers", "dense", "hot", "row_bytes"),
-                     plot_layer_validation, f"validation-layer-{args.gpu}.png",
-                     {"model": "glm-5.1", "loop": "full DSA layer"})
+    return lambda: _save_validation(args, calibration, path, configs,
+                                    ("requests", "ctx0", "layers", "dense", "hot", "row_bytes"),
+                                    plot_layer_validation, f"validation-layer-{args.gpu}.png",
+                                    {"model": "glm-5.1", "loop": "full DSA layer"})
 
 
 def _save_validation(args: argparse.Namespace, calibration: str, path: str, configs: list, keys: tuple,
