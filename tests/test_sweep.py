@@ -242,3 +242,40 @@ def test_resume_with_another_grid_is_refused_and_an_extended_grid_continues(tmp_
     assert main(["sweep", wider, "--no-ray", "--out", str(out), "--resume", "--quiet"]) == 0
     table = pd.read_parquet(out / "results.parquet")
     assert len(table) == 4 and set(table.policy) == {"lru", "fifo"}
+
+
+SMALL = GRID.replace("buffer = [1024, 2048, 4096]", "buffer = [2048, 4096]")  # 4 points, each >= k
+
+
+def test_a_second_sweep_into_a_folder_being_written_is_refused(tmp_path, capsys):
+    """Two sweeps into one --out at once: the second is refused (exit 2) while the first holds the folder. Before,
+    both passed the 'already holds results' check (no part written yet), both exited 0, and the last results
+    table written held only one grid's rows."""
+    import fcntl
+    import os
+
+    from simulator.sweep.runner import LOCK
+
+    out = tmp_path / "o"
+    out.mkdir()
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a sweep running in another process
+        assert main(["sweep", _grid(tmp_path, SMALL), "--out", str(out), "--no-ray", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert "another hisparse sweep is writing this folder" in err and str(out) in err
+        assert not (out / "parts").exists() and not (out / "results.parquet").exists()
+    finally:
+        os.close(fd)
+    # once it has finished, the same command runs
+    assert main(["sweep", _grid(tmp_path, SMALL), "--out", str(out), "--no-ray", "--quiet"]) == 0
+    assert len(pd.read_parquet(out / "results.parquet")) == 4
+
+
+def test_a_results_table_that_is_a_folder_is_refused_before_any_point(tmp_path, capsys):
+    """OUT/results.parquet a folder: refused up front, not after every point has run."""
+    out = tmp_path / "o"
+    (out / "results.parquet").mkdir(parents=True)
+    assert main(["sweep", _grid(tmp_path, SMALL), "--out", str(out), "--no-ray", "--quiet"]) == 2
+    assert "results.parquet: is a folder" in capsys.readouterr().err
+    assert not (out / "parts").exists()

@@ -21,6 +21,7 @@ from .grid import Grid, point_id
 from .points import run_point
 
 RESULTS = "results.parquet"
+LOCK = ".sweep.lock"  # held (flock) while a sweep writes the folder; left in place (unlinking it races a waiter)
 
 
 def _part_path(out: Path, pid: str) -> Path:
@@ -151,6 +152,51 @@ def run_sweep(grid: Grid, out: str | Path, *, address: str | None = None, worker
     """Run the grid's unfinished points; return the whole results table (also written to
     OUT/results.parquet). ``progress(total, already_done)`` returns a tqdm-like bar or None."""
     out = Path(out)
+    if (out / RESULTS).is_dir():  # found only when the table is written, after every point had run
+        raise HisparseError(f"{out / RESULTS}: is a folder; the sweep writes its results table there (remove it, "
+                            "or give another --out)")
+    with _sweep_lock(out):
+        return _run_locked(grid, out, address=address, workers=workers, resume=resume, use_ray=use_ray,
+                           max_points=max_points, progress=progress)
+
+
+@contextlib.contextmanager
+def _sweep_lock(out: Path) -> Iterator[None]:
+    """One sweep at a time per folder: a second `hisparse sweep --out OUT` started while one runs would pass the
+    'already holds results' check (no part written yet), run beside it and overwrite its results table, both
+    reporting success. The folder is made here, after the grid's checks."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (not POSIX): unguarded, as before
+        yield
+        return
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise HisparseError(f"{path}: cannot open the sweep's lock file ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HisparseError(f"{out}: another hisparse sweep is writing this folder; wait for it to finish, "
+                                "or give another --out") from None
+        try:
+            yield
+        finally:
+            # a sweep that wrote nothing (Ray never answered) leaves no folder it made; unlinked while held, so a
+            # sweep starting now makes a new one
+            if created and os.listdir(out) == [LOCK]:
+                os.unlink(path)
+                os.rmdir(out)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _run_locked(grid: Grid, out: Path, *, address: str | None, workers: int, resume: bool, use_ray: bool,
+                max_points: int | None, progress: Callable[[int, int], Any] | None) -> pd.DataFrame:
     if (out / "parts").exists() and any((out / "parts").iterdir()) and not resume:
         raise HisparseError(f"{out} already holds sweep results: pass --resume to continue, or another --out")
     if resume:
