@@ -87,9 +87,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv[0] if argv else None)
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a bad option (one line, status 2)
-        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+        with _stdout_named():
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as exc:  # --help, --version, or a bad option (one line, status 2)
+                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+                sys.stdout.flush()  # the help text's last part, written here: a full disk is an error
+                return code
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:  # `--help > /dev/full`
+        print(f"hisparse: error: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
     empty = _empty_argument(argv)
     if empty:
         print(f"hisparse: error: {empty}", file=sys.stderr)

@@ -123,10 +123,11 @@ def test_disk_full_on_a_device_is_one_line(trace, capsys):
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
-@pytest.mark.parametrize("argv", [["trace", "info", "TRACE"], ["trace", "info", "TRACE", "--json"]])
+@pytest.mark.parametrize("argv", [["trace", "info", "TRACE"], ["trace", "info", "TRACE", "--json"], ["--help"],
+                                  ["--version"], ["sweep", "--help"], ["trace", "gen", "--help"]])
 def test_standard_output_on_a_full_disk_is_named(trace, argv):
     """``hisparse ... > /dev/full``: one line naming standard output, status 2, no traceback (the message said
-    only "No space left on device")."""
+    only "No space left on device"); the help and version text too (argparse swallowed that write error: exit 0)."""
     argv = [trace if a == "TRACE" else a for a in argv]
     with open("/dev/full", "w") as full:
         run = subprocess.run([sys.executable, "-m", "simulator.cli", *argv], stdout=full, stderr=subprocess.PIPE,

@@ -29,6 +29,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _print_message(self, message, file=None):  # noqa: D102 - argparse's hook
+        # argparse's own swallows OSError: `--help > /dev/full` printed nothing and exited 0; the
+        # error goes up to cli.main, which names standard output (a reader that left stays quiet)
+        if message:
+            (file or sys.stderr).write(message)
+
     def _get_values(self, action, arg_strings):
         # argparse drops a "--" value (``--steps=--``) and would hand the command an empty list
         if action.option_strings and action.nargs is None and arg_strings == ["--"]:
