@@ -372,3 +372,35 @@ def test_cli_reports_the_hit_penalty_against_lru(tmp_path, capsys):
     assert {r["buffer"] for r in curve if r["policy"] == "salru"} == {128, 192, 256}
     for r in curve:
         assert "hit_penalty" in r and "miss_x" in r
+
+
+def test_miss_x_over_a_baseline_without_misses_and_an_unused_mtp_steps(tmp_path, capsys):
+    """replay --vs: miss_x is inf where the baseline has no misses and the policy has some, NaN for 0 / 0, as
+    mrc --vs reports it (replay gave NaN for both); --mtp-steps with no policy that reads it says so (it printed
+    "# : 4 trace steps per commit")."""
+    import json
+    import math
+
+    from simulator.cli import main
+
+    path = str(tmp_path / "t.hst")
+    assert main(["trace", "gen", "--steps", "30", "--layers", "1", "--requests", "1", "--topk", "128",
+                 "--ctx0", "600", "--out", path, "--quiet"]) == 0
+    capsys.readouterr()
+    # a buffer past the whole context: OPT and LRU miss nothing after the prefix, "none" misses every entry
+    assert main(["replay", path, "--policy", "none,lru", "--vs", "opt", "--buffer", "4096", "--mtp-steps", "4",
+                 "--json", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    by = {r["policy"]: r for r in json.loads(captured.out)}
+    assert by["opt"]["misses"] == 0 and by["lru"]["misses"] == 0 and by["none"]["misses"] > 0
+    assert "--mtp-steps 4 is unused: it applies to salru, sglang-clock" in captured.err
+    from simulator.commands.replay import _add_penalty
+
+    rows = [dict(r) for r in by.values()]
+    _add_penalty(rows, "opt")
+    miss_x = {r["policy"]: r["miss_x"] for r in rows}
+    assert miss_x["none"] == math.inf and math.isnan(miss_x["lru"]) and math.isnan(miss_x["opt"])
+    assert main(["replay", path, "--policy", "none", "--vs", "opt", "--buffer", "4096", "--quiet"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[0] == "none" and table[1].split()[-1] == "inf"
+    assert "# :" not in captured.err

@@ -60,6 +60,8 @@ def test_npy_wrong_dtype_and_shape(tmp_path, capsys):
     assert code == 2 and "dtype float64" in err and "f.npy" in err
     code, err = _run(["trace", "info", str(_npy(tmp_path, np.arange(5), "v.npy"))], capsys)
     assert code == 2 and "shape (5,)" in err and "[steps, k]" in err
+    code, err = _run(["trace", "info", str(_npy(tmp_path, np.zeros((10, 0), int), "w.npy"))], capsys)
+    assert code == 2 and "shape (10, 0): no columns (k = 0)" in err
 
 
 def test_npy_not_an_array(tmp_path, capsys):
@@ -180,3 +182,23 @@ def test_an_npy_header_claiming_more_than_the_file_holds_is_named(tmp_path, caps
     code, err = _run(["replay", str(path), "--buffer", "4096", "--quiet"], capsys)
     assert code == 2 and str(path) in err and "truncated or damaged: its header says shape (1000000000, 1000000000)" in err
     assert "the file holds 64" in err and "out of memory" not in err
+
+
+def test_npy_lookalikes_are_named(tmp_path, capsys):
+    """A .npy whose header dict is damaged (numpy's tokenizer raised TokenError: a traceback), an .npz archive under
+    a .npy name (np.load returned the archive: AttributeError), and an .hst trace under a .npy name (reported as
+    "pickled data"): one line each, exit 2."""
+    good = _npy(tmp_path, np.array([[0, 1], [1, 2]]), "good.npy")
+    damaged = bytearray(good.read_bytes())
+    damaged[20] = ord("{")
+    (tmp_path / "hdr.npy").write_bytes(bytes(damaged))
+    np.savez(tmp_path / "z.npz", a=np.zeros((2, 2), int))
+    (tmp_path / "z.npy").write_bytes((tmp_path / "z.npz").read_bytes())
+    hst = tmp_path / "t.hst"
+    _good_trace(hst)
+    (tmp_path / "h.npy").write_bytes(hst.read_bytes())
+    for name, says in (("hdr.npy", "its header does not parse"), ("z.npy", "an .npz archive, not a .npy array"),
+                       ("h.npy", "an .hst trace with a .npy name")):
+        for command in (["trace", "info"], ["replay", "--quiet"]):
+            code, err = _run([*command, str(tmp_path / name)], capsys)
+            assert code == 2 and says in err and name in err and "Traceback" not in err, (name, command, err)

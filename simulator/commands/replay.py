@@ -44,7 +44,7 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vs", metavar="POLICY", default=None,
                    help="also replay POLICY (e.g. lru) at each buffer size and report each policy's hit "
                         "penalty against it: hit_penalty = its miss ratio minus POLICY's (points of hit "
-                        "ratio lost), miss_x = its misses / POLICY's")
+                        "ratio lost), miss_x = its misses / POLICY's (inf where POLICY has none, NaN for 0 / 0)")
     p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="threads replaying streams in parallel (default 2, or 1 on one core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -133,12 +133,18 @@ def _with_baseline(args, policies):
 
 
 def _add_penalty(rows: list[dict], base: str) -> None:
-    """hit_penalty (miss ratio minus the baseline's at the same buffer) and miss_x (misses over its)."""
+    """hit_penalty (miss ratio minus the baseline's at the same buffer) and miss_x (misses over its; inf over a
+    baseline with no misses, NaN for 0 / 0 or no baseline at that buffer)."""
     ref = {r["buffer"]: r for r in rows if r["policy"] == base}
     for r in rows:
         b = ref.get(r["buffer"])
         r["hit_penalty"] = r["miss_ratio"] - b["miss_ratio"] if b else float("nan")
-        r["miss_x"] = r["misses"] / b["misses"] if b and b["misses"] else float("nan")
+        if not b:
+            r["miss_x"] = float("nan")
+        elif b["misses"]:
+            r["miss_x"] = r["misses"] / b["misses"]
+        else:  # as mrc --vs: inf over a baseline with no misses, NaN for 0 / 0
+            r["miss_x"] = float("inf") if r["misses"] else float("nan")
 
 
 def _checked(cfg, k: int, option: str):
@@ -300,8 +306,12 @@ def _print_params(args, policies) -> None:
     if "salru" in policies:
         print(f"# salru: shards of {args.ways} ways (shards = buffer / {args.ways})", file=sys.stderr)
     if args.mtp_steps > 1:
-        print(f"# {', '.join(p for p in policies if p in _placed_policies())}: {args.mtp_steps} trace steps per "
-              "commit", file=sys.stderr)
+        placed = [p for p in policies if p in _placed_policies()]
+        if placed:
+            print(f"# {', '.join(placed)}: {args.mtp_steps} trace steps per commit", file=sys.stderr)
+        else:  # printed "# : 4 trace steps per commit"
+            print(f"# --mtp-steps {args.mtp_steps} is unused: it applies to {', '.join(sorted(_placed_policies()))}, "
+                  "none of which is replayed here", file=sys.stderr)
 
 
 def run_mrc(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -68,18 +69,26 @@ class NpyTrace:
             check_input(self.path)  # a FIFO would block in open(), a device never end
         except InputError as exc:
             raise TraceError(exc.problem, path=path) from None
+        _check_npy_magic(self.path)
         _check_npy_size(self.path)
         try:
             # read, not mapped: a mapped file truncated under the reader faults (SIGBUS)
             array = np.load(self.path, allow_pickle=False)
         except FileNotFoundError:
             raise TraceError("no such file", path=path) from None
-        except (ValueError, OSError, EOFError) as exc:
+        except (ValueError, OSError, EOFError, SyntaxError) as exc:
             raise TraceError(f"not a readable .npy array ({exc})", path=path) from None
+        if not isinstance(array, np.ndarray):  # zip data: np.load hands back an .npz archive
+            array.close()
+            raise TraceError("an .npz archive, not a .npy array (save the one [steps, k] array with np.save)",
+                             path=path)
         if not np.issubdtype(array.dtype, np.integer):
             raise TraceError(f"dtype {array.dtype}: a trace array must hold integers", path=path)
-        if array.ndim != 2 or array.shape[1] < 1:
+        if array.ndim != 2:
             raise TraceError(f"shape {array.shape}: a trace array must be 2-D [steps, k]", path=path)
+        if array.shape[1] < 1:
+            raise TraceError(f"shape {array.shape}: no columns (k = 0); a trace array needs k >= 1 entries per step",
+                             path=path)
         if array.shape[0] == 0:
             raise TraceError(f"shape {array.shape}: the array holds no steps", path=path)
         _check_int32(array, path)
@@ -191,6 +200,23 @@ class NpyTrace:
         return self._stream
 
 
+def _check_npy_magic(path) -> None:
+    """What the file is when it is not a .npy array: an .hst trace under a .npy name was read by
+    np.load as "pickled data", which it is not."""
+    from .format import MAGIC
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(MAGIC))
+    except OSError:
+        return  # np.load meets the same and says why
+    if head == MAGIC:
+        raise TraceError("an .hst trace with a .npy name (hisparse reads a file by its suffix: name it .hst)",
+                         path=path)
+    if head and not head.startswith((b"\x93NUMPY", b"PK\x03\x04")):
+        raise TraceError("not a readable .npy array (it does not start with numpy's magic bytes \\x93NUMPY)", path=path)
+
+
 def _check_npy_size(path) -> None:
     """A .npy whose header claims more data than the file holds (shape (10**9, 10**9) over 64 bytes) made
     numpy allocate the claimed size first: "out of memory", naming no file. Compare before reading."""
@@ -202,6 +228,8 @@ def _check_npy_size(path) -> None:
             read_header = npy.read_array_header_1_0 if major == 1 else npy.read_array_header_2_0
             shape, _, dtype = read_header(fh, max_header_size=1 << 16)
             start, size = fh.tell(), os.fstat(fh.fileno()).st_size
+    except tokenize.TokenError as exc:  # a damaged header dict (numpy's parser lets this one through)
+        raise TraceError(f"not a readable .npy array (its header does not parse: {exc.args[0]})", path=path) from None
     except (OSError, ValueError, EOFError, SyntaxError):
         return  # np.load meets the same and says why
     if dtype.hasobject:
