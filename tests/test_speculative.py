@@ -243,6 +243,36 @@ def test_cli_errors(argv, names, capsys):
     assert_clean_error(code, err, *names)
 
 
+@pytest.mark.parametrize("body, says", [
+    ('accept_probs = [0.5, "a"]', "accept_probs = [0.5, 'a'] must be a list of numbers"),
+    ("accept_probs = 0.5", "accept_probs = 0.5 must be a list of numbers"),
+    ("accept_probs = [[0.5], 0.5]", "must be a list of numbers"),
+    ("accept_probs = {a = 1}", "must be a list of numbers"),
+    ("accept_len = [2]", "accept_len = [2] must be a number"),
+    ("accept_len = true", "accept_len = True must be a number"),
+    ("", "give the acceptance: accept_len (SGLANG_SIMULATE_ACC_LEN) or accept_probs"),  # ran at accept_len 1
+])
+def test_a_speculative_file_with_a_bad_acceptance_is_one_line(tmp_path, capsys, body, says):
+    """A --speculative TOML file whose acceptance is mistyped (a float() / tuple() traceback, exit 1) or missing (it
+    ran at accept_len 1, where the command line refuses the same): exit 2 naming the file and key."""
+    path = tmp_path / "s.toml"
+    path.write_text(f'[speculative]\nspeculative = "eagle:1-1-2"\n{body}\n')
+    code, _, err = run_cli(["plan", "--speculative", str(path), "--concurrency", "1", "--no-search"], capsys)
+    assert_clean_error(code, err, str(path), says)
+
+
+def test_accept_method_option_applies_to_a_speculative_file(tmp_path):
+    """--accept-method beside a --speculative file sets how its accept_len is drawn (it was dropped: the file's
+    multinomial default stood); beside a file giving accept_probs it is refused."""
+    path = tmp_path / "s.toml"
+    path.write_text('[speculative]\nspeculative = "eagle:1-1-2"\naccept_len = 2\n')
+    assert parse_speculative(str(path)).accept_method.value == "multinomial"
+    assert parse_speculative(str(path), method="match-expected").accept_method.value == "match-expected"
+    path.write_text('[speculative]\nspeculative = "eagle:1-1-2"\naccept_probs = [0.5, 0.5]\n')
+    with pytest.raises(HisparseError, match="gives accept_probs"):
+        parse_speculative(str(path), method="match-expected")
+
+
 @pytest.mark.slow
 def test_plan_answers_does_mtp_pay_off(tmp_path, capsys):
     code, out, err = run_cli(["plan", "--deployment", "8xh200-tp8", "--concurrency", "1,4", "--speculative",

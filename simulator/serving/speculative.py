@@ -94,6 +94,9 @@ class SpeculativeSpec:
                                 f"= {self.num_steps + 1} (SGLang sets it so for a chain)")
         top = self.num_steps + 1
         if self.accept_method is AcceptMethod.DISTRIBUTION:
+            if not isinstance(self.accept_probs, (list, tuple)) or not all(map(_is_number, self.accept_probs)):
+                raise HisparseError(f"{w}: accept_probs = {self.accept_probs!r} must be a list of {top} numbers "
+                                    f"(P(accept length = 1), ..., P({top}))")
             probs = tuple(float(p) for p in self.accept_probs)
             if len(probs) != top or any(not (p >= 0) or not math.isfinite(p) for p in probs) or abs(sum(probs) - 1) > 1e-6:
                 raise HisparseError(f"{w}: accept_probs must be {top} probabilities (accept lengths 1..{top}) "
@@ -102,7 +105,7 @@ class SpeculativeSpec:
             object.__setattr__(self, "accept_len", float(np.dot(np.arange(1, top + 1), probs)))
         else:
             a = self.accept_len
-            if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or not 1 <= a <= top:
+            if not _is_number(a) or not math.isfinite(a) or not 1 <= a <= top:
                 raise HisparseError(f"{w}: accept_len = {a!r} must be between 1 and num_steps + 1 = {top}")
             object.__setattr__(self, "accept_len", float(a))
 
@@ -163,6 +166,11 @@ class SpeculativeSpec:
                 f"--speculative-eagle-topk {self.eagle_topk}", f"--speculative-num-draft-tokens {self.num_draft_tokens}"]
 
 
+def _is_number(v: object) -> bool:
+    """A TOML number (a bool is an int to Python, not a number here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 _SPEC_RE = re.compile(r"^\s*(eagle|mtp|nextn)\s*:\s*(\d+)-(\d+)-(\d+)\s*$", re.IGNORECASE)
 
 
@@ -193,6 +201,11 @@ def parse_speculative(text: str, accept_len: float | None = None, method: str | 
             table["accept_method"] = method or table.get("accept_method", AcceptMethod.MULTINOMIAL.value)
             if table["accept_method"] == AcceptMethod.DISTRIBUTION.value:
                 table["accept_method"] = AcceptMethod.MULTINOMIAL.value
+        elif method is not None:  # --accept-method alone: how the file's accept_len is drawn (was dropped)
+            if "accept_probs" in table:
+                raise HisparseError(f"--accept-method {method}: {text} gives accept_probs (a distribution, drawn as "
+                                    "given); --accept-method applies to an accept_len")
+            table["accept_method"] = method
         return from_table(table, f"{text}: [speculative]")
     m = _SPEC_RE.match(str(text))
     if not m:
@@ -218,14 +231,20 @@ def from_table(data: dict, where: str) -> SpeculativeSpec:
     if bad:
         raise HisparseError(f"{where}: unknown key(s) {', '.join(bad)} (known: {', '.join(sorted(known))})")
     d = dict(data)
+    if "accept_len" in d and not _is_number(d["accept_len"]):
+        raise HisparseError(f"{where}: accept_len = {d['accept_len']!r} must be a number (SGLANG_SIMULATE_ACC_LEN)")
+    if "accept_probs" in d and (not isinstance(d["accept_probs"], (list, tuple))
+                                or not all(map(_is_number, d["accept_probs"]))):
+        raise HisparseError(f"{where}: accept_probs = {d['accept_probs']!r} must be a list of numbers "
+                            "(P(accept length = 1), P(2), ...)")
+    if "accept_len" not in d and "accept_probs" not in d:  # as --speculative without --accept-len (ran at 1)
+        raise HisparseError(f"{where}: give the acceptance: accept_len (SGLANG_SIMULATE_ACC_LEN) or accept_probs")
     if "speculative" in d:
         base = parse_speculative(d.pop("speculative"), d.get("accept_len", 1.0), d.get("accept_method"),
                                  tuple(d.get("accept_probs", ())), where=where)
         d = {"algorithm": base.algorithm, "num_steps": base.num_steps, "eagle_topk": base.eagle_topk,
              "num_draft_tokens": base.num_draft_tokens} | d
     if "accept_probs" in d:
-        if not isinstance(d["accept_probs"], (list, tuple)):
-            raise HisparseError(f"{where}: accept_probs must be a list of probabilities")
         d["accept_probs"] = tuple(d["accept_probs"])
         d.setdefault("accept_method", AcceptMethod.DISTRIBUTION.value)
     try:
