@@ -43,6 +43,18 @@ def test_cost_in_the_text_output(capsys):
     assert "$/M out" in text and "per M output tokens" in text and "prices (--price-gpu-hour 2" in text
 
 
+def test_a_huge_price_keeps_the_table_laid_out(capsys):
+    """--price-gpu-hour 1e300: the $/M column in powers of ten (it printed a 300-digit integer that pushed the band
+    and found columns off the table)."""
+    from simulator.commands.plan_text import _table_float
+
+    assert _table_float(5.04e301) == "5.04e+301" and _table_float(123.456) == "123.5" and _table_float(0.0317) == "0.0317"
+    assert main(["plan", "--concurrency", "8", "--no-search", "--quiet", "--price-gpu-hour", "1e300"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("conc"))
+    assert "e+" in lines[header + 1] and max(len(x) for x in lines[header + 1].split()) < 12
+
+
 @pytest.mark.parametrize("content, message", [
     ("gpu_hour = -1\n", "gpu_hour = -1 must be a number >= 0"),
     ("host_gb_month = 1\n", "missing key gpu_hour"),
@@ -68,3 +80,15 @@ def test_price_option_errors(capsys, tmp_path):
     with pytest.raises(Exception, match="both are 0"):
         Prices(0.0, 0.0)
     assert load_prices.__doc__
+
+
+def test_a_one_token_workload_is_refused_and_small_rates_keep_their_digits(capsys):
+    """output_tokens = 1 (the schema's >= 1) ran with NaN TPOT columns, 0 tok/s steady and "nothing meets the
+    targets": refused, naming the file and why. At 2 tokens the recommendation printed "0 tok/s steady (0 per GPU)":
+    three significant digits below 100."""
+    from simulator.commands.plan_text import _rate
+
+    assert main(["plan", "--concurrency", "1", "--quiet", "--set", "workload.output_tokens=1"]) == 2
+    err = capsys.readouterr().err
+    assert "output_tokens = 1: a plan needs at least 2 output tokens" in err and "32k-in-8k-out.toml" in err
+    assert (_rate(0.254), _rate(65.24), _rate(522.4), _rate(0.0317)) == ("0.254", "65.2", "522", "0.0317")

@@ -75,7 +75,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help=f"workload preset or file (default 32k-in-8k-out; presets: {_presets('workloads')})")
     p.add_argument("--hisparse-config", dest="hisparse", default=None,
                    help=f"HiSparse config preset or file (default: the deployment's own, e.g. blog-h20-pd for "
-                        f"2xh20-pd-decode, else blog-8xh200; presets: {_presets('hisparse')})")
+                        f"2xh20-pd-decode, else blog-8xh200, or the model's own where its top_k differs, e.g. "
+                        f"deepseek-v4-flash (top_k 512); presets: {_presets('hisparse')})")
     p.add_argument("--calibration", default="auto",
                    help="cost-model terms: auto (the calibration the GPU file names, e.g. the packaged h200 fit; "
                         f"none when it names none), none, a packaged one ({_presets('calibration')}), a TOML file or "

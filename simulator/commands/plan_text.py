@@ -21,6 +21,13 @@ SHORT = {"concurrency": "conc", "rate_per_s": "rate/s", "steady_tok_s_deployment
 TABLE_NAMES = SHORT | {"resident_share": "resident", "demotions": "demoted"}
 
 
+
+def _rate(x: float) -> str:
+    """A throughput: whole tokens/s from 100 up, three significant digits below (a prefill-bound plan's 0.25
+    tok/s printed as "0")."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def print_bands(bands: dict) -> None:
     for system in ("baseline", "hisparse"):
         b, t = bands.get(system), bands.get(system + "_ttft")
@@ -42,7 +49,7 @@ def print_nodes(summary: dict, cluster: str) -> None:
         if b is None:
             print(f"  {n} node(s), {summary['gpus'][n]} GPUs: no point meets the targets while serving its load")
             continue
-        print(f"  {n} node(s), {summary['gpus'][n]} GPUs: {_where(b)}: {b['steady_tok_s_deployment']:.0f} tok/s steady, "
+        print(f"  {n} node(s), {summary['gpus'][n]} GPUs: {_where(b)}: {_rate(b['steady_tok_s_deployment'])} tok/s steady, "
               f"{b['steady_tok_s_per_gpu']:.1f} per GPU, TPOT p99 {b['tpot_p99_ms']:.1f} ms, TTFT p99 {b['ttft_p99_s']:.1f} s")
     c = summary.get("choice")
     if c is None:
@@ -84,7 +91,8 @@ def _print_prefetch(rep: dict | None) -> None:
 
 
 def _table_float(v: float) -> str:
-    return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    # from 1e9 up in powers of ten: --price-gpu-hour 1e300 printed a 300-digit $/M column
+    return f"{v:.3g}" if abs(v) >= 1e9 or abs(v) < 10 else f"{v:.1f}"
 
 
 def _table_columns(rows: list[dict]) -> list[str]:
@@ -305,7 +313,7 @@ def print_recommendation(rec: dict, search: dict | None = None) -> None:
         unit = "" if r["concurrency"] else " requests/s"
         stop = (f" (search stopped after {b['points']} points: {b['passes']:.4g} passes, {b['fails']:.4g}{unit} fails)"
                 if b and not b["converged"] else "")
-        print(f"  best {system}: {_where(r)}: {r['steady_tok_s_deployment']:.0f} tok/s steady, TPOT p99 "
+        print(f"  best {system}: {_where(r)}: {_rate(r['steady_tok_s_deployment'])} tok/s steady, TPOT p99 "
               f"{r['tpot_p99_ms']:.1f} ms, TTFT p99 {r['ttft_p99_s']:.1f} s{_cost(r)}{stop}{edge}")
     choice = rec["choice"]
     if choice is None:
@@ -313,7 +321,7 @@ def print_recommendation(rec: dict, search: dict | None = None) -> None:
         return
     band = f" +-{choice['band']:.0%}" if choice.get("band") is not None else ""
     print(f"recommendation ({target}): {_where(choice)}: "
-          f"{choice['steady_tok_s_deployment']:.0f}{band} tok/s steady ({choice['steady_tok_s_per_gpu']:.0f} per GPU), "
+          f"{_rate(choice['steady_tok_s_deployment'])}{band} tok/s steady ({_rate(choice['steady_tok_s_per_gpu'])} per GPU), "
           f"TPOT p99 {choice['tpot_p99_ms']:.1f} ms, TTFT p99 {choice['ttft_p99_s']:.1f} s{_cost(choice)}"
           + (" [at the EDGE of the searched range]" if rec["choice_at_edge"] else ""))
     if rec["hisparse_over_baseline"]:

@@ -187,6 +187,11 @@ def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
     from .. import limits
 
     sc = scenario or inp.scenario()
+    if sc.workload.output_tokens < 2:  # gave NaN TPOT columns, 0 tok/s steady and "nothing meets the targets"
+        raise HisparseError(f"{sc.workload.where}: output_tokens = {sc.workload.output_tokens}: a plan needs at least 2 "
+                            "output tokens (TPOT is (latency - TTFT) / (output - 1), bench_serving's, and a 1-token "
+                            "request never decodes); for prompt-only TTFT use a published set's 1-token points with "
+                            "--validate")
     points = tuple(_points(sc, inp))
     baseline, knob_sets, cannot_run = _runnable(sc, _knob_sets(sc, inp))
     n = len(points) * (1 + len(knob_sets))
