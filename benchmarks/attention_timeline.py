@@ -29,11 +29,11 @@ from cupy_kernels import sparse_attention as sa  # noqa: E402
 from cupy_kernels._build import build_cubin  # noqa: E402
 
 # mirrors the TL_* constants of sparse_attention.cu
-TL_FIXED, TL_TILES, TL_SERIES, TL_CTAS = 8, 32, 5, 1024
+TL_FIXED, TL_TILES, TL_SERIES, TL_CTAS = 8, 32, 6, 1024
 TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END = range(7)
-FREED, FULL, PV, EMPTY, ARRIVED = range(TL_SERIES)
+FREED, FULL, PV, EMPTY, ARRIVED, WG1_FREED = range(TL_SERIES)
 TL_EVENTS = TL_FIXED + TL_SERIES * TL_TILES
-WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr")  # the warp-specialised FP8 kernels the stamps are in
+WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr", "wsxb")  # the warp-specialised FP8 kernels the stamps are in
 
 
 def series(row: Any, s: int, it: int) -> int:
@@ -75,6 +75,10 @@ def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool) -> 
             prod_waits_empty_us=round(med(lambda r, it: series(r, EMPTY, it) - series(r, ARRIVED, it - 1)), 3),
             prod_tile_us=round(med(lambda r, it: series(r, ARRIVED, it) - series(r, EMPTY, it)), 3),
             full_after_arrive_us=round(med(lambda r, it: series(r, FULL, it) - series(r, ARRIVED, it)), 3),
+            # tile it's buffer is tile it - 2's: WG0 frees that at the top of tile it - 1 (FREED), WG1 after its
+            # P V of tile it - 2 (WG1_FREED); the producer's wait ends once both CTAs' consumers freed it
+            empty_after_wg0_freed_us=round(med(lambda r, it: series(r, EMPTY, it) - series(r, FREED, it - 1)), 3),
+            wg1_freed_after_wg0_us=round(med(lambda r, it: series(r, WG1_FREED, it - 2) - series(r, FREED, it - 1)), 3),
         )
     return out
 

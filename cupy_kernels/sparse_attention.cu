@@ -40,10 +40,11 @@
 // series), so the prologue, the tile period and who waits on whom can be read per CTA.
 #define TL_FIXED 8
 #define TL_TILES 32
-#define TL_SERIES 5  // WG0: buffer freed (top), full wait done, P V issued; producer: empty wait done, full arrived
+#define TL_SERIES 6  // WG0: buffer freed (top), full wait done, P V issued; producer: empty wait done, full arrived;
+                     // WG1: buffer freed
 #define TL_EVENTS (TL_FIXED + TL_SERIES * TL_TILES)
 enum TlEvent { TL_START = 0, TL_Q_READY = 1, TL_LOOP_END = 2, TL_EPI_END = 3, TL_END = 4, TL_GT_START = 5, TL_GT_END = 6 };
-enum TlSeries { TL_FREED = 0, TL_FULL = 1, TL_PV = 2, TL_EMPTY = 3, TL_ARRIVED = 4 };
+enum TlSeries { TL_FREED = 0, TL_FULL = 1, TL_PV = 2, TL_EMPTY = 3, TL_ARRIVED = 4, TL_WG1_FREED = 5 };
 #ifdef TIMELINE
 #define TL_CTAS 1024
 __device__ unsigned long long g_timeline[TL_CTAS * TL_EVENTS];
@@ -695,6 +696,13 @@ __device__ __forceinline__ uint32_t mapa_shared(uint32_t addr, uint32_t rank) {
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
+
+// The two halves of cluster_sync, apart (variant "wsxb", SB): a thread arrives once the peer may
+// rely on what it did before (relaxed: nothing to order; release: its remote arrives), and waits
+// only where it needs the peer's arrival, so the barrier's round trip overlaps other work.
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory"); }
 // `bytes` (a multiple of 16) from this CTA's shared memory at `src` to the peer's at `dst` (mapped
 // by mapa_shared) by the bulk-copy engine; the peer's mbarrier `bar` (mapped) counts the bytes.
 // The source was written by the generic proxy: fence.proxy.async and a barrier come first.
@@ -837,7 +845,8 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // EF (variant "wsxe"): WG0 frees tile t-1's buffer as soon as its P V of that tile is done, before
 // it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
 // producers may start tile t+1 while tile t is still in flight to WG0.
-template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false>
+template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false,
+          bool SB = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -870,6 +879,7 @@ __device__ __forceinline__ void mla_ws_body(
     static_assert(!XO || (FP8 && PROD == 0), "the crossover producer is FP8, PROD 0");
     static_assert(!QE || XO, "QE: only the crossover producer arrives on q_bar");
     static_assert(!DT || QE, "the delayed second tile (DT) comes with QE");
+    static_assert(!SB || XO, "split cluster barriers (SB) are the crossover's");
     TL_GLOBAL(tid == 0, TL_GT_START);
     TL(tid == 0, TL_START);
     // QE: Q by all 384 threads, 12 copies each, issued before the barrier set-up (Q's shared
@@ -902,8 +912,12 @@ __device__ __forceinline__ void mla_ws_body(
         mbar_init(empty0 + 8, n_empty);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    if (XO) cluster_sync();
+    // SB: the barriers are initialised for this CTA at the __syncthreads; the cluster arrival
+    // (relaxed, after fence.mbarrier_init, as FlashMLA's kernel does it) is waited on only before
+    // a thread's first remote operation, so the producer's first loads go out without it.
+    if (XO && !SB) cluster_sync();
     else __syncthreads();
+    if (SB) cluster_arrive_relaxed();
     // A consumer thread frees buffer i: locally, and for XO once per warp on the peer's empty[i]
     // (its wgmma reads of the buffer are complete: the caller waited on them).
     auto release = [&](uint32_t empty_bar) {
@@ -945,6 +959,7 @@ __device__ __forceinline__ void mla_ws_body(
         const uint64_t dq = make_desc(q_s, 16, 1024);
 
         constexpr bool EARLY_FREE = (PROD == 1 && !FP8) || EF;
+        if (SB) cluster_wait();  // before its first arrival on the peer's empty barrier
         for (int it = 0; it < n_tiles; ++it) {
             const int buf = it & 1;
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
@@ -1029,6 +1044,7 @@ __device__ __forceinline__ void mla_ws_body(
             TL_TILE(ltid == 0, TL_PV, it);
         }
         wgmma_wait0();
+        if (SB) cluster_arrive_release();  // its last remote arrival is out: the peer may exit after the epilogue
         TL(ltid == 0, TL_LOOP_END);
 
         // ---- epilogue: full row sums are here; hand 1 / l to WG1, write lse and the left half ----
@@ -1062,6 +1078,7 @@ __device__ __forceinline__ void mla_ws_body(
 #pragma unroll
         for (int i = 0; i < 128; ++i) o_acc[i] = 0.f;
         const uint64_t dp = make_desc(p_s, 16, 1024);
+        if (SB) cluster_wait();
         for (int it = 0; it < n_tiles; ++it) {
             const int buf = it & 1;
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
@@ -1077,7 +1094,9 @@ __device__ __forceinline__ void mla_ws_body(
             wgmma_wait0();
             if (it + 1 < n_tiles) named_arrive(BAR_P_FREE, 256);
             release(empty0 + 8 * buf);
+            TL_TILE(ltid == 0, TL_WG1_FREED, it);
         }
+        if (SB) cluster_arrive_release();
         named_sync(BAR_EPI, 256);  // WG0's 1 / l
         const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
         if (SE && n_splits == 1)  // the same buffer as WG0's, past its 64 rows (WG0 is done with every tile)
@@ -1164,6 +1183,7 @@ __device__ __forceinline__ void mla_ws_body(
             load_raw_row<4>(ra, kv8, sa, qq);
             if (!DT) load_raw_row<4>(rb, kv8, sb, qq);  // DT: after tile 0 is out (a smaller first burst)
             q_share_landed();
+            if (SB) cluster_wait();  // before its first bulk copy into the peer
             auto step = [&](int it, RawRegs<4>& raw, int& s_this) {
                 const int buf = it & 1;
                 if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
@@ -1195,6 +1215,9 @@ __device__ __forceinline__ void mla_ws_body(
                 step(it, ra, sa);
                 if (it + 1 < n_tiles) step(it + 1, rb, sb);
             }
+            // the peer's consumers arrive only after their last tile is full, so the bulk copies'
+            // source (this CTA's buffers) outlives them
+            if (SB) cluster_arrive_release();
         } else if (PROD == 1) {
             const uint8_t* kv8 = static_cast<const uint8_t*>(kv_raw);
             const int row = ltid >> 1, qq = ltid & 1;
@@ -1238,7 +1261,11 @@ __device__ __forceinline__ void mla_ws_body(
         // sites (the earlier form), compute-sanitizer synccheck reported "Divergent thread(s)
         // in block" at BAR_EPI (issue #27 item 4).
     }
-    if (XO) {
+    // No CTA of the pair leaves while the other may still arrive on its barriers or read its
+    // buffers (the peer's bulk copies come from here): SB waits for the arrivals made above.
+    if (XO && SB) {
+        cluster_wait();
+    } else if (XO) {
         __syncwarp();
         cluster_sync();
     }
@@ -1274,6 +1301,14 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 // share of Q delayed tile 0; BENCHMARKS.md.)
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxr_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
+}
+
+// wsxr with the cluster barriers split (SB): at the start each thread waits for the pair's
+// arrival only before its first remote operation; at the end each warpgroup arrives once its
+// last remote operation is out (before the epilogue) and waits at the very end, so neither the
+// barrier's round trip nor the epilogue's global stores (a release orders them) sit on the exit.
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxb_fp8(MLA_ARGS) {
+    mla_ws_body<true, 0, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

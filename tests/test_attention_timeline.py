@@ -24,13 +24,14 @@ def test_layout_matches_the_kernel_source():
     assert [int(v) for v in re.findall(r"= (\d+)", events)] == [
         tl.TL_START, tl.TL_Q_READY, tl.TL_LOOP_END, tl.TL_EPI_END, tl.TL_END, tl.TL_GT_START, tl.TL_GT_END]
     series = re.search(r"enum TlSeries \{([^}]*)\}", src).group(1)
-    assert [int(v) for v in re.findall(r"= (\d+)", series)] == [tl.FREED, tl.FULL, tl.PV, tl.EMPTY, tl.ARRIVED]
+    assert [int(v) for v in re.findall(r"= (\d+)", series)] == [tl.FREED, tl.FULL, tl.PV, tl.EMPTY, tl.ARRIVED,
+                                                               tl.WG1_FREED]
 
 
 def _synthetic(n_ctas: int, period: int, ghz: float) -> np.ndarray:
     """A timeline where every CTA runs the same schedule: tile period `period` cycles, WG0 frees at
     +0, sees the tile full at +500, issues P V at +3000; the producer's empty wait ends at -1000,
-    its tile arrives at +200 (cycles from each tile's start)."""
+    its tile arrives at +200; WG1 frees the tile's buffer at +3500 (cycles from each tile's start)."""
     st = np.zeros(tl.TL_CTAS * tl.TL_EVENTS, np.uint64)
     rows = st.reshape(tl.TL_CTAS, tl.TL_EVENTS)
     for c in range(n_ctas):
@@ -38,7 +39,8 @@ def _synthetic(n_ctas: int, period: int, ghz: float) -> np.ndarray:
         r[tl.TL_START], r[tl.TL_Q_READY] = 1000, 3000
         for it in range(tl.TL_TILES):
             t0 = 10_000 + it * period
-            for s, d in ((tl.FREED, 0), (tl.FULL, 500), (tl.PV, 3000), (tl.EMPTY, -1000), (tl.ARRIVED, 200)):
+            for s, d in ((tl.FREED, 0), (tl.FULL, 500), (tl.PV, 3000), (tl.EMPTY, -1000), (tl.ARRIVED, 200),
+                         (tl.WG1_FREED, 3500)):
                 r[tl.TL_FIXED + s * tl.TL_TILES + it] = t0 + d
         r[tl.TL_LOOP_END] = 10_000 + tl.TL_TILES * period
         r[tl.TL_EPI_END] = int(r[tl.TL_LOOP_END]) + 4000
@@ -56,6 +58,8 @@ def test_summary_reads_a_synthetic_timeline_back():
     assert out["prod_waits_empty_us"] == 2.4 and out["prod_tile_us"] == 0.6 and out["full_after_arrive_us"] == 0.15
     assert out["q_ready_us"] == 1.0 and out["epilogue_us"] == 2.0 and out["end_wait_us"] == 0.5
     assert out["start_spread_us"] == 0.03
+    # tile it's buffer: WG0 freed it at the top of tile it - 1, WG1 at +3500 of tile it - 2
+    assert out["empty_after_wg0_freed_us"] == 2.5 and out["wg1_freed_after_wg0_us"] == -1.25
     # a slower tile period moves only what depends on it
     slow = tl.summarise(_synthetic(4, 7000, 2.0), 4, tl.TL_TILES, producer_stamps=True)
     assert slow["tile_period_us"] == 3.5 and slow["wg0_pv_tail_us"] == 2.0 and slow["wg0_waits_full_us"] == 0.25
