@@ -87,6 +87,17 @@ def test_the_sources_table_is_read_by_the_spec():
     assert "143,771 MiB" in gpu.sources["hbm_bytes"] and "BRIEF 3" in gpu.sources["hbm_bw"]
 
 
+def test_a_source_that_is_not_text_is_refused(tmp_path):
+    """[sources] is a table of citations: `foo = 5` under it was accepted (the schema says a table of strings)."""
+    from simulator.errors import HisparseError
+
+    text = open("simulator/presets/gpus/h200.toml").read().replace("\n[sources]\n", "\n[sources]\nfoo = 5\n", 1)
+    path = tmp_path / "g.toml"
+    path.write_text(text)
+    with pytest.raises(HisparseError, match=r"g.toml: \[sources\] foo = 5: not a string"):
+        P.load("gpus", str(path))
+
+
 @pytest.mark.parametrize("name", GPUS)
 def test_fp4_only_on_blackwell(name):
     gpu = P.load("gpus", name)

@@ -202,3 +202,17 @@ def test_npy_lookalikes_are_named(tmp_path, capsys):
         for command in (["trace", "info"], ["replay", "--quiet"]):
             code, err = _run([*command, str(tmp_path / name)], capsys)
             assert code == 2 and says in err and name in err and "Traceback" not in err, (name, command, err)
+
+
+def test_bytes_appended_after_a_complete_trace_are_named(tmp_path, capsys):
+    """A complete .hst with bytes appended was reported as "truncated file: no index at the end"; a truly truncated
+    one still is."""
+    path = tmp_path / "t.hst"
+    _good_trace(path)
+    data = path.read_bytes()
+    path.write_bytes(data + b"garbage")
+    code, err = _run(["trace", "info", str(path)], capsys)
+    assert code == 2 and "7 byte(s) after the trace's end marker" in err and "Traceback" not in err
+    path.write_bytes(data[:-30])
+    code, err = _run(["trace", "info", str(path)], capsys)
+    assert code == 2 and "truncated file: no index at the end" in err

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -137,6 +138,8 @@ class Spec:
             typ = hints[f.name]
             try:
                 value = _coerce(value, typ)
+            except _TableEntryError as exc:  # names the table's entry, not the whole table
+                raise HisparseError(f"{where}: [{f.name}] {exc}") from None
             except (TypeError, ValueError) as exc:
                 raise HisparseError(f"{where}: {f.name} = {_shown(value)}: {exc}") from None
             object.__setattr__(self, f.name, value)
@@ -187,6 +190,10 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
+class _TableEntryError(ValueError):
+    """One entry of a table-of-strings field is of another type."""
+
+
 def _coerce(value: Any, typ: Any) -> Any:
     if isinstance(typ, type) and issubclass(typ, StrEnum):
         try:
@@ -213,6 +220,13 @@ def _coerce(value: Any, typ: Any) -> Any:
     if typ is str:
         if not isinstance(value, str):
             raise ValueError("not a string")
+        return value
+    if typing.get_origin(typ) is Mapping and typing.get_args(typ) == (str, str):
+        if not isinstance(value, Mapping):
+            raise ValueError("not a table")
+        bad = [k for k, v in value.items() if not isinstance(v, str)]
+        if bad:  # a [sources] entry is a citation: a number there is a slip, not a source
+            raise _TableEntryError(f"{bad[0]} = {_shown(value[bad[0]])}: not a string (a table of strings)")
         return value
     return value
 

@@ -536,9 +536,23 @@ class TraceReader:
                                          request=e[0], layer=e[1])
                 return [ChunkInfo(*e[:5], bool(e[5]), *e[6:]) for e in entries]
         if not recover:
+            extra = self._bytes_after_footer()
+            if extra:  # was told "truncated", which it is not
+                raise self._fail(f"{extra:,} byte(s) after the trace's end marker (appended to a complete trace?); "
+                                 "cut them off, or pass --recover to read the complete chunks it has")
             raise self._fail("truncated file: no index at the end (was the writer closed?); "
                              "pass --recover to read the complete chunks it has")
         return self._scan_chunks()
+
+    def _bytes_after_footer(self, window: int = 1 << 20) -> int:
+        """How many bytes follow an end marker found in the file's last ``window`` bytes (0: none found)."""
+        start = max(self._data_start, self.file_bytes - window)
+        self._fh.seek(start)
+        tail = self._fh.read(self.file_bytes - start)
+        at = tail.rfind(END_MAGIC)
+        if at < 0 or start + at + len(END_MAGIC) < self._data_start + _FOOT.size:
+            return 0
+        return self.file_bytes - (start + at + len(END_MAGIC))
 
     def _scan_chunks(self) -> list[ChunkInfo]:
         """Walk chunk headers from the start; keep every complete chunk with a good checksum."""
