@@ -3,6 +3,8 @@ round-tripped back to the deployment and HiSparse presets they came from (issue 
 
 from __future__ import annotations
 
+import dataclasses
+
 import argparse
 import json
 import shlex
@@ -102,6 +104,36 @@ def test_plan_prints_and_writes_the_recommendations_launch(tmp_path, capsys):
     assert main(["plan", "--concurrency", "1", "--quiet"]) == 0
     text = capsys.readouterr().out
     assert "launch (" in text and "python -m sglang.launch_server --model-path zai-org/GLM-5.1-FP8" in text
+
+
+def test_launch_script_exports_the_environment_and_keeps_the_notes(tmp_path):
+    """launch.sh held the command alone: a plan with the IndexShare prefetch off launched a server with it on (the
+    SGLANG_DISABLE_HISPARSE_PREFETCH note was printed, not written); the script is executable and valid sh."""
+    import os
+    import subprocess
+
+    from simulator.serving.launch import launch_script
+
+    lc = launch_command(load("models", "glm-5.2-fp8"), load("deployments", "8xh200-dp8-ep8-glm52-balanced"),
+                        dataclasses.replace(load("hisparse", "blog-8xh200"), prefetch=False))
+    assert dict(lc.env) == {"SGLANG_DISABLE_HISPARSE_PREFETCH": "1"}
+    text = launch_script(lc.as_dict(), "hisparse plan: test")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/sh" and lines[-1] == lc.command
+    assert "export SGLANG_DISABLE_HISPARSE_PREFETCH=1" in lines
+    assert any(line.startswith("# note: IndexShare prefetch off") for line in lines)
+    path = tmp_path / "launch.sh"
+    path.write_text(text)
+    assert subprocess.run(["sh", "-n", str(path)]).returncode == 0
+    # the plan writes it so, executable
+    out = tmp_path / "plan"
+    assert main(["plan", "--model", "glm-5.2-fp8", "--deployment", "8xh200-dp8-ep8-glm52-balanced", "--concurrency",
+                 "8", "--no-search", "--quiet", "--set", "hisparse.prefetch=false", "--slo-ttft-s", "none",
+                 "--out", str(out)]) == 0
+    written = (out / "launch.sh").read_text()
+    assert written.splitlines()[0] == "#!/bin/sh" and os.access(out / "launch.sh", os.X_OK)
+    launches = json.loads((out / "plan.json").read_text())["launch"]
+    assert launches["hisparse"]["env"] == {"SGLANG_DISABLE_HISPARSE_PREFETCH": "1"} and launches["baseline"]["env"] == {}
 
 
 def test_the_load_line_names_bench_servings_tokenize_prompt_when_the_workload_sends_ids(capsys):

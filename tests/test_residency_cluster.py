@@ -221,8 +221,15 @@ def test_deployment_for_nodes():
     wide = deployment_for_nodes(d, cl, 2)
     assert (wide.gpus, wide.tp, wide.dp, wide.moe.value, wide.cluster) == (16, 16, 16, "ep", cl.name)
     assert wide.max_running_requests == 960  # 60 per rank kept
-    reps = deployment_for_nodes(P.load("deployments", "8xh200-colocated-dp8"), cl, 2)
-    assert (reps.gpus, reps.tp, reps.instances, reps.max_running_requests) == (16, 8, 2, 960)
+    one = P.load("deployments", "8xh200-colocated-dp8")
+    reps = deployment_for_nodes(one, cl, 2)
+    # each replica is the same server: its own --max-running-requests 480, 60 per scheduler (was 960 and 120)
+    assert (reps.gpus, reps.tp, reps.instances, reps.max_running_requests) == (16, 8, 2, one.max_running_requests)
+    from simulator.serving.memory import plan_memory
+
+    sc = load_scenario(deployment="8xh200-colocated-dp8")
+    caps = [plan_memory(sc.model, sc.gpu, dep, None).max_running for dep in (one, reps)]
+    assert caps[0] == caps[1] == one.max_running_requests // one.dp
     assert node_overrides(d, cl, 1) == ("deployment.cluster=2x8xh200-ib-ndr",)
     assert "deployment.tp=16" in node_overrides(d, cl, 2)
     pd = P.load("deployments", "16x8xh200-pd-dp64-wide-ep")

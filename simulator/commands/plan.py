@@ -289,6 +289,12 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         from .plan_search import run_search_cmd
 
         return run_search_cmd(args, inp.scenario())
+    sc = inp.scenario()
+    if "--concurrency" in given and not inp.rates and sc.workload.arrival.value == "open":  # --nodes too (it ran
+        # the workload's rate, the --concurrency list dropped)
+        raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
+                            f"{sc.workload.rate_per_s:g}); give --rate to sweep arrival rates, or a closed-loop "
+                            "workload")
     if args.nodes:
         if args.compare_prefetch:
             raise HisparseError("--compare-prefetch and --nodes: give one what-if at a time")
@@ -297,11 +303,6 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         raise HisparseError("--compare-prefetch and --compare-speculative: give one what-if at a time")
     if args.node_layout != "auto" or args.cluster:
         raise HisparseError("--node-layout and --cluster belong to --nodes")
-    sc = inp.scenario()
-    if "--concurrency" in given and not inp.rates and sc.workload.arrival.value == "open":
-        raise HisparseError(f"--concurrency: workload {sc.workload.where} is open loop (rate_per_s "
-                            f"{sc.workload.rate_per_s:g}); give --rate to sweep arrival rates, or a closed-loop "
-                            "workload")
     if args.compare_prefetch:
         import dataclasses
 
@@ -479,28 +480,32 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         add_costs(rows, sc, prices)
         for r in rows:
             r["nodes"] = n
+        bands = _add_bands(rows, sc)
         rec = recommend(rows, args.slo_tpot_ms, args.slo_ttft_s, baseline_radix_cache=sc.deployment.radix_cache)
         rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
         per_nodes[n], gpus[n] = rec["choice"], sc.deployment.gpus
         all_rows += rows
         reports[n] = {"scenario": scenario_summary(sc), "recommendation": rec, "overrides": list(extra),
-                      "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec)}
+                      "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec),
+                      "misses": [k.__dict__ for k in plan.knobs], "indexshare_prefetch": prefetch_report(sc, plan),
+                      "bands": bands, "cannot_run": [{"system": who, "reason": why} for who, why in plan.cannot_run]}
         if not args.json:
             print(f"######## {n} node(s) of {cluster.name}: " + (" ".join(f"--set {o}" for o in extra) or "the deployment as given"))
             print_report(sc, plan, rows, rec, reports[n]["search"])
             print_launch(reports[n]["launch"], rec, sc.workload.tokenize_prompt)
             print()
     summary = nodes_summary(per_nodes, gpus)
-    first = reports[args.nodes[0]]
-    rec_all = dict(first["recommendation"])
+    # the top level is the chosen node count's plan, as a plain run's (the first count's, with only the choice
+    # replaced, mixed two node counts: its ratio and edge flag were the 1-node run's beside a 2-node pick)
+    chosen = reports[summary.get("choice") or args.nodes[0]]
+    rec_all = dict(chosen["recommendation"])
     rec_all["nodes"] = summary
-    if summary.get("choice") is not None:
-        rec_all["choice"] = summary["best"][summary["choice"]]
     report = json_safe({"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates),
                                                "nodes": list(args.nodes), "cluster": cluster.name},
                         "per_nodes": {str(n): r for n, r in reports.items()}, "rows": all_rows,
-                        "recommendation": rec_all, "launch": reports[summary.get("choice") or args.nodes[0]]["launch"],
-                        "scenario": first["scenario"], "search": first["search"], "misses": [],
+                        "recommendation": rec_all,
+                        **{k: chosen[k] for k in ("launch", "scenario", "search", "misses", "indexshare_prefetch",
+                                                  "bands", "cannot_run")},
                         "prices": prices.as_dict() if prices else None})
     if _emit(args, all_rows, report, rec_all):
         return 0
@@ -557,9 +562,12 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
             fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
         launch = report["launch"]["choice"]
         if launch:
+            from ..serving.launch import launch_script
+
             with atomic_output(staged / "launch.sh") as fh:
-                fh.write(f"#!/bin/sh\n# hisparse plan: the recommended configuration ({launch['system']})\n"
-                         f"{launch['command']}\n".encode())
+                fh.write(launch_script(launch, f"hisparse plan: the recommended configuration ({launch['system']})")
+                         .encode())
+            os.chmod(staged / "launch.sh", 0o755)  # a script to run
             if launch["hisparse_config"]:
                 with atomic_output(staged / "hisparse-config.json") as fh:
                     fh.write((json.dumps(launch["hisparse_config"], indent=2) + "\n").encode())

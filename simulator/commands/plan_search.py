@@ -274,8 +274,13 @@ def _write(out: str, report: dict) -> None:
             fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
         lc = report["launch"]
         if lc:
+            import os
+
+            from ..serving.launch import launch_script
+
             with atomic_output(staged / "launch.sh") as fh:
-                fh.write(f"#!/bin/sh\n# hisparse plan --search: the best configuration\n{lc['command']}\n".encode())
+                fh.write(launch_script(lc, "hisparse plan --search: the best configuration").encode())
+            os.chmod(staged / "launch.sh", 0o755)  # a script to run
             if lc["hisparse_config"]:
                 with atomic_output(staged / "hisparse-config.json") as fh:
                     fh.write((json.dumps(lc["hisparse_config"], indent=2) + "\n").encode())

@@ -173,9 +173,10 @@ def deployment_for_nodes(d: DeploymentSpec, cluster: ClusterSpec, nodes: int, *,
     elif layout == "replicas":
         if gpus % d.tp:
             raise HisparseError(f"--nodes {nodes}: {gpus} GPUs are not a whole number of instances of tp {d.tp} ({d.where})")
+        # each replica is the same server with its own --max-running-requests (SGLang reads it per server, and
+        # plan_memory divides it by the instance's ranks): the value stays (it was scaled by the replicas, so each
+        # of 2 replicas launched with 960 and ran 120 per scheduler where one ran 60)
         changes = {"gpus": gpus}
-        if d.max_running_requests:
-            changes["max_running_requests"] = d.max_running_requests // d.instances * (gpus // d.tp)
     else:
         raise HisparseError(f"layout {layout!r}: one of auto, replicas, wide")
     if d.mode.value == "pd-decode":

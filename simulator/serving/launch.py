@@ -61,6 +61,7 @@ class Launch:
     hisparse_config: dict[str, Any] | None
     instances: int
     notes: tuple[str, ...] = field(default=())
+    env: tuple[tuple[str, str], ...] = ()  # the server's environment the plan assumed (KEY, VALUE)
 
     @property
     def command(self) -> str:
@@ -68,7 +69,18 @@ class Launch:
 
     def as_dict(self) -> dict[str, Any]:
         return {"system": self.system, "command": self.command, "argv": list(self.argv),
-                "hisparse_config": self.hisparse_config, "instances": self.instances, "notes": list(self.notes)}
+                "hisparse_config": self.hisparse_config, "instances": self.instances, "notes": list(self.notes),
+                "env": dict(self.env)}
+
+
+def launch_script(launch: dict[str, Any], header: str) -> str:
+    """``launch.sh`` of a launch (``Launch.as_dict``): the environment the plan assumed exported before the
+    command, each note a comment (the script held the command alone: a plan with the IndexShare prefetch off
+    launched a server with it on)."""
+    lines = ["#!/bin/sh", f"# {header}"]
+    lines += [f"# note: {n}" for n in launch.get("notes", ())]
+    lines += [f"export {k}={shlex.quote(str(v))}" for k, v in launch.get("env", {}).items()]
+    return "\n".join([*lines, launch["command"]]) + "\n"
 
 
 def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | None, *,
@@ -76,6 +88,7 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
     """The launch command of one instance (``dep.instances`` of them serve the deployment)."""
     a = ["python", "-m", "sglang.launch_server", "--model-path", model_path(model), "--tp-size", str(dep.tp)]
     notes = []
+    env: list[tuple[str, str]] = []
     if dep.attention == Attention.DP:
         a += ["--dp-size", str(dep.dp), "--enable-dp-attention"]
     if dep.moe == MoeLayout.EP:
@@ -116,6 +129,7 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
                          "runs swap mode, serve it with vLLM")
         if not hs.prefetch and model.shared_layers:
             notes.append("IndexShare prefetch off: set SGLANG_DISABLE_HISPARSE_PREFETCH=1 in the server's environment")
+            env.append(("SGLANG_DISABLE_HISPARSE_PREFETCH", "1"))
     if dep.tp > gpus_per_node:
         nodes = dep.tp // gpus_per_node
         a += ["--nnodes", str(nodes), "--node-rank", "0", "--dist-init-addr", "<head-node-ip>:5000"]
@@ -124,7 +138,7 @@ def launch_command(model: ModelSpec, dep: DeploymentSpec, hs: HiSparseSpec | Non
         notes.append(f"{dep.instances} instances of {dep.tp} GPUs each, behind a router (sglang_router)")
     if dep.pool_profile.value == "before-31992":
         notes.append("pool_profile before-31992: the memory profile of SGLang releases before PR #31992")
-    return Launch("hisparse" if hs is not None else "baseline", tuple(a), cfg, dep.instances, tuple(notes))
+    return Launch("hisparse" if hs is not None else "baseline", tuple(a), cfg, dep.instances, tuple(notes), tuple(env))
 
 
 def launch_for(scenario, row: dict | None) -> Launch | None:
