@@ -230,7 +230,8 @@ def test_oracle_general_records(tmp_path, capsys):
     assert ORACLE_DTYPE.itemsize == 24
     assert rec["obj_id"].tolist() == [4, 2, 2, 9, 4, 9, 1]
     assert rec["clock_time"].tolist() == [0, 0, 1, 1, 1, 2, 2]
-    assert rec["next_access_vtime"].tolist() == [4, 2, -1, 5, -1, -1, -1]
+    # the next read's record counted from 1, as libCacheSim's traceConvOracleGeneral writes it (0-based + 1)
+    assert rec["next_access_vtime"].tolist() == [5, 3, -1, 6, -1, -1, -1]
     assert (rec["obj_size"] == 1).all()
     path = tmp_path / "s.npy"
     np.save(path, s.indices)

@@ -1,8 +1,10 @@
 """Export a stream as libCacheSim ``oracleGeneral`` records, for comparisons with its policies.
 
 Each record is 24 bytes, little-endian and packed: u32 clock_time (the step), u64 obj_id (the
-token position), u32 obj_size (1), i64 next_access_vtime (index of the next record that reads the
-same position, -1 when there is none). Accesses follow the stream's stored order within a step.
+token position), u32 obj_size (1), i64 next_access_vtime (the next record that reads the same
+position, counted from 1 as libCacheSim's own converter counts it: ``traceConvOracleGeneral.cpp``, "the
+reference count of the next access ... (reference count starts with 1)", i.e. its 0-based index + 1;
+-1 when there is none). Accesses follow the stream's stored order within a step.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def oracle_records(stream: Stream) -> np.ndarray:
     order = np.lexsort((np.arange(n), obj))  # by object, then by time
     nxt = np.full(n, -1, dtype=np.int64)
     same = obj[order[1:]] == obj[order[:-1]]
-    nxt[order[:-1][same]] = order[1:][same]
+    nxt[order[:-1][same]] = order[1:][same] + 1  # 1-based, libCacheSim's (it wrote 0-based: one early)
     rec = np.empty(n, dtype=ORACLE_DTYPE)
     rec["clock_time"], rec["obj_id"], rec["obj_size"], rec["next_access_vtime"] = clock, obj, 1, nxt
     return rec
