@@ -60,3 +60,20 @@ def test_cli_fit_writes_loadable_knobs(trace_path, tmp_path, capsys) -> None:
 
 def test_cli_fit_of_a_missing_trace_is_a_clear_error(tmp_path, capsys) -> None:
     assert main(["trace", "fit", str(tmp_path / "missing.hst"), "--out", str(tmp_path / "knobs.toml")]) == 2
+
+
+def test_compare_on_a_one_layer_trace_prints_no_nan(tmp_path, capsys) -> None:
+    """A one-layer trace has no layer overlap, and a buffer past the context has no misses: --compare printed "nan"
+    and "nan%" and the file's comment "layer_overlap_mean nan/..."; now "-" where a figure does not apply."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "ten.npy"
+    np.save(path, np.array([np.sort(rng.choice(100 + s, 32, replace=False)) for s in range(10)]))
+    out = tmp_path / "f.toml"
+    assert main(["trace", "fit", str(path), "--ctx0", "100", "--out", str(out), "--rounds", "1", "--iters", "2",
+                 "--compare"]) == 0
+    text = capsys.readouterr().out
+    assert "nan" not in text.lower() and "nan" not in out.read_text().lower()
+    row = next(line for line in text.splitlines() if line.startswith("layer_overlap_mean"))
+    assert row.split()[1:] == ["-", "-", "-"]

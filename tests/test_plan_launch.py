@@ -3,9 +3,8 @@ round-tripped back to the deployment and HiSparse presets they came from (issue 
 
 from __future__ import annotations
 
-import dataclasses
-
 import argparse
+import dataclasses
 import json
 import shlex
 

@@ -155,8 +155,10 @@ def test_resume_gives_the_same_file(tiny, tmp_path) -> None:
     with pytest.raises(Stop):
         record(spec, quiet=True, on_step=stop)
     assert (tmp_path / "r-k8.hst.partial").exists() and (tmp_path / "r-k8.hst.ckpt").exists()
-    with pytest.raises(HisparseError, match="--resume"):
+    with pytest.raises(HisparseError, match="--resume") as refused:
         record(spec, quiet=True)
+    # names the output and the files left, not the folder ("."): r-k8.hst: ... (.../r-k8.hst.ckpt, ...partial)
+    assert str(refused.value).startswith(str(tmp_path / "r-k8.hst") + ": ") and "r-k8.hst.ckpt" in str(refused.value)
     resumed = record(spec, resume=True, quiet=True)
     assert resumed.prefill_tokens == 0 and resumed.decode_tokens == 12 - 4  # from the checkpoint at 4
     for a, b in zip(straight.paths, resumed.paths, strict=True):

@@ -260,7 +260,7 @@ def fit_knobs(trace: TraceSource, *, seed: int = 0, layers: int = 2, requests: i
     comment = (f"knobs fitted by `hisparse trace fit` to {trace.path.name} "
                f"(model {src.get('model', '?')}, k {k}, ctx0 {ctx0}, steps {steps}; seed {seed})\n"
                + "real vs fitted: " + ", ".join(f"{name} {target[name]:.4f}/{fitted[name]:.4f}"
-                                                for name in target) + share)
+                                                for name in target if np.isfinite(target[name])) + share)
     return FitResult(knobs, target, fitted, shape, comment, count[0])
 
 

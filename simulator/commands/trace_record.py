@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from ..limits import check_context_memory
@@ -82,7 +83,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     fit.add_argument("--compare", action="store_true",
                      help="also print real against fitted-synthetic figures (overlap, sink and local "
                           "shares, LRU and OPT miss ratios at buffers 1.5k, 2k and 4k; synthetic: "
-                          "4 requests x 2 layers, seed + 1)")
+                          "4 requests x 2 layers, or 1 for a one-layer trace, seed + 1; '-' where a figure "
+                          "does not apply, e.g. layer overlap with one layer)")
     fit.add_argument("--quiet", action="store_true", help="print nothing")
     fit.set_defaults(run=run_fit)
     declare_io(fit, inputs=["trace", "targets"], outputs=[Output("out", suffixes=(".toml",))])
@@ -147,9 +149,12 @@ def run_fit(args: argparse.Namespace) -> int:
 
         rows = compare(trace, fit.knobs, seed=args.seed + 1)
         print(f"{'figure':<20} {'real':>8} {'synthetic':>10} {'rel.err':>8}")
+        def cell(v: float, width: int, fmt: str) -> str:  # printed "nan" and "nan%"
+            return f"{v:{width}{fmt}}" if math.isfinite(v) else f"{'-':>{width}}"
+
         for name, (real, syn) in rows.items():
-            err = abs(syn - real) / real if real else float("nan")
-            print(f"{name:<20} {real:8.4f} {syn:10.4f} {err:8.1%}")
+            err = abs(syn - real) / real if real and math.isfinite(real) and math.isfinite(syn) else math.nan
+            print(f"{name:<20} {cell(real, 8, '.4f')} {cell(syn, 10, '.4f')} {cell(err, 8, '.1%')}")
     return 0
 
 

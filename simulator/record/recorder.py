@@ -138,8 +138,9 @@ def _record(spec: RecordSpec, *, resume: bool, quiet: bool, on_step: Callable[[i
     partials = [p.with_name(p.name + ".partial") for p in paths]
     ckpt = paths[0].with_name(paths[0].name + ".ckpt")
     if not resume and (ckpt.exists() or any(p.exists() for p in partials)):
-        raise HisparseError(f"{ckpt.parent}: an interrupted recording of {paths[0].name} is there; "
-                            "pass --resume to finish it, or delete its .partial/.ckpt files")
+        left = [str(p) for p in (ckpt, *partials) if p.exists()]
+        raise HisparseError(f"{paths[0]}: an interrupted recording of it is there ({', '.join(left)}); "
+                            "pass --resume to finish it, or delete those files")
     torch.set_flush_denormal(True)  # denormals slow the CPU 5x; set always, for equal results
     # One thread: the same bytes on any machine, and no collapse of OpenMP's spinning threads
     # when another process shares the cores (2 threads ran 10x slower than 1 here).
