@@ -437,8 +437,8 @@ def test_cookbook_balanced_pool_by_hand():
 
 
 def test_a_host_pool_the_node_cannot_pin_says_the_ratio_that_fits():
-    """The error names the fix: the largest whole host ratio whose pools fit the node (the pool scales
-    with the ratio), and that ratio does fit."""
+    """The error names the fix: the largest whole host ratio whose pools fit the node, and that ratio does
+    fit."""
     m, g = P.load("models", "glm-5.1-fp8"), P.load("gpus", "h200")
     d = dataclasses.replace(P.load("deployments", "8xh200-colocated-dp8-ep8"), gpus=16, tp=16, dp=16,
                             max_running_requests=960, cluster="2x8xh200-ib-ndr")
@@ -450,6 +450,22 @@ def test_a_host_pool_the_node_cannot_pin_says_the_ratio_that_fits():
     plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(fit)), where="x")  # fits
     with pytest.raises(HisparseError):
         plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(fit + 1)), where="x")
+
+
+def test_the_ratio_named_fits_where_the_pool_is_not_proportional_to_it():
+    """The 16-node PD preset's DP64 decode GPUs at the blog's ratio 8: the device pool grows as the ratio falls,
+    so ratio x have / need named 5, which did not fit (nor did 4); the ratio named is now planned, and fits."""
+    m, g = P.load("models", "glm-5.1-fp8"), P.load("gpus", "h200")
+    d = P.load("deployments", "16x8xh200-pd-dp64-wide-ep")
+    hs = P.load("hisparse", "blog-8xh200")
+    with pytest.raises(HisparseError, match=r"try --set hisparse.host_to_device_ratio=(\d+)") as exc:
+        plan_memory(m, g, d, hs, where="x")
+    fit = int(re.search(r"host_to_device_ratio=(\d+)", str(exc.value)).group(1))
+    plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(fit)), where="x")  # fits
+    for r in range(fit + 1, int(hs.host_to_device_ratio)):  # every larger whole ratio fails
+        with pytest.raises(HisparseError):
+            plan_memory(m, g, d, dataclasses.replace(hs, host_to_device_ratio=float(r)), where="x")
+    assert fit == 3
 
 
 def test_high_throughput_cell_runs_fewer_requests_at_once():

@@ -127,7 +127,7 @@ def plan_memory_dsv4(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hispar
             f"{where}: HiSparse host pools need {node_need / 1e9:.0f} GB of pinned memory per node (the C4 rows of "
             f"{full} tokens x {c4_layers} layers per GPU, host_to_device_ratio {hisparse.host_to_device_ratio:g}) but "
             f"the node has {dep.host_bytes / 1e9:.0f} GB less 10 GiB that SGLang keeps free"
-            + host_ratio_hint(hisparse.host_to_device_ratio, node_need, dep.host_bytes - HOST_KEEP_FREE))
+            + host_ratio_hint(hisparse, lambda hs: plan_memory_dsv4(model, gpu, dep, hs, where=where)))
     static = full * bpf + fixed
     return MemoryPlan("hisparse", weights, budget, max(1, int(round(static / max(pool, 1)))), pool, pool, full,
                       host_pool, running, derived_running, 4 * per_request_c4, max(1, int(round(row_c4))), c4_layers,

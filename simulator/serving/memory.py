@@ -41,7 +41,10 @@ request fits at all.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import HisparseError
 from .specs import (
@@ -236,13 +239,20 @@ def legacy_cell_bytes(model: ModelSpec, dep: DeploymentSpec) -> int:
     return model.layers * elements * dtype_bytes + indexer_cache_layers(model, dep) * model.indexer_row_bytes
 
 
-def host_ratio_hint(ratio: float, need: float, have: float) -> str:
-    """The fix for a host pool the node cannot pin: the host pool scales with the ratio, so the
-    largest whole ratio that fits is about ratio x have / need."""
-    fit = int(ratio * have / need) if need > 0 else 0
-    if fit >= 1:
-        return (f"; try --set hisparse.host_to_device_ratio={fit} (the pool scales with the ratio), or a "
-                "deployment with more host memory (host_bytes)")
+def host_ratio_hint(hisparse: HiSparseSpec, plan: Callable[[HiSparseSpec], Any]) -> str:
+    """The fix for a host pool the node cannot pin: the largest whole host_to_device_ratio below this one
+    whose plan (``plan``: this deployment's memory plan for a HiSparse spec) fits. Found by planning each, not by
+    scaling: the device pool grows as the ratio falls (fewer indexer keys per slot), so the host pool is not
+    proportional to the ratio (ratio x have / need named ratios that still did not fit)."""
+    import dataclasses
+
+    for r in range(math.ceil(hisparse.host_to_device_ratio) - 1, 0, -1):
+        try:
+            plan(dataclasses.replace(hisparse, host_to_device_ratio=float(r)))
+        except HisparseError:
+            continue
+        return f"; try --set hisparse.host_to_device_ratio={r} (the largest whole ratio that fits), or a " \
+               "deployment with more host memory (host_bytes)"
     return "; a deployment with more host memory (host_bytes) or fewer GPUs per node"
 
 
@@ -312,7 +322,7 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
                 f"{where}: HiSparse host pools need {node_need / 1e9:.0f} GB of pinned memory per node "
                 f"({host_tokens} slots x {model.layers * model.kv_row_bytes} B per GPU, host_to_device_ratio "
                 f"{ratio:g}) but the node has {dep.host_bytes / 1e9:.0f} GB less 10 GiB that SGLang keeps free"
-                + host_ratio_hint(ratio, node_need, dep.host_bytes - HOST_KEEP_FREE))
+                + host_ratio_hint(hisparse, lambda hs: plan_memory(model, gpu, dep, hs, where=where, spec=spec)))
     if model.context_length:  # SGLang's context_len: the model's max_position_embeddings by default
         estimated = min(max(int(tokens / model.context_length * 512), 2048), 4096)
     else:
