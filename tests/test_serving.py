@@ -293,6 +293,12 @@ def test_plan_cli_json_and_files(tmp_path, capsys):
     names = sorted(p.name for p in out.iterdir())
     hs = ["hisparse-config.json"] if report["recommendation"]["choice"]["system"] == "hisparse" else []
     assert names == sorted(["launch.sh", "plan.csv", "plan.json", "throughput.png", *hs])
+    # whole numbers stay whole in the CSV where baseline rows leave gaps (it wrote 4096.0)
+    import csv
+
+    with open(out / "plan.csv", newline="") as fh:
+        buffers = {r["device_buffer_size"] for r in csv.DictReader(fh) if r["system"] == "hisparse"}
+    assert buffers == {"4096", "6144"}
 
 
 def test_plan_cli_text_and_errors(tmp_path, capsys):

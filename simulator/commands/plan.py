@@ -555,6 +555,12 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
     from ..fileio import atomic_output, folder_output
 
     df = pd.DataFrame(rows)
+    # a column of whole numbers with gaps (device_buffer_size: none for baseline rows) reads back as float:
+    # plan.csv wrote 4096.0 where plan.json has 4096
+    for col in df.columns:
+        values = [r[col] for r in rows if r.get(col) is not None]
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values) and df[col].dtype.kind == "f":
+            df[col] = df[col].astype("Int64")
     with folder_output(out, PLAN_FILES) as staged:
         with atomic_output(staged / "plan.csv") as fh:
             fh.write(df.to_csv(index=False).encode())
