@@ -137,9 +137,12 @@ def test_files_named_inside_a_grid_are_inputs_too(tmp_path, capsys, kind, key, n
 
 
 # -- the check itself, both ways: refused exactly when an input is one of the declared files ----
+# every plan mode declares every mode's files: a plan, a search or a validation removes the others'
+PLAN_MODES_FILES = ["plan.csv", "plan.json", "throughput.png", "launch.sh", "hisparse-config.json", "search.csv",
+                    "frontier.csv", "search.json", "frontier.png", *VALIDATE_FILES]
 DECLARED = {
-    "plan": (["plan", "--trace", "IN", "--out", "OUT"], PLAN_FILES),
-    "validate": (["plan", "--validate", "all", "--trace", "IN", "--out", "OUT"], VALIDATE_FILES),
+    "plan": (["plan", "--trace", "IN", "--out", "OUT"], PLAN_MODES_FILES),
+    "validate": (["plan", "--validate", "all", "--trace", "IN", "--out", "OUT"], PLAN_MODES_FILES),
     "calibrate": (["calibrate", "--comm-refit", "IN", "--gpu", "b200", "--out", "OUT"],
                   ["b200.json", "comm-b200.csv", "attention-b200.csv", "fused_moe_tp-b200.csv", "comm-b200.png"]),
 }
@@ -227,3 +230,24 @@ def test_record_checks_every_file_it_writes_against_its_inputs(tmp_path, capsys)
         assert_clean_error(code, err, "--out", str(text), "is an input")
         assert text.read_text() == "words " * 40
         text.unlink()
+
+
+def test_a_plan_into_a_search_or_validation_folder_leaves_only_its_own_files(tmp_path, capsys):
+    """A plan, a search and a validation into one --out: each run leaves its own files and removes the other
+    modes' (a plan run left search.json beside plan.json: two answers in one folder); a user's file stays."""
+    from simulator.cli import main
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "search.json").write_text("{}")  # an earlier search's
+    (out / "validation.csv").write_text("x")  # an earlier validation's
+    assert main(["plan", "--concurrency", "1", "--no-search", "--quiet", "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"plan.json", "plan.csv", "notes.txt"} <= names and not names & {"search.json", "validation.csv"}
+
+
+def test_the_declared_plan_files_are_every_modes():
+    from simulator.commands.plan import out_files
+
+    assert sorted(out_files()) == sorted(PLAN_MODES_FILES)

@@ -171,11 +171,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 PLAN_FILES = ("plan.csv", "plan.json", "throughput.png", "launch.sh", "hisparse-config.json")
 
 
-def out_files(args: argparse.Namespace) -> tuple[str, ...]:
-    """The files ``--out DIR`` will hold."""
+def out_files(args: argparse.Namespace | None = None) -> tuple[str, ...]:
+    """The files ``--out DIR`` may hold after any ``hisparse plan`` run: a plan, a search or a validation writes its
+    own and removes the other modes' (a search into a plan's folder left plan.json beside search.json, both read as
+    the folder's answer). The same for every mode, so no input of the run may carry one of these names."""
     from .plan_search import SEARCH_FILES
 
-    return VALIDATE_FILES if args.validate else SEARCH_FILES if getattr(args, "search", False) else PLAN_FILES
+    return tuple(dict.fromkeys(PLAN_FILES + SEARCH_FILES + VALIDATE_FILES))
 
 
 # preset options and the kind of preset each names
@@ -561,7 +563,7 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
         values = [r[col] for r in rows if r.get(col) is not None]
         if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values) and df[col].dtype.kind == "f":
             df[col] = df[col].astype("Int64")
-    with folder_output(out, PLAN_FILES) as staged:
+    with folder_output(out, out_files()) as staged:
         with atomic_output(staged / "plan.csv") as fh:
             fh.write(df.to_csv(index=False).encode())
         with atomic_output(staged / "plan.json") as fh:

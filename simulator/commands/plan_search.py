@@ -264,8 +264,9 @@ def _write(out: str, report: dict) -> None:
     import pandas as pd
 
     from ..fileio import atomic_output, folder_output
+    from .plan import out_files
 
-    with folder_output(out, SEARCH_FILES) as staged:
+    with folder_output(out, out_files()) as staged:  # the other modes' files go (plan.out_files)
         with atomic_output(staged / "search.csv") as fh:
             fh.write(pd.DataFrame(report["points"]).to_csv(index=False).encode())
         with atomic_output(staged / "frontier.csv") as fh:

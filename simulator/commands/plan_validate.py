@@ -33,8 +33,9 @@ def run_validate(args: argparse.Namespace) -> int:
         import pandas as pd
 
         from ..fileio import atomic_output, folder_output
+        from .plan import out_files
 
-        with folder_output(args.out, VALIDATE_FILES) as staged:
+        with folder_output(args.out, out_files()) as staged:  # the other modes' files go (plan.out_files)
             with atomic_output(staged / "validation.csv") as fh:
                 fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
             with atomic_output(staged / "validation.json") as fh:
