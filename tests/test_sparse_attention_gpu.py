@@ -111,9 +111,13 @@ def _run_and_check(seed, batch, heads, k, kv_dtype, n_splits=None, scale=None, w
     live = ~dead
     lse_err = np.abs(got_lse[live] - ref_lse[live]).max()
     assert lse_err <= REL_TOL * max(1.0, np.abs(ref_lse[live]).max()), f"lse err {lse_err:.2e} ({msg})"
-    for b in range(batch):  # per-request errors too, so one bad request cannot hide
+    # per-request errors too, so one bad request cannot hide: FP8 against the reference fed the same bf16 rows, as
+    # the whole output above (against the exact rows a one-head request measured 2.68e-2 once, seed 1000939116:
+    # the rounding FP8_EXACT_TOL allows, not a fault)
+    per_ref = ref16 if kv_dtype == "fp8" else ref
+    for b in range(batch):
         if live[b].any():
-            rb = np.linalg.norm(got[b] - ref[b]) / np.linalg.norm(ref[b])
+            rb = np.linalg.norm(got[b] - per_ref[b]) / np.linalg.norm(per_ref[b])
             assert rb <= 2 * REL_TOL, f"request {b} rel err {rb:.2e} ({msg})"
 
 
