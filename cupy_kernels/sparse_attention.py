@@ -11,8 +11,8 @@ as the MMA's M); any other H (8 or 16 heads per GPU under TP attention) runs the
 The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a producer
 warpgroup, its FP8 crossover "wsx" where two CTAs share each tile's dequantisation and "wsxe"
 that frees each tile's buffer earlier, "wsxo" that also writes O through shared memory, "wsxr"
-with a smaller first burst of loads (the FP8 default at H 128), "wsxb" that also splits the pair's
-cluster barriers (opt-in), the two-warpgroup "serial"),
+with a smaller first burst of loads, "wsxb" that also splits the pair's cluster barriers (the FP8
+default at H 128), the two-warpgroup "serial"),
 chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
 (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests), each where it runs.
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
@@ -118,18 +118,18 @@ WIDE_VARIANTS = {
                         "wsxr with the pair's cluster barriers split: a thread waits for the start barrier only "
                         "before its first remote operation, and each warpgroup arrives at the end once its last "
                         "remote operation is out (before the epilogue), waiting only at exit (FlashMLA arrives "
-                        "relaxed at the start the same way); 0.9-1.3 us faster than wsxr in one H100 run, opt-in "
-                        "until the whole GPU suite has run on it: BENCHMARKS.md",
+                        "relaxed at the start the same way); 0.3-2.9 us faster than wsxr in all eight readings of "
+                        "two H100 runs; the whole GPU suite passed with it the default: BENCHMARKS.md",
                         kv_dtypes=("fp8",), group_multiple=2),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),
 }
 # the fastest variant per layout that passed the GPU tests, measured side by side (BENCHMARKS.md:
-# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6; FP8 wsxr 97.3 vs wsxo 98.9, wsxo 99.4 vs wsxe 103.8, wsxe 103.2 vs wsx 106.0, and in
+# B 64 H 128 bf16 ws2 114.9 us vs serial 132.6; FP8 wsxb 97.3 / 98.6 vs wsxr 98.2 / 98.9 (two runs), wsxr 97.3 vs wsxo 98.9, wsxo 99.4 vs wsxe 103.8, wsxe 103.2 vs wsx 106.0, and in
 # an earlier run wsx 105.9 vs ws 119.9 (H100, each pair in one run; before,
 # ws 123.3 vs ws2 142.0 / serial 147.6); it applies where it was measured, one split per (request,
-# head group), else "serial"; where wsxr cannot run (H 64: one head group) it is ws
-DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "wsxr"}
+# head group), else "serial"; where wsxb cannot run (H 64: one head group) it is ws
+DEFAULT_WIDE_VARIANT = {"bf16": "ws2", "fp8": "wsxb"}
 VARIANT_ENV = "HISPARSE_MLA_VARIANT"
 
 

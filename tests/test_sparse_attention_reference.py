@@ -289,14 +289,14 @@ def test_crossover_variant_runs_fp8_with_head_groups_in_pairs(monkeypatch):
 
 def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
     # wsxe (an earlier buffer release), wsxo (wsxe writing O through shared memory), wsxr (wsxo
-    # with a smaller first burst, the FP8 default) and wsxb (wsxr with split cluster barriers) run
+    # with a smaller first burst) and wsxb (wsxr with split cluster barriers, the FP8 default) run
     # exactly where wsx runs
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
         for kv_dtype in ("fp8", "bf16"):
             for v in ("wsxe", "wsxo", "wsxr", "wsxb"):
                 assert WIDE_VARIANTS[v].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
-    assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxr" and resolve_variant(None, "fp8", heads=128) == "wsxr"
+    assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxb" and resolve_variant(None, "fp8", heads=128) == "wsxb"
     assert resolve_variant(None, "fp8", heads=64) == "ws"  # one head group: no cluster to pair
     with pytest.raises(ValueError, match=r"variant 'wsxe' runs KV layouts \('fp8',\) with H a multiple of 128"):
         resolve_variant("wsxe", "fp8", heads=64)
