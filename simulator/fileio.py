@@ -18,6 +18,10 @@ Every command that reads or writes goes through here, so one set of rules holds 
 - ``folder_output`` stages a folder output (``plan --out DIR``) in a temp folder beside it and
   swaps its files in as one set with SIGINT/SIGTERM deferred: an interrupted run leaves the
   earlier run's folder as it was, never a new file beside an old plot.
+- ``output_set`` groups a command's several outputs (``replay --out --plot``, ``plan --out --report``): inside
+  it each ``atomic_output`` and ``folder_output`` is staged, and all of them are committed together at its end
+  with SIGINT/SIGTERM deferred, so an interrupt leaves every output as it was, never a new table beside an old
+  plot.
 - A temp file (or folder) is named ``.<target>.<pid>.<random>.tmp``. A run killed outright
   (SIGKILL) leaves one behind; the next write of the same target removes those whose process
   is gone.
@@ -312,11 +316,51 @@ def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
                 yield handle
         except OSError as exc:  # disk full, quota: name the file, no traceback
             raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        if _STAGED is not None:  # inside output_set: committed with the set's other outputs
+            _STAGED.append((lambda: replace_into(tmp, path), lambda: _unlink(tmp)))
+            return
         replace_into(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _unlink(tmp)
         raise
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+# (commit, discard) of each output staged inside output_set; None: outputs commit as they are written
+_STAGED: list[tuple] | None = None
+
+
+@contextlib.contextmanager
+def output_set() -> Iterator[None]:
+    """Stage every ``atomic_output`` / ``folder_output`` written inside, and commit them together at a clean exit,
+    SIGINT / SIGTERM deferred while the renames run: an interrupt (or an error) before that leaves every output
+    as it was (an mrc interrupted between its table and its plot left the new table beside the old plot, and a
+    plan between its --out folder and its --report). Not for outputs written progressively on purpose (a
+    sweep's parts, a recording's checkpoints)."""
+    global _STAGED
+    if _STAGED is not None:  # nested: the outer set commits
+        yield
+        return
+    _STAGED = staged = []
+    try:
+        yield
+    except BaseException:
+        _STAGED = None
+        for _, discard in staged:
+            discard()
+        raise
+    _STAGED = None
+    try:
+        with _signals_deferred():
+            for commit, _ in staged:
+                commit()
+    finally:
+        for _, discard in staged:  # what a failed commit left staged
+            discard()
 
 
 # -- folder outputs: replaced as a whole or not at all ------------------------------------------
@@ -373,6 +417,14 @@ def folder_output(path: str | os.PathLike, files: Iterable[str]) -> Iterator[Pat
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)
+    if _STAGED is not None:  # inside output_set: swapped in with the set's other outputs
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _STAGED.append((lambda: _commit(tmp, target, names, path), lambda: shutil.rmtree(tmp, ignore_errors=True)))
+        return
     try:
         yield tmp
         with _signals_deferred():

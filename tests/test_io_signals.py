@@ -179,6 +179,61 @@ def test_a_signal_during_the_commit_waits_for_it(tmp_path, monkeypatch):
     assert _temps(tmp_path) == []
 
 
+def test_an_output_set_commits_all_or_none(tmp_path):
+    """output_set: a table, a plot and a folder staged together; an interrupt before the end leaves every one as it
+    was (mrc stopped between its table and its plot left the new table beside the old plot; plan between its --out
+    folder and its --report), a clean end commits all of them."""
+    from simulator.fileio import atomic_output, output_set
+
+    table, plot, out = tmp_path / "c.csv", tmp_path / "c.png", tmp_path / "OUT"
+    out.mkdir()
+    for path, text in ((table, "old table"), (plot, "old plot"), (out / "plan.json", "old json")):
+        path.write_text(text)
+
+    def write(stop_after: int) -> None:
+        with output_set():
+            with atomic_output(table) as fh:
+                fh.write(b"new table")
+            if stop_after == 1:
+                raise KeyboardInterrupt
+            with folder_output(out, ("plan.json",)) as staged:
+                (staged / "plan.json").write_text("new json")
+            if stop_after == 2:
+                raise KeyboardInterrupt
+            with atomic_output(plot) as fh:
+                fh.write(b"new plot")
+
+    for stop_after in (1, 2):
+        with pytest.raises(KeyboardInterrupt):
+            write(stop_after)
+        assert (table.read_text(), plot.read_text(), (out / "plan.json").read_text()) == ("old table", "old plot",
+                                                                                           "old json")
+        assert _temps(tmp_path) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["OUT", "c.csv", "c.png"]
+    write(3)
+    assert (table.read_text(), plot.read_text(), (out / "plan.json").read_text()) == ("new table", "new plot",
+                                                                                       "new json")
+    assert _temps(tmp_path) == []
+
+
+def test_mrc_interrupted_between_its_table_and_its_plot_leaves_both(tmp_path, monkeypatch, capsys):
+    """The real mrc writer, interrupted while drawing its plot: the table it had written stays staged and goes."""
+    import simulator.replay.plots as rplots
+    from simulator.cli import main
+
+    table, plot = tmp_path / "c.csv", tmp_path / "c.png"
+    table.write_text("old table")
+    plot.write_text("old plot")
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rplots, "plot_miss_ratio_curves", stop)
+    code = main(["mrc", "traces/synthetic-high-locality.hst", "--policy", "lru", "--max-buffer", "4096", "--quiet",
+                 "--out", str(table), "--plot", str(plot)])
+    assert code == 130 and table.read_text() == "old table" and plot.read_text() == "old plot"
+    assert _temps(tmp_path) == []
+
+
 @pytest.mark.parametrize("stop", ["KeyboardInterrupt", "SIGTERM"])
 def test_plan_out_interrupted_leaves_the_earlier_run(tmp_path, monkeypatch, capsys, stop):
     """plan's writer (its real code) interrupted after plan.csv and plan.json are staged."""

@@ -427,13 +427,17 @@ def _add_bands(rows: list[dict], sc) -> dict:
 
 
 def _emit(args: argparse.Namespace, rows: list[dict], report: dict, rec: dict) -> bool:
-    """A plan's outputs: --out's files, --report's page, and --json (True: printed, the text is not)."""
-    if args.out:
-        _write_outputs(args.out, rows, report, rec)
-    if args.report:
-        from ..report.html import write_report
+    """A plan's outputs: --out's files, --report's page, and --json (True: printed, the text is not). The folder and
+    the page are committed together (``fileio.output_set``): an interrupt leaves both as they were."""
+    from ..fileio import output_set
 
-        write_report(report, args.report)
+    with output_set():
+        if args.out:
+            _write_outputs(args.out, rows, report, rec)
+        if args.report:
+            from ..report.html import write_report
+
+            write_report(report, args.report)
     if args.json:
         print_json(report)
         return True

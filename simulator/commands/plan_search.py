@@ -126,12 +126,15 @@ def run_search_cmd(args: argparse.Namespace, sc) -> int:
         bar.close()
     report = search_report(res, sc, jobs)
     report["searched"]["nodes"] = getattr(args, "search_nodes_note", "")
-    if args.out:
-        _write(args.out, report)
-    if args.report:
-        from ..report.search_html import write_search_report
+    from ..fileio import output_set
 
-        write_search_report(report, args.report)
+    with output_set():  # --out's folder and --report's page together
+        if args.out:
+            _write(args.out, report)
+        if args.report:
+            from ..report.search_html import write_search_report
+
+            write_search_report(report, args.report)
     if args.json:
         print_json(report)
         return 0

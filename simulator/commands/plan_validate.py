@@ -29,24 +29,27 @@ def run_validate(args: argparse.Namespace) -> int:
         rows += set_rows
         per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
     report = json_safe({"sets": per_set, "all": summary(rows), "rows": rows})  # NaN -> null; notes say why
-    if args.out:  # the three files swapped into --out as one set (fileio.folder_output)
-        import pandas as pd
+    from ..fileio import output_set
 
-        from ..fileio import atomic_output, folder_output
-        from .plan import out_files
+    with output_set():  # --out's folder and --report's page together
+        if args.out:  # the three files swapped into --out as one set (fileio.folder_output)
+            import pandas as pd
 
-        with folder_output(args.out, out_files()) as staged:  # the other modes' files go (plan.out_files)
-            with atomic_output(staged / "validation.csv") as fh:
-                fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
-            with atomic_output(staged / "validation.json") as fh:
-                fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
-            from ..serving.plots import plot_validation
+            from ..fileio import atomic_output, folder_output
+            from .plan import out_files
 
-            plot_validation(rows, str(staged / "validation.png"))
-    if args.report:
-        from ..report.validate_html import write_validation_report
+            with folder_output(args.out, out_files()) as staged:  # the other modes' files go (plan.out_files)
+                with atomic_output(staged / "validation.csv") as fh:
+                    fh.write(pd.DataFrame(rows).to_csv(index=False).encode())
+                with atomic_output(staged / "validation.json") as fh:
+                    fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
+                from ..serving.plots import plot_validation
 
-        write_validation_report(report, args.report)
+                plot_validation(rows, str(staged / "validation.png"))
+        if args.report:
+            from ..report.validate_html import write_validation_report
+
+            write_validation_report(report, args.report)
     if args.json:
         print_json(report)
         return 0

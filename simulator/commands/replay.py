@@ -254,14 +254,17 @@ def run_replay(args: argparse.Namespace) -> int:
     result = replay(trace, configs, per_step=want_steps, workers=args.workers, progress=not args.quiet,
                     backend=args.backend)
     if want_steps:
-        per_step = result.per_step
-        if args.out:
-            _write_table(per_step, args.out)
-        if args.plot:
-            from ..replay.plots import plot_rolling_misses
+        from ..fileio import output_set
 
-            plot_rolling_misses(per_step, args.plot, window=args.window,
-                                title=f"{os.path.basename(args.trace)}, {args.semantics} semantics")
+        per_step = result.per_step
+        with output_set():  # the table and the plot together: an interrupt leaves both as they were
+            if args.out:
+                _write_table(per_step, args.out)
+            if args.plot:
+                from ..replay.plots import plot_rolling_misses
+
+                plot_rolling_misses(per_step, args.plot, window=args.window,
+                                    title=f"{os.path.basename(args.trace)}, {args.semantics} semantics")
     cols = ["policy", "buffer", "semantics", "streams", "steps", "accesses", "misses", "miss_ratio"]
     rows = [{c: r[c] for c in cols} for r in result.records]
     if args.vs is not None:
@@ -361,13 +364,16 @@ def run_mrc(args: argparse.Namespace) -> int:
     if args.out or args.plot:
         import pandas as pd
 
-        table = pd.DataFrame(rows)
-        if args.out:
-            _write_table(table, args.out)
-        if args.plot:
-            from ..replay.plots import plot_miss_ratio_curves
+        from ..fileio import output_set
 
-            plot_miss_ratio_curves(table, args.plot, title=f"{os.path.basename(args.trace)}, {args.semantics}")
+        table = pd.DataFrame(rows)
+        with output_set():  # the table and the plot together
+            if args.out:
+                _write_table(table, args.out)
+            if args.plot:
+                from ..replay.plots import plot_miss_ratio_curves
+
+                plot_miss_ratio_curves(table, args.plot, title=f"{os.path.basename(args.trace)}, {args.semantics}")
     if args.json:
         print_json({"methods": methods, "curve": rows})
     else:

@@ -256,14 +256,16 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
 
         return tqdm(total=total, initial=done, desc="points", unit="pt", file=sys.stderr)
 
-    table = run_sweep(grid, args.out, address=args.address, workers=args.workers or os.cpu_count() or 2,
-                      resume=args.resume, use_ray=args.use_ray, max_points=args.max_points, progress=bar)
-    failed = int((table["error"] != "").sum()) if "error" in table else 0
-    if args.report:
+    def report(table) -> None:
         from ..report.sweep_html import sweep_data, write_sweep_report
 
         write_sweep_report(sweep_data(table, kind=grid.kind, axes=grid.axes, grid=args.grid,
                                       results=os.path.join(args.out, "results.parquet")), args.report)
+
+    table = run_sweep(grid, args.out, address=args.address, workers=args.workers or os.cpu_count() or 2,
+                      resume=args.resume, use_ray=args.use_ray, max_points=args.max_points, progress=bar,
+                      after=report if args.report else None)  # the report with the results table, as one set
+    failed = int((table["error"] != "").sum()) if "error" in table else 0
     if failed:
         _print_failures(table)
     print(f"{len(table)} of {len(grid.points)} points in {os.path.join(args.out, 'results.parquet')}"

@@ -148,16 +148,19 @@ def _on_ray(kind: str, todo: list[dict], address: str | None, workers: int) -> I
 
 def run_sweep(grid: Grid, out: str | Path, *, address: str | None = None, workers: int = 2, resume: bool = False,
               use_ray: bool = True, max_points: int | None = None,
-              progress: Callable[[int, int], Any] | None = None) -> pd.DataFrame:
+              progress: Callable[[int, int], Any] | None = None,
+              after: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
     """Run the grid's unfinished points; return the whole results table (also written to
-    OUT/results.parquet). ``progress(total, already_done)`` returns a tqdm-like bar or None."""
+    OUT/results.parquet). ``progress(total, already_done)`` returns a tqdm-like bar or None. ``after(table)``
+    writes what else the command makes of the table (its --report), committed with OUT/results.parquet as one
+    set (``fileio.output_set``): an interrupt between the two left the new table beside the old page."""
     out = Path(out)
     if (out / RESULTS).is_dir():  # found only when the table is written, after every point had run
         raise HisparseError(f"{out / RESULTS}: is a folder; the sweep writes its results table there (remove it, "
                             "or give another --out)")
     with _sweep_lock(out):
         return _run_locked(grid, out, address=address, workers=workers, resume=resume, use_ray=use_ray,
-                           max_points=max_points, progress=progress)
+                           max_points=max_points, progress=progress, after=after)
 
 
 @contextlib.contextmanager
@@ -196,7 +199,8 @@ def _sweep_lock(out: Path) -> Iterator[None]:
 
 
 def _run_locked(grid: Grid, out: Path, *, address: str | None, workers: int, resume: bool, use_ray: bool,
-                max_points: int | None, progress: Callable[[int, int], Any] | None) -> pd.DataFrame:
+                max_points: int | None, progress: Callable[[int, int], Any] | None,
+                after: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
     if (out / "parts").exists() and any((out / "parts").iterdir()) and not resume:
         raise HisparseError(f"{out} already holds sweep results: pass --resume to continue, or another --out")
     if resume:
@@ -216,7 +220,13 @@ def _run_locked(grid: Grid, out: Path, *, address: str | None, workers: int, res
             bar.set_postfix(failed=failures)
     if bar is not None:
         bar.close()
-    return collect(out, grid)
+    from ..fileio import output_set
+
+    with output_set():  # the parts above are written as they finish (a killed sweep resumes); the table and
+        table = collect(out, grid)  # what the command makes of it go in together
+        if after is not None:
+            after(table)
+    return table
 
 
 def _check_same_grid(out: Path, grid: Grid) -> None:
