@@ -44,6 +44,9 @@ def env_limit(name: str, default: int) -> int:
     return value
 
 
+READ_PIECE = 1 << 24  # bytes read_bytes asks for at a time
+
+
 def max_input_bytes() -> int:
     return env_limit("HISPARSE_MAX_INPUT_BYTES", DEFAULT_MAX_INPUT_BYTES)
 
@@ -61,7 +64,16 @@ def read_bytes(path: str | os.PathLike, *, what: str = "file", limit: int | None
         check_input(path)  # from stat alone: a FIFO, device or socket would block or never end
     try:
         with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
+            # in pieces: read(limit + 1) allocates its argument up front, so a raised limit
+            # (HISPARSE_MAX_INPUT_BYTES=1e11, 2**63) failed every small read: out of memory, OverflowError
+            pieces, got = [], 0
+            while got <= limit:
+                piece = fh.read(min(limit + 1 - got, READ_PIECE))
+                if not piece:
+                    break
+                pieces.append(piece)
+                got += len(piece)
+            data = b"".join(pieces)
     except FileNotFoundError:
         raise HisparseError(f"{path}: no such {what}") from None
     except OSError as exc:

@@ -140,3 +140,22 @@ def test_a_malformed_limit_is_named(monkeypatch, value):
     monkeypatch.setenv("HISPARSE_MAX_INPUT_BYTES", value)
     with pytest.raises(HisparseError, match="HISPARSE_MAX_INPUT_BYTES"):
         inputs.max_input_bytes()
+
+
+@pytest.mark.parametrize("limit", ["100000000000", str(2**63 - 1)])
+def test_a_raised_input_budget_reads_small_files_as_before(tmp_path, monkeypatch, limit):
+    """The budget is a ceiling, not an amount to allocate: read(limit + 1) asked for it up front, so
+    HISPARSE_MAX_INPUT_BYTES=1e11 failed every small read as "out of memory" and 2**63 - 1 with an OverflowError
+    traceback."""
+    from simulator.inputs import read_bytes
+
+    monkeypatch.setenv("HISPARSE_MAX_INPUT_BYTES", limit)
+    path = tmp_path / "p.toml"
+    path.write_text("gpu_hour = 1\n")
+    assert read_bytes(path) == b"gpu_hour = 1\n"
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * (3 * (1 << 24) + 5))  # several pieces
+    assert len(read_bytes(big)) == 3 * (1 << 24) + 5
+    monkeypatch.setenv("HISPARSE_MAX_INPUT_BYTES", str(1 << 24))
+    with pytest.raises(Exception, match="HISPARSE_MAX_INPUT_BYTES"):
+        read_bytes(big)

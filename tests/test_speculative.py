@@ -261,6 +261,18 @@ def test_a_speculative_file_with_a_bad_acceptance_is_one_line(tmp_path, capsys, 
     assert_clean_error(code, err, str(path), says)
 
 
+def test_a_speculative_file_that_is_a_folder_or_a_fifo_is_named(tmp_path, capsys):
+    """--speculative X.toml on a folder or a FIFO said "no such file": it says what it is, as the other options do."""
+    import os
+
+    (tmp_path / "d.toml").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "f.toml").symlink_to(tmp_path / "fifo")
+    for name, says in (("d.toml", "is a folder; give a file"), ("f.toml", "is a named pipe (FIFO)")):
+        code, _, err = run_cli(["plan", "--speculative", str(tmp_path / name), "--concurrency", "1"], capsys)
+        assert_clean_error(code, err, name, says)
+
+
 def test_accept_method_option_applies_to_a_speculative_file(tmp_path):
     """--accept-method beside a --speculative file sets how its accept_len is drawn (it was dropped: the file's
     multinomial default stood); beside a file giving accept_probs it is refused."""

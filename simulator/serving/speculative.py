@@ -185,7 +185,7 @@ def parse_speculative(text: str, accept_len: float | None = None, method: str | 
         from .. import inputs
 
         path = Path(text)
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():  # a folder or a FIFO: read_toml says what it is
             raise HisparseError(f"{where} {text}: no such file")
         data = inputs.read_toml(path)
         table = data.get("speculative", data)
