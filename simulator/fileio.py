@@ -297,6 +297,12 @@ def _special(path: Path) -> bool:
     return path.exists() and not path.is_file() and not path.is_dir()
 
 
+def special_output(path: str | os.PathLike) -> bool:
+    """``_special`` for the writers that stage their own temp file (the .hst writer): a device or pipe is written
+    in place, never replaced by a renamed file."""
+    return _special(Path(path))
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """Yield a binary file; on clean exit it becomes exactly ``path``, on error nothing is left.

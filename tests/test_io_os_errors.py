@@ -9,6 +9,7 @@ not UTF-8 in every text input; a missing optional extra naming the pip command.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import subprocess
 import sys
@@ -120,6 +121,16 @@ def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, trace, capsys, monke
 def test_disk_full_on_a_device_is_one_line(trace, capsys):
     code, _, err = run_cli(["trace", "export", trace, "--format", "oracle-general", "--out", "/dev/full"], capsys)
     assert_clean_error(code, err, "/dev/full", "No space left on device")
+
+
+def test_an_hst_written_through_a_link_to_a_full_device_is_one_line(tmp_path, trace, capsys):
+    """trace convert / record onto a symlink to /dev/full replaced the link with a regular file and reported
+    success (the .hst writer renamed its temp file over it); it writes in place, as every other writer does."""
+    link = tmp_path / "full.hst"
+    link.symlink_to("/dev/full")
+    code, _, err = run_cli(["trace", "convert", trace, "--out", str(link)], capsys)
+    assert_clean_error(code, err, str(link), "No space left on device")
+    assert link.is_symlink() and os.readlink(link) == "/dev/full"
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")

@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import native
 from ..errors import TraceError
-from ..fileio import InputError, OutputError, check_input, replace_into, temp_beside, why_os
+from ..fileio import (
+    InputError,
+    OutputError,
+    check_input,
+    replace_into,
+    special_output,
+    temp_beside,
+    why_os,
+)
 from .codec import CODING_OF_VERSION, COMPRESSIONS, check_stream, decode_stream, encode_stream
 from .stream import FORMAT_VERSION, Stream, StreamKey, TraceMeta
 
@@ -271,6 +279,9 @@ class TraceWriter:
         meta = meta_bytes(self.meta, path)  # checked before anything is created
         self.keep_order = keep_order
         self.chunk_steps = int(chunk_steps)
+        # a device or pipe (a symlink to /dev/full) is written in place, as atomic_output does: the rename replaced
+        # the link with a regular file and reported success
+        atomic = atomic and not special_output(self.path)
         self._atomic = atomic
         if atomic:
             self._fh, self._tmp = temp_beside(self.path)
