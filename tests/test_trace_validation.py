@@ -216,3 +216,32 @@ def test_bytes_appended_after_a_complete_trace_are_named(tmp_path, capsys):
     path.write_bytes(data[:-30])
     code, err = _run(["trace", "info", str(path)], capsys)
     assert code == 2 and "truncated file: no index at the end" in err
+
+
+def test_two_chunks_holding_the_same_steps_are_named(tmp_path, capsys):
+    """An index whose two entries for a stream start at the same step (checksums recomputed: a hand-made file)
+    was told "steps 64..-1 are missing"; it names the overlap."""
+    import zlib
+
+    from simulator.trace import format as hst
+    from simulator.trace.stream import Stream
+
+    path = tmp_path / "t.hst"
+    rng = np.random.default_rng(0)
+    steps, k = 64, 4
+    idx = np.stack([rng.choice(100 + s, k, replace=False) for s in range(steps)]).astype(np.int32)
+    with hst.TraceWriter(path, k=k, source={"kind": "test"}, chunk_steps=32) as w:
+        w.write_stream(Stream(0, 0, np.arange(100, 100 + steps), idx))
+    data = bytearray(path.read_bytes())
+    offset, _, magic = hst._FOOT.unpack(data[-hst._FOOT.size:])
+    index = bytearray(data[offset:len(data) - hst._FOOT.size])
+    size = hst._ENTRY.size
+    first = list(hst._ENTRY.unpack(index[8:8 + size]))
+    second = list(hst._ENTRY.unpack(index[8 + size:8 + 2 * size]))
+    second[2] = first[2]  # the second chunk claims the first chunk's steps
+    index[8 + size:8 + 2 * size] = hst._ENTRY.pack(*second)
+    data[offset:len(data) - hst._FOOT.size] = index
+    data[-hst._FOOT.size:] = hst._FOOT.pack(offset, zlib.crc32(bytes(index)), magic)
+    path.write_bytes(bytes(data))
+    code, err = _run(["trace", "info", str(path)], capsys)
+    assert code == 2 and "two chunks hold step 0 (steps 0..31 and 0..31)" in err and "..-1" not in err

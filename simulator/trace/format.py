@@ -467,8 +467,13 @@ class TraceReader:
         for key, cs in self._streams.items():
             cs.sort(key=lambda c: c.first_step)
             for a, b in zip(cs, cs[1:], strict=False):
-                if b.first_step != a.first_step + a.steps:
-                    raise TraceError(f"steps {a.first_step + a.steps}..{b.first_step - 1} are missing",
+                end = a.first_step + a.steps
+                if b.first_step < end:  # read as "steps 64..-1 are missing"
+                    raise TraceError(f"two chunks hold step {b.first_step} (steps {a.first_step}..{end - 1} and "
+                                     f"{b.first_step}..{b.first_step + b.steps - 1})",
+                                     path=path, request=key.request, layer=key.layer)
+                if b.first_step != end:
+                    raise TraceError(f"steps {end}..{b.first_step - 1} are missing",
                                      path=path, request=key.request, layer=key.layer)
             need, limit = rows_bytes(sum(c.steps for c in cs), max(c.width for c in cs)), max_stream_bytes()
             if need > limit:
