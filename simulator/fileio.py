@@ -322,10 +322,10 @@ def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
                 yield handle
         except OSError as exc:  # disk full, quota: name the file, no traceback
             raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
-        if _STAGED is not None:  # inside output_set: committed with the set's other outputs
+        if _STAGED is not None and not _in_staging(path):  # inside output_set: committed with the set's others
             _STAGED.append((lambda: replace_into(tmp, path), lambda: _unlink(tmp)))
             return
-        replace_into(tmp, path)
+        replace_into(tmp, path)  # (a file of a staged folder goes in now: the folder's own commit is the set's)
     except BaseException:
         _unlink(tmp)
         raise
@@ -338,6 +338,14 @@ def _unlink(path: str) -> None:
 
 # (commit, discard) of each output staged inside output_set; None: outputs commit as they are written
 _STAGED: list[tuple] | None = None
+_STAGING: set[Path] = set()  # folder_output's temp folders open now
+
+
+def _in_staging(path: str | os.PathLike) -> bool:
+    """Whether ``path`` lies in a folder_output temp folder (written, then read back or chmod-ed, before the
+    folder's commit)."""
+    parent = Path(os.path.realpath(Path(path).parent))
+    return any(parent == d or d in parent.parents for d in _STAGING)
 
 
 @contextlib.contextmanager
@@ -423,20 +431,26 @@ def folder_output(path: str | os.PathLike, files: Iterable[str]) -> Iterator[Pat
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)
-    if _STAGED is not None:  # inside output_set: swapped in with the set's other outputs
+    real_tmp = Path(os.path.realpath(tmp))
+    _STAGING.add(real_tmp)
+    try:
+        if _STAGED is not None:  # inside output_set: swapped in with the set's other outputs
+            try:
+                yield tmp
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            _STAGED.append((lambda: _commit(tmp, target, names, path),
+                            lambda: shutil.rmtree(tmp, ignore_errors=True)))
+            return
         try:
             yield tmp
-        except BaseException:
+            with _signals_deferred():
+                _commit(tmp, target, names, path)
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        _STAGED.append((lambda: _commit(tmp, target, names, path), lambda: shutil.rmtree(tmp, ignore_errors=True)))
-        return
-    try:
-        yield tmp
-        with _signals_deferred():
-            _commit(tmp, target, names, path)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _STAGING.discard(real_tmp)
 
 
 def _commit(tmp: Path, target: Path, names: tuple[str, ...], shown: str | os.PathLike) -> None:
