@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # `--help > /dev/full`
         print(f"hisparse: error: {_os_error_line(exc)}", file=sys.stderr)
         return 2
-    empty = _empty_argument(argv)
+    empty = _empty_argument(argv, _required_options(parser))
     if empty:
         print(f"hisparse: error: {empty}", file=sys.stderr)
         return 2
@@ -167,16 +167,32 @@ def _stdout_named() -> Iterator[None]:
         sys.stdout = previous
 
 
-def _empty_argument(argv: Sequence[str]) -> str | None:
+def _required_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The option strings of every required option, the subcommands' included."""
+    out: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out |= _required_options(sub)
+        elif action.required and action.option_strings:
+            out |= set(action.option_strings)
+    return out
+
+
+def _empty_argument(argv: Sequence[str], required: set[str] = frozenset()) -> str | None:
     """An empty argument (``--model ''``, ``--gpu=``, a trace named ``''``) was read as the working folder, or as
-    not given (``--validate ''`` ran a plan): name it instead. No option takes an empty value."""
+    not given (``--validate ''`` ran a plan): name it instead. No option takes an empty value. ``required``: options
+    that cannot be left out (the hint said to, for ``--out ''`` of trace export)."""
+    def hint(option: str) -> str:
+        return "give one" if option in required else "give one, or leave the option out"
+
     for i, token in enumerate(argv):
         if token.startswith("--") and token.endswith("=") and "=" not in token[:-1]:
-            return f"{token[:-1]}: an empty value (give one, or leave the option out)"
+            return f"{token[:-1]}: an empty value ({hint(token[:-1])})"
         if token == "":
             before = argv[i - 1] if i else ""
             if before.startswith("-") and "=" not in before:
-                return f"{before}: an empty value (give one, or leave the option out)"
+                return f"{before}: an empty value ({hint(before)})"
             return f"argument {i + 1} of the command line is empty (a file or name was expected)"
     return None
 

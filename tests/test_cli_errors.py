@@ -474,7 +474,9 @@ def test_resume_over_an_unreadable_part_runs_its_point_again(tmp_path, trace, ca
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["plan", "--model", ""], "--model: an empty value"),  # was ': not a file', naming no option
+    (["plan", "--model", ""], "--model: an empty value (give one, or leave the option out)"),  # was ': not a file'
+    # a required option cannot be left out (the hint said to)
+    (["trace", "export", "T.hst", "--format", "oracle-general", "--out", ""], "--out: an empty value (give one)"),
     (["plan", "--gpu", ""], "--gpu: an empty value"),  # was read as not given
     (["plan", "--validate", ""], "--validate: an empty value"),  # ran a plan instead of a validation
     (["plan", "--calibration=", "--quiet"], "--calibration: an empty value"),
