@@ -352,10 +352,9 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     rec["residency"] = residency_summary(rows, args.slo_tpot_ms, args.slo_ttft_s)
     report = {"inputs": vars(inp) | {"concurrency": list(inp.concurrency), "rates": list(inp.rates),
                                      "speculative": spec.describe() if spec is not None else None},
-              "scenario": scenario_summary(sc), "misses": [k.__dict__ for k in plan.knobs], "rows": rows,
-              "recommendation": rec, "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec), "prices": prices.as_dict() if prices else None,
-              "indexshare_prefetch": prefetch_report(sc, plan),
-              "bands": bands, "cannot_run": [{"system": who, "reason": why} for who, why in plan.cannot_run]}
+              "scenario": scenario_summary(sc), "rows": rows, "recommendation": rec,
+              "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec),
+              "prices": prices.as_dict() if prices else None, **plan_parts(sc, plan, bands)}
     if args.compare_speculative:
         from ..serving.spec_whatif import compare
 
@@ -493,8 +492,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         all_rows += rows
         reports[n] = {"scenario": scenario_summary(sc), "recommendation": rec, "overrides": list(extra),
                       "search": _search_summary(plan, args.no_search), "launch": _launches(sc, rec),
-                      "misses": [k.__dict__ for k in plan.knobs], "indexshare_prefetch": prefetch_report(sc, plan),
-                      "bands": bands, "cannot_run": [{"system": who, "reason": why} for who, why in plan.cannot_run]}
+                      **plan_parts(sc, plan, bands)}
         if not args.json:
             print(f"######## {n} node(s) of {cluster.name}: " + (" ".join(f"--set {o}" for o in extra) or "the deployment as given"))
             print_report(sc, plan, rows, rec, reports[n]["search"])
@@ -553,6 +551,26 @@ def _launches(sc, rec: dict) -> dict:
     return out
 
 
+def write_launch(folder, launch: dict, header: str) -> None:
+    """launch.sh (executable) and, for HiSparse, hisparse-config.json of a launch (``Launch.as_dict``) into a staged
+    --out folder: the plan's and the search's."""
+    from ..fileio import atomic_output
+    from ..serving.launch import launch_script
+
+    with atomic_output(folder / "launch.sh") as fh:
+        fh.write(launch_script(launch, header).encode())
+    os.chmod(folder / "launch.sh", 0o755)  # a script to run
+    if launch["hisparse_config"]:
+        with atomic_output(folder / "hisparse-config.json") as fh:
+            fh.write((json.dumps(launch["hisparse_config"], indent=2) + "\n").encode())
+
+
+def plan_parts(sc, plan, bands: dict) -> dict:
+    """The report's keys that come from one plan run (the plain run's and each --nodes count's)."""
+    return {"misses": [k.__dict__ for k in plan.knobs], "indexshare_prefetch": prefetch_report(sc, plan),
+            "bands": bands, "cannot_run": [{"system": who, "reason": why} for who, why in plan.cannot_run]}
+
+
 def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
     """plan.csv, plan.json and throughput.png, swapped into ``out`` as one set (an interrupted
     run leaves an earlier run's three files as they were)."""
@@ -574,15 +592,7 @@ def _write_outputs(out: str, rows: list[dict], report: dict, rec: dict) -> None:
             fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
         launch = report["launch"]["choice"]
         if launch:
-            from ..serving.launch import launch_script
-
-            with atomic_output(staged / "launch.sh") as fh:
-                fh.write(launch_script(launch, f"hisparse plan: the recommended configuration ({launch['system']})")
-                         .encode())
-            os.chmod(staged / "launch.sh", 0o755)  # a script to run
-            if launch["hisparse_config"]:
-                with atomic_output(staged / "hisparse-config.json") as fh:
-                    fh.write((json.dumps(launch["hisparse_config"], indent=2) + "\n").encode())
+            write_launch(staged, launch, f"hisparse plan: the recommended configuration ({launch['system']})")
         from ..serving.plots import plot_throughput
 
         plot_throughput(df, str(staged / "throughput.png"), recommendation=rec)

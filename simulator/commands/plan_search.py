@@ -267,7 +267,7 @@ def _write(out: str, report: dict) -> None:
     import pandas as pd
 
     from ..fileio import atomic_output, folder_output
-    from .plan import out_files
+    from .plan import out_files, write_launch
 
     with folder_output(out, out_files()) as staged:  # the other modes' files go (plan.out_files)
         with atomic_output(staged / "search.csv") as fh:
@@ -276,18 +276,8 @@ def _write(out: str, report: dict) -> None:
             fh.write(pd.DataFrame(report["frontier"]).to_csv(index=False).encode())
         with atomic_output(staged / "search.json") as fh:
             fh.write(json.dumps(report, indent=2, default=str, allow_nan=False).encode())
-        lc = report["launch"]
-        if lc:
-            import os
-
-            from ..serving.launch import launch_script
-
-            with atomic_output(staged / "launch.sh") as fh:
-                fh.write(launch_script(lc, "hisparse plan --search: the best configuration").encode())
-            os.chmod(staged / "launch.sh", 0o755)  # a script to run
-            if lc["hisparse_config"]:
-                with atomic_output(staged / "hisparse-config.json") as fh:
-                    fh.write((json.dumps(lc["hisparse_config"], indent=2) + "\n").encode())
+        if report["launch"]:
+            write_launch(staged, report["launch"], "hisparse plan --search: the best configuration")
         from ..serving.plots import plot_frontier
 
         plot_frontier(report, str(staged / "frontier.png"))
