@@ -486,3 +486,16 @@ def test_resume_over_an_unreadable_part_runs_its_point_again(tmp_path, trace, ca
 def test_an_empty_argument_is_named_not_read_as_a_folder_or_as_absent(argv, message, capsys):
     code, _, err = run_cli(argv, capsys)
     assert_clean_error(code, err, message)
+
+
+@pytest.mark.parametrize("argv, prog, extra", [
+    (["plan", "--bogus"], "hisparse plan", "--bogus"),
+    (["plan", "extra"], "hisparse plan", "extra"),
+    (["replay", "t.npy", "--zzz", "1"], "hisparse replay", "--zzz 1"),
+    (["trace", "info", "a.hst", "b.hst"], "hisparse trace info", "b.hst"),
+])
+def test_an_unknown_argument_points_to_the_commands_own_help(no_work, capsys, argv, prog, extra):
+    # argparse reports it from the top-level parser, whose help does not list the command's options
+    code, out, err = run_cli(argv, capsys)
+    assert_clean_error(code, err, f"{prog}: error: unrecognized arguments: {extra}", f"(see {prog} --help)")
+    assert out == ""

@@ -35,6 +35,17 @@ class Parser(argparse.ArgumentParser):
         if message:
             (file or sys.stderr).write(message)
 
+    def parse_args(self, args=None, namespace=None):  # noqa: D102 - argparse's entry point
+        # argparse reports an unknown argument from the top-level parser ("see hisparse --help"),
+        # whose help does not list the command's options: name the command the user ran instead
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            words = [w for w in (getattr(parsed, "command", None), getattr(parsed, "trace_command", None))
+                     if isinstance(w, str)]
+            prog = " ".join([self.prog, *words])
+            self.exit(2, f"{prog}: error: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
+        return parsed
+
     def _get_values(self, action, arg_strings):
         # argparse drops a "--" value (``--steps=--``) and would hand the command an empty list
         if action.option_strings and action.nargs is None and arg_strings == ["--"]:
