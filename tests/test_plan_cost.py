@@ -44,15 +44,18 @@ def test_cost_in_the_text_output(capsys):
 
 
 def test_a_huge_price_keeps_the_table_laid_out(capsys):
-    """--price-gpu-hour 1e300: the $/M column in powers of ten (it printed a 300-digit integer that pushed the band
-    and found columns off the table)."""
+    """--price-gpu-hour at its largest keeps every column in place (1e300, allowed then, printed a 300-digit integer
+    that pushed the band and found columns off the table; the column turns to powers of ten from 1e9)."""
     from simulator.commands.plan_text import _table_float
+    from simulator.serving.prices import MAX_PRICE
 
     assert _table_float(5.04e301) == "5.04e+301" and _table_float(123.456) == "123.5" and _table_float(0.0317) == "0.0317"
-    assert main(["plan", "--concurrency", "8", "--no-search", "--quiet", "--price-gpu-hour", "1e300"]) == 0
+    assert main(["plan", "--concurrency", "8", "--no-search", "--quiet", "--price-gpu-hour", f"{MAX_PRICE:g}"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("conc"))
-    assert "e+" in lines[header + 1] and max(len(x) for x in lines[header + 1].split()) < 12
+    cells = lines[header + 1].split()
+    numbers = [float(c) for c in cells if c.replace(".", "", 1).replace("e+", "", 1).isdigit()]
+    assert max(numbers) > 1e6 and max(len(x) for x in cells) < 12  # the $/M cell, millions per M tokens
 
 
 @pytest.mark.parametrize("content, message", [
@@ -92,3 +95,30 @@ def test_a_one_token_workload_is_refused_and_small_rates_keep_their_digits(capsy
     err = capsys.readouterr().err
     assert "output_tokens = 1: a plan needs at least 2 output tokens" in err and "32k-in-8k-out.toml" in err
     assert (_rate(0.254), _rate(65.24), _rate(522.4), _rate(0.0317)) == ("0.254", "65.2", "522", "0.0317")
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--price-gpu-hour", "1e308"], ("--price-gpu-hour", "from 0 to 1e+06", "'1e308'")),  # printed $inf per M
+    (["--price-gpu-hour", "1", "--price-host-gb-month", "2e6"], ("--price-host-gb-month", "from 0 to 1e+06")),
+])
+def test_an_absurd_price_is_refused(capsys, args, names):
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    code, out, err = run_cli(["plan", "--concurrency", "1", "--quiet", *args], capsys)
+    assert_clean_error(code, err, *names)
+    assert out == ""
+
+
+def test_a_price_table_past_the_bound_is_refused_and_every_cost_at_it_is_finite(tmp_path, capsys):
+    import math
+
+    from simulator.serving.prices import MAX_PRICE
+
+    table = tmp_path / "p.toml"
+    table.write_text("gpu_hour = 1e308\n")
+    assert main(["plan", "--concurrency", "1", "--quiet", "--prices", str(table)]) == 2
+    err = capsys.readouterr().err
+    assert f"{table}: gpu_hour = 1e+308 must be at most 1e+06" in err and err.count("\n") == 1
+    p = Prices(MAX_PRICE, MAX_PRICE)
+    per_h = p.usd_per_hour(8, 1e12)  # 8 GPUs, 1 TB pinned each
+    assert math.isfinite(per_h) and math.isfinite(per_h / (1e-3 * 3600) * 1e6)  # even at 0.001 tok/s

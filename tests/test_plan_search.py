@@ -283,3 +283,101 @@ def test_search_over_pd_splits_ranks_them(tmp_path, capsys):
     splits = {(r["gpus"], r["prefill_gpus"]) for r in rep["ranked"]}
     assert {(24, 8), (16, 16), (8, 24)} <= splits
     assert "prefill/decode split of 4 nodes" in rep["searched"]["nodes"]
+
+
+@pytest.mark.parametrize("deployment", ["8xh200-dp8-ep8-glm52-balanced", "8xh200-colocated-dp8-ep8",
+                                        "8xh200-dp8-ep8-dsv32-pr30514", "8xh200-dp8-ep8-glm52-high-throughput"])
+def test_a_deepep_preset_searches_its_moe_tp_layouts_without_deepep(deployment):
+    """The DeepEP presets aborted the search: its MoE-TP layouts kept moe_a2a_backend = "deepep", which needs
+    moe = "ep". A TP layout drops to the default backend (none, as SGLang launches MoE-TP); EP keeps DeepEP."""
+    from simulator.serving.launch import launch_command
+    from simulator.serving.planner import PlanInputs
+    from simulator.serving.specs import MoeA2ABackend
+
+    sc = PlanInputs(deployment=deployment).scenario()
+    assert sc.deployment.moe_a2a_backend == MoeA2ABackend.DEEPEP
+    out = list(S.same_gpus_layouts(sc))
+    assert not [i for i in out if isinstance(i, S.Infeasible) and "deepep" in i.reason]
+    deps = [d for d in out if not isinstance(d, S.Infeasible)]
+    assert {d.moe for d in deps} == {MoeLayout.TP, MoeLayout.EP}
+    for d in deps:
+        argv = launch_command(sc.model, d, None).argv
+        assert d.a2a_backend == (MoeA2ABackend.DEEPEP if d.moe == MoeLayout.EP else MoeA2ABackend.NONE)
+        assert ("--moe-a2a-backend" in argv) == (d.moe == MoeLayout.EP)
+
+
+def test_a_layout_the_deployment_refuses_is_listed_not_fatal(monkeypatch):
+    """Whatever a layout breaks in the deployment's own checks is an Infeasible with that reason (the search
+    runs on), as a node count the cluster refuses is."""
+    from simulator.serving.planner import PlanInputs
+    from simulator.serving.specs import MoeA2ABackend
+
+    monkeypatch.setattr(S, "_a2a_for", lambda base, moe: MoeA2ABackend.DEEPEP)  # the old behaviour
+    out = list(S.same_gpus_layouts(PlanInputs(deployment="8xh200-colocated-dp8-ep8").scenario()))
+    refused = [i for i in out if isinstance(i, S.Infeasible) and "needs moe = \"ep\"" in i.reason]
+    assert refused and all(i.label.endswith("moe-tp") and i.stage == "layout" for i in refused)
+    assert all(d.moe == MoeLayout.EP for d in out if not isinstance(d, S.Infeasible))
+
+
+def test_the_search_launch_carries_the_speculative_flags_a_plan_prints():
+    """--search --speculative simulated speculative decoding but its launch command had no --speculative-*
+    flags: its rows had no `speculative` key, so launch_for read them as off."""
+    from simulator.serving.launch import launch_for
+    from simulator.serving.planner import PlanInputs
+    from simulator.serving.spec_whatif import label
+    from simulator.serving.speculative import parse_speculative
+
+    spec = parse_speculative("eagle:1-1-2", 1.5, None, ())
+    sc = PlanInputs(speculative=spec).scenario()
+    cfg = S.Config(sc.deployment, "baseline", None)
+    row = S._row(cfg, sc, 2, 0)
+    assert row["speculative"] == label(spec)
+    searched = launch_for(sc, S._summary(cfg, row)).as_dict()
+    planned = launch_for(sc, {"system": "baseline", "speculative": label(spec)}).as_dict()  # a plan row's
+    assert searched == planned
+    flags = [a for f in spec.launch_flags() for a in f.split()]
+    assert searched["argv"][-len(flags):] == flags and "--speculative-algorithm" in searched["command"]
+    off = PlanInputs().scenario()
+    plain = S._summary(S.Config(off.deployment, "baseline", None), S._row(S.Config(off.deployment, "baseline", None),
+                                                                          off, 2, 0))
+    assert plain["speculative"] == "off" and "--speculative" not in launch_for(off, plain).command
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--search", "--compare-prefetch"], ("--compare-prefetch", "no what-if")),
+    (["--search", "--speculative", "eagle:1-1-2", "--accept-len", "1.5", "--compare-speculative"],
+     ("--compare-speculative", "no what-if")),
+    (["--search", "--node-layout", "wide"], ("--node-layout", "ignored")),
+    (["--search", "--cluster", "2x8xh200-ib-ndr"], ("--cluster", "ignored")),
+    (["--search", "--pd-split", "2", "--node-layout", "wide", "--cluster", "2x8xh200-ib-ndr"], ("--node-layout",)),
+    (["--search", "--search-host-ratio", "4,0.5"], ("--search-host-ratio 0.5", ">= 1")),
+    (["--node-layout", "auto"], ("--node-layout", "--nodes")),  # a plain plan ignored `auto` too
+    (["--cluster", "2x8xh200-ib-ndr", "--concurrency", "1"], ("--cluster", "--nodes")),
+])
+def test_options_a_search_or_plan_would_ignore_are_refused(capsys, args, names):
+    """They ran with rc 0 and nothing said (the host ratio: every point 'cannot run'); now one line, exit 2,
+    before any preset loads or point runs."""
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    code, out, err = run_cli(["plan", "--quiet", *args], capsys)
+    assert_clean_error(code, err, *names)
+    assert out == ""
+
+
+def test_search_inputs_refuse_a_host_ratio_below_one():
+    with pytest.raises(S.HisparseError, match="--search-host-ratio 0.5 must be >= 1"):
+        S.SearchInputs(host_ratios=(8.0, 0.5))
+
+
+def test_the_ranking_takes_the_most_tok_s_per_gpu_and_the_header_says_so(capsys):
+    """Config.best takes the passing point with the most tok/s/GPU (the plan's recommend rule), not the highest
+    passing load; the header said 'at the highest load meeting the targets'."""
+    from simulator.commands import plan_search
+
+    pts = [_p(30, 100.0, c=32), _p(29, 99.0, c=34), _p(5, 150.0, ttft=99.0, c=64)]  # 64 fails the TTFT target
+    for p in pts:
+        p["tpot_p99_ms"], p["steady_tok_s_deployment"] = 50.0, 8 * p["steady_tok_s_per_gpu"]
+    (row,) = _result(pts).ranked()
+    assert row["concurrency"] == 32 and row["tok_s_per_gpu"] == 100.0
+    assert "highest tok/s/GPU at a load meeting" in plan_search.RANKED_BY
+    assert "highest load" not in plan_search.RANKED_BY

@@ -146,3 +146,32 @@ def test_presets_new_cluster_says_the_set_argument_that_uses_it(tmp_path, capsys
     assert main(["presets", "--schema", "nope"]) == 2
     assert "unknown preset kind 'nope'" in capsys.readouterr().err
     assert new_preset("gpus", "b200").count("[interconnect]") == 1
+
+
+def test_presets_new_refuses_to_overwrite_the_preset_it_copies(tmp_path, monkeypatch, capsys):
+    """--from h200 --out <the h200 preset's own file> overwrote it (rc 0) while --from g1.toml --out g1.toml was
+    refused: the name is resolved to its file before the output check. On a copy of the preset folder."""
+    import hashlib
+    import shutil
+
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    shipped = P.resolve("gpus", "h200")
+    digest = hashlib.sha256(shipped.read_bytes()).hexdigest()
+    copy = tmp_path / "presets"
+    shutil.copytree(P.PRESET_DIR / "gpus", copy / "gpus")
+    monkeypatch.setattr(P, "PRESET_DIR", copy)
+    target = copy / "gpus" / "h200.toml"
+    assert P.resolve("gpus", "h200") == target
+    before = target.read_bytes()
+    for kind in ("gpu", "gpus"):
+        code, out, err = run_cli(["presets", "new", kind, "--from", "h200", "--out", str(target)], capsys)
+        assert_clean_error(code, err, str(target), "is an input of this command")
+        assert out == "" and target.read_bytes() == before
+    # the control: the same name into another file writes it
+    code, out, _ = run_cli(["presets", "new", "gpu", "--from", "h200", "--out", str(tmp_path / "mine.toml")], capsys)
+    assert code == 0 and (tmp_path / "mine.toml").is_file()
+    # a name that does not resolve is the command's own error, not the output check's
+    code, _, err = run_cli(["presets", "new", "gpu", "--from", "nosuch", "--out", str(tmp_path / "x.toml")], capsys)
+    assert_clean_error(code, err, "unknown gpu preset 'nosuch'")
+    assert hashlib.sha256(shipped.read_bytes()).hexdigest() == digest

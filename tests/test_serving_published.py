@@ -229,3 +229,89 @@ def test_a_missing_preset_of_a_sets_scenario_names_the_set_and_key(tmp_path, cap
     assert main(["plan", "--validate", str(path), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"{path}: [scenario] model = '/nonexistent/x.toml': /nonexistent/x.toml: no such file" in err
+
+
+def _paper_copy(tmp_path, after: str, line: str):
+    """The shipped paper set with ``line`` inserted after the first line starting with ``after``."""
+    src = load_published("paper-glm51-8xh200").where
+    lines = open(src).read().splitlines()
+    i = next(i for i, text in enumerate(lines) if text.startswith(after))
+    path = tmp_path / "set.toml"
+    path.write_text("\n".join(lines[: i + 1] + [line] + lines[i + 1:]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("after, line, names", [
+    ("hisparse = ", "gpu = 5", ("[scenario] gpu = 5", "a non-empty string")),  # a TypeError traceback
+    ("hisparse = ", "workload = \"\"", ("[scenario] workload = ''",)),
+    ("uncertainty = ", "", ()),  # the copy itself loads (the control)
+    ("label = \"4K input, baseline peak\"", "note2 = 1", ("point 1", "unknown key(s) note2")),
+])
+def test_a_set_files_scenario_values_are_type_checked(tmp_path, capsys, after, line, names):
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    path = _paper_copy(tmp_path, after, line)
+    if not names:
+        assert load_published(str(path)).scenario["hisparse"] == "blog-8xh200"
+        return
+    out = tmp_path / "v"
+    code, _, err = run_cli(["plan", "--validate", str(path), "--quiet", "--out", str(out)], capsys)
+    assert_clean_error(code, err, str(path), *names)
+    assert not out.exists()  # nothing written
+
+
+@pytest.mark.parametrize("old, new, names", [
+    ('uncertainty = "', "uncertainty = 42\nx_ = \"", ("uncertainty = 42", "must be a string")),
+    ('label = "4K input, baseline peak"', "label = [1, 2]", ("point 1", "label = [1, 2]", "string")),
+    ("concurrency = [16, 32, 64, 128, 256]", "concurrency = [8, 8]", ("point 1", "concurrency = [8, 8]", "8 given twice")),
+    ("measured = 2288.0", "measured = 5e-324", ("point 1", "measured = 5e-324", "from 1e-06 to 1e+09")),
+    ("measured = 2288.0", "measured = 1e300", ("point 1", "measured = 1e+300", "from 1e-06 to 1e+09")),
+])
+def test_a_set_files_silently_accepted_values_are_refused(tmp_path, capsys, old, new, names):
+    """label = [1, 2], uncertainty = 42 and a repeated load ran; measured = 5e-324 printed an inf% error."""
+    from simulator.serving.published import MEASURED_RANGE
+
+    text = open(load_published("paper-glm51-8xh200").where).read()
+    assert old in text
+    path = tmp_path / "set.toml"
+    path.write_text(text.replace(old, new, 1).replace("x_ = \"", "# \""))
+    with pytest.raises(HisparseError) as err:
+        load_published(str(path))
+    message = str(err.value)
+    assert message.startswith(str(path)) and "\n" not in message
+    for name in names:
+        assert name in message, (name, message)
+    lo, hi = MEASURED_RANGE
+    assert 0 < lo and hi < float("inf") and 2288.0 / lo < 1e300  # a sane error for any sane prediction
+
+
+def test_no_measured_point_prints_na_and_why_not_nan(tmp_path, capsys):
+    """It printed 'median |error| nan%, max |error| nan% over 0 of 0 measured points'."""
+    point = ('[[point]]\nlabel = "{label}"\nsystem = "baseline"\nmetric = "max_running"\nconcurrency = 1\n'
+             'input_tokens = {n}\noutput_tokens = 16\nrequests_per_client = 1\nmeasured = 100.0\n{kind}\n')
+    estimates = tmp_path / "estimates.toml"
+    estimates.write_text('name = "est"\nsource = "test"\n' + point.format(label="e", n=4096, kind='kind = "estimate"'))
+    refused = tmp_path / "refused.toml"
+    refused.write_text('name = "ref"\nsource = "test"\n' + point.format(label="r", n=900000, kind=""))
+    for path, why in ((estimates, "no measured point, estimates only"),
+                      (refused, "the model cannot run any of the 1 measured point(s)")):
+        assert main(["plan", "--validate", str(path), "--quiet"]) == 0
+        text = capsys.readouterr().out
+        assert "nan" not in text and f"median |error| n/a, max |error| n/a: {why}" in text
+        assert text.count(why) == 2  # the set's line and the all-sets line
+        assert main(["plan", "--validate", str(path), "--quiet", "--json"]) == 0
+        report = _strict_json(capsys.readouterr().out)
+        for s in (report["all"], *report["sets"].values()):
+            assert s["median_abs_error"] is None and s["max_abs_error"] is None and s["no_error_why"] == why
+    rows = [{"error": 0.1, "kind": "measurement"}, {"error": float("nan"), "kind": "measurement"}]
+    s = summary(rows)
+    assert s["no_error_why"] is None and s["median_abs_error"] == pytest.approx(0.1)
+
+
+def test_validate_refuses_no_search(capsys):
+    """--no-search ran under --validate (a search option, which the help says it refuses)."""
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    code, out, err = run_cli(["plan", "--validate", "paper-glm51-8xh200", "--no-search", "--quiet"], capsys)
+    assert_clean_error(code, err, "--no-search", "does not apply")
+    assert out == ""

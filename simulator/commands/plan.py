@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 
+from ..serving.prices import MAX_PRICE
 from ..serving.slo import DEFAULT_SLO_TPOT_MS, DEFAULT_SLO_TTFT_S
 from .common import (
     Output,
@@ -36,6 +37,14 @@ def _ttft_target(text: str) -> float:
     if str(text).strip().lower() == "none":
         return -1.0
     return positive_float(text)
+
+
+def price(text: str) -> float:
+    """An argparse type: a price in $ from 0 to ``prices.MAX_PRICE`` (1e308 printed $inf per M tokens)."""
+    value = nonneg_float(text)
+    if value > MAX_PRICE:
+        raise argparse.ArgumentTypeError(f"expected a price from 0 to {MAX_PRICE:g} $, got {text!r}")
+    return value
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -146,10 +155,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="write plan.csv, plan.json, throughput.png and the recommendation's "
                                                 "launch.sh (+ hisparse-config.json for HiSparse) into DIR "
                                                 "(--validate: validation.csv/json/png)")
-    p.add_argument("--price-gpu-hour", type=nonneg_float, default=None, metavar="USD",
-                   help="cost: $ per GPU-hour; adds $/M output tokens per point (table, JSON, report)")
-    p.add_argument("--price-host-gb-month", type=nonneg_float, default=None, metavar="USD",
-                   help="cost: $ per GB-month of host memory, charged for HiSparse's pinned host pool (default 0)")
+    p.add_argument("--price-gpu-hour", type=price, default=None, metavar="USD",
+                   help=f"cost: $ per GPU-hour (0 to {MAX_PRICE:g}); adds $/M output tokens per point (table, JSON, "
+                        "report)")
+    p.add_argument("--price-host-gb-month", type=price, default=None, metavar="USD",
+                   help=f"cost: $ per GB-month of host memory (0 to {MAX_PRICE:g}), charged for HiSparse's pinned host "
+                        "pool (default 0)")
     p.add_argument("--prices", metavar="FILE.toml", default=None,
                    help="cost: a price table (gpu_hour, host_gb_month, source) instead of the two options")
     p.add_argument("--report", metavar="FILE.html", default=None,
@@ -258,11 +269,16 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     check_args(args, given)
     if args.validate:
         given = [opt for opt in given if opt != "--report"]  # the validation has its own page
+        given += ["--no-search"] if args.no_search else []  # a store_true: not in PLAN_ONLY
         if given:
             raise HisparseError(f"--validate runs each published set's own scenario and load: "
                                 f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply (it takes --trace, --calibration, --seed, "
                                 "--json, --out, --report, --quiet)")
         return run_validate(args)
+    needs = {"--node-layout": "--nodes", "--cluster": "--nodes (or --search --pd-split)"}
+    stray = [o for o in needs if o in given]
+    if stray and not args.search and not args.nodes:  # the search checks its own (plan_search.check_args)
+        raise HisparseError("; ".join(f"{o} applies only with {needs[o]}" for o in stray) + ": a plain plan ignores it")
     if "--concurrency" in given and "--rate" in given:
         raise HisparseError("--concurrency and --rate: give one (closed loop at each concurrency, or open loop "
                             "at each arrival rate), not both")
@@ -303,8 +319,6 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         return _run_nodes(args, inp, prices)
     if args.compare_prefetch and args.compare_speculative:
         raise HisparseError("--compare-prefetch and --compare-speculative: give one what-if at a time")
-    if args.node_layout != "auto" or args.cluster:
-        raise HisparseError("--node-layout and --cluster belong to --nodes")
     if args.compare_prefetch:
         import dataclasses
 

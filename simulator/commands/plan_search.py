@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("configuration search (--search)")
     g.add_argument("--search", action="store_true",
                    help="search the parallel layout (TP, DP attention, EP over the deployment's GPUs) and HiSparse's "
-                        "knobs; print a ranked table (tok/s/GPU at the highest load meeting the targets), the Pareto "
+                        "knobs; print a ranked table (each configuration's highest tok/s/GPU at a load meeting the targets), the Pareto "
                         "frontier of tok/s/GPU against tok/s/user and every configuration that cannot run, with why")
     g.add_argument("--search-top", type=positive_int, default=10, metavar="N", help="rows of the ranked table (default 10)")
     g.add_argument("--search-buffer", type=comma_list(buffer_size), default=None,
@@ -38,13 +38,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes for the search's replays and coarse stages (default: 2, or 1 on one core)")
 
 
+# what the ranked table's order is (``search.Config.best``: the plan's rule, ``planner.recommend``): a higher
+# load that still meets the targets at a lower tok/s/GPU serves each user slower for less throughput
+RANKED_BY = "ranked by each configuration's highest tok/s/GPU at a load meeting the targets"
 SEARCH_ONLY = ("--search-top", "--search-buffer", "--search-host-ratio", "--search-policy", "--pd-split", "--jobs")
 # plan options that do not apply to a search (it picks its own loads and knob sets)
 NOT_WITH_SEARCH = ("--concurrency", "--rate", "--sweep-buffer", "--sweep-host-ratio", "--no-search",
                    "--residency", "--price-gpu-hour", "--price-host-gb-month", "--prices")  # prices: the search does not price yet
 
 
+# the plan's what-ifs (a search compares configurations, not one plan with and without a feature)
+WHATIFS = ("--compare-prefetch", "--compare-speculative")
+# node options and the options (dests) one of which a search needs to read them
+NODE_OPTIONS = (("--node-layout", ("nodes",)), ("--cluster", ("nodes", "pd_split")))
+
+
 def check_args(args: argparse.Namespace, given: list[str]) -> None:
+    """The search's options against the plan's, before any preset loads: an option that would be
+    ignored is refused."""
     from ..errors import HisparseError
 
     mine = [o for o, v in (("--search-top", args.search_top != 10), ("--search-buffer", args.search_buffer),
@@ -58,8 +69,19 @@ def check_args(args: argparse.Namespace, given: list[str]) -> None:
     if bad:
         raise HisparseError(f"--search picks its own loads and HiSparse knob sets: {', '.join(bad)} "
                             "does not apply (use --search-buffer / --search-host-ratio / --search-policy)")
+    whatif = [o for o in given if o in WHATIFS]
+    if whatif:
+        raise HisparseError(f"--search runs no what-if: {', '.join(whatif)} does not apply (run it on a plain plan "
+                            "of the configuration the search picks)")
+    unused = [o for o, needs in NODE_OPTIONS if o in given and not any(getattr(args, n) for n in needs)]
+    if unused:
+        raise HisparseError(f"--search: {', '.join(unused)} would be ignored: --node-layout belongs to --nodes, "
+                            "--cluster to --nodes or --pd-split")
     if args.validate:
         raise HisparseError("--search and --validate: give one")
+    low = [r for r in args.search_host_ratio or () if not r >= 1]
+    if low:  # every point would be "cannot run", as --sweep-host-ratio's check says before any
+        raise HisparseError(f"--search-host-ratio {low[0]:g} must be >= 1 (SGLang's host_to_device_ratio)")
     _policies(args.search_policy)  # before the scenario loads
 
 
@@ -210,7 +232,7 @@ def _print(report: dict) -> None:
         table["band"] = table["band"].map(lambda b: "" if b is None or b != b else f"+-{b:.0%}")
         for c in ("buffer", "ratio", "policy"):
             table[c] = table[c].map(lambda v: "" if v is None or v != v else (f"{v:g}" if isinstance(v, float) else v))
-        print(f"\n== ranked by tok/s/GPU at the highest load meeting the targets (top {len(ranked)} of "
+        print(f"\n== {RANKED_BY} (top {len(ranked)} of "
               f"{report['ranked_all']})")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     else:

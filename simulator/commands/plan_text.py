@@ -214,7 +214,7 @@ def print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = No
                f"baseline: {est} (the radix cache is on: add_one_req takes the look-ahead only with the tree "
                "cache off); HiSparse: the ignore_eos look-ahead" if w.ignore_eos else est)
         print(f"admission (SGLang's PrefillAdder, {how}; schedule_conservativeness {d.schedule_conservativeness:g}"
-              f"{' x 0.3 under DP attention' if d.attention.value == 'dp' else ''}): at most "
+              f"{' x 0.3 under DP attention' if d.attention.value == 'dp' else ''}): about "
               + ", ".join(f"{s} {n}" for s, n in adm.items()) + " running per scheduler (baseline: a wave from "
               "empty, retried when a request leaves; HiSparse: retried every step against min(logical, device) "
               "free, as its allocator reports, the steady state of staggered outputs)")
@@ -247,7 +247,10 @@ def print_report(sc, plan, rows: list[dict], rec: dict, search: dict | None = No
         print(f"== {who}: cannot run, left out of the plan: {why}")
         print()
     print(f"columns: tok/s = output tokens/s of the whole deployment ({d.gpus} GPUs) unless per GPU; steady = while the "
-          "running set is steady, makespan = all output / run time; running and max run = requests, whole deployment; "
+          "running set is steady, makespan = all output / run time; running = mean requests running, whole deployment; "
+          "max run = the admission's steady-state estimate (nominal lengths, outputs evenly staggered: the 'over' "
+          "rule), not a hard cap: when finishes bunch SGLang's PrefillAdder admits past it within the KV pools (JSON "
+          "peak_running_deployment); "
           "GB/GPU = peak per GPU; over = offered load exceeds what it serves; found = a load the bisection added between swept ones")
     if sc.params.calibrated:
         print(f"cost model: calibration {sc.calibration}")

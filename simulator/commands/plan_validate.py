@@ -13,7 +13,7 @@ VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
 # -- validation against published runs ------------------------------------------------------------
 def run_validate(args: argparse.Namespace) -> int:
     from ..progress import progress
-    from ..serving.published import load_published, published_names, summary, validate
+    from ..serving.published import error_text, load_published, published_names, summary, validate
 
     names = published_names() if args.validate == "all" else [args.validate]
     # --trace and --calibration apply to every set (e.g. re-run the validation on another trace)
@@ -64,8 +64,7 @@ def run_validate(args: argparse.Namespace) -> int:
         df["error"] = df["error"].map(lambda e: "n/a" if e != e else f"{e:+.0%}")
         print(df[["label", "metric", "measured", "predicted", "error", "at_concurrency"]].to_string(
             index=False, float_format=lambda v: f"{v:.1f}"))
-        print(f"   median |error| {info['median_abs_error']:.0%}, max |error| {info['max_abs_error']:.0%} "
-              f"over {info['predicted']} of {info['points']} points"
+        print(f"   {error_text(info)}"
               + (f" ({info['estimates']} estimate(s) reported, not in the median)" if info["estimates"] else ""))
         for r in rows:
             if r["set"] == s.name and (r["note"] or r["kind"] != "measurement"):
@@ -73,8 +72,7 @@ def run_validate(args: argparse.Namespace) -> int:
                 print(f"   {r['label']}{kind}: {r['note']}")
         print()
     a = summary(rows)
-    print(f"all sets: median |error| {a['median_abs_error']:.0%}, max |error| {a['max_abs_error']:.0%} over "
-          f"{a['predicted']} of {a['points']} measured points"
+    print(f"all sets: {error_text(a, 'measured points')}"
           + (f", {a['estimates']} estimate(s) apart" if a["estimates"] else "")
           + " (no model term is fitted to these runs)")
     return 0

@@ -27,7 +27,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="FILE", default=None, help="new: the .toml file to write")
     p.add_argument("--json", action="store_true", help="the list or the schema as JSON")
     p.set_defaults(run=run_presets_cmd)
-    declare_io(p, inputs=["source"], outputs=[Output("out", suffixes=(".toml",))])
+    declare_io(p, inputs=["source"], outputs=[Output("out", suffixes=(".toml",))], more_inputs=source_file)
+
+
+def source_file(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """--from's file when it is a preset name: checked against --out like a path is (``--from h200
+    --out simulator/presets/gpus/h200.toml`` overwrote the shipped preset). A name that does not
+    resolve is left to the command, which says what is wrong with it."""
+    import contextlib
+
+    from ..errors import HisparseError
+    from ..serving import presets as P
+    from ..serving.schema import kind_of
+
+    if args.action != "new" or not args.kind or not args.source:
+        return []
+    with contextlib.suppress(HisparseError, OSError, ValueError):
+        return [("--from", str(P.resolve(kind_of(args.kind), args.source)))]
+    return []
 
 
 def run_presets_cmd(args: argparse.Namespace) -> int:

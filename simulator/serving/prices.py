@@ -18,6 +18,10 @@ from pathlib import Path
 from ..errors import HisparseError
 
 HOURS_PER_MONTH = 730.0
+# The most a price may be, $ per GPU-hour or per GB-month: a GPU-hour costs ~$1-100, so 1e6 leaves four
+# orders of magnitude (another currency's figure given as dollars) and keeps every cost finite
+# (--price-gpu-hour 1e308 printed "$inf per M output tokens").
+MAX_PRICE = 1e6
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class Prices:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise HisparseError(f"{self.source}: {name} = {v!r} must be a number >= 0")
+            if v > MAX_PRICE:
+                raise HisparseError(f"{self.source}: {name} = {v!r} must be at most {MAX_PRICE:g} ($)")
         if self.gpu_hour == 0 and self.host_gb_month == 0:
             raise HisparseError(f"{self.source}: give gpu_hour (and host_gb_month): both are 0")
 

@@ -102,6 +102,10 @@ class PublishedPoint:
 
 
 POINT_KINDS = ("measurement", "estimate")
+# A measured figure's sane range in every metric's unit (tok/s, requests, ms, s): the smallest a
+# benchmark reports is ~1e-3 (a TTFT in s), the largest ~1e6 (tok/s of a cluster). Outside it the
+# figure is a typo, and the error (predicted / measured - 1) overflowed to inf% at 5e-324.
+MEASURED_RANGE = (1e-6, 1e9)
 
 
 @dataclass(frozen=True)
@@ -139,9 +143,16 @@ def load_published(spec: str) -> PublishedSet:
     for key in ("name", "source"):
         if not isinstance(data.get(key), str) or not data[key].strip():
             raise HisparseError(f"{where}: {key} missing (a string: every published figure carries its source)")
+    if not isinstance(data.get("uncertainty", ""), str):
+        raise HisparseError(f"{where}: uncertainty = {data['uncertainty']!r} must be a string (how far to trust "
+                            "the figures)")
     scenario = data.get("scenario", {})
     if not isinstance(scenario, dict) or set(scenario) - set(_SCENARIO_KEYS):
         raise HisparseError(f"{where}: [scenario] takes {', '.join(_SCENARIO_KEYS)}")
+    for key, value in scenario.items():  # a number here reached the preset lookup as a TypeError
+        if key != "speculative" and (not isinstance(value, str) or not value.strip()):
+            raise HisparseError(f"{where}: [scenario] {key} = {value!r} must be a preset name or a file path "
+                                "(a non-empty string)")
     base = path.parent
     if "speculative" in scenario:  # [scenario.speculative]: the run's speculative decoding (speculative.from_table)
         from .speculative import from_table
@@ -182,6 +193,10 @@ def _point(raw: Any, where: str) -> PublishedPoint:
         except ValueError:
             raise HisparseError(f"{where}: {key} = {raw[key]!r} must be one of {', '.join(enum)}") from None
     system, metric = parsed["system"], parsed["metric"]
+    for key in ("label", "note"):
+        if key in raw and (not isinstance(raw[key], str) or (key == "label" and not raw[key].strip())):
+            raise HisparseError(f"{where}: {key} = {raw[key]!r} must be a {'non-empty ' if key == 'label' else ''}"
+                                "string")
     conc = raw["concurrency"]
     conc = tuple(conc) if isinstance(conc, list) else (conc,)
     if not conc:
@@ -194,9 +209,15 @@ def _point(raw: Any, where: str) -> PublishedPoint:
     for key, v in list(ints.items()) + [(f"concurrency[{i}]", c) for i, c in enumerate(conc)]:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise HisparseError(f"{where}: {key} = {v!r} must be a positive integer")
+    twice = sorted({c for c in conc if conc.count(c) > 1})
+    if twice:
+        raise HisparseError(f"{where}: concurrency = {list(conc)}: {', '.join(map(repr, twice))} given twice "
+                            "(each load point once)")
     measured = raw["measured"]
-    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not 0 < measured < math.inf:
-        raise HisparseError(f"{where}: measured = {measured!r} must be a positive finite number")
+    lo, hi = MEASURED_RANGE
+    if isinstance(measured, bool) or not isinstance(measured, (int, float)) or not lo <= measured <= hi:
+        raise HisparseError(f"{where}: measured = {measured!r} must be a positive finite number from {lo:g} to "
+                            f"{hi:g} (in {metric.value}'s unit)")
     kind = raw.get("kind", "measurement")
     if kind not in POINT_KINDS:
         raise HisparseError(f"{where}: kind = {kind!r} must be one of {', '.join(POINT_KINDS)}")
@@ -311,7 +332,19 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Median and maximum |error| over the measured points the model predicted; estimates (a
     source's derived figure, ``kind = "estimate"``) are counted apart and left out of both."""
     measured = [r for r in rows if r.get("kind", "measurement") == "measurement"]
-    errs = [abs(r["error"]) for r in measured if not math.isnan(r["error"])]
-    return {"points": len(measured), "predicted": len(errs), "estimates": len(rows) - len(measured),
-            "median_abs_error": statistics.median(errs) if errs else math.nan,
-            "max_abs_error": max(errs) if errs else math.nan}
+    errs = [abs(r["error"]) for r in measured if r["error"] is not None and not math.isnan(r["error"])]
+    out = {"points": len(measured), "predicted": len(errs), "estimates": len(rows) - len(measured),
+           "median_abs_error": statistics.median(errs) if errs else None,
+           "max_abs_error": max(errs) if errs else None, "no_error_why": None}
+    if not errs:  # None, not NaN (the text printed 'nan%'): and why there is no figure
+        out["no_error_why"] = ("no measured point, estimates only" if not measured else
+                               f"the model cannot run any of the {len(measured)} measured point(s)")
+    return out
+
+
+def error_text(s: Mapping[str, Any], points: str = "points") -> str:
+    """A ``summary``'s line: median and max |error| over the points predicted, or n/a and why."""
+    if s["median_abs_error"] is None:
+        return f"median |error| n/a, max |error| n/a: {s['no_error_why']}"
+    return (f"median |error| {s['median_abs_error']:.0%}, max |error| {s['max_abs_error']:.0%} over "
+            f"{s['predicted']} of {s['points']} {points}")

@@ -28,7 +28,9 @@ class RunResult:
     ttft_p50_s: float
     ttft_p99_s: float
     running_deployment: float  # mean running requests
-    max_running_deployment: int  # admission limit (memory and cap)
+    # the admission's steady-state estimate at the nominal lengths, outputs evenly staggered (memory and cap;
+    # the ``overloaded`` rule): bunched finishes let the run pass it (peak_running_deployment)
+    max_running_deployment: int
     served_req_s_deployment: float  # completed requests/s
     overloaded: bool  # open loop: arrivals faster than the deployment serves them
     hbm_static_gb_per_gpu: float  # weights + the KV pool SGLang allocates at start-up

@@ -1,6 +1,7 @@
 """``hisparse plan --search``: a configuration search over the parallel layout (TP, DP attention,
 EP) and HiSparse's knobs (device_buffer_size, host_to_device_ratio, eviction policy), ranked by
-output tokens/s per GPU at the highest load that meets the TPOT and TTFT targets, with the Pareto
+each configuration's highest output tokens/s per GPU at a load that meets the TPOT and TTFT
+targets (``Config.best``, the plan's rule: not the highest such load), with the Pareto
 frontier of tokens/s per GPU against tokens/s per user (as NVIDIA AIConfigurator draws it) and the
 configurations that cannot run listed with their reason.
 
@@ -38,7 +39,9 @@ from .model import System, simulate
 from .planner import _mid, _ok, _wide
 from .scenario import Scenario
 from .slo import MAX_SEARCH_STEPS
-from .specs import Attention, DeploymentSpec, HiSparseSpec, Mode, MoeLayout
+from .spec_whatif import OFF
+from .spec_whatif import label as spec_label
+from .specs import Attention, DeploymentSpec, HiSparseSpec, Mode, MoeA2ABackend, MoeLayout
 
 # Concurrencies of the coarse stage (x4 apart; bisection refines the best configurations).
 COARSE_LADDER = (2, 8, 32, 128, 512)
@@ -68,10 +71,20 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _a2a_for(base: DeploymentSpec, moe: MoeLayout) -> MoeA2ABackend:
+    """The a2a backend of a searched MoE layout: the deployment's own under ``ep``; under ``tp`` a
+    DeepEP backend goes back to ``auto`` (none: DeepEP dispatches to whole experts only, and SGLang's
+    MoE-TP layout is launched without ``--moe-a2a-backend``), so an EP preset's TP layouts still run."""
+    if moe == MoeLayout.TP and base.moe_a2a_backend == MoeA2ABackend.DEEPEP:
+        return MoeA2ABackend.AUTO
+    return base.moe_a2a_backend
+
+
 def same_gpus_layouts(sc: Scenario) -> Iterator[DeploymentSpec | Infeasible]:
     """Every SGLang layout of the scenario's GPUs (same count, mode and memory flags): tp over the
     divisors of the GPU count within one NVLink domain; attention TP, or DP attention with dp over
-    tp's divisors above 1 (``--chunked-prefill-size`` divided by dp, as SGLang does); MoE TP or EP."""
+    tp's divisors above 1 (``--chunked-prefill-size`` divided by dp, as SGLang does); MoE TP or EP
+    (``_a2a_for``). A layout the deployment's own checks refuse is an ``Infeasible``, not an abort."""
     base = sc.deployment
     chunk_total = base.prefill_chunk_tokens * (base.dp if base.attention == Attention.DP else 1)
     for tp in sorted(_divisors(base.gpus), reverse=True):
@@ -83,9 +96,13 @@ def same_gpus_layouts(sc: Scenario) -> Iterator[DeploymentSpec | Infeasible]:
         for attention, dp in layouts:
             for moe in (MoeLayout.TP, MoeLayout.EP):
                 chunk = max(1, chunk_total // dp) if attention == Attention.DP else chunk_total
-                yield dataclasses.replace(base, tp=tp, dp=dp, attention=attention, moe=moe, prefill_chunk_tokens=chunk,
-                                          name=layout_label(tp, dp, attention, moe),
-                                          where=f"{base.where} as {layout_label(tp, dp, attention, moe)}")
+                label = layout_label(tp, dp, attention, moe)
+                try:
+                    yield dataclasses.replace(base, tp=tp, dp=dp, attention=attention, moe=moe,
+                                              moe_a2a_backend=_a2a_for(base, moe), prefill_chunk_tokens=chunk,
+                                              name=label, where=f"{base.where} as {label}")
+                except HisparseError as exc:
+                    yield Infeasible(label, str(exc), "layout")
 
 
 def node_count_layouts(nodes: Sequence[int], cluster, layouts: Sequence[str] = ("wide",)) -> DeploymentGenerator:
@@ -169,6 +186,9 @@ class SearchInputs:
             raise HisparseError("--search: the concurrency ladder needs positive integers")
         if self.top < 1 or self.knob_deployments < 1 or (self.refine is not None and self.refine < 0):
             raise HisparseError("--search-top and the search's stage sizes must be >= 1")
+        for r in self.host_ratios:
+            if not r >= 1:
+                raise HisparseError(f"--search-host-ratio {r:g} must be >= 1 (SGLang's host_to_device_ratio)")
 
 
 @dataclass
@@ -193,6 +213,8 @@ class Config:
         return f"{d} hisparse b{h.device_buffer_size} r{h.host_to_device_ratio:g} {h.policy}"
 
     def best(self, inp: SearchInputs) -> dict | None:
+        """The point with the most tok/s/GPU among those meeting the targets (``planner.recommend``'s
+        rule), which need not be the highest passing load."""
         ok = [p for p in self.points if _ok(p, inp.slo_tpot_ms, inp.slo_ttft_s)]
         return max(ok, key=lambda p: p["steady_tok_s_per_gpu"]) if ok else None
 
@@ -241,6 +263,7 @@ def _row(cfg: Config, sc: Scenario, c: int, seed: int) -> dict:
     row["tok_s_per_user"] = 1e3 / row["tpot_mean_ms"] if row["tpot_mean_ms"] and row["tpot_mean_ms"] > 0 else 0.0
     row["config"] = cfg.label
     row["searched"] = False
+    row["speculative"] = spec_label(sc.speculative)  # launch_for's flags, as a plan row's
     return row
 
 
@@ -437,7 +460,7 @@ def _summary(cfg: Config, best: dict) -> dict[str, Any]:
             "tok_s_per_user": best["tok_s_per_user"], "tok_s_deployment": best["steady_tok_s_deployment"],
             "tpot_p99_ms": best["tpot_p99_ms"], "ttft_p99_s": best["ttft_p99_s"],
             "capacity": cfg.capacity, "miss_share": None if math.isnan(cfg.miss) else cfg.miss,
-            "refined": cfg.refined, "points": len(cfg.points)}
+            "speculative": best.get("speculative", OFF), "refined": cfg.refined, "points": len(cfg.points)}
 
 
 def _why_fails(cfg: Config, inp: SearchInputs) -> str:
