@@ -499,3 +499,38 @@ def test_an_unknown_argument_points_to_the_commands_own_help(no_work, capsys, ar
     code, out, err = run_cli(argv, capsys)
     assert_clean_error(code, err, f"{prog}: error: unrecognized arguments: {extra}", f"(see {prog} --help)")
     assert out == ""
+
+
+def test_mrc_names_the_default_maximum_when_it_is_below_min_buffer(trace, capsys):
+    """No --max-buffer given: the message says the default (4k) is what is below, and what to pass."""
+    code, _, err = run_cli(["mrc", trace, "--min-buffer", "1000", "--quiet"], capsys)
+    assert_clean_error(code, err, "default largest size (4k = 64)", "--min-buffer 1000", "pass --max-buffer")
+
+
+@pytest.mark.parametrize("name", ["T5.NPY", "t5.Npy"])
+def test_a_npy_suffix_in_any_case_is_read_as_an_array(tmp_path, capsys, name):
+    path = tmp_path / name
+    np.save(tmp_path / "t5.npy", np.array([[0, 1, 2], [0, 1, 3], [0, 1, 2]]))
+    (tmp_path / "t5.npy").rename(path)
+    code, out, err = run_cli(["replay", str(path), "--ctx0", "10", "--buffer", "3", "--json", "--quiet"], capsys)
+    assert code == 0, err
+    assert json.loads(out)[0]["misses"] == 2
+
+
+def test_a_npy_array_under_another_name_is_called_one(tmp_path, capsys):
+    path = tmp_path / "t5.dat"
+    with open(path, "wb") as fh:
+        np.save(fh, np.array([[0, 1, 2]]))
+    code, _, err = run_cli(["replay", str(path), "--buffer", "3", "--quiet"], capsys)
+    assert_clean_error(code, err, str(path), "a .npy array, not a hisparse trace", "name it .npy")
+
+
+def test_an_npy_index_past_the_inferred_context_says_where_ctx_len_came_from(tmp_path, capsys):
+    path = tmp_path / "s0.npy"
+    np.save(path, np.array([[0, 1], [4, 2]]))
+    code, _, err = run_cli(["replay", str(path), "--buffer", "3", "--quiet"], capsys)
+    assert_clean_error(code, err, str(path), "step 1", "index 4 out of range for ctx_len 3",
+                       "inferred from step 0: its largest index + 1 = 2", "--ctx0 sets it")
+    code, _, err = run_cli(["replay", str(path), "--ctx0", "3", "--buffer", "3", "--quiet"], capsys)
+    assert_clean_error(code, err, "index 4 out of range for ctx_len 4")
+    assert "inferred" not in err  # --ctx0 given: nothing was inferred

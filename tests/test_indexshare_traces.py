@@ -70,7 +70,9 @@ def test_cli_gen_and_replay_groups(tmp_path, capsys):
     capsys.readouterr()
     assert main(["replay", str(out), "--buffer", "192", "--json", "--quiet"]) == 0  # the trace's own rule
     rep = json.loads(capsys.readouterr().out)
-    g = {x["group"]: x for x in rep["groups"]}
+    assert isinstance(rep, list) and len(rep) == 1  # a list of records, as for any trace (--help)
+    g = {x["group"]: x for x in rep[0]["groups"]}
+    assert g["anchor"]["misses"] + g["shared"]["misses"] == rep[0]["misses"]
     assert g["anchor"]["layers"] == 3 and g["shared"]["layers"] == 3  # anchors 0, 1, 2; shared 3, 4, 5
     # layers 3-5 copy layer 2, one of the three anchors: 3 x its misses
     assert main(["replay", str(out), "--buffer", "192", "--out", str(tmp_path / "m.csv"), "--quiet"]) == 0

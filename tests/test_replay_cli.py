@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -109,3 +110,58 @@ def test_a_command_builds_only_its_own_parsers_and_they_are_the_full_ones():
         alone = commands(build_parser(name))
         assert set(alone) == {other for other, add in COMMANDS.items() if add is COMMANDS[name]}
         assert alone[name].format_help() == full[name].format_help(), name
+
+
+def test_mrc_steps_salru_in_whole_shards(capsys):
+    """--step 10 from 128 to 200 with --ways 32: salru's sizes were dropped to 128 alone; its grid
+    is whole shards, said on stderr."""
+    argv = ["mrc", "traces/smollm2-gpl3-k128.hst", "--policy", "salru,lru", "--min-buffer", "128",
+            "--max-buffer", "200", "--step", "10", "--quiet", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    curve = json.loads(captured.out)["curve"]
+    assert [r["buffer"] for r in curve if r["policy"] == "salru"] == [128, 160, 192]
+    assert [r["buffer"] for r in curve if r["policy"] == "lru"] == [*range(128, 200, 10), 200]
+    assert "salru: sizes in whole shards of --ways 32: 128 to 192 in steps of 32" in captured.err
+    assert main([*argv[:4], "--min-buffer", "130", "--max-buffer", "150", "--quiet"]) == 2
+    assert "no size from 130 to 150 is a whole number of shards of --ways 32" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--ways", "7"], "# --ways 7 is unused: it applies to salru"),
+    (["--seed", "5"], "# --seed 5 is unused: it applies to random"),
+    (["--window", "9"], "# --window 9 is unused: it applies to --plot"),
+    (["--recover"], "# --recover is unused: it applies to .hst traces"),
+    (["--mtp-steps", "2"], "# --mtp-steps 2 is unused"),
+])
+def test_an_option_given_that_nothing_uses_gets_a_note(tmp_path, capsys, extra, says):
+    path = tmp_path / "t.npy"
+    np.save(path, np.array([[0, 1, 2], [0, 1, 3], [0, 1, 2]]))
+    assert main(["replay", str(path), "--ctx0", "10", "--buffer", "3", "--quiet", *extra]) == 0
+    assert says in capsys.readouterr().err
+    # the default, or an option that applies: no note
+    used = {"--ways": ["--policy", "salru", "--buffer", "7"], "--seed": ["--policy", "random"],
+            "--window": ["--plot", str(tmp_path / "p.png")], "--recover": None, "--mtp-steps": None}[extra[0]]
+    assert main(["replay", str(path), "--ctx0", "10", "--buffer", "3", "--quiet"]) == 0
+    assert "unused" not in capsys.readouterr().err
+    if used:
+        assert main(["replay", str(path), "--ctx0", "10", "--buffer", "3", "--quiet", *extra, *used]) == 0
+        assert "unused" not in capsys.readouterr().err
+
+
+def test_replay_json_is_a_list_of_records_for_an_indexshare_trace_too(tmp_path, capsys):
+    out = tmp_path / "is.hst"
+    assert main(["trace", "gen", "--steps", "8", "--layers", "8", "--requests", "1", "--topk", "16", "--ctx0", "256",
+                 "--index-share", "4:3", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(out), "--buffer", "16,32", "--policy", "lru,fifo", "--quiet", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert isinstance(rows, list) and [(r["policy"], r["buffer"]) for r in rows] == \
+        [("lru", 16), ("lru", 32), ("fifo", 16), ("fifo", 32)]
+    for r in rows:
+        assert [g["group"] for g in r["groups"]] == ["anchor", "shared"]
+        assert sum(g["misses"] for g in r["groups"]) == r["misses"]
+        assert sum(g["accesses"] for g in r["groups"]) == r["accesses"]
+    assert main(["replay", str(out), "--buffer", "16", "--index-share", "1:0", "--quiet", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)  # every layer an anchor: one group, the same list shape
+    assert [g["group"] for g in row["groups"]] == ["anchor"] and row["groups"][0]["misses"] == row["misses"]

@@ -109,3 +109,26 @@ def test_fast_path_has_no_misses():
     assert m.tolist() == [0, 0, 1, 2, 2]
     # with the newest reserved, only 0, 1, 2 are looked up, and they are all resident
     assert replay_stream(s, ReplayConfig(buffer=4, initial="empty")).tolist() == [0, 0, 0, 0, 0]
+
+
+def test_fast_path_leaves_no_recency_so_a_larger_buffer_can_miss_more(tmp_path, capsys):
+    """SGLang's kernel skips LRU updates on its fast path and leaves it with slots in position
+    order (step.py's docstring): documented, so inclusion across buffer sizes does not hold.
+    The engine, the C path and the CLI on a .npy array agree."""
+    from simulator.cli import main
+
+    rows = np.array([[0], [-1], [3], [0]], dtype=np.int32)
+    s = Stream(0, 0, np.arange(3, 7), rows)
+    # 2 slots: LRU from step 0, reading 0 makes 1 the victim for 3; 3 slots: fast path at step 0
+    # (ctx 3), then [0, 1, 2] with 0 oldest: 3 evicts 0, which misses again at step 3
+    expect = {2: [0, 0, 1, 0], 3: [0, 0, 1, 1]}
+    for b, want in expect.items():
+        engine = replay_policy("lru", rows, s.ctx_len, b, reserve=True, prefix=True, batched=True, seed=0)
+        assert engine.misses.tolist() == want, b
+        assert replay_stream(s, ReplayConfig(buffer=b)).tolist() == want, b  # the C path when built
+    path = tmp_path / "mono.npy"
+    np.save(path, rows)
+    assert main(["replay", str(path), "--ctx0", "3", "--buffer", "2,3", "--json", "--quiet"]) == 0
+    import json
+
+    assert [r["misses"] for r in json.loads(capsys.readouterr().out)] == [1, 2]

@@ -25,6 +25,15 @@ from .common import (
 MAX_GRID_SIZES = 10_000
 
 
+class _Given(argparse.Action):
+    """Stores the value and remembers that the user gave the option (``args.given``): a note
+    says when an option given explicitly does not apply (``_print_params``), never a default."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
 def _add_step_rules(p: argparse.ArgumentParser) -> None:
     p.add_argument("--semantics", choices=[m.value for m in Semantics], default=Semantics.BATCHED.value,
                    help="batched: HiSparse's step (hits protected, miss i takes the i-th victim; "
@@ -34,8 +43,8 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
                         "empty (disaggregated decode)")
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
                    help="treat the newest token as an ordinary access (default: it sits in a reserved slot)")
-    p.add_argument("--seed", type=seed_int, default=0, help="seed for the random policy (default 0)")
-    p.add_argument("--ways", type=positive_int, default=32,
+    p.add_argument("--seed", type=seed_int, default=0, action=_Given, help="seed for the random policy (default 0)")
+    p.add_argument("--ways", type=positive_int, default=32, action=_Given,
                    help="salru: ways per shard; shards = buffer / ways (default 32, as SGLang PR #31341's "
                         "benchmark: 256 x 32 for 8192 slots)")
     p.add_argument("--mtp-steps", type=positive_int, default=1,
@@ -59,7 +68,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def add_replay_parser(sub: argparse._SubParsersAction) -> None:
     rp = sub.add_parser("replay", help="exact misses per step for policies x buffer sizes",
                         description="Replay a trace through per-(request, layer) hot buffers and count "
-                                    "the misses at every step, for each policy and buffer size.")
+                                    "the misses at every step, for each policy and buffer size. As in "
+                                    "SGLang, a step whose context fits the buffer misses nothing and "
+                                    "leaves no recency (the buffer then holds positions 0..buffer-1, "
+                                    "0 oldest), so a larger buffer can miss more: LRU's inclusion "
+                                    "property does not hold across sizes (docs/replay-engine.md).")
     add_trace_input(rp)
     rp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
                     help=f"comma-separated (default lru); {help_text()}")
@@ -71,14 +84,17 @@ def add_replay_parser(sub: argparse._SubParsersAction) -> None:
                          "layers, which reuse an anchor's top-k) with config.json's index_topk_freq:"
                          "index_skip_topk_offset (GLM-5.2: 4:3); default: the trace's own (a trace generated "
                          "with --index-share), else no groups")
-    rp.add_argument("--json", action="store_true", help="print the summary as a JSON list of records")
+    rp.add_argument("--json", action="store_true",
+                    help="print the summary as a JSON list of records, one per policy x buffer; with IndexShare "
+                         "groups (see --index-share) each record also has \"groups\": its records per group")
     rp.add_argument("--backend", choices=["cpu", "gpu"], default="cpu",
                     help="cpu (default) or gpu: batched lru / salru, every stream and buffer in one CUDA launch "
                          "per batch of streams (CuPy, sm_90; the same misses bit for bit)")
     rp.add_argument("--out", metavar="PATH", help="write per-step misses (request, layer, step, ctx_len, "
                                                  "policy, buffer, misses) to .parquet or .csv")
     rp.add_argument("--plot", metavar="PNG", help="plot misses per step, rolling mean, per policy x buffer")
-    rp.add_argument("--window", type=positive_int, default=100, help="rolling window of --plot, in steps (default 100)")
+    rp.add_argument("--window", type=positive_int, default=100, action=_Given,
+                    help="rolling window of --plot, in steps (default 100)")
     rp.set_defaults(run=run_replay)
     declare_io(rp, inputs=["trace"], outputs=[Output("out", suffixes=(".parquet", ".csv")),
                                               Output("plot", suffixes=(".png",))])
@@ -91,7 +107,9 @@ def add_mrc_parser(sub: argparse._SubParsersAction) -> None:
                                     "algorithms: one pass gives every size exactly. Batched (HiSparse) "
                                     "order breaks LRU's stack inclusion, so batched LRU, prefix-initialised "
                                     "LRU and the other policies are replayed size by size on a grid "
-                                    "(--step); the output says which method ran.")
+                                    "(--step; salru's in whole shards of --ways); the output says which "
+                                    "method ran. A context that fits the buffer leaves no recency (as in "
+                                    "SGLang), so a per-size curve need not fall with size.")
     add_trace_input(mp)
     mp.add_argument("--policy", type=comma_list(str, unique=False), default=["lru"],
                     help=f"comma-separated, of: {', '.join(POLICIES)} (default lru)")
@@ -270,16 +288,26 @@ def run_replay(args: argparse.Namespace) -> int:
     if args.vs is not None:
         _add_penalty(rows, args.vs)
         cols += ["hit_penalty", "miss_x"]
-    _print_params(args, policies)
+    _print_params(args, policies, trace)
     groups = _group_rows(args, trace, result)
-    if args.json:
-        print_json(rows if groups is None else {"records": rows, "groups": groups})
+    if args.json:  # always a list (as --help says): each record carries its own groups
+        print_json(rows if groups is None else _with_groups(rows, groups))
     else:
         _print_records(rows, cols)
         if groups:
             print("# per IndexShare group (anchor: runs the indexer; shared: attends with its anchor's top-k)")
             _print_records(groups, ["policy", "buffer", "group", "layers", "streams", "accesses", "misses", "miss_ratio"])
     return 0
+
+
+def _with_groups(rows: list[dict], groups: list[dict]) -> list[dict]:
+    """Each record with ``"groups"``: its own per-group records (policy and buffer, which name the
+    record, left out). A list of records either way, so a script reads every trace alike."""
+    mine: dict[tuple, list[dict]] = {}
+    for g in groups:
+        mine.setdefault((g["policy"], g["buffer"]), []).append(
+            {c: v for c, v in g.items() if c not in ("policy", "buffer")})
+    return [{**r, "groups": mine.get((r["policy"], r["buffer"]), [])} for r in rows]
 
 
 def _group_rows(args, trace, result) -> list[dict] | None:
@@ -304,8 +332,18 @@ def _group_rows(args, trace, result) -> list[dict] | None:
     return result.group_records(anchor_map(layers, freq, offset))
 
 
-def _print_params(args, policies) -> None:
-    """The placed policies' parameters, on stderr (the table and JSON stay one record per config)."""
+def _print_params(args, policies, trace=None) -> None:
+    """The placed policies' parameters, on stderr (the table and JSON stay one record per config),
+    and a note for each option given explicitly that nothing replayed here uses."""
+    given = getattr(args, "given", set())
+    if "ways" in given and "salru" not in policies:
+        print(f"# --ways {args.ways} is unused: it applies to salru, which is not replayed here", file=sys.stderr)
+    if "seed" in given and "random" not in policies:
+        print(f"# --seed {args.seed} is unused: it applies to random, which is not replayed here", file=sys.stderr)
+    if "window" in given and not getattr(args, "plot", None):
+        print(f"# --window {args.window} is unused: it applies to --plot, which is not given", file=sys.stderr)
+    if getattr(args, "recover", False) and trace is not None and _is_npy(trace):
+        print("# --recover is unused: it applies to .hst traces, not a .npy array", file=sys.stderr)
     if "salru" in policies:
         print(f"# salru: shards of {args.ways} ways (shards = buffer / {args.ways})", file=sys.stderr)
     if args.mtp_steps > 1:
@@ -315,6 +353,12 @@ def _print_params(args, policies) -> None:
         else:  # printed "# : 4 trace steps per commit"
             print(f"# --mtp-steps {args.mtp_steps} is unused: it applies to {', '.join(sorted(_placed_policies()))}, "
                   "none of which is replayed here", file=sys.stderr)
+
+
+def _is_npy(trace) -> bool:
+    from ..trace.sources import NpyTrace
+
+    return isinstance(trace, NpyTrace)
 
 
 def run_mrc(args: argparse.Namespace) -> int:
@@ -329,8 +373,10 @@ def run_mrc(args: argparse.Namespace) -> int:
     lo = args.min_buffer or k
     hi = args.max_buffer or 4 * k
     step = args.step or max(1, k // 8)
-    if hi < lo:
-        raise HisparseError(f"--max-buffer {hi} is below the smallest size {lo}")
+    if hi < lo:  # both given: refused above, before reading the trace
+        raise HisparseError(f"the default largest size (4k = {hi}) is below --min-buffer {lo}: "
+                            "pass --max-buffer" if args.max_buffer is None
+                            else f"--max-buffer {hi} is below the smallest size (k = {lo}): pass --min-buffer")
     _check_memory(trace, hi, args.workers)
     spans = [(int(s.ctx_len.min()), int(s.ctx_len.max())) for s in trace if s.steps]
     min_ctx, max_ctx = min(a for a, _ in spans), max(b for _, b in spans)
@@ -340,14 +386,15 @@ def run_mrc(args: argparse.Namespace) -> int:
         hi = max(lo, max_ctx)
 
     plans = []  # (config, sizes), all checked before the first replay
-    for cfg in _configs(args, policies, [lo]):
+    for policy in policies:
+        sizes = _shard_grid(args, lo, hi, step) if policy == "salru" else None
+        (cfg,) = _configs(args, [policy], [sizes[0] if sizes else lo])
         cfg = _checked(cfg, k, "--min-buffer")
         one_pass = one_pass_applies(cfg, min_ctx, hi)
-        sizes = list(range(lo, hi + 1, 1 if one_pass else step))
-        if sizes[-1] != hi:
-            sizes.append(hi)
-        if cfg.param:  # salru: whole shards only
-            sizes = [b for b in sizes if b % cfg.ways == 0]
+        if sizes is None:
+            sizes = list(range(lo, hi + 1, 1 if one_pass else step))
+            if sizes[-1] != hi:
+                sizes.append(hi)
         if not one_pass and len(sizes) > MAX_GRID_SIZES:
             raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {cfg.policy}, each one "
                                 f"replay (at most {MAX_GRID_SIZES}); give a larger --step or a narrower range")
@@ -360,7 +407,7 @@ def run_mrc(args: argparse.Namespace) -> int:
         rows += curve
     if args.vs is not None:  # the baseline at every size any curve has (one-pass curves have them all)
         _add_curve_penalty(rows, args.vs)
-    _print_params(args, policies)
+    _print_params(args, policies, trace)
     if args.out or args.plot:
         import pandas as pd
 
@@ -382,6 +429,26 @@ def run_mrc(args: argparse.Namespace) -> int:
         shown = rows if len(rows) <= 60 else [r for r in rows if r["buffer"] % step == lo % step]
         print(_curve_text(shown))
     return 0
+
+
+def _shard_grid(args, lo: int, hi: int, step: int) -> list[int]:
+    """salru's sizes: whole shards of --ways from the first multiple at or above ``lo`` to the last
+    at or below ``hi``, --step rounded up to whole shards; a note when that is not the asked grid."""
+    from ..errors import HisparseError
+
+    ways = args.ways
+    first, last = -(-lo // ways) * ways, hi // ways * ways
+    if first > last:
+        raise HisparseError(f"--policy salru: no size from {lo} to {hi} is a whole number of shards of --ways {ways} "
+                            "(buffer = shards x ways); widen --min-buffer / --max-buffer or change --ways")
+    shard_step = -(-step // ways) * ways
+    sizes = list(range(first, last + 1, shard_step))
+    if sizes[-1] != last:
+        sizes.append(last)
+    if (first, last, shard_step) != (lo, hi, step):
+        print(f"# salru: sizes in whole shards of --ways {ways}: {first} to {last} in steps of {shard_step} "
+              f"({len(sizes)} sizes)", file=sys.stderr)
+    return sizes
 
 
 def _add_curve_penalty(rows: list[dict], base: str) -> None:

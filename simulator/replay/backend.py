@@ -1,6 +1,7 @@
 """Which code replays what: the one place that chooses the compiled C path or the numba engine.
 
-- ``none`` and ``static-prefix`` hold no state: their misses are counted directly.
+- ``none`` and ``static-prefix`` hold no replacement state: their misses are counted directly
+  (``static-prefix`` from an empty initial buffer loads each pinned position once).
 - Batched LRU runs in C when ``simulator.native`` is built (O(changes) per step, checked bit for
   bit against the engine in tests/test_native.py): from a coded source's chunks without
   materialising a row (``coded_misses``: a 41 M-access stream costs a few MB instead of 164 MB,
@@ -92,15 +93,27 @@ def coded_misses(chunks: Sequence[CodedChunk], configs: Sequence[ReplayConfig], 
 
 
 def _stateless_misses(cfg: ReplayConfig, stream: Stream) -> np.ndarray:
-    """``none`` loads every selected entry; ``static-prefix`` every entry at or past the buffer."""
+    """``none`` loads every selected entry; ``static-prefix`` pins positions [0, buffer) and loads
+    every entry past them. The pinned prefix is the initial buffer's: ``--initial empty`` starts
+    without it, so from the first step until a fast-path step (which leaves the buffer holding
+    [0, buffer), as for every policy) a prefix position misses once, at its first read."""
     import numpy as np
     idx = stream.indices
     counted = idx >= 0
     if cfg.reserve_newest:
         counted &= idx != (stream.ctx_len - 1)[:, None]
-    if cfg.policy is Policy.STATIC_PREFIX:
-        counted &= idx >= cfg.buffer
-    return counted.sum(axis=1).astype(np.int64)
+    if cfg.policy is not Policy.STATIC_PREFIX:
+        return counted.sum(axis=1).astype(np.int64)
+    misses = (counted & (idx >= cfg.buffer)).sum(axis=1).astype(np.int64)
+    fast = stream.ctx_len <= cfg.buffer
+    if cfg.prefix or not len(fast) or fast[0]:
+        return misses
+    end = int(fast.argmax()) if fast.any() else len(fast)  # the first fast step refills the prefix
+    pinned = counted[:end] & (idx[:end] < cfg.buffer)
+    steps = np.nonzero(pinned)[0]  # row-major: the stored order of the reads
+    _, first = np.unique(idx[:end][pinned], return_index=True)
+    misses[:end] += np.bincount(steps[first], minlength=end)
+    return misses
 
 
 def stream_misses(stream: Stream, cfg: ReplayConfig) -> np.ndarray:

@@ -2,7 +2,12 @@
 
 Step structure (shared by every policy; BRIEF section 1):
 - While ``ctx_len <= buffer`` nothing misses (HiSparse's fast path: the buffer holds the whole
-  context). Leaving it, the buffer holds positions [0, buffer), oldest first by position.
+  context). Leaving it, the buffer holds positions [0, buffer), oldest first by position: SGLang's
+  swap-in kernel returns before touching ``lru_slots`` when ``seq_len <= HOT_BUFFER_SIZE`` (its
+  kernel test: "should skip host loads and LRU mutations"), and ``lru_slots`` starts as
+  ``arange(device_buffer_size)``, front least recently used. Reads on the fast path leave no
+  recency, so a larger buffer, which stays on the fast path longer, can miss more: LRU's
+  inclusion property does not hold across buffer sizes (tests/test_replay_lru.py pins a case).
 - The newest token (``ctx_len - 1``) sits in a reserved slot: never a miss, never in the buffer
   (``reserve_newest=False`` treats it as an ordinary access).
 - Initial buffer: ``prefix`` (colocated: the first positions of the prompt) or ``empty``

@@ -491,6 +491,9 @@ class TraceReader:
         if head[:8] == MAGIC[:len(head[:8])] and len(head) < _HEAD.size:  # the magic, cut short after it
             raise self._fail(f"truncated: {len(head)} bytes, shorter than the {_HEAD.size}-byte header that "
                              "follows a trace's magic (an interrupted copy or write?)")
+        if head.startswith(b"\x93NUMPY"):  # read as .hst because of its name
+            raise self._fail("a .npy array, not a hisparse trace (bad magic): hisparse reads a file by its "
+                             "suffix; name it .npy")
         if len(head) < _HEAD.size or head[:8] != MAGIC:
             raise self._fail("not a hisparse trace file (bad magic); traces are .hst files or .npy arrays")
         _, version, meta_len = _HEAD.unpack(head)

@@ -94,7 +94,8 @@ class NpyTrace:
         _check_int32(array, path)
         self.file_bytes = os.path.getsize(self.path)
         indices = _pad_at_end(array.astype(np.int32, copy=False))
-        if ctx0 is None:
+        inferred = ctx0 is None
+        if inferred:
             first = indices[0] if len(indices) else np.zeros(0, np.int32)
             ctx0 = int(first.max()) + 1 if (first >= 0).any() else 1
         if ctx0 < 1:
@@ -106,6 +107,10 @@ class NpyTrace:
 
             check_stream(indices, ctx_len, self.meta.k)
         except TraceError as exc:
+            if inferred and "out of range for ctx_len" in exc.problem:  # say where ctx_len came from
+                basis = f"its largest index + 1 = {ctx0}" if (indices[0] >= 0).any() else "no index there, so 1"
+                exc = TraceError(f"{exc.problem} (ctx_len was inferred from step 0: {basis}, growing by one "
+                                 "per step; --ctx0 sets it)", step=exc.step)
             raise exc.at(path=path, request=0, layer=0) from None
         self._stream_cache = Stream(0, 0, ctx_len, indices)
 
@@ -274,8 +279,9 @@ def _pad_at_end(indices: np.ndarray) -> np.ndarray:
 
 
 def open_trace(path: str | os.PathLike, *, ctx0: int | None = None, recover: bool = False) -> TraceSource:
-    """Open a trace by its file: ``.npy`` arrays as one stream, anything else as ``.hst``."""
-    if str(path).endswith(".npy"):
+    """Open a trace by its file: ``.npy`` arrays (the suffix in any case: ``T5.NPY``) as one
+    stream, anything else as ``.hst``."""
+    if str(path).lower().endswith(".npy"):
         return NpyTrace(path, ctx0=ctx0)
     if ctx0 is not None:
         raise TraceError("--ctx0 applies to .npy arrays only (.hst files carry ctx_len)", path=path)

@@ -74,7 +74,8 @@ SHARDED: frozenset[str] = frozenset({"salru"})
 # Policies that hold no state, counted directly (simulator.replay.api).
 STATELESS: dict[str, str] = {
     "none": "no buffer: every selected entry loads",
-    "static-prefix": "the first B positions stay resident, every other entry loads",
+    "static-prefix": "the first B positions stay resident (from --initial empty: each loads at its first "
+                     "read), every other entry loads and is not kept",
 }
 
 POLICY_IDS: dict[str, int] = {e.name: i for i, e in enumerate(REGISTRY)}
