@@ -10,11 +10,11 @@ from typing import Any
 
 
 def write_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    """The rows as CSV (header from the first row's keys; its folder made if missing), then a
-    line saying where they went."""
+    """The rows as CSV (header: every row's keys in the order they first appear, a key a row lacks
+    left empty there; its folder made if missing), then a line saying where they went."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), restval="")
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {path}")
