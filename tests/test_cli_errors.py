@@ -127,6 +127,23 @@ def test_gpu_commands_without_cupy_say_what_to_install(tmp_path, monkeypatch, ca
     assert not out.exists()  # before any work
 
 
+@pytest.mark.parametrize("argv, option, offline", [
+    (["calibrate", "--refit", "--iters", "5"], "--iters", "--refit"),
+    (["calibrate", "--refit", "--terms", "step"], "--terms", "--refit"),
+    (["calibrate", "--refit", "--seed", "3", "--pool-gib", "2"], "--pool-gib", "--refit"),
+    (["calibrate", "--comm-refit", "c.csv", "--iters", "5"], "--iters", "--comm-refit"),
+    (["validate", "--repredict", "--steps", "5"], "--steps", "--repredict"),
+    (["validate", "--repredict", "--seed", "2"], "--seed", "--repredict"),
+])
+def test_measuring_options_without_a_measurement_are_refused(tmp_path, capsys, argv, option, offline):
+    """``calibrate --refit --iters 5`` / ``validate --repredict --steps 5`` ran as without the option (rc 0,
+    the same files): it only sets how the GPU run measures. Refused before anything is read or written."""
+    out = tmp_path / "cal"
+    code, printed, err = run_cli([*argv, "--out", str(out)], capsys)
+    assert_clean_error(code, err, option, offline, "not apply")
+    assert printed == "" and not out.exists()
+
+
 @pytest.mark.parametrize("content, says", [
     ("{", "not valid JSON"),
     ("[]", "expected a JSON object"),
@@ -450,6 +467,17 @@ def test_ray_options_with_no_ray_are_refused(tmp_path, trace, capsys, extra):
     grid.write_text(f'kind = "replay"\n[fixed]\ntrace = "{trace}"\n[grid]\nbuffer = [16, 20]\n')
     code, _, err = run_cli(["sweep", str(grid), "--no-ray", *extra, "--quiet", "--out", str(tmp_path / "s")], capsys)
     assert_clean_error(code, err, extra[0], "not with --no-ray")
+    assert not (tmp_path / "s").exists()
+
+
+def test_workers_with_address_is_refused(tmp_path, trace, capsys):
+    """``sweep --address HOST:PORT --workers 3``: --workers sizes only a local instance, and was ignored (the
+    cluster's CPUs ran the points); refused before Ray is asked, nothing written."""
+    grid = tmp_path / "g.toml"
+    grid.write_text(f'kind = "replay"\n[fixed]\ntrace = "{trace}"\n[grid]\nbuffer = [16, 20]\n')
+    code, _, err = run_cli(["sweep", str(grid), "--address", "127.0.0.1:1", "--workers", "3", "--quiet",
+                            "--out", str(tmp_path / "s")], capsys)
+    assert_clean_error(code, err, "--workers", "not with --address")
     assert not (tmp_path / "s").exists()
 
 

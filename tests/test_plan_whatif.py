@@ -175,3 +175,41 @@ def test_presets_new_refuses_to_overwrite_the_preset_it_copies(tmp_path, monkeyp
     code, _, err = run_cli(["presets", "new", "gpu", "--from", "nosuch", "--out", str(tmp_path / "x.toml")], capsys)
     assert_clean_error(code, err, "unknown gpu preset 'nosuch'")
     assert hashlib.sha256(shipped.read_bytes()).hexdigest() == digest
+
+
+def test_presets_new_refuses_json(tmp_path, capsys):
+    """--json with new was silently ignored (the usual text line printed, rc 0)."""
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    out = tmp_path / "g.toml"
+    code, printed, err = run_cli(["presets", "new", "gpu", "--from", "h200", "--out", str(out), "--json"], capsys)
+    assert_clean_error(code, err, "--json", "presets new")
+    assert printed == "" and not out.exists()
+
+
+@pytest.mark.parametrize("layout", ["inline", "dotted"])
+def test_presets_new_keeps_sources_and_interconnect_given_without_table_headers(layout, tmp_path, capsys):
+    """A GPU file whose sources is an inline table (or whose interconnect is dotted keys) loads with --gpu, but
+    presets new copied only the text from the first [table] line: the sources were dropped silently (rc 0,
+    'loads back as it is' false), and dotted interconnect keys were refused ('no [interconnect] table')."""
+    import tomllib
+
+    from simulator.serving.schema import _toml_value
+
+    shipped = P.resolve("gpus", "h100").read_text()
+    data = tomllib.loads(shipped)
+    head = shipped.partition("\n[sources]\n")[0]
+    if layout == "inline":
+        extra = [f"sources = {_toml_value(data['sources'])}", "[interconnect]",
+                 *(f"{k} = {_toml_value(v)}" for k, v in data["interconnect"].items())]
+    else:
+        extra = [f"{table}.{k} = {_toml_value(v)}" for table in ("sources", "interconnect")
+                 for k, v in data[table].items()]
+    src = tmp_path / "mine.toml"
+    src.write_text(head + "\n" + "\n".join(extra) + "\n")
+    out = tmp_path / "copy.toml"
+    assert main(["presets", "new", "gpu", "--from", str(src), "--out", str(out)]) == 0
+    capsys.readouterr()
+    copy, mine = P.load("gpus", str(out)), P.load("gpus", str(src))
+    assert dataclasses.replace(copy, where="") == dataclasses.replace(mine, where="")
+    assert dict(copy.sources) == dict(mine.sources) == data["sources"]  # sources: compare=False in the spec

@@ -279,3 +279,23 @@ def test_a_results_table_that_is_a_folder_is_refused_before_any_point(tmp_path, 
     assert main(["sweep", _grid(tmp_path, SMALL), "--out", str(out), "--no-ray", "--quiet"]) == 2
     assert "results.parquet: is a folder" in capsys.readouterr().err
     assert not (out / "parts").exists()
+
+
+@pytest.mark.parametrize("entry, users", [("seed = [1, 2]", "random"), ("ways = [16, 32]", "salru")])
+def test_an_axis_no_point_uses_is_refused(tmp_path, capsys, entry, users):
+    """seed / ways change only random / salru: a list of them on an lru grid ran each point once per value, the
+    same result recorded twice (rc 0); hisparse replay notes such an option unused."""
+    from tests.fuzzing import assert_clean_error, run_cli
+
+    grid = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n[grid]\npolicy = ["lru", "fifo"]\n{entry}\n')
+    code, out, err = run_cli(["sweep", grid, "--out", str(tmp_path / "o"), "--no-ray", "--quiet"], capsys)
+    assert_clean_error(code, err, grid, entry.split()[0], users, "no point of the grid replays")
+    assert out == "" and not (tmp_path / "o").exists()
+    # where the policy is in the grid the axis is its own, and a single unused value is run with a warning
+    ok = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\nbuffer = 2048\n[grid]\n'
+                         f'policy = ["lru", "{users}"]\n{entry}\n', name="ok.toml")
+    assert main(["sweep", ok, "--out", str(tmp_path / "ok"), "--no-ray", "--quiet"]) == 0
+    one = _grid(tmp_path, f'kind = "replay"\n[fixed]\ntrace = "{TRACE}"\n{entry.split(",")[0]}]\n[grid]\n'
+                          'buffer = [2048, 4096]\n', name="one.toml")
+    with pytest.warns(UserWarning, match=f"{entry.split()[0]} = .* is unused"):
+        assert main(["sweep", one, "--out", str(tmp_path / "one"), "--no-ray", "--quiet"]) == 0

@@ -34,11 +34,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--gpu", type=file_name, default="h200",
                    help="GPU preset the fit refines, a name: it names OUT/<gpu>.json (default h200)")
     c.add_argument("--out", default="calibration", metavar="DIR", help="output folder (default calibration)")
-    c.add_argument("--terms", choices=TERMS, default="all",
+    c.add_argument("--terms", choices=TERMS, default=None,
                    help="term groups to measure (default all); the others are kept from OUT/<gpu>.json")
-    c.add_argument("--pool-gib", type=positive_float, default=8.0, help="pinned host pool for the swap-in runs (GiB, default 8)")
-    c.add_argument("--iters", type=positive_int, default=10, help="timed launches per configuration (default 10)")
-    c.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
+    c.add_argument("--pool-gib", type=positive_float, default=None, help="pinned host pool for the swap-in runs (GiB, default 8)")
+    c.add_argument("--iters", type=positive_int, default=None, help="timed launches per configuration (default 10)")
+    c.add_argument("--seed", type=seed_int, default=None, help="random seed (default 0)")
     c.add_argument("--refit", action="store_true",
                    help="no GPU: refit OUT/<gpu>.json from the CSVs a previous run saved there")
     c.add_argument("--comm", action="store_true",
@@ -63,9 +63,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="GPU preset, a name: it names the files in OUT (default h200)")
     v.add_argument("--out", default="calibration", metavar="DIR", help="folder of the fit and the results (default calibration)")
     v.add_argument("--loop", choices=LOOPS, default="both", help="which validation loop (default both)")
-    v.add_argument("--steps", type=positive_int, default=60, help="decode steps per configuration (default 60)")
-    v.add_argument("--pool-gib", type=positive_float, default=8.0, help="pinned host pool (GiB, default 8)")
-    v.add_argument("--seed", type=seed_int, default=1, help="random seed (default 1)")
+    v.add_argument("--steps", type=positive_int, default=None, help="decode steps per configuration (default 60)")
+    v.add_argument("--pool-gib", type=positive_float, default=None, help="pinned host pool (GiB, default 8)")
+    v.add_argument("--seed", type=seed_int, default=None, help="random seed (default 1)")
     v.add_argument("--repredict", action="store_true",
                    help="no GPU: recompute the predictions in the stored validation files with the current fit")
     v.set_defaults(run=run_validate)
@@ -230,8 +230,33 @@ def _write_tables(out: str, gpu: str, tables: dict) -> None:
             fh.write(df.to_csv(index=False).encode())
 
 
+# the measuring options and their defaults (None in the parser, so an option given where nothing is measured
+# is told apart from its default)
+CALIBRATE_MEASURE = {"terms": ("--terms", "all"), "pool_gib": ("--pool-gib", 8.0), "iters": ("--iters", 10),
+                     "seed": ("--seed", 0)}
+VALIDATE_MEASURE = {"steps": ("--steps", 60), "pool_gib": ("--pool-gib", 8.0), "seed": ("--seed", 1)}
+
+
+def _measure_options(args: argparse.Namespace, options: dict, offline: str | None) -> None:
+    """Fill in the measuring options' defaults; under ``offline`` (--refit, --repredict, --comm...), which
+    measures none of them, one given is refused: they were ignored silently (rc 0, the same output)."""
+    from ..errors import HisparseError
+
+    given = [opt for dest, (opt, _) in options.items() if getattr(args, dest) is not None]
+    if offline and given:
+        raise HisparseError(f"{', '.join(given)}: {'does' if len(given) == 1 else 'do'} not apply with {offline} "
+                            "(they set the kernel measurements, which it does not run)")
+    for dest, (_, default) in options.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
-    if args.comm or args.comm_refit:
+    comm = "--comm" if args.comm else "--comm-refit" if args.comm_refit else None
+    offline = comm or ("--refit" if args.refit else None)
+    if not (args.comm and args.refit):  # --comm with --refit: run_comm's own error
+        _measure_options(args, CALIBRATE_MEASURE, offline)
+    if comm:
         from ..calibration.comm_cli import run_comm
 
         return run_comm(args)
@@ -374,6 +399,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 def run_validate(args: argparse.Namespace) -> int:
 
     calibration = os.path.join(args.out, f"{args.gpu}.json")
+    _measure_options(args, VALIDATE_MEASURE, "--repredict" if args.repredict else None)
     if not args.repredict:
         _require_cupy("hisparse validate", "hisparse validate --repredict")
     _read_calibration(calibration)

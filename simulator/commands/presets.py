@@ -55,6 +55,9 @@ def run_presets_cmd(args: argparse.Namespace) -> int:
     if args.action == "new":
         if args.schema:
             raise HisparseError("presets new: --schema does not apply (give KIND --from NAME --out FILE)")
+        if args.json:  # was ignored: new writes a TOML file and prints one line
+            raise HisparseError("presets new: --json does not apply (it writes --out as TOML; --json is for the "
+                                "list and --schema)")
         missing = [o for o, v in (("KIND", args.kind), ("--from", args.source), ("--out", args.out)) if not v]
         if missing:
             raise HisparseError(f"presets new: give {', '.join(missing)} (e.g. hisparse presets new gpu --from h200 "

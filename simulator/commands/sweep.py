@@ -39,7 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="Ray cluster address: host:port (the head's GCS), ray://host[:port], or auto; it must "
                         "answer within HISPARSE_RAY_TIMEOUT seconds, 15 unless set (default: start a local instance)")
     p.add_argument("--workers", type=positive_int, default=None,
-                   help="CPUs of the local Ray instance (default: this machine's cores)")
+                   help="CPUs of the local Ray instance (default: this machine's cores); not with --address or "
+                        "--no-ray")
     p.add_argument("--resume", action="store_true", help="skip points already finished in --out")
     p.add_argument("--no-ray", dest="use_ray", action="store_false", help="run the points in this process")
     p.add_argument("--keep-going", action="store_true",
@@ -134,7 +135,32 @@ def check_values(grid, path: str) -> None:
             else:
                 _check_option(actions, grid.kind, key, value, path)
             seen.add((key, value))
+    if grid.kind == "replay":
+        _check_unused_options(grid, path)
     (_check_replay_points if grid.kind == "replay" else _check_plan_points)(grid, path)
+
+
+def _check_unused_options(grid, path: str) -> None:
+    """seed (random) and ways (salru) change only their policy's replay. Given where no point replays it,
+    a list of values repeated the same points (each run and recorded, rc 0) and a single value went
+    unnoticed; hisparse replay notes such an option unused. A list is refused, a single value warned of."""
+    import warnings
+
+    from ..errors import HisparseError
+    from ..replay.config import ReplayConfig
+    from ..replay.policies import SHARDED
+
+    default = str(ReplayConfig.__dataclass_fields__["policy"].default)
+    policies = {str(p.get("policy", default)) for p in grid.points}
+    for key, users in (("seed", frozenset({"random"})), ("ways", SHARDED)):
+        values = sorted({p[key] for p in grid.points if key in p})
+        if not values or policies & users:
+            continue
+        what = f"{key} applies to {', '.join(sorted(users))}, which no point of the grid replays"
+        if len(values) > 1:
+            raise HisparseError(f"{path}: {key} = {values}: {what} (the points would repeat; give policy "
+                                f"{', '.join(sorted(users))}, or drop {key})")
+        warnings.warn(f"{path}: {key} = {values[0]} is unused: {what}", stacklevel=1)
 
 
 # plan grid keys that name a preset or a file, and the serving presets' kind each is looked up in
@@ -246,6 +272,9 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
     if not args.use_ray and ray_only:  # were ignored: the points ran here, not on the cluster named
         raise HisparseError(f"{' and '.join(ray_only)}: set{'s' if len(ray_only) == 1 else ''} the Ray cluster; "
                             "not with --no-ray (the points run in this process)")
+    if args.address is not None and args.workers is not None:  # was ignored: the cluster's CPUs run the points
+        raise HisparseError("--workers: sets the CPUs of the local Ray instance; not with --address (the points "
+                            "run on that cluster's CPUs)")
     grid = load_grid(args.grid)
     check_values(grid, args.grid)
 

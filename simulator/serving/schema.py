@@ -219,29 +219,51 @@ def new_preset(kind: str, source: str) -> str:
             lines.append(f"# {k.meaning}")
         lines.append(f"{k.name} = {_toml_value(getattr(spec, k.name))}    # {extra}; {need}")
     tables = re.search(r"^\[", text, flags=re.M)
-    if tables:
-        lines += ["", f"# tables as in {path}", text[tables.start():].rstrip()]
-    elif kind == "gpus":
-        raise HisparseError(f"{path}: no [interconnect] table to copy")
+    copied = text[tables.start():].rstrip() if tables else ""
+    lines += _tables_not_copied(P.read_toml(path), copied)
+    if copied:
+        lines += ["", f"# tables as in {path}", copied]
     return "\n".join(lines) + "\n"
 
 
-def check_loads(kind: str, text: str, where: str) -> None:
-    """The written file loads back to the same spec as its source (no key lost or changed)."""
+def _tables_not_copied(data: dict[str, Any], copied: str) -> list[str]:
+    """``sources`` / ``interconnect`` given inline (``sources = { ... }``) or as dotted keys above the
+    source's first table header: the copied table text lacks them, and they were dropped silently."""
+    import tomllib
+
+    try:
+        in_copy = set(tomllib.loads(copied)) if copied else set()
+    except tomllib.TOMLDecodeError:  # a "[" line inside a multi-line value: write them out (a repeat is an error)
+        in_copy = set()
+    return [f"{name} = {_toml_value(data[name])}" for name in ("sources", "interconnect")
+            if name in data and name not in in_copy]
+
+
+def check_loads(kind: str, text: str, where: str, source: str | None = None) -> None:
+    """The written file loads back to the same spec as its source (no key lost or changed): with
+    ``source``, the two specs are compared, not only the new one built."""
     import tomllib
 
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # a bug here, not the user's input
         raise AssertionError(f"presets new wrote invalid TOML: {exc}") from None
-    P.build(P.KINDS[kind_of(kind)], data, where)
+    written = P.build(P.KINDS[kind_of(kind)], data, where)
+    if source is None:
+        return
+    original = P.load(kind_of(kind), source)
+    changed = [f.name for f in dataclasses.fields(written)
+               if f.name != "where" and getattr(written, f.name) != getattr(original, f.name)]
+    if changed:
+        raise HisparseError(f"presets new: the copy of {source} would not load as it is ({', '.join(changed)} "
+                            "differ); nothing written")
 
 
 def write_new_preset(kind: str, source: str, out: str | Path) -> str:
     from ..fileio import atomic_output
 
     text = new_preset(kind, source)
-    check_loads(kind, text, str(out))
+    check_loads(kind, text, str(out), source=source)
     with atomic_output(out) as fh:
         fh.write(text.encode())
     return text
