@@ -29,12 +29,11 @@ from cupy_kernels import sparse_attention as sa  # noqa: E402
 from cupy_kernels._build import build_cubin  # noqa: E402
 
 # mirrors the TL_* constants of sparse_attention.cu
-TL_FIXED, TL_TILES, TL_SERIES, TL_CTAS = 8, 32, 7, 1024
+TL_FIXED, TL_TILES, TL_SERIES, TL_CTAS = 8, 32, 6, 1024
 TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END = range(7)
-FREED, FULL, PV, EMPTY, ARRIVED, WG1_FREED, EMPTY_R = range(TL_SERIES)
+FREED, FULL, PV, EMPTY, ARRIVED, WG1_FREED = range(TL_SERIES)
 TL_EVENTS = TL_FIXED + TL_SERIES * TL_TILES
-WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr", "wsxb", "wsxl")  # the warp-specialised FP8 kernels the stamps are in
-REMOTE_STAMPED = ("wsxl",)  # LE: the producer's wait for the peer's release is a stamp of its own
+WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr", "wsxb")  # the warp-specialised FP8 kernels the stamps are in
 
 
 def series(row: Any, s: int, it: int) -> int:
@@ -42,8 +41,7 @@ def series(row: Any, s: int, it: int) -> int:
     return int(row[TL_FIXED + s * TL_TILES + it])
 
 
-def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool,
-              remote_stamps: bool = False) -> dict[str, float]:
+def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool) -> dict[str, float]:
     """Medians (us) over CTAs and steady tiles; the SM clock from clock64 against %globaltimer."""
     rows = stamps.reshape(TL_CTAS, TL_EVENTS)[:n_ctas]
     ghz = statistics.median((int(r[TL_END]) - int(r[TL_START])) / max(1, int(r[TL_GT_END]) - int(r[TL_GT_START]))
@@ -81,12 +79,6 @@ def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool,
             # P V of tile it - 2 (WG1_FREED); the producer's wait ends once both CTAs' consumers freed it
             empty_after_wg0_freed_us=round(med(lambda r, it: series(r, EMPTY, it) - series(r, FREED, it - 1)), 3),
             wg1_freed_after_wg0_us=round(med(lambda r, it: series(r, WG1_FREED, it - 2) - series(r, FREED, it - 1)), 3),
-        )
-    if remote_stamps:
-        # LE: EMPTY is the wait for this CTA's own consumers; EMPTY_R, before the bulk copies, the peer's release
-        out.update(
-            remote_after_wg0_freed_us=round(med(lambda r, it: series(r, EMPTY_R, it) - series(r, FREED, it - 1)), 3),
-            prod_waits_remote_us=round(med(lambda r, it: series(r, EMPTY_R, it) - series(r, EMPTY, it)), 3),
         )
     return out
 
@@ -133,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 kern(grid, (spec.threads,), kargs, shared_mem=spec.smem)
             cp.cuda.Device().synchronize()
             row = dict(batch=batch, heads=args.heads, variant=var,
-                       **summarise(stamps.get(), n_ctas, min(tiles, TL_TILES), producer_stamps=var != "ws",
-                                   remote_stamps=var in REMOTE_STAMPED))
+                       **summarise(stamps.get(), n_ctas, min(tiles, TL_TILES), producer_stamps=var != "ws"))
             results.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     write_rows(args.out, results)

@@ -40,11 +40,11 @@
 // series), so the prologue, the tile period and who waits on whom can be read per CTA.
 #define TL_FIXED 8
 #define TL_TILES 32
-#define TL_SERIES 7  // WG0: buffer freed (top), full wait done, P V issued; producer: empty wait done, full arrived;
-                     // WG1: buffer freed; producer (LE): the peer's release seen, before its bulk copies
+#define TL_SERIES 6  // WG0: buffer freed (top), full wait done, P V issued; producer: empty wait done, full arrived;
+                     // WG1: buffer freed
 #define TL_EVENTS (TL_FIXED + TL_SERIES * TL_TILES)
 enum TlEvent { TL_START = 0, TL_Q_READY = 1, TL_LOOP_END = 2, TL_EPI_END = 3, TL_END = 4, TL_GT_START = 5, TL_GT_END = 6 };
-enum TlSeries { TL_FREED = 0, TL_FULL = 1, TL_PV = 2, TL_EMPTY = 3, TL_ARRIVED = 4, TL_WG1_FREED = 5, TL_EMPTY_R = 6 };
+enum TlSeries { TL_FREED = 0, TL_FULL = 1, TL_PV = 2, TL_EMPTY = 3, TL_ARRIVED = 4, TL_WG1_FREED = 5 };
 #ifdef TIMELINE
 #define TL_CTAS 1024
 __device__ unsigned long long g_timeline[TL_CTAS * TL_EVENTS];
@@ -577,7 +577,7 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 1) mla_decode_fp8(MLA_ARG
 // Registers: the launch cap is 168 (384 threads, 1 CTA / SM); setmaxnreg gives WG0 224, WG1 160,
 // WG2 120.  Shared memory: Q 72 KB + two 72 KB tiles + P 8 KB + 1 KB = 226 KB (one CTA per SM).
 #define NT_WS 384
-#define WS_SMEM_SMALL (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 10 * 8)  // row scales, slots, mbarriers (9 used)
+#define WS_SMEM_SMALL (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 6 * 8)  // row scales, slots, mbarriers (5 used)
 enum WsBarrier { BAR_P_READY = 1, BAR_P_FREE = 2, BAR_EPI = 3, BAR_PROD0 = 4, BAR_WG0 = 6, BAR_STAGE0 = 7 };
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -845,15 +845,8 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // EF (variant "wsxe"): WG0 frees tile t-1's buffer as soon as its P V of that tile is done, before
 // it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
 // producers may start tile t+1 while tile t is still in flight to WG0.
-// LE (variant "wsxl"): the producer's own rows wait only for its own consumers. The peer's 8
-// arrivals per tile go to a barrier of their own (empty_r[i]), which gates only the bulk copies
-// into the peer; so the dequantisation of tile t starts once this CTA's consumers have freed
-// tile t - 2's buffer, not once both CTAs' have (the timeline put ~1.1 us of every 2.7 us tile
-// between the two). The copies' source is this CTA's rows: before the producer overwrites them,
-// it waits on sent[i], which the peer's WG1 arrives on once it has seen the copies land (its
-// full[i] complete), so no copy of tile t - 2 is still reading them.
 template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false,
-          bool SB = false, bool LE = false>
+          bool SB = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -871,7 +864,6 @@ __device__ __forceinline__ void mla_ws_body(
     const uint32_t q_s = smem_u32(smem), kv_s0 = q_s + Q_BYTES, p_s = smem_u32(p_sm);
     const uint32_t full0 = smem_u32(slot_sm + 2 * TILE), empty0 = full0 + 16;  // full[i] = full0 + 8 i
     const uint32_t q_bar = full0 + 32;  // QE: Q landed (every thread's share of it)
-    const uint32_t empty_r0 = full0 + 40, sent0 = full0 + 56;  // LE: the peer's releases; the peer saw our copies
 
     const int tid = threadIdx.x, wg = tid >> 7, ltid = tid & 127, warp = ltid >> 5, lane = tid & 31;
     const int hg = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
@@ -888,7 +880,6 @@ __device__ __forceinline__ void mla_ws_body(
     static_assert(!QE || XO, "QE: only the crossover producer arrives on q_bar");
     static_assert(!DT || QE, "the delayed second tile (DT) comes with QE");
     static_assert(!SB || XO, "split cluster barriers (SB) are the crossover's");
-    static_assert(!LE || SB, "the local empty barrier (LE) is built on SB");
     TL_GLOBAL(tid == 0, TL_GT_START);
     TL(tid == 0, TL_START);
     // QE: Q by all 384 threads, 12 copies each, issued before the barrier set-up (Q's shared
@@ -914,17 +905,11 @@ __device__ __forceinline__ void mla_ws_body(
     const uint32_t rank = XO ? cluster_ctarank() : 0u, peer = rank ^ 1u;
     if (tid == 0) {
         if (QE) mbar_init(q_bar, NT_WS);
-        const int n_full = XO ? 129 : (FP8 || PROD == 1) ? 128 : 64, n_empty = XO && !LE ? 256 + 8 : 256;
+        const int n_full = XO ? 129 : (FP8 || PROD == 1) ? 128 : 64, n_empty = XO ? 256 + 8 : 256;
         mbar_init(full0, n_full);
         mbar_init(full0 + 8, n_full);
         mbar_init(empty0, n_empty);
         mbar_init(empty0 + 8, n_empty);
-        if (LE) {
-            mbar_init(empty_r0, 8);  // one arrival per consumer warp of the peer
-            mbar_init(empty_r0 + 8, 8);
-            mbar_init(sent0, 1);  // the peer's WG1, once per tile
-            mbar_init(sent0 + 8, 1);
-        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     // SB: the barriers are initialised for this CTA at the __syncthreads; the cluster arrival
@@ -939,7 +924,7 @@ __device__ __forceinline__ void mla_ws_body(
         mbar_arrive(empty_bar);
         if (XO) {
             __syncwarp();
-            if (lane == 0) mbar_arrive_cluster(mapa_shared(LE ? empty_r0 + (empty_bar - empty0) : empty_bar, peer));
+            if (lane == 0) mbar_arrive_cluster(mapa_shared(empty_bar, peer));
         }
     };
 
@@ -1076,10 +1061,13 @@ __device__ __forceinline__ void mla_ws_body(
             s_oscale[r0 + 8] = inv[1];
             store_lse_rows(lse_row, r0, b, H, head0, split, n_splits, lse, part_lse);
         }
-        // LE: the producer's bulk copy of tile n - 2 out of the buffer both warpgroups stage O in
-        // below has landed in the peer (sent[i]; WG1 stages after BAR_EPI, so after this wait).
-        // Without LE nothing orders that copy's reads before the staged stores, a tile later.
-        if (LE && n_splits == 1 && n_tiles >= 2) mbar_wait(sent0 + 8 * (n_tiles & 1), ((n_tiles - 2) >> 1) & 1);
+        // XO + SE: the buffer both warpgroups stage O in below is tile n - 2's, which this CTA's
+        // producer also bulk-copied into the peer; nothing else orders that copy's reads before the
+        // staged stores. The peer's consumers free tile n - 2 on this CTA's empty barrier only after
+        // the copy landed there, so that phase is the order (WG1 stages after BAR_EPI, after this);
+        // the producer never waits this phase (no tile n), and the peer finished tile n - 2 a tile
+        // ago, so the wait is a formality (tests/test_crossover_protocol.py finds the race without it).
+        if (XO && SE && n_splits == 1 && n_tiles >= 2) mbar_wait(empty0 + 8 * (n_tiles & 1), ((n_tiles - 2) >> 1) & 1);
         named_arrive(BAR_EPI, 256);  // 1 / l published for WG1; WG0 itself need not wait
         // SE: staged in the tile buffer the last tile did not use (its last reader, WG1's P V of
         // tile n - 2, finished before WG1 freed P for tile n - 1; no producer writes past tile n - 1)
@@ -1102,8 +1090,6 @@ __device__ __forceinline__ void mla_ws_body(
             const int buf = it & 1;
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;
             mbar_wait<PROD == 1>(full0 + 8 * buf, (it >> 1) & 1);
-            // LE: the peer's copies into this buffer have landed, so they no longer read its rows
-            if (LE && ltid == 0) mbar_arrive_cluster(mapa_shared(sent0 + 8 * buf, peer));
             named_sync(BAR_P_READY, 256);
             rescale_rows(o_acc, s_scale[r0], s_scale[r0 + 8]);
             const uint64_t dv = make_desc(kv_cur + 4 * CHUNK_BYTES, CHUNK_BYTES, 1024);
@@ -1208,7 +1194,6 @@ __device__ __forceinline__ void mla_ws_body(
             auto step = [&](int it, RawRegs<4>& raw, int& s_this) {
                 const int buf = it & 1;
                 if (it >= 2) mbar_wait(empty0 + 8 * buf, ((it >> 1) - 1) & 1);
-                if (LE && it >= 2) mbar_wait(sent0 + 8 * buf, ((it >> 1) - 1) & 1);  // tile it - 2's copies are done
                 TL_TILE(ltid == 0, TL_EMPTY, it);
                 if (ltid == 0) mbar_arrive_expect_tx(full0 + 8 * buf, 32 * NCHUNK * 128);  // the peer's 32 rows
                 if (qq == 0) slot_sm[buf * TILE + row] = s_this;
@@ -1216,8 +1201,6 @@ __device__ __forceinline__ void mla_ws_body(
                 dequant_row_smem<4>(kv_s0 + buf * TILE_BYTES, raw, row, qq);
                 fence_proxy_async();
                 __syncwarp();  // this warp's 8 rows are written and visible to the async proxy
-                if (LE && it >= 2) mbar_wait(empty_r0 + 8 * buf, ((it >> 1) - 1) & 1);  // the peer freed it too
-                TL_TILE(LE && ltid == 0, TL_EMPTY_R, it);
                 if (lane == 0) {  // they are 1 KB in a row in each chunk: 9 bulk copies per warp
                     const uint32_t rows8 = kv_s0 + buf * TILE_BYTES + (32 * rank + 8 * warp) * 128;
 #pragma unroll
@@ -1333,10 +1316,6 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 // barrier's round trip nor the epilogue's global stores (a release orders them) sit on the exit.
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxb_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-// wsxb whose producer dequantises a tile once its own consumers have freed the buffer (LE).
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxl_fp8(MLA_ARGS) {
-    mla_ws_body<true, 0, true, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

@@ -62,8 +62,8 @@ NARROW_CTAS_PER_SM = {"bf16": 1, "fp8": 2}
 # warp-specialised wide kernel: Q, two bf16 tiles, P, row scales + slots + mbarriers, align
 # (mirrors mla_ws_body in sparse_attention.cu)
 WS_THREADS = 384
-# Q, two tiles, P, then row scales, slots and 10 mbarrier words (WS_SMEM_SMALL), and 1 KB of alignment slack
-_SMEM_WS = _SMEM_Q + 2 * _SMEM_TILE + HEADS_PER_CTA * 128 + (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 10 * 8) + 1024
+# Q, two tiles, P, then row scales, slots and 6 mbarrier words (WS_SMEM_SMALL), and 1 KB of alignment slack
+_SMEM_WS = _SMEM_Q + 2 * _SMEM_TILE + HEADS_PER_CTA * 128 + (2 * HEADS_PER_CTA * 4 + 2 * TILE * 4 + 6 * 8) + 1024
 
 
 class WideVariant(NamedTuple):
@@ -120,11 +120,6 @@ WIDE_VARIANTS = {
                         "remote operation is out (before the epilogue), waiting only at exit (FlashMLA arrives "
                         "relaxed at the start the same way); 0.3-2.9 us faster than wsxr in all eight readings of "
                         "two H100 runs; the whole GPU suite passed with it the default: BENCHMARKS.md",
-                        kv_dtypes=("fp8",), group_multiple=2),
-    "wsxl": WideVariant("mla_decode_wsxl_", WS_THREADS, _SMEM_WS,
-                        "wsxb whose producer dequantises a tile once its own consumers have freed the buffer; the "
-                        "peer's releases gate only its bulk copies into the peer (a barrier of their own), and a "
-                        "barrier the peer arrives on once the copies have landed keeps their source rows until then",
                         kv_dtypes=("fp8",), group_multiple=2),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),

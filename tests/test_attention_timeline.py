@@ -25,14 +25,13 @@ def test_layout_matches_the_kernel_source():
         tl.TL_START, tl.TL_Q_READY, tl.TL_LOOP_END, tl.TL_EPI_END, tl.TL_END, tl.TL_GT_START, tl.TL_GT_END]
     series = re.search(r"enum TlSeries \{([^}]*)\}", src).group(1)
     assert [int(v) for v in re.findall(r"= (\d+)", series)] == [tl.FREED, tl.FULL, tl.PV, tl.EMPTY, tl.ARRIVED,
-                                                               tl.WG1_FREED, tl.EMPTY_R]
+                                                               tl.WG1_FREED]
 
 
 def _synthetic(n_ctas: int, period: int, ghz: float) -> np.ndarray:
     """A timeline where every CTA runs the same schedule: tile period `period` cycles, WG0 frees at
     +0, sees the tile full at +500, issues P V at +3000; the producer's empty wait ends at -1000,
-    its tile arrives at +200; WG1 frees the tile's buffer at +3500; the peer's release (LE) is seen at
-    -400 (cycles from each tile's start)."""
+    its tile arrives at +200; WG1 frees the tile's buffer at +3500 (cycles from each tile's start)."""
     st = np.zeros(tl.TL_CTAS * tl.TL_EVENTS, np.uint64)
     rows = st.reshape(tl.TL_CTAS, tl.TL_EVENTS)
     for c in range(n_ctas):
@@ -41,7 +40,7 @@ def _synthetic(n_ctas: int, period: int, ghz: float) -> np.ndarray:
         for it in range(tl.TL_TILES):
             t0 = 10_000 + it * period
             for s, d in ((tl.FREED, 0), (tl.FULL, 500), (tl.PV, 3000), (tl.EMPTY, -1000), (tl.ARRIVED, 200),
-                         (tl.WG1_FREED, 3500), (tl.EMPTY_R, -400)):
+                         (tl.WG1_FREED, 3500)):
                 r[tl.TL_FIXED + s * tl.TL_TILES + it] = t0 + d
         r[tl.TL_LOOP_END] = 10_000 + tl.TL_TILES * period
         r[tl.TL_EPI_END] = int(r[tl.TL_LOOP_END]) + 4000
@@ -65,10 +64,6 @@ def test_summary_reads_a_synthetic_timeline_back():
     slow = tl.summarise(_synthetic(4, 7000, 2.0), 4, tl.TL_TILES, producer_stamps=True)
     assert slow["tile_period_us"] == 3.5 and slow["wg0_pv_tail_us"] == 2.0 and slow["wg0_waits_full_us"] == 0.25
     assert "prod_tile_us" not in tl.summarise(_synthetic(2, 6000, 2.0), 2, tl.TL_TILES, producer_stamps=False)
-    # LE: the peer's release seen 600 cycles after the own consumers', 5600 after WG0 freed the buffer
-    assert "prod_waits_remote_us" not in out
-    le = tl.summarise(_synthetic(4, 6000, 2.0), 4, tl.TL_TILES, producer_stamps=True, remote_stamps=True)
-    assert le["prod_waits_remote_us"] == 0.3 and le["remote_after_wg0_freed_us"] == 2.8
 
 
 def test_bad_options_exit_2_without_a_traceback():

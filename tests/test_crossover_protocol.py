@@ -1,5 +1,5 @@
-"""The crossover pair's barrier protocol (cupy_kernels/sparse_attention.cu, `mla_ws_body` with XO and
-SB: variant wsxb; with LE: wsxl), modelled on the CPU and run under many random interleavings.
+"""The crossover pair's barrier protocol (cupy_kernels/sparse_attention.cu, `mla_ws_body` with XO, SE and
+SB: variant wsxb, the FP8 default), modelled on the CPU and run under many random interleavings.
 
 The GPU tests check the kernels' outputs; a protocol bug that only a rare timing exposes (a buffer
 overwritten while still read, a copy whose source is overwritten before it lands) would pass them
@@ -46,12 +46,10 @@ class MBarrier:
 class Cta:
     """One CTA's barriers (two of each, one per tile buffer) and what its buffers hold."""
 
-    def __init__(self, le: bool) -> None:
+    def __init__(self) -> None:
         self.full = [MBarrier(129), MBarrier(129)]  # 128 producer threads + thread 0's expect_tx arrival
-        # both CTAs' 8 consumer warps free a buffer; LE counts the peer's 8 on empty_r instead
-        self.empty = [MBarrier(256 if le else 256 + 8) for _ in range(2)]
-        self.empty_r = [MBarrier(8), MBarrier(8)]  # LE: one arrival per consumer warp of the peer
-        self.sent = [MBarrier(1), MBarrier(1)]  # LE: the peer's WG1 saw our copies land
+        # this CTA's 256 consumer threads and one arrival per consumer warp of the peer (its copies land here)
+        self.empty = [MBarrier(256 + 8), MBarrier(256 + 8)]
         self.own_rows = [-1, -1]  # the tile whose rows this CTA's producer wrote into buffer i
         self.peer_rows = [-1, -1]  # the tile whose rows the peer's copy landed in buffer i
         self.readers: list[set[int]] = [set(), set()]  # warpgroups reading buffer i
@@ -59,11 +57,12 @@ class Cta:
         self.epilogue_ready = False
 
 
-def run_pair(n_tiles: int, le: bool, seed: int) -> list[str]:
+def run_pair(n_tiles: int, seed: int, epilogue_waits: bool = True) -> list[str]:
     """Both CTAs of one pair over `n_tiles` tiles in a random interleaving; the hazards seen (a
-    failed assertion is a protocol error of the model's own making: a deadlock, a stale read)."""
+    failed assertion is a deadlock or a stale read). ``epilogue_waits``: WG0 waits on the empty
+    phase of tile n - 2 before the warpgroups stage O in its buffer, as the kernel does."""
     rng = random.Random(seed)
-    ctas = [Cta(le), Cta(le)]
+    ctas = [Cta(), Cta()]
     in_flight: list[tuple[int, int, int]] = []  # bulk copies: (source CTA, tile, buffer)
     hazards: list[str] = []
 
@@ -80,16 +79,12 @@ def run_pair(n_tiles: int, le: bool, seed: int) -> list[str]:
             b, parity = it & 1, ((it >> 1) - 1) & 1
             if it >= 2:
                 yield from wait(me.empty[b], parity)
-                if le:
-                    yield from wait(me.sent[b], parity)
             me.full[b].arrive(expect_tx=1)  # the peer's 32 rows, announced
             yield
             if me.readers[b] or (it >= 2 and copying(r, it - 2)):
                 hazards.append(f"CTA {r} writes tile {it}'s rows into buffer {b} while it is read")
             me.own_rows[b] = it  # dequantised into its own buffer
             yield
-            if le and it >= 2:
-                yield from wait(me.empty_r[b], parity)
             if peer.readers[b] or (it >= 2 and not {(0, it - 2), (1, it - 2)} <= peer.done):
                 hazards.append(f"CTA {r} copies tile {it} into the peer's buffer {b} while it is read")
             in_flight.append((r, it, b))
@@ -103,8 +98,6 @@ def run_pair(n_tiles: int, le: bool, seed: int) -> list[str]:
             b = it & 1
             yield from wait(me.full[b], (it >> 1) & 1)
             assert me.own_rows[b] == it and me.peer_rows[b] == it, f"CTA {r} WG{wg} reads a stale tile {it}"
-            if le and wg == 1:
-                peer.sent[b].arrive()
             me.readers[b].add(wg)
             yield
             me.readers[b].discard(wg)
@@ -112,11 +105,11 @@ def run_pair(n_tiles: int, le: bool, seed: int) -> list[str]:
             for _ in range(128):
                 me.empty[b].arrive()
             for _ in range(4):  # lane 0 of each of the warpgroup's 4 warps, on the peer
-                (peer.empty_r if le else peer.empty)[b].arrive()
+                peer.empty[b].arrive()
         # the epilogue stages O in buffer n & 1 (tile n - 2's); WG1 after WG0's BAR_EPI
         if wg == 0:
-            if le and n_tiles >= 2:
-                yield from wait(me.sent[n_tiles & 1], ((n_tiles - 2) >> 1) & 1)
+            if epilogue_waits and n_tiles >= 2:
+                yield from wait(me.empty[n_tiles & 1], ((n_tiles - 2) >> 1) & 1)
             me.epilogue_ready = True
         else:
             while not me.epilogue_ready:
@@ -137,23 +130,23 @@ def run_pair(n_tiles: int, le: bool, seed: int) -> list[str]:
             next(actor)
         except StopIteration:
             actors.remove(actor)
-    raise AssertionError(f"deadlock: {n_tiles} tiles, LE {le}, seed {seed}")
+    raise AssertionError(f"deadlock: {n_tiles} tiles, seed {seed}")
 
 
-@pytest.mark.parametrize("le", [False, True], ids=["wsxb", "wsxl"])
-def test_the_pair_never_deadlocks_and_reads_every_tile_current(le):
+@pytest.mark.parametrize("epilogue_waits", [True, False])
+def test_the_pair_never_deadlocks_and_reads_every_tile_current(epilogue_waits):
     for seed in range(300):
-        run_pair(1 + seed % 9, le, seed)  # asserts inside: no deadlock, no stale tile
+        run_pair(1 + seed % 9, seed, epilogue_waits)  # asserts inside: no deadlock, no stale tile
 
 
-def test_wsxl_writes_no_buffer_a_reader_or_a_copy_still_needs():
-    hazards = [h for seed in range(600) for h in run_pair(1 + seed % 9, True, seed)]
+def test_no_buffer_is_written_while_a_reader_or_a_copy_still_needs_it():
+    hazards = [h for seed in range(600) for h in run_pair(1 + seed % 9, seed)]
     assert hazards == []
 
 
-def test_wsxb_leaves_the_staged_epilogue_unordered_after_its_last_copies():
-    """Why wsxl's epilogue waits on `sent`: in wsxb nothing orders the producer's copy of tile n - 2
-    before the consumers stage O over those rows. The only hazard the model finds there, and only
-    when that copy lands late (on the GPU it was issued a whole tile earlier)."""
-    hazards = [h for seed in range(600) for h in run_pair(1 + seed % 9, False, seed)]
+def test_without_the_epilogue_wait_the_staged_o_can_overwrite_a_copy_in_flight():
+    """Why WG0 waits on tile n - 2's empty phase: without it nothing orders this CTA's copy of tile
+    n - 2 before the staged O stores over those rows (before 2026-12-07 the kernel did not wait; on
+    the GPU that copy was issued a tile earlier). The only hazard the model finds without it."""
+    hazards = [h for seed in range(600) for h in run_pair(1 + seed % 9, seed, epilogue_waits=False)]
     assert hazards and all("stages O" in h for h in hazards)

@@ -1,0 +1,103 @@
+"""How fast the two CTAs of a cluster hand each other shared memory: the FP8 attention kernel's crossover traffic alone.
+
+The crossover attention kernels (variants wsx .. wsxl) send each 64-token tile's 32 dequantised rows,
+36,864 B, to the peer CTA with bulk copies (4 warps x 9 x 1 KB), both CTAs at once, two buffers in
+flight. Their tile period, ~2.7 us on an H100 (FlashMLA's 2.69), is 13.7 GB/s per CTA and direction.
+This times that traffic with nothing else in the kernel (benchmarks/dsmem_bandwidth.cu), so the
+period can be set against what the SM-to-SM network gives:
+
+- mode ``both``: both CTAs send and receive (the kernel's pattern); ``one-way``: rank 0 sends,
+  rank 1 receives; ``local``: each CTA bulk-copies into its own shared memory (the copy engine
+  without the network);
+- `--chunks`: bytes per bulk copy (the kernel's 1,024; larger copies, fewer of them);
+- `--clusters`: 1 (a lone pair) or 66 (every SM of an H100 busy, as at B 64 H 128).
+
+us per round (one `--round-bytes` hand-off per CTA and direction) is the median over CTAs of the
+kernel's own %globaltimer span divided by the rounds; GB/s = round bytes / that.
+
+    python benchmarks/dsmem_bandwidth.py --out benchmarks/results/dsmem_bandwidth-h100.csv
+
+Exit status: 0 done; 2 bad arguments or no CuPy / Hopper GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.csv_out import write_rows  # noqa: E402
+
+SOURCE = Path(__file__).with_suffix(".cu")
+MODES = {"both": 0, "one-way": 1, "local": 2}
+TILE_HALF_BYTES = 32 * 9 * 128  # the crossover's rows per tile and direction (32 rows x 9 chunks of 128 B)
+WARPS = 4
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options, or None."""
+    if args.rounds < 4 or args.round_bytes < 16 or 2 * args.round_bytes + 32 > 227 * 1024:
+        return "--rounds must be >= 4 and --round-bytes from 16 to 116,208 (two buffers in 227 KB of shared memory)"
+    for c in args.chunks:
+        if c < 16 or c % 16 or (args.round_bytes // WARPS) % c or args.round_bytes % WARPS:
+            return (f"--chunks {c}: each of the {WARPS} warps copies round_bytes / {WARPS} = "
+                    f"{args.round_bytes / WARPS:g} B in whole copies of a multiple of 16 B")
+    if any(n < 1 for n in args.clusters) or any(m not in MODES for m in args.modes):
+        return f"--clusters must be >= 1 and --modes among {', '.join(MODES)}"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modes", nargs="+", default=list(MODES), help=f"of {', '.join(MODES)} (default all)")
+    ap.add_argument("--chunks", type=int, nargs="+", default=[1024, 9216], help="bytes per bulk copy (default 1024 9216)")
+    ap.add_argument("--clusters", type=int, nargs="+", default=[1, 66], help="clusters of two CTAs (default 1 66)")
+    ap.add_argument("--round-bytes", type=int, default=TILE_HALF_BYTES,
+                    help=f"bytes per CTA and direction per round (default {TILE_HALF_BYTES:,}: a tile's half)")
+    ap.add_argument("--rounds", type=int, default=400, help="hand-offs per launch (default 400)")
+    ap.add_argument("--launches", type=int, default=5, help="launches per case, the median kept (default 5)")
+    ap.add_argument("--out", type=Path, default=Path("dsmem_bandwidth.csv"))
+    args = ap.parse_args(argv)
+    bad = check(args)
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
+    try:
+        import cupy as cp
+        import numpy as np
+    except ImportError:
+        print("needs CuPy and a Hopper GPU", file=sys.stderr)
+        return 2
+    from cupy_kernels._build import build_cubin
+
+    cubin = build_cubin(SOURCE, ("-cubin", "-O3", "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a"),
+                        "dsmem_bandwidth")
+    kern = cp.RawModule(path=str(cubin)).get_function("dsmem_copy")
+    smem = 2 * args.round_bytes + 32
+    kern.max_dynamic_shared_size_bytes = smem
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rows = []
+    for clusters in args.clusters:
+        ns = cp.zeros(2 * clusters, cp.uint64)
+        for mode in args.modes:
+            for chunk in args.chunks:
+                spans = []
+                for _ in range(args.launches):
+                    kern((2 * clusters,), (128,), (np.int32(args.rounds), np.int32(chunk), np.int32(args.round_bytes),
+                                                   np.int32(MODES[mode]), ns), shared_mem=smem)
+                    cp.cuda.Device().synchronize()
+                    spans.append(statistics.median(int(v) for v in ns.get()))
+                us = statistics.median(spans) / args.rounds / 1e3
+                row = dict(gpu=name, mode=mode, clusters=clusters, chunk_bytes=chunk, round_bytes=args.round_bytes,
+                           us_per_round=round(us, 4), gb_s_per_cta_direction=round(args.round_bytes / us / 1e3, 2))
+                rows.append(row)
+                print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    write_rows(args.out, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""CPU checks of benchmarks/dsmem_bandwidth.py's options (the timing itself needs a Hopper GPU)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from benchmarks import dsmem_bandwidth as db
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(modes=["both"], chunks=[1024], clusters=[1], round_bytes=db.TILE_HALF_BYTES, rounds=400)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_default_round_is_the_crossover_tile_half_in_whole_copies():
+    assert db.TILE_HALF_BYTES == 36_864 and db.check(_args()) is None
+    assert db.check(_args(chunks=[9216])) is None  # one copy per warp
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(chunks=[1000]), "multiple of 16"), (dict(chunks=[2048 + 16]), "whole copies"),
+    (dict(round_bytes=120_000), "two buffers"), (dict(rounds=2), "--rounds"),
+    (dict(modes=["sideways"]), "--modes"), (dict(clusters=[0]), "--clusters"),
+])
+def test_bad_options_are_named(kw, says):
+    assert says in db.check(_args(**kw))
+
+
+def test_bad_options_exit_2(capsys):
+    assert db.main(["--chunks", "1000"]) == 2
+    assert "--chunks 1000" in capsys.readouterr().err
