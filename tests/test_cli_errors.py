@@ -562,3 +562,12 @@ def test_an_npy_index_past_the_inferred_context_says_where_ctx_len_came_from(tmp
     code, _, err = run_cli(["replay", str(path), "--ctx0", "3", "--buffer", "3", "--quiet"], capsys)
     assert_clean_error(code, err, "index 4 out of range for ctx_len 4")
     assert "inferred" not in err  # --ctx0 given: nothing was inferred
+
+
+def test_an_empty_preset_name_in_a_grid_says_so(tmp_path, capsys):
+    # Path("") is the working folder: the message was "model = '': : not a file"
+    grid = tmp_path / "g.toml"
+    grid.write_text('kind = "plan"\n[fixed]\nmodel = ""\n[grid]\nconcurrency = [1, 2]\n')
+    code, _, err = run_cli(["sweep", str(grid), "--no-ray", "--out", str(tmp_path / "o")], capsys)
+    assert_clean_error(code, err, "g.toml", "empty model: give a preset name")
+    assert not (tmp_path / "o").exists()

@@ -56,6 +56,9 @@ def _singular(kind: str) -> str:
 
 def resolve(kind: str, spec: str) -> Path:
     """The file behind a preset name or a user's path."""
+    if not spec.strip():  # Path("") is ".", the working folder: "'': not a file" said nothing useful
+        raise HisparseError(f"empty {_singular(kind)}: give a preset name ({', '.join(preset_names(kind))}) or a "
+                            ".toml file")
     path = Path(spec)
     if path.suffix in (".toml", ".json") or path.exists():
         if not path.is_file():
