@@ -8,7 +8,17 @@ import os
 from collections.abc import Callable
 
 from ..inputs import dumps_json
-from .common import Output, declare_io, file_name, positive_float, positive_int, seed_int
+from .common import (
+    OptionDefaults,
+    Output,
+    declare_io,
+    file_name,
+    fill_defaults,
+    given_options,
+    positive_float,
+    positive_int,
+    seed_int,
+)
 
 TERMS = ("all", "kernels", "step", "moe-tp", "fused-moe-tp")
 LOOPS = ("both", "layer", "kernels")
@@ -232,23 +242,21 @@ def _write_tables(out: str, gpu: str, tables: dict) -> None:
 
 # the measuring options and their defaults (None in the parser, so an option given where nothing is measured
 # is told apart from its default)
-CALIBRATE_MEASURE = {"terms": ("--terms", "all"), "pool_gib": ("--pool-gib", 8.0), "iters": ("--iters", 10),
-                     "seed": ("--seed", 0)}
-VALIDATE_MEASURE = {"steps": ("--steps", 60), "pool_gib": ("--pool-gib", 8.0), "seed": ("--seed", 1)}
+CALIBRATE_MEASURE = (("terms", "--terms", "all"), ("pool_gib", "--pool-gib", 8.0), ("iters", "--iters", 10),
+                     ("seed", "--seed", 0))
+VALIDATE_MEASURE = (("steps", "--steps", 60), ("pool_gib", "--pool-gib", 8.0), ("seed", "--seed", 1))
 
 
-def _measure_options(args: argparse.Namespace, options: dict, offline: str | None) -> None:
+def _measure_options(args: argparse.Namespace, options: OptionDefaults, offline: str | None) -> None:
     """Fill in the measuring options' defaults; under ``offline`` (--refit, --repredict, --comm...), which
     measures none of them, one given is refused: they were ignored silently (rc 0, the same output)."""
     from ..errors import HisparseError
 
-    given = [opt for dest, (opt, _) in options.items() if getattr(args, dest) is not None]
+    given = given_options(args, options)
     if offline and given:
         raise HisparseError(f"{', '.join(given)}: {'does' if len(given) == 1 else 'do'} not apply with {offline} "
                             "(they set the kernel measurements, which it does not run)")
-    for dest, (_, default) in options.items():
-        if getattr(args, dest) is None:
-            setattr(args, dest, default)
+    fill_defaults(args, options)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

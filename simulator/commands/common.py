@@ -53,6 +53,24 @@ class Parser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
+# -- options whose argparse default is None ---------------------------------------------------
+# A table of (dest, option, default) rows: the parser's default is None, so an option the user gave
+# is told apart from the default (refused where it would be ignored), and the default filled in after.
+OptionDefaults = tuple[tuple[str, str, Any], ...]
+
+
+def given_options(args: argparse.Namespace, table: OptionDefaults) -> list[str]:
+    """The options of ``table`` the user gave."""
+    return [option for dest, option, _ in table if getattr(args, dest) is not None]
+
+
+def fill_defaults(args: argparse.Namespace, table: OptionDefaults) -> None:
+    """Each option of ``table`` the user left out takes its default."""
+    for dest, _, default in table:
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+
+
 # -- argparse types with ranges ----------------------------------------------------------------
 def _parse_int(text: str) -> int:
     try:

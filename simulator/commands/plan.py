@@ -14,6 +14,8 @@ from .common import (
     buffer_size,
     comma_list,
     declare_io,
+    fill_defaults,
+    given_options,
     json_safe,
     nonneg_float,
     positive_float,
@@ -204,15 +206,14 @@ def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     import contextlib
 
     from ..errors import HisparseError
-    from ..serving.presets import resolve
+    from ..serving.presets import resolve_or_none
 
     found: list[tuple[str, str]] = []
     defaults = {dest: default for dest, _, default in PLAN_ONLY}
     for dest, option, kind in PRESET_OPTIONS:
         spec = getattr(args, dest) if getattr(args, dest) is not None else defaults.get(dest)
-        if isinstance(spec, str) and spec not in ("auto", "none", ""):
-            with contextlib.suppress(HisparseError, OSError, ValueError):
-                found.append((option, str(resolve(kind, spec))))
+        if isinstance(spec, str) and spec not in ("auto", "none", "") and (path := resolve_or_none(kind, spec)):
+            found.append((option, str(path)))
     with contextlib.suppress(HisparseError, OSError, ValueError):  # the deployment's GPU, its calibration
         from ..serving import presets as P
 
@@ -232,9 +233,8 @@ def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
                     kind = dict((d, k) for d, _, k in PRESET_OPTIONS).get(key)
                     if key == "trace":
                         found.append(("--validate", str(value)))
-                    elif kind and value not in ("auto", "none", ""):
-                        with contextlib.suppress(HisparseError, OSError, ValueError):
-                            found.append(("--validate", str(resolve(kind, value))))
+                    elif kind and value not in ("auto", "none", "") and (path := resolve_or_none(kind, value)):
+                        found.append(("--validate", str(path)))
     return found
 
 
@@ -255,16 +255,11 @@ PLAN_ONLY = (("model", "--model", "glm-5.1-fp8"), ("gpu", "--gpu", None),
              ("cluster", "--cluster", None))
 
 
-def _given(args: argparse.Namespace) -> list[str]:
-    """The PLAN_ONLY options the user gave."""
-    return [opt for dest, opt, _ in PLAN_ONLY if getattr(args, dest) is not None]
-
-
 def run_plan_cmd(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
 
-    given = _given(args)
-    from .plan_search import check_args
+    given = given_options(args, PLAN_ONLY)
+    from .plan_search import check_args, refuse_unused_node_options
 
     check_args(args, given)
     if args.validate:
@@ -275,16 +270,12 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                                 f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply (it takes --trace, --calibration, --seed, "
                                 "--json, --out, --report, --quiet)")
         return run_validate(args)
-    needs = {"--node-layout": "--nodes", "--cluster": "--nodes (or --search --pd-split)"}
-    stray = [o for o in needs if o in given]
-    if stray and not args.search and not args.nodes:  # the search checks its own (plan_search.check_args)
-        raise HisparseError("; ".join(f"{o} applies only with {needs[o]}" for o in stray) + ": a plain plan ignores it")
+    if not args.search:  # the search's are checked in check_args
+        refuse_unused_node_options(args, given)
     if "--concurrency" in given and "--rate" in given:
         raise HisparseError("--concurrency and --rate: give one (closed loop at each concurrency, or open loop "
                             "at each arrival rate), not both")
-    for dest, _, default in PLAN_ONLY:
-        if getattr(args, dest) is None:
-            setattr(args, dest, default)
+    fill_defaults(args, PLAN_ONLY)
     if args.slo_ttft_s is not None and args.slo_ttft_s < 0:  # --slo-ttft-s none
         args.slo_ttft_s = None
     prices = _prices(args)

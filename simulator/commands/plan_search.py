@@ -73,16 +73,23 @@ def check_args(args: argparse.Namespace, given: list[str]) -> None:
     if whatif:
         raise HisparseError(f"--search runs no what-if: {', '.join(whatif)} does not apply (run it on a plain plan "
                             "of the configuration the search picks)")
-    unused = [o for o, needs in NODE_OPTIONS if o in given and not any(getattr(args, n) for n in needs)]
-    if unused:
-        raise HisparseError(f"--search: {', '.join(unused)} would be ignored: --node-layout belongs to --nodes, "
-                            "--cluster to --nodes or --pd-split")
+    refuse_unused_node_options(args, given)
     if args.validate:
         raise HisparseError("--search and --validate: give one")
     low = [r for r in args.search_host_ratio or () if not r >= 1]
     if low:  # every point would be "cannot run", as --sweep-host-ratio's check says before any
         raise HisparseError(f"--search-host-ratio {low[0]:g} must be >= 1 (SGLang's host_to_device_ratio)")
     _policies(args.search_policy)  # before the scenario loads
+
+
+def refuse_unused_node_options(args: argparse.Namespace, given: list[str]) -> None:
+    """--node-layout without --nodes, --cluster without --nodes or --pd-split: a plan or a search would ignore it."""
+    from ..errors import HisparseError
+
+    unused = [o for o, needs in NODE_OPTIONS if o in given and not any(getattr(args, n) for n in needs)]
+    if unused:
+        raise HisparseError(f"{', '.join(unused)} would be ignored: --node-layout belongs to --nodes, "
+                            "--cluster to --nodes or --search --pd-split")
 
 
 def _policies(text: str | None) -> tuple[str, ...]:

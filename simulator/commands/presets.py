@@ -34,17 +34,17 @@ def source_file(args: argparse.Namespace) -> list[tuple[str, str]]:
     """--from's file when it is a preset name: checked against --out like a path is (``--from h200
     --out simulator/presets/gpus/h200.toml`` overwrote the shipped preset). A name that does not
     resolve is left to the command, which says what is wrong with it."""
-    import contextlib
-
     from ..errors import HisparseError
-    from ..serving import presets as P
+    from ..serving.presets import resolve_or_none
     from ..serving.schema import kind_of
 
     if args.action != "new" or not args.kind or not args.source:
         return []
-    with contextlib.suppress(HisparseError, OSError, ValueError):
-        return [("--from", str(P.resolve(kind_of(args.kind), args.source)))]
-    return []
+    try:
+        path = resolve_or_none(kind_of(args.kind), args.source)
+    except HisparseError:  # an unknown KIND: the command says so
+        return []
+    return [("--from", str(path))] if path else []
 
 
 def run_presets_cmd(args: argparse.Namespace) -> int:

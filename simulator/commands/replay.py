@@ -335,11 +335,13 @@ def _group_rows(args, trace, result) -> list[dict] | None:
 def _print_params(args, policies, trace=None) -> None:
     """The placed policies' parameters, on stderr (the table and JSON stay one record per config),
     and a note for each option given explicitly that nothing replayed here uses."""
+    from ..replay.policies import OPTION_USERS
+
     given = getattr(args, "given", set())
-    if "ways" in given and "salru" not in policies:
-        print(f"# --ways {args.ways} is unused: it applies to salru, which is not replayed here", file=sys.stderr)
-    if "seed" in given and "random" not in policies:
-        print(f"# --seed {args.seed} is unused: it applies to random, which is not replayed here", file=sys.stderr)
+    for dest, users in OPTION_USERS.items():
+        if dest in given and not users & set(policies):
+            print(f"# --{dest} {getattr(args, dest)} is unused: it applies to {', '.join(sorted(users))}, which is not "
+                  "replayed here", file=sys.stderr)
     if "window" in given and not getattr(args, "plot", None):
         print(f"# --window {args.window} is unused: it applies to --plot, which is not given", file=sys.stderr)
     if getattr(args, "recover", False) and trace is not None and _is_npy(trace):

@@ -61,10 +61,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(where, file) of every file the grid's points read: its traces and, for a plan grid, the
     files behind its preset names. A grid that does not load is left to the run (same error)."""
-    import contextlib
-
     from ..errors import HisparseError
-    from ..serving.presets import resolve
+    from ..serving.presets import resolve_or_none
     from ..sweep.grid import load_grid
 
     try:
@@ -82,8 +80,8 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
             if key == "trace":
                 found.setdefault(value, where)
             elif grid.kind == "plan" and key in PRESET_KINDS and value not in ("auto", "none", ""):
-                with contextlib.suppress(HisparseError, OSError, ValueError):
-                    found.setdefault(str(resolve(PRESET_KINDS[key], value)), where)
+                if path := resolve_or_none(PRESET_KINDS[key], value):
+                    found.setdefault(str(path), where)
     return [(where, path) for path, where in found.items()]
 
 
@@ -148,11 +146,11 @@ def _check_unused_options(grid, path: str) -> None:
 
     from ..errors import HisparseError
     from ..replay.config import ReplayConfig
-    from ..replay.policies import SHARDED
+    from ..replay.policies import OPTION_USERS
 
     default = str(ReplayConfig.__dataclass_fields__["policy"].default)
     policies = {str(p.get("policy", default)) for p in grid.points}
-    for key, users in (("seed", frozenset({"random"})), ("ways", SHARDED)):
+    for key, users in OPTION_USERS.items():
         values = sorted({p[key] for p in grid.points if key in p})
         if not values or policies & users:
             continue

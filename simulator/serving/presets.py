@@ -72,6 +72,15 @@ def resolve(kind: str, spec: str) -> Path:
                         "or give a .toml file)")
 
 
+def resolve_or_none(kind: str, spec: str) -> Path | None:
+    """``resolve``'s file, or None where the name does not resolve: for the input-against-output
+    checks, which leave a bad name to the run that reads it (it says what is wrong)."""
+    try:
+        return resolve(kind, spec)
+    except (HisparseError, OSError, ValueError):
+        return None
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """A preset TOML file, within the input size and nesting limits (``simulator.inputs``)."""
     return inputs.read_toml(path)

@@ -71,6 +71,10 @@ REGISTRY: tuple[PolicyEntry, ...] = (
 # Placed policies whose parameter (the step loop's g[4]) is the shard width: ReplayConfig.ways.
 SHARDED: frozenset[str] = frozenset({"salru"})
 
+# The replay options only some policies read (ReplayConfig field -> those policies): a value given
+# where none of them replays changes nothing (hisparse replay notes it, a sweep axis is refused).
+OPTION_USERS: dict[str, frozenset[str]] = {"ways": SHARDED, "seed": frozenset({"random"})}
+
 # Policies that hold no state, counted directly (simulator.replay.api).
 STATELESS: dict[str, str] = {
     "none": "no buffer: every selected entry loads",
