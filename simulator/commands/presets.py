@@ -1,9 +1,10 @@
-"""``hisparse presets``: the shipped presets, each kind's schema (from the spec dataclasses), and a
-complete commented preset file written from an existing one."""
+"""``hisparse presets``: the shipped presets, each kind's schema (from the spec dataclasses), one preset
+as resolved (``show``), and a complete commented preset file written from an existing one (``new``)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from .common import Output, declare_io, print_json
 
@@ -17,17 +18,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="hisparse presets: the shipped presets of every kind.\n"
                     "hisparse presets --schema KIND: every key of KIND's files (type, unit, meaning, required or "
                     "default, domain), read from the spec dataclasses that check them.\n"
+                    "hisparse presets show KIND NAME [--json]: one preset (a shipped name or your own file) as "
+                    "it resolves, every key with its defaults written out, printed as TOML (the text presets new "
+                    "writes; --json: the same keys as one JSON object). A calibration shows its cost terms as the "
+                    "planner reads them (a calibration JSON's fitted terms over the uncalibrated ones; --json adds "
+                    "its measured GPU figures as gpu, and its collectives as comm).\n"
                     "hisparse presets new KIND --from NAME --out FILE: a complete, commented copy of a preset (every "
                     "key, defaults written out) to edit; it loads back as it is.\n"
                     f"Kinds: {', '.join(KINDS)} (singular names work too).")
-    p.add_argument("action", nargs="?", choices=["new"], help="new: write a preset file (with KIND, --from, --out)")
-    p.add_argument("kind", nargs="?", metavar="KIND", help="the kind for new")
+    p.add_argument("action", nargs="?", choices=["new", "show"],
+                   help="new: write a preset file (with KIND, --from, --out); show: print one (with KIND NAME)")
+    p.add_argument("kind", nargs="?", metavar="KIND", help="the kind for new and show")
+    p.add_argument("name", nargs="?", metavar="NAME", help="show: the preset name or .toml file to print")
     p.add_argument("--schema", metavar="KIND", default=None, help="print the keys of KIND's files")
     p.add_argument("--from", dest="source", metavar="NAME", default=None, help="new: the preset or file to start from")
     p.add_argument("--out", metavar="FILE", default=None, help="new: the .toml file to write")
-    p.add_argument("--json", action="store_true", help="the list or the schema as JSON")
+    p.add_argument("--json", action="store_true", help="the list, the schema or the shown preset as JSON")
     p.set_defaults(run=run_presets_cmd)
-    declare_io(p, inputs=["source"], outputs=[Output("out", suffixes=(".toml",))], more_inputs=source_file)
+    declare_io(p, inputs=["source", "name"], outputs=[Output("out", suffixes=(".toml",))], more_inputs=source_file)
 
 
 def source_file(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -52,7 +60,12 @@ def run_presets_cmd(args: argparse.Namespace) -> int:
     from ..serving import schema as S
     from ..serving.presets import preset_names
 
+    if args.action == "show":
+        return _show(args)
     if args.action == "new":
+        if args.name:  # read as nothing: the file came from --from
+            raise HisparseError(f"presets new: {args.name!r}: the preset to copy is given with --from (hisparse "
+                                f"presets new {args.kind} --from {args.name} --out FILE)")
         if args.schema:
             raise HisparseError("presets new: --schema does not apply (give KIND --from NAME --out FILE)")
         if args.json:  # was ignored: new writes a TOML file and prints one line
@@ -86,3 +99,74 @@ def run_presets_cmd(args: argparse.Namespace) -> int:
     for k, names in listing.items():
         print(f"{k}: {', '.join(names)}")
     return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    """``presets show KIND NAME``: what a preset holds once loaded (defaults written out), without
+    writing a file to read it."""
+    from ..errors import HisparseError
+    from ..serving import schema as S
+
+    for opt, v in (("--schema", args.schema), ("--from", args.source), ("--out", args.out)):
+        if v:
+            raise HisparseError(f"presets show: {opt} does not apply (hisparse presets show KIND NAME [--json]; "
+                                "presets new KIND --from NAME --out FILE writes a file)")
+    missing = [o for o, v in (("KIND", args.kind), ("NAME", args.name)) if not v]
+    if missing:
+        raise HisparseError(f"presets show: give {', '.join(missing)} (e.g. hisparse presets show gpu h200; "
+                            "hisparse presets lists the names)")
+    kind = S.kind_of(args.kind)
+    text, extra = shown_preset(kind, args.name)
+    if args.json:
+        import tomllib
+
+        print_json({**tomllib.loads(text), **extra})
+    else:
+        print(text, end="")
+    return 0
+
+
+def shown_preset(kind: str, name: str) -> tuple[str, dict[str, Any]]:
+    """The TOML text of preset ``name`` as it resolves (``presets new``'s rendering, checked to load
+    back to the same spec), and what a JSON view adds (a calibration's measured GPU figures and
+    collectives, which its TOML form cannot hold)."""
+    from ..serving import presets as P
+    from ..serving import schema as S
+
+    path = P.resolve(kind, name)
+    if kind == "calibration":
+        text, extra = _calibration_text(name, path)
+    else:
+        body = S.new_preset(kind, name).split("\n", 1)[1]  # its first line says `presets new` wrote it
+        text, extra = f"# {kind} preset {name} as it resolves, from {path}\n" + body, {}
+    S.check_loads(kind, text, str(path), source=name)
+    return text, extra
+
+
+def _calibration_text(name: str, path) -> tuple[str, dict[str, Any]]:
+    """A calibration's cost terms as the planner reads them (``presets new`` writes no calibration:
+    ``hisparse calibrate`` does), each with the schema's comment."""
+    from ..serving import presets as P
+    from ..serving import schema as S
+
+    cal = P.load_calibration(name)
+    lines = [f"# calibration {name} as it resolves, from {path}", f"# {S.schema_doc('calibration')}",
+             "# Every key is listed; `hisparse presets --schema calibration` explains them.", ""]
+    for k in S.schema("calibration"):
+        need = "required" if k.required else f"default {S._toml_value(k.default)}"
+        extra = ", ".join(x for x in (k.type, k.unit, k.domain) if x)
+        if k.meaning:
+            lines.append(f"# {k.meaning}")
+        lines.append(f"{k.name} = {S._toml_value(getattr(cal.params, k.name))}    # {extra}; {need}")
+    more: dict[str, Any] = {}
+    if cal.gpu:
+        more["gpu"] = dict(cal.gpu)
+        lines += ["", "# measured GPU figures: they replace the GPU preset's where this calibration is used"]
+        lines += [f"#   {k} = {S._toml_value(v)}" for k, v in cal.gpu.items()]
+    if cal.comm:
+        more["comm"] = dict(cal.comm)
+        lines += ["", f"# measured collectives (comm: {', '.join(map(str, cal.comm))}): they replace the GPU "
+                      "preset's [interconnect] where this calibration is used"]
+    if cal.terms:
+        lines += ["", f"# also in {path}, read by the cost model itself: {', '.join(map(str, cal.terms))}"]
+    return "\n".join(lines) + "\n", more

@@ -32,6 +32,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                    "of each kind):\n"
                                    "  kind = \"replay\"\n  [fixed]\n  trace = \"traces/synthetic-dsa-like.hst\"\n"
                                    "  [grid]\n  policy = [\"lru\", \"opt\"]\n  buffer = [2048, 4096]\n\n"
+                                   "Each value of a list once: a value given twice, or one file named two ways (a "
+                                   "relative and an absolute path, ./x and x, a preset name and its file), is "
+                                   "refused. Paths are relative to the folder the sweep runs in.\n\n"
                                    "Grid keys (the options of hisparse replay / hisparse plan):\n" + _grid_keys())
     p.add_argument("grid", metavar="GRID.toml", help="grid file")
     p.add_argument("--out", default="sweep-out", metavar="DIR", help="output folder (default sweep-out)")
@@ -63,7 +66,7 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     files behind its preset names. A grid that does not load is left to the run (same error)."""
     from ..errors import HisparseError
     from ..serving.presets import resolve_or_none
-    from ..sweep.grid import load_grid
+    from ..sweep.grid import CALIBRATION_WORDS, PRESET_KINDS, load_grid
 
     try:
         grid = load_grid(args.grid)
@@ -79,7 +82,7 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
             where = f"{args.grid}: {key} ="
             if key == "trace":
                 found.setdefault(value, where)
-            elif grid.kind == "plan" and key in PRESET_KINDS and value not in ("auto", "none", ""):
+            elif grid.kind == "plan" and key in PRESET_KINDS and value not in CALIBRATION_WORDS:
                 if path := resolve_or_none(PRESET_KINDS[key], value):
                     found.setdefault(str(path), where)
     return [(where, path) for path, where in found.items()]
@@ -118,6 +121,7 @@ def check_values(grid, path: str) -> None:
     (``replay.check_configs``, ``planner.prepare``: the files it names loaded and checked, buffers
     against k and the trace, the work budgets)."""
     from ..replay.policies import POLICIES
+    from ..sweep.grid import PRESET_KINDS
     from .common import check_policies
 
     actions = cli_actions(grid.kind)
@@ -161,18 +165,14 @@ def _check_unused_options(grid, path: str) -> None:
         warnings.warn(f"{path}: {key} = {values[0]} is unused: {what}", stacklevel=1)
 
 
-# plan grid keys that name a preset or a file, and the serving presets' kind each is looked up in
-PRESET_KINDS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
-                "hisparse": "hisparse", "calibration": "calibration"}
-
-
 def _check_preset(key: str, value: str, path: str) -> None:
     """A plan grid's preset name is shipped, or its path is a file (the presets' own lookup);
     the point checks then load it."""
     from ..errors import HisparseError
     from ..serving.presets import resolve
+    from ..sweep.grid import CALIBRATION_WORDS, PRESET_KINDS
 
-    if key == "calibration" and value in ("auto", "none", ""):
+    if key == "calibration" and value in CALIBRATION_WORDS:
         return
     try:
         resolve(PRESET_KINDS[key], value)

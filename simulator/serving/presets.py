@@ -68,8 +68,10 @@ def resolve(kind: str, spec: str) -> Path:
         preset = PRESET_DIR / kind / f"{spec}{ext}"
         if preset.is_file():
             return preset
+    # a calibration may also be the JSON hisparse calibrate writes
+    files = "a .toml or calibration .json file" if kind == "calibration" else "a .toml file"
     raise HisparseError(f"unknown {_singular(kind)} preset {spec!r} (presets: {', '.join(preset_names(kind))}; "
-                        "or give a .toml file)")
+                        f"or give {files})")
 
 
 def resolve_or_none(kind: str, spec: str) -> Path | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,11 @@ OPTIONS = {
              "host_to_device_ratio": float, "slo_tpot_ms": float, "slo_ttft_s": float, "seed": int},
 }
 REQUIRED = {"replay": ("trace",), "plan": ()}
+# plan keys that name a preset or a file, and the serving presets' kind each is looked up in
+PRESET_KINDS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
+                "hisparse": "hisparse", "calibration": "calibration"}
+# calibration words that name no file
+CALIBRATION_WORDS = ("auto", "none", "")
 
 
 @dataclass(frozen=True)
@@ -48,19 +54,59 @@ def point_id(point: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _file_of(kind: str, key: str, value: str) -> tuple | None:
+    """What a path-valued option's value reads, as a comparable identity: the file's (device, inode)
+    where it exists (a symlink, a hard link, ``./`` or an absolute spelling: one file), else its
+    normalised absolute path; None for a value that names no file (a preset name that does not
+    resolve is left to the up-front checks, which say what is wrong)."""
+    if key == "trace":
+        target: str | None = value
+    elif kind == "plan" and key in PRESET_KINDS:
+        if key == "calibration" and value in CALIBRATION_WORDS:
+            return None
+        from ..serving.presets import resolve_or_none
+
+        found = resolve_or_none(PRESET_KINDS[key], value)  # a shipped name resolves to its packaged file
+        target = str(found) if found is not None else None
+    else:
+        return None
+    if not target:
+        return None
+    try:
+        st = os.stat(target)
+        return ("inode", st.st_dev, st.st_ino)
+    except (OSError, ValueError):
+        return ("path", os.path.normpath(os.path.abspath(target)))
+
+
+def _refuse_same_file(kind: str, key: str, values: list, where: str) -> None:
+    """Two spellings of one file (``traces/x.hst`` and ``./traces/x.hst``, a relative and an absolute
+    path, a preset name and its file) are one input: they ran as two points with the same result,
+    each counted in results.parquet. Refused like a value given twice, naming both spellings."""
+    seen: dict[tuple, str] = {}
+    for v in values:
+        ident = _file_of(kind, key, v) if isinstance(v, str) else None
+        if ident is None:
+            continue
+        if ident in seen:
+            raise HisparseError(f"{where}: {seen[ident]!r} and {v!r} name the same file (each file once; paths "
+                                "are relative to the folder the sweep runs in)")
+        seen[ident] = v
+
+
 def load_grid(path: str | Path) -> Grid:
     """Read and check a grid file; errors name the file and the key."""
     path = Path(path)
     data = read_toml(path, what="grid file")
+    extra = sorted(set(data) - {"kind", "fixed", "grid"})
+    if extra:  # first: a misspelt kind (Kind = "replay") was reported as a missing one
+        raise HisparseError(f"{path}: unknown section(s) {', '.join(extra)} (kind, [fixed], [grid])")
     kind = data.get("kind")
     if kind is None:
         raise HisparseError(f"{path}: missing kind (a top-level line kind = \"replay\" or kind = \"plan\", "
                             "before the [fixed] and [grid] tables)")
     if not isinstance(kind, str) or kind not in OPTIONS:
         raise HisparseError(f"{path}: kind must be \"replay\" or \"plan\", got {kind!r}")
-    extra = sorted(set(data) - {"kind", "fixed", "grid"})
-    if extra:
-        raise HisparseError(f"{path}: unknown section(s) {', '.join(extra)} (kind, [fixed], [grid])")
     merged: dict[str, list] = {}
     for section in ("fixed", "grid"):
         if not isinstance(data.get(section, {}), dict):
@@ -85,6 +131,7 @@ def load_grid(path: str | Path) -> Grid:
             if repeated:  # the same point twice: run twice and counted twice in results.parquet
                 raise HisparseError(f"{path}: [{section}] {key}: {', '.join(map(repr, repeated))} given twice "
                                     "(each value once)")
+            _refuse_same_file(kind, key, merged[key], f"{path}: [{section}] {key}")
     for key in REQUIRED[kind]:
         if key not in merged:
             raise HisparseError(f"{path}: missing option {key!r}")

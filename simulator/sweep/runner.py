@@ -45,6 +45,9 @@ def finished(out: Path, grid: Grid) -> set[str]:
         part = _part_path(out, point_id(p))
         if not part.exists():
             continue
+        if not part.is_file():  # a folder read as a parquet dataset, then its unlink failed ("Is a directory")
+            raise HisparseError(f"{part}: is not a file; a sweep part is one parquet file (remove it and run "
+                                "again with --resume: its point runs again)")
         try:
             error = pd.read_parquet(part, columns=["error"])["error"].iloc[0]
         except (OSError, ValueError, KeyError, IndexError) as exc:  # pyarrow's ArrowInvalid is a ValueError
@@ -157,6 +160,10 @@ def run_sweep(grid: Grid, out: str | Path, *, address: str | None = None, worker
     out = Path(out)
     if (out / RESULTS).is_dir():  # found only when the table is written, after every point had run
         raise HisparseError(f"{out / RESULTS}: is a folder; the sweep writes its results table there (remove it, "
+                            "or give another --out)")
+    parts = out / "parts"
+    if parts.exists() and not parts.is_dir():  # was "OUT/parts: Not a directory", from the OS
+        raise HisparseError(f"{parts}: is a file; the sweep writes one file per point in that folder (remove it, "
                             "or give another --out)")
     with _sweep_lock(out):
         return _run_locked(grid, out, address=address, workers=workers, resume=resume, use_ray=use_ray,
