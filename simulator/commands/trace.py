@@ -128,6 +128,14 @@ def add_compression(parser: argparse.ArgumentParser) -> None:
                              "copied out when read where zlib inflates at ~200 MB/s; every reader reads both")
 
 
+def _open(args: argparse.Namespace, *, need_accesses: bool = False):
+    """The command's trace; a note where --recover is given for a .npy array, which it does
+    not apply to (as ``hisparse replay`` says): it was silently ignored."""
+    if args.recover and str(args.trace).lower().endswith(".npy"):
+        print("# --recover is unused: it applies to .hst traces, not a .npy array", file=sys.stderr)
+    return open_input(args, need_accesses=need_accesses)
+
+
 def _index_share(text: str) -> tuple[int, int]:
     """--index-share FREQ:OFFSET: two whole numbers, FREQ >= 1, OFFSET >= 0."""
     parts = str(text).split(":")
@@ -211,8 +219,9 @@ def run_compare(args: argparse.Namespace) -> int:
     from ..analysis.targets import load_targets, shipped_targets
 
     targets = [load_targets(t) for t in (args.targets or shipped_targets())]
-    trace = open_input(args, need_accesses=True)
+    trace = _open(args, need_accesses=True)
     check_context_memory("compare", args.trace, getattr(trace, "max_ctx", None))
+    _check_compare_buffers(args, trace.meta.k, targets)
     result = compare_trace(trace, targets, warmup=args.warmup, curve=bool(args.json or args.plot))
     if args.plot:
         plot_compare(result, targets, args.plot)
@@ -243,13 +252,30 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_compare_buffers(args: argparse.Namespace, k: int, targets: list) -> None:
+    """Refuse, before any replay, a buffer of B/k x k slots that the replay engine cannot hold
+    (a trace of k near 2**31: its B = 2k raised ValueError from the engine, a traceback)."""
+    from ..analysis.compare import CURVE_RATIOS
+    from ..errors import HisparseError
+    from .common import MAX_BUFFER
+
+    ratios = [2.0] + [t.buffer_ratio for tg in targets for t in tg.targets if t.buffer_ratio is not None]
+    if args.json or args.plot:
+        ratios += list(CURVE_RATIOS)
+    ratio = max(ratios)
+    if round(ratio * k) > MAX_BUFFER:
+        raise HisparseError(f"{args.trace}: k = {k} is too large to compare: its LRU miss ratio at B/k = {ratio:g} "
+                            f"needs a buffer of {round(ratio * k):,} slots, more than the replay engine's "
+                            f"{MAX_BUFFER:,}")
+
+
 def run_info(args: argparse.Namespace) -> int:
     from ..trace.stats import trace_info
 
-    info = trace_info(open_input(args), sink=args.sink, local=args.local)
+    info = trace_info(_open(args), sink=args.sink, local=args.local)
     if not info.get("accesses"):
-        print(f"hisparse: note: {args.trace} holds no accesses (every step is empty or -1 padding): "
-              "nothing to replay", file=sys.stderr)
+        print(f"hisparse: note: {args.trace} holds {_nothing(info.get('streams', 0))}: nothing to replay",
+              file=sys.stderr)
     if args.json:
         print_json(info)
     else:
@@ -259,14 +285,20 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _nothing(streams: int) -> str:
+    """Why a trace has nothing to replay: no streams at all (a writer closed before its first
+    chunk, a --recover that kept none), or streams whose steps are all empty."""
+    return "no streams" if not streams else "no accesses (every step is empty or -1 padding)"
+
+
 def run_validate(args: argparse.Namespace) -> int:
-    trace = open_input(args)
+    trace = _open(args)
     n = steps = accesses = 0
     for s in trace:
         n += 1
         steps += s.steps
         accesses += s.accesses
-    note = "" if accesses else "; no accesses: every step is empty or -1 padding, nothing to replay"
+    note = "" if accesses else f"; {_nothing(n)}, nothing to replay"
     if getattr(trace, "version", 2) < 2:
         from ..trace.stream import FORMAT_VERSION
 
@@ -279,7 +311,7 @@ def run_validate(args: argparse.Namespace) -> int:
 def run_convert(args: argparse.Namespace) -> int:
     from ..trace import TraceWriter
 
-    trace = open_input(args)
+    trace = _open(args)
     check_context_memory("convert", args.trace, getattr(trace, "max_ctx", None))
     with TraceWriter(args.out, k=trace.meta.k, source=trace.meta.source, extra=trace.meta.extra,
                      keep_order=args.keep_order, compression=args.compression) as writer:
@@ -291,7 +323,7 @@ def run_convert(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from ..trace.oracle import write_oracle_general
 
-    trace = open_input(args, need_accesses=True)
+    trace = _open(args, need_accesses=True)
     keys = trace.keys
     request = keys[0].request if args.request is None else args.request
     layer = keys[0].layer if args.layer is None else args.layer

@@ -135,6 +135,8 @@ def run_fit(args: argparse.Namespace) -> int:
     from ..trace import open_trace
     from ..trace.generator import knobs_to_toml
 
+    if args.recover and str(args.trace).lower().endswith(".npy"):  # as trace info and replay say
+        print("# --recover is unused: it applies to .hst traces, not a .npy array", file=sys.stderr)
     trace = open_trace(args.trace, ctx0=args.ctx0, recover=args.recover)
     check_context_memory("fit", args.trace, getattr(trace, "max_ctx", None))
     fit = fit_knobs(trace, seed=args.seed, layers=args.layers, requests=args.requests,

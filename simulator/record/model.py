@@ -38,9 +38,31 @@ class ModelConfig:
 
     @staticmethod
     def from_gguf(g: GGUFModel) -> ModelConfig:
+        """The config a GGUF file's metadata gives; HisparseError naming the key that is missing
+        or not a number (a file without one raised KeyError, a traceback)."""
+        if g.arch not in ("llama", "gemma3"):
+            raise HisparseError(f"{g.path}: architecture {g.arch!r} is not supported (llama, gemma3 are)")
+        try:
+            cfg = ModelConfig._from_meta(g)
+        except KeyError as exc:
+            raise HisparseError(f"{g.path}: GGUF metadata {exc.args[0]!r} is missing (not a complete "
+                                f"{g.arch} model)") from None
+        except (TypeError, ValueError) as exc:
+            raise HisparseError(f"{g.path}: GGUF metadata is not what a {g.arch} model holds ({exc})") from None
+        for name, v in (("block_count", cfg.layers), ("embedding_length", cfg.hidden),
+                        ("attention.head_count", cfg.heads), ("attention.head_count_kv", cfg.kv_heads),
+                        ("attention.key_length", cfg.head_dim), ("feed_forward_length", cfg.ffn),
+                        ("context_length", cfg.ctx_max), ("tokens", cfg.vocab)):
+            if v < 1:
+                raise HisparseError(f"{g.path}: GGUF metadata {name} = {v}, needs a positive number")
+        if cfg.heads % cfg.kv_heads:
+            raise HisparseError(f"{g.path}: GGUF metadata: {cfg.heads} attention heads are not a multiple of "
+                                f"{cfg.kv_heads} key/value heads")
+        return cfg
+
+    @staticmethod
+    def _from_meta(g: GGUFModel) -> ModelConfig:
         m, a = g.meta, g.arch
-        if a not in ("llama", "gemma3"):
-            raise HisparseError(f"{g.path}: architecture {a!r} is not supported (llama, gemma3 are)")
         layers = int(m[f"{a}.block_count"])
         heads = int(m[f"{a}.attention.head_count"])
         hidden = int(m[f"{a}.embedding_length"])
@@ -59,6 +81,30 @@ class ModelConfig:
             bos=None if bos is None else int(bos))
 
 
+def _check_tensors(g: GGUFModel, cfg: ModelConfig) -> None:
+    """Every tensor the forward pass reads is there, at the shape the config gives: a file
+    without one raised KeyError, one of another shape a matmul's RuntimeError, mid-run."""
+    q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    want = {"token_embd.weight": (cfg.vocab, cfg.hidden), "output_norm.weight": (cfg.hidden,)}
+    if "output.weight" in g.tensors:
+        want["output.weight"] = (cfg.vocab, cfg.hidden)
+    block = {"attn_norm": (cfg.hidden,), "attn_q": (q, cfg.hidden), "attn_k": (kv, cfg.hidden),
+             "attn_v": (kv, cfg.hidden), "attn_output": (cfg.hidden, q), "ffn_norm": (cfg.hidden,),
+             "ffn_gate": (cfg.ffn, cfg.hidden), "ffn_up": (cfg.ffn, cfg.hidden), "ffn_down": (cfg.hidden, cfg.ffn)}
+    if cfg.arch == "gemma3":
+        block |= {"attn_q_norm": (cfg.head_dim,), "attn_k_norm": (cfg.head_dim,),
+                  "post_attention_norm": (cfg.hidden,), "post_ffw_norm": (cfg.hidden,)}
+    for i in range(cfg.layers):
+        want |= {f"blk.{i}.{name}.weight": shape for name, shape in block.items()}
+    for name, shape in want.items():
+        have = g.tensors.get(name)
+        if have is None:
+            raise HisparseError(f"{g.path}: tensor {name} is missing (not a complete {cfg.arch} model)")
+        if tuple(have.shape) != shape:
+            raise HisparseError(f"{g.path}: tensor {name} has shape {tuple(have.shape)}, its metadata gives "
+                                f"{shape}")
+
+
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     # GGUF stores Gemma's norm weights with the +1 already added: both archs multiply by w.
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
@@ -73,6 +119,7 @@ class Model:
             raise HisparseError(f"prompt + steps = {capacity} tokens, more than the model's context "
                                 f"{cfg.ctx_max}")
         self.capacity = capacity
+        _check_tensors(g, cfg)
         t = {name: torch.from_numpy(np.require(a, requirements="W")) for name, a in g.tensors.items()}
         self.embed = t["token_embd.weight"]
         self.out = t.get("output.weight", self.embed)  # tied embeddings when absent

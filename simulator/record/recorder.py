@@ -146,9 +146,14 @@ def _record(spec: RecordSpec, *, resume: bool, quiet: bool, on_step: Callable[[i
     # when another process shares the cores (2 threads ran 10x slower than 1 here).
     torch.set_num_threads(1)
     g = load_gguf(resolve_model(spec.model))
-    tokenizer = build_tokenizer(g.meta)
+    model = Model(g, spec.prompt_tokens + spec.steps)  # first: it names an unsupported or incomplete file
+    try:
+        tokenizer = build_tokenizer(g.meta)
+    except HisparseError as exc:
+        raise HisparseError(f"{g.path}: {exc}") from None
+    except (KeyError, IndexError, TypeError, ValueError) as exc:  # token lists of unequal length, an id past them
+        raise HisparseError(f"{g.path}: its vocabulary metadata does not build a tokenizer ({exc})") from None
     text, text_info = _read_texts(spec.texts)
-    model = Model(g, spec.prompt_tokens + spec.steps)
     cfg = model.cfg
     prompt = _prompt(tokenizer, text, cfg, spec.prompt_tokens, spec.texts)
     layers = cfg.global_layers

@@ -14,6 +14,8 @@ def build_tokenizer(meta: dict[str, Any]):
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     kind = meta.get("tokenizer.ggml.model")
+    if not meta.get("tokenizer.ggml.tokens"):  # was a KeyError traceback
+        raise HisparseError("the GGUF file carries no vocabulary (metadata 'tokenizer.ggml.tokens')")
     tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
     types = list(meta.get("tokenizer.ggml.token_type") or [1] * len(tokens))
     vocab = {t: i for i, t in enumerate(tokens)}

@@ -28,11 +28,18 @@ _TRAILING_BYTES = DecodeProblem.TRAILING_BYTES.value
 def check_rows(indices, ctx_len, k):  # pragma: no cover - compiled
     """First problem in a stream as (code, step, value, extra), or code 0 (codes: problems.RowProblem)."""
     steps, width = indices.shape
+    # seen[] is indexed by positions that passed v < ctx_len: size it by the largest position
+    # (at most the largest ctx_len), not by ctx_len: a 12-entry stream at ctx_len 5e9 asked for 40 GB
     cmax = 1
     for t in range(steps):
         if ctx_len[t] > cmax:
             cmax = ctx_len[t]
-    seen = np.zeros(cmax, dtype=np.int64)
+    vmax = 0
+    for t in range(steps):
+        for j in range(width):
+            if indices[t, j] + 1 > vmax:
+                vmax = indices[t, j] + 1
+    seen = np.zeros(min(cmax, vmax) if vmax > 0 else 1, dtype=np.int64)
     for t in range(steps):
         c = ctx_len[t]
         if c < 1:
@@ -300,10 +307,12 @@ def encode3(sorted_rows, ranks, counts, ctx_len, ordered, buf, write):  # pragma
     """Coding 3 of a stream of sorted rows (``ranks``: each stored entry's rank in its sorted
     row, when ``ordered``); returns the bytes used. Run once to size buf, once to fill it."""
     steps, width = sorted_rows.shape
+    # the tables are indexed by positions: size them by the largest one (the last of a sorted
+    # row), not by ctx_len (a 3-step stream at ctx_len 1e8 took 1.7 GB and 9 s)
     cmax = 1
     for t in range(steps):
-        if ctx_len[t] > cmax:
-            cmax = ctx_len[t]
+        if counts[t] > 0 and sorted_rows[t, counts[t] - 1] + 1 > cmax:
+            cmax = sorted_rows[t, counts[t] - 1] + 1
     slot_of = np.full(cmax, -1, dtype=np.int64)
     seen = np.zeros(cmax, dtype=np.int64)  # seen[p] == t + 1: p is in step t's row
     slots = np.empty(max(width, 1), dtype=np.int64)

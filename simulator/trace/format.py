@@ -166,6 +166,21 @@ class ChunkInfo:
                            self.ordered, self.accesses, self.offset, self.ctx_last)
 
 
+U32_MAX = 2**32 - 1
+
+
+def _check_u32_fields(path: object, key: StreamKey, first_step: int, steps: int) -> None:
+    """Request, layer and step numbers are stored as u32: refuse one out of that range with a
+    TraceError naming it (struct.pack raised "argument out of range", naming nothing)."""
+    for name, value in (("request", key.request), ("layer", key.layer), ("first step", first_step)):
+        if not 0 <= value <= U32_MAX:
+            raise TraceError(f"{name} {value} cannot be stored (a trace stores requests, layers and steps "
+                             f"as whole numbers from 0 to {U32_MAX})", path=path)
+    if first_step + steps - 1 > U32_MAX:
+        raise TraceError(f"steps {first_step}..{first_step + steps - 1} cannot be stored: step numbers go up to "
+                         f"{U32_MAX}", path=path, request=key.request, layer=key.layer)
+
+
 def _chunk_header(info: ChunkInfo, payload_len: int, payload_crc: int) -> bytes:
     """A version-2 chunk header: its fields, then the crc32 of those fields."""
     head = _CHUNK_HEAD.pack(b"CHNK", info.request, info.layer, info.first_step, info.steps, info.width,
@@ -314,7 +329,14 @@ class TraceWriter:
         """Check and write a whole stream (or its continuation) in chunks of chunk_steps. A new
         stream starts at its ``first_step``; a continuation follows what was written."""
         self._flush_key(stream.key)
-        for s in range(0, max(stream.steps, 1), self.chunk_steps):
+        if stream.steps == 0:
+            # a chunk holds at least one step (a reader refuses one of none): a new stream of no
+            # steps cannot be stored, and a continuation of none adds nothing
+            if stream.key in self._next_step:
+                return
+            raise TraceError("a stream of no steps cannot be stored (every stream holds at least one step)",
+                             path=self.path, request=stream.request, layer=stream.layer)
+        for s in range(0, stream.steps, self.chunk_steps):
             e = min(stream.steps, s + self.chunk_steps)
             start = None if stream.key in self._next_step else stream.first_step + s
             self._write_chunk(stream.key, stream.ctx_len[s:e], stream.indices[s:e], first_step=start)
@@ -330,6 +352,7 @@ class TraceWriter:
         if step != first + len(rows):
             raise TraceError(f"step {step} written out of order, expected step {first + len(rows)}",
                              path=self.path, request=key.request, layer=key.layer)
+        _check_u32_fields(self.path, key, first, len(rows) + 1)  # now, not when the chunk is flushed
         row = np.asarray(indices).reshape(-1)
         if row.size > self.meta.k:
             raise TraceError(f"{row.size} entries in one step, more than k = {self.meta.k}",
@@ -373,6 +396,7 @@ class TraceWriter:
                              "HISPARSE_MAX_CHUNK_BYTES)", path=self.path, request=key.request, layer=key.layer)
         last_ctx = self._last_ctx.get(key, 0)
         start = self._next_step.get(key, 0) if first_step is None else first_step
+        _check_u32_fields(self.path, key, start, int(indices.shape[0]))
         try:
             check_stream(indices.astype(np.int64, copy=False), ctx_len.astype(np.int64, copy=False), self.meta.k)
         except TraceError as exc:

@@ -9,7 +9,7 @@ Each step selects k positions out of a context that grows one token per step:
   step; with probability ``recall_prob`` an entry selected before and dropped since (recalled:
   its gap, steps since it was last selected, is log-normal with median ``recall_gap`` and log
   spread ``recall_spread``, at least 2; the entry last selected nearest that gap, at or before
-  it; ``recall_draws`` candidates per recall are drawn with replacement, so 2 re-select ~86%
+  it; ``recall_draws`` (at most 1024) candidates per recall are drawn with replacement, so 2 re-select ~86%
   of a step's worth of candidates and 8 nearly all); otherwise contiguous runs (mean length ``run_mean``) inside passages of ``passage_len``
   tokens chosen by Zipf(``zipf_alpha``) popularity (ranked at random per request, or with
   ``pop_recent`` by recency: real models' first-time selections lean to recent text).
@@ -46,6 +46,8 @@ import numpy as np
 from ..bundled import data_path
 from ..errors import HisparseError
 from .stream import Stream
+
+MAX_RECALL_DRAWS = 1024.0  # recall_draws above this re-select no more and only cost memory
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,9 @@ class GeneratorKnobs:
                                 "index_topk_freq / index_skip_topk_offset)")
         if self.recall_gap < 1 or self.recall_spread < 0 or self.recall_draws < 1:
             raise HisparseError("knobs recall_gap and recall_draws must be >= 1 and recall_spread >= 0")
+        if self.recall_draws > MAX_RECALL_DRAWS:  # each recall draws this many candidates: 1e12 ran out of memory
+            raise HisparseError(f"knob recall_draws = {self.recall_draws} must be <= {MAX_RECALL_DRAWS} (candidates "
+                                "per recall; 8 already re-select nearly every candidate)")
 
 
 PRESETS: dict[str, GeneratorKnobs] = {
@@ -303,19 +308,38 @@ class _Popularity:
 
     def __init__(self, knobs: GeneratorKnobs, max_ctx: int, rng: np.random.Generator) -> None:
         n = max_ctx // knobs.passage_len + 1
-        weights = 1.0 / np.arange(1, n + 1) ** knobs.zipf_alpha
+        ranks = np.arange(1, n + 1)
+        with np.errstate(over="ignore", under="ignore"):  # a large zipf_alpha: weight 0 past rank 1, meant so
+            weights = 1.0 / ranks ** knobs.zipf_alpha
         self.recent = knobs.pop_recent
-        self.weights = weights if self.recent else weights[rng.permutation(n)]
+        order = None if self.recent else rng.permutation(n)
+        self.weights = weights if order is None else weights[order]
+        self.ranks = ranks if order is None else ranks[order]  # for the fallback of _probabilities
+        self.alpha = knobs.zipf_alpha
         self.passage_len = knobs.passage_len
+
+    def _probabilities(self, n_passages: int) -> np.ndarray:
+        """The draw probability of each of the first ``n_passages`` passages."""
+        w = self.weights[:n_passages][::-1] if self.recent else self.weights[:n_passages]
+        total = w.sum()
+        if total > 0:
+            return w / total
+        # every weight in reach underflowed (zipf_alpha of hundreds; 0/0 gave NaN probabilities,
+        # a ValueError traceback): the same Zipf law relative to the best rank in reach
+        r = self.ranks[:n_passages][::-1] if self.recent else self.ranks[:n_passages]
+        with np.errstate(over="ignore", under="ignore"):
+            p = np.exp(-self.alpha * (np.log(r) - np.log(r.min())))
+        return p / p.sum()
 
     def draw_runs(self, rng: np.random.Generator, lo: int, hi: int, count: int, run_mean: float) -> np.ndarray:
         """Positions of about ``count`` entries in contiguous runs inside [lo, hi)."""
         n_passages = max(1, -(-hi // self.passage_len))
-        w = self.weights[:n_passages][::-1] if self.recent else self.weights[:n_passages]
         n_runs = max(1, int(np.ceil(count / run_mean)) + 2)
-        passage = rng.choice(n_passages, size=n_runs, p=w / w.sum())
+        passage = rng.choice(n_passages, size=n_runs, p=self._probabilities(n_passages))
         starts = passage * self.passage_len + rng.integers(0, self.passage_len, size=n_runs)
-        lengths = rng.geometric(1.0 / run_mean, size=n_runs)
+        # a run's positions at or past hi are dropped below: cut every run there (the same
+        # positions; a run_mean of 1e9 drew runs of billions of positions, 1e300 overflowed)
+        lengths = np.minimum(rng.geometric(1.0 / run_mean, size=n_runs), hi)
         pos = np.repeat(starts - np.cumsum(np.r_[0, lengths[:-1]]), lengths) + np.arange(lengths.sum())
         return pos[(pos >= lo) & (pos < hi)]
 
@@ -357,7 +381,8 @@ def _recall(rng, knobs: GeneratorKnobs, hist: _History, lo: int, hi: int, ctx: i
     latest step g <= v that is still some position's last selection, and a uniform pick among
     the positions last selected at g (ascending; the same picks as indexing a stable sort of
     the positions by last selection, without sorting the context every step)."""
-    gaps = np.maximum(2.0, np.rint(knobs.recall_gap * np.exp(knobs.recall_spread * rng.standard_normal(count))))
+    with np.errstate(over="ignore"):  # an infinite gap reaches back to step 0, as a huge one does
+        gaps = np.maximum(2.0, np.rint(knobs.recall_gap * np.exp(knobs.recall_spread * rng.standard_normal(count))))
     u = rng.random(count)
     want = np.maximum(hist.t - gaps, -1).astype(np.int64)
     # positions per last step within [lo, hi): the stream's counts less the few outside
