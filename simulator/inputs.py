@@ -10,6 +10,7 @@ limits holds for all of them:
 - arrays and tables nest at most ``max_depth()`` levels (``HISPARSE_MAX_NESTING``, default 64;
   the shipped files nest 3): the text is scanned for its bracket depth before the parser sees it,
   so a 5,000-deep array is a one-line error, never a RecursionError;
+- a leading UTF-8 byte-order mark is dropped before parsing (``_text`` says why);
 - JSON has no NaN or Infinity: ``NaN``, ``Infinity`` and ``-Infinity`` literals are refused
   (Python's json module would accept them and write them back as bare, invalid JSON).
 
@@ -84,11 +85,20 @@ def read_bytes(path: str | os.PathLike, *, what: str = "file", limit: int | None
     return data
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def _text(data: bytes, where: str, what: str) -> str:
+    """A file's bytes as text. One leading UTF-8 byte-order mark is dropped: it is the encoding's
+    signature, not content (Windows editors, Notepad's "UTF-8 with BOM", write it), and neither
+    tomllib nor json take it (a BOM-marked grid was "not valid TOML (Invalid statement at line 1,
+    column 1)"); RFC 8259 lets a JSON parser ignore it. A byte offset in an error counts from the
+    file's first byte, BOM included."""
+    start = len(UTF8_BOM) if data.startswith(UTF8_BOM) else 0
     try:
-        return data.decode("utf-8")
+        return data[start:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise HisparseError(f"{where}: not a UTF-8 text {what} ({exc.reason} at byte {exc.start})") from None
+        raise HisparseError(f"{where}: not a UTF-8 text {what} ({exc.reason} at byte {exc.start + start})") from None
 
 
 # What can hold a bracket that is not nesting: strings (and TOML comments). Scanned in this order.
@@ -165,10 +175,16 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise HisparseError(f"{where}: arrays or objects nested too deep") from None
 
 
+def read_text(path: str | os.PathLike, *, what: str = "file") -> str:
+    """A UTF-8 text file, read within the size budget, a leading byte-order mark dropped (``_text``)."""
+    return _text(read_bytes(path, what=what), str(path), what)
+
+
 def read_toml(path: str | os.PathLike, *, what: str = "TOML file") -> dict[str, Any]:
-    """A TOML file, read within the size budget and parsed with the nesting bound."""
-    where = str(path)
-    return parse_toml(_text(read_bytes(path, what=what), where, what), where)
+    """A TOML file, read within the size budget and parsed with the nesting bound. A leading UTF-8
+    byte-order mark is accepted (dropped), though tomllib refuses it: editors on Windows save "UTF-8
+    with BOM", and refusing a grid or preset for an invisible encoding signature helps no one."""
+    return parse_toml(read_text(path, what=what), str(path))
 
 
 def read_json(path: str | os.PathLike, *, what: str = "JSON file") -> Any:

@@ -103,3 +103,15 @@ def test_show_of_a_file_of_another_kind_is_refused(tmp_path, capsys):
 def test_help_documents_show(capsys):
     code, out, _ = run_cli(["presets", "--help"], capsys)
     assert code == 0 and "presets show KIND NAME" in out and "show" in out.split("positional arguments")[1]
+
+
+@pytest.mark.parametrize("kind, source", [("gpu", "simulator/presets/gpus/h200.toml"),
+                                          ("calibration", "simulator/presets/calibration/h200.json")])
+def test_show_of_a_file_named_with_a_newline_prints_a_header_that_parses(kind, source, tmp_path, capsys):
+    """A newline in the file's name went into the header comment as it was: an AssertionError traceback."""
+    path = tmp_path / f"x\ny{Path(source).suffix}"
+    path.write_bytes(Path(source).read_bytes())
+    code, out, err = run_cli(["presets", "show", kind, str(path)], capsys)
+    assert code == 0, err
+    assert "x\\ny" in out.splitlines()[0]
+    tomllib.loads(out)  # the whole text, header included, is TOML

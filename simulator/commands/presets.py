@@ -138,7 +138,7 @@ def shown_preset(kind: str, name: str) -> tuple[str, dict[str, Any]]:
         text, extra = _calibration_text(name, path)
     else:
         body = S.new_preset(kind, name).split("\n", 1)[1]  # its first line says `presets new` wrote it
-        text, extra = f"# {kind} preset {name} as it resolves, from {path}\n" + body, {}
+        text, extra = f"# {kind} preset {S.in_comment(name)} as it resolves, from {S.in_comment(path)}\n" + body, {}
     S.check_loads(kind, text, str(path), source=name)
     return text, extra
 
@@ -150,7 +150,7 @@ def _calibration_text(name: str, path) -> tuple[str, dict[str, Any]]:
     from ..serving import schema as S
 
     cal = P.load_calibration(name)
-    lines = [f"# calibration {name} as it resolves, from {path}", f"# {S.schema_doc('calibration')}",
+    lines = [f"# calibration {S.in_comment(name)} as it resolves, from {S.in_comment(path)}", f"# {S.schema_doc('calibration')}",
              "# Every key is listed; `hisparse presets --schema calibration` explains them.", ""]
     for k in S.schema("calibration"):
         need = "required" if k.required else f"default {S._toml_value(k.default)}"
@@ -168,5 +168,5 @@ def _calibration_text(name: str, path) -> tuple[str, dict[str, Any]]:
         lines += ["", f"# measured collectives (comm: {', '.join(map(str, cal.comm))}): they replace the GPU "
                       "preset's [interconnect] where this calibration is used"]
     if cal.terms:
-        lines += ["", f"# also in {path}, read by the cost model itself: {', '.join(map(str, cal.terms))}"]
+        lines += ["", f"# also in {S.in_comment(path)}, read by the cost model itself: {', '.join(map(str, cal.terms))}"]
     return "\n".join(lines) + "\n", more

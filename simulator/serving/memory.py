@@ -62,6 +62,12 @@ from .specs import (
 HOST_KEEP_FREE = 10 * (1 << 30)  # SGLang's host pool leaves 10 GiB of host memory free
 
 
+def readable(amount: float) -> str:
+    """A count of bytes or slots for an error message: whole below 1e12, else three significant
+    digits (host_to_device_ratio = 1e300 printed a slot's bytes as a 300-digit integer)."""
+    return f"{amount:.0f}" if abs(amount) < 1e12 else f"{amount:.3g}"
+
+
 def indexer_cache_layers(model: ModelSpec, dep: DeploymentSpec) -> int:
     """Layers whose lightning indexer SGLang builds and whose index-K rows it allocates and budgets:
     the layers that run it (IndexShare anchors; DeepSeek-V4's C4 layers), or every MLA layer under
@@ -285,13 +291,14 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
     derived = _page_floor(budget // budgeted, dep.page_size)
     if derived <= 0 and budget > 0 and budget // budgeted < 1:  # the slot, not the weights
         raise HisparseError(
-            f"{where}: no room for a KV pool: one token slot takes {budgeted} B ({model.layers} layers x "
+            f"{where}: no room for a KV pool: one token slot takes {readable(budgeted)} B ({model.layers} layers x "
             f"{model.kv_row_bytes} B KV + indexer keys for the x{ratio:g} logical pool), more than the "
             f"{budget / 1e9:.3g} GB per GPU left after {weights / 1e9:.1f} GB of weights"
             + (" (lower host_to_device_ratio)" if hisparse and ratio > 1 else ""))
     if derived <= 0 and budget > 0:
         raise HisparseError(
-            f"{where}: no room for a KV pool: the {int(budget // budgeted)} token slots of {budgeted} B that fit in "
+            f"{where}: no room for a KV pool: the {readable(budget // budgeted)} token slots of "
+            f"{readable(budgeted)} B that fit in "
             f"the {budget / 1e9:.3g} GB per GPU left after the weights are less than one page of page_size "
             f"{dep.page_size} (lower page_size"
             + (f", or host_to_device_ratio {ratio:g}: a slot holds indexer keys for the x{ratio:g} logical pool)"
@@ -309,8 +316,9 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
     slack = gpu.free_before_load * (1 - dep.mem_fraction_static)
     if beyond > slack:
         raise HisparseError(
-            f"{where}: pool_profile = \"before-31992\": the KV pool of {tokens} slots allocates {cell} B per slot "
-            f"(indexer keys for the x{ratio:g} logical pool) against the {target_budgeted} B its profile budgeted: "
+            f"{where}: pool_profile = \"before-31992\": the KV pool of {readable(tokens)} slots allocates "
+            f"{readable(cell)} B per slot (indexer keys for the x{ratio:g} logical pool) against the "
+            f"{readable(target_budgeted)} B its profile budgeted: "
             f"{beyond / 1e9:.1f} GB per GPU beyond the budget, more than the {slack / 1e9:.1f} GB that "
             f"mem_fraction_static {dep.mem_fraction_static:g} leaves (SGLang runs out of memory at start-up; "
             "lower host_to_device_ratio or mem_fraction_static)")
@@ -319,8 +327,8 @@ def plan_memory(model: ModelSpec, gpu: GpuSpec, dep: DeploymentSpec, hisparse: H
         node_need = host_pool * min(dep.gpus, gpu.gpus_per_node)  # every GPU's worker pins its own pool
         if node_need > dep.host_bytes - HOST_KEEP_FREE:
             raise HisparseError(
-                f"{where}: HiSparse host pools need {node_need / 1e9:.0f} GB of pinned memory per node "
-                f"({host_tokens} slots x {model.layers * model.kv_row_bytes} B per GPU, host_to_device_ratio "
+                f"{where}: HiSparse host pools need {readable(node_need / 1e9)} GB of pinned memory per node "
+                f"({readable(host_tokens)} slots x {model.layers * model.kv_row_bytes} B per GPU, host_to_device_ratio "
                 f"{ratio:g}) but the node has {dep.host_bytes / 1e9:.0f} GB less 10 GiB that SGLang keeps free"
                 + host_ratio_hint(hisparse, lambda hs: plan_memory(model, gpu, dep, hs, where=where, spec=spec)))
     if model.context_length:  # SGLang's context_len: the model's max_position_embeddings by default

@@ -28,6 +28,14 @@ from .slo import (
 from .spec_whatif import label
 from .specs import Arrival, HiSparseSpec, Mode
 
+# Where a swept HiSparse knob's value comes from, for errors about it: a plan point of a sweep grid
+# takes it from the grid key, ``hisparse plan`` from its option (the grid has no residency key).
+KNOB_INPUTS = {
+    "device_buffer_size": "hisparse plan --sweep-buffer, or device_buffer_size in a sweep grid",
+    "host_to_device_ratio": "hisparse plan --sweep-host-ratio, or host_to_device_ratio in a sweep grid",
+    "residency": "hisparse plan --residency",
+}
+
 
 @dataclass(frozen=True)
 class PlanInputs:
@@ -60,10 +68,11 @@ class PlanInputs:
             raise HisparseError(f"--slo-ttft-s {self.slo_ttft_s:g} must be > 0")
         for b in self.buffers:
             if b < 1:
-                raise HisparseError(f"--sweep-buffer {b} must be >= 1")
+                raise HisparseError(f"--sweep-buffer {b} must be >= 1 (in a sweep grid, the device_buffer_size key)")
         for r in self.host_ratios:
             if not r >= 1:
-                raise HisparseError(f"--sweep-host-ratio {r:g} must be >= 1 (SGLang's host_to_device_ratio)")
+                raise HisparseError(f"--sweep-host-ratio {r:g} must be >= 1 (SGLang's host_to_device_ratio; in a "
+                                    "sweep grid, the host_to_device_ratio key)")
         from .residency import RESIDENCY_POLICIES
 
         for name in self.residencies:
@@ -163,8 +172,34 @@ def _knob_sets(sc: Scenario, inp: PlanInputs) -> list:
                     out.append(hs0)
                 else:
                     out.append(dataclasses.replace(hs0, device_buffer_size=b, host_to_device_ratio=ratio, residency=res,
-                                                   where=f"{hs0.where} with --sweep-buffer/--sweep-host-ratio/--residency"))
+                                                   where=_knob_where(hs0, b, ratio, res, bool(inp.buffers))))
     return out
+
+
+def _knob_where(hs0: HiSparseSpec, buffer: int, ratio: float, residency: str, buffer_swept: bool) -> str:
+    """A swept knob set's ``where``: the file, then each value that differs from it and what sets that
+    value in a plan and in a sweep grid (an error about it names what to change, not a plan option
+    that a sweep grid does not have)."""
+    changed = []
+    if residency != hs0.residency:
+        changed.append(f"residency {residency} ({KNOB_INPUTS['residency']})")
+    if buffer != hs0.device_buffer_size:
+        how = KNOB_INPUTS["device_buffer_size"] if buffer_swept else f"residency {residency}'s hot buffer"
+        changed.append(f"device_buffer_size {buffer} ({how})")
+    if ratio != hs0.host_to_device_ratio:
+        changed.append(f"host_to_device_ratio {ratio:g} ({KNOB_INPUTS['host_to_device_ratio']})")
+    return f"{hs0.where} with " + "; ".join(changed)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _runs(points: Sequence, baseline: bool, knob_sets: Sequence) -> str:
+    """What a plan simulates, for the work-budget errors: each load point once per system (the
+    baseline, each HiSparse knob set); a one-point sweep grid's plan is 1 load point x 2 systems."""
+    systems = (["baseline"] if baseline else []) + ([_count(len(knob_sets), "HiSparse knob set")] if knob_sets else [])
+    return f"{_count(len(points), 'load point')} x ({' + '.join(systems)})"
 
 
 @dataclass(frozen=True)
@@ -194,17 +229,19 @@ def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
                             "--validate")
     points = tuple(_points(sc, inp))
     baseline, knob_sets, cannot_run = _runnable(sc, _knob_sets(sc, inp))
-    n = len(points) * (1 + len(knob_sets))
-    limits.check(n, "HISPARSE_MAX_POINTS", f"plan of {len(points)} load point(s) x (baseline + {len(knob_sets)} "
-                 "HiSparse knob set(s))", unit="simulated points", hint="fewer --concurrency/--rate values or swept knobs")
+    systems = int(baseline) + len(knob_sets)  # a system that cannot run is not simulated
+    n = len(points) * systems
+    runs = _runs(points, baseline, knob_sets)
+    limits.check(n, "HISPARSE_MAX_POINTS", f"plan of {runs}", unit="simulated points",
+                 hint="fewer --concurrency/--rate values or swept knobs")
     d, w = sc.deployment, sc.workload
     steps = sum(limits.plan_steps(ranks=d.ranks_per_instance, instances=d.instances, concurrency=c, rate=rate,
                                   requests_per_client=w.requests_per_client, input_tokens=w.input_tokens,
                                   output_tokens=w.output_tokens, length_jitter=w.length_jitter,
                                   prefill_chunk_tokens=d.prefill_chunk_tokens) for c, rate in points)
-    steps *= 1 + len(knob_sets)
+    steps *= systems
     limits.check(steps, "HISPARSE_MAX_SIM_STEPS",
-                 f"plan of {n} points ({w.where}: requests_per_client {w.requests_per_client}, {w.input_tokens} + "
+                 f"plan of {runs} ({w.where}: requests_per_client {w.requests_per_client}, {w.input_tokens} + "
                  f"{w.output_tokens} tokens; {d.where}: prefill_chunk_tokens {d.prefill_chunk_tokens})",
                  unit="scheduler steps to simulate", hint="fewer points, requests_per_client or larger prefill chunks")
     _check_horizon(sc, points)
@@ -231,9 +268,10 @@ def _runnable(sc: Scenario, knob_sets: Sequence[HiSparseSpec]) -> tuple[bool, li
         cannot.append(("baseline", str(exc)))
     kept = []
     for hs in knob_sets:  # and each knob set's pools, before the first point is simulated
-        plan = plan_memory(sc.model, sc.gpu, d, hs, where=sc.files)
+        files = sc.files if hs is sc.hisparse else _files(sc, hs)  # a swept set: its values and what sets them
+        plan = plan_memory(sc.model, sc.gpu, d, hs, where=files)
         try:
-            check_fits(plan, n_in, n_out, d.mode, sc.files)
+            check_fits(plan, n_in, n_out, d.mode, files)
             kept.append(hs)
         except HisparseError as exc:
             cannot.append((f"hisparse (device_buffer_size {hs.device_buffer_size}, host ratio "
@@ -241,6 +279,11 @@ def _runnable(sc: Scenario, knob_sets: Sequence[HiSparseSpec]) -> tuple[bool, li
     if not baseline and not kept:
         raise HisparseError("no system can run this workload: " + "; ".join(f"{who}: {why}" for who, why in cannot))
     return baseline, kept, cannot
+
+
+def _files(sc: Scenario, hs: HiSparseSpec) -> str:
+    """``Scenario.files`` with a swept knob set's ``where`` in place of the HiSparse file's."""
+    return ", ".join(s.where for s in (sc.model, sc.gpu, sc.deployment, sc.workload, hs))
 
 
 # The simulated clock is a float of seconds: past ~1e9 s its resolution (~1e-7 s) nears a decode

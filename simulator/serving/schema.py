@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
+from .. import inputs
 from ..errors import HisparseError
 from . import presets as P
 from .specs import _domain, _hints
@@ -137,11 +139,21 @@ def schema_doc(kind: str) -> str:
     return _first_sentence(inspect.getdoc(P.KINDS[kind_of(kind)]) or "")
 
 
+def files_line(kind: str) -> str:
+    """Where files of a kind come from and how to make one of your own. A calibration is not made by
+    ``presets new`` (it refuses the kind): ``hisparse calibrate`` writes one, ``presets show`` prints one."""
+    kind = kind_of(kind)
+    if kind == "calibration":
+        return ("files: simulator/presets/calibration/*.toml and *.json, or your own: hisparse calibrate --out DIR "
+                "writes DIR/<gpu>.json from kernels timed on the GPU it runs on; hisparse presets show calibration "
+                "NAME prints one as TOML (a start for a .toml of your own)")
+    return f"files: simulator/presets/{kind}/*.toml, or your own (hisparse presets new {kind} --from NAME --out FILE)"
+
+
 def format_schema(kind: str) -> str:
     kind = kind_of(kind)
     rows = schema(kind)
-    lines = [f"{kind}: {schema_doc(kind)}", f"files: simulator/presets/{kind}/*.toml, or your own "
-             f"(hisparse presets new {kind} --from NAME --out FILE)", ""]
+    lines = [f"{kind}: {schema_doc(kind)}", files_line(kind), ""]
     for k in rows:
         need = "required" if k.required else f"default {_toml_value(k.default) if k.default is not None else '-'}"
         extra = ", ".join(x for x in (k.unit, k.domain) if x)
@@ -197,18 +209,64 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"no TOML form for {type(v).__name__}")
 
 
-def new_preset(kind: str, source: str) -> str:
+# Keys whose value the loader resolves from the preset file's own folder: a GPU's ``calibration``
+# when it is a relative ``.json`` path (``presets._calibration_path``; a packaged name is the same from
+# anywhere). A copy written into another folder rewrites them to name the same file. The other keys
+# that may hold a path (a deployment's gpu, hisparse and cluster) go through ``presets.resolve``, which
+# reads them from the working folder, so a copy elsewhere keeps their meaning as written.
+FILE_RELATIVE_KEYS: dict[str, tuple[str, ...]] = {"gpus": ("calibration",)}
+
+
+def _is_path(kind: str, key: str, value: Any) -> bool:
+    """Whether ``value`` of ``key`` is a path the loader reads from the preset file's folder when relative."""
+    return key in FILE_RELATIVE_KEYS.get(kind_of(kind), ()) and isinstance(value, str) and value.endswith(".json")
+
+
+def _named_file(kind: str, key: str, value: Any, where: str) -> Any:
+    """What ``value`` names for a file at ``where``: a path as the absolute file it resolves to
+    (symbolic links followed, as opening it does); any other value as it is."""
+    if not _is_path(kind, key, value):
+        return value
+    return Path(os.path.realpath(Path(where).parent / value))  # an absolute value: itself
+
+
+def _rebased(kind: str, key: str, value: Any, where: str, out: str | Path) -> Any:
+    """``value`` (read from the file ``where``) rewritten to name the same file from ``out``'s folder:
+    relative where the two folders allow it, else absolute. An absolute path, or a relative one that
+    already names the same file from there, is kept."""
+    if not _is_path(kind, key, value) or Path(value).is_absolute():
+        return value
+    target = _named_file(kind, key, value, where)
+    if _named_file(kind, key, value, str(out)) == target:
+        return value
+    try:
+        return PurePath(os.path.relpath(target, os.path.realpath(Path(out).parent))).as_posix()
+    except ValueError:  # another drive (Windows): no relative path between them
+        return target.as_posix()
+
+
+def in_comment(text: object) -> str:
+    """``text`` fit for a TOML comment, which may hold no control character but tab: a file name with a
+    newline wrote a header the copy could not parse back (an AssertionError's traceback)."""
+    return re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", lambda m: json.dumps(m.group())[1:-1], str(text))
+
+
+def new_preset(kind: str, source: str, out: str | Path | None = None) -> str:
     """A complete preset file: every key of ``source`` (a preset name or file) with its value, the
     defaults it left out written out, each with a comment (meaning, type, unit, required/default);
-    tables (a GPU's [interconnect]) copied from the source as they are."""
+    tables (a GPU's [interconnect]) copied from the source as they are. With ``out`` (where the text
+    will be written), a path the loader reads from the file's folder (``FILE_RELATIVE_KEYS``) is
+    rewritten to name the same file from ``out``'s (copied as it was, ``calibration = "cal.json"``
+    beside the source named a cal.json beside ``out``, which is not there)."""
     kind = kind_of(kind)
     if kind == "calibration":
         raise HisparseError("presets new: calibration files are written by hisparse calibrate (or copy "
                             "simulator/presets/calibration/uncalibrated.toml)")
     path = P.resolve(kind, source)
     spec = P.load(kind, str(path))
-    text = path.read_text()
-    lines = [f"# {kind} preset written by `hisparse presets new {kind} --from {source}` from {path}",
+    text = inputs.read_text(path, what="preset file")
+    lines = [f"# {kind} preset written by `hisparse presets new {kind} --from {in_comment(source)}` from "
+             f"{in_comment(path)}",
              f"# {schema_doc(kind)}", "# Every key is listed; `hisparse presets --schema " + kind + "` explains them.", ""]
     for k in schema(kind):
         if k.name in ("interconnect", "sources"):
@@ -217,12 +275,19 @@ def new_preset(kind: str, source: str) -> str:
         extra = ", ".join(x for x in (k.type, k.unit, k.domain) if x)
         if k.meaning:
             lines.append(f"# {k.meaning}")
-        lines.append(f"{k.name} = {_toml_value(getattr(spec, k.name))}    # {extra}; {need}")
+        value = getattr(spec, k.name)
+        if out is not None:
+            rebased = _rebased(kind, k.name, value, str(path), out)
+            if rebased != value:
+                lines.append(f"# {in_comment(path)} has {k.name} = {_toml_value(value)}, a path from its "
+                             "folder: rewritten to name the same file from this one's")
+                value = rebased
+        lines.append(f"{k.name} = {_toml_value(value)}    # {extra}; {need}")
     tables = re.search(r"^\[", text, flags=re.M)
     copied = text[tables.start():].rstrip() if tables else ""
     lines += _tables_not_copied(P.read_toml(path), copied)
     if copied:
-        lines += ["", f"# tables as in {path}", copied]
+        lines += ["", f"# tables as in {in_comment(path)}", copied]
     return "\n".join(lines) + "\n"
 
 
@@ -252,8 +317,10 @@ def check_loads(kind: str, text: str, where: str, source: str | None = None) -> 
     if source is None:
         return
     original = P.load(kind_of(kind), source)
+    # a path read from the file's folder is compared by the file it names (``new_preset`` rewrites it)
     changed = [f.name for f in dataclasses.fields(written)
-               if f.name != "where" and getattr(written, f.name) != getattr(original, f.name)]
+               if f.name != "where" and _named_file(kind, f.name, getattr(written, f.name), written.where)
+               != _named_file(kind, f.name, getattr(original, f.name), original.where)]
     if changed:
         raise HisparseError(f"presets new: the copy of {source} would not load as it is ({', '.join(changed)} "
                             "differ); nothing written")
@@ -262,7 +329,7 @@ def check_loads(kind: str, text: str, where: str, source: str | None = None) -> 
 def write_new_preset(kind: str, source: str, out: str | Path) -> str:
     from ..fileio import atomic_output
 
-    text = new_preset(kind, source)
+    text = new_preset(kind, source, out)
     check_loads(kind, text, str(out), source=source)
     with atomic_output(out) as fh:
         fh.write(text.encode())
