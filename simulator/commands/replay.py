@@ -126,14 +126,28 @@ def add_mrc_parser(sub: argparse._SubParsersAction) -> None:
                                               Output("plot", suffixes=(".png",))])
 
 
-def _configs(args, policies, buffers):
-    from ..replay.config import expand_configs
+def _configs(args: argparse.Namespace, policies: list[str], buffers: list[int],
+             option: str = "--buffer") -> list:
+    """Every policy x buffer with the step rules of ``args``; a combination the engine refuses
+    is an error that names the options which set it (``option``: the one that gave the sizes)."""
+    from ..errors import HisparseError
+    from ..replay.config import ReplayConfig
+    from ..replay.policies import SHARDED
 
     placed = _placed_policies()
     common = dict(semantics=args.semantics, initial=args.initial, reserve_newest=args.reserve_newest, seed=args.seed,
                   ways=args.ways)
-    return [c for p in policies
-            for c in expand_configs([p], buffers, **common, mtp_steps=args.mtp_steps if p in placed else 1)]
+    configs = []
+    for p in policies:
+        mtp = args.mtp_steps if p in placed else 1
+        for b in buffers:
+            try:
+                configs.append(ReplayConfig(policy=p, buffer=int(b), **common, mtp_steps=mtp))
+            except HisparseError as exc:
+                given = [f"--policy {p}"] + ([f"{option} {b}", f"--ways {args.ways}"] if p in SHARDED else []) \
+                    + ([f"--mtp-steps {mtp}", f"--semantics {args.semantics}"] if mtp > 1 else [])
+                raise HisparseError(f"{', '.join(given)}: {exc}") from None
+    return configs
 
 
 def _placed_policies() -> set[str]:
@@ -207,16 +221,18 @@ def _check_memory(trace, buffer: int, workers: int) -> None:
 LARGE_BUFFER = 2**20
 
 
-def _check_large_buffers(trace, buffers) -> None:
+def _check_large_buffers(trace, buffers, option: str = "--buffer", largest: int | None = None) -> None:
+    """Refuse a buffer above LARGE_BUFFER that is also above the trace's largest context
+    (``largest`` when the caller has it): it misses as that context does, at gigabytes of slots."""
     from ..errors import HisparseError
 
     big = [b for b in buffers if b > LARGE_BUFFER]
     if not big:
         return
-    largest = getattr(trace, "max_ctx", None) or max(int(s.ctx_len.max()) for s in trace if s.steps)
+    largest = largest or getattr(trace, "max_ctx", None) or max(int(s.ctx_len.max()) for s in trace if s.steps)
     for b in big:
         if b > largest:
-            raise HisparseError(f"--buffer {b}: larger than the trace's largest context ({largest}); a buffer "
+            raise HisparseError(f"{option} {b}: larger than the trace's largest context ({largest}); a buffer "
                                 f"of {largest} slots already holds every position (and misses the same), "
                                 "while the engine's memory grows with the slots")
 
@@ -253,7 +269,7 @@ def check_configs(trace, configs, workers: int, option: str = "--buffer") -> lis
     limits.check(len(configs) * trace.accesses, "HISPARSE_MAX_REPLAY_ACCESSES", f"{where} of {trace.accesses} accesses",
                  unit="accesses to replay", hint="fewer policies or buffers")
     buffers = sorted({c.buffer for c in configs})
-    _check_large_buffers(trace, buffers)
+    _check_large_buffers(trace, buffers, option)
     _check_memory(trace, max(buffers), workers)
     return configs
 
@@ -279,8 +295,12 @@ def run_replay(args: argparse.Namespace) -> int:
             if args.out:
                 _write_table(per_step, args.out)
             if args.plot:
-                from ..replay.plots import plot_rolling_misses
+                from ..replay.plots import effective_window, plot_rolling_misses, plotted_steps
 
+                steps = plotted_steps(per_step)
+                if effective_window(args.window, steps) != args.window:
+                    print(f"# --window {args.window} is not shorter than the trace's {steps} plotted step(s): "
+                          f"--plot's rolling mean uses {effective_window(args.window, steps)}", file=sys.stderr)
                 plot_rolling_misses(per_step, args.plot, window=args.window,
                                     title=f"{os.path.basename(args.trace)}, {args.semantics} semantics")
     cols = ["policy", "buffer", "semantics", "streams", "steps", "accesses", "misses", "miss_ratio"]
@@ -382,27 +402,33 @@ def run_mrc(args: argparse.Namespace) -> int:
     _check_memory(trace, hi, args.workers)
     spans = [(int(s.ctx_len.min()), int(s.ctx_len.max())) for s in trace if s.steps]
     min_ctx, max_ctx = min(a for a, _ in spans), max(b for _, b in spans)
+    # a curve of sizes past the largest context (--min-buffer above it) is one size that misses as
+    # that context does; past LARGE_BUFFER the engine would first allocate words for every slot
+    _check_large_buffers(trace, [lo], "--min-buffer", largest=max_ctx)
     if hi > max(lo, max_ctx):  # a buffer that holds the whole context misses the same at any size
         print(f"hisparse: note: sizes above the largest context ({max_ctx}) miss as {max_ctx} does: "
               f"the curve stops at {max(lo, max_ctx)}, not --max-buffer {hi}", file=sys.stderr)
         hi = max(lo, max_ctx)
 
-    plans = []  # (config, sizes), all checked before the first replay
+    plans = []  # (config, sizes, one pass), all checked before the first replay
     for policy in policies:
         sizes = _shard_grid(args, lo, hi, step) if policy == "salru" else None
-        (cfg,) = _configs(args, [policy], [sizes[0] if sizes else lo])
+        (cfg,) = _configs(args, [policy], [sizes[0] if sizes else lo], option="--min-buffer")
         cfg = _checked(cfg, k, "--min-buffer")
         one_pass = one_pass_applies(cfg, min_ctx, hi)
         if sizes is None:
             sizes = list(range(lo, hi + 1, 1 if one_pass else step))
             if sizes[-1] != hi:
                 sizes.append(hi)
+        plans.append((cfg, sizes, one_pass))
+    if args.vs is not None:
+        plans = _baseline_at_every_size(plans, args.vs)
+    for cfg, sizes, one_pass in plans:
         if not one_pass and len(sizes) > MAX_GRID_SIZES:
             raise HisparseError(f"--step {step}: {len(sizes)} sizes from {lo} to {hi} for {cfg.policy}, each one "
                                 f"replay (at most {MAX_GRID_SIZES}); give a larger --step or a narrower range")
-        plans.append((cfg, sizes))
     rows, methods = [], {}
-    for cfg, sizes in plans:
+    for cfg, sizes, _ in plans:
         curve, method = curve_records(trace, cfg, sizes, k=k, min_ctx=min_ctx, workers=args.workers,
                                       progress=not args.quiet)
         methods[str(cfg.policy)] = method
@@ -428,9 +454,35 @@ def run_mrc(args: argparse.Namespace) -> int:
     else:
         for policy, method in methods.items():
             print(f"# {policy}: {method}")
-        shown = rows if len(rows) <= 60 else [r for r in rows if r["buffer"] % step == lo % step]
-        print(_curve_text(shown))
+        print(_curve_text(_shown_rows(rows, methods, lo, hi, step)))
     return 0
+
+
+def _shown_rows(rows: list[dict], methods: dict[str, str], lo: int, hi: int, step: int) -> list[dict]:
+    """The rows the text table prints: every row of a short curve; of a long one, a one-pass
+    curve (every size) thinned to the --step grid and its last size, and every row of a per-size
+    curve (its own grid already: salru's in whole shards, a --vs baseline's at the others' sizes)."""
+    if len(rows) <= 60:
+        return rows
+    return [r for r in rows if methods.get(str(r["policy"])) != "one-pass"
+            or r["buffer"] == hi or (r["buffer"] - lo) % step == 0]
+
+
+def _baseline_at_every_size(plans: list[tuple], base: str) -> list[tuple]:
+    """A per-size --vs baseline replayed at every size another per-size curve has too (salru's
+    shard grid, a finer or coarser grid), those the baseline can take (salru: whole shards):
+    without them ``hit_penalty`` and ``miss_x`` were null wherever the grids differed. A one-pass
+    curve has every size; the baseline keeps its --step grid against it."""
+    from ..replay.policies import SHARDED
+
+    (cfg, sizes, one_pass), = [p for p in plans if str(p[0].policy) == base]
+    if one_pass:
+        return plans
+    extra = {b for c, s, o in plans if not o and c is not cfg for b in s}
+    if cfg.policy in SHARDED:
+        extra = {b for b in extra if b % cfg.ways == 0}
+    merged = sorted(set(sizes) | extra)
+    return [(c, merged if c is cfg else s, o) for c, s, o in plans]
 
 
 def _shard_grid(args, lo: int, hi: int, step: int) -> list[int]:
