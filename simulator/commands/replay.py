@@ -53,7 +53,8 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vs", metavar="POLICY", default=None,
                    help="also replay POLICY (e.g. lru) at each buffer size and report each policy's hit "
                         "penalty against it: hit_penalty = its miss ratio minus POLICY's (points of hit "
-                        "ratio lost), miss_x = its misses / POLICY's (inf where POLICY has none, NaN for 0 / 0)")
+                        "ratio lost), miss_x = its misses / POLICY's (inf where POLICY has none, NaN for 0 / 0; "
+                        "both null in --json, which has no inf or NaN)")
     p.add_argument("--workers", type=positive_int, default=min(2, os.cpu_count() or 1),
                    help="threads replaying streams in parallel (default 2, or 1 on one core)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

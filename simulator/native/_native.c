@@ -525,10 +525,15 @@ static int decode_rows_checked(const uint8_t *buf, Py_ssize_t n, int64_t steps, 
 static int check_rows(const int32_t *idx, int64_t steps, int64_t width, const int64_t *ctx, int64_t k,
                       int64_t res[4])
 {
-    int64_t cmax = 1;
+    /* seen[] is indexed only by positions that passed v < ctx: sized by the largest position,
+     * not by ctx (a 3-step stream at ctx 5e9 asked for a 40 GB table), as codec_jit.check_rows */
+    int64_t cmax = 1, vmax = 0;
     for (int64_t t = 0; t < steps; t++)
         if (ctx[t] > cmax) cmax = ctx[t];
-    int64_t *seen = (int64_t *)calloc((size_t)cmax, sizeof(int64_t));
+    for (int64_t i = 0; i < steps * width; i++)
+        if ((int64_t)idx[i] + 1 > vmax) vmax = (int64_t)idx[i] + 1;
+    int64_t size = vmax > 0 ? (vmax < cmax ? vmax : cmax) : 1;
+    int64_t *seen = (int64_t *)calloc((size_t)size, sizeof(int64_t));
     if (!seen)
         return -1;
     res[0] = res[1] = res[2] = res[3] = 0;

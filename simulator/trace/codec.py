@@ -26,41 +26,10 @@ def _first_problem(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> tuple[in
     import numpy as np
     if native.available() and (indices.dtype == np.int32 or not indices.size
                                or (indices.min() >= -2**31 and indices.max() < 2**31)):
-        return native_check_rows(indices, ctx_len, k)
+        return native.check_rows(indices, ctx_len, k)
     from . import codec_jit
 
     return codec_jit.check_rows(indices, np.ascontiguousarray(ctx_len, dtype=np.int64), k)
-
-
-# The compiled check sizes a table by the largest ctx_len (8 bytes a token): above this many
-# tokens, ctx_len is clipped to the largest position + 1 first (native_check_rows).
-CLIP_CTX_ABOVE = 2**24
-
-
-def native_check_rows(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> tuple[int, int, int, int]:
-    """The compiled ``check_rows``, with the same answer for a stream whose ctx_len is far above
-    its positions: a 3-step .npy at ``--ctx0 5e9`` asked for a 40 GB table (it is sized by
-    ctx_len) and failed as "out of memory". ctx_len's own
-    rules (positive, never down) are checked here on the real values; every row before the
-    first step that breaks one is then checked against ctx_len clipped to the largest position
-    + 1, which changes no answer (a position below the clip is below the real ctx_len too)."""
-    import numpy as np
-    check = native.check_rows
-    ctx_len = np.asarray(ctx_len)
-    if not ctx_len.size or int(ctx_len.max()) <= CLIP_CTX_ABOVE:  # the common case: as it was
-        return check(indices, ctx_len, k)
-    bad = ctx_len < 1
-    bad[1:] |= ctx_len[1:] < ctx_len[:-1]
-    stop = int(np.argmax(bad)) if bad.any() else len(ctx_len)
-    bound = max(int(indices.max()) + 1, 1) if indices.size else 1
-    rows = indices[:stop]
-    found = check(rows, np.minimum(ctx_len[:stop], bound), k) if stop else (0, 0, 0, 0)
-    if found[0] or stop == len(ctx_len):
-        return found
-    c = int(ctx_len[stop])
-    if c < 1:
-        return int(RowProblem.CTX_NOT_POSITIVE), stop, c, 0
-    return int(RowProblem.CTX_DOWN), stop, c, int(ctx_len[stop - 1])
 
 
 def check_stream(indices: np.ndarray, ctx_len: np.ndarray, k: int) -> None:

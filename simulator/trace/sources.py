@@ -160,10 +160,6 @@ class NpyTrace:
             ctx0 = max(max(rows[:4 * k].cast("i")) + 1, 1)
         if ctx0 < 1:
             return False
-        from .codec import CLIP_CTX_ABOVE
-
-        if ctx0 + steps - 1 > CLIP_CTX_ABOVE:  # the raw check's table would be ctx-sized: the numpy path clips it
-            return False
         from array import array
         ctx_len = array("q", range(ctx0, ctx0 + steps))
         if native._native.check_rows(rows, steps, k, ctx_len, k)[0]:
