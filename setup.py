@@ -10,7 +10,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-BUNDLED = ("traces/glm51-longbench.hst", "traces/presets/*.toml", "traces/targets/*.toml")  # = simulator.bundled.FILES
+BUNDLED = ("traces/glm51-longbench.hst", "traces/generated/*.hst", "traces/presets/*.toml", "traces/targets/*.toml")  # = simulator.bundled.FILES
 
 
 class BuildWithData(build_py):

@@ -1,4 +1,5 @@
 """Data files the package reads from the checkout's ``traces/`` folder (the default trace, the
+default scenario's generated trace, which would take ~40 s to draw on a wheel's first plan, the
 generator's fitted presets, the published targets).
 
 A checkout reads them where they are. A built wheel carries copies under ``simulator/_bundled/``
@@ -15,7 +16,7 @@ BUNDLED = PACKAGE / "_bundled"
 CHECKOUT = PACKAGE.parent
 
 # what the wheel carries, relative to the checkout (setup.py reads this list)
-FILES = ("traces/glm51-longbench.hst", "traces/presets/*.toml", "traces/targets/*.toml")
+FILES = ("traces/glm51-longbench.hst", "traces/generated/*.hst", "traces/presets/*.toml", "traces/targets/*.toml")
 
 
 def data_path(relative: str) -> Path:
