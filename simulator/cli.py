@@ -17,7 +17,8 @@ hisparse-sim: plan and validate hierarchical sparse KV memory (SGLang HiSparse).
 
 Traces of the top-k positions sparse attention selects each decode step drive an exact
 replay of hot-buffer eviction policies and a serving model of baseline versus HiSparse.
-Traces are .hst files (see traces/README.md) or plain .npy int arrays [steps, k] (-1 pads).
+Traces are .hst files (hisparse trace --help; the format: traces/README.md in the source
+repository) or plain .npy int arrays [steps, k] (-1 pads).
 """
 
 
