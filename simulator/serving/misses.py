@@ -157,6 +157,23 @@ def _trace_source(trace: str | None):
     return (lambda: src), src.meta.k, str(path), _file_digest(path)
 
 
+def trace_accesses(trace: str | None) -> int:
+    """Accesses one replay of ``trace`` reads (its index; the bundled default's shape where its file is
+    absent), for the plan's work budget; 0 where the file is missing (the replay reports that)."""
+    from ..trace import open_trace
+
+    path = Path(trace) if trace is not None else _default_trace_path()
+    if path is None:
+        d = DEFAULT_TRACE
+        return d.requests * d.layers * d.steps * d.k
+    if not path.is_file():
+        return 0
+    try:
+        return int(open_trace(path).accesses)
+    except (HisparseError, OSError):  # a trace that does not open is the replay's error, reported there
+        return 0
+
+
 def _first_context(streams) -> int:
     """Context tokens at the first step of the trace's first stream (reads that stream only)."""
     for s in streams():
@@ -209,11 +226,9 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         key += f"-mtp{mtp_steps}"
     cached = cache_dir() / f"misses-{key}.npz"
     if use_cache and cached.exists():
-        data = np.load(cached)
-        names = sorted((n for n in data.files if n.startswith("r")), key=lambda n: int(n[1:]))
-        ctx = int(data["ctx0"]) if "ctx0" in data.files else 0
-        notes = tuple(str(n) for n in data["notes"]) if "notes" in data.files else ()
-        return MissProfiles(tuple(data[n] for n in names), label, notes, k_trace, scaled, ctx)
+        found = _read_cached(cached, label, k_trace, scaled)
+        if found is not None:
+            return found
     cfg = ReplayConfig(policy=policy, buffer=scaled, initial=initial, mtp_steps=mtp_steps)
     by_request: dict[int, dict[int, np.ndarray]] = {}
     for m in replay(streams(), cfg, k=k_trace, per_step=True).streams:
@@ -241,6 +256,28 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         with atomic_output(cached) as fh:
             np.savez(fh, ctx0=np.int64(ctx), notes=np.array(notes, dtype=str),
                      **{f"r{i}": a for i, a in enumerate(shares)})
+    return MissProfiles(shares, label, notes, k_trace, scaled, ctx)
+
+
+def _read_cached(cached: Path, label: str, k_trace: int, scaled: int) -> MissProfiles | None:
+    """A cached replay, or None when the file cannot be read as one (truncated by a full disk, written
+    by something else, damaged): the caller replays again and replaces it. A damaged cache file gave
+    a zipfile / pickle traceback on every later plan until removed by hand."""
+    import sys
+    import zipfile
+
+    try:
+        with np.load(cached, allow_pickle=False) as data:
+            names = sorted((n for n in data.files if n.startswith("r")), key=lambda n: int(n[1:]))
+            shares = tuple(np.asarray(data[n], dtype=np.float64) for n in names)
+            ctx = int(data["ctx0"]) if "ctx0" in data.files else 0
+            notes = tuple(str(n) for n in data["notes"]) if "notes" in data.files else ()
+        if not shares or any(a.ndim != 1 or not a.size or not np.all((a >= 0) & (a <= 1)) for a in shares):
+            raise ValueError("miss shares missing or outside [0, 1]")
+    except (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as exc:
+        print(f"note: cached replay {cached} unreadable ({type(exc).__name__}: {exc}); replaying again",
+              file=sys.stderr)
+        return None
     return MissProfiles(shares, label, notes, k_trace, scaled, ctx)
 
 
