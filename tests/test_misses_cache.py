@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -38,3 +40,25 @@ def test_a_damaged_cache_file_is_replayed_again_and_replaced(small_trace, tmp_pa
     third = miss_profiles(str(small_trace), top_k=256, buffer=512)  # the replaced file reads cleanly
     assert "unreadable" not in capsys.readouterr().err
     assert all(np.array_equal(a, b) for a, b in zip(third.shares, fresh.shares, strict=True))
+
+
+def test_a_damaged_cached_trace_is_drawn_again(tmp_path, monkeypatch, capsys):
+    """A cached generated trace cut short stopped every later plan of its scenario with the reader's
+    error until removed by hand; now it is drawn again in its place, with a note, and the plan runs."""
+    from simulator.serving.presets import load
+    from simulator.serving.trace_choice import choose_trace
+
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    model = load("models", "glm-5.1-fp8")
+    workload = dataclasses.replace(load("workloads", "32k-in-8k-out"), input_tokens=2048, output_tokens=3)
+    first = choose_trace(model, workload, None)
+    assert first.generated and first.trace
+    whole = open(first.trace, "rb").read()
+    with open(first.trace, "r+b") as fh:
+        fh.truncate(len(whole) // 3)
+    capsys.readouterr()
+    again = choose_trace(model, workload, None)
+    assert "unreadable" in capsys.readouterr().err and again.generated and again.trace == first.trace
+    assert open(again.trace, "rb").read() == whole  # the same seed draws the same bytes
+    assert not choose_trace(model, workload, None).generated  # and the new file is used as it is
+    assert "unreadable" not in capsys.readouterr().err

@@ -70,6 +70,22 @@ def generate_trace(path: Path, preset: str, *, layers: int, k: int, ctx0: int, s
             writer.write_stream(s)
 
 
+def _opens(path: Path) -> bool:
+    """Whether a cached trace opens (header, metadata and chunk index whole); a damaged one (a full disk,
+    a copy cut short) stopped every later plan of that scenario with the reader's error until removed by
+    hand: it is drawn again in its place, with a note."""
+    import sys
+
+    from ..trace.format import TraceReader
+
+    try:
+        with TraceReader(path):
+            return True
+    except (HisparseError, OSError, ValueError) as exc:
+        print(f"note: cached trace {path} unreadable ({exc}); drawing it again", file=sys.stderr)
+        return False
+
+
 def choose_trace(model, workload, given: str | None) -> TraceChoice:
     """The trace for ``model`` serving ``workload`` (module docstring), generated if need be."""
     if given is not None:
@@ -97,7 +113,7 @@ def choose_trace(model, workload, given: str | None) -> TraceChoice:
         return TraceChoice(str(bundled), f"{why} at the workload's context: {shape}; bundled "
                                          f"{GENERATED_DIR}/{name}", preset, False, tuple(args.values()))
     cached = cache_dir() / "traces" / name
-    generated = not cached.is_file()
+    generated = not cached.is_file() or not _opens(cached)
     if generated:
         from .. import limits
 
