@@ -8,8 +8,11 @@ estimate, the limit and how to raise it. (Read-size budgets of the input formats
 - ``HISPARSE_MAX_POINTS`` (10,000): simulated points of one ``plan`` (load points x (baseline +
   one per HiSparse knob set)) or of one sweep grid (checked from its list lengths, before the
   cartesian product is built).
-- ``HISPARSE_MAX_SIM_STEPS`` (10,000,000): scheduler steps one ``plan`` is estimated to simulate
-  (``plan_steps``), and one published set of ``plan --validate`` its points. The default plan is ~0.6 million (33 s here, ~15 us of CPU a step).
+- ``HISPARSE_MAX_SIM_STEPS`` (10,000,000): work one ``plan`` is estimated to simulate (``plan_steps``:
+  scheduler steps, with each simulated request, prompt chunk and trace replay counted at its cost in
+  steps of ~15 us of CPU, an upper estimate), and one published set of ``plan --validate`` its points.
+  The default plan with its search is ~2.9 million (7 s here on two workers); 10 million is at most
+  ~2.5 minutes of CPU (``--concurrency 6000``, ~9 million: 47 s on two workers).
 - ``HISPARSE_MAX_REPLAY_ACCESSES`` (10**11): accesses one ``replay`` (or a replay grid, per
   trace) replays: its configs x the trace's accesses. The bundled 78-layer trace holds 20 million.
 - ``HISPARSE_MAX_TRACE_ENTRIES`` (2**32): top-k entries a ``trace gen`` or ``trace fit`` draws
@@ -44,20 +47,43 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+# What a simulated request costs beyond the scheduler steps, in steps of ~15 us of CPU (measured,
+# 2026-12-07, process time of one baseline point at concurrency 256 on 8xH200 DP8, per request: 1 in / 2 out
+# 0.13 ms, 32K / 2 0.53 ms, 1 / 8K 0.20 ms, 32K / 8K 1.45 ms, 128K / 8K 5.2 ms; 32K / 8K on a PD decode node
+# 1.9 ms; HiSparse 1.1-1.35x the baseline; flat in the concurrency, so 10,000 clients are 40,000 requests and
+# ~1 minute a system, which the scheduler steps alone, counting one wave of decode, put at 64,000 steps):
+REQUEST_STEPS = 10  # its arrival, admission and finish (each finish ends a decode block)
+CHUNK_STEPS = 25  # pricing one of its prompt chunks (the chunk's attention and indexer over its context): ~0.3 ms
+OUTPUT_TOKENS_PER_STEP = 150  # its decode tokens, priced in its blocks' per-step vectors: ~0.1 us a token
+REPLAY_ACCESSES_PER_STEP = 2_000  # a HiSparse knob set's trace replay (its miss profiles): ~170 million accesses/s
+
+
 def plan_steps(*, ranks: int, instances: int, concurrency: int, rate: float, requests_per_client: int,
                input_tokens: int, output_tokens: int, length_jitter: float, prefill_chunk_tokens: int) -> int:
-    """Scheduler steps one simulated plan point takes, an upper estimate (``model.InstanceSim.run``):
-    each rank prefills its requests chunk by chunk and decodes every wave to its longest output.
-    Closed loop: each of the clients on a rank sends ``requests_per_client`` requests one after
-    another; open loop: ``requests_per_client`` x 16 requests per rank."""
+    """The work one simulated plan point takes, an upper estimate in scheduler steps (``model.InstanceSim.run``):
+    each rank prefills its requests chunk by chunk and decodes every wave to its longest output, and
+    every request of the simulated instance costs ``REQUEST_STEPS`` + ``CHUNK_STEPS`` a prompt chunk + its
+    output over ``OUTPUT_TOKENS_PER_STEP`` (a point's time grows with its requests, not with its steps:
+    clients beyond the pool wait, in more waves). Closed loop: each of the instance's clients
+    (``concurrency / instances``) sends ``requests_per_client`` requests one after another; open loop:
+    ``requests_per_client`` x 16 requests per rank."""
     longest_in = max(1, round(input_tokens * (1 + length_jitter)))
     longest_out = max(1, round(output_tokens * (1 + length_jitter)))
-    chunks = ceil_div(longest_in, prefill_chunk_tokens)
+    chunks = ceil_div(longest_in, max(prefill_chunk_tokens, 1))
     if rate > 0:
         per_rank = requests_per_client * 16
-        return per_rank * (chunks + longest_out)
-    clients = ceil_div(max(concurrency, 1), max(ranks, 1))
-    return requests_per_client * (clients * chunks + longest_out)
+        steps = per_rank * (chunks + longest_out)
+        requests = per_rank * max(ranks, 1)
+    else:
+        clients = ceil_div(max(concurrency, 1), max(instances, 1))  # the simulated instance's (InstanceSim.clients)
+        steps = requests_per_client * (ceil_div(clients, max(ranks, 1)) * chunks + longest_out)
+        requests = requests_per_client * clients
+    return steps + requests * (REQUEST_STEPS + CHUNK_STEPS * chunks + longest_out // OUTPUT_TOKENS_PER_STEP)
+
+
+def replay_steps(replays: int, accesses: int) -> int:
+    """``replays`` trace replays of ``accesses`` accesses each, in ``plan_steps``'s steps."""
+    return replays * ceil_div(max(accesses, 0), REPLAY_ACCESSES_PER_STEP)
 
 
 def available_memory() -> int | None:

@@ -47,10 +47,27 @@ def _run(argv, capsys) -> tuple[bool, int, str]:
     return False, code, err
 
 
-def _default_steps(concurrency: list[int], rpc: int = 4, chunk: int = 8192) -> int:
-    return sum(limits.plan_steps(ranks=8, instances=1, concurrency=c, rate=0.0, requests_per_client=rpc,
-                                 input_tokens=32768, output_tokens=8192, length_jitter=0.0, prefill_chunk_tokens=chunk)
-               for c in concurrency)
+def _point_steps(concurrency: list[int], rpc: int = 4, chunk: int = 8192) -> list[int]:
+    return [limits.plan_steps(ranks=8, instances=1, concurrency=c, rate=0.0, requests_per_client=rpc,
+                              input_tokens=32768, output_tokens=8192, length_jitter=0.0, prefill_chunk_tokens=chunk)
+            for c in concurrency]
+
+
+# accesses of the default scenario's trace (glm51-longbench, 78 layers x 128 steps x k 2048 of one request)
+DEFAULT_TRACE_ACCESSES = 78 * 128 * 2048
+
+
+def _default_steps(concurrency: list[int], rpc: int = 4, chunk: int = 8192, knobs: int = 1) -> int:
+    """The plan's estimate (``planner.prepare`` with the search, as ``hisparse plan`` runs it): each point
+    for the baseline and every knob set, the bisection's points below the highest swept load for the
+    baseline and HiSparse when more than one load is swept, and one trace replay per swept buffer."""
+    from simulator.serving.slo import MAX_SEARCH_STEPS
+
+    each = _point_steps(concurrency, rpc, chunk)
+    steps = sum(each) * (1 + knobs)
+    if len(concurrency) > 1:
+        steps += 2 * MAX_SEARCH_STEPS * max(each)
+    return steps + limits.replay_steps(knobs, DEFAULT_TRACE_ACCESSES)
 
 
 @fuzz_settings(20)
@@ -62,7 +79,7 @@ def test_plan_load_lists_within_the_budgets(capsys, no_simulation, n, knobs):
     ok, code, err = _run(["plan", "--concurrency", ",".join(map(str, conc)),
                           "--sweep-buffer", ",".join(map(str, buffers))], capsys)
     points = n * (1 + knobs)
-    steps = _default_steps(conc) * (1 + knobs)
+    steps = _default_steps(conc, knobs=knobs)
     assert ok == (points <= 10_000 and steps <= 10_000_000), (n, knobs, err)
     if not ok:
         assert_clean_error(code, err, "HISPARSE_MAX_POINTS" if points > 10_000 else "HISPARSE_MAX_SIM_STEPS")
@@ -90,7 +107,7 @@ def test_workload_and_deployment_files_within_the_budget(tmp_path_factory, capsy
     d.write_text(re.sub(r"(?m)^prefill_chunk_tokens = .*$", f"prefill_chunk_tokens = {chunk}",
                         (PRESET_DIR / "deployments" / "8xh200-colocated-dp8.toml").read_text()))
     ok, code, err = _run(["plan", "--workload", str(w), "--deployment", str(d)], capsys)
-    steps = _default_steps([1, 2, 4, 8, 16, 32, 64, 128, 256], rpc, chunk) * 2
+    steps = _default_steps([1, 2, 4, 8, 16, 32, 64, 128, 256], rpc, chunk)
     assert ok == (steps <= 10_000_000), (rpc, chunk, err)
     if not ok:
         assert_clean_error(code, err, str(w), str(d), "HISPARSE_MAX_SIM_STEPS")

@@ -375,6 +375,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
         except (KeyError, ValueError, np.linalg.LinAlgError) as exc:
             raise HisparseError(f"{args.out}: the step CSVs ({', '.join(f'{n}-{args.gpu}.csv' for n in step_tables)}) "
                                 f"do not fit: {exc}") from None
+        if args.refit:
+            _check_step_coverage(step_fit, old, step_tables, args.out, args.gpu)
         st = {
             "source": step_source, "model": "t = launch + max(bytes / bandwidth, FLOPs / rate) per kind and dtype; "
             "indexer: launch + key bytes / bandwidth + select x waves x tokens per request",
@@ -404,9 +406,44 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_step_coverage(step_fit: dict, old, tables: dict, out: str, gpu: str) -> None:
+    """A refit's step terms cover every term the calibration it builds on had: a table cut short (a
+    gemm CSV of its first two rows) refitted to a file without the BF16 GEMM, grouped and batched
+    terms, and a 2-point FP8 fit at 1e9 GB/s, with status 0; `plan` then failed on it with a traceback.
+    The error names the table that holds the missing rows."""
+    from ..errors import HisparseError
+
+    before = (old.step_terms or {}) if old is not None else {}
+    lost = [f"{kind} {dtype}" for kind, per in (before.get("rates") or {}).items() for dtype in per
+            if dtype not in step_fit["rates"].get(kind, {})]
+    lost_idx = [name for name in (before.get("indexer") or {}) if name not in step_fit["indexer"]]
+    if not lost and not lost_idx:
+        return
+    where = old.where if old is not None else f"{out}/{gpu}.json"
+    csvs = ", ".join(f"{n}-{gpu}.csv" for n in tables)
+    what = "; ".join(filter(None, (f"rates {', '.join(lost)}" if lost else "",
+                                   f"indexer {', '.join(lost_idx)}" if lost_idx else "")))
+    raise HisparseError(f"{out}: the step CSVs ({csvs}) hold no rows for {what}, which {where} fits: a table cut "
+                        "short? (nothing written; rerun hisparse calibrate --terms step for complete tables)")
+
+
+def _validated_calibration(out: str, gpu: str) -> str:
+    """The fit ``validate`` checks: OUT/<gpu>.json, else the GPU's packaged one (as ``calibrate`` builds on
+    it). The checkout's calibration/ holds the stored runs but not the fit (the package holds its one
+    copy), so the README's ``validate --repredict --out calibration`` failed with "run hisparse calibrate
+    first" on a machine that cannot."""
+    from ..serving.presets import PRESET_DIR
+
+    path = os.path.join(out, f"{gpu}.json")
+    packaged = PRESET_DIR / "calibration" / f"{gpu}.json"
+    if not os.path.exists(path) and packaged.is_file():
+        return str(packaged)
+    return path
+
+
 def run_validate(args: argparse.Namespace) -> int:
 
-    calibration = os.path.join(args.out, f"{args.gpu}.json")
+    calibration = _validated_calibration(args.out, args.gpu)
     _measure_options(args, VALIDATE_MEASURE, "--repredict" if args.repredict else None)
     if not args.repredict:
         _require_cupy("hisparse validate", "hisparse validate --repredict")

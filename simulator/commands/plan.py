@@ -317,8 +317,8 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
 
         prefetch_whatif.check(sc)
         inp_nopf = dataclasses.replace(inp, overrides=inp.overrides + (prefetch_whatif.OFF_OVERRIDE,))
-        prep_nopf = prepare(inp_nopf, inp_nopf.scenario())
-    prep = prepare(inp, sc)  # every check before the first simulated point
+        prep_nopf = prepare(inp_nopf, inp_nopf.scenario(), search=not args.no_search)
+    prep = prepare(inp, sc, search=not args.no_search)  # every check before the first simulated point
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
     from ..serving import prefetch
@@ -334,7 +334,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         import dataclasses
 
         inp_off = dataclasses.replace(inp, speculative=None)
-        prep_off = prepare(inp_off, inp_off.scenario())
+        prep_off = prepare(inp_off, inp_off.scenario(), search=not args.no_search)
         plan_off = run_plan_full(inp_off, prepared=prep_off)
         if not args.no_search:
             plan_off = search_plan(plan_off, inp_off, on_point=None)
@@ -479,7 +479,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         mine = {o.split("=")[0] for o in extra}
         inp_n = dataclasses.replace(inp, overrides=tuple(o for o in inp.overrides if o.split("=")[0] not in mine) + extra)
         sc = inp_n.scenario()
-        runs.append((n, extra, inp_n, sc, prepare(inp_n, sc)))
+        runs.append((n, extra, inp_n, sc, prepare(inp_n, sc, search=not args.no_search)))
     for n, extra, inp_n, sc, prep in runs:
         total = len(prep.points) * (1 + len(prep.knob_sets))
         bar = iter(progress(range(total), total=total, desc=f"{n} node(s)", quiet=args.quiet, unit="pt"))

@@ -91,6 +91,11 @@ def flops_ratio(ref_gpu: GpuSpec, gpu: GpuSpec) -> float:
     return datasheet_rates(gpu)[1] / datasheet_rates(ref_gpu)[1]
 
 
+# The GEMM terms every model's decode step prices (``ops.layer_ops``: the FP8 projections and routed experts,
+# the BF16 cuBLAS GEMMs, whose term also prices the absorbed bmm: ``StepTerms.with_bf16``).
+REQUIRED_RATES = (("gemm", "fp8"), ("gemm", "bf16"), ("grouped_gemm", "fp8"))
+
+
 def measured_terms(groups: Mapping[str, Any], label: str) -> GpuTerms | None:
     """The step terms a calibration file holds (``step_terms`` and ``fit``), or None."""
     if "step_terms" not in groups or "fit" not in groups:
@@ -99,6 +104,10 @@ def measured_terms(groups: Mapping[str, Any], label: str) -> GpuTerms | None:
         terms = StepTerms.from_calibration(dict(groups))
     except (KeyError, TypeError, ValueError) as exc:
         raise HisparseError(f"{label}: step_terms: missing or bad entry {exc}") from None
+    missing = [f"{k} {d}" for k, d in REQUIRED_RATES if (k, d) not in terms.rates]
+    if missing:  # a refit from a table cut short: refused here, not as a KeyError mid-simulation
+        raise HisparseError(f"{label}: step_terms.rates: no {', '.join(missing)} term (every decode step prices "
+                            "it); refit it from complete tables (hisparse calibrate --terms step)")
     return GpuTerms(terms, terms.roofline["hbm_bw"], terms.roofline["bf16_flops"], f"measured on this GPU ({label})")
 
 

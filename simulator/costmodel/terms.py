@@ -166,6 +166,12 @@ class StepTerms:
             for cand in self.tp_moe_candidates(kind):
                 if (cand, dtype) in self.rates:
                     return self.rates[(cand, dtype)]
+        if (kind, dtype) not in self.rates:  # a KeyError from deep inside a simulation was a traceback
+            from ..errors import HisparseError
+
+            raise HisparseError(f"the calibration's step_terms have no {kind} {dtype} term (fitted: "
+                                f"{', '.join(f'{k} {d}' for k, d in sorted(self.rates))}); refit it from complete "
+                                "tables (hisparse calibrate --terms step)")
         return self.rates[(kind, dtype)]
 
     def tp_moe_candidates(self, kind: str) -> list[str]:

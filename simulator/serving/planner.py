@@ -214,11 +214,13 @@ class Prepared:
     cannot_run: tuple[tuple[str, str], ...] = ()  # (system and knobs, why): pieces left out, the rest planned
 
 
-def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
+def prepare(inp: PlanInputs, scenario: Scenario | None = None, *, search: bool = False) -> Prepared:
     """Every check a plan makes before it simulates, in one place (``hisparse plan`` and a plan
     sweep grid both call it): the scenario's files, each swept knob set (``--sweep-buffer``,
     ``--sweep-host-ratio``: a spec each, checked as the file's values are), the deployment's room
-    for the weights, and the work budgets (``simulator.limits``)."""
+    for the weights, and the work budgets (``simulator.limits``): the swept points, each knob set's
+    trace replay, and with ``search`` the bisection's points (up to ``MAX_SEARCH_STEPS`` a system, each
+    below a swept load)."""
     from .. import limits
 
     sc = scenario or inp.scenario()
@@ -235,15 +237,30 @@ def prepare(inp: PlanInputs, scenario: Scenario | None = None) -> Prepared:
     limits.check(n, "HISPARSE_MAX_POINTS", f"plan of {runs}", unit="simulated points",
                  hint="fewer --concurrency/--rate values or swept knobs")
     d, w = sc.deployment, sc.workload
-    steps = sum(limits.plan_steps(ranks=d.ranks_per_instance, instances=d.instances, concurrency=c, rate=rate,
-                                  requests_per_client=w.requests_per_client, input_tokens=w.input_tokens,
-                                  output_tokens=w.output_tokens, length_jitter=w.length_jitter,
-                                  prefill_chunk_tokens=d.prefill_chunk_tokens) for c, rate in points)
-    steps *= systems
+    each = [limits.plan_steps(ranks=d.ranks_per_instance, instances=d.instances, concurrency=c, rate=rate,
+                              requests_per_client=w.requests_per_client, input_tokens=w.input_tokens,
+                              output_tokens=w.output_tokens, length_jitter=w.length_jitter,
+                              prefill_chunk_tokens=d.prefill_chunk_tokens) for c, rate in points]
+    steps = sum(each) * systems
+    extra = []
+    if search and len(points) > 1:  # each searched system bisects below one of its swept loads
+        searched = int(baseline) + int(bool(knob_sets))
+        steps += searched * MAX_SEARCH_STEPS * max(each)
+        extra.append(f"the search's up to {MAX_SEARCH_STEPS} points a system (--no-search)")
+    replays = len({(hs.device_buffer_size, hs.policy) for hs in knob_sets})  # misses are replayed per buffer
+    if replays:
+        from .misses import trace_accesses
+
+        accesses = trace_accesses(sc.trace)
+        steps += limits.replay_steps(replays, accesses)
+        if replays > 1:
+            extra.append(f"{replays} trace replays of {accesses:,} accesses")
     limits.check(steps, "HISPARSE_MAX_SIM_STEPS",
-                 f"plan of {runs} ({w.where}: requests_per_client {w.requests_per_client}, {w.input_tokens} + "
-                 f"{w.output_tokens} tokens; {d.where}: prefill_chunk_tokens {d.prefill_chunk_tokens})",
-                 unit="scheduler steps to simulate", hint="fewer points, requests_per_client or larger prefill chunks")
+                 f"plan of {runs}{''.join(' + ' + e for e in extra)} ({w.where}: requests_per_client "
+                 f"{w.requests_per_client}, {w.input_tokens} + {w.output_tokens} tokens; {d.where}: "
+                 f"prefill_chunk_tokens {d.prefill_chunk_tokens})",
+                 unit="scheduler steps to simulate", hint="fewer or lower loads, fewer swept buffers, a smaller "
+                 "requests_per_client or larger prefill chunks")
     _check_horizon(sc, points)
     return Prepared(sc, points, tuple(knob_sets), steps, baseline, tuple(cannot_run))
 

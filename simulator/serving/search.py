@@ -477,11 +477,34 @@ def _why_fails(cfg: Config, inp: SearchInputs) -> str:
     return f"at concurrency {p['concurrency']} (the lowest searched): " + "; ".join(parts or ["fails"])
 
 
+def check_budget(sc: Scenario, inp: SearchInputs, trace: str | None) -> None:
+    """The search's work against the budgets (``simulator.limits``), from its lists before any work:
+    its knob sets' ladder points on the ``knob_deployments`` layouts (HISPARSE_MAX_POINTS; the
+    dominance check also compares every pair of them) and one trace replay per (buffer, policy)
+    (HISPARSE_MAX_SIM_STEPS, in ``plan_steps``'s steps). 200 buffers x 50 ratios x every policy ran for
+    hours, its progress bar still between stages."""
+    from .. import limits
+    from .misses import trace_accesses
+
+    sets = len(inp.buffers) * len(inp.host_ratios) * len(inp.policies)
+    shape = (f"--search-buffer ({len(inp.buffers)}) x --search-host-ratio ({len(inp.host_ratios)}) x "
+             f"--search-policy ({len(inp.policies)})")
+    limits.check(sets * inp.knob_deployments * len(inp.ladder), "HISPARSE_MAX_POINTS",
+                 f"--search: {shape} = {sets} HiSparse knob sets on {inp.knob_deployments} layouts x "
+                 f"{len(inp.ladder)} ladder loads", unit="simulated points", hint="fewer searched values")
+    replays = len({(b, p) for b in inp.buffers for p in inp.policies if b >= sc.hisparse.top_k}) + 1
+    accesses = trace_accesses(trace)
+    limits.check(limits.replay_steps(replays, accesses), "HISPARSE_MAX_SIM_STEPS",
+                 f"--search: {replays} trace replays (--search-buffer x --search-policy) of {accesses:,} accesses",
+                 unit="scheduler steps", hint="fewer buffers or policies")
+
+
 def run_search(sc: Scenario, inp: SearchInputs, *, trace: str | None = None,
                generators: Sequence[DeploymentGenerator] | None = None,
                tick: Callable[[int], None] | None = None, jobs: int = 1) -> SearchResult:
     """The three stages of the module docstring; never raises for one configuration that cannot
     run (its error is listed instead). ``jobs`` processes run the coarse stages' ladders."""
+    check_budget(sc, inp, trace)
     t0 = time.perf_counter()
     n0 = [0]
 
