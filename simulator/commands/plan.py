@@ -262,6 +262,10 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     from .plan_search import check_args, refuse_unused_node_options
 
     check_args(args, given)
+    if args.report:  # its page needs plotly: said before the work, not after it
+        from ..report.page import require_plotly
+
+        require_plotly()
     if args.validate:
         given = [opt for opt in given if opt != "--report"]  # the validation has its own page
         given += ["--no-search"] if args.no_search else []  # a store_true: not in PLAN_ONLY

@@ -43,6 +43,21 @@ def fmt(value: Any, spec: str) -> str:
     return format(float(value), spec)
 
 
+NO_PLOTLY = ("--report needs the plotly package (its bundled plotly.js is inlined): pip install "
+             "'hisparse-sim[report]' (in a checkout: pip install -e '.[report]')")
+
+
+def require_plotly() -> None:
+    """Raise the error ``plotly_js`` would, before any work: a plan or sweep asked for a page ran to the
+    end (17-24 s) and only then said plotly was missing, with no page and, for a sweep, no results.parquet."""
+    import importlib.util
+
+    if importlib.util.find_spec("plotly") is None:
+        from ..errors import HisparseError
+
+        raise HisparseError(NO_PLOTLY)
+
+
 def plotly_js() -> str:
     """plotly.js as one string, or the error saying how to get it."""
     try:
@@ -50,8 +65,7 @@ def plotly_js() -> str:
     except ImportError:
         from ..errors import HisparseError
 
-        raise HisparseError("--report needs the plotly package (its bundled plotly.js is inlined): "
-                            "pip install 'hisparse-sim[report]'") from None
+        raise HisparseError(NO_PLOTLY) from None
     return get_plotlyjs()
 
 
