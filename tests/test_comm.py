@@ -286,3 +286,17 @@ def test_a_failed_refit_leaves_no_new_folder_and_a_good_one_makes_it(tmp_path, c
     csv = synthetic_csv(tmp_path / "comm-h200.csv")
     assert main(["calibrate", "--comm-refit", str(csv), "--out", str(tmp_path / "made" / "cal")]) == 0
     assert sorted(p.name for p in (tmp_path / "made" / "cal").iterdir()) == ["comm-h200.png", "h200.json"]
+
+
+def test_comm_refit_into_an_empty_folder_builds_on_the_packaged_calibration(tmp_path, capsys):
+    """A folder without h200.json got a file holding comm alone, which plan and validate refused (no kernel
+    terms); it now starts from the packaged h200.json, as calibrate --refit does."""
+    out = tmp_path / "empty"
+    out.mkdir()
+    csv = synthetic_csv(tmp_path / "comm-h200.csv")
+    assert main(["calibrate", "--comm-refit", str(csv), "--out", str(out)]) == 0
+    packaged = json.loads((ROOT / "simulator" / "presets" / "calibration" / "h200.json").read_text())
+    report = json.loads((out / "h200.json").read_text())
+    assert {k: v for k, v in report.items() if k != "comm"} == {k: v for k, v in packaged.items() if k != "comm"}
+    assert set(report["comm"]) == {"source", "command", *COLLECTIVES}
+    assert P.load("calibration", str(out / "h200.json")).calibrated  # the planner reads it

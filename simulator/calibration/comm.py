@@ -175,11 +175,20 @@ def source_line(meta: dict[str, str], csv_path: str) -> str:
 def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any],
                        out_path: str | os.PathLike | None = None) -> None:
     """Put ``section`` as ``comm`` into the calibration file at ``json_path``, keeping its other
-    groups; written to ``out_path`` (default: the same file)."""
+    groups; written to ``out_path`` (default: the same file). A folder without ``<gpu>.json`` starts
+    from the GPU's packaged calibration, as ``calibrate --refit`` does: a file holding ``comm`` alone
+    was refused by ``plan`` and ``validate`` (no kernel terms)."""
     from ..costmodel.calibration_file import CalibrationFile, read_calibration, write_calibration
+    from ..serving.presets import PRESET_DIR
 
     p = str(json_path)
-    cal = read_calibration(p) if os.path.exists(p) else CalibrationFile(source="hisparse calibrate --comm", where=p)
+    packaged = PRESET_DIR / "calibration" / f"{Path(p).stem}.json"
+    if os.path.exists(p):
+        cal = read_calibration(p)
+    elif packaged.is_file():
+        cal = read_calibration(str(packaged))
+    else:
+        cal = CalibrationFile(source="hisparse calibrate --comm", where=p)
     write_calibration(cal.replace(comm=section), out_path or p)
 
 
