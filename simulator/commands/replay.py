@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from ..replay.config import Initial, Semantics
+from ..replay.config import MAX_SEED, Initial, Semantics
 from ..replay.policies import POLICIES, help_text
 from .common import (
     Output,
@@ -15,14 +15,17 @@ from .common import (
     check_policies,
     comma_list,
     declare_io,
+    int_in,
     open_input,
     positive_int,
     print_json,
-    seed_int,
 )
 
 # Per-size replays of one curve: each is a whole replay of the trace.
 MAX_GRID_SIZES = 10_000
+# The random policy's generator takes a 32-bit seed (replay/config.py): common.seed_int's 2**63 - 1
+# let a larger seed repeat a smaller one's draws without a word.
+replay_seed = int_in(0, MAX_SEED, what="a seed from 0 to 2**32 - 1 (the random policy's generator takes 32 bits)")
 
 
 class _Given(argparse.Action):
@@ -43,7 +46,8 @@ def _add_step_rules(p: argparse.ArgumentParser) -> None:
                         "empty (disaggregated decode)")
     p.add_argument("--no-reserve-newest", dest="reserve_newest", action="store_false",
                    help="treat the newest token as an ordinary access (default: it sits in a reserved slot)")
-    p.add_argument("--seed", type=seed_int, default=0, action=_Given, help="seed for the random policy (default 0)")
+    p.add_argument("--seed", type=replay_seed, default=0, action=_Given,
+                   help="seed for the random policy, 0 to 2**32 - 1 (default 0)")
     p.add_argument("--ways", type=positive_int, default=32, action=_Given,
                    help="salru: ways per shard; shards = buffer / ways (default 32, as SGLang PR #31341's "
                         "benchmark: 256 x 32 for 8192 slots)")

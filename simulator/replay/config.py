@@ -14,6 +14,11 @@ from typing import Any
 from ..errors import HisparseError
 from .policies import POLICY_IDS, REGISTRY, SHARDED, Policy
 
+# The random policy draws from numba's Mersenne Twister, whose seed is 32 bits: a larger seed was
+# cut to its low 32 bits (--seed 4294967297 replayed exactly as --seed 1), so two seeds named the
+# same draws. Seeds are refused past what the generator can tell apart.
+MAX_SEED = 2**32 - 1
+
 
 class Semantics(StrEnum):
     """How a step's entries meet the buffer."""
@@ -62,6 +67,14 @@ class ReplayConfig:
         if buffer < 1:
             raise HisparseError(f"buffer must be >= 1 slot, got {buffer}")
         object.__setattr__(self, "buffer", buffer)
+        try:
+            seed = operator.index(self.seed)
+        except TypeError:
+            raise HisparseError(f"seed must be a whole number, got {self.seed!r}") from None
+        if not 0 <= seed <= MAX_SEED:
+            raise HisparseError(f"seed must be from 0 to 2**32 - 1 = {MAX_SEED} (the random policy's generator "
+                                f"takes a 32-bit seed), got {seed}")
+        object.__setattr__(self, "seed", seed)
         for name in ("ways", "mtp_steps"):
             try:
                 value = operator.index(getattr(self, name))
