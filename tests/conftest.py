@@ -24,6 +24,15 @@ settings.load_profile(PROFILE)
 
 
 @pytest.fixture()
+def no_simulation(monkeypatch):
+    """``hisparse plan`` stops with ``tests.helpers.Reached`` where it would start simulating."""
+    import simulator.serving.planner as planner
+    from tests.helpers import reached
+
+    monkeypatch.setattr(planner, "run_plan_full", reached)
+
+
+@pytest.fixture()
 def private_cache(tmp_path, monkeypatch):
     """A fresh HISPARSE_CACHE for the test: generated traces, replays and plans land in its tmp_path,
     never in the user's cache (a module asks for it with ``pytestmark = pytest.mark.usefixtures(

@@ -17,15 +17,7 @@ from simulator.errors import HisparseError
 from simulator.sweep.grid import load_grid
 from simulator.trace import TraceMeta, write_trace
 from tests.fuzzing import fuzz_settings, run_cli
-from tests.helpers import random_stream
-
-
-class Reached(Exception):
-    """The command got past its checks to the work."""
-
-
-def _reached(*a, **k):
-    raise Reached
+from tests.helpers import Reached, random_stream, reached
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +66,7 @@ def test_replay_grid_agrees_with_replay(tmp_path_factory, capsys, monkeypatch, t
     key, value = kv
     import simulator.replay.api as api
 
-    monkeypatch.setattr(api, "replay", _reached)
+    monkeypatch.setattr(api, "replay", reached)
     cli = _cli_accepts(["replay", trace, f"--{key}", str(value)], capsys)
     path = tmp_path_factory.mktemp("g") / "grid.toml"
     grid = _grid_accepts(path, f'kind = "replay"\n[fixed]\ntrace = {_toml(trace)}\n[grid]\n{key} = [{_toml(value)}]\n')
@@ -97,7 +89,7 @@ def test_plan_grid_agrees_with_plan(tmp_path_factory, capsys, monkeypatch, kv):
     key, value = kv
     import simulator.serving.planner as planner
 
-    monkeypatch.setattr(planner, "run_plan_full", _reached)
+    monkeypatch.setattr(planner, "run_plan_full", reached)
     cli = _cli_accepts(["plan", PLAN_OPTIONS[key], str(value)], capsys)
     path = tmp_path_factory.mktemp("g") / "grid.toml"
     grid = _grid_accepts(path, f'kind = "plan"\n[grid]\n{key} = [{_toml(value)}]\n')
@@ -116,7 +108,7 @@ def test_a_bad_model_file_fails_the_grid_as_it_fails_plan(tmp_path, capsys, monk
     text = (PRESET_DIR / "models" / "glm-5.1-fp8.toml").read_text()
     model = tmp_path / "model.toml"
     model.write_text(re.sub(rf"(?m)^{key} = .*$", f"{key} = {replace}", text))
-    monkeypatch.setattr(planner, "run_plan_full", _reached)
+    monkeypatch.setattr(planner, "run_plan_full", reached)
     assert not _cli_accepts(["plan", "--model", str(model)], capsys)
     assert not _grid_accepts(tmp_path / "grid.toml", f'kind = "plan"\n[fixed]\nmodel = {_toml(str(model))}\n'
                                                       "[grid]\nseed = [1, 2]\n")
@@ -126,7 +118,7 @@ def test_the_grid_checks_run_before_any_point(tmp_path, monkeypatch, capsys, tra
     """The examples, end to end: each is refused by ``hisparse sweep`` with exit 2 and no point run."""
     import simulator.sweep.points as points
 
-    monkeypatch.setattr(points, "run_point", _reached)
+    monkeypatch.setattr(points, "run_point", reached)
     cases = [f'kind = "replay"\n[fixed]\ntrace = {_toml(trace)}\n[grid]\nbuffer = [16, 1000000000]\n',
              f'kind = "replay"\n[fixed]\ntrace = {_toml(trace)}\n[grid]\nbuffer = [8, 16]\n',
              'kind = "plan"\n[grid]\nhost_to_device_ratio = [0.5, 2.0]\n',

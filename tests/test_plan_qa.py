@@ -10,27 +10,12 @@ import re
 import time
 from pathlib import Path
 
-import pytest
-
 from simulator import limits
 from simulator.serving.presets import PRESET_DIR
 from tests.fuzzing import assert_clean_error, run_cli
+from tests.helpers import Reached
 
 TRACE = str(Path(__file__).resolve().parents[1] / "traces" / "glm51-longbench.hst")
-
-
-class Reached(Exception):
-    """The plan got past its checks to the simulation."""
-
-
-@pytest.fixture()
-def no_simulation(monkeypatch):
-    import simulator.serving.planner as planner
-
-    def reached(*a, **k):
-        raise Reached
-
-    monkeypatch.setattr(planner, "run_plan_full", reached)
 
 
 def _plan(argv: list[str], capsys) -> tuple[bool, int, str]:

@@ -7,19 +7,13 @@ import importlib.util
 import pytest
 
 from tests.fuzzing import assert_clean_error, run_cli
-
-
-class Reached(Exception):
-    """The command got past its checks to the work."""
+from tests.helpers import Reached, reached
 
 
 @pytest.fixture()
 def no_plotly(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
-
-    def reached(*a, **k):
-        raise Reached
 
     import simulator.commands.plan as plan_cmd
     import simulator.commands.plan_search as plan_search

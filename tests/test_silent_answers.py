@@ -16,20 +16,7 @@ from hypothesis import strategies as st
 from simulator.errors import HisparseError
 from simulator.serving.presets import PRESET_DIR
 from tests.fuzzing import assert_clean_error, fuzz_settings, run_cli
-
-
-class Reached(Exception):
-    """The command got past its checks to the simulation."""
-
-
-@pytest.fixture()
-def no_simulation(monkeypatch):
-    import simulator.serving.planner as planner
-
-    def reached(*a, **k):
-        raise Reached
-
-    monkeypatch.setattr(planner, "run_plan_full", reached)
+from tests.helpers import Reached
 
 
 def _preset(kind: str, name: str) -> str:

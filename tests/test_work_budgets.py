@@ -18,22 +18,7 @@ from simulator import limits
 from simulator.serving.presets import PRESET_DIR
 from simulator.trace import TraceMeta, write_trace
 from tests.fuzzing import assert_clean_error, fuzz_settings, run_cli
-from tests.helpers import random_stream
-
-
-class Reached(Exception):
-    """The command got past its checks to the work."""
-
-
-def _reached(*a, **k):
-    raise Reached
-
-
-@pytest.fixture()
-def no_simulation(monkeypatch):
-    import simulator.serving.planner as planner
-
-    monkeypatch.setattr(planner, "run_plan_full", _reached)
+from tests.helpers import Reached, random_stream, reached
 
 
 def _run(argv, capsys) -> tuple[bool, int, str]:
@@ -136,7 +121,7 @@ def test_grid_size_is_checked_before_the_product(tmp_path_factory, capsys, monke
     path.write_text('kind = "plan"\n[grid]\n' + "\n".join(lines) + "\n")
     import simulator.commands.sweep as sweep_cmd
 
-    monkeypatch.setattr(sweep_cmd, "check_values", _reached)  # past the size check: the values' own checks
+    monkeypatch.setattr(sweep_cmd, "check_values", reached)  # past the size check: the values' own checks
     ok, code, err = _run(["sweep", str(path), "--out", str(path.parent / "out"), "--no-ray"], capsys)
     assert ok == (int(np.prod(lengths)) <= 10_000), (lengths, err)
     if not ok:
@@ -149,7 +134,7 @@ def test_grid_size_is_checked_before_the_product(tmp_path_factory, capsys, monke
 def test_trace_gen_shapes_within_the_budget(tmp_path_factory, capsys, monkeypatch, requests, layers, steps, topk):
     import simulator.trace.generator as generator
 
-    monkeypatch.setattr(generator, "generate", _reached)
+    monkeypatch.setattr(generator, "generate", reached)
     out = tmp_path_factory.mktemp("gen") / "t.hst"
     ok, code, err = _run(["trace", "gen", "--preset", "high-overlap", "--requests", str(requests), "--layers",
                           str(layers), "--steps", str(steps), "--topk", str(topk), "--ctx0", str(2 * topk),
@@ -186,7 +171,7 @@ def test_replay_configs_times_accesses_within_the_budget(capsys, monkeypatch, sm
     import simulator.replay.api as api
     from simulator.trace import open_trace
 
-    monkeypatch.setattr(api, "replay", _reached)
+    monkeypatch.setattr(api, "replay", reached)
     monkeypatch.setenv("HISPARSE_MAX_REPLAY_ACCESSES", str(most))
     buffers = ",".join(str(16 + i) for i in range(n))
     ok, code, err = _run(["replay", small_trace, "--buffer", buffers, "--policy", policies], capsys)
