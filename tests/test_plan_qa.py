@@ -10,6 +10,8 @@ import re
 import time
 from pathlib import Path
 
+import pytest
+
 from simulator import limits
 from simulator.serving.presets import PRESET_DIR
 from tests.fuzzing import assert_clean_error, run_cli
@@ -110,3 +112,31 @@ def test_a_huge_search_is_refused_up_front(capsys, monkeypatch):
     assert not reached
     assert_clean_error(code, err, "--search-buffer (200)", "--search-host-ratio (50)", "HISPARSE_MAX_POINTS")
     assert _plan(["--search"], capsys)[0]  # the default search reaches its replays
+
+
+def _steps_of(argv: list[str], capsys, monkeypatch) -> int:
+    """The plan's own work estimate, read from its refusal under a budget of 1."""
+    monkeypatch.setenv("HISPARSE_MAX_SIM_STEPS", "1")
+    code, _, err = run_cli(["plan", *argv], capsys)
+    assert code == 2, err
+    return int(re.search(r"about ([\d,]+) scheduler steps", err).group(1).replace(",", ""))
+
+
+@pytest.mark.parametrize("whatif", ["--compare-speculative", "--compare-prefetch"])
+def test_a_plan_and_its_whatif_share_one_budget(whatif, capsys, monkeypatch, no_simulation):
+    """Each of the two plans a what-if runs was checked alone, so together they could run up to twice the
+    budget; the sum is now checked before either runs."""
+    common = ["--concurrency", "1,4", "--no-search", "--quiet"]
+    if whatif == "--compare-speculative":
+        main = [*common, "--deployment", "8xh200-tp8", "--speculative", "eagle:1-1-2", "--accept-len", "2"]
+        other = [*common, "--deployment", "8xh200-tp8"]
+    else:
+        main = [*common, "--model", "glm-5.2-fp8"]
+        other = [*main, "--set", "hisparse.prefetch=false"]
+    both = _steps_of(main, capsys, monkeypatch) + _steps_of(other, capsys, monkeypatch)
+    monkeypatch.setenv("HISPARSE_MAX_SIM_STEPS", str(both - 1))  # each alone fits, together they do not
+    code, _, err = run_cli(["plan", *main, whatif], capsys)
+    assert_clean_error(code, err, whatif, "HISPARSE_MAX_SIM_STEPS")
+    monkeypatch.setenv("HISPARSE_MAX_SIM_STEPS", str(both))
+    with pytest.raises(Reached):
+        run_cli(["plan", *main, whatif], capsys)

@@ -323,6 +323,19 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         inp_nopf = dataclasses.replace(inp, overrides=inp.overrides + (prefetch_whatif.OFF_OVERRIDE,))
         prep_nopf = prepare(inp_nopf, inp_nopf.scenario(), search=not args.no_search)
     prep = prepare(inp, sc, search=not args.no_search)  # every check before the first simulated point
+    if args.compare_speculative:
+        import dataclasses
+
+        inp_off = dataclasses.replace(inp, speculative=None)
+        prep_off = prepare(inp_off, inp_off.scenario(), search=not args.no_search)
+    whatif = prep_off if args.compare_speculative else prep_nopf if args.compare_prefetch else None
+    if whatif is not None:  # each plan was checked alone: together they may run up to twice the budget
+        from .. import limits
+
+        limits.check(prep.steps + whatif.steps, "HISPARSE_MAX_SIM_STEPS",
+                     f"plan and its {'--compare-speculative' if args.compare_speculative else '--compare-prefetch'} "
+                     "what-if together", unit="scheduler steps to simulate",
+                     hint="fewer or lower loads, fewer swept buffers, or --no-search")
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
     bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
     from ..serving import prefetch
@@ -335,10 +348,6 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     prefetch.forget()
     rows = plan.rows()
     if args.compare_speculative:  # the what-if: the same plan without speculative decoding
-        import dataclasses
-
-        inp_off = dataclasses.replace(inp, speculative=None)
-        prep_off = prepare(inp_off, inp_off.scenario(), search=not args.no_search)
         plan_off = run_plan_full(inp_off, prepared=prep_off)
         if not args.no_search:
             plan_off = search_plan(plan_off, inp_off, on_point=None)
