@@ -194,9 +194,9 @@ def out_files(args: argparse.Namespace | None = None) -> tuple[str, ...]:
 
 
 # preset options and the kind of preset each names
-PRESET_OPTIONS = (("model", "--model", "models"), ("gpu", "--gpu", "gpus"), ("deployment", "--deployment", "deployments"),
-                  ("workload", "--workload", "workloads"), ("hisparse", "--hisparse-config", "hisparse"),
-                  ("calibration", "--calibration", "calibration"))
+# the option of each preset key (serving.presets.PRESET_KEYS, which gives its kind)
+PRESET_OPTIONS = (("model", "--model"), ("gpu", "--gpu"), ("deployment", "--deployment"), ("workload", "--workload"),
+                  ("hisparse", "--hisparse-config"), ("calibration", "--calibration"))
 
 
 def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
@@ -206,13 +206,13 @@ def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     import contextlib
 
     from ..errors import HisparseError
-    from ..serving.presets import resolve_or_none
+    from ..serving.presets import NO_FILE, PRESET_KEYS, resolve_or_none
 
     found: list[tuple[str, str]] = []
     defaults = {dest: default for dest, _, default in PLAN_ONLY}
-    for dest, option, kind in PRESET_OPTIONS:
+    for dest, option in PRESET_OPTIONS:
         spec = getattr(args, dest) if getattr(args, dest) is not None else defaults.get(dest)
-        if isinstance(spec, str) and spec not in ("auto", "none", "") and (path := resolve_or_none(kind, spec)):
+        if isinstance(spec, str) and spec not in NO_FILE and (path := resolve_or_none(PRESET_KEYS[dest], spec)):
             found.append((option, str(path)))
     with contextlib.suppress(HisparseError, OSError, ValueError):  # the deployment's GPU, its calibration
         from ..serving import presets as P
@@ -230,10 +230,10 @@ def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
                 ps = load_published(name)
                 found.append(("--validate", ps.where))
                 for key, value in ps.scenario.items():
-                    kind = dict((d, k) for d, _, k in PRESET_OPTIONS).get(key)
+                    kind = PRESET_KEYS.get(key)
                     if key == "trace":
                         found.append(("--validate", str(value)))
-                    elif kind and value not in ("auto", "none", "") and (path := resolve_or_none(kind, value)):
+                    elif kind and value not in NO_FILE and (path := resolve_or_none(kind, value)):
                         found.append(("--validate", str(path)))
     return found
 

@@ -66,8 +66,8 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(where, file) of every file the grid's points read: its traces and, for a plan grid, the
     files behind its preset names. A grid that does not load is left to the run (same error)."""
     from ..errors import HisparseError
-    from ..serving.presets import resolve_or_none
-    from ..sweep.grid import CALIBRATION_WORDS, PRESET_KINDS, load_grid
+    from ..serving.presets import NO_FILE, PRESET_KEYS, resolve_or_none
+    from ..sweep.grid import load_grid
 
     try:
         grid = load_grid(args.grid)
@@ -83,8 +83,8 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
             where = f"{args.grid}: {key} ="
             if key == "trace":
                 found.setdefault(value, where)
-            elif grid.kind == "plan" and key in PRESET_KINDS and value not in CALIBRATION_WORDS:
-                if path := resolve_or_none(PRESET_KINDS[key], value):
+            elif grid.kind == "plan" and key in PRESET_KEYS and value not in NO_FILE:
+                if path := resolve_or_none(PRESET_KEYS[key], value):
                     found.setdefault(str(path), where)
     return [(where, path) for path, where in found.items()]
 
@@ -122,7 +122,7 @@ def check_values(grid, path: str) -> None:
     (``replay.check_configs``, ``planner.prepare``: the files it names loaded and checked, buffers
     against k and the trace, the work budgets)."""
     from ..replay.policies import POLICIES
-    from ..sweep.grid import PRESET_KINDS
+    from ..serving.presets import PRESET_KEYS
     from .common import check_policies
 
     actions = cli_actions(grid.kind)
@@ -133,7 +133,7 @@ def check_values(grid, path: str) -> None:
                 continue
             if key == "policy" and grid.kind == "replay":
                 check_policies([value], POLICIES, option=f"{path}: policy")
-            elif grid.kind == "plan" and key in PRESET_KINDS:
+            elif grid.kind == "plan" and key in PRESET_KEYS:
                 _check_preset(key, value, path)
             else:
                 _check_option(actions, grid.kind, key, value, path)
@@ -170,13 +170,12 @@ def _check_preset(key: str, value: str, path: str) -> None:
     """A plan grid's preset name is shipped, or its path is a file (the presets' own lookup);
     the point checks then load it."""
     from ..errors import HisparseError
-    from ..serving.presets import resolve
-    from ..sweep.grid import CALIBRATION_WORDS, PRESET_KINDS
+    from ..serving.presets import NO_FILE, PRESET_KEYS, resolve
 
-    if key == "calibration" and value in CALIBRATION_WORDS:
+    if key == "calibration" and value in NO_FILE:
         return
     try:
-        resolve(PRESET_KINDS[key], value)
+        resolve(PRESET_KEYS[key], value)
     except HisparseError as exc:
         raise HisparseError(f"{path}: {key} = {value!r}: {exc}") from None
 

@@ -285,7 +285,7 @@ def _runnable(sc: Scenario, knob_sets: Sequence[HiSparseSpec]) -> tuple[bool, li
         cannot.append(("baseline", str(exc)))
     kept = []
     for hs in knob_sets:  # and each knob set's pools, before the first point is simulated
-        files = sc.files if hs is sc.hisparse else _files(sc, hs)  # a swept set: its values and what sets them
+        files = sc.files_with(hs)  # a swept set: its values and what sets them
         plan = plan_memory(sc.model, sc.gpu, d, hs, where=files)
         try:
             check_fits(plan, n_in, n_out, d.mode, files)
@@ -296,11 +296,6 @@ def _runnable(sc: Scenario, knob_sets: Sequence[HiSparseSpec]) -> tuple[bool, li
     if not baseline and not kept:
         raise HisparseError("no system can run this workload: " + "; ".join(f"{who}: {why}" for who, why in cannot))
     return baseline, kept, cannot
-
-
-def _files(sc: Scenario, hs: HiSparseSpec) -> str:
-    """``Scenario.files`` with a swept knob set's ``where`` in place of the HiSparse file's."""
-    return ", ".join(s.where for s in (sc.model, sc.gpu, sc.deployment, sc.workload, hs))
 
 
 # The simulated clock is a float of seconds: past ~1e9 s its resolution (~1e-7 s) nears a decode

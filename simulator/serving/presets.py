@@ -54,6 +54,14 @@ def _singular(kind: str) -> str:
             "clusters": "cluster"}.get(kind, kind)
 
 
+# The plan options (and plan grid keys) that name a preset, by name or file, and the kind each is
+# looked up in; read by ``hisparse plan``'s input checks and by the sweep's grid checks.
+PRESET_KEYS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
+               "hisparse": "hisparse", "calibration": "calibration"}
+# values of those keys that name no file (``--calibration auto`` / ``none``)
+NO_FILE = ("auto", "none", "")
+
+
 def resolve(kind: str, spec: str) -> Path:
     """The file behind a preset name or a user's path."""
     if not spec.strip():  # Path("") is ".", the working folder: "'': not a file" said nothing useful

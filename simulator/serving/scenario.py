@@ -75,7 +75,11 @@ class Scenario:
     @property
     def files(self) -> str:
         """The input files, for error messages."""
-        return ", ".join(s.where for s in (self.model, self.gpu, self.deployment, self.workload, self.hisparse))
+        return self.files_with(self.hisparse)
+
+    def files_with(self, hisparse: HiSparseSpec) -> str:
+        """``files`` with ``hisparse``'s ``where`` for the scenario's (a swept knob set names its values)."""
+        return ", ".join(s.where for s in (self.model, self.gpu, self.deployment, self.workload, hisparse))
 
     def replace(self, **changes) -> Scenario:
         return dataclasses.replace(self, **changes)

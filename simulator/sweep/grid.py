@@ -35,11 +35,6 @@ OPTIONS = {
              "host_to_device_ratio": float, "slo_tpot_ms": float, "slo_ttft_s": float, "seed": int},
 }
 REQUIRED = {"replay": ("trace",), "plan": ()}
-# plan keys that name a preset or a file, and the serving presets' kind each is looked up in
-PRESET_KINDS = {"model": "models", "gpu": "gpus", "deployment": "deployments", "workload": "workloads",
-                "hisparse": "hisparse", "calibration": "calibration"}
-# calibration words that name no file
-CALIBRATION_WORDS = ("auto", "none", "")
 
 
 @dataclass(frozen=True)
@@ -59,14 +54,16 @@ def _file_of(kind: str, key: str, value: str) -> tuple | None:
     where it exists (a symlink, a hard link, ``./`` or an absolute spelling: one file), else its
     normalised absolute path; None for a value that names no file (a preset name that does not
     resolve is left to the up-front checks, which say what is wrong)."""
+    from ..serving.presets import NO_FILE, PRESET_KEYS
+
     if key == "trace":
         target: str | None = value
-    elif kind == "plan" and key in PRESET_KINDS:
-        if key == "calibration" and value in CALIBRATION_WORDS:
+    elif kind == "plan" and key in PRESET_KEYS:
+        if key == "calibration" and value in NO_FILE:
             return None
         from ..serving.presets import resolve_or_none
 
-        found = resolve_or_none(PRESET_KINDS[key], value)  # a shipped name resolves to its packaged file
+        found = resolve_or_none(PRESET_KEYS[key], value)  # a shipped name resolves to its packaged file
         target = str(found) if found is not None else None
     else:
         return None
