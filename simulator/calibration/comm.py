@@ -179,16 +179,11 @@ def write_comm_section(json_path: str | os.PathLike, section: dict[str, Any],
     from the GPU's packaged calibration, as ``calibrate --refit`` does: a file holding ``comm`` alone
     was refused by ``plan`` and ``validate`` (no kernel terms)."""
     from ..costmodel.calibration_file import CalibrationFile, read_calibration, write_calibration
-    from ..serving.presets import PRESET_DIR
+    from ..serving.presets import calibration_base
 
     p = str(json_path)
-    packaged = PRESET_DIR / "calibration" / f"{Path(p).stem}.json"
-    if os.path.exists(p):
-        cal = read_calibration(p)
-    elif packaged.is_file():
-        cal = read_calibration(str(packaged))
-    else:
-        cal = CalibrationFile(source="hisparse calibrate --comm", where=p)
+    base = calibration_base(p)
+    cal = read_calibration(str(base)) if base is not None else CalibrationFile(source="hisparse calibrate --comm", where=p)
     write_calibration(cal.replace(comm=section), out_path or p)
 
 

@@ -141,16 +141,6 @@ def _read_json(path: str, keys: tuple[str, ...], hint: str) -> dict:
     return data
 
 
-def _packaged(gpu: str):
-    """The packaged calibration of ``gpu`` (the previous run a refit or a partial run builds on when
-    ``--out`` holds none), or None."""
-    from ..costmodel.calibration_file import read_calibration
-    from ..serving.presets import PRESET_DIR
-
-    path = PRESET_DIR / "calibration" / f"{gpu}.json"
-    return read_calibration(path) if path.is_file() else None
-
-
 def _read_calibration(path: str):
     """The calibration ``hisparse validate`` checks: a file from ``hisparse calibrate`` with its fits."""
     from ..costmodel.calibration_file import read_calibration
@@ -285,13 +275,15 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from ..costmodel.calibration_file import CalibrationFile, read_calibration, write_calibration
     from ..costmodel.ops import Layout
     from ..errors import HisparseError
+    from ..serving.presets import calibration_base
 
     if not args.refit:  # a refit reads its tables from --out: a missing folder is its error, not made empty
         os.makedirs(args.out, exist_ok=True)
     out_json = os.path.join(args.out, f"{args.gpu}.json")
     hint = f"--refit and --terms {args.terms} need a previous hisparse calibrate run"
     needs_old = args.refit or args.terms != "all"
-    old = read_calibration(out_json) if os.path.exists(out_json) else _packaged(args.gpu)
+    base = calibration_base(out_json)  # the previous run a refit or a partial run builds on, or the packaged one
+    old = read_calibration(base) if base is not None else None
     if needs_old:
         if old is None:
             raise HisparseError(f"{out_json}: missing; {hint}")
@@ -433,13 +425,10 @@ def _validated_calibration(out: str, gpu: str) -> str:
     it). The checkout's calibration/ holds the stored runs but not the fit (the package holds its one
     copy), so the README's ``validate --repredict --out calibration`` failed with "run hisparse calibrate
     first" on a machine that cannot."""
-    from ..serving.presets import PRESET_DIR
+    from ..serving.presets import calibration_base
 
     path = os.path.join(out, f"{gpu}.json")
-    packaged = PRESET_DIR / "calibration" / f"{gpu}.json"
-    if not os.path.exists(path) and packaged.is_file():
-        return str(packaged)
-    return path
+    return str(calibration_base(path) or path)
 
 
 def run_validate(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ themselves live in the specs' ``__post_init__`` (``specs.py``).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -52,6 +53,17 @@ def preset_names(kind: str) -> list[str]:
 def _singular(kind: str) -> str:
     return {"models": "model", "gpus": "gpu", "deployments": "deployment", "workloads": "workload",
             "clusters": "cluster"}.get(kind, kind)
+
+
+def calibration_base(out_json: str | os.PathLike) -> Path | None:
+    """The calibration a run writing ``out_json`` (``OUT/<gpu>.json``) builds on: that file where it
+    exists, else the package's calibration of the same GPU, else None (``calibrate --refit`` and
+    ``--comm-refit`` keep its other groups; ``validate`` checks it)."""
+    out_json = Path(out_json)
+    if out_json.exists():
+        return out_json
+    packaged = PRESET_DIR / "calibration" / out_json.name
+    return packaged if packaged.is_file() else None
 
 
 # The plan options (and plan grid keys) that name a preset, by name or file, and the kind each is
