@@ -50,6 +50,7 @@ import csv
 import itertools
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -68,6 +69,7 @@ from benchmarks.fetched_build import (  # noqa: E402
     read_fetched,
     rel_err,
 )
+from cupy_kernels.clock_probe import Sustained, sustained  # noqa: E402
 from cupy_kernels.mla_reference import (  # noqa: E402
     D_LATENT,
     D_QK,
@@ -286,8 +288,9 @@ class ShapeResult(NamedTuple):
 
 
 def run_shape(cp: Any, ext: Any, batch: int, heads: int, k: int, args: argparse.Namespace,
-              n_sms: int) -> list[ShapeResult]:
-    """Check and time our variants and FlashMLA on one (B, H, k); one result per timing mode and variant."""
+              n_sms: int, clocks: list[ClockRow] | None = None) -> list[ShapeResult]:
+    """Check and time our variants and FlashMLA on one (B, H, k); one result per timing mode and variant.
+    With ``--clock-probe``, each kernel then runs back to back that long and ``clocks`` gets its row."""
     from cupy_kernels.sparse_attention import WIDE_VARIANTS, sparse_mla_decode, workspace_elems
 
     variants = list(dict.fromkeys(v if WIDE_VARIANTS[v].runs("fp8", heads) else "ws" for v in args.variants))
@@ -370,6 +373,19 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, k: int, args: argparse.
                 with stream:
                     samples[(mode, name)] += time_calls(cp, stream, fns[name], args.reps, warmup=2)
     stream.synchronize()
+    if args.clock_probe > 0 and clocks is not None:
+        fns = modes.get("graph", modes["plain"])
+        for name in runs:  # after the timing, so the timed samples are as before
+            try:
+                st = sustained(lambda f=fns[name]: f(), stream.synchronize, args.clock_probe, calls_per_launch=len(sets),
+                               device=cp.cuda.Device().id)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                print(f"  (clock probe of {name}: {exc})", flush=True)
+                continue
+            clocks.append(ClockRow(batch, heads, k, name.split(":", 1)[-1], st))
+            print(f"  B={batch} H={heads} k={k} {name}: sustained {st.us_per_call:.1f} us/call at {st.sm_mhz:.0f} MHz "
+                  f"({st.kcycles_per_call:.1f} kcycles), {st.power_w:.0f} W, {st.temp_c:.0f} C, reasons "
+                  f"{st.reasons:#x}, {st.samples} samples", flush=True)
     same = all(np.array_equal(cp.asnumpy(sets[0][n][0]), checked[n][0])
                and np.array_equal(cp.asnumpy(sets[0][n][1]), checked[n][1]) for n in runs)
     text = "; ".join(f"{n}: out rel err {c[0]:.2e}, vs FlashMLA {c[1]:.2e}, lse max diff {c[2]:.2e}"
@@ -380,6 +396,29 @@ def run_shape(cp: Any, ext: Any, batch: int, heads: int, k: int, args: argparse.
     return [ShapeResult(batch, heads, mode, n.split(":", 1)[1], per_call[(mode, n)], per_call[(mode, "flashmla")],
                         meta_us, checks[n][0], flash_rel, checks[n][1], checks[n][2], same, checks[n][3] and same, k)
             for mode in list(modes)[::-1] for n in ours]
+
+
+class ClockRow(NamedTuple):
+    """One kernel's sustained run (``--clock-probe``): its time per call and the clock it ran at."""
+
+    batch: int
+    heads: int
+    k: int
+    kernel: str  # our variant, or "flashmla"
+    run: Sustained
+
+
+def write_clocks_csv(path: Path, device: str, rows: Sequence[ClockRow]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["device", "B", "H", "K", "kernel", "calls", "us_per_call", "sm_mhz", "kcycles_per_call",
+                    "power_w", "temp_c", "clock_event_reasons", "samples"])
+        for r in rows:
+            s = r.run
+            w.writerow([device, r.batch, r.heads, r.k, r.kernel, s.calls, f"{s.us_per_call:.2f}", f"{s.sm_mhz:.0f}",
+                        f"{s.kcycles_per_call:.2f}", f"{s.power_w:.1f}", f"{s.temp_c:.0f}", f"{s.reasons:#x}",
+                        s.samples])
 
 
 class TileFit(NamedTuple):
@@ -436,6 +475,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--flashmla-sms", type=int, default=0,
                     help="SMs FlashMLA's scheduler shares the work over (default 0: the device's count; fewer "
                          "tests how much of its speed comes from using every SM)")
+    ap.add_argument("--clock-probe", type=float, default=0.0, metavar="SECONDS",
+                    help="after the timing, run each kernel back to back this long while nvidia-smi samples the SM "
+                         "clock and power; writes OUT's -clocks.csv beside it (default 0: off)")
     ap.add_argument("--build-dir", type=Path, default=Path("/tmp/hisparse-flashmla-build"))
     ap.add_argument("--verbose-build", action="store_true", help="show the compiler's output (ptxas resource report)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/flashmla_compare.csv"))
@@ -443,6 +485,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     bad_k = [k for k in args.topk if k < TOPK_BLOCK or k % TOPK_BLOCK or k > REGION]
     if bad_k:
         raise UsageError(f"--topk must each be a multiple of {TOPK_BLOCK} in [{TOPK_BLOCK}, {REGION}], got {bad_k}")
+    if not 0 <= args.clock_probe <= 600:
+        raise UsageError(f"--clock-probe must be 0 (off) to 600 seconds, got {args.clock_probe}")
     if args.flashmla_sms < 0:
         raise UsageError(f"--flashmla-sms must be >= 0 (0: the device's count), got {args.flashmla_sms}")
     for name in ("reps", "rounds", "sets", "unique_rows"):
@@ -476,6 +520,11 @@ def load_gpu_stack() -> tuple[Any, Any]:
     except ImportError as exc:
         raise UsageError(f"needs CuPy (our kernel): {exc}") from None
     return torch, cupy
+
+
+def clocks_path(out: Path) -> Path:
+    """Where ``--clock-probe``'s rows go: beside OUT, ``<stem>-clocks.csv``."""
+    return out.with_name(f"{out.stem}-clocks.csv")
 
 
 def write_csv(path: Path, device: str, results: list[ShapeResult]) -> None:
@@ -513,10 +562,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"built FlashMLA's SM90 sparse FP8 decode + shim in {time.perf_counter() - t0:.1f} s", flush=True)
     n_sms = args.flashmla_sms or cp.cuda.Device().attributes["MultiProcessorCount"]
     results: list[ShapeResult] = []
+    clocks: list[ClockRow] = []
     failed = ""
     for batch, heads, k in itertools.product(args.batches, args.heads, args.topk):
         try:
-            results += run_shape(cp, ext, batch, heads, k, args, n_sms)
+            results += run_shape(cp, ext, batch, heads, k, args, n_sms, clocks)
         except Exception as exc:  # a launch or CUDA error: keep what was measured, say where it stopped
             failed = f"B={batch} H={heads} k={k}: {type(exc).__name__}: {exc}"
             print(f"flashmla_compare: stopped at {failed}", file=sys.stderr, flush=True)
@@ -524,6 +574,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cp.get_default_memory_pool().free_all_blocks()
     write_csv(args.out, device, results)
     print(f"\nwrote {args.out}\n")
+    if clocks:
+        write_clocks_csv(clocks_path(args.out), device, clocks)
+        print(f"wrote {clocks_path(args.out)}\n")
     print(f"{device}, FP8 KV (656 B rows), one query token; us per call (median), TFLOP/s = "
           f"2 B H k (576 + 512) / time; ratio = FlashMLA time / our time (> 1: ours faster)")
     print("| B | H | k | timing | ours | ours us | FlashMLA us | ours TFLOP/s | FlashMLA TFLOP/s | ratio | agree |")

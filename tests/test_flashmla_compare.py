@@ -150,6 +150,7 @@ def test_missing_pieces_names_what_is_absent(mirrors):
     (["--flashmla", ".", "--batches", "0"], "--batches must all be >= 1"),
     (["--flashmla", ".", "--reps", "0"], "--reps must be >= 1"),
     (["--flashmla", ".", "--flashmla-sms", "-1"], "--flashmla-sms must be >= 0"),
+    (["--flashmla", ".", "--clock-probe", "-1"], "--clock-probe must be 0 (off) to 600 seconds, got -1.0"),
     (["--flashmla", ".", "--topk", "100"], "--topk must each be a multiple of 64 in [64, 4096], got [100]"),
     (["--flashmla", ".", "--topk", "2048", "8192"], "--topk must each be a multiple of 64 in [64, 4096], got [8192]"),
     (["--flashmla", ".", "--variants", "ws", "ws9"], "--variants must each be one of"),
@@ -326,3 +327,14 @@ def test_torch_graph_warms_each_launch_on_a_side_stream_then_captures_them():
     assert isinstance(g, CUDAGraph) and outs == [0, 10, 20]
     assert log == ["side waits main", (0, "side", False), (1, "side", False), (2, "side", False), "main waits side",
                    (0, "main", True), (1, "main", True), (2, "main", True)]
+
+
+def test_clock_rows_go_beside_the_timing_csv(tmp_path):
+    from cupy_kernels.clock_probe import Sustained
+
+    out = tmp_path / "cmp.csv"
+    assert fc.clocks_path(out) == tmp_path / "cmp-clocks.csv"
+    row = fc.ClockRow(64, 128, 2048, "flashmla", Sustained(800, 95.0, 1755.0, 640.0, 66.0, 0x4, 40))
+    fc.write_clocks_csv(fc.clocks_path(out), "H", [row])
+    lines = fc.clocks_path(out).read_text().splitlines()
+    assert lines[1] == "H,64,128,2048,flashmla,800,95.00,1755,166.72,640.0,66,0x4,40"
