@@ -158,3 +158,137 @@ def test_quoted_tie_band_is_current():
     stale = [f"{d.relative_to(ROOT)}: {m.group(0)}" for d in CURRENT_DOCS for m in pattern.finditer(d.read_text())
              if int(m.group(1)) != _pct(MODEL_ERROR_BAND)]
     assert not stale, f"the model's error band is {MODEL_ERROR_BAND:.0%} now: {stale}"
+
+
+# The user docs whose ``$ hisparse ...`` code blocks show real output (trimmed with ``...``): each such
+# command runs, and every shown output line is found in what it prints today.
+OUTPUT_DOCS = ["deployments-whatifs.md", "models-and-indexshare.md", "moe-kernels.md", "reports.md",
+               "residency-and-multi-node.md", "speculative-decoding.md"]
+# inputs the docs describe in words: 8k1k.toml (a closed loop of 8192 in / 1024 out, 2 requests per
+# client) and g52.hst (the replay example's comment: trace gen --index-share 4:3 --layers 12 --requests 1
+# --steps 200)
+WORKLOAD_8K1K = """name = "8k1k"
+input_tokens = 8192
+output_tokens = 1024
+length_jitter = 0.0
+arrival = "closed"
+rate_per_s = 0.0
+requests_per_client = 2
+"""
+G52_GEN = ["trace", "gen", "--index-share", "4:3", "--layers", "12", "--requests", "1", "--steps", "200",
+           "--out", "g52.hst"]
+
+
+def _output_examples(text: str) -> list[tuple[str, list[str]]]:
+    """(command, shown output lines) of each code block that starts with ``$ `` (continuations joined,
+    ``time `` and ``PYTHONPATH=$PWD python -m simulator.cli`` read as ``hisparse``); the shown lines stop
+    at a ``real`` timing line."""
+    out = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M):
+        lines = block.splitlines()
+        if not lines or not lines[0].startswith("$ "):
+            continue
+        cmd, i = "", 0
+        while i < len(lines):
+            part = lines[i].strip()
+            i += 1
+            cmd += " " + part.rstrip("\\")
+            if not part.endswith("\\"):
+                break
+        cmd = re.sub(r"^\s*\$ (time )?(PYTHONPATH=\$PWD python -m simulator\.cli )?", "", " ".join(cmd.split()))
+        if not cmd.startswith("hisparse "):
+            cmd = "hisparse " + cmd
+        shown = []
+        for line in lines[i:]:
+            if line.startswith("real "):
+                break
+            shown.append(line)
+        out.append((cmd, shown))
+    return out
+
+
+def _missing_lines(shown: list[str], printed: str) -> list[str]:
+    """The shown lines no printed line matches: a shown line's pieces between ``...`` must appear, in
+    order, in one printed line (whitespace runs read as one space; a line the doc wraps is matched piece by
+    piece, each wrapped part on its own)."""
+    norm = [" ".join(p.split()) for p in printed.replace(str(ROOT) + "/", "").splitlines()]
+
+    def found(pieces: list[str], out_line: str) -> bool:
+        at = 0
+        for p in pieces:
+            at = out_line.find(p, at)
+            if at < 0:
+                return False
+            at += len(p)
+        return True
+
+    missing = []
+    for line in shown:
+        pieces = [q for q in (" ".join(p.split()) for p in line.split("...")) if q]
+        if pieces and not any(found(pieces, o) for o in norm):
+            missing.append(line)
+    return missing
+
+
+def test_output_example_matching_reads_pieces_in_order():
+    printed = f"== hisparse (x), on\n    1   66.0   66.0   8.24   14.5   14.5 0.103   +-6%\ncost: {ROOT}/a.json\n"
+    assert _missing_lines(["    1     66.0 ...  14.5   14.5 ... 0.103   +-6%", "...", "cost: a.json"], printed) == []
+    assert _missing_lines(["    1     66.1 ...  14.5"], printed) == ["    1     66.1 ...  14.5"]
+    assert _missing_lines(["0.103 ... 66.0"], printed) == ["0.103 ... 66.0"]  # order counts
+    cmds = _output_examples("```\n$ time PYTHONPATH=$PWD python -m simulator.cli plan --a \\\n    --b\nout 1\n"
+                            "real 0m1s\nlater\n```\n```\nhisparse plan\n```\n")
+    assert cmds == [("hisparse plan --a --b", ["out 1"])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", OUTPUT_DOCS)
+def test_doc_example_outputs_are_current(doc: str, tmp_path: Path):
+    """Every ``$ hisparse ...`` example with output in these docs prints today what the doc shows (run in
+    a fresh folder with the inputs the docs describe; about 10-60 s a page on 2 cores)."""
+    examples = _output_examples((ROOT / "docs" / doc).read_text())
+    assert examples, f"docs/{doc}: no $ example"
+    (tmp_path / "8k1k.toml").write_text(WORKLOAD_8K1K)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MPLBACKEND": "Agg",
+           "HISPARSE_CACHE": str(tmp_path / "cache")}
+
+    def cli(argv):
+        return subprocess.run([sys.executable, "-m", "simulator.cli", *argv], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, env=env)
+
+    stale = []
+    for cmd, shown in examples:
+        argv = shlex.split(cmd, comments=True)[1:]
+        argv = [str(ROOT / a) if a.startswith(("traces/", "examples/")) else a for a in argv]
+        if "g52.hst" in argv and not (tmp_path / "g52.hst").exists():
+            assert cli(G52_GEN).returncode == 0
+        r = cli(argv)
+        assert r.returncode == 0, f"docs/{doc}: {cmd}: {r.stderr[-2000:]}"
+        stale += [f"{cmd[:60]}...: {line.strip()}" for line in _missing_lines(shown, r.stdout + r.stderr)]
+    assert not stale, f"docs/{doc}: shown output no longer printed:\n" + "\n".join(stale)
+
+
+def test_moe_kernels_verify_pass_table_is_current():
+    """docs/moe-kernels.md's verify pass of the balanced cell (8 requests per rank, 8.7K-token contexts,
+    EAGLE 1-1-2 at the multinomial mean 1.69) equals ``CostModel.pass_time`` now, with DeepEP and without."""
+    import dataclasses
+
+    from simulator.costmodel import Pass
+    from simulator.serving.scenario import load_scenario
+    from simulator.serving.speculative import parse_speculative
+
+    text = (ROOT / "docs" / "moe-kernels.md").read_text()
+    table = text.split("| | `none` (before) | `deepep` |", 1)[1].split("\n\n", 1)[0]
+    rows = {cells[0].strip("* "): cells[1:] for cells in
+            ([c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])}
+    sc = load_scenario(model="glm-5.2-fp8", deployment="8xh200-dp8-ep8-glm52-balanced",
+                       speculative=parse_speculative("eagle:1-1-2", accept_len=1.69))
+    for col, backend in enumerate(("none", "deepep")):
+        c = sc.cost_model(deployment=dataclasses.replace(sc.deployment, moe_a2a_backend=backend), spec=sc.speculative)
+        t = c.pass_time(dataclasses.replace(Pass.uniform(8, 8704.0, 8), verify=2, accepted=1.69, drafts=True))
+        got = {"routed experts": t.parts["routed experts"][0], "collectives": t.parts["collectives"][0],
+               "draft pass (MTP layer)": t.parts["draft passes (MTP layer)"][0], "pass": t.total_s[0]}
+        for name, seconds in got.items():
+            shown = rows[name][col].strip("* ").removesuffix(" ms")
+            places = len(shown.split(".")[1])
+            assert float(shown) == pytest.approx(round(1e3 * float(seconds), places), abs=1e-9), (
+                f"docs/moe-kernels.md verify pass, {backend}, {name}: {shown} ms, now {1e3 * float(seconds):.2f}")
