@@ -108,3 +108,19 @@ def test_the_tie_band_is_the_paper_sets_median_from_the_bands_file(tmp_path):
         f.write_text(json.dumps({"sets": {slo.TIE_SET: {"systems": {"baseline": {"abs_errors": base},
                                                                       "hisparse": {"abs_errors": hisp}}}}}))
         assert slo._tie_band(f) == (want, len(base) + len(hisp))
+
+
+@pytest.mark.parametrize("args, code, words", [(["--help"], 0, "rewrite the error bands"),
+                                               (["--all"], 2, "unrecognized arguments: --all")])
+def test_bands_module_takes_no_arguments_and_leaves_the_file(args, code, words):
+    """`python -m simulator.serving.bands --help` explains; a stray argument exits 2; neither re-runs
+    the validation or rewrites the bands file (it used to ignore its arguments and rewrite it)."""
+    import subprocess
+    import sys
+
+    before = BANDS_FILE.stat().st_mtime_ns
+    run = subprocess.run([sys.executable, "-m", "simulator.serving.bands", *args], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == code
+    assert words in run.stdout + run.stderr and "Traceback" not in run.stderr and "wrote" not in run.stderr
+    assert BANDS_FILE.stat().st_mtime_ns == before
