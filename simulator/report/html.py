@@ -13,12 +13,13 @@ from __future__ import annotations
 import html
 import json
 
-from .page import document, fmt, kv_table, rows_table, write_page
+from .page import document, fmt, input_name, kv_table, rows_table, write_page
 
 __all__ = ["COLUMNS", "fmt", "render", "write_report"]
 
 # the columns of the points table: (key, header, format)
-COLUMNS = (("system", "system", "s"), ("speculative", "speculative", "s"), ("prefetch", "IndexShare prefetch", "s"),
+COLUMNS = (("system", "system", "s"), ("nodes", "nodes", "d"), ("residency", "residency", "s"),
+           ("speculative", "speculative", "s"), ("prefetch", "IndexShare prefetch", "s"),
            ("device_buffer_size", "buffer", "d"),
            ("host_to_device_ratio", "host ratio", "g"),
            ("concurrency", "conc", "d"), ("rate_per_s", "rate/s", "g"), ("steady_tok_s_deployment", "steady tok/s", ".1f"),
@@ -34,9 +35,19 @@ def _is(row: dict | None, other: dict | None) -> bool:
     return bool(row and other and all(row.get(k) == other.get(k) for k in keys))
 
 
+def shown(key: str, rows: list[dict]) -> bool:
+    """Whether the points table shows a column: one some row fills, but not a closed loop's rate
+    (0 on every row) nor a residency that is the default swap on every row (blank for the baseline)."""
+    if key == "rate_per_s":
+        return any(not r.get("concurrency") for r in rows)
+    if key == "residency":
+        return any(r.get(key) not in (None, "", "swap") for r in rows)
+    return any(r.get(key) is not None for r in rows)
+
+
 def _points_table(report: dict) -> str:
     rows = report["rows"]
-    cols = [c for c in COLUMNS if any(r.get(c[0]) is not None for r in rows)]
+    cols = [c for c in COLUMNS if shown(c[0], rows)]
     choice = report["recommendation"]["choice"]
     return rows_table("points", rows, cols, left=("system",), row_class=lambda r: "choice" if _is(r, choice) else "")
 
@@ -50,7 +61,13 @@ def _recommendation(report: dict) -> str:
         return f"<p id='recommendation'>No configuration meets {target} while serving its load.</p>" + "".join(_whatifs(report))
     load = f"concurrency {c['concurrency']}" if c["concurrency"] else f"{c['rate_per_s']:.4g} requests/s"
     knobs = "" if c["system"] == "baseline" else (
-        f" (device_buffer_size {c['device_buffer_size']}, host_to_device_ratio {c['host_to_device_ratio']:g})")
+        f" (device_buffer_size {c['device_buffer_size']}, host_to_device_ratio {c['host_to_device_ratio']:g}"
+        + (f", residency {c['residency']}" if c.get("residency") not in (None, "", "swap") else "") + ")")
+    # what else tells the pick from its neighbours in the table (--speculative, --nodes)
+    if c.get("speculative") not in (None, "", "off"):
+        knobs += f", speculative {c['speculative']}"
+    if c.get("nodes"):
+        knobs += f", {c['nodes']} node(s)" + (f" ({c['gpus']} GPUs)" if c.get("gpus") else "")
     parts = [f"<p id='recommendation'>Under {target}: <b><span id='rec-system'>{c['system']}</span>{html.escape(knobs)} at "
              f"{load}</b>: <span id='rec-tok'>{c['steady_tok_s_deployment']:.1f}</span> tok/s steady, TPOT p99 "
              f"<span id='rec-tpot'>{c['tpot_p99_ms']:.1f}</span> ms, TTFT p99 <span id='rec-ttft'>{c['ttft_p99_s']:.2f}</span> s"]
@@ -89,7 +106,7 @@ def _scenario(report: dict) -> str:
             ("hisparse config", f["hisparse"]), ("calibration", str(sc["calibration"])),
             ("layout", f"{lay['gpus']} GPUs, {lay['instances']} instance(s), {lay['ranks']} scheduler(s), "
                        f"{lay['attention']} attention, {lay['mode']}, MoE {lay['moe']}")]
-    rows += [("--set", o) for o in sc.get("overrides", [])]
+    rows += [("--set", o.removeprefix("--set ")) for o in sc.get("overrides", [])]  # held as "--set KEY=VALUE"
     if sc.get("trace"):
         rows += [("trace", sc["trace"]["how"] or str(sc["trace"]["file"]))]
     for system, b in (report.get("bands") or {}).items():
@@ -163,19 +180,30 @@ _SCRIPT = """
 """
 
 
+def title(report: dict) -> str:
+    """The page's title and heading (plain text): the model, deployment and workload as the command
+    named them (a preset name or a file's stem), the --set overrides and the node counts."""
+    f = report["scenario"]["files"]
+    given = report.get("inputs") or {}
+
+    def name(key: str) -> str:
+        return input_name(given.get(key) or f[key])
+
+    nodes = (report["recommendation"].get("nodes") or {}).get("nodes")
+    return (f"hisparse plan: {name('model')} on {name('deployment')}"
+            + (f" ({', '.join(map(str, nodes))} nodes)" if nodes else "") + f", workload {name('workload')}"
+            + "".join(f", --set {o}" for o in given.get("overrides") or []))
+
+
 def render(report: dict) -> str:
     """The page for a plan report (``hisparse plan --json``'s object)."""
-    from pathlib import Path
-
-    f = report["scenario"]["files"]
-    title = "hisparse plan: " + html.escape(f"{Path(f['model']).stem} on {Path(f['deployment']).stem}, "
-                                            f"workload {Path(f['workload']).stem}")
-    body = (f"<h1>{title}</h1><h2>Recommendation</h2>{_recommendation(report)}"
+    head = title(report)
+    body = (f"<h1>{html.escape(head)}</h1><h2>Recommendation</h2>{_recommendation(report)}"
             f"<div id='plot-throughput' class='plot'></div><div id='plot-tpot' class='plot'></div>"
             f"<div id='plot-ttft' class='plot'></div>"
             f"<h2>Launch command</h2>{_launch(report)}<h2>Scenario</h2>{_scenario(report)}"
             f"<h2>Every point</h2>{_points_table(report)}")
-    return document("hisparse plan", body, data_id="plan-data", data=report, script=_SCRIPT)
+    return document(head, body, data_id="plan-data", data=report, script=_SCRIPT)
 
 
 def write_report(report: dict, path: str) -> None:

@@ -92,12 +92,36 @@ def rows_table(table_id: str, rows: Sequence[dict], cols: Sequence[Column], *, l
 
 
 def data_json(obj: Any) -> str:
-    """``obj`` as JSON safe inside a <script> element (no ``</``; NaN refused: json_safe first)."""
-    return json.dumps(obj, default=str, allow_nan=False).replace("</", "<\\/")
+    """``obj`` as JSON safe inside a <script> element: no ``<``, ``>`` or ``&`` at all (each as its
+    ``\\u`` escape, which ``JSON.parse`` reads back). Replacing ``</`` alone was not enough: a
+    string holding ``<!--<script>`` (a preset path, a trace, a --set value) put the HTML parser in
+    the script's "double escaped" state, the data element swallowed the drawing code and every plot
+    stayed blank. NaN refused: json_safe first."""
+    text = json.dumps(obj, default=str, allow_nan=False)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def input_name(where: str | None) -> str:
+    """A scenario file as a heading names it: the preset name or the file's stem, without the
+    ``with --set ...`` / ``(figures from ...)`` the scenario's descriptions append (``Path.stem``
+    of the whole text cut the heading inside the first --set)."""
+    from pathlib import Path
+
+    text = str(where or "")
+    for tail in (" with --set ", " (figures from "):
+        text = text.split(tail)[0]
+    return Path(text).stem if text.endswith((".toml", ".json")) else text
+
+
+# JS: a user's text (a trace path, a set's label) as plotly shows it: plotly reads <b>, <br>, <a>
+# and entities in trace names and hover text, so "tr<b>&/t.hst" was drawn as "tr&/t.hst" in bold
+JS_ESC = ("function esc(s) { return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;')"
+          ".replace(/>/g, '&gt;'); }")
 
 
 def document(title: str, body: str, *, data_id: str, data: Any, script: str) -> str:
-    """A whole page: three scripts (plotly.js, the data, the drawing code that reads the data)."""
+    """A whole page: three scripts (plotly.js, the data, the drawing code that reads the data).
+    ``title``: plain text (escaped here), the same words as the page's heading."""
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style><script>{plotly_js()}</script></head><body>{body}"
             f"<script type='application/json' id='{data_id}'>{data_json(data)}</script><script>{script}</script>"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from .page import document, rows_table, write_page
+from .page import JS_ESC, document, input_name, kv_table, rows_table, write_page
 
 RANKED = (("rank", "#", "d"), ("deployment", "deployment", "s"), ("system", "system", "s"),
           ("device_buffer_size", "buffer", "d"), ("host_to_device_ratio", "ratio", "g"), ("policy", "policy", "s"),
@@ -25,6 +25,7 @@ def _rows(table_id: str, rows: list[dict], cols) -> str:
 
 _SCRIPT = """
 (function () {
+  %ESC%
   var rep = JSON.parse(document.getElementById('search-data').textContent);
   var ttft = rep.targets.slo_ttft_s, traces = [];
   ['baseline', 'hisparse'].forEach(function (sys) {
@@ -32,12 +33,12 @@ _SCRIPT = """
       (ttft === null || p.ttft_p99_s <= ttft); });
     traces.push({type: 'scatter', mode: 'markers', name: sys, x: pts.map(function (p) { return p.tok_s_per_user; }),
       y: pts.map(function (p) { return p.steady_tok_s_per_gpu; }), text: pts.map(function (p) {
-        return p.config + ' @ ' + p.concurrency; }), marker: {size: 7, opacity: 0.6}});
+        return esc(p.config) + ' @ ' + p.concurrency; }), marker: {size: 7, opacity: 0.6}});
   });
   traces.push({type: 'scatter', mode: 'lines+markers', name: 'Pareto frontier', line: {shape: 'hv', color: '#000'},
     error_y: {type: 'data', array: rep.frontier.map(function (p) { return p.band === null ? 0 : p.band * p.tok_s_per_gpu; })},
     x: rep.frontier.map(function (p) { return p.tok_s_per_user; }), y: rep.frontier.map(function (p) { return p.tok_s_per_gpu; }),
-    text: rep.frontier.map(function (p) { return p.config + ' @ ' + p.concurrency; })});
+    text: rep.frontier.map(function (p) { return esc(p.config) + ' @ ' + p.concurrency; })});
   if (rep.best) {
     traces.push({type: 'scatter', mode: 'markers', name: 'best under the targets', x: [rep.best.tok_s_per_user],
       y: [rep.best.tok_s_per_gpu], marker: {symbol: 'star', size: 18, color: '#e0a000', line: {width: 1, color: '#000'}}});
@@ -48,7 +49,30 @@ _SCRIPT = """
     shapes: [{type: 'line', yref: 'paper', y0: 0, y1: 1, x0: x, x1: x, line: {dash: 'dash', color: '#c00'},
               label: {text: 'TPOT target', font: {color: '#c00'}}}]}, {responsive: true, displaylogo: false});
 })();
-"""
+""".replace("%ESC%", JS_ESC)
+
+
+def title(report: dict) -> str:
+    """The page's title and heading (plain text): the model and workload searched, the --set overrides."""
+    sc = report.get("scenario") or {}
+    f = sc.get("files") or {}
+    return ("hisparse plan --search" + (f": {input_name(f['model'])}, workload {input_name(f['workload'])}"
+                                        if f.get("model") and f.get("workload") else "")
+            + "".join(f", --set {o.removeprefix('--set ')}" for o in sc.get("overrides") or []))
+
+
+def _scenario(report: dict) -> str:
+    """What was searched: the files, the --set overrides, the targets, the trace (a page mailed alone
+    said nothing of the model, workload or targets)."""
+    sc = report.get("scenario") or {}
+    t = report["targets"]
+    rows = [(k, str(v)) for k, v in (sc.get("files") or {}).items()]
+    rows += [("--set", o.removeprefix("--set ")) for o in sc.get("overrides") or []]  # held as "--set KEY=VALUE"
+    rows.append(("targets", f"TPOT p99 <= {t['slo_tpot_ms']:g} ms"
+                            + (f", TTFT p99 <= {t['slo_ttft_s']:g} s" if t.get("slo_ttft_s") else ", no TTFT target")))
+    if (report.get("searched") or {}).get("trace"):
+        rows.append(("trace", str(report["searched"]["trace"])))
+    return kv_table(rows, table_id="scenario")
 
 
 def render_search(report: dict) -> str:
@@ -61,13 +85,15 @@ def render_search(report: dict) -> str:
     infeasible = "".join(f"<li>{html.escape(i['label'])} [{html.escape(i['stage'])}]: {html.escape(i['reason'])}</li>"
                          for i in report["infeasible"])
     t = report["timing"]
-    body = (f"<h1>hisparse plan --search</h1>{head}<div id='plot-frontier' class='plot'></div>"
+    name = title(report)
+    body = (f"<h1>{html.escape(name)}</h1>{head}<div id='plot-frontier' class='plot'></div>"
             f"<h2>Ranked</h2>{_rows('ranked', report['ranked'], RANKED)}"
             f"<h2>Pareto frontier</h2>{_rows('frontier', report['frontier'], FRONTIER)}"
             f"<h2>Launch command (best)</h2>{launch}"
             f"<h2>Cannot run</h2><ul id='infeasible'>{infeasible}</ul>"
+            f"<h2>Scenario</h2>{_scenario(report)}"
             f"<p>{t['simulated_points']} simulated points in {t['seconds']:.1f} s.</p>")
-    return document("hisparse plan --search", body, data_id="search-data", data=report, script=_SCRIPT)
+    return document(name, body, data_id="search-data", data=report, script=_SCRIPT)
 
 
 def write_search_report(report: dict, path: str) -> None:

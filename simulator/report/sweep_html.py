@@ -11,7 +11,7 @@ import html
 import math
 from typing import Any
 
-from .page import document, kv_table, rows_table, write_page
+from .page import JS_ESC, document, kv_table, rows_table, write_page
 
 # keys that are the x axis or the outputs, never part of a line's name
 _LOAD = ("concurrency", "rate")
@@ -52,8 +52,13 @@ def columns(data: dict) -> list[tuple[str, str, str]]:
 
 _SCRIPT = """
 (function () {
+  %ESC%
   var d = JSON.parse(document.getElementById('sweep-data').textContent);
   var ok = d.rows.filter(function (r) { return !r.error; });
+  if (!ok.length) {  // every point failed: say so, not empty axes
+    document.getElementById('plots').textContent = 'no point ran: nothing to plot (the failed points are listed below)';
+    return;
+  }
   var cfg = {responsive: true, displaylogo: false};
   function lines(rows, x, y, skip, prefix) {
     var keys = d.axes.filter(function (k) { return skip.indexOf(k) < 0 && k !== x; });
@@ -68,7 +73,7 @@ _SCRIPT = """
     });
     return Object.keys(groups).map(function (name) {
       var g = groups[name].slice().sort(function (a, b) { return a[x] - b[x]; });
-      return {type: 'scatter', mode: 'lines+markers', name: name || y, x: g.map(function (r) { return r[x]; }),
+      return {type: 'scatter', mode: 'lines+markers', name: esc(name || y), x: g.map(function (r) { return r[x]; }),
               y: g.map(function (r) { return r[y]; }), text: g.map(function (r) { return 'point ' + r.point; })};
     });
   }
@@ -99,7 +104,7 @@ _SCRIPT = """
       xaxis: xaxis(x, ok), yaxis: {title: {text: i ? 'ms' : 'tokens/s'}}, shapes: shapes}, cfg);
   });
 })();
-""".replace("%KNOBS%", str(list(HISPARSE_KNOBS)))
+""".replace("%KNOBS%", str(list(HISPARSE_KNOBS))).replace("%ESC%", JS_ESC)
 
 
 def render_sweep(data: dict) -> str:
@@ -120,7 +125,7 @@ def render_sweep(data: dict) -> str:
             + "<h2>Every point</h2>"
             + rows_table("results", rows, columns(data), left=[c for c, _, f in columns(data) if f == "s"],
                          row_class=lambda r: "failed" if r.get("error") else ""))
-    return document("hisparse sweep", body, data_id="sweep-data", data=data, script=_SCRIPT)
+    return document(f"hisparse sweep: {data['grid']}", body, data_id="sweep-data", data=data, script=_SCRIPT)
 
 
 def write_sweep_report(data: dict, path: str) -> None:

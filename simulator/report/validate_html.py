@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 
-from .page import document, kv_table, rows_table, write_page
+from .page import JS_ESC, document, kv_table, rows_table, write_page
 
 BAND = 0.15  # the band of serving.plots.plot_validation (the issue's target: median |error| <= 15%)
 
@@ -28,6 +28,7 @@ def summary_rows(report: dict) -> list[dict]:
 
 _SCRIPT = """
 (function () {
+  %ESC%
   var rep = JSON.parse(document.getElementById('validation-data').textContent);
   var band = Number(document.getElementById('plot-scatter').dataset.band);
   var pts = rep.rows.filter(function (r) { return r.predicted !== null && r.measured > 0 && r.predicted > 0; });
@@ -42,11 +43,11 @@ _SCRIPT = """
     fill: 'toself', fillcolor: 'rgba(0,128,0,0.12)', line: {width: 0}});
   traces.push({type: 'scatter', mode: 'lines', name: 'y = x', x: [lo, hi], y: [lo, hi], hoverinfo: 'skip',
     line: {dash: 'dash', color: '#555'}});
-  function hover(r) { return r.set + '<br>' + r.label + '<br>' + r.metric + (r.kind !== 'measurement' ? ' (' + r.kind + ')' : ''); }
+  function hover(r) { return esc(r.set) + '<br>' + esc(r.label) + '<br>' + r.metric + (r.kind !== 'measurement' ? ' (' + r.kind + ')' : ''); }
   sets.forEach(function (s) {
     var g = pts.filter(function (r) { return r.set === s; });
     if (!g.length) { return; }
-    traces.push({type: 'scatter', mode: 'markers', name: s, x: g.map(function (r) { return r.measured; }),
+    traces.push({type: 'scatter', mode: 'markers', name: esc(s), x: g.map(function (r) { return r.measured; }),
       y: g.map(function (r) { return r.predicted; }), text: g.map(hover),
       hovertemplate: '%{text}<br>measured %{x:.4g}<br>predicted %{y:.4g}<extra></extra>',
       marker: {size: 9, color: color(s), symbol: g.map(function (r) { return r.kind === 'measurement' ? 'circle' : 'x'; })}});
@@ -57,7 +58,8 @@ _SCRIPT = """
     xaxis: {title: {text: 'measured'}, type: kind}, yaxis: {title: {text: 'predicted'}, type: kind}}, cfg);
   var bars = sets.map(function (s) {
     var g = pts.filter(function (r) { return r.set === s && r.error !== null; });
-    return {type: 'bar', name: s, x: g.map(function (r) { return s + ': ' + r.label; }),
+    // one bar per point: its place is its row (labels need not be unique: two points of one label shared one bar)
+    return {type: 'bar', name: esc(s), x: g.map(function (r) { return 'point ' + rep.rows.indexOf(r); }),
       y: g.map(function (r) { return r.error; }), text: g.map(hover), textposition: 'none', marker: {color: color(s)},
       hovertemplate: '%{text}<br>error %{y:+.1%}<extra></extra>'};
   }).filter(function (t) { return t.x.length; });
@@ -66,7 +68,7 @@ _SCRIPT = """
     xaxis: {showticklabels: false}, yaxis: {title: {text: 'error'}, tickformat: '+.0%'},
     shapes: [hline(band), hline(-band)]}, cfg);
 })();
-"""
+""".replace("%ESC%", JS_ESC)
 
 
 def render_validation(report: dict) -> str:
@@ -91,7 +93,7 @@ def render_validation(report: dict) -> str:
                                ("file", str(info["file"]))]))
         parts.append(rows_table(f"set-{i}", rows, POINTS, left=("label", "metric", "kind", "note"),
                                 row_class=lambda r: "" if r["predicted"] is not None else "failed"))
-    return document("hisparse plan --validate", "".join(parts), data_id="validation-data", data=report,
+    return document(f"hisparse plan --validate: {what}", "".join(parts), data_id="validation-data", data=report,
                     script=_SCRIPT)
 
 
