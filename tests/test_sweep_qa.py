@@ -103,3 +103,17 @@ def test_a_misspelt_kind_is_named(tmp_path, capsys):
 def test_help_says_each_file_once(capsys):
     code, out, _ = run_cli(["sweep", "--help"], capsys)
     assert code == 0 and "one file named two ways" in " ".join(out.split())
+
+
+def test_a_plan_point_hisparse_cannot_run_keeps_the_baseline():
+    """DeepSeek-V4-Pro at 32K on the colocated DP8 deployment: no request fits HiSparse's device pool
+    (the plan leaves it out, saying why). The point used to fail with KeyError and lose the
+    baseline's figures; now it keeps them and names the reason."""
+    from simulator.sweep.points import run_point
+
+    out = run_point("plan", {"model": "deepseek-v4-pro", "deployment": "8xh200-colocated-dp8",
+                             "workload": "32k-in-8k-out", "concurrency": 8})
+    assert out["error"] == ""
+    assert out["baseline_steady_tok_s_deployment"] > 0 and "hisparse_steady_tok_s_deployment" not in out
+    assert "needs 32768 KV slots" in out["hisparse_cannot_run"]
+    assert out["hisparse_over_baseline"] != out["hisparse_over_baseline"]  # NaN: nothing to compare

@@ -6,6 +6,8 @@ import time
 import traceback
 from typing import Any
 
+from ..errors import HisparseError
+
 
 def run_point(kind: str, point: dict[str, Any]) -> dict[str, Any]:
     """Outputs of one point as a flat record; a failure becomes an ``error`` column, not a raise."""
@@ -55,16 +57,29 @@ def plan_inputs(p: dict[str, Any]):
     return inp
 
 
-def _plan(p: dict[str, Any]) -> dict[str, Any]:
-    from ..serving.planner import run_plan
+# what a plan point records of each system's row (as <system>_<key>)
+PLAN_KEYS = ("steady_tok_s_deployment", "makespan_tok_s_deployment", "tpot_p50_ms", "tpot_p99_ms", "ttft_p50_s",
+             "running_deployment", "max_running_deployment", "kv_used_gb_per_gpu", "host_used_gb_per_gpu",
+             "miss_share", "overloaded")
 
-    rows = run_plan(plan_inputs(p))
+
+def _plan(p: dict[str, Any]) -> dict[str, Any]:
+    """A plan point's figures per system. A system the plan leaves out (it cannot run at this point:
+    no request fits its pool) gets no figures and its reason in ``<system>_cannot_run``, and the
+    other system's figures stay: one system left out is an answer about this point, not its failure."""
+    from ..serving.planner import run_plan_full
+
+    plan = run_plan_full(plan_inputs(p))
+    rows = plan.rows()
+    if not rows:  # neither system can run: the point's error names both reasons
+        raise HisparseError("; ".join(f"{who}: {why}" for who, why in plan.cannot_run) or "nothing could run")
     out: dict[str, Any] = {}
     for row in rows:
-        for key in ("steady_tok_s_deployment", "makespan_tok_s_deployment", "tpot_p50_ms", "tpot_p99_ms",
-                    "ttft_p50_s", "running_deployment", "max_running_deployment", "kv_used_gb_per_gpu",
-                    "host_used_gb_per_gpu", "miss_share", "overloaded"):
+        for key in PLAN_KEYS:
             out[f"{row['system']}_{key}"] = row[key]
-    out["hisparse_over_baseline"] = out["hisparse_steady_tok_s_deployment"] / out["baseline_steady_tok_s_deployment"]
+    for who, why in plan.cannot_run:
+        out[f"{who.split()[0]}_cannot_run"] = why
+    base, hs = out.get("baseline_steady_tok_s_deployment"), out.get("hisparse_steady_tok_s_deployment")
+    out["hisparse_over_baseline"] = hs / base if base and hs is not None else float("nan")
     out["calibrated"] = rows[0]["calibrated"]
     return out
