@@ -8,14 +8,16 @@ CLI's start-up); the frames load pandas when asked for.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import HisparseError
 from ..trace.stream import Stream
 from . import backend as paths
-from .config import ReplayConfig
+from .config import ReplayConfig, is_bool
+from .policies import SHARDED
 
 if TYPE_CHECKING:  # numpy loads on first use: the CLI's fast path never needs it
     import numpy as np
@@ -33,6 +35,11 @@ class StreamMisses(NamedTuple):
     first_step: int = 0  # the step number of misses[0]
 
 
+# Above this many slots a buffer is cut to the largest context it replays (``_fitted``): on a source
+# that does not say its largest context up front (a version-1 .hst, a list of streams), such a
+# replay reads each stream's rows to find it.
+LARGE_BUFFER = 2**20
+
 SUMMARY_COLUMNS = ("policy", "buffer", "semantics", "initial", "reserve_newest", "streams", "steps", "accesses",
                    "misses", "miss_ratio")
 
@@ -45,6 +52,7 @@ class ReplayResult:
     records: list[dict[str, Any]]  # SUMMARY_COLUMNS, one per config, in config order
     streams: list[StreamMisses] = field(default_factory=list)  # with per_step: stream order, then config
     by_layer: dict[ReplayConfig, dict[int, list[int]]] = field(default_factory=dict)  # layer -> [streams, accesses, misses]
+    kept_steps: bool = False  # replayed with per_step (``per_step`` is then a frame, empty for no streams)
 
     def group_records(self, anchor_of: Sequence[int]) -> list[dict[str, Any]]:
         """Misses per IndexShare group (``anchor``: the layers that run the indexer; ``shared``: the
@@ -78,7 +86,7 @@ class ReplayResult:
     @property
     def per_step(self) -> pd.DataFrame | None:
         """request, layer, step, ctx_len, policy, buffer, misses (None without per_step)."""
-        return per_step_frame(self.streams) if self.streams else None
+        return per_step_frame(self.streams) if self.streams or self.kept_steps else None
 
     def misses(self, config: ReplayConfig | None = None, *, request: int | None = None,
                layer: int | None = None) -> np.ndarray:
@@ -96,16 +104,26 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
     """Replay every stream of ``source`` under every config, ``workers`` threads at a time (the
     compiled replays release the GIL).
 
-    ``source`` is a trace source (``simulator.trace.open_trace``), one ``Stream``, or any
-    iterable of streams (e.g. the generator's). ``k`` (default: the source's ``meta.k``, else each
-    stream's width) is what a batched buffer must hold. ``per_step`` keeps every stream's
+    ``source`` is a trace source (``simulator.trace.open_trace``), a trace file's path (opened with
+    ``open_trace``), one ``Stream``, or any iterable of streams (e.g. the generator's). ``configs``
+    is one ``ReplayConfig`` or a sequence of them; a config named twice is replayed once, so
+    ``result.configs`` (and the summary's rows) hold each once, in first-seen order. ``k``
+    (default: the source's ``meta.k``, else each stream's width) is what a batched buffer must
+    hold; a stream that selects more entries in a step than ``k`` is checked at its own count. A
+    buffer larger than a stream's largest context misses as that context's size does (the whole
+    replay is on the fast path) and is replayed at that size. ``per_step`` keeps every stream's
     per-step misses (``ReplayResult.streams``, ``.per_step``); ``progress`` shows a bar.
     ``backend="gpu"`` replays batched lru / salru in one kernel launch per batch of streams
     (``simulator.replay.gpu``; the same answer bit for bit)."""
-    # A config named twice is replayed once (it used to be counted twice in its record).
-    configs = (configs,) if isinstance(configs, ReplayConfig) else tuple(dict.fromkeys(configs))
-    if isinstance(source, Stream):
-        source = [source]
+    configs = _configs(configs)
+    source = _source(source)
+    if k is not None:
+        k = _count("k", k)
+    workers = _count("workers", workers)
+    for name, flag in (("per_step", per_step), ("progress", progress)):
+        if not is_bool(flag):
+            raise HisparseError(f"replay: {name} must be True or False, got {flag!r}")
+    per_step, progress = bool(per_step), bool(progress)
     if k is None and hasattr(source, "meta"):
         k = source.meta.k
     if k is not None:
@@ -121,8 +139,10 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
         gpu.check(configs)
         gpu.replay_streams(wrap(iter(source)), configs,
                            lambda s, cfg, m: tally.add_stream(s, int(s.accesses), cfg, m))
-        return ReplayResult(configs, tally.records(), tally.kept)
-    if not per_step and paths.uses_raw_path(source, configs):
+        return ReplayResult(configs, tally.records(), tally.kept, tally.layers, per_step)
+    if _max_ctx(source) is None and any(cfg.buffer > LARGE_BUFFER for cfg in configs):
+        run = _replay_streams  # each stream's buffers cut to its largest context (``_fitted``)
+    elif not per_step and paths.uses_raw_path(source, configs):
         run = _replay_raw
     elif paths.uses_coded_path(source, configs):
         run = _replay_coded
@@ -130,8 +150,68 @@ def replay(source: Any, configs: ReplayConfig | Sequence[ReplayConfig], *, per_s
         run = _replay_coded_rows
     else:
         run = _replay_streams
-    run(source, configs, k, tally, max(1, workers), wrap)
-    return ReplayResult(configs, tally.records(), tally.kept, tally.layers)
+    run(source, configs, k, tally, workers, wrap)
+    return ReplayResult(configs, tally.records(), tally.kept, tally.layers, per_step)
+
+
+def _configs(configs: Any) -> tuple[ReplayConfig, ...]:
+    """One config or a sequence of them, each named once (a config named twice used to be counted
+    twice in its record); anything else is the caller's error, not an AttributeError later."""
+    if isinstance(configs, ReplayConfig):
+        return (configs,)
+    if isinstance(configs, str | bytes | dict) or not isinstance(configs, Iterable):
+        raise HisparseError(f"replay: configs must be a ReplayConfig or a list of them, got {configs!r}")
+    out = tuple(configs)
+    for cfg in out:
+        if not isinstance(cfg, ReplayConfig):
+            raise HisparseError(f"replay: configs must be ReplayConfig objects, got {cfg!r} "
+                                f"(e.g. ReplayConfig(policy={str(cfg)!r}))" if isinstance(cfg, str) else
+                                f"replay: configs must be ReplayConfig objects, got {cfg!r}")
+    return tuple(dict.fromkeys(out))
+
+
+def _source(source: Any) -> Any:
+    """A path is opened (``open_trace``: a missing file or a folder is its TraceError); a stream is
+    one stream; anything else must be iterable."""
+    import os
+
+    if isinstance(source, str | os.PathLike):
+        from ..trace import open_trace
+
+        return open_trace(source)
+    if isinstance(source, Stream):
+        return [source]
+    if not isinstance(source, Iterable):
+        raise HisparseError(f"replay: source must be a trace (open_trace(path)), a path, a Stream or streams, "
+                            f"got {source!r}")
+    return source
+
+
+def _count(name: str, value: Any) -> int:
+    """A whole number >= 1 (numpy integers too; not a bool, a float or a string)."""
+    if not is_bool(value):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if value >= 1:
+                return value
+    raise HisparseError(f"replay: {name} must be a whole number >= 1, got {value!r}")
+
+
+def _fitted(cfg: ReplayConfig, max_ctx: int | None) -> ReplayConfig:
+    """``cfg`` with its buffer cut to the stream's largest context (at least ``max_ctx`` slots, a
+    whole number of shards for salru) when it is larger: every step is then on the fast path
+    (``ctx_len <= buffer``: position p in slot p, nothing evicted), so the misses are the same,
+    while the engine's memory grows with the slots (a 2**31-slot buffer took 23 GB to replay a
+    30-step stream)."""
+    if max_ctx is None or cfg.buffer <= max_ctx:
+        return cfg
+    size = max(int(max_ctx), 1)
+    if cfg.policy in SHARDED:
+        size = -(-size // cfg.ways) * cfg.ways
+    return cfg if size >= cfg.buffer else replace(cfg, buffer=size)
 
 
 def replay_stream(stream: Stream, cfg: ReplayConfig, k: int | None = None) -> np.ndarray:
@@ -197,10 +277,28 @@ def _replay_streams(source, configs, k, tally: _Tally, workers: int, wrap) -> No
     """Each stream's rows through each config (``paths.stream_misses``)."""
 
     def submit(pool, stream: Stream):
-        if k is None:
-            for cfg in configs:
-                cfg.check_k(stream.indices.shape[1])
-        return stream, int(stream.accesses), [(cfg, pool.submit(paths.stream_misses, stream, cfg)) for cfg in configs]
+        import numpy as np
+
+        if not isinstance(stream, Stream):
+            raise HisparseError(f"replay: the source yielded a {type(stream).__name__}, not a Stream "
+                                "(simulator.trace.Stream(request, layer, ctx_len, indices))")
+        for name in ("indices", "ctx_len"):
+            if not isinstance(getattr(stream, name), np.ndarray):
+                raise HisparseError(f"replay: request {stream.request}, layer {stream.layer}: {name} must be a numpy "
+                                    f"array, got {type(getattr(stream, name)).__name__}")
+        if stream.indices.ndim != 2 or stream.ctx_len.shape != stream.indices.shape[:1]:
+            raise HisparseError(f"replay: request {stream.request}, layer {stream.layer}: indices must be "
+                                f"[steps, width] and ctx_len [steps], got shapes {stream.indices.shape} and "
+                                f"{stream.ctx_len.shape}")
+        # A batched buffer must hold a step's entries. A k below what the stream selects (k=0, or a
+        # list of streams wider than the k given) skipped the check, and the compiled engine wrote
+        # past its slots: a segfault (fifo, arc), a hang (random).
+        need = stream.indices.shape[1] if k is None else max(k, int(stream.counts.max(initial=0)))
+        for cfg in configs:
+            cfg.check_k(need)
+        cmax = int(stream.ctx_len.max(initial=0))
+        return stream, int(stream.accesses), [(cfg, pool.submit(paths.stream_misses, stream, _fitted(cfg, cmax)))
+                                              for cfg in configs]
 
     def collect(item) -> None:
         stream, accesses, futures = item
@@ -217,8 +315,10 @@ def _replay_coded(source, configs, k, tally: _Tally, workers: int, wrap) -> None
 
     states = native.LruPool()  # reused between streams (fresh ones cost their page faults each time)
 
+    fitted = [_fitted(cfg, _max_ctx(source)) for cfg in configs]
+
     def submit(pool, key):
-        return key, pool.submit(paths.coded_misses, source.coded_chunks(key), configs, k,
+        return key, pool.submit(paths.coded_misses, source.coded_chunks(key), fitted, k,
                                 per_step=tally.per_step, pool=states)
 
     def finish(item) -> None:
@@ -241,6 +341,7 @@ def _replay_coded_rows(source, configs, k, tally: _Tally, workers: int, wrap) ->
     import threading
 
     local = threading.local()  # each thread's rows buffer, reused from stream to stream
+    fitted = [_fitted(cfg, _max_ctx(source)) for cfg in configs]
     k = source.meta.k if k is None else k
 
     def work(chunks):
@@ -248,7 +349,7 @@ def _replay_coded_rows(source, configs, k, tally: _Tally, workers: int, wrap) ->
         rows = paths.coded_rows(chunks, k, into)
         if rows is None:
             return None
-        return rows.steps, rows.accesses, [paths.rows_misses(rows, cfg) for cfg in configs]
+        return rows.steps, rows.accesses, [paths.rows_misses(rows, cfg) for cfg in fitted]
 
     def submit(pool, key):
         return key, pool.submit(work, source.coded_chunks(key))  # file reads in this thread
@@ -271,7 +372,14 @@ def _replay_raw(source, configs, k, tally: _Tally, workers: int, wrap) -> None:
     rows, steps, width, ctx_len, accesses = source.raw_rows
     for _ in wrap(range(1)):
         for cfg in configs:
-            tally.add(cfg, 0, 0, accesses, steps, paths.raw_misses(rows, steps, width, ctx_len, cfg))
+            tally.add(cfg, 0, 0, accesses, steps,
+                      paths.raw_misses(rows, steps, width, ctx_len, _fitted(cfg, _max_ctx(source))))
+
+
+def _max_ctx(source) -> int | None:
+    """A source's largest context from its index (None where it does not say)."""
+    value = getattr(source, "max_ctx", None)
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:
@@ -279,6 +387,12 @@ def per_step_frame(kept: Iterable[StreamMisses]) -> pd.DataFrame:
     import numpy as np
     import pandas as pd
 
+    kept = list(kept)
+    if not kept:  # replayed with per_step, but no stream: the columns, no rows
+        return pd.DataFrame({"request": np.zeros(0, np.int64), "layer": np.zeros(0, np.int64),
+                             "step": np.zeros(0, np.int64), "ctx_len": np.zeros(0, np.int64),
+                             "policy": pd.Series([], dtype="str"), "buffer": np.zeros(0, np.int64),
+                             "misses": np.zeros(0, np.int64)})
     return pd.concat([pd.DataFrame({"request": m.request, "layer": m.layer, "step": m.first_step + np.arange(len(m.misses)),
                                     "ctx_len": m.ctx_len, "policy": str(m.config.policy), "buffer": m.config.buffer,
                                     "misses": m.misses}) for m in kept], ignore_index=True)

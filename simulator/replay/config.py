@@ -18,6 +18,8 @@ from .policies import POLICY_IDS, REGISTRY, SHARDED, Policy
 # cut to its low 32 bits (--seed 4294967297 replayed exactly as --seed 1), so two seeds named the
 # same draws. Seeds are refused past what the generator can tell apart.
 MAX_SEED = 2**32 - 1
+# The slot arrays are int32 (the C fast path refuses more): the CLI's --buffer bound (commands.common.MAX_BUFFER).
+MAX_BUFFER = 2**31 - 2
 
 
 class Semantics(StrEnum):
@@ -32,6 +34,30 @@ class Initial(StrEnum):
 
     PREFIX = "prefix"  # colocated prefill: the first positions of the prompt
     EMPTY = "empty"  # disaggregated decode: nothing
+
+
+def is_bool(value: Any) -> bool:
+    """True and False, and numpy's (``np.True_``; its type is ``numpy.bool``, ``numpy.bool_`` before 2.0)."""
+    return isinstance(value, bool) or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"))
+
+
+def _whole(name: str, value: Any, what: str = "a whole number") -> int:
+    """An int field's value as a plain int: numpy integers too, never a bool (``buffer=True`` was
+    a 1-slot buffer), a float or a string."""
+    if is_bool(value):
+        raise HisparseError(f"{name} must be {what}, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise HisparseError(f"{name} must be {what}, got {value!r}") from None
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A bool field's value: True or False (numpy's too). A string was taken as true whatever it
+    said: ``reserve_newest="no"`` replayed with the newest token reserved."""
+    if is_bool(value):
+        return bool(value)
+    raise HisparseError(f"{name} must be True or False, got {value!r}")
 
 
 def _member(enum: type[StrEnum], value: Any, what: str) -> StrEnum:
@@ -60,26 +86,21 @@ class ReplayConfig:
         object.__setattr__(self, "policy", _member(Policy, self.policy, "policy"))
         object.__setattr__(self, "semantics", _member(Semantics, self.semantics, "semantics"))
         object.__setattr__(self, "initial", _member(Initial, self.initial, "initial buffer"))
-        try:
-            buffer = operator.index(self.buffer)  # numpy integers too
-        except TypeError:
-            raise HisparseError(f"buffer must be a whole number of slots, got {self.buffer!r}") from None
+        buffer = _whole("buffer", self.buffer, "a whole number of slots")
         if buffer < 1:
             raise HisparseError(f"buffer must be >= 1 slot, got {buffer}")
+        if buffer > MAX_BUFFER:
+            raise HisparseError(f"buffer must be at most {MAX_BUFFER} slots (2**31 - 2: the slot arrays are 32-bit), "
+                                f"got {buffer}")
         object.__setattr__(self, "buffer", buffer)
-        try:
-            seed = operator.index(self.seed)
-        except TypeError:
-            raise HisparseError(f"seed must be a whole number, got {self.seed!r}") from None
+        object.__setattr__(self, "reserve_newest", _flag("reserve_newest", self.reserve_newest))
+        seed = _whole("seed", self.seed)
         if not 0 <= seed <= MAX_SEED:
             raise HisparseError(f"seed must be from 0 to 2**32 - 1 = {MAX_SEED} (the random policy's generator "
                                 f"takes a 32-bit seed), got {seed}")
         object.__setattr__(self, "seed", seed)
         for name in ("ways", "mtp_steps"):
-            try:
-                value = operator.index(getattr(self, name))
-            except TypeError:
-                raise HisparseError(f"{name} must be a whole number, got {getattr(self, name)!r}") from None
+            value = _whole(name, getattr(self, name))
             if value < 1:
                 raise HisparseError(f"{name} must be >= 1, got {value}")
             object.__setattr__(self, name, value)
@@ -131,6 +152,10 @@ def option_types() -> dict[str, type]:
 
 
 def expand_configs(policies: typing.Iterable[str], buffers: typing.Iterable[int], **common: Any) -> list[ReplayConfig]:
-    """Every policy x buffer, with the other fields in common."""
+    """Every policy x buffer, with the other fields in common. Each buffer is checked as
+    ``ReplayConfig`` checks it (a fractional one is refused, not truncated)."""
+    for name, value in (("policies", policies), ("buffers", buffers)):
+        if isinstance(value, str | bytes) or not isinstance(value, typing.Iterable):
+            raise HisparseError(f"{name} must be a list, got {value!r} (e.g. expand_configs(['lru'], [4096]))")
     buffers = list(buffers)
-    return [ReplayConfig(policy=p, buffer=int(b), **common) for p in policies for b in buffers]
+    return [ReplayConfig(policy=p, buffer=b, **common) for p in policies for b in buffers]

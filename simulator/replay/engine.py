@@ -44,6 +44,20 @@ def replay_policy(policy: str, indices: np.ndarray, ctx_len: np.ndarray, buffer:
     state = dispatch.MODULES[pid].STATE
     idx = np.ascontiguousarray(indices, dtype=np.int32)
     ctx = np.ascontiguousarray(ctx_len, dtype=np.int64)
+    if idx.ndim != 2 or ctx.shape != idx.shape[:1]:
+        raise ValueError(f"indices must be [steps, width] and ctx_len [steps], got shapes {idx.shape} and {ctx.shape}")
+    if batched and not REGISTRY[pid].placed and idx.size:
+        # the compiled step loop gives a step's entries a slot each without a bound check: a step
+        # that selects more than the buffer holds wrote past the slot arrays (a segfault for fifo
+        # and arc, a hang for random). The newest token, when reserved, has its own slot.
+        counted = idx >= 0
+        if reserve:
+            counted &= idx != (ctx - 1)[:, None]
+        per_step = counted.sum(axis=1)
+        if int(per_step.max()) > buffer:
+            t = int(per_step.argmax())
+            raise ValueError(f"step {t} selects {int(per_step[t])} entries, more than the buffer's {buffer} slots "
+                             "(a batched step needs room for all its entries: buffer >= top_k)")
     cmax = int(ctx.max()) if ctx.size else 1
     nu = next_uses(idx, cmax) if state.next_use else np.zeros((1, 1), dtype=np.int64)
     misses = np.zeros(idx.shape[0], dtype=np.int64)

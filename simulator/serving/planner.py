@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import HisparseError
+from ..replay.config import is_bool as _is_bool
 from .memory import check_fits, plan_memory
 from .misses import MissProfiles, scenario_profiles, speculative_policy
 from .model import RunResult, System
@@ -58,6 +61,7 @@ class PlanInputs:
     residencies: tuple[str, ...] = ()  # sweep HiSparse residency policies (serving/residency.py; empty: the config's)
 
     def __post_init__(self) -> None:
+        self._normalise()
         if not self.concurrency or min(self.concurrency) < 1:
             raise HisparseError("--concurrency needs positive integers")
         if self.rates and min(self.rates) <= 0:
@@ -79,6 +83,41 @@ class PlanInputs:
             if name not in RESIDENCY_POLICIES:
                 raise HisparseError(f"--residency {name}: unknown (residency policies: {', '.join(RESIDENCY_POLICIES)})")
 
+    def _normalise(self) -> None:
+        """Each field as the plan reads it, or the caller's error naming the field and value: the
+        sequences become tuples (a list made the frozen inputs unhashable), their items whole
+        numbers or finite numbers, and no value twice (it counted its work twice). A string where
+        a list goes was iterated by character (``residencies="swap"`` was residency "s"), a float
+        concurrency or buffer, a NaN rate, a bool and a string seed were taken as they came."""
+        import os
+
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        for name in ("model", "deployment", "workload", "calibration", "gpu", "hisparse", "trace"):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                value = os.fspath(value)
+            if not (isinstance(value, str) or (value is None and name in ("gpu", "hisparse", "trace"))):
+                raise HisparseError(f"PlanInputs: {name} must be a preset name or a file path (str), got {value!r}")
+            put(name, value)
+        for name, item in (("concurrency", _whole), ("buffers", _whole), ("rates", _finite),
+                           ("host_ratios", _finite), ("overrides", _text), ("residencies", _text)):
+            value = getattr(self, name)
+            if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+                raise HisparseError(f"PlanInputs: {name} must be a tuple, got {value!r}")
+            items = tuple(item(name, v) for v in value)
+            if name != "overrides" and len(set(items)) != len(items):
+                raise HisparseError(f"PlanInputs: {name} {items}: a value given twice (its work would count twice)")
+            put(name, items)
+        put("slo_tpot_ms", _finite("slo_tpot_ms", self.slo_tpot_ms, inf=True))
+        if self.slo_ttft_s is not None:
+            put("slo_ttft_s", _finite("slo_ttft_s", self.slo_ttft_s, inf=True))
+        seed = _whole("seed", self.seed)
+        if not 0 <= seed <= 2**63 - 1:
+            raise HisparseError(f"PlanInputs: seed must be from 0 to 2**63 - 1, got {seed}")
+        put("seed", seed)
+
     def scenario(self) -> Scenario:
         """The scenario, its trace chosen for the model and workload (``trace_choice``: the model's
         fitted generator preset at the workload's context, unless ``--trace`` names one)."""
@@ -93,6 +132,31 @@ class PlanInputs:
             plan_memory(sc.model, sc.gpu, sc.deployment, None, where=sc.files)
         choice = choose_trace(sc.model, sc.workload, self.trace)
         return sc.replace(trace=choice.trace, trace_how=choice.how)
+
+
+def _whole(name: str, value: Any) -> int:
+    """A whole number (numpy's too), not a bool, a float or a string."""
+    if not _is_bool(value):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise HisparseError(f"PlanInputs: {name} takes whole numbers, got {value!r}")
+
+
+def _finite(name: str, value: Any, inf: bool = False) -> float:
+    """A real number (numpy's too), not a bool or a string; finite unless ``inf`` (a target of inf is
+    no target), never NaN."""
+    if not _is_bool(value) and isinstance(value, numbers.Real) and not math.isnan(value) \
+            and (inf or math.isfinite(value)):
+        return float(value)
+    raise HisparseError(f"PlanInputs: {name} takes {'' if inf else 'finite '}numbers, got {value!r}")
+
+
+def _text(name: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise HisparseError(f"PlanInputs: {name} takes strings, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -249,8 +313,14 @@ def prepare(inp: PlanInputs, scenario: Scenario | None = None, *, search: bool =
         extra.append(f"the search's up to {MAX_SEARCH_STEPS} points a system (--no-search)")
     replays = len({(hs.device_buffer_size, hs.policy) for hs in knob_sets})  # misses are replayed per buffer
     if replays:
+        from pathlib import Path
+
         from .misses import trace_accesses
 
+        if sc.trace is not None and not Path(sc.trace).is_file():
+            # was found by the first knob set's replay, after every baseline point had been simulated
+            what = "is a folder, not a trace file" if Path(sc.trace).is_dir() else "no such trace file"
+            raise HisparseError(f"{sc.trace}: {what} (--trace, the trace the HiSparse misses are replayed from)")
         accesses = trace_accesses(sc.trace)
         steps += limits.replay_steps(replays, accesses)
         if replays > 1:
@@ -474,6 +544,14 @@ def recommend(rows: Sequence[dict], slo_tpot_ms: float, slo_ttft_s: float | None
     (``tie_reason``: no pinned host pool, and the radix cache where the deployment keeps it). ``edge`` names
     each system whose best row is the highest (or only) load searched: a higher load may meet the
     targets too."""
+    for name, value in (("slo_tpot_ms", slo_tpot_ms), ("slo_ttft_s", slo_ttft_s), ("band", band)):
+        # a string target compared to every row raised a TypeError deep in _ok, and a NaN one met nothing
+        if value is None and name == "slo_ttft_s":
+            continue
+        if _is_bool(value) or not isinstance(value, numbers.Real) or math.isnan(value) or not value >= 0 \
+                or (name != "band" and not value > 0):
+            raise HisparseError(f"recommend: {name} must be a number {'>= 0' if name == 'band' else '> 0'}, "
+                                f"got {value!r}")
     best: dict = {}
     edge: dict = {}
     for system in (System.BASELINE.value, System.HISPARSE.value):
