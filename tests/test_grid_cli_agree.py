@@ -117,8 +117,12 @@ def test_a_bad_model_file_fails_the_grid_as_it_fails_plan(tmp_path, capsys, monk
 def test_the_grid_checks_run_before_any_point(tmp_path, monkeypatch, capsys, trace):
     """The examples, end to end: each is refused by ``hisparse sweep`` with exit 2 and no point run."""
     import simulator.sweep.points as points
+    import simulator.sweep.runner as runner
 
+    # runner binds run_point at its import: patch both names, or a runner first imported here kept the
+    # stand-in for every later test of the session (test_sweep.py's sweeps then raised Reached)
     monkeypatch.setattr(points, "run_point", reached)
+    monkeypatch.setattr(runner, "run_point", reached)
     cases = [f'kind = "replay"\n[fixed]\ntrace = {_toml(trace)}\n[grid]\nbuffer = [16, 1000000000]\n',
              f'kind = "replay"\n[fixed]\ntrace = {_toml(trace)}\n[grid]\nbuffer = [8, 16]\n',
              'kind = "plan"\n[grid]\nhost_to_device_ratio = [0.5, 2.0]\n',
