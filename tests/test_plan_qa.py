@@ -140,3 +140,11 @@ def test_a_plan_and_its_whatif_share_one_budget(whatif, capsys, monkeypatch, no_
     monkeypatch.setenv("HISPARSE_MAX_SIM_STEPS", str(both))
     with pytest.raises(Reached):
         run_cli(["plan", *main, whatif], capsys)
+
+
+def test_open_arrival_without_a_rate_says_rate_needs_no_open_arrival(capsys):
+    """--rate with --set workload.arrival=open: the file has no rate_per_s, so the workload is refused;
+    the message used to say "(or give --rate)" although --rate was given."""
+    code, _, err = run_cli(["plan", "--rate", "0.5,2", "--set", "workload.arrival=open", "--quiet"], capsys)
+    assert code == 2 and "needs rate_per_s > 0" in err and "or give --rate" not in err
+    assert "--rate needs no arrival" in err

@@ -745,7 +745,8 @@ class WorkloadSpec(Spec):
 
     def _check(self, where: str) -> None:
         if self.arrival == Arrival.OPEN and self.rate_per_s <= 0:
-            raise HisparseError(f"{where}: arrival = \"open\" needs rate_per_s > 0 (or give --rate)")
+            raise HisparseError(f"{where}: arrival = \"open\" needs rate_per_s > 0 (--rate needs no arrival = \"open\": "
+                                "it runs open loop at each rate it names, whatever the workload's arrival)")
         if self.arrival == Arrival.CLOSED and self.rate_per_s > 0:  # was ignored: the plan ran closed loop
             raise HisparseError(f"{where}: rate_per_s = {self.rate_per_s:g} applies to arrival = \"open\"; this "
                                 "workload is closed loop (set arrival = \"open\", or rate_per_s = 0, or give --rate)")
