@@ -109,3 +109,22 @@ def test_outputs_do_not_move_with_the_hash_seed(tmp_path, capsys):
     assert done.stdout.decode() == "".join(printed)
     for name in ("g.hst", "m.csv"):
         assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
+def test_each_stream_of_a_random_replay_draws_its_own_victims():
+    """The same stream content as (request, layer) 0/0, 0/1 and 5/3: one seed for every stream gave
+    each the same draws, so identical content missed identically on every layer (a correlation no
+    average over layers removes). Each stream now seeds from (seed, request, layer): the copies
+    differ, each copy's misses stay the same whatever else is replayed beside it and in which order."""
+    base = random_stream(np.random.default_rng(2), steps=60, k=16, ctx0=80)
+    copies = [Stream(r, layer, base.ctx_len, base.indices) for r, layer in ((0, 0), (0, 1), (5, 3))]
+    cfg = ReplayConfig(policy="random", buffer=20, seed=7)
+
+    def misses(streams):
+        res = replay(streams, cfg, workers=1, per_step=True)
+        return {(s.request, s.layer): int(res.misses(request=s.request, layer=s.layer).sum()) for s in streams}
+
+    together = misses(copies)
+    assert len(set(together.values())) > 1
+    assert misses(copies[::-1]) == together
+    assert all(misses([s]) == {(s.request, s.layer): together[(s.request, s.layer)]} for s in copies)

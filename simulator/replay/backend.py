@@ -132,5 +132,15 @@ def stream_misses(stream: Stream, cfg: ReplayConfig) -> np.ndarray:
     from .engine import replay_policy
 
     return replay_policy(cfg.policy, stream.indices, stream.ctx_len, cfg.buffer, reserve=cfg.reserve_newest,
-                         prefix=cfg.prefix, batched=cfg.batched, seed=cfg.seed, group=cfg.mtp_steps,
-                         param=cfg.param).misses
+                         prefix=cfg.prefix, batched=cfg.batched, seed=stream_seed(cfg.seed, stream.request, stream.layer),
+                         group=cfg.mtp_steps, param=cfg.param).misses
+
+
+def stream_seed(seed: int, request: int, layer: int) -> int:
+    """The random policy's 32-bit generator seed for one (request, layer) stream: drawn from
+    (``seed``, request, layer), so each stream's draws are its own (one seed for every stream gave
+    every stream the same sequence of victims' draws, correlating their misses) and a stream's
+    misses do not depend on which other streams are replayed or in which order."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, request, layer]).generate_state(1, np.uint32)[0])
