@@ -127,3 +127,15 @@ def check_refuses_non_hopper_torch(monkeypatch, load: Callable[[], object], erro
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     with pytest.raises(error, match="needs PyTorch"):
         load()
+
+
+# A small closed-loop workload file (8192 in / 1024 out, 2 requests per client), for tests that need
+# a user's workload TOML rather than a preset name.
+WORKLOAD_8K1K = """name = "8k1k"
+input_tokens = 8192
+output_tokens = 1024
+length_jitter = 0.0
+arrival = "closed"
+rate_per_s = 0.0
+requests_per_client = 2
+"""

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import WORKLOAD_8K1K
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -167,14 +169,6 @@ OUTPUT_DOCS = ["deployments-whatifs.md", "models-and-indexshare.md", "moe-kernel
 # inputs the docs describe in words: 8k1k.toml (a closed loop of 8192 in / 1024 out, 2 requests per
 # client) and g52.hst (the replay example's comment: trace gen --index-share 4:3 --layers 12 --requests 1
 # --steps 200)
-WORKLOAD_8K1K = """name = "8k1k"
-input_tokens = 8192
-output_tokens = 1024
-length_jitter = 0.0
-arrival = "closed"
-rate_per_s = 0.0
-requests_per_client = 2
-"""
 G52_GEN = ["trace", "gen", "--index-share", "4:3", "--layers", "12", "--requests", "1", "--steps", "200",
            "--out", "g52.hst"]
 

@@ -17,19 +17,11 @@ import pytest
 from simulator.cli import main
 from simulator.report.page import data_json
 from tests.browser import needs_chromium, open_page, plotted
+from tests.helpers import WORKLOAD_8K1K
 
 # a folder name that breaks a page whose JSON only had "</" escaped: "<!--" then "<script" put the
 # HTML parser in the script's double-escaped state, and the data element ran on over the drawing code
 MARKUP = "x<!--<script>alert(1)&'q\""
-WORKLOAD = """name = "w"
-input_tokens = 8192
-output_tokens = 1024
-length_jitter = 0.0
-arrival = "closed"
-rate_per_s = 0.0
-requests_per_client = 2
-ignore_eos = true
-"""
 
 
 def _json_out(argv: list[str]) -> dict:
@@ -59,7 +51,7 @@ def odd_plan(tmp_path_factory):
     folder = tmp / MARKUP
     folder.mkdir()
     workload = folder / "my<b>&load.toml"
-    workload.write_text(WORKLOAD)
+    workload.write_text(WORKLOAD_8K1K)
     page = tmp / "plan.html"
     report = _json_out(["plan", "--workload", str(workload), "--set", "workload.name=<img src=x onerror=alert(1)>",
                         "--set", "workload.output_tokens=512", "--concurrency", "4,16", "--no-search", "--quiet",
