@@ -3,7 +3,7 @@
 Usage (on one H100 / H200; FlashMLA's source fetched first, nothing of it is committed here):
   bash benchmarks/fetch_flashmla.sh .flashmla-src
   python benchmarks/flashmla_compare.py --flashmla .flashmla-src [--batches 64 128] [--heads 128 64]
-      [--variants ws wsxr] [--topk 512 2048 ...] [--flashmla-sms N] [--reps N] [--out CSV]
+      [--variants ws wsxr] [--topk 512 2048 ...] [--flashmla-sms N] [--reps N] [--clock-probe S] [--out CSV]
 
 FlashMLA (the commit benchmarks/fetch_flashmla.sh pins, with CUTLASS's headers at FlashMLA's
 submodule commit) is built with torch.utils.cpp_extension.load for sm_90a with the nvcc flags of
@@ -37,7 +37,9 @@ run, each one checked and timed against the same FlashMLA samples (default: "ws"
 default "wsxr"; a variant that cannot run a shape, a crossover at H 64, runs as ws and is reported as such).
 --flashmla-sms N: FlashMLA's scheduler shares the work over N SMs (default: the device's); --topk K...:
 the top-k values to time (multiples of 64, <= 4096); with two or more, the per-tile time and the fixed
-cost of each kernel are fitted and printed (tile_fits).
+cost of each kernel are fitted and printed (tile_fits). --clock-probe S: after the timing, each kernel
+runs back to back for S seconds while nvidia-smi samples the SM clock, power and clock-event reasons
+(cupy_kernels/clock_probe.py); written to <out>-clocks.csv: a time gap split into cycles and clock.
 
 Exit status: 0, all checks passed; 1, a check failed (the CSV is still written); 2, bad arguments,
 missing pieces of DIR, or no PyTorch / CuPy / Hopper GPU.
