@@ -266,7 +266,7 @@ def temp_beside(path: str | os.PathLike) -> tuple[IO[bytes], str]:
     target = Path(path)
     try:
         if target.is_dir():
-            raise OutputError(f"{path}: is a folder; give a file name")
+            raise OutputError(f"{_shown(path)}: is a folder; give a file name")
         target.parent.mkdir(parents=True, exist_ok=True)
         for stale in stale_temps(target):
             with contextlib.suppress(OSError):
@@ -275,7 +275,7 @@ def temp_beside(path: str | os.PathLike) -> tuple[IO[bytes], str]:
     except OutputError:
         raise
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise OutputError(f"{_shown(path)}: cannot write ({exc.strerror or exc})") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)
@@ -289,7 +289,7 @@ def replace_into(tmp: str, path: str | os.PathLike) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        raise OutputError(f"{_shown(path)}: cannot write ({exc.strerror or exc})") from None
 
 
 def _special(path: Path) -> bool:
@@ -321,7 +321,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[IO[bytes]]:
             with handle:
                 yield handle
         except OSError as exc:  # disk full, quota: name the file, no traceback
-            raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+            raise OutputError(f"{_shown(path)}: cannot write ({exc.strerror or exc})") from None
         if _STAGED is not None and not _in_staging(path):  # inside output_set: committed with the set's others
             _STAGED.append((lambda: replace_into(tmp, path), lambda: _unlink(tmp)))
             return
@@ -338,14 +338,34 @@ def _unlink(path: str) -> None:
 
 # (commit, discard) of each output staged inside output_set; None: outputs commit as they are written
 _STAGED: list[tuple] | None = None
-_STAGING: set[Path] = set()  # folder_output's temp folders open now
+_STAGING: dict[Path, Path] = {}  # folder_output's temp folders open now -> the output folder as the user named it
+
+
+def _staged_in(path: str | os.PathLike) -> tuple[Path, Path] | None:
+    """(temp folder, output folder) of the folder_output temp folder ``path`` lies in, else None."""
+    parent = Path(os.path.realpath(Path(path).parent))
+    for tmp, shown in _STAGING.items():
+        if parent == tmp or tmp in parent.parents:
+            return tmp, shown
+    return None
 
 
 def _in_staging(path: str | os.PathLike) -> bool:
     """Whether ``path`` lies in a folder_output temp folder (written, then read back or chmod-ed, before the
     folder's commit)."""
-    parent = Path(os.path.realpath(Path(path).parent))
-    return any(parent == d or d in parent.parents for d in _STAGING)
+    return _staged_in(path) is not None
+
+
+def _shown(path: str | os.PathLike) -> str:
+    """``path`` as an error names it: a file being written in a folder output's temp folder by its place in the
+    output folder (``OUT/throughput.png``), not by the temp folder the user never named (a full disk named
+    ``.OUT.<pid>.<random>.tmp/throughput.png``)."""
+    staged = _staged_in(path)
+    if staged is None:
+        return str(path)
+    tmp, shown = staged
+    inner = Path(os.path.realpath(Path(path).parent)).relative_to(tmp) / Path(path).name
+    return str(shown / inner)
 
 
 @contextlib.contextmanager
@@ -432,7 +452,7 @@ def folder_output(path: str | os.PathLike, files: Iterable[str]) -> Iterator[Pat
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)
     real_tmp = Path(os.path.realpath(tmp))
-    _STAGING.add(real_tmp)
+    _STAGING[real_tmp] = Path(path)
     try:
         if _STAGED is not None:  # inside output_set: swapped in with the set's other outputs
             try:
@@ -450,7 +470,7 @@ def folder_output(path: str | os.PathLike, files: Iterable[str]) -> Iterator[Pat
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     finally:
-        _STAGING.discard(real_tmp)
+        _STAGING.pop(real_tmp, None)
 
 
 def _commit(tmp: Path, target: Path, names: tuple[str, ...], shown: str | os.PathLike) -> None:

@@ -140,8 +140,13 @@ def run_fit(args: argparse.Namespace) -> int:
         print("# --recover is unused: it applies to .hst traces, not a .npy array", file=sys.stderr)
     trace = open_trace(args.trace, ctx0=args.ctx0, recover=args.recover)
     check_context_memory("fit", args.trace, getattr(trace, "max_ctx", None))
-    fit = fit_knobs(trace, seed=args.seed, layers=args.layers, requests=args.requests,
-                    rounds=args.rounds, iters=args.iters)
+    bar = _draws_bar(args.quiet)  # a fit runs minutes on a long trace (1024 steps: ~90 s): show each draw
+    try:
+        fit = fit_knobs(trace, seed=args.seed, layers=args.layers, requests=args.requests,
+                        rounds=args.rounds, iters=args.iters, on_eval=None if bar is None else bar.update)
+    finally:
+        if bar is not None:
+            bar.close()
     text = knobs_to_toml(fit.knobs, comment=fit.comment)
     with atomic_output(args.out) as fh:
         fh.write(text.encode())
@@ -159,6 +164,16 @@ def run_fit(args: argparse.Namespace) -> int:
             err = abs(syn - real) / real if real and math.isfinite(real) and math.isfinite(syn) else math.nan
             print(f"{name:<20} {cell(real, 8, '.4f')} {cell(syn, 10, '.4f')} {cell(err, 8, '.1%')}")
     return 0
+
+
+def _draws_bar(quiet: bool):
+    """A counter of the fit's synthetic draws on stderr (a tqdm bar), shown only to a person at a terminal; None
+    otherwise. Their number depends on the search (drawn knobs are cached), so it counts up with no total."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(desc="fit", unit=" draws", file=sys.stderr, leave=False)
 
 
 def _run_fit_targets(args: argparse.Namespace) -> int:
