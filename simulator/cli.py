@@ -85,7 +85,14 @@ def _one_line_warnings() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; user errors print one line and exit 2, with no traceback."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:  # Ctrl-C while the parser was built or read the options (the first ~0.1 s)
+        print("hisparse: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     parser = build_parser(argv[0] if argv else None)
     try:
         with _stdout_named():

@@ -89,3 +89,24 @@ def test_a_failed_write_leaves_nothing(tmp_path):
         fh.write(b"half")
         raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("stage", ["build_parser", "parse_args"])
+def test_ctrl_c_while_the_options_are_read_is_one_line(monkeypatch, capsys, stage):
+    """Ctrl-C in the first ~0.1 s, while the parser is built or reads the options, printed a
+    KeyboardInterrupt traceback (status -2): those ran outside main's handler."""
+    import simulator.cli as cli
+
+    def interrupt(*_a, **_k):
+        raise KeyboardInterrupt
+
+    real = cli.build_parser
+
+    def parser_that_is_interrupted(*a, **k):
+        parser = real(*a, **k)
+        parser.parse_args = interrupt
+        return parser
+
+    monkeypatch.setattr(cli, "build_parser", interrupt if stage == "build_parser" else parser_that_is_interrupted)
+    assert cli.main(["trace", "info", "x.hst"]) == 130
+    assert capsys.readouterr().err == "hisparse: interrupted\n"
