@@ -288,7 +288,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         from .common import require_accesses
 
         require_accesses(open_trace(args.trace), args.trace)
-    from ..progress import progress
+    from ..progress import counter
     from ..serving.planner import PlanInputs, prepare, recommend, run_plan_full, search_plan
 
     spec = _speculative(args)
@@ -337,11 +337,11 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      "what-if together", unit="scheduler steps to simulate",
                      hint="fewer or lower loads, fewer swept buffers, or --no-search")
     n_points = len(prep.points) * (1 + len(prep.knob_sets))
-    bar = iter(progress(range(n_points), total=n_points, desc="points", quiet=args.quiet, unit="pt"))
+    tick = counter(n_points, desc="points", quiet=args.quiet, unit="pt")
     from ..serving import prefetch
 
-    prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=lambda: next(bar, None))  # every core
-    plan = run_plan_full(inp, on_point=lambda: next(bar, None), prepared=prep)
+    prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=tick)  # every core
+    plan = run_plan_full(inp, on_point=tick, prepared=prep)
     if not args.no_search:
         prefetch.prefetch_search(lambda: search_plan(plan, inp))  # the systems' bisections side by side
         plan = search_plan(plan, inp, on_point=None)
@@ -466,7 +466,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
     import dataclasses
 
     from ..errors import HisparseError
-    from ..progress import progress
+    from ..progress import counter
     from ..serving import presets as P
     from ..serving.cluster import node_overrides
     from ..serving.planner import prepare, recommend, run_plan_full, search_plan
@@ -495,8 +495,8 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         runs.append((n, extra, inp_n, sc, prepare(inp_n, sc, search=not args.no_search)))
     for n, extra, inp_n, sc, prep in runs:
         total = len(prep.points) * (1 + len(prep.knob_sets))
-        bar = iter(progress(range(total), total=total, desc=f"{n} node(s)", quiet=args.quiet, unit="pt"))
-        plan = run_plan_full(inp_n, on_point=lambda bar=bar: next(bar, None), prepared=prep)
+        tick = counter(total, desc=f"{n} node(s)", quiet=args.quiet, unit="pt")
+        plan = run_plan_full(inp_n, on_point=tick, prepared=prep)
         if not args.no_search:
             plan = search_plan(plan, inp_n, on_point=None)
         rows = plan.rows()

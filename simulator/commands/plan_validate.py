@@ -12,7 +12,7 @@ VALIDATE_FILES = ("validation.csv", "validation.json", "validation.png")
 
 # -- validation against published runs ------------------------------------------------------------
 def run_validate(args: argparse.Namespace) -> int:
-    from ..progress import progress
+    from ..progress import counter
     from ..serving.published import error_text, load_published, published_names, summary, validate
 
     names = published_names() if args.validate == "all" else [args.validate]
@@ -21,11 +21,11 @@ def run_validate(args: argparse.Namespace) -> int:
                  if v is not None and v != "auto"}
     sets = [load_published(n) for n in names]
     total = sum(len(s.points) for s in sets)
-    bar = iter(progress(range(total), total=total, desc="published points", quiet=args.quiet, unit="pt"))
+    tick = counter(total, desc="published points", quiet=args.quiet, unit="pt")
     rows: list[dict] = []
     per_set = {}
     for s in sets:
-        set_rows = validate(s, on_point=lambda: next(bar, None), seed=args.seed, overrides=overrides)
+        set_rows = validate(s, on_point=tick, seed=args.seed, overrides=overrides)
         rows += set_rows
         per_set[s.name] = summary(set_rows) | {"source": s.source, "uncertainty": s.uncertainty, "file": s.where}
     report = json_safe({"sets": per_set, "all": summary(rows), "rows": rows})  # NaN -> null; notes say why
