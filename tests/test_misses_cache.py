@@ -62,3 +62,45 @@ def test_a_damaged_cached_trace_is_drawn_again(tmp_path, monkeypatch, capsys):
     assert open(again.trace, "rb").read() == whole  # the same seed draws the same bytes
     assert not choose_trace(model, workload, None).generated  # and the new file is used as it is
     assert "unreadable" not in capsys.readouterr().err
+
+
+def test_a_cache_that_cannot_take_a_replay_is_a_note(small_trace, monkeypatch, capsys):
+    """A read-only or full HISPARSE_CACHE failed the plan after the replay's work, naming the cache
+    file; the replay is only not kept: a note, and the same answer."""
+    import errno
+
+    import simulator.fileio as fileio
+
+    fresh = miss_profiles(str(small_trace), top_k=256, buffer=640, use_cache=False)
+
+    def read_only(path, *a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(fileio, "atomic_output", read_only)
+    capsys.readouterr()
+    got = miss_profiles(str(small_trace), top_k=256, buffer=640)
+    err = capsys.readouterr().err
+    assert "the replay is not cached" in err and "Read-only file system" in err and "HISPARSE_CACHE" in err
+    assert all(np.array_equal(a, b) for a, b in zip(got.shares, fresh.shares, strict=True))
+
+
+def test_a_cache_that_cannot_take_a_generated_trace_is_refused_before_the_draw(tmp_path, monkeypatch):
+    """A generated trace is read back from the cache, so it must be kept: a cache it cannot go to was
+    found only after the whole draw; now before it, naming HISPARSE_CACHE and --trace."""
+    import os
+
+    import simulator.serving.trace_choice as tc
+    from simulator.errors import HisparseError
+    from simulator.serving.presets import load
+
+    monkeypatch.setenv("HISPARSE_CACHE", str(tmp_path / "cache"))
+    model = load("models", "glm-5.1-fp8")
+    workload = dataclasses.replace(load("workloads", "32k-in-8k-out"), input_tokens=2048, output_tokens=3)
+    cache = str(tmp_path / "cache")
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **k: False if str(path).startswith(cache) else real(path, mode))
+    drawn = []
+    monkeypatch.setattr("simulator.trace.generator.generate", lambda *a, **k: drawn.append(1) or iter(()))
+    with pytest.raises(HisparseError, match=r"cannot keep the generated trace there \(not writable\).*HISPARSE_CACHE"):
+        tc.choose_trace(model, workload, None)
+    assert not drawn

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,12 +252,23 @@ def miss_profiles(trace: str | None, *, top_k: int, buffer: int, policy: str = "
         raise HisparseError(f"{label}: a trace request has no decode steps")
     ctx = _first_context(streams)
     if use_cache:
-        from ..fileio import atomic_output
+        _keep(cached, ctx, notes, shares)
+    return MissProfiles(shares, label, notes, k_trace, scaled, ctx)
 
+
+def _keep(cached: Path, ctx: int, notes: tuple[str, ...], shares: tuple[np.ndarray, ...]) -> None:
+    """Write a replay into the cache; a cache that cannot take it (read-only, full) costs only the
+    replay next time, so it is a note, not the plan's failure (it was: after the replay's work, naming
+    the cache file but not HISPARSE_CACHE)."""
+    from ..fileio import atomic_output
+
+    try:
         with atomic_output(cached) as fh:
             np.savez(fh, ctx0=np.int64(ctx), notes=np.array(notes, dtype=str),
                      **{f"r{i}": a for i, a in enumerate(shares)})
-    return MissProfiles(shares, label, notes, k_trace, scaled, ctx)
+    except (HisparseError, OSError) as exc:
+        print(f"note: the replay is not cached ({exc}); give HISPARSE_CACHE a writable folder to keep replays",
+              file=sys.stderr)
 
 
 def _read_cached(cached: Path, label: str, k_trace: int, scaled: int) -> MissProfiles | None:

@@ -61,13 +61,32 @@ def generate_trace(path: Path, preset: str, *, layers: int, k: int, ctx0: int, s
     knobs, _ = PRESETS[preset].for_k(k)
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": preset, "knobs": knobs_dict(knobs),
               "seed": seed}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _writable_cache_folder(path.parent)
     from ..progress import progress
 
     streams = generate(knobs, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed)
     with TraceWriter(str(path), k=k, source=source) as writer:
         for s in progress(streams, total=layers * requests, desc=f"drawing the {preset} trace", unit="layer"):
             writer.write_stream(s)
+
+
+def _writable_cache_folder(folder: Path) -> None:
+    """The folder a generated trace goes to, made and writable, checked before the draw: a read-only
+    cache failed only after drawing the whole trace, naming a temp file rather than the cache."""
+    import os
+
+    from ..fileio import why_os
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+        why = "not writable"
+    except OSError as exc:
+        writable, why = False, why_os(exc)
+    if not writable:
+        raise HisparseError(f"{folder}: cannot keep the generated trace there ({why}): the cache of generated "
+                            "traces (HISPARSE_CACHE, default ~/.cache/hisparse-sim); give HISPARSE_CACHE a writable "
+                            "folder, or --trace FILE")
 
 
 def _opens(path: Path) -> bool:
