@@ -89,14 +89,17 @@ class ThreadPool:
                 job = self._queue.popleft()
             job._run()
 
-    def close(self, *, drop_queued: bool = False) -> None:
-        """No more calls; wait for the running ones (and the queued ones unless ``drop_queued``)."""
+    def close(self, *, drop_queued: bool = False, wait: bool = True) -> None:
+        """No more calls; wait for the running ones (and the queued ones unless ``drop_queued``);
+        with ``wait`` False, leave the running ones to finish on their own (daemon threads)."""
         with self._ready:
             self._closed = True
             if drop_queued:
                 while self._queue:
                     self._queue.popleft()._cancel()
             self._ready.notify_all()
+        if not wait:
+            return
         for thread in self._threads:
             thread.join()
 
@@ -104,7 +107,11 @@ class ThreadPool:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close(drop_queued=exc_type is not None)
+        # Ctrl-C / SIGTERM: return at once. A running call may be compiled code that never looks at
+        # signals (a native replay of one long stream ran on for ~25 s after Ctrl-C); its thread is
+        # a daemon, and nothing reads its result.
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.close(drop_queued=exc_type is not None, wait=not interrupted)
 
 
 def run_in_order(items: Iterable[Any], workers: int, ahead: int, submit: Callable[[ThreadPool, Any], Any],
