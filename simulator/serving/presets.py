@@ -3,8 +3,9 @@ workloads (TOML), cost parameters (TOML) and calibrations (the JSON ``hisparse c
 
 Each option takes a preset name (a file under ``simulator/presets/KIND/``, read through
 ``importlib.resources``: never the current directory or a checkout) or the path of the user's own
-file. Unknown, missing or out-of-range keys are errors naming the file and key; the checks
-themselves live in the specs' ``__post_init__`` (``specs.py``).
+file. A key inside a preset file that names another file takes a relative path from that file's
+folder (``NAMED_KEYS``, ``_calibration_path``). Unknown, missing or out-of-range keys are errors
+naming the file and key; the checks themselves live in the specs' ``__post_init__`` (``specs.py``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,54 @@ def resolve(kind: str, spec: str) -> Path:
                         f"or give {files})")
 
 
+# Keys of a preset kind that name another preset, by name or by the path of a file, and the kind each
+# names. A relative path is read from the folder of the file that holds the key first, then from the
+# working folder (``beside``): a deployment kept beside its GPU file loads from any folder, and one
+# naming a file in the working folder still loads as before. A preset name is looked up as
+# ``resolve`` does. (A GPU's ``calibration`` path is read from the GPU file's folder only:
+# ``_calibration_path``.) ``schema.FILE_RELATIVE_KEYS`` lists them for ``presets new``.
+NAMED_KEYS: dict[str, dict[str, str]] = {"deployments": {"gpu": "gpus", "hisparse": "hisparse", "cluster": "clusters"},
+                                         "clusters": {"gpu": "gpus"}}
+
+
+def beside(value: str, where: str) -> str:
+    """What a preset file at ``where`` reads for ``value`` of a ``NAMED_KEYS`` key: a relative path
+    naming a file from that file's folder, as that path (``../mydeploy/gpu.toml``); else ``value`` as it
+    is (a preset name, an absolute path, a relative path read from the working folder as before, or one
+    that names the same file from both folders: it reads as it did, and compares as it did with the
+    same spelling elsewhere, a cluster's gpu with its deployment's)."""
+    if not isinstance(value, str) or not value.strip() or where.startswith("<"):  # "<deployment>": no file
+        return value
+    path = Path(value)
+    if path.is_absolute():
+        return value
+    near = Path(where).parent / path
+    if not near.is_file() or (path.is_file() and os.path.samefile(near, path)):
+        return value
+    return str(near)
+
+
+def looked_in(value: str, where: str) -> str | None:
+    """Why a relative path (a .toml or .json value, ``resolve``'s test) that a ``NAMED_KEYS`` key of
+    the file at ``where`` gives reads nothing: a file in neither place ``beside`` looks, both named.
+    None where ``resolve``'s own error says what is wrong (a preset name, a folder, an absolute path)."""
+    if not isinstance(value, str) or not value.strip() or where.startswith("<"):
+        return None
+    path = Path(value)
+    if path.is_absolute() or path.suffix not in (".toml", ".json") or path.exists() or (Path(where).parent / path).exists():
+        return None
+    return f"no such file in its folder ({Path(where).parent / path}) or the working folder ({Path.cwd() / path})"
+
+
+def _read_beside(kind: str, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data`` of the file ``where`` with each ``NAMED_KEYS`` path found beside it named from the
+    working folder, so that every reader of the spec (``load(kind, spec.gpu)``) reads that file."""
+    for key in NAMED_KEYS.get(kind, {}):
+        if key in data:
+            data[key] = beside(data[key], where)
+    return data
+
+
 def resolve_or_none(kind: str, spec: str) -> Path | None:
     """``resolve``'s file, or None where the name does not resolve: for the input-against-output
     checks, which leave a bad name to the run that reads it (it says what is wrong)."""
@@ -119,7 +168,8 @@ def load(kind: str, spec: str | Mapping[str, Any], **overrides: Any):
         where, data = f"<{_singular(kind)}>", dict(spec)
     else:
         path = resolve(kind, spec)
-        where, data = str(path), read_toml(path)
+        where = str(path)
+        data = _read_beside(kind, read_toml(path), where)
     data.update({k: v for k, v in overrides.items() if v is not None})
     return build(cls, data, where)
 

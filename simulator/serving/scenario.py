@@ -204,14 +204,9 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     ovs = parse_overrides([o for o in overrides if isinstance(o, str)]) + tuple(o for o in overrides
                                                                                 if isinstance(o, Override))
     set_notes: list[str] = []
-    dep = _apply(P.load("deployments", deployment), ovs, "deployment", set_notes)
-    if gpu:
-        gpu_spec = P.load("gpus", gpu)
-    else:
-        try:
-            gpu_spec = P.load("gpus", dep.gpu)
-        except HisparseError as exc:
-            raise HisparseError(f"{dep.where}: gpu = {dep.gpu!r}: {exc}") from None
+    dep_file = P.load("deployments", deployment)
+    dep = _apply(dep_file, ovs, "deployment", set_notes)
+    gpu_spec = P.load("gpus", gpu) if gpu else _named(dep, dep_file, "gpu", ovs)
     pre = [o for o in ovs if o.kind == "gpu" and o.key == "calibration"]
     gpu_spec = _apply(gpu_spec, pre, "gpu", set_notes)
     cal = _calibration_for(gpu_spec, calibration)
@@ -235,10 +230,7 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
     implicit = hisparse is None or hisparse == DEFAULT_HISPARSE  # not chosen by the user: may follow the model
     if hisparse is None and dep.hisparse:
-        try:
-            hs_file = P.load("hisparse", dep.hisparse)
-        except HisparseError as exc:
-            raise HisparseError(f"{dep.where}: hisparse = {dep.hisparse!r}: {exc}") from None
+        hs_file = _named(dep, dep_file, "hisparse", ovs)
     else:
         hs_file = P.load("hisparse", hisparse or DEFAULT_HISPARSE)
     if implicit and model_spec.top_k != hs_file.top_k and model_spec.name in P.preset_names("hisparse"):
@@ -249,14 +241,24 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     hisparse_spec = _apply(hs_file, ovs, "hisparse", set_notes)
     cluster_spec = None
     if dep.cluster:
-        try:
-            cluster_spec = P.load("clusters", dep.cluster)
-        except HisparseError as exc:
-            raise HisparseError(f"{dep.where}: cluster = {dep.cluster!r}: {exc}") from None
+        cluster_spec = _named(dep, dep_file, "cluster", ovs)
     return Scenario(model=model_spec, gpu=gpu_spec, deployment=dep, cluster=cluster_spec,
                     workload=workload_spec, hisparse=hisparse_spec,
                     params=cal.params, calibration=cal.label, trace=trace, notes=tuple(notes + set_notes),
                     terms=terms, overrides=tuple(o.option for o in ovs), speculative=speculative)
+
+
+def _named(dep, dep_file, key: str, overrides: Sequence[Override]):
+    """The preset the deployment's ``key`` names (``P.NAMED_KEYS``: a relative path from the deployment
+    file's folder, else the working folder; a ``--set deployment.KEY`` value from the working folder).
+    Its error names the key and the deployment file, and both places a missing file was looked for."""
+    value = getattr(dep, key)
+    try:
+        return P.load(P.NAMED_KEYS["deployments"][key], value)
+    except HisparseError as exc:
+        set_here = any(o.kind == "deployment" and o.key == key for o in overrides)
+        why = None if set_here else P.looked_in(value, dep_file.where)
+        raise HisparseError(f"{dep.where}: {key} = {value!r}: {why or exc}") from None
 
 
 DEFAULT_HISPARSE = "blog-8xh200"  # the blog's 8xH200 colocated --hisparse-config

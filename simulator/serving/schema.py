@@ -150,10 +150,30 @@ def files_line(kind: str) -> str:
     return f"files: simulator/presets/{kind}/*.toml, or your own (hisparse presets new {kind} --from NAME --out FILE)"
 
 
+def paths_line(kind: str, code: bool = False) -> str:
+    """How the kind's keys that name another file read a relative path (``FILE_RELATIVE_KEYS``); ""
+    for a kind with none. ``code``: the key names in backticks (the Markdown reference)."""
+    kind = kind_of(kind)
+    keys = [f"`{k}`" if code else k for k in FILE_RELATIVE_KEYS.get(kind, ())]
+    if not keys:
+        return ""
+    take = "takes" if len(keys) == 1 else "take"
+    copy = "(presets new --out rewrites it to name the same file from the copy's folder)"
+    if kind in P.NAMED_KEYS:
+        return (f"paths: {_and(keys)} {take} a preset name or the path of a .toml file; a relative path is looked "
+                f"for in this file's folder first, then in the working folder {copy}")
+    return (f"paths: {_and(keys)} {take} a packaged name or the path of a calibration .json; a relative path is "
+            f"read from this file's folder only {copy}")
+
+
+def _and(names: tuple[str, ...] | list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def format_schema(kind: str) -> str:
     kind = kind_of(kind)
     rows = schema(kind)
-    lines = [f"{kind}: {schema_doc(kind)}", files_line(kind), ""]
+    lines = [f"{kind}: {schema_doc(kind)}", files_line(kind)] + ([paths_line(kind)] if paths_line(kind) else []) + [""]
     for k in rows:
         need = "required" if k.required else f"default {_toml_value(k.default) if k.default is not None else '-'}"
         extra = ", ".join(x for x in (k.unit, k.domain) if x)
@@ -176,10 +196,18 @@ def markdown_reference() -> str:
            "Every key of every preset kind, generated from the spec dataclasses that check the files",
            "(`python -m simulator.serving.schema > docs/presets-reference.md` rewrites this page;",
            "`hisparse presets --schema KIND` prints one kind). Start a file of your own with",
-           "`hisparse presets new KIND --from NAME --out FILE.toml`: a complete, commented copy.", ""]
+           "`hisparse presets new KIND --from NAME --out FILE.toml`: a complete, commented copy.", "",
+           "A key that names another file takes a relative path from the folder of the file that holds it, not",
+           "the folder `hisparse` runs in: `gpu = \"my-gpu.toml\"` in `mydeploy/dep.toml` names",
+           "`mydeploy/my-gpu.toml` from any working folder. Where no such file is there, "
+           + "; ".join(f"{_and([f'`{k}`' for k in keys])} of {kind}" for kind, keys in P.NAMED_KEYS.items()),
+           "are looked for in the working folder, as before (an error names both places); a GPU's `calibration` is",
+           "read from the GPU file's folder only. `presets new --out` rewrites such a path so that the copy",
+           "names the same file.", ""]
     for kind in P.KINDS:
         out += [f"## {kind}", "", schema_doc(kind), "",
-                f"Shipped files: `simulator/presets/{kind}/`; `hisparse plan {use_file(kind, 'NAME|FILE')}`.", "",
+                f"Shipped files: `simulator/presets/{kind}/`; `hisparse plan {use_file(kind, 'NAME|FILE')}`."
+                + (f" Paths: {paths_line(kind, code=True)[len('paths: '):]}." if paths_line(kind) else ""), "",
                 "| key | type | unit / domain | required / default | meaning |", "|---|---|---|---|---|"]
         for k in schema(kind):
             need = "required" if k.required else (_toml_value(k.default) if k.default is not None else "-")
@@ -209,24 +237,36 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"no TOML form for {type(v).__name__}")
 
 
-# Keys whose value the loader resolves from the preset file's own folder: a GPU's ``calibration``
-# when it is a relative ``.json`` path (``presets._calibration_path``; a packaged name is the same from
-# anywhere). A copy written into another folder rewrites them to name the same file. The other keys
-# that may hold a path (a deployment's gpu, hisparse and cluster) go through ``presets.resolve``, which
-# reads them from the working folder, so a copy elsewhere keeps their meaning as written.
-FILE_RELATIVE_KEYS: dict[str, tuple[str, ...]] = {"gpus": ("calibration",)}
+# Keys whose value may be a path the loader reads from the preset file's own folder, which a copy
+# written into another folder (``presets new --out``) rewrites to name the same file. A GPU's
+# ``calibration`` when it is a relative ``.json`` path, read from the GPU file's folder only
+# (``presets._calibration_path``; a packaged name is the same from anywhere). A deployment's gpu,
+# hisparse and cluster and a cluster's gpu (``presets.NAMED_KEYS``) when they are a path rather than a
+# preset name (``presets.resolve``'s test: a .toml / .json value, or a file): a relative one is read
+# from the file's folder first, then from the working folder (``presets.beside``).
+FILE_RELATIVE_KEYS: dict[str, tuple[str, ...]] = {"gpus": ("calibration",),
+                                                  **{k: tuple(keys) for k, keys in P.NAMED_KEYS.items()}}
 
 
-def _is_path(kind: str, key: str, value: Any) -> bool:
-    """Whether ``value`` of ``key`` is a path the loader reads from the preset file's folder when relative."""
-    return key in FILE_RELATIVE_KEYS.get(kind_of(kind), ()) and isinstance(value, str) and value.endswith(".json")
+def _is_path(kind: str, key: str, value: Any, where: str) -> bool:
+    """Whether ``value`` of ``key`` in a file at ``where`` is a path the loader reads from that file's
+    folder when relative (``FILE_RELATIVE_KEYS``), not a preset name."""
+    kind = kind_of(kind)
+    if key not in FILE_RELATIVE_KEYS.get(kind, ()) or not isinstance(value, str) or not value.strip():
+        return False
+    if key in P.NAMED_KEYS.get(kind, {}):
+        return (PurePath(value).suffix in (".toml", ".json") or Path(value).exists()
+                or P.beside(value, where) != value)
+    return value.endswith(".json")
 
 
 def _named_file(kind: str, key: str, value: Any, where: str) -> Any:
     """What ``value`` names for a file at ``where``: a path as the absolute file it resolves to
     (symbolic links followed, as opening it does); any other value as it is."""
-    if not _is_path(kind, key, value):
+    if not _is_path(kind, key, value, where):
         return value
+    if key in P.NAMED_KEYS.get(kind_of(kind), {}):  # from the file's folder where it is there, else the working one
+        return Path(os.path.realpath(P.beside(value, where)))
     return Path(os.path.realpath(Path(where).parent / value))  # an absolute value: itself
 
 
@@ -234,7 +274,7 @@ def _rebased(kind: str, key: str, value: Any, where: str, out: str | Path) -> An
     """``value`` (read from the file ``where``) rewritten to name the same file from ``out``'s folder:
     relative where the two folders allow it, else absolute. An absolute path, or a relative one that
     already names the same file from there, is kept."""
-    if not _is_path(kind, key, value) or Path(value).is_absolute():
+    if not _is_path(kind, key, value, where) or Path(value).is_absolute():
         return value
     target = _named_file(kind, key, value, where)
     if _named_file(kind, key, value, str(out)) == target:
@@ -243,6 +283,12 @@ def _rebased(kind: str, key: str, value: Any, where: str, out: str | Path) -> An
         return PurePath(os.path.relpath(target, os.path.realpath(Path(out).parent))).as_posix()
     except ValueError:  # another drive (Windows): no relative path between them
         return target.as_posix()
+
+
+def _as_written(kind: str, spec: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """``spec``'s ``presets.NAMED_KEYS`` values as its file ``data`` gives them (``presets.load`` names a
+    path found beside the file from the working folder): a copy writes, and compares, those."""
+    return {key: data.get(key, getattr(spec, key)) for key in P.NAMED_KEYS.get(kind_of(kind), {})}
 
 
 def in_comment(text: object) -> str:
@@ -265,6 +311,7 @@ def new_preset(kind: str, source: str, out: str | Path | None = None) -> str:
     path = P.resolve(kind, source)
     spec = P.load(kind, str(path))
     text = inputs.read_text(path, what="preset file")
+    as_written = _as_written(kind, spec, P.read_toml(path))
     lines = [f"# {kind} preset written by `hisparse presets new {kind} --from {in_comment(source)}` from "
              f"{in_comment(path)}",
              f"# {schema_doc(kind)}", "# Every key is listed; `hisparse presets --schema " + kind + "` explains them.", ""]
@@ -275,7 +322,7 @@ def new_preset(kind: str, source: str, out: str | Path | None = None) -> str:
         extra = ", ".join(x for x in (k.type, k.unit, k.domain) if x)
         if k.meaning:
             lines.append(f"# {k.meaning}")
-        value = getattr(spec, k.name)
+        value = as_written.get(k.name, getattr(spec, k.name))
         if out is not None:
             rebased = _rebased(kind, k.name, value, str(path), out)
             if rebased != value:
@@ -317,10 +364,14 @@ def check_loads(kind: str, text: str, where: str, source: str | None = None) -> 
     if source is None:
         return
     original = P.load(kind_of(kind), source)
-    # a path read from the file's folder is compared by the file it names (``new_preset`` rewrites it)
+    # a path read from the file's folder is compared by the file it names (``new_preset`` rewrites it),
+    # each as its file spells it
+    named = kind_of(kind) in P.NAMED_KEYS  # the only kinds whose spec holds a path as ``load`` names it
+    mine = _as_written(kind, written, data) if named else {}
+    theirs = _as_written(kind, original, P.read_toml(P.resolve(kind_of(kind), source))) if named else {}
     changed = [f.name for f in dataclasses.fields(written)
-               if f.name != "where" and _named_file(kind, f.name, getattr(written, f.name), written.where)
-               != _named_file(kind, f.name, getattr(original, f.name), original.where)]
+               if f.name != "where" and _named_file(kind, f.name, mine.get(f.name, getattr(written, f.name)), written.where)
+               != _named_file(kind, f.name, theirs.get(f.name, getattr(original, f.name)), original.where)]
     if changed:
         raise HisparseError(f"presets new: the copy of {source} would not load as it is ({', '.join(changed)} "
                             "differ); nothing written")
