@@ -223,3 +223,37 @@ def test_every_key_that_names_a_preset_file_is_rebased():
         assert set(keys) <= set(S.FILE_RELATIVE_KEYS[kind])
     assert S.FILE_RELATIVE_KEYS["deployments"] == ("gpu", "hisparse", "cluster")
     assert S.FILE_RELATIVE_KEYS["clusters"] == ("gpu",)
+
+
+# -- the files a deployment names are inputs: no output may be written over them -------------------------
+def _named_html(mine: Path, key: str) -> Path:
+    """The deployment's ``key`` file copied to a name a report may take (``KEY.html``: a user's file of
+    any name loads), the deployment naming the copy."""
+    target = mine / f"{key}.html"
+    target.write_bytes((mine / {"hisparse": "hs.toml", "cluster": "cluster.toml", "gpu": "gpu.toml"}[key]).read_bytes())
+    text = (mine / "dep.toml").read_text()
+    (mine / "dep.toml").write_text(re.sub(rf"(?m)^{key} = .*$", f'{key} = "{target.name}"', text, count=1))
+    return target
+
+
+@KEYS
+def test_plan_refuses_a_report_over_a_file_the_deployment_names(mine, capsys, key, no_simulation):
+    """plan's input-against-output check listed the deployment's GPU file but not its hisparse config or
+    cluster: a --report naming one of them passed the check and the page replaced the user's file."""
+    target = _named_html(mine, key)
+    before = target.read_bytes()
+    code, _, err = run_cli(["plan", "--deployment", DEP, "--report", str(target), "--quiet"], capsys)
+    assert_clean_error(code, err, "--report", target.name)
+    assert target.read_bytes() == before
+
+
+@KEYS
+def test_a_plan_grid_refuses_a_report_over_a_file_its_deployment_names(mine, capsys, key):
+    """The sweep's input list held no file behind a point's deployment."""
+    target = _named_html(mine, key)
+    before = target.read_bytes()
+    grid = Path("grid.toml")
+    grid.write_text(f'kind = "plan"\n[fixed]\ndeployment = "{DEP}"\n[grid]\nseed = [1, 2]\n')
+    code, _, err = run_cli(["sweep", str(grid), "--out", "out", "--report", str(target), "--no-ray"], capsys)
+    assert_clean_error(code, err, "--report", target.name)
+    assert target.read_bytes() == before

@@ -214,14 +214,14 @@ def read_files(args: argparse.Namespace) -> list[tuple[str, str]]:
         spec = getattr(args, dest) if getattr(args, dest) is not None else defaults.get(dest)
         if isinstance(spec, str) and spec not in NO_FILE and (path := resolve_or_none(PRESET_KEYS[dest], spec)):
             found.append((option, str(path)))
-    with contextlib.suppress(HisparseError, OSError, ValueError):  # the deployment's GPU, its calibration
-        from ..serving import presets as P
+    from ..serving.presets import deployment_files
 
-        dep = P.load("deployments", args.deployment or defaults["deployment"])
-        gpu = P.load("gpus", args.gpu or dep.gpu)
-        found.append(("--deployment", gpu.where))
-        if (args.calibration or "auto") == "auto" and P._calibration_path(gpu) is not None:
-            found.append(("--calibration", str(P._calibration_path(gpu))))
+    # the deployment's GPU, hisparse config, cluster (and its GPU), and the GPU's calibration
+    for key, path in deployment_files(args.deployment or defaults["deployment"], args.gpu):
+        if key != "calibration":
+            found.append(("--deployment", str(path)))
+        elif (args.calibration or "auto") == "auto":
+            found.append(("--calibration", str(path)))
     if args.validate:
         from ..serving.published import load_published, published_names
 

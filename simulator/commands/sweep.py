@@ -66,7 +66,8 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(where, file) of every file the grid's points read: its traces and, for a plan grid, the
     files behind its preset names. A grid that does not load is left to the run (same error)."""
     from ..errors import HisparseError
-    from ..serving.presets import NO_FILE, PRESET_KEYS, resolve_or_none
+    from ..serving.planner import PlanInputs
+    from ..serving.presets import NO_FILE, PRESET_KEYS, deployment_files, resolve_or_none
     from ..sweep.grid import load_grid
 
     try:
@@ -86,6 +87,13 @@ def grid_files(args: argparse.Namespace) -> list[tuple[str, str]]:
             elif grid.kind == "plan" and key in PRESET_KEYS and value not in NO_FILE:
                 if path := resolve_or_none(PRESET_KEYS[key], value):
                     found.setdefault(str(path), where)
+        if grid.kind == "plan":  # what the point's deployment names: its GPU, hisparse config, cluster, calibration
+            dep, gpu = point.get("deployment", PlanInputs.deployment), point.get("gpu")
+            if ("deployment files", f"{dep}\0{gpu}") not in seen:
+                seen.add(("deployment files", f"{dep}\0{gpu}"))
+                for key, path in deployment_files(dep, gpu if gpu not in NO_FILE else None):
+                    if key != "calibration" or point.get("calibration", "auto") == "auto":
+                        found.setdefault(str(path), f"{args.grid}: the {key} deployment {dep!r} reads:")
     return [(where, path) for path, where in found.items()]
 
 

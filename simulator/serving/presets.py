@@ -143,6 +143,40 @@ def _read_beside(kind: str, data: dict[str, Any], where: str) -> dict[str, Any]:
     return data
 
 
+def deployment_files(deployment: str, gpu: str | None = None) -> list[tuple[str, Path]]:
+    """(key, file) of each file a deployment reads through its ``NAMED_KEYS`` (its GPU, unless ``gpu``
+    names one, its hisparse config, its cluster and the cluster's GPU) and its GPU's calibration
+    file: the inputs behind the files a user names, for the input-against-output checks. What does not
+    load is left out (the run says what is wrong with it)."""
+    found: list[tuple[str, Path]] = []
+
+    def named(kind: str, spec: Any) -> Any:
+        try:
+            spec_ = load(kind, spec)
+        except (HisparseError, OSError, ValueError):
+            return None
+        found.append((_singular(kind), Path(spec_.where)))
+        return spec_
+
+    try:
+        dep = load("deployments", deployment)
+    except (HisparseError, OSError, ValueError):
+        return []
+    gpu_spec = named("gpus", gpu or dep.gpu)
+    if dep.hisparse:
+        named("hisparse", dep.hisparse)
+    if dep.cluster and (cluster := named("clusters", dep.cluster)) is not None and cluster.gpu:
+        named("gpus", cluster.gpu)
+    if gpu_spec is not None:
+        try:
+            cal = _calibration_path(gpu_spec)
+        except HisparseError:
+            cal = None
+        if cal is not None:
+            found.append(("calibration", cal))
+    return found
+
+
 def resolve_or_none(kind: str, spec: str) -> Path | None:
     """``resolve``'s file, or None where the name does not resolve: for the input-against-output
     checks, which leave a bad name to the run that reads it (it says what is wrong)."""
