@@ -20,22 +20,23 @@ def progress(items: Iterable[T], *, total: int | None = None, desc: str = "", qu
     yield from tqdm(items, total=total, desc=desc, unit=unit, file=sys.stderr, leave=False)
 
 
-def counter(total: int, *, desc: str = "", quiet: bool = False, unit: str = "it") -> Callable[[], None]:
+def counter(total: int, *, desc: str = "", quiet: bool = False, unit: str = "it") -> Callable[..., None]:
     """A bar of ``total`` steps drawn at once (0 / total) and advanced by each call of the function
-    returned: for work that reports through a callback (``on_point``). ``iter(progress(...))``
-    drew nothing until the first call (a long first point showed no bar) and then lagged a step,
-    tqdm counting an item only once the next was asked for. Closed at the last step."""
+    returned (``tick()`` one step, ``tick(n)`` n): for work that reports through a callback
+    (``on_point``, ``on_steps``). ``iter(progress(...))`` drew nothing until the first call (a long
+    first point showed no bar) and then lagged a step, tqdm counting an item only once the next was
+    asked for. Closed at the last step; steps past it are ignored."""
     if quiet or not sys.stderr.isatty() or total <= 0:
-        return lambda: None
+        return lambda n=1: None
     from tqdm import tqdm
 
-    # each step is a simulated point or more (tens of ms and up): every one is drawn
+    # each step is a simulated point or a block of drawn steps (tens of ms and up): every one is drawn
     bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, mininterval=0, miniters=1)
     bar.refresh()
 
-    def tick() -> None:
+    def tick(n: int = 1) -> None:
         if bar.n < total:
-            bar.update(1)
+            bar.update(min(n, total - bar.n))
             if bar.n >= total:
                 bar.close()
 

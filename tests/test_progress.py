@@ -36,3 +36,35 @@ def test_counter_and_progress_are_silent_off_a_terminal_or_quiet(monkeypatch):
     counter(5, quiet=True)()
     counter(0)()
     assert err.getvalue() == "" and sys.stderr.getvalue() == ""
+
+
+def test_the_generator_reports_every_drawn_step_and_draws_the_same_streams():
+    """trace gen's bar counted whole streams: one long stream showed 0/1 for minutes. The generator
+    now reports steps as it draws them (IndexShare's shared layers all at once), which changes no draw."""
+    import dataclasses
+
+    import numpy as np
+
+    from simulator.trace.generator import PRESETS, STEP_REPORT, generate
+
+    knobs, _ = PRESETS["dsv32"].for_k(64)
+    shape = dict(steps=2 * STEP_REPORT + 5, layers=3, requests=2, k=64, ctx0=400, seed=3)
+    calls: list[int] = []
+    with_bar = list(generate(knobs, **shape, on_steps=calls.append))
+    plain = list(generate(knobs, **shape))
+    assert sum(calls) == 2 * 3 * shape["steps"] and max(calls) <= shape["steps"]
+    assert all(np.array_equal(a.indices, b.indices) for a, b in zip(with_bar, plain, strict=True))
+    shared = dataclasses.replace(knobs, share_freq=2)
+    calls.clear()
+    list(generate(shared, **shape, on_steps=calls.append))
+    assert sum(calls) == 2 * 3 * shape["steps"]
+
+
+def test_counter_takes_several_steps_at_once(monkeypatch):
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    tick = counter(100, unit="step")
+    tick(64)
+    assert "64/100" in err.getvalue()
+    tick(64)  # past the total: clipped
+    assert "100/100" in err.getvalue() and "128/100" not in err.getvalue()

@@ -151,7 +151,7 @@ def _index_share(text: str) -> tuple[int, int]:
 
 def run_gen(args: argparse.Namespace) -> int:
     from ..errors import HisparseError
-    from ..progress import progress
+    from ..progress import counter
     from ..trace import TraceWriter
     from ..trace.generator import generate, knobs_dict, load_knobs
 
@@ -178,10 +178,12 @@ def run_gen(args: argparse.Namespace) -> int:
         warnings.warn(f"{spec}: {note}", stacklevel=1)
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": spec if not args.knobs else None,
               "knobs": knobs_dict(knobs), "seed": args.seed}
+    # counted in steps, so the bar moves within a stream (one long stream showed 0/1 for minutes)
+    tick = counter(args.requests * args.layers * args.steps, desc="steps drawn", quiet=args.quiet, unit="step")
     streams = generate(knobs, steps=args.steps, layers=args.layers, requests=args.requests,
-                       k=args.topk, ctx0=args.ctx0, seed=args.seed)
+                       k=args.topk, ctx0=args.ctx0, seed=args.seed, on_steps=tick)
     with TraceWriter(args.out, k=args.topk, source=source, compression=args.compression) as writer:
-        for s in progress(streams, total=args.requests * args.layers, desc="streams", quiet=args.quiet):
+        for s in streams:
             writer.write_stream(s)
     return 0
 

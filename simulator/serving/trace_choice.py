@@ -62,11 +62,12 @@ def generate_trace(path: Path, preset: str, *, layers: int, k: int, ctx0: int, s
     source = {"kind": "synthetic", "generator": "hisparse-sim", "preset": preset, "knobs": knobs_dict(knobs),
               "seed": seed}
     _writable_cache_folder(path.parent)
-    from ..progress import progress
+    from ..progress import counter
 
-    streams = generate(knobs, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed)
+    tick = counter(layers * requests * steps, desc=f"drawing the {preset} trace", unit="step")
+    streams = generate(knobs, steps=steps, layers=layers, requests=requests, k=k, ctx0=ctx0, seed=seed, on_steps=tick)
     with TraceWriter(str(path), k=k, source=source) as writer:
-        for s in progress(streams, total=layers * requests, desc=f"drawing the {preset} trace", unit="layer"):
+        for s in streams:
             writer.write_stream(s)
 
 
