@@ -257,3 +257,17 @@ def test_a_plan_grid_refuses_a_report_over_a_file_its_deployment_names(mine, cap
     code, _, err = run_cli(["sweep", str(grid), "--out", "out", "--report", str(target), "--no-ray"], capsys)
     assert_clean_error(code, err, "--report", target.name)
     assert target.read_bytes() == before
+
+
+def test_a_cluster_naming_its_gpu_by_another_spelling_agrees(mine):
+    """The cluster's gpu was compared with the deployment's as text: "./sub/../gpu.toml" against
+    "gpu.toml", or the packaged h200's path against the name "h200", was refused as two GPUs."""
+    (mine / "sub").mkdir()
+    _cluster(mine / "cluster.toml", "mine-cluster", "./sub/../gpu.toml")
+    assert load_scenario(deployment=DEP).cluster.name == "mine-cluster"
+    _cluster(mine / "cluster.toml", "mine-cluster", str(P.resolve("gpus", "h200")))
+    _deployment(mine, gpu="h200", hisparse="hs.toml", cluster="cluster.toml")
+    assert load_scenario(deployment=DEP).gpu.name == P.load("gpus", "h200").name
+    _cluster(mine / "cluster.toml", "mine-cluster", "h100")
+    with pytest.raises(HisparseError, match="but the deployment's gpu is 'h200'"):
+        load_scenario(deployment=DEP)

@@ -97,13 +97,24 @@ def check_layout(d: DeploymentSpec, gpu: GpuSpec, cluster: ClusterSpec | None, w
                 f"{gpu.gpus_per_node} {gpu.name}: give the deployment a cluster preset (key cluster, e.g. "
                 "\"16x8xh200-ib-ndr\") for the NIC between them")
         return
-    if cluster.gpu != d.gpu:
+    if not _same_preset("gpus", cluster.gpu, d.gpu):
         raise HisparseError(f"{cluster.where}: gpu = {cluster.gpu!r} but the deployment's gpu is {d.gpu!r} ({d.where})")
     need = d.gpus + (d.prefill_gpus if d.mode.value == "pd-decode" else 0)
     if need > cluster.gpus:
         raise HisparseError(f"{d.where}: gpus = {d.gpus}" + (f" + prefill_gpus {d.prefill_gpus}" if d.prefill_gpus else "")
                             + f" need {need} GPUs, more than cluster {cluster.name}'s {cluster.nodes} nodes x "
                             f"{cluster.gpus_per_node} ({cluster.where})")
+
+
+def _same_preset(kind: str, a: str, b: str) -> bool:
+    """Whether two values name one preset: the same text, or the same file however spelled
+    (``x.toml`` and ``./sub/../x.toml``, a preset name and its packaged file's path)."""
+    if a == b:
+        return True
+    from .presets import resolve_or_none
+
+    fa, fb = resolve_or_none(kind, a), resolve_or_none(kind, b)
+    return fa is not None and fb is not None and fa.resolve() == fb.resolve()
 
 
 # -- PD: the KV transfer -------------------------------------------------------------------------------
