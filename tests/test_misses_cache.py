@@ -104,3 +104,25 @@ def test_a_cache_that_cannot_take_a_generated_trace_is_refused_before_the_draw(t
     with pytest.raises(HisparseError, match=r"cannot keep the generated trace there \(not writable\).*HISPARSE_CACHE"):
         tc.choose_trace(model, workload, None)
     assert not drawn
+
+
+def test_trace_accesses_is_read_once_per_file_and_again_when_it_changes(tmp_path, monkeypatch):
+    """The plan's work budget asks for the trace's accesses at every sweep point (~1 ms to open the
+    index each time): kept per (file, size, mtime), so a rewritten trace is read again."""
+    import simulator.trace as trace_pkg
+    from simulator.serving import misses
+
+    out = tmp_path / "t.hst"
+
+    def gen(steps: int) -> None:
+        assert main(["trace", "gen", "--preset", "bursty", "--layers", "2", "--steps", str(steps), "--requests", "1",
+                     "--topk", "64", "--ctx0", "300", "--out", str(out), "--quiet"]) == 0
+
+    gen(20)
+    opened = []
+    real = trace_pkg.open_trace
+    monkeypatch.setattr(trace_pkg, "open_trace", lambda p: opened.append(p) or real(p))
+    first = misses.trace_accesses(str(out))
+    assert first == 2 * 20 * 64 and misses.trace_accesses(str(out)) == first and len(opened) == 1
+    gen(30)
+    assert misses.trace_accesses(str(out)) == 2 * 30 * 64 and len(opened) == 2
