@@ -225,7 +225,14 @@ def load_scenario(*, model: str = "glm-5.1-fp8", gpu: str | None = None, deploym
     terms = terms_for(gpu_spec, cal.terms, cal.label)
     if cal.terms and any(o.kind == "gpu" and o.key in _STEP_TERM_INPUTS for o in post) and terms.source.startswith("measured"):
         set_notes.append(f"the step kernels are measured in {cal.label}: --set gpu.hbm_bw / bf16_flops do not move "
-                         "them (--calibration none scales the H200's terms by the GPU's figures)")
+                         "them (--calibration none scales the H200's terms by the GPU's datasheet figures: --set "
+                         "gpu.datasheet_hbm_bw / datasheet_bf16_flops)")
+    else:  # scaled terms follow the datasheet figures where the GPU file gives them, not hbm_bw / bf16_flops
+        for key, sheet in (("hbm_bw", "datasheet_hbm_bw"), ("bf16_flops", "datasheet_bf16_flops")):
+            if any(o.kind == "gpu" and o.key == key for o in post) and getattr(gpu_spec, sheet):
+                set_notes.append(f"--set gpu.{key}: the step's kernel terms scale by gpu.{sheet} "
+                                 f"({getattr(gpu_spec, sheet):.4g}, from {gpu_spec.where}), which this does not "
+                                 f"change; --set gpu.{sheet} for that what-if")
     model_spec = _apply(P.load("models", model), ovs, "model", set_notes)
     workload_spec = _apply(P.load("workloads", workload), ovs, "workload", set_notes)
     implicit = hisparse is None or hisparse == DEFAULT_HISPARSE  # not chosen by the user: may follow the model
