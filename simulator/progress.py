@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -41,3 +42,32 @@ def counter(total: int, *, desc: str = "", quiet: bool = False, unit: str = "it"
                 bar.close()
 
     return tick
+
+
+@contextmanager
+def status(desc: str, *, quiet: bool = False, every_s: float = 0.5) -> Iterator[None]:
+    """A line ``desc: <elapsed>`` kept current while the block runs, for work that cannot report its
+    steps (the plan's search runs in forked workers, one per system); erased at the end."""
+    if quiet or not sys.stderr.isatty():
+        yield
+        return
+    import threading
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc=desc, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False)
+    bar.refresh()
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(every_s):
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, name="status", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        bar.close()

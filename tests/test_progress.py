@@ -68,3 +68,23 @@ def test_counter_takes_several_steps_at_once(monkeypatch):
     assert "64/100" in err.getvalue()
     tick(64)  # past the total: clipped
     assert "100/100" in err.getvalue() and "128/100" not in err.getvalue()
+
+
+def test_status_keeps_a_line_current_and_erases_it(monkeypatch):
+    """The plan's search (forked workers, one per system) has no steps to count: a line with the
+    elapsed time stands for it on a terminal, and nothing off one."""
+    import time
+
+    from simulator.progress import status
+
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    with status("search", every_s=0.05):
+        time.sleep(0.3)
+    drawn = err.getvalue()
+    assert drawn.count("search: 00:0") >= 3  # drawn at once and refreshed while the block ran
+    quiet = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    with status("search"):
+        pass
+    assert quiet.getvalue() == ""

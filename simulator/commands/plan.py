@@ -288,7 +288,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
         from .common import require_accesses
 
         require_accesses(open_trace(args.trace), args.trace)
-    from ..progress import counter
+    from ..progress import counter, status
     from ..serving.planner import PlanInputs, prepare, recommend, run_plan_full, search_plan
 
     spec = _speculative(args)
@@ -343,19 +343,26 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
     prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=tick)  # every core
     plan = run_plan_full(inp, on_point=tick, prepared=prep)
     if not args.no_search:
-        prefetch.prefetch_search(lambda: search_plan(plan, inp))  # the systems' bisections side by side
-        plan = search_plan(plan, inp, on_point=None)
+        with status("search: the highest load under the targets, bisecting between swept loads", quiet=args.quiet):
+            prefetch.prefetch_search(lambda: search_plan(plan, inp))  # the systems' bisections side by side
+            plan = search_plan(plan, inp, on_point=None)
     prefetch.forget()
     rows = plan.rows()
+
+    def what_if(inp_w: PlanInputs, prep_w, name: str):
+        """The what-if's plan (and its search), with its own bar."""
+        n = len(prep_w.points) * (1 + len(prep_w.knob_sets))
+        plan_w = run_plan_full(inp_w, prepared=prep_w, on_point=counter(n, desc=name, quiet=args.quiet, unit="pt"))
+        if args.no_search:
+            return plan_w
+        with status(f"{name}: search", quiet=args.quiet):
+            return search_plan(plan_w, inp_w, on_point=None)
+
     if args.compare_speculative:  # the what-if: the same plan without speculative decoding
-        plan_off = run_plan_full(inp_off, prepared=prep_off)
-        if not args.no_search:
-            plan_off = search_plan(plan_off, inp_off, on_point=None)
+        plan_off = what_if(inp_off, prep_off, "without speculative decoding")
         rows = rows + plan_off.rows()
     if args.compare_prefetch:  # the what-if: the same HiSparse plan with the prefetch off (the baseline once)
-        plan_nopf = run_plan_full(inp_nopf, prepared=prep_nopf)
-        if not args.no_search:
-            plan_nopf = search_plan(plan_nopf, inp_nopf, on_point=None)
+        plan_nopf = what_if(inp_nopf, prep_nopf, "prefetch off")
         rows = prefetch_whatif.tag(rows, prefetch_whatif.ON) + [
             r for r in prefetch_whatif.tag(plan_nopf.rows(), prefetch_whatif.OFF) if r["system"] != "baseline"]
     from ..serving.prices import add_costs
@@ -466,7 +473,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
     import dataclasses
 
     from ..errors import HisparseError
-    from ..progress import counter
+    from ..progress import counter, status
     from ..serving import presets as P
     from ..serving.cluster import node_overrides
     from ..serving.planner import prepare, recommend, run_plan_full, search_plan
@@ -498,7 +505,8 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         tick = counter(total, desc=f"{n} node(s)", quiet=args.quiet, unit="pt")
         plan = run_plan_full(inp_n, on_point=tick, prepared=prep)
         if not args.no_search:
-            plan = search_plan(plan, inp_n, on_point=None)
+            with status(f"{n} node(s): search", quiet=args.quiet):
+                plan = search_plan(plan, inp_n, on_point=None)
         rows = plan.rows()
         add_costs(rows, sc, prices)
         for r in rows:
