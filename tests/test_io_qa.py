@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sys
 
@@ -27,7 +28,7 @@ def _full_disk_write(path) -> None:
 @pytest.mark.parametrize("in_set", [False, True])
 def test_a_write_error_in_a_folder_output_names_the_output_folder(tmp_path, name, in_set):
     out = tmp_path / "o"
-    outer = output_set() if in_set else _nothing()
+    outer = output_set() if in_set else contextlib.nullcontext()
     with pytest.raises(OutputError) as err, outer, folder_output(out, [name.split("/")[0] + "/" if "/" in name
                                                                        else name]) as staging:
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
@@ -44,32 +45,11 @@ def test_a_write_error_outside_a_folder_output_names_the_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-@pytest.fixture()
-def fit_trace(tmp_path):
-    import numpy as np
-
-    from simulator.trace import TraceMeta, write_trace
-    from tests.helpers import random_stream
-
-    path = tmp_path / "t.hst"
-    write_trace(path, TraceMeta(k=16, source={"kind": "test"}),
-                [random_stream(np.random.default_rng(0), steps=20, k=16, ctx0=40)])
-    return str(path)
-
-
 @pytest.mark.parametrize("terminal,quiet,shown", [(True, False, True), (True, True, False), (False, False, False)])
-def test_trace_fit_counts_its_draws_at_a_terminal(tmp_path, fit_trace, capsys, monkeypatch, terminal, quiet, shown):
+def test_trace_fit_counts_its_draws_at_a_terminal(tmp_path, trace, capsys, monkeypatch, terminal, quiet, shown):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal)
     out = tmp_path / "k.toml"
-    assert main(["trace", "fit", fit_trace, "--out", str(out), *(["--quiet"] if quiet else [])]) == 0
+    assert main(["trace", "fit", trace, "--out", str(out), *(["--quiet"] if quiet else [])]) == 0
     err = capsys.readouterr().err
     assert ("draws" in err) == shown, err
     if shown:  # the counter went past the first draw
