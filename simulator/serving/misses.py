@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,7 +172,7 @@ def trace_accesses(trace: str | None) -> int:
         st = path.stat()
     except OSError:
         return 0
-    if not path.is_file():
+    if not stat.S_ISREG(st.st_mode):  # what is_file() would stat again
         return 0
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)  # a sweep asks once per point: ~0.75 ms each
     if key not in _ACCESSES:
