@@ -336,8 +336,7 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
                      f"plan and its {'--compare-speculative' if args.compare_speculative else '--compare-prefetch'} "
                      "what-if together", unit="scheduler steps to simulate",
                      hint="fewer or lower loads, fewer swept buffers, or --no-search")
-    n_points = len(prep.points) * (1 + len(prep.knob_sets))
-    tick = counter(n_points, desc="points", quiet=args.quiet, unit="pt")
+    tick = counter(prep.swept_points, desc="points", quiet=args.quiet, unit="pt")
     from ..serving import prefetch
 
     prefetch.prefetch(lambda: run_plan_full(inp, prepared=prep), on_point=tick)  # every core
@@ -348,21 +347,11 @@ def run_plan_cmd(args: argparse.Namespace) -> int:
             plan = search_plan(plan, inp, on_point=None)
     prefetch.forget()
     rows = plan.rows()
-
-    def what_if(inp_w: PlanInputs, prep_w, name: str):
-        """The what-if's plan (and its search), with its own bar."""
-        n = len(prep_w.points) * (1 + len(prep_w.knob_sets))
-        plan_w = run_plan_full(inp_w, prepared=prep_w, on_point=counter(n, desc=name, quiet=args.quiet, unit="pt"))
-        if args.no_search:
-            return plan_w
-        with status(f"{name}: search", quiet=args.quiet):
-            return search_plan(plan_w, inp_w, on_point=None)
-
     if args.compare_speculative:  # the what-if: the same plan without speculative decoding
-        plan_off = what_if(inp_off, prep_off, "without speculative decoding")
+        plan_off = _plan_with_bars(inp_off, prep_off, "without speculative decoding", args)
         rows = rows + plan_off.rows()
     if args.compare_prefetch:  # the what-if: the same HiSparse plan with the prefetch off (the baseline once)
-        plan_nopf = what_if(inp_nopf, prep_nopf, "prefetch off")
+        plan_nopf = _plan_with_bars(inp_nopf, prep_nopf, "prefetch off", args)
         rows = prefetch_whatif.tag(rows, prefetch_whatif.ON) + [
             r for r in prefetch_whatif.tag(plan_nopf.rows(), prefetch_whatif.OFF) if r["system"] != "baseline"]
     from ..serving.prices import add_costs
@@ -468,15 +457,27 @@ def _emit(args: argparse.Namespace, rows: list[dict], report: dict, rec: dict) -
     return False
 
 
+def _plan_with_bars(inp, prep, name: str, args: argparse.Namespace):
+    """One prepared plan and, unless --no-search, its search, each shown on its own line (a what-if's
+    plan, each --nodes count's); the main plan runs its points on every core instead (prefetch)."""
+    from ..progress import counter, status
+    from ..serving.planner import run_plan_full, search_plan
+
+    plan = run_plan_full(inp, prepared=prep, on_point=counter(prep.swept_points, desc=name, quiet=args.quiet, unit="pt"))
+    if args.no_search:
+        return plan
+    with status(f"{name}: search", quiet=args.quiet):
+        return search_plan(plan, inp, on_point=None)
+
+
 def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
     """--nodes: the plan on each node count (``cluster.node_overrides``), every table, then the answer."""
     import dataclasses
 
     from ..errors import HisparseError
-    from ..progress import counter, status
     from ..serving import presets as P
     from ..serving.cluster import node_overrides
-    from ..serving.planner import prepare, recommend, run_plan_full, search_plan
+    from ..serving.planner import prepare, recommend
     from ..serving.prices import add_costs
     from ..serving.whatif import nodes_summary, residency_summary
 
@@ -501,12 +502,7 @@ def _run_nodes(args: argparse.Namespace, inp, prices) -> int:
         sc = inp_n.scenario()
         runs.append((n, extra, inp_n, sc, prepare(inp_n, sc, search=not args.no_search)))
     for n, extra, inp_n, sc, prep in runs:
-        total = len(prep.points) * (1 + len(prep.knob_sets))
-        tick = counter(total, desc=f"{n} node(s)", quiet=args.quiet, unit="pt")
-        plan = run_plan_full(inp_n, on_point=tick, prepared=prep)
-        if not args.no_search:
-            with status(f"{n} node(s): search", quiet=args.quiet):
-                plan = search_plan(plan, inp_n, on_point=None)
+        plan = _plan_with_bars(inp_n, prep, f"{n} node(s)", args)
         rows = plan.rows()
         add_costs(rows, sc, prices)
         for r in rows:

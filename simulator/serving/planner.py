@@ -277,6 +277,11 @@ class Prepared:
     baseline: bool = True  # False: no request of the workload fits the baseline's pool (``cannot_run`` says why)
     cannot_run: tuple[tuple[str, str], ...] = ()  # (system and knobs, why): pieces left out, the rest planned
 
+    @property
+    def swept_points(self) -> int:
+        """The points ``run_plan_full`` simulates (each load for the baseline and each knob set): a bar's total."""
+        return len(self.points) * (1 + len(self.knob_sets))
+
 
 def prepare(inp: PlanInputs, scenario: Scenario | None = None, *, search: bool = False) -> Prepared:
     """Every check a plan makes before it simulates, in one place (``hisparse plan`` and a plan
