@@ -88,3 +88,12 @@ def test_status_keeps_a_line_current_and_erases_it(monkeypatch):
     with status("search"):
         pass
     assert quiet.getvalue() == ""
+
+
+def test_a_plans_bar_total_is_the_points_it_simulates():
+    """The bar's total counted the baseline's points where the baseline cannot run (no request fits its
+    pool): the bar then never reached its end."""
+    from simulator.serving.planner import Prepared
+
+    assert Prepared(None, ((4, 0.0), (8, 0.0)), (None, None)).swept_points == 6
+    assert Prepared(None, ((4, 0.0), (8, 0.0)), (None, None), baseline=False).swept_points == 4

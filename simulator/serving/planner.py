@@ -279,8 +279,9 @@ class Prepared:
 
     @property
     def swept_points(self) -> int:
-        """The points ``run_plan_full`` simulates (each load for the baseline and each knob set): a bar's total."""
-        return len(self.points) * (1 + len(self.knob_sets))
+        """The points ``run_plan_full`` simulates (each load for the baseline, when it runs, and for each
+        knob set): a bar's total."""
+        return len(self.points) * (int(self.baseline) + len(self.knob_sets))
 
 
 def prepare(inp: PlanInputs, scenario: Scenario | None = None, *, search: bool = False) -> Prepared:
