@@ -7,7 +7,13 @@
 // peer's mbarrier), the receiver acknowledges with one remote arrival, two buffers in flight, as the
 // attention kernel's two tile buffers. Modes: 0 both CTAs send (the kernel's pattern), 1 rank 0
 // sends and rank 1 receives, 2 each CTA copies into its own shared memory (the bulk-copy engine
-// without the SM-to-SM network).
+// without the SM-to-SM network). Modes 3 and 4 send the same bytes both ways without the copy engine:
+// every thread stores 16 B at a time from registers into the peer's shared memory (`st.async`,
+// completion on the same mbarrier), as FlashMLA's SM90 FP8 decode hands its dequantised rows over.
+// 3: eight consecutive lanes fill one 128-byte line (FlashMLA's order: a warp's store is 4 whole
+// lines); 4: four lanes write every other 16 B of a line, the order our dequantisation stores a row in
+// (a raw 16-byte unit becomes two bf16 units, lanes q = 0..3 of a row write units 2q, then 2q + 1:
+// a warp's store is 8 half lines).
 #include <cstdint>
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -51,7 +57,22 @@ dsmem_copy(int rounds, int chunk_bytes, int round_bytes, int mode, unsigned long
         if (receives && tid == 0)  // this round's bytes, announced (they may land first: tx goes negative)
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(in_bar + 8 * b),
                          "r"(round_bytes) : "memory");
-        if (sends) {
+        if (sends && mode >= 3) {
+            if (r >= 2) wait_parity(ack_bar + 8 * b, ((r >> 1) - 1) & 1);
+            const uint32_t base = map_to(buf0 + b * round_bytes, dst), rbar = map_to(in_bar + 8 * b, dst);
+            const int stores = round_bytes / (128 * 16);  // per thread
+            for (int i = 0; i < stores; ++i) {
+                uint32_t off;
+                if (mode == 3) {
+                    off = (i * 128 + tid) * 16;
+                } else {  // 8 rows x 4 lanes, units 2q + (i & 1) of each row's line
+                    const int line = warp * (stores / 2) * 8 + (i >> 1) * 8 + (lane >> 2);
+                    off = line * 128 + (2 * (lane & 3) + (i & 1)) * 16;
+                }
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
+                             ::"r"(base + off), "r"(i), "r"(tid), "r"(r), "r"(off), "r"(rbar) : "memory");
+            }
+        } else if (sends) {
             if (r >= 2) wait_parity(ack_bar + 8 * b, ((r >> 1) - 1) & 1);  // the receiver is done with buffer b
             if (lane == 0) {
                 const uint32_t src = buf0 + b * round_bytes + warp * per_warp;

@@ -8,7 +8,10 @@ period can be set against what the SM-to-SM network gives:
 
 - mode ``both``: both CTAs send and receive (the kernel's pattern); ``one-way``: rank 0 sends,
   rank 1 receives; ``local``: each CTA bulk-copies into its own shared memory (the copy engine
-  without the network);
+  without the network); ``st-async-lines`` / ``st-async-halves``: both CTAs send, every thread
+  storing 16 B at a time from registers into the peer's shared memory (``st.async``, FlashMLA's
+  hand-off), eight lanes to a whole 128-byte line (FlashMLA's order) or four lanes to every other
+  16 B of a line (the order our dequantisation writes a row in); `--chunks` does not apply to them;
 - `--chunks`: bytes per bulk copy (the kernel's 1,024; larger copies, fewer of them);
 - `--clusters`: 1 (a lone pair) or 66 (every SM of an H100 busy, as at B 64 H 128).
 
@@ -32,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.csv_out import write_rows  # noqa: E402
 
 SOURCE = Path(__file__).with_suffix(".cu")
-MODES = {"both": 0, "one-way": 1, "local": 2}
+MODES = {"both": 0, "one-way": 1, "local": 2, "st-async-lines": 3, "st-async-halves": 4}
+ST_ASYNC = ("st-async-lines", "st-async-halves")  # 16-byte stores by all 128 threads: no chunk size
+THREADS = 128
 TILE_HALF_BYTES = 32 * 9 * 128  # the crossover's rows per tile and direction (32 rows x 9 chunks of 128 B)
 WARPS = 4
 
@@ -45,6 +50,9 @@ def check(args: argparse.Namespace) -> str | None:
         if c < 16 or c % 16 or (args.round_bytes // WARPS) % c or args.round_bytes % WARPS:
             return (f"--chunks {c}: each of the {WARPS} warps copies round_bytes / {WARPS} = "
                     f"{args.round_bytes / WARPS:g} B in whole copies of a multiple of 16 B")
+    if any(m in ST_ASYNC for m in args.modes) and args.round_bytes % (2 * THREADS * 16):
+        return (f"--round-bytes {args.round_bytes}: the st-async modes store 16 B per thread, {THREADS} threads, in "
+                f"pairs: a multiple of {2 * THREADS * 16:,}")
     if any(n < 1 for n in args.clusters) or any(m not in MODES for m in args.modes):
         return f"--clusters must be >= 1 and --modes among {', '.join(MODES)}"
     return None
@@ -83,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     for clusters in args.clusters:
         ns = cp.zeros(2 * clusters, cp.uint64)
         for mode in args.modes:
-            for chunk in args.chunks:
+            for chunk in ([16] if mode in ST_ASYNC else args.chunks):
                 spans = []
                 for _ in range(args.launches):
-                    kern((2 * clusters,), (128,), (np.int32(args.rounds), np.int32(chunk), np.int32(args.round_bytes),
+                    kern((2 * clusters,), (THREADS,), (np.int32(args.rounds), np.int32(chunk), np.int32(args.round_bytes),
                                                    np.int32(MODES[mode]), ns), shared_mem=smem)
                     cp.cuda.Device().synchronize()
                     spans.append(statistics.median(int(v) for v in ns.get()))

@@ -31,3 +31,10 @@ def test_bad_options_are_named(kw, says):
 def test_bad_options_exit_2(capsys):
     assert db.main(["--chunks", "1000"]) == 2
     assert "--chunks 1000" in capsys.readouterr().err
+
+
+def test_the_st_async_modes_take_the_tile_half_and_ignore_chunk_sizes():
+    assert db.check(_args(modes=["st-async-lines", "st-async-halves"], chunks=[1000])) is not None  # chunks still checked
+    assert db.check(_args(modes=["st-async-lines", "st-async-halves"])) is None  # 36,864 = 9 pairs of 128 x 16 B
+    says = db.check(_args(modes=["st-async-halves"], round_bytes=36_864 - 2048, chunks=[16]))
+    assert "--round-bytes 34816" in says and "4,096" in says
