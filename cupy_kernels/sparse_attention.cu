@@ -87,15 +87,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Generic-proxy shared-memory writes must be fenced before the tensor cores (async proxy) read them.
-// `v` through a volatile move: what is computed from it stays after the volatile asm before it (the
-// compiler may not hoist it over them). Variant wsxa's epilogue addresses, hoisted above the
-// warpgroups' branch, lived through WG0's tile loop and spilled 116 bytes there.
-__device__ __forceinline__ int opaque(int v) {
-    int r;
-    asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
-    return r;
-}
-
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -720,15 +711,6 @@ __device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, ui
                  ::"r"(dst), "r"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
-// 16 bytes from registers into the peer CTA's shared memory at `dst` (mapped by mapa_shared), the
-// peer's mbarrier `bar` (mapped) counting the bytes (variant "wsxa"; FlashMLA's SM90 FP8 decode
-// hands its dequantised rows over the same way, `st_async_128b`).  No proxy fence: the bytes are
-// visible to whoever waits on that phase of `bar`, tensor cores included.
-__device__ __forceinline__ void st_async16(uint32_t dst, const uint4& v, uint32_t bar) {
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
-                 ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar) : "memory");
-}
-
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], A and B from shared memory, both K-major.
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -794,59 +776,6 @@ __device__ __forceinline__ void dequant_row_smem(uint32_t tile, const RawRegs<TP
     for (int m = MS; m < RawRegs<TPR>::N; ++m) {  // units 33 .. 40: the bf16 rope values
         const int u = q + TPR * m;
         if (u >= 33 && u <= 40) st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
-    }
-}
-
-// dequant_row_smem that also stores every unit into the peer's copy of the tile (variant "wsxa"):
-// `to_peer` = the peer's address of this CTA's shared address 0 minus it, so a unit's peer address
-// is its own plus `to_peer`; `peer_bar` the peer's full barrier (mapped).  The units go out as they
-// are converted, so the hand-off overlaps the dequantisation instead of following it (the bulk
-// copies of wsx .. wsxb start once a warp's 8 rows are all written).
-// Whole lines: a raw 16-byte unit becomes two bf16 units (lo, hi: positions 2q, 2q + 1 of the row's
-// 128-byte line), so the 4 lanes of a row cover every other 16 B of its line per store, and
-// remote stores of half lines move half the bytes per second of whole ones (18 against 31 GB/s per
-// CTA, benchmarks/dsmem_bandwidth.py; the first wsxa, storing that way, was 0.82x FlashMLA).  So
-// the rows of a lane pair (rows 2k, 2k + 1 of the warp: lanes l and l ^ 4, the same q) trade one
-// unit: row 2k's lane gives its hi and takes the partner's lo, and the two stores fill row 2k's
-// whole line (its lo and hi, from both lanes), then row 2k + 1's: each store of the warp is 4 whole
-// lines, FlashMLA's pattern.  The rope units (bf16, one 16-byte unit each, 1/9 of the bytes) go as
-// they are.
-__device__ __forceinline__ void dequant_row_smem_peer(uint32_t tile, const RawRegs<4>& r, int row, int q,
-                                                      uint32_t to_peer, uint32_t peer_bar) {
-    constexpr int TPR = 4, MS = 8;
-    const bool first = ((threadIdx.x >> 2) & 1) == 0;  // row 2k of the pair (lane bit 2 clear)
-    const int row_a = first ? row : row ^ 1, row_b = row_a ^ 1, pos_off = first ? 0 : 1;
-    float sc[4];
-    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, TPR));
-    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, TPR));
-    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, TPR));
-    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, TPR));
-#pragma unroll
-    for (int m = 0; m < MS; ++m) {
-        const int u = q + TPR * m;
-        uint4 lo, hi;
-        e4m3x16_to_bf16(r.v[m], sc[(TPR * m) >> 3], lo, hi);
-        const uint32_t chunk = tile + m * CHUNK_BYTES;
-        st_shared16(chunk + swz(row, (u & 3) * 2), lo);
-        st_shared16(chunk + swz(row, (u & 3) * 2 + 1), hi);
-        const uint4 give = first ? hi : lo;
-        uint4 got;
-        got.x = __shfl_xor_sync(0xffffffff, give.x, 4);
-        got.y = __shfl_xor_sync(0xffffffff, give.y, 4);
-        got.z = __shfl_xor_sync(0xffffffff, give.z, 4);
-        got.w = __shfl_xor_sync(0xffffffff, give.w, 4);
-        const int pos = (u & 3) * 2 + pos_off;  // first: lo's position; second: hi's
-        st_async16(chunk + swz(row_a, pos) + to_peer, first ? lo : got, peer_bar);  // row 2k's line
-        st_async16(chunk + swz(row_b, pos) + to_peer, first ? got : hi, peer_bar);  // row 2k + 1's
-    }
-#pragma unroll
-    for (int m = MS; m < RawRegs<TPR>::N; ++m) {
-        const int u = q + TPR * m;
-        if (u >= 33 && u <= 40) {
-            const uint32_t a = tile + 8 * CHUNK_BYTES + swz(row, u - 33);
-            st_shared16(a, r.v[m]);
-            st_async16(a + to_peer, r.v[m], peer_bar);
-        }
     }
 }
 
@@ -917,7 +846,7 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
 // producers may start tile t+1 while tile t is still in flight to WG0.
 template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false,
-          bool SB = false, bool SA = false>
+          bool SB = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -951,7 +880,6 @@ __device__ __forceinline__ void mla_ws_body(
     static_assert(!QE || XO, "QE: only the crossover producer arrives on q_bar");
     static_assert(!DT || QE, "the delayed second tile (DT) comes with QE");
     static_assert(!SB || XO, "split cluster barriers (SB) are the crossover's");
-    static_assert(!SA || SB, "the st.async hand-off (SA) is built on wsxb (SB)");
     TL_GLOBAL(tid == 0, TL_GT_START);
     TL(tid == 0, TL_START);
     // QE: Q by all 384 threads, 12 copies each, issued before the barrier set-up (Q's shared
@@ -1091,12 +1019,11 @@ __device__ __forceinline__ void mla_ws_body(
                 }
             rescale_rows(o_acc, alpha[0], alpha[1]);
             if (it > 0) named_sync(BAR_P_FREE, 256);  // WG1 done with the previous P and scales
-            const int r0p = SA ? opaque(r0) : r0;  // SA: P's 16 addresses computed here, not kept through the loop
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    const int r = r0p + i * 8, col = j * 8 + cq;
+                    const int r = r0 + i * 8, col = j * 8 + cq;
                     *reinterpret_cast<uint32_t*>(p_sm + swz(r, col >> 3) + (col & 7) * 2) = pa[(j >> 1) * 4 + (j & 1) * 2 + i];
                 }
             if ((lane & 3) == 0) {
@@ -1145,7 +1072,7 @@ __device__ __forceinline__ void mla_ws_body(
         // SE: staged in the tile buffer the last tile did not use (its last reader, WG1's P V of
         // tile n - 2, finished before WG1 freed P for tile n - 1; no producer writes past tile n - 1)
         if (SE && n_splits == 1)
-            store_o_half_staged(o_acc, inv, 0, SA ? opaque(r0) : r0, cq, b, H, head0, smem + Q_BYTES + (((n_tiles - 1) & 1) ^ 1) * TILE_BYTES,
+            store_o_half_staged(o_acc, inv, 0, r0, cq, b, H, head0, smem + Q_BYTES + (((n_tiles - 1) & 1) ^ 1) * TILE_BYTES,
                                 BAR_STAGE0, ltid, out);
         else
             store_o_half(o_acc, inv, 0, r0, cq, b, H, head0, split, n_splits, out, part_o);
@@ -1180,7 +1107,7 @@ __device__ __forceinline__ void mla_ws_body(
         named_sync(BAR_EPI, 256);  // WG0's 1 / l
         const float inv[2] = {s_oscale[r0], s_oscale[r0 + 8]};
         if (SE && n_splits == 1)  // the same buffer as WG0's, past its 64 rows (WG0 is done with every tile)
-            store_o_half_staged(o_acc, inv, 1, SA ? opaque(r0) : r0, cq, b, H, head0,
+            store_o_half_staged(o_acc, inv, 1, r0, cq, b, H, head0,
                                 smem + Q_BYTES + (((n_tiles - 1) & 1) ^ 1) * TILE_BYTES + HEADS_PER_CTA * STAGE_ROW,
                                 BAR_STAGE0 + 1, ltid, out);
         else
@@ -1271,15 +1198,10 @@ __device__ __forceinline__ void mla_ws_body(
                 if (ltid == 0) mbar_arrive_expect_tx(full0 + 8 * buf, 32 * NCHUNK * 128);  // the peer's 32 rows
                 if (qq == 0) slot_sm[buf * TILE + row] = s_this;
                 if (qq == 1) slot_sm[buf * TILE + orow] = checked_slot(o_cur, n_rows);
-                if (SA) {  // each unit into the peer as it is converted (st.async), no bulk copies
-                    dequant_row_smem_peer(kv_s0 + buf * TILE_BYTES, raw, row, qq, peer_kv0 - kv_s0, peer_full0 + 8 * buf);
-                    fence_proxy_async();
-                } else {
-                    dequant_row_smem<4>(kv_s0 + buf * TILE_BYTES, raw, row, qq);
-                    fence_proxy_async();
-                    __syncwarp();  // this warp's 8 rows are written and visible to the async proxy
-                }
-                if (!SA && lane == 0) {  // they are 1 KB in a row in each chunk: 9 bulk copies per warp
+                dequant_row_smem<4>(kv_s0 + buf * TILE_BYTES, raw, row, qq);
+                fence_proxy_async();
+                __syncwarp();  // this warp's 8 rows are written and visible to the async proxy
+                if (lane == 0) {  // they are 1 KB in a row in each chunk: 9 bulk copies per warp
                     const uint32_t rows8 = kv_s0 + buf * TILE_BYTES + (32 * rank + 8 * warp) * 128;
 #pragma unroll
                     for (int c = 0; c < NCHUNK; ++c)
@@ -1394,14 +1316,6 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 // barrier's round trip nor the epilogue's global stores (a release orders them) sit on the exit.
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxb_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-
-// wsxb handing each dequantised unit to the peer by st.async as it is converted (SA), where wsxb
-// bulk-copies a warp's 8 rows once they are all written: the hand-off overlaps the conversion, as in
-// FlashMLA's SM90 FP8 decode (each CTA's bulk-copy engine moves ~31 GB/s, 1.2 us of every 2.7 us
-// tile: benchmarks/dsmem_bandwidth.py).  Same bytes, same barriers, same values as wsxb.
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxa_fp8(MLA_ARGS) {
-    mla_ws_body<true, 0, true, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {
