@@ -33,7 +33,7 @@ TL_FIXED, TL_TILES, TL_SERIES, TL_CTAS = 8, 32, 6, 1024
 TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END = range(7)
 FREED, FULL, PV, EMPTY, ARRIVED, WG1_FREED = range(TL_SERIES)
 TL_EVENTS = TL_FIXED + TL_SERIES * TL_TILES
-WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr", "wsxb", "wsxc")  # the warp-specialised FP8 kernels the stamps are in
+WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr", "wsxb")  # the warp-specialised FP8 kernels the stamps are in
 
 
 def series(row: Any, s: int, it: int) -> int:

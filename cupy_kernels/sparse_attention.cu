@@ -779,48 +779,6 @@ __device__ __forceinline__ void dequant_row_smem(uint32_t tile, const RawRegs<TP
     }
 }
 
-// dequant_row_smem with the hand-off to the peer chunk by chunk (variant "wsxc"): as soon as the
-// warp's 8 rows of chunk c (1 KB, 8 rows x 128 B, consecutive in the swizzled tile) are written,
-// lane 0 bulk-copies them into the peer's tile at `to_peer` bytes from this CTA's address, counted
-// on the peer's full barrier `peer_bar`.  wsxb copies all 9 chunks once the whole rows are written,
-// so the copy engine's 1.2 us (36,864 B at ~31 GB/s, benchmarks/dsmem_bandwidth.py) followed the
-// dequantisation; here it runs under it, and the producer's instruction stream does not wait on the
-// network (the st.async hand-off did: BENCHMARKS.md, twenty-third session).
-__device__ __forceinline__ void dequant_rows_copy_chunks(uint32_t tile, const RawRegs<4>& r, int row, int q,
-                                                         uint32_t warp_rows, int lane, uint32_t to_peer,
-                                                         uint32_t peer_bar) {
-    constexpr int TPR = 4, MS = 8;
-    float sc[4];
-    sc[0] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].x, 0, TPR));
-    sc[1] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].y, 0, TPR));
-    sc[2] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].z, 0, TPR));
-    sc[3] = __uint_as_float(__shfl_sync(0xffffffff, r.v[MS].w, 0, TPR));
-    auto send = [&](int c) {  // this warp's 8 rows of chunk c are written: to the async proxy, then to the peer
-        fence_proxy_async();
-        __syncwarp();
-        if (lane == 0) {
-            const uint32_t src = warp_rows + c * CHUNK_BYTES;
-            bulk_copy_to_peer(src + to_peer, src, 8 * 128, peer_bar);
-        }
-    };
-#pragma unroll
-    for (int m = 0; m < MS; ++m) {  // chunk m: latent units q + 4 m
-        const int u = q + TPR * m;
-        uint4 lo, hi;
-        e4m3x16_to_bf16(r.v[m], sc[(TPR * m) >> 3], lo, hi);
-        const uint32_t chunk = tile + m * CHUNK_BYTES;
-        st_shared16(chunk + swz(row, (u & 3) * 2), lo);
-        st_shared16(chunk + swz(row, (u & 3) * 2 + 1), hi);
-        send(m);
-    }
-#pragma unroll
-    for (int m = MS; m < RawRegs<TPR>::N; ++m) {  // chunk 8: the bf16 rope units 33 .. 40
-        const int u = q + TPR * m;
-        if (u >= 33 && u <= 40) st_shared16(tile + 8 * CHUNK_BYTES + swz(row, u - 33), r.v[m]);
-    }
-    send(8);
-}
-
 // FP8 producer, rolling: unit m of this tile is dequantised into shared memory, then the same
 // registers take unit m of the next tile's row (slot s_next; -1 loads zeros), so the next tile's
 // loads are in flight while this tile converts instead of after it.
@@ -888,7 +846,7 @@ __device__ __forceinline__ void issue_rows_bf16(uint32_t tile, const uint16_t* k
 // it waits for tile t (as PROD 1 bf16 must), instead of after issuing tile t's S: both CTAs'
 // producers may start tile t+1 while tile t is still in flight to WG0.
 template <bool FP8, int PROD, bool XO = false, bool EF = false, bool SE = false, bool QE = false, bool DT = false,
-          bool SB = false, bool CC = false>
+          bool SB = false>
 __device__ __forceinline__ void mla_ws_body(
     const uint16_t* __restrict__ q, const void* __restrict__ kv_raw, const int* __restrict__ slots,
     long long n_rows, int H, int K, float scale_log2, int tiles_per_split,
@@ -922,7 +880,6 @@ __device__ __forceinline__ void mla_ws_body(
     static_assert(!QE || XO, "QE: only the crossover producer arrives on q_bar");
     static_assert(!DT || QE, "the delayed second tile (DT) comes with QE");
     static_assert(!SB || XO, "split cluster barriers (SB) are the crossover's");
-    static_assert(!CC || SB, "the chunked hand-off (CC) is built on wsxb (SB)");
     TL_GLOBAL(tid == 0, TL_GT_START);
     TL(tid == 0, TL_START);
     // QE: Q by all 384 threads, 12 copies each, issued before the barrier set-up (Q's shared
@@ -1241,16 +1198,10 @@ __device__ __forceinline__ void mla_ws_body(
                 if (ltid == 0) mbar_arrive_expect_tx(full0 + 8 * buf, 32 * NCHUNK * 128);  // the peer's 32 rows
                 if (qq == 0) slot_sm[buf * TILE + row] = s_this;
                 if (qq == 1) slot_sm[buf * TILE + orow] = checked_slot(o_cur, n_rows);
-                if (CC) {  // each chunk of this warp's 8 rows to the peer as soon as it is written
-                    const uint32_t tile = kv_s0 + buf * TILE_BYTES;
-                    dequant_rows_copy_chunks(tile, raw, row, qq, tile + (32 * rank + 8 * warp) * 128, lane,
-                                             peer_kv0 - kv_s0, peer_full0 + 8 * buf);
-                } else {
-                    dequant_row_smem<4>(kv_s0 + buf * TILE_BYTES, raw, row, qq);
-                    fence_proxy_async();
-                    __syncwarp();  // this warp's 8 rows are written and visible to the async proxy
-                }
-                if (!CC && lane == 0) {  // they are 1 KB in a row in each chunk: 9 bulk copies per warp
+                dequant_row_smem<4>(kv_s0 + buf * TILE_BYTES, raw, row, qq);
+                fence_proxy_async();
+                __syncwarp();  // this warp's 8 rows are written and visible to the async proxy
+                if (lane == 0) {  // they are 1 KB in a row in each chunk: 9 bulk copies per warp
                     const uint32_t rows8 = kv_s0 + buf * TILE_BYTES + (32 * rank + 8 * warp) * 128;
 #pragma unroll
                     for (int c = 0; c < NCHUNK; ++c)
@@ -1365,12 +1316,6 @@ extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1)
 // barrier's round trip nor the epilogue's global stores (a release orders them) sit on the exit.
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxb_fp8(MLA_ARGS) {
     mla_ws_body<true, 0, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
-}
-
-// wsxb with the hand-off chunk by chunk (CC): each 1 KB chunk of a warp's 8 rows is bulk-copied to the
-// peer as soon as it is written, so the copy engine runs under the dequantisation instead of after it.
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(NT_WS, 1) mla_decode_wsxc_fp8(MLA_ARGS) {
-    mla_ws_body<true, 0, true, true, true, true, true, true, true>(q, kv, slots, n_rows, H, K, scale_log2, tiles_per_split, out, lse, part_o, part_lse);
 }
 
 extern "C" __global__ void __launch_bounds__(NT_WS, 1) mla_decode_ws2_bf16(MLA_ARGS) {

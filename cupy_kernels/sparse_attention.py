@@ -12,7 +12,7 @@ The wide kernel has variants (WIDE_VARIANTS: the warp-specialised "ws" with a pr
 warpgroup, its FP8 crossover "wsx" where two CTAs share each tile's dequantisation and "wsxe"
 that frees each tile's buffer earlier, "wsxo" that also writes O through shared memory, "wsxr"
 with a smaller first burst of loads, "wsxb" that also splits the pair's cluster barriers (the FP8
-default at H 128), "wsxc" that hands each chunk to the peer as soon as it is written, the two-warpgroup "serial"),
+default at H 128), the two-warpgroup "serial"),
 chosen per call, by $HISPARSE_MLA_VARIANT, or per KV layout by default
 (DEFAULT_WIDE_VARIANT, the fastest that passed the GPU tests), each where it runs.
 MTP / speculative decoding: q may carry T query tokens per request ([B, T, H, 576]); tokens that
@@ -120,11 +120,6 @@ WIDE_VARIANTS = {
                         "remote operation is out (before the epilogue), waiting only at exit (FlashMLA arrives "
                         "relaxed at the start the same way); 0.3-2.9 us faster than wsxr in all eight readings of "
                         "two H100 runs; the whole GPU suite passed with it the default: BENCHMARKS.md",
-                        kv_dtypes=("fp8",), group_multiple=2),
-    "wsxc": WideVariant("mla_decode_wsxc_", WS_THREADS, _SMEM_WS,
-                        "wsxb handing each 1 KB chunk of a warp's 8 rows to the peer (bulk copy) as soon as it is "
-                        "written, where wsxb copies all 9 once the rows are whole: the copy engine's 1.2 us a tile "
-                        "runs under the dequantisation (experimental: not yet timed)",
                         kv_dtypes=("fp8",), group_multiple=2),
     "serial": WideVariant("mla_decode_", THREADS, SMEM_BYTES["bf16"],
                           "two warpgroups, S -> softmax -> P V in sequence (the previous kernel)"),

@@ -294,7 +294,7 @@ def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     for heads in (64, 128, 192, 256):
         for kv_dtype in ("fp8", "bf16"):
-            for v in ("wsxe", "wsxo", "wsxr", "wsxb", "wsxc"):
+            for v in ("wsxe", "wsxo", "wsxr", "wsxb"):
                 assert WIDE_VARIANTS[v].runs(kv_dtype, heads) == WIDE_VARIANTS["wsx"].runs(kv_dtype, heads)
     assert DEFAULT_WIDE_VARIANT["fp8"] == "wsxb" and resolve_variant(None, "fp8", heads=128) == "wsxb"
     assert resolve_variant(None, "fp8", heads=64) == "ws"  # one head group: no cluster to pair
@@ -307,7 +307,7 @@ def test_early_free_variant_runs_where_wsx_runs(monkeypatch):
 
 def test_wide_variants_fit_one_block_of_shared_memory():
     # sm_90 gives one block at most 227 KB of dynamic shared memory
-    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wsxe", "wsxo", "wsxr", "wsxb", "wsxc", "serial"}
+    assert set(WIDE_VARIANTS) == {"ws", "ws2", "wsx", "wsxe", "wsxo", "wsxr", "wsxb", "serial"}
     for spec in WIDE_VARIANTS.values():
         assert spec.smem <= 227 * 1024 and spec.threads % 128 == 0
 
