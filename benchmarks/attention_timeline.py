@@ -4,7 +4,10 @@ The warp-specialised kernels (cupy_kernels/sparse_attention.cu, `mla_ws_body`) b
 -DTIMELINE record, per CTA, one thread of each warpgroup: the start, Q in shared memory, and per
 tile WG0's "buffer freed" (its previous P V done), "full wait done" and "P V issued", the
 producer's "empty wait done" and "full arrived", then the loop's end, the epilogue's end and the
-kernel's end (after the closing cluster barrier); %globaltimer at the start and end. The default
+kernel's end (after the closing cluster barrier); %globaltimer at the start and end; and (wsxb) WG0 right
+after the pair's cluster barrier, an instant both CTAs of a pair share, which sets the two SMs' clock64
+counters against each other: how far apart the pair runs, and how long after the *last* of the four
+consumers (two per CTA) frees a buffer the producer sees it free (pair_* columns). The default
 build compiles none of it (its SASS is unchanged). Medians over CTAs and the steady tiles (2 ..
 n - 3) say how long the prologue, one tile and the epilogue take, and which side of the two-buffer
 hand-off waits: the question issue #27 item 4 leaves open.
@@ -30,10 +33,11 @@ from cupy_kernels._build import build_cubin  # noqa: E402
 
 # mirrors the TL_* constants of sparse_attention.cu
 TL_FIXED, TL_TILES, TL_SERIES, TL_CTAS = 8, 32, 6, 1024
-TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END = range(7)
+TL_START, TL_Q_READY, TL_LOOP_END, TL_EPI_END, TL_END, TL_GT_START, TL_GT_END, TL_PAIR = range(8)
 FREED, FULL, PV, EMPTY, ARRIVED, WG1_FREED = range(TL_SERIES)
 TL_EVENTS = TL_FIXED + TL_SERIES * TL_TILES
 WS_VARIANTS = ("ws", "wsx", "wsxe", "wsxo", "wsxr", "wsxb")  # the warp-specialised FP8 kernels the stamps are in
+PAIR_VARIANTS = ("wsxb",)  # those that stamp TL_PAIR (the split cluster barrier, SB)
 
 
 def series(row: Any, s: int, it: int) -> int:
@@ -41,7 +45,8 @@ def series(row: Any, s: int, it: int) -> int:
     return int(row[TL_FIXED + s * TL_TILES + it])
 
 
-def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool) -> dict[str, float]:
+def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool,
+              pair_stamps: bool = False) -> dict[str, float]:
     """Medians (us) over CTAs and steady tiles; the SM clock from clock64 against %globaltimer."""
     rows = stamps.reshape(TL_CTAS, TL_EVENTS)[:n_ctas]
     ghz = statistics.median((int(r[TL_END]) - int(r[TL_START])) / max(1, int(r[TL_GT_END]) - int(r[TL_GT_START]))
@@ -80,7 +85,36 @@ def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool) -> 
             empty_after_wg0_freed_us=round(med(lambda r, it: series(r, EMPTY, it) - series(r, FREED, it - 1)), 3),
             wg1_freed_after_wg0_us=round(med(lambda r, it: series(r, WG1_FREED, it - 2) - series(r, FREED, it - 1)), 3),
         )
+    if producer_stamps and pair_stamps:
+        out.update(pair_summary(rows, n_ctas, n_tiles, us))
     return out
+
+
+def pair_summary(rows: Any, n_ctas: int, n_tiles: int, us: float) -> dict[str, float]:
+    """The pair's phase and the producer's lag after the last release of each buffer, from the two CTAs of each
+    cluster (CTAs 2 c and 2 c + 1: the grid's x is the pair) aligned at their shared TL_PAIR instant.
+    For tile it (buffer of tile it - 2): the releases are each CTA's WG0 at the top of tile it - 1 and its WG1
+    after tile it - 2; `pair_last_release_is_peer` is the share of (CTA, tile) where the peer's came last."""
+    phase, lag, peer_after, peer_last = [], [], [], 0
+    for c in range(0, n_ctas - 1, 2):
+        a, b = rows[c], rows[c + 1]
+        shift = int(b[TL_PAIR]) - int(a[TL_PAIR])  # b's clock64 minus a's at the same instant
+        for own, peer, to_own in ((a, b, -shift), (b, a, shift)):
+            for it in range(2, n_tiles - 2):
+                phase.append(series(peer, FREED, it) + to_own - series(own, FREED, it))
+                own_rel = max(series(own, FREED, it - 1), series(own, WG1_FREED, it - 2))
+                peer_rel = max(series(peer, FREED, it - 1), series(peer, WG1_FREED, it - 2)) + to_own
+                lag.append(series(own, EMPTY, it) - max(own_rel, peer_rel))
+                peer_after.append(peer_rel - own_rel)
+                peer_last += peer_rel > own_rel
+    if not lag:
+        return {}
+    return dict(
+        pair_phase_us=round(statistics.median(abs(v) for v in phase) * us, 3),
+        pair_peer_release_after_own_us=round(statistics.median(peer_after) * us, 3),
+        pair_last_release_is_peer=round(peer_last / len(lag), 3),
+        pair_empty_after_last_release_us=round(statistics.median(lag) * us, 3),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 kern(grid, (spec.threads,), kargs, shared_mem=spec.smem)
             cp.cuda.Device().synchronize()
             row = dict(batch=batch, heads=args.heads, variant=var,
-                       **summarise(stamps.get(), n_ctas, min(tiles, TL_TILES), producer_stamps=var != "ws"))
+                       **summarise(stamps.get(), n_ctas, min(tiles, TL_TILES), producer_stamps=var != "ws",
+                                  pair_stamps=var in PAIR_VARIANTS))
             results.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     write_rows(args.out, results)

@@ -43,7 +43,10 @@
 #define TL_SERIES 6  // WG0: buffer freed (top), full wait done, P V issued; producer: empty wait done, full arrived;
                      // WG1: buffer freed
 #define TL_EVENTS (TL_FIXED + TL_SERIES * TL_TILES)
-enum TlEvent { TL_START = 0, TL_Q_READY = 1, TL_LOOP_END = 2, TL_EPI_END = 3, TL_END = 4, TL_GT_START = 5, TL_GT_END = 6 };
+// TL_PAIR (SB): WG0 right after its wait on the pair's cluster barrier, an instant both CTAs of a pair share
+// to within the barrier's wake-up, so the two SMs' clock64 counters can be set against each other.
+enum TlEvent { TL_START = 0, TL_Q_READY = 1, TL_LOOP_END = 2, TL_EPI_END = 3, TL_END = 4, TL_GT_START = 5, TL_GT_END = 6,
+               TL_PAIR = 7 };
 enum TlSeries { TL_FREED = 0, TL_FULL = 1, TL_PV = 2, TL_EMPTY = 3, TL_ARRIVED = 4, TL_WG1_FREED = 5 };
 #ifdef TIMELINE
 #define TL_CTAS 1024
@@ -960,6 +963,7 @@ __device__ __forceinline__ void mla_ws_body(
 
         constexpr bool EARLY_FREE = (PROD == 1 && !FP8) || EF;
         if (SB) cluster_wait();  // before its first arrival on the peer's empty barrier
+        TL(SB && ltid == 0, TL_PAIR);
         for (int it = 0; it < n_tiles; ++it) {
             const int buf = it & 1;
             const uint32_t kv_cur = kv_s0 + buf * TILE_BYTES;

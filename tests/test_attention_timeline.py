@@ -22,23 +22,27 @@ def test_layout_matches_the_kernel_source():
     assert consts == {"TL_FIXED": tl.TL_FIXED, "TL_TILES": tl.TL_TILES, "TL_SERIES": tl.TL_SERIES, "TL_CTAS": tl.TL_CTAS}
     events = re.search(r"enum TlEvent \{([^}]*)\}", src).group(1)
     assert [int(v) for v in re.findall(r"= (\d+)", events)] == [
-        tl.TL_START, tl.TL_Q_READY, tl.TL_LOOP_END, tl.TL_EPI_END, tl.TL_END, tl.TL_GT_START, tl.TL_GT_END]
+        tl.TL_START, tl.TL_Q_READY, tl.TL_LOOP_END, tl.TL_EPI_END, tl.TL_END, tl.TL_GT_START, tl.TL_GT_END, tl.TL_PAIR]
     series = re.search(r"enum TlSeries \{([^}]*)\}", src).group(1)
     assert [int(v) for v in re.findall(r"= (\d+)", series)] == [tl.FREED, tl.FULL, tl.PV, tl.EMPTY, tl.ARRIVED,
                                                                tl.WG1_FREED]
 
 
-def _synthetic(n_ctas: int, period: int, ghz: float) -> np.ndarray:
+def _synthetic(n_ctas: int, period: int, ghz: float, peer_clock: int = 0, peer_late: int = 0) -> np.ndarray:
     """A timeline where every CTA runs the same schedule: tile period `period` cycles, WG0 frees at
     +0, sees the tile full at +500, issues P V at +3000; the producer's empty wait ends at -1000,
-    its tile arrives at +200; WG1 frees the tile's buffer at +3500 (cycles from each tile's start)."""
+    its tile arrives at +200; WG1 frees the tile's buffer at +3500 (cycles from each tile's start).
+    The odd CTA of each pair reads its SM's clock64 `peer_clock` cycles ahead of the even one's and runs
+    `peer_late` cycles behind it; both stamp TL_PAIR at the same instant."""
     st = np.zeros(tl.TL_CTAS * tl.TL_EVENTS, np.uint64)
     rows = st.reshape(tl.TL_CTAS, tl.TL_EVENTS)
     for c in range(n_ctas):
         r = rows[c]
         r[tl.TL_START], r[tl.TL_Q_READY] = 1000, 3000
+        odd = c % 2
+        r[tl.TL_PAIR] = 9000 + odd * peer_clock
         for it in range(tl.TL_TILES):
-            t0 = 10_000 + it * period
+            t0 = 10_000 + it * period + odd * (peer_clock + peer_late)
             for s, d in ((tl.FREED, 0), (tl.FULL, 500), (tl.PV, 3000), (tl.EMPTY, -1000), (tl.ARRIVED, 200),
                          (tl.WG1_FREED, 3500)):
                 r[tl.TL_FIXED + s * tl.TL_TILES + it] = t0 + d
@@ -64,6 +68,21 @@ def test_summary_reads_a_synthetic_timeline_back():
     slow = tl.summarise(_synthetic(4, 7000, 2.0), 4, tl.TL_TILES, producer_stamps=True)
     assert slow["tile_period_us"] == 3.5 and slow["wg0_pv_tail_us"] == 2.0 and slow["wg0_waits_full_us"] == 0.25
     assert "prod_tile_us" not in tl.summarise(_synthetic(2, 6000, 2.0), 2, tl.TL_TILES, producer_stamps=False)
+
+
+def test_the_pair_is_aligned_at_its_shared_instant_whatever_the_two_clocks_read():
+    # the odd CTA's counter reads 1e9 cycles ahead and it runs 400 cycles (0.2 us at 2 GHz) behind its peer
+    for peer_clock in (0, 10**9):
+        out = tl.summarise(_synthetic(4, 6000, 2.0, peer_clock=peer_clock, peer_late=400), 4, tl.TL_TILES,
+                           producer_stamps=True, pair_stamps=True)
+        assert out["pair_phase_us"] == 0.2
+        # the even CTA's peer releases 0.2 us after it (last), the odd one's 0.2 us before: half the readings
+        assert out["pair_last_release_is_peer"] == 0.5 and out["pair_peer_release_after_own_us"] == 0.0
+        # empty wait done 5000 cycles after the own release; 4600 after the even CTA's later peer: median 2.4 us
+        assert out["pair_empty_after_last_release_us"] == 2.4
+    in_phase = tl.summarise(_synthetic(4, 6000, 2.0), 4, tl.TL_TILES, producer_stamps=True, pair_stamps=True)
+    assert in_phase["pair_phase_us"] == 0.0 and in_phase["pair_empty_after_last_release_us"] == 2.5
+    assert "pair_phase_us" not in tl.summarise(_synthetic(4, 6000, 2.0), 4, tl.TL_TILES, producer_stamps=True)
 
 
 def test_bad_options_exit_2_without_a_traceback():
