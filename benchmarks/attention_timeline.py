@@ -46,7 +46,7 @@ def series(row: Any, s: int, it: int) -> int:
 
 
 def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool,
-              pair_stamps: bool = False) -> dict[str, float]:
+              pair_stamps: bool = False) -> dict[str, float | str]:
     """Medians (us) over CTAs and steady tiles; the SM clock from clock64 against %globaltimer."""
     rows = stamps.reshape(TL_CTAS, TL_EVENTS)[:n_ctas]
     ghz = statistics.median((int(r[TL_END]) - int(r[TL_START])) / max(1, int(r[TL_GT_END]) - int(r[TL_GT_START]))
@@ -90,12 +90,13 @@ def summarise(stamps: Any, n_ctas: int, n_tiles: int, producer_stamps: bool,
     return out
 
 
-def pair_summary(rows: Any, n_ctas: int, n_tiles: int, us: float) -> dict[str, float]:
+def pair_summary(rows: Any, n_ctas: int, n_tiles: int, us: float) -> dict[str, float | str]:
     """The pair's phase and the producer's lag after the last release of each buffer, from the two CTAs of each
     cluster (CTAs 2 c and 2 c + 1: the grid's x is the pair) aligned at their shared TL_PAIR instant.
     For tile it (buffer of tile it - 2): the releases are each CTA's WG0 at the top of tile it - 1 and its WG1
     after tile it - 2; `pair_last_release_is_peer` is the share of (CTA, tile) where the peer's came last."""
     phase, lag, peer_after, peer_last = [], [], [], 0
+    lag_by_last: dict[bool, list[int]] = {False: [], True: []}  # the lag, split by whose release came last
     for c in range(0, n_ctas - 1, 2):
         a, b = rows[c], rows[c + 1]
         shift = int(b[TL_PAIR]) - int(a[TL_PAIR])  # b's clock64 minus a's at the same instant
@@ -105,6 +106,7 @@ def pair_summary(rows: Any, n_ctas: int, n_tiles: int, us: float) -> dict[str, f
                 own_rel = max(series(own, FREED, it - 1), series(own, WG1_FREED, it - 2))
                 peer_rel = max(series(peer, FREED, it - 1), series(peer, WG1_FREED, it - 2)) + to_own
                 lag.append(series(own, EMPTY, it) - max(own_rel, peer_rel))
+                lag_by_last[peer_rel > own_rel].append(lag[-1])
                 peer_after.append(peer_rel - own_rel)
                 peer_last += peer_rel > own_rel
     if not lag:
@@ -114,6 +116,9 @@ def pair_summary(rows: Any, n_ctas: int, n_tiles: int, us: float) -> dict[str, f
         pair_peer_release_after_own_us=round(statistics.median(peer_after) * us, 3),
         pair_last_release_is_peer=round(peer_last / len(lag), 3),
         pair_empty_after_last_release_us=round(statistics.median(lag) * us, 3),
+        # own last: only the peer's earlier arrival can still be in flight; peer last: its arrival is the last
+        pair_empty_after_own_last_us=round(statistics.median(lag_by_last[False]) * us, 3) if lag_by_last[False] else "",
+        pair_empty_after_peer_last_us=round(statistics.median(lag_by_last[True]) * us, 3) if lag_by_last[True] else "",
     )
 
 

@@ -80,8 +80,11 @@ def test_the_pair_is_aligned_at_its_shared_instant_whatever_the_two_clocks_read(
         assert out["pair_last_release_is_peer"] == 0.5 and out["pair_peer_release_after_own_us"] == 0.0
         # empty wait done 5000 cycles after the own release; 4600 after the even CTA's later peer: median 2.4 us
         assert out["pair_empty_after_last_release_us"] == 2.4
+        # split by whose release came last: the even CTA (peer last) 4600 cycles, the odd one (own last) 5000
+        assert out["pair_empty_after_peer_last_us"] == 2.3 and out["pair_empty_after_own_last_us"] == 2.5
     in_phase = tl.summarise(_synthetic(4, 6000, 2.0), 4, tl.TL_TILES, producer_stamps=True, pair_stamps=True)
     assert in_phase["pair_phase_us"] == 0.0 and in_phase["pair_empty_after_last_release_us"] == 2.5
+    assert in_phase["pair_empty_after_own_last_us"] == 2.5 and in_phase["pair_empty_after_peer_last_us"] == ""
     assert "pair_phase_us" not in tl.summarise(_synthetic(4, 6000, 2.0), 4, tl.TL_TILES, producer_stamps=True)
 
 
