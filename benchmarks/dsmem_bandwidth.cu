@@ -33,24 +33,13 @@ __device__ __forceinline__ void wait_parity(uint32_t bar, int parity) {
     }
 }
 
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 1)
-dsmem_copy(int rounds, int chunk_bytes, int round_bytes, int mode, unsigned long long* ns_out) {
-    extern __shared__ __align__(1024) uint8_t smem[];
-    const uint32_t buf0 = smem_addr(smem), bars = buf0 + 2 * round_bytes;  // in_bar[2], ack_bar[2]
-    const uint32_t in_bar = bars, ack_bar = bars + 16;
-    uint32_t rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+// `rounds` hand-offs of `round_bytes` each way by threads 0..127 (4 warps) in `mode` (see the top), both
+// buffers at buf0, their barriers in_bar[2] / ack_bar[2] (8 bytes apart).
+__device__ void hand_off_rounds(int rounds, int chunk_bytes, int round_bytes, int mode, uint32_t buf0,
+                                uint32_t in_bar, uint32_t ack_bar, uint32_t rank) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const uint32_t dst = mode == 2 ? rank : rank ^ 1u;
     const bool sends = mode != 1 || rank == 0, receives = mode != 1 || rank == 1;
-    if (tid == 0) {
-        for (int i = 0; i < 4; ++i)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * i) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-    unsigned long long t0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     const int per_warp = round_bytes / 4;
     for (int r = 0; r < rounds; ++r) {
         const int b = r & 1;
@@ -89,8 +78,63 @@ dsmem_copy(int rounds, int chunk_bytes, int round_bytes, int mode, unsigned long
                              : "memory");
         }
     }
-    unsigned long long t1;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+}
+
+__device__ __forceinline__ void init_bars(uint32_t bars, int n) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < n; ++i)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * i) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-    if (tid == 0) ns_out[blockIdx.x] = t1 - t0;
+}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 1)
+dsmem_copy(int rounds, int chunk_bytes, int round_bytes, int mode, unsigned long long* ns_out) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const uint32_t buf0 = smem_addr(smem), bars = buf0 + 2 * round_bytes;  // in_bar[2], ack_bar[2]
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    init_bars(bars, 4);
+    const unsigned long long t0 = global_ns();
+    hand_off_rounds(rounds, chunk_bytes, round_bytes, mode, buf0, bars, bars + 16, rank);
+    const unsigned long long t1 = global_ns();
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+    if (threadIdx.x == 0) ns_out[blockIdx.x] = t1 - t0;
+}
+
+// How long one remote mbarrier arrival takes to land (the attention kernel's release of a tile buffer to the
+// peer's producer is one): lane 0 of warp 4 of rank 0 arrives on rank 1's ping barrier, rank 1's waits for it
+// and arrives back on rank 0's, `pings` times; rank 0 records the span (ns_out[its CTA]; rank 1 writes 0).
+// copies = 1: meanwhile warps 0..3 of both CTAs run mode 0's hand-off (bulk copies both ways, `rounds` of
+// `round_bytes`), so the arrivals share the SM-to-SM path with copies going the same way; copies = 0: alone.
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(160, 1)
+dsmem_ping(int pings, int copies, int rounds, int chunk_bytes, int round_bytes, unsigned long long* ns_out) {
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const uint32_t buf0 = smem_addr(smem), bars = buf0 + 2 * round_bytes;  // in_bar[2], ack_bar[2], ping
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    init_bars(bars, 5);
+    const uint32_t ping = bars + 32;
+    if (threadIdx.x < 128) {
+        if (copies) hand_off_rounds(rounds, chunk_bytes, round_bytes, 0, buf0, bars, bars + 16, rank);
+    } else if (threadIdx.x == 128) {
+        const uint32_t peer_ping = map_to(ping, rank ^ 1u);
+        const unsigned long long t0 = global_ns();
+        for (int i = 0; i < pings; ++i) {
+            if (rank == 0)
+                asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(peer_ping) : "memory");
+            wait_parity(ping, i & 1);
+            if (rank == 1)
+                asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(peer_ping) : "memory");
+        }
+        ns_out[blockIdx.x] = rank == 0 ? global_ns() - t0 : 0ull;
+    }
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }

@@ -10,7 +10,7 @@ from benchmarks import dsmem_bandwidth as db
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(modes=["both"], chunks=[1024], clusters=[1], round_bytes=db.TILE_HALF_BYTES, rounds=400)
+    base = dict(modes=["both"], chunks=[1024], clusters=[1], round_bytes=db.TILE_HALF_BYTES, rounds=400, pings=100)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -21,7 +21,8 @@ def test_the_default_round_is_the_crossover_tile_half_in_whole_copies():
 
 @pytest.mark.parametrize("kw, says", [
     (dict(chunks=[1000]), "multiple of 16"), (dict(chunks=[2048 + 16]), "whole copies"),
-    (dict(round_bytes=120_000), "two buffers"), (dict(rounds=2), "--rounds"),
+    (dict(round_bytes=120_000), "two buffers"), (dict(round_bytes=116_208), "116,192"), (dict(rounds=2), "--rounds"),
+    (dict(modes=["ping"], pings=0), "--pings must be >= 1"),
     (dict(modes=["sideways"]), "--modes"), (dict(clusters=[0]), "--clusters"),
 ])
 def test_bad_options_are_named(kw, says):
@@ -38,3 +39,11 @@ def test_the_st_async_modes_take_the_tile_half_and_ignore_chunk_sizes():
     assert db.check(_args(modes=["st-async-lines", "st-async-halves"])) is None  # 36,864 = 9 pairs of 128 x 16 B
     says = db.check(_args(modes=["st-async-halves"], round_bytes=36_864 - 2048, chunks=[16]))
     assert "--round-bytes 34816" in says and "4,096" in says
+
+
+def test_the_ping_modes_are_modes_and_run_their_own_kernel():
+    assert db.check(_args(modes=["ping", "ping-under-copies"])) is None
+    assert set(db.PING) <= set(db.MODES) and not set(db.PING) & set(db.ST_ASYNC)
+    src = db.SOURCE.read_text()
+    assert "dsmem_ping(int pings, int copies" in src and "__launch_bounds__(160, 1)" in src
+    assert db.THREADS + 32 == 160  # the ping thread is warp 4's lane 0, past the four copying warps
