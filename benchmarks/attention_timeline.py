@@ -95,8 +95,8 @@ def pair_summary(rows: Any, n_ctas: int, n_tiles: int, us: float) -> dict[str, f
     cluster (CTAs 2 c and 2 c + 1: the grid's x is the pair) aligned at their shared TL_PAIR instant.
     For tile it (buffer of tile it - 2): the releases are each CTA's WG0 at the top of tile it - 1 and its WG1
     after tile it - 2; `pair_last_release_is_peer` is the share of (CTA, tile) where the peer's came last."""
-    phase, lag, peer_after, peer_last = [], [], [], 0
-    lag_by_last: dict[bool, list[int]] = {False: [], True: []}  # the lag, split by whose release came last
+    phase, peer_after = [], []
+    lag: dict[bool, list[int]] = {False: [], True: []}  # the producer's lag, by whether the peer's release came last
     for c in range(0, n_ctas - 1, 2):
         a, b = rows[c], rows[c + 1]
         shift = int(b[TL_PAIR]) - int(a[TL_PAIR])  # b's clock64 minus a's at the same instant
@@ -105,20 +105,23 @@ def pair_summary(rows: Any, n_ctas: int, n_tiles: int, us: float) -> dict[str, f
                 phase.append(series(peer, FREED, it) + to_own - series(own, FREED, it))
                 own_rel = max(series(own, FREED, it - 1), series(own, WG1_FREED, it - 2))
                 peer_rel = max(series(peer, FREED, it - 1), series(peer, WG1_FREED, it - 2)) + to_own
-                lag.append(series(own, EMPTY, it) - max(own_rel, peer_rel))
-                lag_by_last[peer_rel > own_rel].append(lag[-1])
+                lag[peer_rel > own_rel].append(series(own, EMPTY, it) - max(own_rel, peer_rel))
                 peer_after.append(peer_rel - own_rel)
-                peer_last += peer_rel > own_rel
-    if not lag:
+    every = lag[False] + lag[True]
+    if not every:
         return {}
+
+    def med_us(vals: list[int]) -> float | str:
+        return round(statistics.median(vals) * us, 3) if vals else ""
+
     return dict(
-        pair_phase_us=round(statistics.median(abs(v) for v in phase) * us, 3),
-        pair_peer_release_after_own_us=round(statistics.median(peer_after) * us, 3),
-        pair_last_release_is_peer=round(peer_last / len(lag), 3),
-        pair_empty_after_last_release_us=round(statistics.median(lag) * us, 3),
+        pair_phase_us=med_us([abs(v) for v in phase]),
+        pair_peer_release_after_own_us=med_us(peer_after),
+        pair_last_release_is_peer=round(len(lag[True]) / len(every), 3),
+        pair_empty_after_last_release_us=med_us(every),
         # own last: only the peer's earlier arrival can still be in flight; peer last: its arrival is the last
-        pair_empty_after_own_last_us=round(statistics.median(lag_by_last[False]) * us, 3) if lag_by_last[False] else "",
-        pair_empty_after_peer_last_us=round(statistics.median(lag_by_last[True]) * us, 3) if lag_by_last[True] else "",
+        pair_empty_after_own_last_us=med_us(lag[False]),
+        pair_empty_after_peer_last_us=med_us(lag[True]),
     )
 
 
